@@ -33,10 +33,9 @@ def same_value(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """Bit equality with +0 and -0 taken as equal.
 
     llama.cpp decodes level 0 as ``0.0f * d``, whose sign follows ``d``; QAT exports
-    may hold either zero. Nonzero values never differ in sign alone, because a level's
-    sign is taken from its value, so comparing magnitudes is enough.
+    may hold either zero.
     """
-    return ((a ^ b) & MAGNITUDE_MASK) == 0
+    return (a == b) | (((a | b) & MAGNITUDE_MASK) == 0)
 
 
 def ordered(bits: np.ndarray) -> np.ndarray:

@@ -4,8 +4,10 @@ Pure numpy, no I/O. A block is *on the grid* when some step ``s`` and integer le
 ``q`` in -8..8 (not both -8 and +8) reproduce every value to within a small fraction
 of a step. Levels are found from the block's largest magnitude ``amax``: the step is
 ``amax / m`` for the extreme level ``m``. ``m = 8`` is tried first (llama.cpp's own
-Q4_0 convention, ``d = max / -8``, and the cheapest case), then 7 down to 1; the step
-is then refined by least squares over the block.
+Q4_0 convention, ``d = max / -8``, and the cheapest case), then 7 down to 1. Levels
+are then put in lowest terms (a block fitted at m = 8 whose levels are all even was
+trained at m = 4: the same values, and those are its trained levels), and the step
+is refined by least squares over the block.
 
 Tolerance: a bf16 value is within 2**-8 (relative) of ``q * s``, and ``amax / m`` is
 within 2**-8 of ``s``, so a genuine QAT block has residuals under ``s / 16``. We accept
@@ -85,6 +87,10 @@ def fit_grid_t(x: np.ndarray):
     coarse = np.divide(amax, extreme, out=np.ones(n, dtype=np.float32), where=extreme > 0)
     lf = np.rint(x / coarse) * np.where(negate, np.float32(-1), np.float32(1))
     lf *= on_grid
+    divisor = _common_factor(lf.astype(np.int8), extreme)
+    reduce = divisor > 1
+    if reduce.any():
+        lf[:, reduce] /= divisor[reduce]
     qq = (lf * lf).sum(axis=0)
     qx = (lf * x).sum(axis=0)
     step = np.divide(qx, qq, out=np.zeros(n, dtype=np.float32), where=qq > 0)
@@ -94,6 +100,27 @@ def fit_grid_t(x: np.ndarray):
         resid = np.abs(x - lf * step).max(axis=0)
         residual[fitted] = resid[fitted] / np.abs(step[fitted])
     return lf.astype(np.int8), step, on_grid, residual
+
+
+def _common_factor(levels: np.ndarray, extreme: np.ndarray) -> np.ndarray:
+    """Greatest common divisor of each block's levels (1 for zero blocks).
+
+    Powers of two come from the trailing zeros of the OR of the levels, one cheap
+    reduction; an odd factor p must divide the extreme level too, so only blocks
+    with m = 3, 5, 6 or 7 are checked for it.
+    """
+    ored = np.bitwise_or.reduce(levels, axis=0).astype(np.int32)
+    divisor = np.ones(levels.shape[1], dtype=np.float32)
+    for _ in range(3):
+        even = (ored != 0) & (ored % 2 == 0)
+        divisor[even] *= 2
+        ored[even] //= 2
+    for p in (3, 5, 7):
+        maybe = np.flatnonzero((extreme % p == 0) & (extreme > 0))
+        if maybe.size:
+            divisible = ~np.any(levels[:, maybe] % p, axis=0)
+            divisor[maybe[divisible]] *= p
+    return divisor
 
 
 def level_histogram(levels: np.ndarray, on_grid: np.ndarray) -> np.ndarray:

@@ -1,0 +1,25 @@
+import shutil
+from pathlib import Path
+
+import pytest
+
+from gguf_exact.tiny import write_tiny_drafter, write_tiny_target
+
+
+@pytest.fixture(scope="session")
+def tiny(tmp_path_factory) -> Path:
+    """A tiny gemma4 target GGUF and QAT drafter checkpoints (fp32 and bf16 steps)."""
+    root = tmp_path_factory.mktemp("tiny")
+    write_tiny_target(root / "target.gguf", seed=0)
+    write_tiny_drafter(root / "drafter-fp32", seed=1, step_kind="fp32")
+    write_tiny_drafter(root / "drafter-bf16", seed=1, step_kind="bf16")
+    write_tiny_drafter(root / "drafter-sharded", seed=1, step_kind="fp32", shards=3)
+    return root
+
+
+@pytest.fixture
+def drafter_copy(tiny, tmp_path) -> Path:
+    """A writable copy of the fp32-step drafter, for tests that break it."""
+    dst = tmp_path / "drafter"
+    shutil.copytree(tiny / "drafter-fp32", dst)
+    return dst
