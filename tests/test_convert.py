@@ -1,0 +1,137 @@
+"""Drafter conversion end to end on tiny generated checkpoints."""
+
+import hashlib
+import json
+
+import numpy as np
+import pytest
+from gguf import GGMLQuantizationType, GGUFReader
+
+from gguf_exact import bf16, q4_0
+from gguf_exact.checkpoint import Checkpoint
+from gguf_exact.convert import convert_drafter
+from gguf_exact.errors import OffGridError
+from gguf_exact.tiny import drafter_config, drafter_tensors, write_checkpoint
+from gguf_exact.verify import verify_gguf
+
+N_LAYERS = 4
+EXPECTED_TENSORS = {
+    "token_embd.weight", "output_norm.weight", "rope_freqs.weight",
+    "nextn.pre_projection.weight", "nextn.post_projection.weight",
+} | {
+    f"blk.{i}.{part}.weight"
+    for i in range(N_LAYERS)
+    for part in (
+        "attn_norm", "attn_q", "attn_q_norm", "attn_output", "post_attention_norm", "ffn_norm",
+        "ffn_gate", "ffn_up", "ffn_down", "post_ffw_norm", "layer_output_scale",
+    )
+}  # fmt: skip
+MATRICES = {"token_embd.weight", "nextn.pre_projection.weight", "nextn.post_projection.weight"} | {
+    f"blk.{i}.{p}.weight" for i in range(N_LAYERS) for p in ("attn_q", "attn_output", "ffn_gate", "ffn_up", "ffn_down")
+}
+
+
+def sha256(path):
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def kv(reader, key):
+    return reader.fields[key].contents()
+
+
+def test_convert_writes_the_gemma4_assistant_form(tiny, tmp_path):
+    out = tmp_path / "drafter.gguf"
+    result = convert_drafter(tiny / "drafter-fp32", out, tiny / "target.gguf", report_path=tmp_path / "r.json")
+    assert result.sha256 == sha256(out) and result.size == out.stat().st_size
+    r = GGUFReader(out)
+    a = "gemma4-assistant"
+    assert kv(r, "general.architecture") == a
+    expected = {
+        "block_count": 4, "nextn_predict_layers": 4, "embedding_length": 64, "embedding_length_out": 128,
+        "feed_forward_length": 128, "context_length": 4096, "attention.head_count": 2,
+        "attention.head_count_kv": 1, "attention.key_length": 128, "attention.value_length": 128,
+        "attention.key_length_swa": 64, "attention.value_length_swa": 64, "attention.sliding_window": 64,
+        "attention.shared_kv_layers": 4, "rope.dimension_count": 128, "rope.dimension_count_swa": 64,
+        "embedding_length_per_layer_input": 0, "rope.freq_base": 1e6, "rope.freq_base_swa": 1e4,
+    }  # fmt: skip
+    for key, value in expected.items():
+        assert kv(r, f"{a}.{key}") == pytest.approx(value), key
+    assert kv(r, f"{a}.attention.sliding_window_pattern") == [True, True, True, False]
+    assert kv(r, "general.file_type") == 2  # MOSTLY_Q4_0
+    types = {t.name: GGMLQuantizationType(t.tensor_type) for t in r.tensors}
+    assert set(types) == EXPECTED_TENSORS
+    assert {n for n, t in types.items() if t == GGMLQuantizationType.Q4_0} == MATRICES
+    assert all(t == GGMLQuantizationType.F32 for n, t in types.items() if n not in MATRICES)
+    freqs = next(t for t in r.tensors if t.name == "rope_freqs.weight").data
+    # 128 * 0.25 / 2 rotated half-dims, the rest 1e30 (float32)
+    assert freqs.tolist() == np.array([1.0] * 16 + [1e30] * 48, dtype=np.float32).tolist()
+
+    target = GGUFReader(tiny / "target.gguf")
+    for key in [k for k in target.fields if k.startswith("tokenizer.")]:
+        assert kv(r, key) == kv(target, key), key
+    report = json.loads((tmp_path / "r.json").read_text())
+    assert report["sha256"] == result.sha256
+    assert report["values"] == sum(int(np.prod(t.shape)) for t in r.tensors if t.name != "rope_freqs.weight")
+    matrices = [t for t in report["tensors"] if t["type"] == "Q4_0"]
+    exact = sum(t["exact_fraction"] * np.prod(t["shape"]) for t in matrices) / sum(np.prod(t["shape"]) for t in matrices)
+    assert exact >= 0.995
+
+
+def test_q4_0_bytes_decode_to_the_source_within_one_ulp(tiny, tmp_path):
+    out = tmp_path / "d.gguf"
+    convert_drafter(tiny / "drafter-fp32", out, tiny / "target.gguf")
+    src = drafter_tensors(seed=1, step_kind="fp32")
+    embd = next(t for t in GGUFReader(out).tensors if t.name == "token_embd.weight")
+    decoded = q4_0.dequantize(np.asarray(embd.data).reshape(-1, 18)).reshape(320, 64)
+    assert bf16.ulp_distance(bf16.from_f32(decoded), src["model.embed_tokens.weight"]).max() <= 1
+    _, d = q4_0.unpack(np.asarray(embd.data))
+    assert (d < 0).any() and (d == 0).any()  # +8 blocks and zero blocks are present
+
+
+def test_bf16_step_is_bit_exact_everywhere(tiny, tmp_path):
+    result = convert_drafter(tiny / "drafter-bf16", tmp_path / "d.gguf", tiny / "target.gguf")
+    total = result.verification.total
+    assert total.exact == total.n_values == result.report["values"]
+    assert total.max_ulps == 0 and total.rel_error == 0.0
+
+
+def test_output_is_reproducible_and_independent_of_sharding(tiny, tmp_path):
+    a = convert_drafter(tiny / "drafter-fp32", tmp_path / "a.gguf", tiny / "target.gguf")
+    b = convert_drafter(tiny / "drafter-fp32", tmp_path / "b.gguf", tiny / "target.gguf")
+    c = convert_drafter(tiny / "drafter-sharded", tmp_path / "c.gguf", tiny / "target.gguf")
+    assert a.sha256 == b.sha256 == c.sha256
+    assert (tmp_path / "a.gguf").read_bytes() == (tmp_path / "c.gguf").read_bytes()
+
+
+def test_expect_sha256(tiny, tmp_path):
+    good = convert_drafter(tiny / "drafter-fp32", tmp_path / "a.gguf", tiny / "target.gguf").sha256
+    out = tmp_path / "b.gguf"
+    assert convert_drafter(tiny / "drafter-fp32", out, tiny / "target.gguf", expect_sha256=good.upper()).sha256 == good
+    out.unlink()
+    with pytest.raises(Exception, match=f"sha256 {good} does not match the expected 0000"):
+        convert_drafter(tiny / "drafter-fp32", out, tiny / "target.gguf", expect_sha256="0" * 64)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.gguf"]
+
+
+def off_grid_checkpoint(folder):
+    tensors = drafter_tensors(seed=1)
+    rng = np.random.default_rng(0)
+    tensors["model.layers.2.mlp.up_proj.weight"] = bf16.from_f32(rng.normal(0, 0.02, (128, 64)).astype(np.float32))
+    return write_checkpoint(folder, drafter_config(), tensors)
+
+
+def test_off_grid_matrix_stops_or_falls_back(tiny, tmp_path):
+    src = off_grid_checkpoint(tmp_path / "src")
+    out = tmp_path / "out" / "d.gguf"
+    out.parent.mkdir()
+    with pytest.raises(OffGridError, match=r"tensor model.layers.2.mlp.up_proj.weight: 256 of 256 blocks are off"):
+        convert_drafter(src, out, tiny / "target.gguf")
+    assert list(out.parent.iterdir()) == []
+    result = convert_drafter(src, out, tiny / "target.gguf", off_grid="q8_0")
+    assert result.report["off_grid_tensors"] == ["blk.2.ffn_up.weight"]
+    types = {t.name: t.tensor_type for t in GGUFReader(out).tensors}
+    assert types["blk.2.ffn_up.weight"] == GGMLQuantizationType.Q8_0
+    assert types["blk.2.ffn_gate.weight"] == GGMLQuantizationType.Q4_0
+    with Checkpoint(src) as ckpt:
+        check = {c.name: c for c in verify_gguf(out, ckpt).tensors}["blk.2.ffn_up.weight"]
+    assert check.n_values == 128 * 64 and 0 < check.rel_error < 0.01
