@@ -197,5 +197,19 @@ def make_tiny(out_dir: Path, seed: int, step_kind: str) -> None:
     out.print(f"wrote {out_dir / 'target.gguf'} and {out_dir / 'drafter-hf'}/")
 
 
+@main.command()
+@click.argument("out_dir", type=click.Path(path_type=Path), default=Path("build/demo"))
+def demo(out_dir: Path) -> None:
+    """Run the whole job on tiny models made on the spot (what `make demo` runs).
+
+    Makes a tiny target and QAT drafter, inspects and converts the drafter
+    (verified), then loads it beside the target in llama.cpp. (Python:
+    gguf_exact.demo.run_demo)
+    """
+    from .demo import run_demo
+
+    run_demo(out_dir, out)
+
+
 if __name__ == "__main__":
     sys.exit(main())

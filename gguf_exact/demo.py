@@ -1,0 +1,49 @@
+"""``make demo``: the main job end to end on tiny models made on the spot.
+
+Writes a tiny gemma4 target and a tiny QAT drafter checkpoint, inspects the
+checkpoint, converts it to exact Q4_0 (verified on write), then loads the drafter
+beside the target in llama.cpp and lets it draft. Every step is the same function
+the CLI command of that name calls.
+"""
+
+from pathlib import Path
+
+from rich.console import Console
+
+from .convert import convert_drafter
+from .inspect_qat import inspect_checkpoint
+from .tiny import write_tiny_drafter, write_tiny_target
+
+
+def run_demo(out_dir: str | Path, console: Console | None = None) -> dict:
+    """Run the demo in ``out_dir``; returns the figures it printed."""
+    console = console or Console(highlight=False)
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    target, source, drafter = out / "target.gguf", out / "drafter-hf", out / "drafter-q4_0-exact.gguf"
+
+    console.rule("1. tiny models")
+    write_tiny_target(target, seed=0)
+    write_tiny_drafter(source, seed=0, step_kind="fp32")
+    console.print(f"target  {target}  (gemma4, 5 layers, width 128, F32)")
+    console.print(f"drafter {source}/  (Gemma4AssistantForCausalLM, bf16 on a QAT grid with fp32 steps)")
+
+    console.rule("2. inspect")
+    report = inspect_checkpoint(source)
+    console.print(report.verdict)
+
+    console.rule("3. convert (verified on write)")
+    result = convert_drafter(source, drafter, target)
+    r = result.report
+    console.print(f"{drafter}: {result.size:,} bytes, sha256 {result.sha256}")
+    console.print(f"bit-exact {r['exact_values']:,} / {r['values']:,} values ({r['exact_fraction']:.4%}), largest error {r['max_ulps']} bf16 ULP")
+
+    console.rule("4. llama.cpp: drafter beside target")
+    from .llama_mtp import TargetWithDrafter
+
+    with TargetWithDrafter(target, drafter) as pair:
+        prompt = pair.tokenize("def add(a, b): return a + b")
+        greedy = pair.target_greedy(prompt, 8)
+        drafted = pair.draft(prompt, 3)
+    console.print(f"prompt {len(prompt)} tokens; target greedy {greedy}; drafter proposes {drafted}")
+    return {"exact_fraction": r["exact_fraction"], "sha256": result.sha256, "greedy": greedy, "drafted": drafted}
