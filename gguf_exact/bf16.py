@@ -21,7 +21,12 @@ def to_f32(bits: np.ndarray) -> np.ndarray:
 def from_f32(values: np.ndarray) -> np.ndarray:
     """Round float32 values to bf16 bits, nearest-even (finite inputs only)."""
     u = np.ascontiguousarray(values, dtype=np.float32).view(np.uint32)
-    return ((u + np.uint32(0x7FFF) + ((u >> 16) & np.uint32(1))) >> 16).astype(np.uint16)
+    r = u >> 16  # in-place steps on one temporary; ``values`` is never written
+    r &= np.uint32(1)
+    r += u
+    r += np.uint32(0x7FFF)
+    r >>= 16
+    return r.astype(np.uint16)
 
 
 def non_finite(bits: np.ndarray) -> np.ndarray:

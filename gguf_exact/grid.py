@@ -31,7 +31,7 @@ class GridFit:
     levels: np.ndarray  # (n, 32) int8 in -8..7; sign folded into ``step``
     step: np.ndarray  # (n,) float32 least-squares step, negative for +8 blocks
     on_grid: np.ndarray  # (n,) bool
-    residual: np.ndarray  # (n,) float32 largest |x - level*step| in steps (best try)
+    residual: np.ndarray  # (n,) float32 largest |x - q*amax/m| in steps of amax/m (best m tried)
 
 
 def fit_grid(values: np.ndarray) -> GridFit:
@@ -68,8 +68,12 @@ def fit_grid_t(x: np.ndarray):
         pick = (lambda a: a) if whole else (lambda a: a[..., pending])
         xp = pick(x)
         step = pick(amax) / np.float32(m)
-        q = np.rint(xp / step)
-        r = np.abs(xp - q * step).max(axis=0) / step
+        q = xp / step
+        np.rint(q, out=q)
+        q *= step
+        q -= xp
+        np.abs(q, out=q)
+        r = q.max(axis=0) / step
         residual[pending] = np.minimum(residual[pending], r)
         fits = r <= TOLERANCE_STEPS
         if m == 8:
@@ -84,22 +88,21 @@ def fit_grid_t(x: np.ndarray):
 
     # Least-squares step over each on-grid block; its sign follows the folded levels.
     # Levels are recomputed in one pass rather than scattered from each try.
-    coarse = np.divide(amax, extreme, out=np.ones(n, dtype=np.float32), where=extreme > 0)
-    lf = np.rint(x / coarse) * np.where(negate, np.float32(-1), np.float32(1))
-    lf *= on_grid
-    divisor = _common_factor(lf.astype(np.int8), extreme)
-    reduce = divisor > 1
-    if reduce.any():
-        lf[:, reduce] /= divisor[reduce]
-    qq = (lf * lf).sum(axis=0)
-    qx = (lf * x).sum(axis=0)
+    # An infinite step gives level 0 to off-grid and all-zero blocks.
+    coarse = np.divide(amax, extreme, out=np.full(n, np.inf, dtype=np.float32), where=extreme > 0)
+    coarse[negate] *= -1
+    lf = x / coarse
+    np.rint(lf, out=lf)
+    levels = lf.astype(np.int8)
+    divisor = _common_factor(levels, extreme)
+    reduce = np.flatnonzero(divisor > 1)
+    if reduce.size:
+        levels[:, reduce] //= divisor[reduce].astype(np.int8)
+        lf = levels.astype(np.float32)
+    qq = np.einsum("ij,ij->j", lf, lf)
+    qx = np.einsum("ij,ij->j", lf, x)
     step = np.divide(qx, qq, out=np.zeros(n, dtype=np.float32), where=qq > 0)
-    step[~on_grid] = 0
-    fitted = on_grid & (qq > 0)
-    if fitted.any():
-        resid = np.abs(x - lf * step).max(axis=0)
-        residual[fitted] = resid[fitted] / np.abs(step[fitted])
-    return lf.astype(np.int8), step, on_grid, residual
+    return levels, step, on_grid, residual
 
 
 def _common_factor(levels: np.ndarray, extreme: np.ndarray) -> np.ndarray:
@@ -110,7 +113,7 @@ def _common_factor(levels: np.ndarray, extreme: np.ndarray) -> np.ndarray:
     with m = 3, 5, 6 or 7 are checked for it.
     """
     ored = np.bitwise_or.reduce(levels, axis=0).astype(np.int32)
-    divisor = np.ones(levels.shape[1], dtype=np.float32)
+    divisor = np.ones(levels.shape[1], dtype=np.int32)
     for _ in range(3):
         even = (ored != 0) & (ored % 2 == 0)
         divisor[even] *= 2

@@ -29,12 +29,21 @@ FP16_MAX_FINITE_BITS = 0x7BFF
 class ScaleChoice:
     d: np.ndarray  # (n,) float16, signed
     exact: np.ndarray  # (n,) int32 values per block that decode to the source bits
-    max_error: np.ndarray  # (n,) float32 largest |level*d - x| in the block
+    max_error: np.ndarray  # (n,) float32 largest |level*d - x|, for blocks that were scored
+
+
+def _matches(decoded: np.ndarray, source_bits: np.ndarray) -> np.ndarray:
+    """bf16(decoded) has the source's bits, +0 and -0 equal.
+
+    Comparing magnitudes is enough here: a level's sign times the scale's sign is the
+    source value's sign by construction, so nonzero values never differ in sign alone.
+    """
+    return ((bf16.from_f32(decoded) ^ source_bits) & bf16.MAGNITUDE_MASK) == 0
 
 
 def _score(levels_f32, source_bits, source_f32, d16):
     decoded = levels_f32 * d16.astype(np.float32)
-    exact = bf16.same_value(bf16.from_f32(decoded), source_bits).sum(axis=0, dtype=np.int32)
+    exact = _matches(decoded, source_bits).sum(axis=0, dtype=np.int32)
     max_error = np.abs(decoded - source_f32).max(axis=0)
     return exact, max_error
 
@@ -76,9 +85,10 @@ def choose_scales_t(levels: np.ndarray, source_bits: np.ndarray, step: np.ndarra
 
     d = _candidates(base_bits, negative, 0)
     decoded = levels_f32 * d.astype(np.float32)
-    all_exact = bf16.same_value(bf16.from_f32(decoded), source_bits).all(axis=0)
+    all_exact = _matches(decoded, source_bits).all(axis=0)
     exact = np.where(all_exact, np.int32(levels.shape[0]), np.int32(-1))
-    err = np.where(all_exact, np.abs(decoded - source_f32).max(axis=0), np.float32(np.inf))
+    # Blocks taken outright need no error figure for a tie-break; 0 marks them.
+    err = np.where(all_exact, np.float32(0), np.float32(np.inf))
 
     for offsets in (NEAR_OFFSETS, WIDE_OFFSETS):
         todo = np.flatnonzero(exact < levels.shape[0])
@@ -94,4 +104,4 @@ def choose_scales_t(levels: np.ndarray, source_bits: np.ndarray, step: np.ndarra
             (d[todo], exact[todo], err[todo]),
         )
         d[todo], exact[todo], err[todo] = sub
-    return ScaleChoice(d=d, exact=exact, max_error=err)
+    return ScaleChoice(d=d, exact=exact, max_error=err)  # max_error: 0 for blocks taken outright
