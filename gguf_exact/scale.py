@@ -20,7 +20,7 @@ import numpy as np
 from . import bf16
 from .errors import GgufExactError
 
-NEAR_OFFSETS = (0, -1, 1)
+NEAR_OFFSETS = (-1, 1)
 WIDE_OFFSETS = (-2, 2, -3, 3, -4, 4)
 FP16_MAX_FINITE_BITS = 0x7BFF
 
@@ -85,10 +85,11 @@ def choose_scales_t(levels: np.ndarray, source_bits: np.ndarray, step: np.ndarra
 
     d = _candidates(base_bits, negative, 0)
     decoded = levels_f32 * d.astype(np.float32)
-    all_exact = _matches(decoded, source_bits).all(axis=0)
-    exact = np.where(all_exact, np.int32(levels.shape[0]), np.int32(-1))
+    exact = _matches(decoded, source_bits).sum(axis=0, dtype=np.int32)
     # Blocks taken outright need no error figure for a tie-break; 0 marks them.
-    err = np.where(all_exact, np.float32(0), np.float32(np.inf))
+    err = np.zeros(n, dtype=np.float32)
+    todo = np.flatnonzero(exact < levels.shape[0])
+    err[todo] = np.abs(decoded[:, todo] - source_f32[:, todo]).max(axis=0)
 
     for offsets in (NEAR_OFFSETS, WIDE_OFFSETS):
         todo = np.flatnonzero(exact < levels.shape[0])
