@@ -135,3 +135,38 @@ def test_off_grid_matrix_stops_or_falls_back(tiny, tmp_path):
     with Checkpoint(src) as ckpt:
         check = {c.name: c for c in verify_gguf(out, ckpt).tensors}["blk.2.ffn_up.weight"]
     assert check.n_values == 128 * 64 and 0 < check.rel_error < 0.01
+
+
+def test_unified_assistant_converts_to_the_same_bytes(tiny, tmp_path):
+    from gguf_exact.tiny import TinyDrafter
+
+    spec = TinyDrafter(architecture="Gemma4UnifiedAssistantForCausalLM")
+    tensors = drafter_tensors(spec, seed=1)
+    # Unified checkpoints may nest the text model under model.language_model.
+    tensors = {k.replace("model.", "model.language_model.", 1) if k.startswith("model.") else k: v for k, v in tensors.items()}
+    src = write_checkpoint(tmp_path / "unified", drafter_config(spec), tensors)
+    unified = convert_drafter(src, tmp_path / "u.gguf", tiny / "target.gguf")
+    plain = convert_drafter(tiny / "drafter-fp32", tmp_path / "p.gguf", tiny / "target.gguf")
+    assert unified.sha256 == plain.sha256
+
+
+def test_inspect_predicts_what_convert_achieves(tiny, tmp_path):
+    from gguf_exact.gemma4_assistant import gguf_tensor_name
+    from gguf_exact.inspect_qat import inspect_checkpoint
+
+    report = inspect_checkpoint(tiny / "drafter-fp32")
+    result = convert_drafter(tiny / "drafter-fp32", tmp_path / "d.gguf", tiny / "target.gguf")
+    achieved = {c.name: c.exact for c in result.verification.tensors}
+    for t in report.tensors:
+        if t.planned == "Q4_0":
+            assert round(t.exact_fraction * np.prod(t.shape)) == achieved[gguf_tensor_name(t.name)], t.name
+
+
+def test_target_of_another_width_is_refused(tiny, tmp_path):
+    from gguf_exact.errors import GgufExactError
+    from gguf_exact.tiny import TinyTarget, write_tiny_target
+
+    target = write_tiny_target(tmp_path / "wide.gguf", spec=TinyTarget(n_embd=256))
+    with pytest.raises(GgufExactError, match="target embedding_length 256 differs from the drafter's backbone_hidden_size 128"):
+        convert_drafter(tiny / "drafter-fp32", tmp_path / "d.gguf", target)
+    assert not (tmp_path / "d.gguf").exists()
