@@ -1,0 +1,270 @@
+"""A loopback stand-in for the Hugging Face Hub, for tests of the real huggingface_hub client.
+
+It answers the requests that huggingface_hub 2.4.0 makes for ``hf_hub_url`` /
+``get_hf_file_metadata`` / ``http_get`` and ``HfApi.model_info(files_metadata=True)``:
+
+- ``HEAD`` and ``GET /{repo}/resolve/{revision}/{file}``: ``X-Repo-Commit``, ``ETag``
+  (the git blob id), and for LFS files (``.safetensors``, ``.gguf``) ``X-Linked-Etag``
+  (the sha256) and ``X-Linked-Size``; ``Range: bytes=N-`` gets 206 with
+  ``Content-Range``;
+- ``GET /api/models/{repo}/revision/{revision}[?blobs=true]``: ``id``, ``sha`` and
+  ``siblings`` (``rfilename``, ``size``, ``blobId``, ``lfs`` with ``sha256``);
+- errors as the Hub sends them: ``X-Error-Code`` RepoNotFound (401 for a private repo
+  without a token, 404 otherwise), GatedRepo (401/403), RevisionNotFound, EntryNotFound;
+  401 "Invalid credentials in Authorization header" for a wrong token.
+
+Faults for tests: :meth:`FakeHub.cut` sends part of a file then drops the connection
+(optionally answering 503 a few times after); :meth:`FakeHub.corrupt` serves other bytes
+under the right headers. Every request is logged in :attr:`FakeHub.requests`.
+
+It binds 127.0.0.1 only, on a free port, and shuts itself down after ``lifetime``
+seconds even if a test forgets to stop it. It speaks plain HTTP, not xet: set
+``HF_HUB_DISABLE_XET=1`` for clients that would try.
+"""
+
+import hashlib
+import json
+import socket
+import threading
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from urllib.parse import unquote, urlsplit
+
+LFS_SUFFIXES = (".safetensors", ".gguf", ".bin")
+
+
+def git_blob_id(data: bytes) -> str:
+    return hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()
+
+
+@dataclass
+class Repo:
+    commits: dict[str, dict[str, bytes]] = field(default_factory=dict)
+    refs: dict[str, str] = field(default_factory=dict)
+    private: bool = False
+    gated: bool = False
+
+
+@dataclass
+class Request:
+    method: str
+    path: str
+    headers: dict[str, str]
+
+
+class FakeHub:
+    """``with FakeHub() as hub:`` ... ``hub.url`` is the endpoint."""
+
+    def __init__(self, lifetime: float = 60.0, token: str = "hf_test_token"):
+        self.repos: dict[str, Repo] = {}
+        self.requests: list[Request] = []
+        self.token = token
+        self.granted: set[str] = set()  # gated repos the token may read
+        self._cuts: dict[tuple[str, str], list[int]] = {}
+        self._corrupt: dict[tuple[str, str], bytes] = {}
+        self._lock = threading.Lock()
+        self._lifetime = lifetime
+        self._server: ThreadingHTTPServer | None = None
+        self._timer: threading.Timer | None = None
+        self.url = ""
+
+    # --- content ---------------------------------------------------------------------
+    def commit(self, repo_id: str, files: dict[str, bytes], branch: str = "main", private: bool = False, gated: bool = False) -> str:
+        """A new commit with ``files`` (the whole tree) on ``branch``; returns its id."""
+        with self._lock:
+            repo = self.repos.setdefault(repo_id, Repo())
+            repo.private, repo.gated = repo.private or private, repo.gated or gated
+            digest = hashlib.sha1(repo_id.encode() + str(len(repo.commits)).encode())
+            for name in sorted(files):
+                digest.update(name.encode() + hashlib.sha256(files[name]).digest())
+            sha = digest.hexdigest()
+            repo.commits[sha] = dict(files)
+            repo.refs[branch] = sha
+            return sha
+
+    def cut(self, repo_id: str, filename: str, at: int, then_fail: int = 0) -> None:
+        """The next GET of ``filename`` sends bytes up to offset ``at``, then drops the
+        connection; the ``then_fail`` GETs after it answer 503."""
+        with self._lock:
+            self._cuts[(repo_id, filename)] = [at] + [-1] * then_fail
+
+    def corrupt(self, repo_id: str, filename: str, data: bytes) -> None:
+        """Serve ``data`` for ``filename`` while the headers still describe the real file."""
+        with self._lock:
+            self._corrupt[(repo_id, filename)] = data
+
+    def gets(self, filename: str) -> list[Request]:
+        return [r for r in self.requests if r.method == "GET" and r.path.endswith("/" + filename)]
+
+    # --- life cycle ------------------------------------------------------------------
+    def start(self) -> "FakeHub":
+        hub = self
+
+        class Handler(_Handler):
+            fake = hub
+
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._server.daemon_threads = True
+        self.url = f"http://127.0.0.1:{self._server.server_address[1]}"
+        threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
+        self._timer = threading.Timer(self._lifetime, self.stop)
+        self._timer.daemon = True
+        self._timer.start()
+        return self
+
+    def stop(self) -> None:
+        server, self._server = self._server, None
+        if self._timer:
+            self._timer.cancel()
+        if server is not None:
+            server.shutdown()
+            server.server_close()
+
+    def __enter__(self) -> "FakeHub":
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+    # --- request logic (called from handler threads) ---------------------------------
+    def _log(self, method: str, path: str, headers) -> None:
+        with self._lock:
+            self.requests.append(Request(method, path, {k.lower(): v for k, v in headers.items()}))
+
+    def _access(self, repo_id: str, auth: str | None) -> tuple[int, dict[str, str]] | None:
+        """None when the request may read ``repo_id``, else (status, error headers)."""
+        repo = self.repos.get(repo_id)
+        if auth is not None and auth != f"Bearer {self.token}":
+            return 401, {"X-Error-Message": "Invalid credentials in Authorization header"}
+        if repo is None:
+            return 404, {"X-Error-Code": "RepoNotFound", "X-Error-Message": "Repository not found"}
+        if repo.private and auth is None:
+            return 401, {"X-Error-Code": "RepoNotFound", "X-Error-Message": "Invalid username or password."}
+        if repo.gated and repo_id not in self.granted:
+            status = 401 if auth is None else 403
+            return status, {"X-Error-Code": "GatedRepo", "X-Error-Message": f"Access to model {repo_id} is restricted."}
+        return None
+
+    def _resolve(self, repo_id: str, revision: str) -> str | None:
+        repo = self.repos[repo_id]
+        if revision in repo.commits:
+            return revision
+        return repo.refs.get(revision)
+
+    def _take_cut(self, repo_id: str, filename: str) -> int | None:
+        with self._lock:
+            plan = self._cuts.get((repo_id, filename))
+            if not plan:
+                return None
+            step = plan.pop(0)
+            if not plan:
+                del self._cuts[(repo_id, filename)]
+            return step
+
+
+class _Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    fake: FakeHub
+
+    def log_message(self, *args) -> None:  # quiet
+        pass
+
+    def do_HEAD(self) -> None:
+        self._route(head=True)
+
+    def do_GET(self) -> None:
+        self._route(head=False)
+
+    def _send(self, status: int, headers: dict[str, str], body: bytes = b"", head: bool = False) -> None:
+        headers = {"Content-Length": str(len(body)), **headers}
+        self.send_response(status)
+        for k, v in headers.items():
+            self.send_header(k, v)
+        self.end_headers()
+        if not head and body:
+            self.wfile.write(body)
+
+    def _error(self, status: int, headers: dict[str, str], head: bool) -> None:
+        body = json.dumps({"error": headers.get("X-Error-Message", "error")}).encode()
+        self._send(status, {**headers, "Content-Type": "application/json"}, body, head)
+
+    def _route(self, head: bool) -> None:
+        hub = self.fake
+        split = urlsplit(self.path)
+        path = unquote(split.path)
+        hub._log("HEAD" if head else "GET", path, self.headers)
+        auth = self.headers.get("Authorization")
+        if path.startswith("/api/models/") and "/revision/" in path:
+            repo_id, revision = path[len("/api/models/") :].split("/revision/", 1)
+            return self._model_info(repo_id, revision, "blobs=true" in split.query, auth, head)
+        if "/resolve/" in path:
+            repo_id, rest = path.lstrip("/").split("/resolve/", 1)
+            revision, _, filename = rest.partition("/")
+            return self._resolve_file(repo_id, revision, filename, auth, head)
+        self._error(404, {"X-Error-Message": "no such route"}, head)
+
+    def _model_info(self, repo_id: str, revision: str, blobs: bool, auth: str | None, head: bool) -> None:
+        hub = self.fake
+        denied = hub._access(repo_id, auth)
+        if denied:
+            return self._error(*denied, head)
+        commit = hub._resolve(repo_id, revision)
+        if commit is None:
+            return self._error(404, {"X-Error-Code": "RevisionNotFound", "X-Error-Message": f"Invalid rev id: {revision}"}, head)
+        siblings = []
+        for name, data in sorted(hub.repos[repo_id].commits[commit].items()):
+            entry: dict = {"rfilename": name}
+            if blobs:
+                entry |= {"size": len(data), "blobId": git_blob_id(data)}
+                if name.endswith(LFS_SUFFIXES):
+                    entry["lfs"] = {"sha256": hashlib.sha256(data).hexdigest(), "size": len(data), "pointerSize": 134}
+            siblings.append(entry)
+        body = json.dumps({"id": repo_id, "modelId": repo_id, "sha": commit, "private": hub.repos[repo_id].private, "siblings": siblings}).encode()
+        self._send(200, {"Content-Type": "application/json"}, body, head)
+
+    def _resolve_file(self, repo_id: str, revision: str, filename: str, auth: str | None, head: bool) -> None:
+        hub = self.fake
+        denied = hub._access(repo_id, auth)
+        if denied:
+            return self._error(*denied, head)
+        commit = hub._resolve(repo_id, revision)
+        if commit is None:
+            return self._error(404, {"X-Error-Code": "RevisionNotFound", "X-Error-Message": f"Invalid rev id: {revision}"}, head)
+        files = hub.repos[repo_id].commits[commit]
+        if filename not in files:
+            return self._error(404, {"X-Error-Code": "EntryNotFound", "X-Error-Message": "Entry not found", "X-Repo-Commit": commit}, head)
+        data = files[filename]
+        headers = {"X-Repo-Commit": commit, "ETag": f'"{git_blob_id(data)}"', "Accept-Ranges": "bytes", "Content-Type": "application/octet-stream"}
+        if filename.endswith(LFS_SUFFIXES):
+            headers |= {"X-Linked-Etag": f'"{hashlib.sha256(data).hexdigest()}"', "X-Linked-Size": str(len(data))}
+        if head:
+            return self._send(200, {**headers, "Content-Length": str(len(data))}, head=True)
+        start = 0
+        rng = self.headers.get("Range")
+        if rng:
+            first = rng.removeprefix("bytes=").split("-", 1)[0]
+            start = int(first)
+            if start >= len(data):
+                return self._error(416, {"Content-Range": f"bytes */{len(data)}"}, head)
+        cut = hub._take_cut(repo_id, filename)
+        if cut == -1:
+            return self._error(503, {"X-Error-Message": "Service Unavailable"}, head)
+        body = hub._corrupt.get((repo_id, filename), data)[start:]
+        status = 206 if rng else 200
+        if rng:
+            headers["Content-Range"] = f"bytes {start}-{len(data) - 1}/{len(data)}"
+        self.send_response(status)
+        for k, v in headers.items():
+            self.send_header(k, v)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        if cut is None:
+            self.wfile.write(body)
+            return
+        self.wfile.write(body[: max(0, cut - start)])
+        self.wfile.flush()
+        self.close_connection = True
+        try:
+            self.connection.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass

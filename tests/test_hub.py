@@ -1,0 +1,439 @@
+"""Pinned fetch, pin and reproducible build, through the real huggingface_hub client
+against a loopback Hub (tests/hubserver.py) serving generated files."""
+
+import hashlib
+import shutil
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+from huggingface_hub import constants, hf_hub_download
+
+from gguf_exact import checksums
+from gguf_exact.checksums import Checksums, Entry, RepoPin
+from gguf_exact.cli import main
+from gguf_exact.convert import convert_drafter
+from gguf_exact.errors import GgufExactError
+from gguf_exact.fetch import fetch_recipe
+from gguf_exact.hub import HubConfig, storage_dir
+from gguf_exact.pin import pin_recipe
+from gguf_exact.recipes import load_recipe
+
+from hubserver import FakeHub
+
+SRC, EXACT, TARGET = "google/tiny-assistant", "pub/tiny-exact-gguf", "google/tiny-target-gguf"
+OUTPUT = "tiny-exact.gguf"
+CHUNK = 10 << 20  # huggingface_hub writes downloads in chunks of this size
+
+
+def sha(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+@pytest.fixture(autouse=True)
+def hub_env(monkeypatch, tmp_path):
+    """No token from the developer's machine; the fake Hub does not speak xet."""
+    monkeypatch.setenv("HF_HUB_DISABLE_XET", "1")
+    monkeypatch.delenv("HF_TOKEN", raising=False)
+    monkeypatch.delenv("HUGGING_FACE_HUB_TOKEN", raising=False)
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    monkeypatch.setattr(constants, "HF_TOKEN_PATH", str(tmp_path / "no-token"))
+
+
+@pytest.fixture
+def hub():
+    with FakeHub(lifetime=60) as h:
+        yield h
+
+
+@pytest.fixture
+def config(hub, tmp_path) -> HubConfig:
+    return HubConfig(hub.url, tmp_path / "cache", token=False)
+
+
+@pytest.fixture(scope="module")
+def published(tiny, tmp_path_factory) -> dict[str, bytes]:
+    """The files of the three repos: source checkpoint, target GGUF, and the exact GGUF
+    made from them (the 'published' file a build must reproduce)."""
+    out = tmp_path_factory.mktemp("published") / OUTPUT
+    convert_drafter(tiny / "drafter-bf16", out, tiny / "target.gguf")
+    src = tiny / "drafter-bf16"
+    return {
+        "config.json": (src / "config.json").read_bytes(),
+        "model.safetensors": (src / "model.safetensors").read_bytes(),
+        "target.gguf": (tiny / "target.gguf").read_bytes(),
+        OUTPUT: out.read_bytes(),
+    }
+
+
+def write_recipe(root: Path, exact_revision: str = "main") -> Path:
+    (root / "convert").mkdir(parents=True, exist_ok=True)
+    path = root / "convert" / "tiny.toml"
+    path.write_text(
+        f"""name = "tiny"
+kind = "drafter"
+output = "{OUTPUT}"
+
+[source]
+repo = "{SRC}"
+revision = "main"
+files = ["config.json", "model*.safetensors"]
+
+[exact]
+repo = "{EXACT}"
+revision = "{exact_revision}"
+files = ["{OUTPUT}"]
+
+[target]
+repo = "{TARGET}"
+revision = "main"
+files = ["target.gguf"]
+"""
+    )
+    return path
+
+
+def publish(hub: FakeHub, files: dict[str, bytes]) -> dict[str, str]:
+    return {
+        "source": hub.commit(SRC, {"config.json": files["config.json"], "model.safetensors": files["model.safetensors"], "README.md": b"# tiny\n"}),
+        "target": hub.commit(TARGET, {"target.gguf": files["target.gguf"]}),
+        "exact": hub.commit(EXACT, {OUTPUT: files[OUTPUT]}),
+    }
+
+
+def run(args, env=None):
+    return CliRunner().invoke(main, [str(a) for a in args], env=env)
+
+
+def one_error_line(result) -> str:
+    assert result.exit_code == 1, result.output
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), result.stderr
+    return lines[0]
+
+
+def leftovers(cache: Path) -> list[str]:
+    return [p.name for p in cache.rglob("*") if p.name.endswith(".incomplete")] if cache.exists() else []
+
+
+# --- pin ---------------------------------------------------------------------------------
+
+
+def test_pin_records_commits_and_hashes_without_downloading_lfs(hub, config, tmp_path, published):
+    commits = publish(hub, published)
+    recipe = load_recipe(write_recipe(tmp_path))
+    report = pin_recipe(recipe, config=config)
+    cs = checksums.read(recipe.checksums)
+    assert {r: cs.pins[repo].commit for r, repo in (("source", SRC), ("target", TARGET), ("exact", EXACT))} == commits
+    assert cs.pins[SRC].revision == "main"
+    for repo, name in ((SRC, "config.json"), (SRC, "model.safetensors"), (TARGET, "target.gguf"), (EXACT, OUTPUT)):
+        assert cs.sha256(f"{repo}/{name}") == sha(published[name])
+    assert cs.sha256(f"{SRC}/README.md") is None  # not in the recipe
+    how = {e.path.rsplit("/", 1)[1]: e.how for p in report.parts for e in p.entries}
+    assert how == {"config.json": "read and hashed", "model.safetensors": "hub metadata", "target.gguf": "hub metadata", OUTPUT: "hub metadata"}
+    assert [r.path for r in hub.requests if r.method == "GET" and "/resolve/" in r.path] == [f"/{SRC}/resolve/{commits['source']}/config.json"]
+    assert report.changed == []
+
+
+def test_pin_revision_of_one_part_and_changes(hub, config, tmp_path, published):
+    commits = publish(hub, published)
+    recipe = load_recipe(write_recipe(tmp_path))
+    pin_recipe(recipe, config=config)
+    newer = hub.commit(EXACT, {OUTPUT: b"GGUF republished"})
+    report = pin_recipe(recipe, ["exact"], config=config)
+    assert report.parts[0].pin.commit == newer
+    assert [(e.previous, e.sha256) for e in report.changed] == [(sha(published[OUTPUT]), sha(b"GGUF republished"))]
+    back = pin_recipe(recipe, ["exact"], revision=commits["exact"], config=config)
+    cs = checksums.read(recipe.checksums)
+    assert back.parts[0].pin == RepoPin(EXACT, commits["exact"], commits["exact"]) == cs.pins[EXACT]
+    assert cs.sha256(f"{EXACT}/{OUTPUT}") == sha(published[OUTPUT])
+    assert cs.pins[SRC].commit == commits["source"]  # other parts untouched
+    with pytest.raises(GgufExactError, match="each part has its own revision"):
+        pin_recipe(recipe, None, revision="main", config=config)
+
+
+# --- fetch -------------------------------------------------------------------------------
+
+
+def test_fetch_honours_the_pinned_commit_when_main_moved(hub, config, tmp_path, published):
+    commits = publish(hub, published)
+    recipe = load_recipe(write_recipe(tmp_path))
+    pin_recipe(recipe, config=config)
+    hub.commit(EXACT, {OUTPUT: b"GGUF something else on main"})
+    hub.commit(SRC, {"config.json": b"{}", "model.safetensors": b"other weights"})
+    models = tmp_path / "models"
+    got = fetch_recipe(recipe, "exact", models, config, progress=False)
+    assert [(f.how, f.commit) for f in got] == [("downloaded", commits["exact"])]
+    assert (models / EXACT / OUTPUT).read_bytes() == published[OUTPUT]
+    src = fetch_recipe(recipe, "source", models, config, progress=False)
+    assert [f.path.name for f in src] == ["config.json", "model.safetensors"]
+    assert (models / SRC / "model.safetensors").read_bytes() == published["model.safetensors"]
+    resolved = [r.path for r in hub.requests if "/resolve/" in r.path]
+    assert resolved and all(f"/resolve/{commits['exact']}/" in p or f"/resolve/{commits['source']}/" in p for p in resolved)
+    again = fetch_recipe(recipe, "exact", models, config, progress=False)
+    assert again[0].how == "in place"
+    if shutil.which("sha256sum"):  # the checksum file checks the fetched files as it is
+        check = subprocess.run(["sha256sum", "-c", "--ignore-missing", str(recipe.checksums)], cwd=models, capture_output=True, text=True)
+        assert check.returncode == 0 and check.stdout.count(": OK") == 3, check.stdout + check.stderr
+
+
+def write_pins(recipe_path: Path, commit: str | None, sha256: str) -> None:
+    """A hand-written checksum file pinning the exact GGUF."""
+    target = recipe_path.parent.parent / "checksums" / "tiny.sha256"
+    target.parent.mkdir(exist_ok=True)
+    checksums.write(target, Checksums([], {EXACT: RepoPin(EXACT, "main", commit)}, [Entry(sha256, f"{EXACT}/{OUTPUT}")]))
+
+
+def test_fetch_refuses_a_file_whose_hub_hash_is_not_the_pin(hub, config, tmp_path, published):
+    publish(hub, published)
+    path = write_recipe(tmp_path)
+    wrong = sha(b"what the publisher uploaded")
+    write_pins(path, None, wrong)
+    dest = tmp_path / "models" / EXACT / OUTPUT
+    with pytest.raises(GgufExactError) as err:
+        fetch_recipe(load_recipe(path), "exact", tmp_path / "models", config, progress=False)
+    msg = str(err.value)
+    assert f"{EXACT}/{OUTPUT}" in msg and wrong in msg and sha(published[OUTPUT]) in msg and "nothing downloaded" in msg
+    assert not dest.exists() and hub.gets(OUTPUT) == []
+
+
+def test_fetch_refuses_corrupt_bytes_and_leaves_nothing(hub, config, tmp_path, published):
+    publish(hub, published)
+    path = write_recipe(tmp_path)
+    recipe = load_recipe(path)
+    pin_recipe(recipe, ["exact"], config=config)
+    bad = bytearray(published[OUTPUT])
+    bad[1000] ^= 0xFF
+    hub.corrupt(EXACT, OUTPUT, bytes(bad))
+    dest = tmp_path / "models" / EXACT / OUTPUT
+    dest.parent.mkdir(parents=True)
+    dest.write_bytes(b"a stale file from before")
+    with pytest.raises(GgufExactError) as err:
+        fetch_recipe(recipe, "exact", tmp_path / "models", config, progress=False)
+    msg = str(err.value)
+    assert f"{EXACT}/{OUTPUT}" in msg and f"sha256 {sha(bytes(bad))}" in msg and f"expected {sha(published[OUTPUT])}" in msg
+    assert not dest.exists()
+    assert leftovers(config.cache_dir) == [] and not (storage_dir(EXACT, config) / "blobs" / sha(published[OUTPUT])).exists()
+
+
+def big_exact(hub, tmp_path, config, size=CHUNK + (2 << 20)):
+    data = np.random.default_rng(3).integers(0, 256, size, dtype=np.uint8).tobytes()
+    hub.commit(EXACT, {OUTPUT: data})
+    recipe = load_recipe(write_recipe(tmp_path))
+    pin_recipe(recipe, ["exact"], config=config)
+    return recipe, data
+
+
+def test_a_cut_transfer_resumes_in_the_same_run(hub, config, tmp_path):
+    recipe, data = big_exact(hub, tmp_path, config)
+    hub.cut(EXACT, OUTPUT, at=CHUNK + 12345)
+    got = fetch_recipe(recipe, "exact", tmp_path / "models", config, progress=False)
+    assert got[0].how == "downloaded" and (tmp_path / "models" / EXACT / OUTPUT).read_bytes() == data
+    assert [r.headers.get("range") for r in hub.gets(OUTPUT)] == [None, f"bytes={CHUNK}-"]
+
+
+def test_an_interrupted_download_resumes_on_the_next_run(hub, config, tmp_path):
+    recipe, data = big_exact(hub, tmp_path, config)
+    hub.cut(EXACT, OUTPUT, at=CHUNK + 12345, then_fail=1)
+    dest = tmp_path / "models" / EXACT / OUTPUT
+    with pytest.raises(GgufExactError) as err:
+        fetch_recipe(recipe, "exact", tmp_path / "models", config, progress=False)
+    assert "HTTP 503" in str(err.value) and f"{CHUNK:,} bytes are kept" in str(err.value) and "resumes" in str(err.value)
+    assert not dest.exists() and leftovers(config.cache_dir) == [f"{sha(data)}.incomplete"]
+    got = fetch_recipe(recipe, "exact", tmp_path / "models", config, progress=False)
+    assert got[0].how == "resumed" and dest.read_bytes() == data and leftovers(config.cache_dir) == []
+    assert hub.gets(OUTPUT)[-1].headers.get("range") == f"bytes={CHUNK}-"
+
+
+def test_offline_serves_from_the_cache_and_says_what_is_missing(hub, config, tmp_path, published):
+    commits = publish(hub, published)
+    recipe = load_recipe(write_recipe(tmp_path))
+    pin_recipe(recipe, config=config)
+    models = tmp_path / "models"
+    fetch_recipe(recipe, "exact", models, config, progress=False)
+    (models / EXACT / OUTPUT).unlink()
+    hub.stop()  # no network from here on
+    offline = HubConfig("http://127.0.0.1:9", config.cache_dir, offline=True)
+    got = fetch_recipe(recipe, "exact", models, offline, progress=False)
+    assert got[0].how == "from cache" and (models / EXACT / OUTPUT).read_bytes() == published[OUTPUT]
+    # the cache is the Hub's own layout: huggingface_hub finds the file there too
+    cached = hf_hub_download(EXACT, OUTPUT, revision=commits["exact"], cache_dir=config.cache_dir, local_files_only=True)
+    assert Path(cached).read_bytes() == published[OUTPUT]
+    # pin read config.json through the cache; the weights were never downloaded
+    with pytest.raises(GgufExactError, match=rf"{SRC}/model.safetensors: not in the Hub cache .* HF_HUB_OFFLINE"):
+        fetch_recipe(recipe, "source", models, offline, progress=False)
+    assert (models / SRC / "config.json").is_file() and not (models / SRC / "model.safetensors").exists()
+    (models / EXACT / OUTPUT).unlink()
+    env = {"HF_HUB_OFFLINE": "1", "HF_HUB_CACHE": str(config.cache_dir), "HF_ENDPOINT": "http://127.0.0.1:9"}
+    result = run(["fetch", recipe.path, "--models-dir", models], env)
+    assert result.exit_code == 0, result.output
+    assert "from cache" in result.stdout and (models / EXACT / OUTPUT).read_bytes() == published[OUTPUT]
+
+
+# --- one-line errors ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "case, expected",
+    [
+        ("private", "not authorised (HTTP 401)"),
+        ("bad-token", "the Hub rejected the token (HTTP 401)"),
+        ("missing-repo", "repository not found (HTTP 404)"),
+        ("gated", "gated repository (HTTP 401); accept its licence at"),
+        ("gated-logged-in", "gated repository (HTTP 403); accept its licence at"),
+        ("missing-revision", "revision 0123456789abcdef0123456789abcdef01234567 not found"),
+        ("missing-file", "no such file at this revision (HTTP 404)"),
+        ("network", "network error (ConnectError"),
+    ],
+)
+def test_hub_failures_are_one_line_with_what_to_do(hub, tmp_path, case, expected):
+    data = b"GGUF tiny"
+    env = {"HF_ENDPOINT": hub.url, "HF_HUB_CACHE": str(tmp_path / "cache")}
+    commit = "0123456789abcdef0123456789abcdef01234567"
+    if case != "missing-repo":
+        real = hub.commit(EXACT, {OUTPUT if case != "missing-file" else "other.gguf": data}, private=case in ("private", "bad-token"), gated=case.startswith("gated"))
+        commit = commit if case == "missing-revision" else real
+    if case == "bad-token":
+        env["HF_TOKEN"] = "hf_wrong"
+    if case == "gated-logged-in":
+        env["HF_TOKEN"] = hub.token
+    if case == "network":
+        env["HF_ENDPOINT"] = "http://127.0.0.1:9"
+    path = write_recipe(tmp_path)
+    write_pins(path, commit, sha(data))
+    line = one_error_line(run(["fetch", path, "--models-dir", tmp_path / "models"], env))
+    assert expected in line and f"{EXACT}" in line, line
+    if case in ("private", "bad-token", "gated"):
+        assert "hf auth login" in line
+    assert not (tmp_path / "models" / EXACT / OUTPUT).exists()
+
+
+def test_private_repo_with_a_token_and_pin_errors(hub, tmp_path):
+    data = b"GGUF private"
+    hub.commit(EXACT, {OUTPUT: data}, private=True)
+    path = write_recipe(tmp_path)
+    env = {"HF_ENDPOINT": hub.url, "HF_HUB_CACHE": str(tmp_path / "cache"), "HF_TOKEN": hub.token}
+    result = run(["pin", path, "--what", "exact"], env)
+    assert result.exit_code == 0, result.output
+    assert f"[exact] {EXACT} revision main -> commit" in result.stdout and sha(data) in result.stdout
+    fetched = run(["fetch", path, "--models-dir", tmp_path / "models"], env)
+    assert fetched.exit_code == 0, fetched.output
+    line = one_error_line(run(["pin", path, "--what", "source"], env))
+    assert f"{SRC}@main: repository not found (HTTP 404)" in line
+    line = one_error_line(run(["fetch", path, "--what", "source", "--models-dir", tmp_path / "models"], env))
+    assert f"no sha256 pinned for {SRC}/config.json" in line and "gguf-exact pin tiny --what source" in line
+
+
+# --- build -------------------------------------------------------------------------------
+
+
+def test_build_reproduces_the_pinned_output_and_reports_a_changed_one(hub, tmp_path, published):
+    publish(hub, published)
+    path = write_recipe(tmp_path)
+    env = {"HF_ENDPOINT": hub.url, "HF_HUB_CACHE": str(tmp_path / "cache")}
+    assert run(["pin", path], env).exit_code == 0
+    args = ["build", path, "--models-dir", tmp_path / "models", "--out-dir", tmp_path / "out"]
+    result = run(args, env)
+    assert result.exit_code == 0, result.output
+    assert f"reproduced: sha256 {sha(published[OUTPUT])} is the published {EXACT}/{OUTPUT}" in result.stdout
+    assert (tmp_path / "out" / OUTPUT).read_bytes() == published[OUTPUT]
+    assert (tmp_path / "models" / TARGET / "target.gguf").is_file()
+
+    other = b"GGUF a different exact file"
+    hub.commit(EXACT, {OUTPUT: other})
+    repin = run(["pin", path, "--what", "exact"], env)
+    assert repin.exit_code == 0 and f"CHANGED, was {sha(published[OUTPUT])}" in repin.stdout
+    result = run(args, env)
+    line = one_error_line(result)
+    assert "not reproduced" in line and sha(published[OUTPUT]) in line and sha(other) in line
+    assert f"built      {sha(published[OUTPUT])}" in result.stdout and f"published  {sha(other)}" in result.stdout
+    assert (tmp_path / "out" / OUTPUT).is_file()  # kept for inspection
+
+
+def test_build_with_vocab_from_skips_the_target(hub, tmp_path, published, tiny):
+    publish(hub, published)
+    path = write_recipe(tmp_path)
+    env = {"HF_ENDPOINT": hub.url, "HF_HUB_CACHE": str(tmp_path / "cache")}
+    assert run(["pin", path, "--what", "source"], env).exit_code == 0
+    assert run(["pin", path, "--what", "exact"], env).exit_code == 0
+    result = run(["build", path, "--models-dir", tmp_path / "models", "--out-dir", tmp_path / "out", "--vocab-from", tiny / "target.gguf"], env)
+    assert result.exit_code == 0, result.output
+    assert "reproduced" in result.stdout and hub.gets("target.gguf") == []
+
+
+# --- the checked-in recipes and checksum files -------------------------------------------
+
+
+def test_checked_in_recipes_and_checksums(tmp_path):
+    from gguf_exact.recipes import RECIPES_DIR, recipe_names
+
+    assert {"e2b-assistant", "e4b-assistant", "e2b", "e4b"} <= set(recipe_names())
+    facts = {
+        "gemma-4-E2B-it-qat-assistant-q4_0-exact.gguf": "060f5a0158f8120d25137866b90e04e21cd0d2d23de1db7a9cc3b7f00e60bd11",
+        "gemma-4-E4B-it-qat-assistant-q4_0-exact.gguf": "dc965cb963e56b86fbc04db8efec83163886085e88514574650a57fa55a2ee24",
+    }
+    for name in ("e2b-assistant", "e4b-assistant"):
+        recipe = load_recipe(name)
+        cs = checksums.read(recipe.checksums)
+        exact = recipe.part("exact")
+        assert cs.sha256(f"{exact.repo}/{recipe.output}") == facts[recipe.output]
+        assert recipe.part("source").repo.startswith("google/gemma-4-") and recipe.part("target").repo.startswith("google/")
+    assert checksums.read(load_recipe("e2b-assistant").checksums).pins["google/gemma-4-E2B-it-qat-q4_0-unquantized-assistant"].commit == "65c0ada7ab3f64cb44575ffc7db08af4032c0ebc"
+    assert load_recipe("e2b").kind == "model" and (RECIPES_DIR / "e4b.toml").is_file()
+    sdist = "832db0699007f1be95a7e41ef12e88926b02ba836461e36a36372db2760c1a2e"
+    assert checksums.expected_sha256("llama_cpp_python-0.3.36.tar.gz") == sdist
+    assert checksums.llama_cpp_python_sdist() == ("0.3.36", sdist, "llama_cpp_python-0.3.36.tar.gz")
+    assert checksums.expected_sha256(f"xbill9/gemma-4-E4B-it-qat-assistant-q4_0-exact-gguf/{'gemma-4-E4B-it-qat-assistant-q4_0-exact.gguf'}") == facts["gemma-4-E4B-it-qat-assistant-q4_0-exact.gguf"]
+    with pytest.raises(GgufExactError, match="no sha256 pinned for it"):
+        checksums.expected_sha256("nothing.gguf")
+    for file in sorted(checksums.CHECKSUMS_DIR.glob("*.sha256")):  # as `pin` would write them
+        assert checksums.render(checksums.read(file)) == file.read_text(), file
+    if shutil.which("sha256sum"):  # every line is one sha256sum reads (files absent here)
+        for file in sorted(checksums.CHECKSUMS_DIR.glob("*.sha256")):
+            check = subprocess.run(["sha256sum", "-c", "--warn", str(file)], cwd=tmp_path, capture_output=True, text=True)
+            assert "improperly formatted" not in check.stderr and "no properly formatted" not in check.stderr, check.stderr
+
+
+def test_checksum_text_round_trip_and_errors():
+    text = (
+        "# header\n"
+        "# pin org/a revision=main commit=" + "a" * 40 + "\n"
+        + "b" * 64 + "  org/a/x.gguf\n"
+        "# pin org/b revision=v1 commit=unknown\n"
+        + "c" * 64 + " *org/b/y.bin\n"
+        + "d" * 64 + "  loose.tar.gz\n"
+    )
+    cs = checksums.parse(text)
+    assert cs.header == ["# header"] and cs.pins["org/b"].commit is None and cs.sha256("org/b/y.bin") == "c" * 64
+    assert checksums.parse(checksums.render(cs)) == cs
+    moved = cs.with_repo(RepoPin("org/a", "main", "e" * 40), [Entry("f" * 64, "org/a/z.gguf")])
+    assert moved.sha256("org/a/x.gguf") is None and moved.sha256("org/a/z.gguf") == "f" * 64 and moved.sha256("loose.tar.gz") == "d" * 64
+    with pytest.raises(GgufExactError, match=r"where:2: not a sha256sum line"):
+        checksums.parse("# ok\nnot a line\n", "where")
+    with pytest.raises(GgufExactError, match="is not a 40-hex commit"):
+        checksums.parse("# pin org/a revision=main commit=abc\n")
+
+
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        (("repo = \"pub/tiny-exact-gguf\"", "repo = \"not a repo\""), "is not a Hub repo id"),
+        (("files = [\"target.gguf\"]", "files = []"), "files must be a non-empty list"),
+        (("files = [\"target.gguf\"]", "files = [\"a.gguf\", \"b.gguf\"]"), "the target section names the one GGUF"),
+        (("kind = \"drafter\"", "kind = \"lora\""), "kind = 'lora'"),
+        (("output = \"tiny-exact.gguf\"", "output = \"x/y.bin\""), "output must be a file name ending in .gguf"),
+        (("[source]", "[source"), "not valid TOML"),
+    ],
+)
+def test_recipe_errors_name_the_field(tmp_path, change, message):
+    path = write_recipe(tmp_path)
+    path.write_text(path.read_text().replace(*change))
+    with pytest.raises(GgufExactError) as err:
+        load_recipe(path)
+    assert str(path) in str(err.value) and message in str(err.value)
+    line = one_error_line(run(["fetch", path]))
+    assert message in line
+    line = one_error_line(run(["fetch", "no-such-recipe"]))
+    assert "no-such-recipe" in line and "known recipes: e2b, e2b-assistant" in line
