@@ -237,3 +237,68 @@ def write_checkpoint(folder: str | Path, config: dict, tensors: dict[str, np.nda
 def write_tiny_drafter(folder: str | Path, seed: int = 0, step_kind: str = "fp32", shards: int = 1, spec: TinyDrafter = TinyDrafter()) -> Path:
     """A tiny QAT assistant checkpoint in the real HF layout."""
     return write_checkpoint(folder, drafter_config(spec), drafter_tensors(spec, seed, step_kind), shards)
+
+
+def snap_to_grid(values: np.ndarray) -> np.ndarray:
+    """bf16 bits of ``values`` moved onto the QAT 4-bit grid: per block of 32 along a
+    row, step = amax / 8 signed so the extreme value is level -8 (as Q4_0 does; a
+    plain amax / 8 can give both -8 and +8, 17 levels), levels rint(x / step)
+    clipped to -8..7, value bf16(level * step)."""
+    x = np.asarray(values, dtype=np.float32)
+    blocks = x.reshape(-1, 32)
+    extreme = np.take_along_axis(blocks, np.abs(blocks).argmax(axis=1)[:, None], axis=1)
+    step = extreme / -8
+    levels = np.clip(np.rint(np.divide(blocks, step, out=np.zeros_like(blocks), where=step != 0)), -8, 7)
+    return bf16.from_f32((levels * step).astype(np.float32)).reshape(x.shape)
+
+
+def write_agreeing_pair(folder: str | Path, seed: int = 0) -> tuple[Path, Path]:
+    """A tiny target and a drafter that agrees with it: (target.gguf, drafter HF folder).
+
+    The target's greedy output repeats the last token: its ``attn_output`` and
+    ``ffn_down`` weights are zero, so the final hidden state is the RMS-normed
+    (scaled) input embedding, and with tied output and random rows of width 128 the
+    token's dot product with itself dominates the 320 logits.
+
+    The drafter predicts its input token: ``pre_projection`` = [P | 0] (P a random
+    64x128 grid matrix on the target-embedding half, zero on the hidden-state half),
+    zero ``o_proj`` and ``down_proj``, norms and ``layer_scalar`` 1.0, and a tied
+    embedding whose row j is P times the target's row j, snapped onto the grid.
+    Both then say "the same token again", so every draft is accepted.
+    """
+    from gguf import GGUFReader
+
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    target = write_tiny_target(folder / "target.gguf", seed=seed)
+    reader = GGUFReader(target, "r+")
+    embd = None
+    for t in reader.tensors:
+        if t.name.endswith((".attn_output.weight", ".ffn_down.weight")):
+            t.data[...] = 0  # written through the memory map
+        elif t.name == "token_embd.weight":
+            embd = np.array(t.data, dtype=np.float32)  # (n_vocab, n_embd)
+    reader.data.flush()
+    del reader
+    assert embd is not None
+
+    spec = TinyDrafter()
+    rng = np.random.default_rng(seed + 1000)
+    p = bf16.to_f32(qat_matrix(rng, spec.hidden_size, spec.backbone_hidden_size, scale=0.1))
+    pre = np.zeros((spec.hidden_size, 2 * spec.backbone_hidden_size), dtype=np.uint16)
+    pre[:, : spec.backbone_hidden_size] = bf16.from_f32(p)
+    ones = bf16.from_f32(np.ones(spec.hidden_size, dtype=np.float32))
+    tensors = drafter_tensors(spec, seed=seed)
+    tensors["pre_projection.weight"] = pre
+    tensors["model.embed_tokens.weight"] = snap_to_grid(embd @ p.T)  # row j = P e_j
+    tensors["model.norm.weight"] = ones
+    for il in range(spec.num_hidden_layers):
+        pfx = f"model.layers.{il}."
+        for name in ("self_attn.o_proj.weight", "mlp.down_proj.weight"):
+            tensors[pfx + name] = np.zeros_like(tensors[pfx + name])
+        for name in ("input_layernorm", "post_attention_layernorm", "pre_feedforward_layernorm", "post_feedforward_layernorm"):
+            tensors[pfx + name + ".weight"] = ones
+        tensors[pfx + "self_attn.q_norm.weight"] = np.full_like(tensors[pfx + "self_attn.q_norm.weight"], bf16.from_f32(np.ones(1, np.float32))[0])
+        tensors[pfx + "layer_scalar"] = bf16.from_f32(np.array([1.0], dtype=np.float32))
+    drafter = write_checkpoint(folder / "drafter-hf", drafter_config(spec), tensors)
+    return target, drafter
