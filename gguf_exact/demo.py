@@ -2,7 +2,8 @@
 
 Writes a tiny gemma4 target and a tiny QAT drafter checkpoint, inspects the
 checkpoint, converts it to exact Q4_0 (verified on write), then loads the drafter
-beside the target in llama.cpp and lets it draft. Every step is the same function
+beside the target in llama.cpp and lets it draft, and generates with and without
+the drafter (:mod:`.demo_generate`). Every step is the same function
 the CLI command of that name calls.
 """
 
@@ -46,4 +47,9 @@ def run_demo(out_dir: str | Path, console: Console | None = None) -> dict:
         greedy = pair.target_greedy(prompt, 8)
         drafted = pair.draft(prompt, 3)
     console.print(f"prompt {len(prompt)} tokens; target greedy {greedy}; drafter proposes {drafted}")
-    return {"exact_fraction": r["exact_fraction"], "sha256": result.sha256, "greedy": greedy, "drafted": drafted}
+
+    console.rule("5. generate: target alone and with the drafter (draft-mtp, in-process)")
+    from .demo_generate import run_generate_step
+
+    generation = run_generate_step(out, target, drafter, console)
+    return {"exact_fraction": r["exact_fraction"], "sha256": result.sha256, "greedy": greedy, "drafted": drafted, "generation": generation}

@@ -48,6 +48,10 @@ Drafting (:meth:`TargetWithDrafter.draft`), for a prompt of ``N`` tokens:
 Every llama.cpp object is owned by an :class:`contextlib.ExitStack` and freed in
 reverse order of creation (drafter batch, drafter context, drafter model, target
 batch, target context, target model) by :meth:`TargetWithDrafter.close`.
+
+The whole speculative loop (verify in one batched target pass, accept, roll the
+KV cache back) grew out of this into :mod:`.runner` (:class:`.runner.Runner`),
+which reuses the loading helpers here.
 """
 
 from __future__ import annotations

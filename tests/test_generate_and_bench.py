@@ -1,0 +1,175 @@
+"""`gguf-exact generate` and `gguf-exact bench` (in-process; the --server path on a fake server)."""
+
+from __future__ import annotations
+
+import json
+import threading
+from http.server import BaseHTTPRequestHandler, HTTPServer
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("llama_cpp")
+
+from click.testing import CliRunner  # noqa: E402
+
+from gguf_exact.bench import Arm, alternating_order, bench_servers, parse_server_arm  # noqa: E402
+from gguf_exact.cli import main  # noqa: E402
+from gguf_exact.errors import GgufExactError  # noqa: E402
+from gguf_exact.prompt_set import load_prompts, prompt_names  # noqa: E402
+from gguf_exact.tiny_pairs import write_runner_pairs  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def pairs(tmp_path_factory) -> dict[str, tuple[Path, Path]]:
+    return write_runner_pairs(tmp_path_factory.mktemp("pairs"))
+
+
+def invoke(*args: str):
+    return CliRunner().invoke(main, [str(a) for a in args], catch_exceptions=False)
+
+
+def test_shipped_prompt_set():
+    names = prompt_names()
+    assert {"code", "prose", "repetitive", "structured"} <= set(names)
+    prompts = load_prompts()
+    assert all(text and not text.endswith("\n") for text in prompts.values())
+    with pytest.raises(GgufExactError, match="no shipped prompt named 'nope'"):
+        load_prompts(["nope"])
+
+
+def test_generate_json(pairs, tmp_path):
+    target, drafter = pairs["agreeing"]
+    res = invoke("generate", "--model", target, "--draft", drafter, "--prompt", "def f(x):", "--n-max", 2, "--n-predict", 20, "--json")
+    assert res.exit_code == 0, res.output
+    d = json.loads(res.output)
+    for key in ("tokens", "text", "target_passes", "drafts_generated", "drafts_accepted", "acceptance_rate",
+                "mean_accepted_length", "tokens_per_target_pass", "wall_seconds", "tokens_per_second"):
+        assert key in d
+    assert len(d["tokens"]) == 20 and d["acceptance_rate"] == 1.0 and d["tokens_per_target_pass"] > 2
+    assert len(d["tokens"]) == d["target_passes"] + d["drafts_accepted"]
+
+    prompt_file = tmp_path / "p.txt"
+    prompt_file.write_text("def f(x):\n")
+    alone = json.loads(invoke("generate", "--model", target, "--prompt-file", prompt_file, "--n-predict", 20, "--json").output)
+    assert alone["tokens"] == d["tokens"] and alone["drafts_generated"] == 0 and alone["target_passes"] == 20
+
+
+def test_generate_text_and_errors(pairs, tmp_path):
+    target, drafter = pairs["mixed"]
+    res = CliRunner().invoke(main, ["generate", "--model", str(target), "--draft", str(drafter), "--prompt", "hello", "--n-predict", "8"])
+    assert res.exit_code == 0
+    assert "8 tokens" in res.output and "target passes" in res.output  # the counters line (stderr, mixed in by CliRunner)
+    res = CliRunner().invoke(main, ["generate", "--model", str(target), "--n-predict", "8"])
+    assert res.exit_code == 1 and "exactly one of --prompt" in res.output
+    res = CliRunner().invoke(main, ["generate", "--model", str(target), "--prompt", "abc " * 200, "--n-ctx", "256"])
+    assert res.exit_code == 1 and "longer than the context" in res.output
+    res = CliRunner().invoke(main, ["generate", "--model", str(tmp_path / "missing.gguf"), "--prompt", "x"])
+    assert res.exit_code == 1 and "no such file" in res.output
+
+
+def test_alternating_order():
+    a, b, c = Arm("target", 0), Arm("n_max=1", 1), Arm("n_max=2", 2)
+    assert [x.label for _, x in alternating_order([a, b], 2)] == ["target", "n_max=1", "n_max=1", "target"] * 2
+    assert [x.n_max for _, x in alternating_order([a, b, c], 1)] == [0, 1, 2, 2, 1, 0]
+
+
+def test_bench_in_process_writes_json_markdown_png(pairs, tmp_path):
+    target, drafter = pairs["agreeing"]
+    out = tmp_path / "bench"
+    res = invoke("bench", "--model", target, "--draft", drafter, "--n-max", "1,2", "--prompts", "code,prose",
+                 "--n-predict", 16, "--rounds", 1, "--threads", 1, "--out", out)
+    assert res.exit_code == 0, res.output
+    d = json.loads((out / "bench.json").read_text())
+    arms = {s["label"]: s for s in d["summary"]}
+    assert set(arms) == {"target", "n_max=1", "n_max=2"}
+    assert arms["target"]["tokens_per_target_pass"] == 1.0 and arms["target"]["speedup"] == 1.0
+    assert arms["n_max=2"]["acceptance_rate"] == 1.0 and arms["n_max=2"]["tokens_per_target_pass"] > 2
+    assert arms["n_max=1"]["same_as_target"] and arms["n_max=2"]["same_as_target"]
+    assert len(d["runs"]) == 3 * 2 * 2  # arms x (forward + backward) x prompts
+    assert [r["arm"] for r in d["runs"]][::2] == ["target", "n_max=1", "n_max=2", "n_max=2", "n_max=1", "target"]
+    md = (out / "bench.md").read_text()
+    assert md.startswith("| arm | n-max |") and "bench.png" in md
+    png = (out / "bench.png").read_bytes()
+    assert png[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_parse_server_arm():
+    assert parse_server_arm("target=http://h:1") == Arm("target", 0, "http://h:1")
+    assert parse_server_arm("2=http://h:2") == Arm("n_max=2", 2, "http://h:2")
+    assert parse_server_arm("http://h:3") == Arm("server", None, "http://h:3")
+    with pytest.raises(GgufExactError, match="expected URL, target=URL or N=URL"):
+        parse_server_arm("fast=http://h:4")
+
+
+class FakeLlamaServer(BaseHTTPRequestHandler):
+    """Answers /completion like llama-server: tokens and timings (8 tokens, 2 drafts accepted of 3)."""
+
+    def do_POST(self):
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        assert body["temperature"] == 0 and body["cache_prompt"] is False
+        n = body["n_predict"]
+        timings = {"prompt_n": 5, "prompt_ms": 1.0, "predicted_n": n, "predicted_ms": 4.0, "predicted_per_second": n / 4e-3}
+        if self.server.drafting:
+            timings |= {"draft_n": 3, "draft_n_accepted": 2}
+        data = json.dumps({"content": "x" * n, "tokens": list(range(n)), "timings": timings, "stopped_eos": False}).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def log_message(self, *args):
+        pass
+
+
+@pytest.fixture
+def fake_servers():
+    servers = []
+    for drafting in (False, True):
+        s = HTTPServer(("127.0.0.1", 0), FakeLlamaServer)
+        s.drafting = drafting
+        threading.Thread(target=s.serve_forever, daemon=True).start()
+        servers.append(s)
+    yield [f"http://127.0.0.1:{s.server_address[1]}" for s in servers]
+    for s in servers:
+        s.shutdown()
+        s.server_close()
+
+
+def test_bench_against_servers_reads_timings(fake_servers, tmp_path):
+    base, drafting = fake_servers
+    report = bench_servers([parse_server_arm(f"target={base}"), parse_server_arm(f"2={drafting}")], load_prompts(["code"]), n_predict=8, rounds=1)
+    arms = {s.label: s for s in report.summary}
+    assert arms["target"].tokens_per_second == pytest.approx(2000.0)
+    assert arms["n_max=2"].acceptance_rate == pytest.approx(2 / 3)
+    assert arms["n_max=2"].tokens_per_target_pass == pytest.approx(8 / 6)  # passes = tokens - accepted
+    assert arms["n_max=2"].same_as_target and arms["n_max=2"].mean_accepted_length is None
+    paths = report.write(tmp_path, plot=False)
+    assert json.loads(paths["json"].read_text())["meta"]["backend"] == "llama-server"
+    res = invoke("bench", "--server", f"target={base}", "--server", f"1={drafting}", "--prompts", "prose", "--n-predict", 4,
+                 "--rounds", 1, "--out", tmp_path / "cli", "--no-plot")
+    assert res.exit_code == 0, res.output
+    assert "n_max=1" in (tmp_path / "cli" / "bench.md").read_text()
+
+
+def test_bench_server_down_is_one_line_error(tmp_path):
+    res = CliRunner().invoke(main, ["bench", "--server", "target=http://127.0.0.1:9", "--n-predict", "4", "--rounds", "1", "--out", str(tmp_path)])
+    assert res.exit_code == 1 and "is llama-server running there?" in res.output
+
+
+def test_demo_generation_step(pairs, tmp_path):
+    from rich.console import Console
+
+    from gguf_exact.demo_generate import run_generate_step
+
+    console = Console(record=True, width=160)
+    target, drafter = pairs["random"]
+    figures = run_generate_step(tmp_path, target, drafter, console)
+    assert set(figures) == {"random", "agreeing", "mixed"}
+    assert all(f["identical"] for f in figures.values())
+    assert figures["agreeing"]["with_drafter"]["acceptance_rate"] == 1.0
+    assert figures["random"]["with_drafter"]["drafts_accepted"] == 0
+    assert 0 < figures["mixed"]["with_drafter"]["acceptance_rate"] < 1
+    text = console.export_text()
+    assert "identical" in text and "tokens/pass" in text
