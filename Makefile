@@ -17,8 +17,8 @@ $(VENV)/.installed: pyproject.toml
 
 setup: $(VENV)/.installed
 
-test: setup
-	$(BIN)/python -m pytest -q
+test: setup llama-server
+	GGUF_EXACT_REQUIRE_SERVER=1 $(BIN)/python -m pytest -q
 
 demo: setup
 	$(BIN)/gguf-exact demo build/demo
@@ -26,5 +26,44 @@ demo: setup
 bench: setup
 	$(BIN)/python scripts/bench_convert.py
 
+# In-process draft-mtp runner against llama-server on tiny models (tokens/s ratio, Python
+# overhead per step); without a built llama-server it prints the runner's figures only.
+.PHONY: bench-runner
+bench-runner: setup
+	$(BIN)/python scripts/bench_runner.py
+
 clean:
 	rm -rf build $(VENV)
+
+# llama-server (+ llama-bench, llama-perplexity, llama-quantize) from the pinned sdist's
+# vendor/llama.cpp, cached in ~/.cache/gguf-exact/llama.cpp/<commit>-<backend>: 5-9 min
+# once on 2 cores for the CPU build, instant afterwards. CUDA: make llama-server CUDA=86
+.PHONY: llama-server serve
+CUDA ?=
+llama-server: setup
+	scripts/build-llama-cpp.sh $(if $(CUDA),--cuda $(CUDA))
+
+# make serve PROFILE=rtx3050 MODEL=target.gguf DRAFT=drafter.gguf [PORT=8080] [ARGS='--detach']
+PROFILE ?= cpu
+PORT    ?= 8080
+serve: setup
+	$(BIN)/gguf-exact serve --profile $(PROFILE) --model $(MODEL) $(if $(DRAFT),--draft $(DRAFT)) --port $(PORT) $(ARGS)
+
+# The published exact drafters, each checked against checksums/<recipe>.sha256 before it is
+# placed in $(MODELS)/<repo>/<file> (downloads go through the Hub cache and resume).
+# build-draft rebuilds them from Google's sources at the pinned commits and fails unless
+# the sha256 matches the published file's.
+.PHONY: draft build-draft
+MODELS  ?= models
+DRAFTS  ?= e2b-assistant e4b-assistant
+draft: setup
+	@for r in $(DRAFTS); do $(BIN)/gguf-exact fetch $$r --what exact --models-dir $(MODELS) || exit 1; done
+build-draft: setup
+	@for r in $(DRAFTS); do $(BIN)/gguf-exact build $$r --models-dir $(MODELS) --out-dir build/drafters || exit 1; done
+
+# repack of a synthetic E2B-shaped model (SCALE=1.0 is full size: 9.3 GB source, 3.2 GB donor)
+# beside the published method, values/s and peak RSS; files in a temp folder, deleted after.
+.PHONY: bench-repack
+SCALE ?= 0.02
+bench-repack: setup
+	$(BIN)/python scripts/bench_repack.py --scale $(SCALE)

@@ -9,6 +9,15 @@ Layers, from the bottom:
 - :mod:`.checkpoint` (HF folders), :mod:`.vocab` (target tokenizer),
   :mod:`.gguf_file` (safe writes) - I/O
 - :mod:`.convert`, :mod:`.verify`, :mod:`.inspect_qat`, :mod:`.compare` - the commands
+- :mod:`.recipes`, :mod:`.checksums` (pinned files), :mod:`.hub` (Hub and its cache),
+  :mod:`.fetch`, :mod:`.pin`, :mod:`.build` - pinned fetch and reproducible builds
+- :mod:`.repack` - a donor GGUF (main model or drafter) re-packed as exact Q4_0, streaming:
+  :mod:`.gemma4_names` (HF -> GGUF names), :mod:`.repack_map` (donor tensor -> source),
+  :mod:`.row_plan` (one chunk of rows), :mod:`.chunk_stats`, :mod:`.chunk_pool` (forked
+  workers), :mod:`.malloc_tuning`, :mod:`.gguf_layout` and
+  :mod:`.gguf_stream` (GGUF header by hand, chunked writes), :mod:`.donor`,
+  :mod:`.source_rows` (pread, no mmap), :mod:`.repack_verify`, :mod:`.repack_report`;
+  :mod:`.tiny_main` writes Google-style donors and QAT checkpoints for tests and benchmarks
 """
 
 __version__ = "0.1.0"
@@ -18,6 +27,7 @@ from .convert import convert_drafter  # noqa: E402
 from .errors import GgufExactError, OffGridError  # noqa: E402
 from .exact import MatrixPlan, plan_matrix  # noqa: E402
 from .inspect_qat import inspect_checkpoint  # noqa: E402
+from .repack import repack_model  # noqa: E402
 from .verify import verify_gguf  # noqa: E402
 
 __all__ = [
@@ -28,5 +38,6 @@ __all__ = [
     "convert_drafter",
     "inspect_checkpoint",
     "plan_matrix",
+    "repack_model",
     "verify_gguf",
 ]

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import click
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
@@ -26,7 +27,7 @@ class Group(click.Group):
         try:
             return super().invoke(ctx)
         except GgufExactError as e:
-            err.print(f"[bold red]error:[/] {e}", soft_wrap=True)
+            err.print(f"[bold red]error:[/] {escape(str(e))}", soft_wrap=True)
             ctx.exit(1)
 
 
@@ -209,6 +210,363 @@ def demo(out_dir: Path) -> None:
     from .demo import run_demo
 
     run_demo(out_dir, out)
+
+
+@main.command("build-llama")
+@click.option("--cuda", "cuda", metavar="ARCH", help="Build for CUDA with this architecture: 75 (GTX 1650 Ti) or 86 (RTX 3050). Default: CPU.")
+@click.option("--sdist", type=click.Path(path_type=Path), help="A local copy of the pinned llama-cpp-python sdist (its sha256 is still checked).")
+@click.option("--force", is_flag=True, help="Rebuild even if the build is cached.")
+def build_llama(cuda: str | None, sdist: Path | None, force: bool) -> None:
+    """Build llama-server, llama-bench, llama-perplexity and llama-quantize.
+
+    From the llama-cpp-python sdist pinned in checksums/ (fetched with pip, sha256
+    checked), so the server runs the same llama.cpp commit as the Python bindings.
+    Installs into ~/.cache/gguf-exact/llama.cpp/<commit>-<backend>/bin and prints
+    that folder; a second call returns at once. (Python:
+    gguf_exact.llama_build.build_llama_cpp; also scripts/build-llama-cpp.sh)
+    """
+    from .llama_build import build_llama_cpp
+
+    build = build_llama_cpp(cuda, sdist, force=force, log=lambda m: err.print(m, soft_wrap=True, markup=False))
+    click.echo(build.bin_dir)
+
+
+@main.command()
+def doctor() -> None:
+    """Report what this machine has for serving: bindings, llama-server, CUDA, GPUs.
+
+    (Python: gguf_exact.doctor.diagnose)
+    """
+    from .doctor import diagnose
+
+    for f in diagnose():
+        out.print(f"{'[green]ok[/]' if f.ok else '[yellow]--[/]'}  {escape(f'{f.name:<22}')} {escape(f.value)}", soft_wrap=True)
+
+
+@main.command()
+@click.option("--model", "target", required=True, type=click.Path(path_type=Path), help="The gemma4 target GGUF.")
+@click.option("--draft", "drafter", type=click.Path(path_type=Path), help="Its gemma4-assistant MTP drafter GGUF (speculation on).")
+@click.option("--profile", default="cpu", show_default=True, help="rtx3050, gtx1650ti, cpu, or a .toml file.")
+@click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE", help="Override a profile value, e.g. --set ctx-size=4096 --set spec-draft-n-max=1.")
+@click.option("--host", default="127.0.0.1", show_default=True)
+@click.option("--port", default=8080, show_default=True, type=int)
+@click.option("--server-bin", type=click.Path(path_type=Path), help="A llama-server to run instead of the cached build.")
+@click.option("--detach", is_flag=True, help="Run in the background (pid file and log in the run directory).")
+@click.option("--dry-run", is_flag=True, help="Check the files and print the command; start nothing.")
+@click.option("--timeout", default=600.0, show_default=True, help="Seconds to wait for /health.")
+@click.argument("extra", nargs=-1, type=click.UNPROCESSED, metavar="[-- LLAMA_SERVER_ARGS...]")
+def serve(target: Path, drafter: Path | None, profile: str, overrides: tuple[str, ...], host: str, port: int, server_bin: Path | None,
+          detach: bool, dry_run: bool, timeout: float, extra: tuple[str, ...]) -> None:
+    """Serve a Gemma 4 target with its MTP drafter in llama-server (draft-mtp).
+
+    Checks first: both files GGUF, target gemma4, drafter gemma4-assistant with
+    embedding_length_out equal to the target's width, the same vocabulary, and
+    sha256 against checksums/ for listed files. Prints the exact llama-server
+    command and the weight bytes, starts it with --metrics on 127.0.0.1, waits for
+    /health and stays in the foreground (Ctrl-C stops it) unless --detach.
+    (Python: gguf_exact.server.plan_launch, start_server)
+    """
+    from .server import plan_launch, serve_foreground, start_server
+
+    launch = plan_launch(target, drafter, profile, overrides, host, port, server_bin, extra, check_port=not dry_run)
+    pair = launch.pair
+    for role, m in (("target", pair.target), ("drafter", pair.drafter)):
+        if m is not None:
+            listed = f", sha256 matches checksums/" if m.sha256 else ""
+            out.print(f"{role:<8} {m.path}  {m.architecture}, {m.weight_bytes:,} bytes of weights in {m.n_tensors} tensors{listed}", soft_wrap=True, markup=False)
+    if pair.drafter is not None:
+        out.print(f"{'total':<8} {pair.target.weight_bytes + pair.drafter.weight_bytes:,} bytes of weights")
+    out.print(f"profile  {launch.profile.name} ({launch.profile.description}), build {launch.profile.build}", markup=False)
+    out.print(launch.command_line, soft_wrap=True, markup=False)
+    if dry_run:
+        return
+    proc, seconds = start_server(launch, detach, timeout)
+    out.print(f"ready at {launch.url} in {seconds:.1f} s (pid {proc.pid}); log {launch.run_dir / 'server.log'}", markup=False)
+    if detach:
+        out.print(f"detached; `gguf-exact status --port {port}` reports on it, `gguf-exact stop --port {port}` ends it", markup=False)
+        return
+    sys.exit(serve_foreground(launch, proc))
+
+
+@main.command()
+@click.option("--port", type=int, help="The server's port (default: the last one started).")
+@click.option("--last", default=5, show_default=True, help="How many per-request acceptance lines to show.")
+@click.option("--json", "as_json", is_flag=True, help="Print the status as JSON.")
+def status(port: int | None, last: int, as_json: bool) -> None:
+    """Health, models, speculation and draft acceptance of a served model.
+
+    Draft counters come from /metrics (drafts, draft tokens, accepted tokens, the
+    accepted share); the last requests' `draft acceptance` lines from the server
+    log. Exits 1 when the server is down. (Python: gguf_exact.server.server_status)
+    """
+    from .server import server_status
+
+    st = server_status(port, last=last)
+    if as_json:
+        click.echo(json.dumps(st.as_dict(), indent=2, default=str))
+    else:
+        s = st.state
+        state = "up" if st.up else ("down: process not running (exited or killed)" if not st.running else st.health)
+        out.print(f"server       {s['url']}  pid {st.pid or s['pid']}  {state}", markup=False)
+        out.print(f"health       {st.health}", markup=False)
+        out.print(f"target       {s['target']}", markup=False)
+        out.print(f"drafter      {s.get('drafter') or '-'}", markup=False)
+        if st.running:
+            out.print(f"models       {', '.join(st.models) or '-'}", markup=False)
+            spec = "-" if st.speculative is None else ("on" if st.speculative else "off")
+            out.print(f"speculation  {spec}", markup=False)
+            c = st.counters
+            if c is not None:
+                rate = "-" if c.rate is None else f"{c.rate:.2%}"
+                out.print(f"drafts       {c.drafts:,} drafts, {c.draft_tokens:,} draft tokens, {c.accepted_tokens:,} accepted ({rate})", markup=False)
+                if c.position_rates:
+                    per = ", ".join(f"{i + 1}: {r:.0%}" for i, r in enumerate(c.position_rates))
+                    out.print(f"by position  {per} of drafts had that draft token accepted", markup=False)
+            else:
+                out.print("drafts       - (no draft counters in /metrics)", markup=False)
+        for a in st.recent:
+            out.print(f"request      acceptance {a.rate:.5f}: {a.accepted} accepted / {a.generated} drafted, mean len {a.mean_len:.2f}", markup=False)
+        out.print(f"log          {st.run_dir / 'server.log'}", markup=False)
+    if not st.up:
+        sys.exit(1)
+
+
+@main.command()
+@click.option("--port", type=int, help="The server's port (default: the last one started).")
+def stop(port: int | None) -> None:
+    """Stop a server started by `gguf-exact serve` (by its pid file).
+
+    (Python: gguf_exact.server.stop_server)
+    """
+    from .server import stop_server
+
+    out.print(stop_server(port), markup=False)
+
+
+# --- Recipes: pinned fetch, pin, reproducible build (gguf_exact.fetch / .pin / .build) ---
+
+MODELS_DIR_HELP = "Where files are placed, as MODELS_DIR/<repo>/<file> (the paths in checksums/RECIPE.sha256)."
+
+
+@main.command()
+@click.argument("recipe")
+@click.option("--models-dir", type=click.Path(path_type=Path), default=Path("models"), show_default=True, help=MODELS_DIR_HELP)
+@click.option("--what", type=click.Choice(["exact", "source", "target"]), default="exact", show_default=True,
+              help="The published exact GGUF, the source checkpoint, or the target GGUF (vocabulary).")
+def fetch(recipe: str, models_dir: Path, what: str) -> None:
+    """Download the files a recipe pins, each checked against its sha256.
+
+    RECIPE is a name in convert/ (e.g. e2b-assistant) or a path to a .toml file. The
+    files come from the commit pinned in checksums/RECIPE.sha256, through
+    huggingface_hub and its cache (HF_HUB_CACHE). A file whose sha256 differs is
+    refused and nothing is left at its final path; an interrupted download resumes on
+    the next run; HF_HUB_OFFLINE=1 uses the cache only. Private or gated repos need
+    `hf auth login` or HF_TOKEN. (Python: gguf_exact.fetch.fetch_recipe)
+    """
+    from .fetch import fetch_recipe
+    from .recipes import load_recipe
+
+    r = load_recipe(recipe)
+    for f in fetch_recipe(r, what, models_dir):
+        commit = f", commit {f.commit}" if f.commit else ""
+        out.print(f"{f.path}  {f.how} ({f.size:,} bytes{commit})", markup=False, soft_wrap=True)
+    out.print(f"verified: sha256 as pinned in {r.checksums}", markup=False, soft_wrap=True)
+
+
+@main.command()
+@click.argument("recipe")
+@click.option("--models-dir", type=click.Path(path_type=Path), default=Path("models"), show_default=True, help=MODELS_DIR_HELP)
+@click.option("--out-dir", type=click.Path(path_type=Path), default=Path("build/drafters"), show_default=True, help="Where the rebuilt GGUF is written.")
+@click.option("--vocab-from", type=click.Path(path_type=Path), help="Target GGUF whose tokenizer.* keys are copied, instead of the recipe's [target] file.")
+def build(recipe: str, models_dir: Path, out_dir: Path, vocab_from: Path | None) -> None:
+    """Rebuild a recipe's exact drafter from its pinned source; check it is the published file.
+
+    Fetches the [source] checkpoint (and the [target] GGUF unless --vocab-from is
+    given) at the pinned commit, verified; converts and verifies as `convert` does;
+    then compares the output's sha256 with the [exact] file's pinned sha256: prints
+    "reproduced", or both hashes and exits 1. (Python: gguf_exact.build.build_recipe)
+    """
+    from .build import build_recipe
+    from .recipes import load_recipe
+
+    r = load_recipe(recipe)
+    res = build_recipe(r, models_dir, out_dir, vocab_from)
+    s = res.convert.report
+    out.print(f"source  {models_dir / r.part('source').repo} ({len(res.sources)} files, verified)", markup=False, soft_wrap=True)
+    out.print(f"vocab   {res.vocab_from}", markup=False, soft_wrap=True)
+    out.print(f"wrote   {res.output} ({res.convert.size:,} bytes; {s['exact_values']:,} of {s['values']:,} values bit-exact)", markup=False, soft_wrap=True)
+    if res.reproduced is None:
+        out.print(f"sha256 {res.sha256}; the recipe pins no published exact file to compare with", markup=False, soft_wrap=True)
+    elif res.reproduced:
+        out.print(f"reproduced: sha256 {res.sha256} is the published {res.published}", markup=False, soft_wrap=True)
+    else:
+        out.print(f"built      {res.sha256}  {res.output}", markup=False, soft_wrap=True)
+        out.print(f"published  {res.published_sha256}  {res.published}", markup=False, soft_wrap=True)
+        raise GgufExactError(
+            f"{res.output}: not reproduced: sha256 {res.sha256} differs from the published {res.published_sha256} "
+            f"pinned in {r.checksums}; compare them with `gguf-exact compare --source SRC A.gguf B.gguf`"
+        )
+
+
+@main.command()
+@click.argument("recipe")
+@click.option("--revision", help="Pin this branch, tag or commit instead of the recipe's revision (one part: name it with --what).")
+@click.option("--what", type=click.Choice(["all", "source", "exact", "target"]), default="all", show_default=True, help="Which part of the recipe to pin.")
+def pin(recipe: str, revision: str | None, what: str) -> None:
+    """Resolve a recipe's revisions to commits and record each file's sha256.
+
+    Reads the Hub's file metadata (model info with files_metadata): LFS files are not
+    downloaded; small git files such as config.json are read and hashed. Rewrites
+    checksums/RECIPE.sha256 and shows any sha256 that changed. (Python:
+    gguf_exact.pin.pin_recipe)
+    """
+    from .pin import pin_recipe
+    from .recipes import load_recipe
+
+    r = load_recipe(recipe)
+    report = pin_recipe(r, None if what == "all" else [what], revision)
+    for p in report.parts:
+        out.print(f"[{p.role}] {p.pin.repo} revision {p.pin.revision} -> commit {p.pin.commit}", markup=False, soft_wrap=True)
+        for e in p.entries:
+            changed = f"  CHANGED, was {e.previous}" if e.previous not in (None, e.sha256) else ""
+            out.print(f"  {e.sha256}  {e.path}  ({e.how}){changed}", markup=False, soft_wrap=True)
+    out.print(f"wrote {report.checksums}", markup=False, soft_wrap=True)
+
+
+@main.command()
+@click.option("--donor", "donor", required=True, type=click.Path(path_type=Path), help="The GGUF to re-pack (e.g. Google's QAT GGUF); its metadata and layout are kept.")
+@click.option("--source", "source", required=True, type=click.Path(path_type=Path), help="The unquantized QAT checkpoint (HF folder) of the same model.")
+@click.argument("out_gguf", type=click.Path(path_type=Path))
+@click.option("--off-grid", type=click.Choice(["keep", "q8_0", "f16", "bf16"]), help="For QAT matrices with blocks off the grid: keep the donor's tensor, or store the source in this type (default: stop).")
+@click.option("--expect-sha256", help="Fail, leaving no output, unless the file has this sha256.")
+@click.option("--report", "report_path", type=click.Path(path_type=Path), help="Write a per-tensor JSON report here.")
+@click.option("--donor-stats", type=click.Choice(["sample", "all"]), default="sample", show_default=True, help="Measure the donor against the source on every 8th chunk of re-packed tensors, or on all.")
+@click.option("--workers", type=int, help="Worker threads (default: 2, or fewer CPUs).")
+def repack(donor: Path, source: Path, out_gguf: Path, off_grid: str | None, expect_sha256: str | None, report_path: Path | None, donor_stats: str, workers: int | None) -> None:
+    """Re-pack a Gemma 4 GGUF as exact Q4_0 from its QAT checkpoint.
+
+    Keeps the donor's header and metadata (tokenizer, chat template,
+    hyperparameters) byte for byte except general.file_type; rewrites every tensor
+    that maps to an on-grid source matrix as exact Q4_0 (layer matrices,
+    token_embd, per_layer_token_embd, per_layer_model_proj, expert banks) and
+    copies every other tensor. Streams in chunks of rows: memory stays bounded
+    whatever the model size. The file is written beside OUT_GGUF, read back and
+    checked, then renamed into place; on any failure nothing is left at OUT_GGUF.
+    (Python: gguf_exact.repack.repack_model)
+    """
+    from .donor import open_donor
+    from .repack import repack_model
+
+    with open_donor(donor) as d:
+        n = len(d.tensors)
+    with tensor_progress("repack", n) as progress:
+        result = repack_model(donor, source, out_gguf, off_grid, expect_sha256, report_path, workers, donor_stats, progress)
+    r = result.report
+    table = Table(title=f"{donor.name} -> {out_gguf.name}")
+    for col in ("kind", "tensors", "donor type", "donor bytes", "output type", "output bytes", "donor bit-exact", "bit-exact", "donor rel. err", "rel. err"):
+        table.add_column(col, justify="left" if col in ("kind", "donor type", "output type") else "right")
+    for k in r["kinds"]:
+        err_ = lambda x: "-" if x is None else f"{x:.2e}"  # noqa: E731
+        table.add_row(
+            k["kind"], str(k["tensors"]), k["donor_types"], f"{k['donor_bytes']:,}", k["output_types"], f"{k['output_bytes']:,}",
+            pct(k["donor_exact_fraction"]), pct(k["exact_fraction"]), err_(k["donor_rel_error"]), err_(k["rel_error"]),
+        )  # fmt: skip
+    out.print(table)
+    rep, don = r["repacked"], r["donor_on_repacked"]
+    sizes = f"{result.size:,} bytes; donor {result.donor_size:,}, {result.size / result.donor_size:.1%}"
+    out.print(f"wrote {result.path} ({sizes}); {r['repacked_tensors']} tensors re-packed as exact Q4_0, {r['copied_tensors']} copied", soft_wrap=True, markup=False)
+    if rep:
+        line = f"re-packed values bit-exact: {rep['exact_values']:,} of {rep['values']:,} ({rep['exact_fraction']:.4%}), largest error {rep['max_ulps']} bf16 ULP"
+        if don:
+            line += f"; the donor's: {don['exact_fraction']:.4%} (sampled over {don['values']:,} values)"
+        out.print(line, soft_wrap=True, markup=False)
+    for t in r["off_grid"]:
+        out.print(f"off grid: {t['name']}: {t['note']}", soft_wrap=True, markup=False)
+    if result.source_only:
+        out.print(f"source tensors the donor lacks ({len(result.source_only)}, not written): {', '.join(result.source_only[:8])}" + (" ..." if len(result.source_only) > 8 else ""), soft_wrap=True, markup=False)
+    if result.unmapped:
+        out.print(f"donor tensors with no known source ({len(result.unmapped)}, copied): {', '.join(result.unmapped[:8])}", soft_wrap=True, markup=False)
+    s = result.seconds
+    out.print(f"{s['total']:.1f} s (write {s['write']:.1f} s, read-back {s['verify']:.1f} s); sha256 {result.sha256}" + ("  (matches --expect-sha256)" if expect_sha256 else ""), soft_wrap=True, markup=False)
+
+
+@main.command()
+@click.option("--model", "target", required=True, type=click.Path(path_type=Path), help="The gemma4 target GGUF.")
+@click.option("--draft", "drafter", type=click.Path(path_type=Path), help="Its gemma4-assistant MTP drafter GGUF (speculation on).")
+@click.option("--prompt", help="The prompt text (BOS is added).")
+@click.option("--prompt-file", type=click.Path(path_type=Path), help="Read the prompt from this file (one final newline dropped).")
+@click.option("--n-max", default=3, show_default=True, help="Most draft tokens per target pass; 0 runs the target alone.")
+@click.option("--n-predict", default=128, show_default=True, help="Most tokens to generate (fewer when an end-of-generation token comes).")
+@click.option("--n-ctx", default=4096, show_default=True, help="Context size: prompt plus generated tokens.")
+@click.option("--threads", default=2, show_default=True)
+@click.option("--json", "as_json", is_flag=True, help="Print token ids, text and counters as JSON.")
+def generate(target: Path, drafter: Path | None, prompt: str | None, prompt_file: Path | None, n_max: int, n_predict: int, n_ctx: int, threads: int, as_json: bool) -> None:
+    """Greedy generation in-process, with the MTP drafter when --draft is given.
+
+    The drafter proposes up to --n-max tokens from the target's hidden state, the
+    target checks them in one pass, the agreeing prefix and the target's own next
+    token are kept: the output is the target's greedy output. Prints the text,
+    and counters on stderr (--json: everything on stdout). (Python:
+    gguf_exact.runner.Runner.generate)
+    """
+    from .runner import Runner
+
+    if (prompt is None) == (prompt_file is None):
+        raise GgufExactError("give exactly one of --prompt TEXT and --prompt-file FILE")
+    if prompt_file is not None:
+        if not prompt_file.is_file():
+            raise GgufExactError(f"--prompt-file {prompt_file}: no such file")
+        prompt = prompt_file.read_text(encoding="utf-8").removesuffix("\n")
+    with Runner(target, drafter, n_ctx=n_ctx, n_threads=threads) as r:
+        g = r.generate(prompt, n_predict, n_max if drafter else 0)
+    if as_json:
+        click.echo(json.dumps({"model": str(target), "draft": str(drafter) if drafter else None} | g.as_dict(), indent=2))
+        return
+    click.echo(g.text)
+    acc = "" if g.acceptance_rate is None else f"; drafts {g.drafts_accepted}/{g.drafts_generated} accepted ({g.acceptance_rate:.1%}), mean length {g.mean_accepted_length:.2f}"
+    err.print(f"{g.n_tokens} tokens, {g.target_passes} target passes ({g.tokens_per_target_pass:.2f} tokens/pass){acc}; {g.tokens_per_second:.1f} tokens/s", markup=False, soft_wrap=True)
+
+
+@main.command()
+@click.option("--model", "target", type=click.Path(path_type=Path), help="The gemma4 target GGUF (in-process runs).")
+@click.option("--draft", "drafter", type=click.Path(path_type=Path), help="Its MTP drafter GGUF (in-process runs).")
+@click.option("--n-max", "n_max_list", default="1,2,3,4", show_default=True, help="Comma-separated n-max values to compare with the target alone.")
+@click.option("--server", "servers", multiple=True, metavar="[LABEL=]URL", help="Bench running llama-servers instead: target=URL for the target alone, N=URL for one started with --spec-draft-n-max N. Repeat per server.")
+@click.option("--prompts", "prompt_list", help="Comma-separated names from the shipped prompt set (default: all).")
+@click.option("--n-predict", default=64, show_default=True, help="Tokens per prompt and run.")
+@click.option("--rounds", default=2, show_default=True, help="Rounds; each runs the arms forward then backward (A B B A).")
+@click.option("--out", "out_dir", type=click.Path(path_type=Path), default=Path("build/bench"), show_default=True, help="Where bench.json, bench.md and bench.png go.")
+@click.option("--n-ctx", default=4096, show_default=True)
+@click.option("--threads", default=2, show_default=True)
+@click.option("--no-plot", is_flag=True, help="Skip the PNG.")
+def bench(target: Path | None, drafter: Path | None, n_max_list: str, servers: tuple[str, ...], prompt_list: str | None, n_predict: int, rounds: int, out_dir: Path, n_ctx: int, threads: int, no_plot: bool) -> None:
+    """The target alone against the drafter at each n-max, over the shipped prompts.
+
+    In-process (--model, --draft) or against running llama-servers (--server,
+    reading each answer's timings). Writes JSON, a Markdown table and a PNG of
+    tokens/s and tokens per target pass against n-max. (Python:
+    gguf_exact.bench.bench_runner, bench_servers)
+    """
+    from .bench import bench_runner, bench_servers, parse_server_arm
+    from .prompt_set import load_prompts
+
+    prompts = load_prompts([p.strip() for p in prompt_list.split(",")] if prompt_list else None)
+    progress = (lambda s: err.print(s, markup=False)) if err.is_terminal else (lambda s: None)
+    if servers:
+        if target or drafter:
+            raise GgufExactError("bench: give either --server URLs or --model/--draft, not both")
+        report = bench_servers([parse_server_arm(s) for s in servers], prompts, n_predict, rounds, progress)
+    else:
+        if target is None:
+            raise GgufExactError("bench: give --model (and --draft), or --server URLs")
+        try:
+            n_values = [int(x) for x in n_max_list.split(",") if x.strip()]
+        except ValueError:
+            raise GgufExactError(f"--n-max {n_max_list}: expected comma-separated integers, e.g. 1,2,3") from None
+        report = bench_runner(target, drafter, n_values, prompts, n_predict, rounds, progress, n_ctx=n_ctx, n_threads=threads)
+    paths = report.write(out_dir, plot=not no_plot)
+    out.print(report.markdown(), markup=False, soft_wrap=True)
+    out.print("wrote " + ", ".join(str(p) for p in paths.values()), markup=False, soft_wrap=True)
 
 
 if __name__ == "__main__":
