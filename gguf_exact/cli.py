@@ -12,8 +12,8 @@ from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from . import __version__
-from .errors import GgufExactError
+from gguf_exact import __version__
+from gguf_exact.errors import GgufExactError
 
 # Off a terminal (pipes, CI logs) rich would wrap tables at 80 columns; tensor names need more.
 out = Console(highlight=False, width=None if sys.stdout.isatty() else 160)
@@ -75,8 +75,8 @@ def inspect(src_dir: Path, as_json: bool) -> None:
     bit-exactly as Q4_0, and the GGUF type convert would use. The last line says
     whether the checkpoint is QAT 4-bit. (Python: gguf_exact.inspect_checkpoint)
     """
-    from .checkpoint import Checkpoint
-    from .inspect_qat import inspect_checkpoint
+    from gguf_exact.formats.checkpoint import Checkpoint
+    from gguf_exact.drafter.inspect_qat import inspect_checkpoint
 
     with Checkpoint(src_dir) as ckpt:
         n = len(ckpt.tensors)
@@ -110,8 +110,8 @@ def convert(src_dir: Path, out_gguf: Path, vocab_from: Path, report_path: Path |
     beside OUT_GGUF, read back and verified, then renamed into place; on any
     failure nothing is left at OUT_GGUF. (Python: gguf_exact.convert_drafter)
     """
-    from .checkpoint import Checkpoint
-    from .convert import convert_drafter
+    from gguf_exact.formats.checkpoint import Checkpoint
+    from gguf_exact.drafter.convert import convert_drafter
 
     with Checkpoint(src_dir) as ckpt:
         n = len(ckpt.tensors)
@@ -138,9 +138,9 @@ def verify(gguf_path: Path, source: Path, as_json: bool) -> None:
     Decodes every tensor and compares it with the source: bit-exact share, largest
     error in bf16 ULPs, relative RMS error. (Python: gguf_exact.verify_gguf)
     """
-    from .checkpoint import Checkpoint
-    from .gguf_file import sha256_file
-    from .verify import verify_gguf
+    from gguf_exact.formats.checkpoint import Checkpoint
+    from gguf_exact.formats.gguf_file import sha256_file
+    from gguf_exact.drafter.verify import verify_gguf
 
     with Checkpoint(source) as ckpt:
         v = verify_gguf(gguf_path, ckpt)
@@ -167,7 +167,7 @@ def compare(source: Path, gguf_paths: tuple[Path, ...]) -> None:
     For example the exact Q4_0 file beside a Q8_0 or bf16 one made by llama.cpp's
     converter. (Python: gguf_exact.compare_files)
     """
-    from .compare import compare_files
+    from gguf_exact.drafter.compare import compare_files
 
     rows = compare_files(source, list(gguf_paths))
     table = Table()
@@ -188,9 +188,9 @@ def make_tiny(out_dir: Path, seed: int, step_kind: str) -> None:
 
     OUT_DIR/target.gguf and OUT_DIR/drafter-hf/ are a pair that llama.cpp runs
     together: the demo's inputs, and a quick way to try every command offline.
-    (Python: gguf_exact.tiny)
+    (Python: gguf_exact.tiny.models)
     """
-    from .tiny import write_tiny_drafter, write_tiny_target
+    from gguf_exact.tiny.models import write_tiny_drafter, write_tiny_target
 
     out_dir.mkdir(parents=True, exist_ok=True)
     write_tiny_target(out_dir / "target.gguf", seed=seed)
@@ -207,7 +207,7 @@ def demo(out_dir: Path) -> None:
     (verified), then loads it beside the target in llama.cpp. (Python:
     gguf_exact.demo.run_demo)
     """
-    from .demo import run_demo
+    from gguf_exact.demo import run_demo
 
     run_demo(out_dir, out)
 
@@ -223,9 +223,9 @@ def build_llama(cuda: str | None, sdist: Path | None, force: bool) -> None:
     checked), so the server runs the same llama.cpp commit as the Python bindings.
     Installs into ~/.cache/gguf-exact/llama.cpp/<commit>-<backend>/bin and prints
     that folder; a second call returns at once. (Python:
-    gguf_exact.llama_build.build_llama_cpp; also scripts/build-llama-cpp.sh)
+    gguf_exact.serving.llama_build.build_llama_cpp; also scripts/build-llama-cpp.sh)
     """
-    from .llama_build import build_llama_cpp
+    from gguf_exact.serving.llama_build import build_llama_cpp
 
     build = build_llama_cpp(cuda, sdist, force=force, log=lambda m: err.print(m, soft_wrap=True, markup=False))
     click.echo(build.bin_dir)
@@ -235,9 +235,9 @@ def build_llama(cuda: str | None, sdist: Path | None, force: bool) -> None:
 def doctor() -> None:
     """Report what this machine has for serving: bindings, llama-server, CUDA, GPUs.
 
-    (Python: gguf_exact.doctor.diagnose)
+    (Python: gguf_exact.serving.doctor.diagnose)
     """
-    from .doctor import diagnose
+    from gguf_exact.serving.doctor import diagnose
 
     for f in diagnose():
         out.print(f"{'[green]ok[/]' if f.ok else '[yellow]--[/]'}  {escape(f'{f.name:<22}')} {escape(f.value)}", soft_wrap=True)
@@ -264,9 +264,9 @@ def serve(target: Path, drafter: Path | None, profile: str, overrides: tuple[str
     sha256 against checksums/ for listed files. Prints the exact llama-server
     command and the weight bytes, starts it with --metrics on 127.0.0.1, waits for
     /health and stays in the foreground (Ctrl-C stops it) unless --detach.
-    (Python: gguf_exact.server.plan_launch, start_server)
+    (Python: gguf_exact.serving.server.plan_launch, start_server)
     """
-    from .server import plan_launch, serve_foreground, start_server
+    from gguf_exact.serving.server import plan_launch, serve_foreground, start_server
 
     launch = plan_launch(target, drafter, profile, overrides, host, port, server_bin, extra, check_port=not dry_run)
     pair = launch.pair
@@ -297,9 +297,9 @@ def status(port: int | None, last: int, as_json: bool) -> None:
 
     Draft counters come from /metrics (drafts, draft tokens, accepted tokens, the
     accepted share); the last requests' `draft acceptance` lines from the server
-    log. Exits 1 when the server is down. (Python: gguf_exact.server.server_status)
+    log. Exits 1 when the server is down. (Python: gguf_exact.serving.server.server_status)
     """
-    from .server import server_status
+    from gguf_exact.serving.server import server_status
 
     st = server_status(port, last=last)
     if as_json:
@@ -336,14 +336,14 @@ def status(port: int | None, last: int, as_json: bool) -> None:
 def stop(port: int | None) -> None:
     """Stop a server started by `gguf-exact serve` (by its pid file).
 
-    (Python: gguf_exact.server.stop_server)
+    (Python: gguf_exact.serving.server.stop_server)
     """
-    from .server import stop_server
+    from gguf_exact.serving.server import stop_server
 
     out.print(stop_server(port), markup=False)
 
 
-# --- Recipes: pinned fetch, pin, reproducible build (gguf_exact.fetch / .pin / .build) ---
+# --- Recipes: pinned fetch, pin, reproducible build (gguf_exact.hub.fetch / .pin / .build) ---
 
 MODELS_DIR_HELP = "Where files are placed, as MODELS_DIR/<repo>/<file> (the paths in checksums/RECIPE.sha256)."
 
@@ -361,10 +361,10 @@ def fetch(recipe: str, models_dir: Path, what: str) -> None:
     huggingface_hub and its cache (HF_HUB_CACHE). A file whose sha256 differs is
     refused and nothing is left at its final path; an interrupted download resumes on
     the next run; HF_HUB_OFFLINE=1 uses the cache only. Private or gated repos need
-    `hf auth login` or HF_TOKEN. (Python: gguf_exact.fetch.fetch_recipe)
+    `hf auth login` or HF_TOKEN. (Python: gguf_exact.hub.fetch.fetch_recipe)
     """
-    from .fetch import fetch_recipe
-    from .recipes import load_recipe
+    from gguf_exact.hub.fetch import fetch_recipe
+    from gguf_exact.hub.recipes import load_recipe
 
     r = load_recipe(recipe)
     for f in fetch_recipe(r, what, models_dir):
@@ -384,10 +384,10 @@ def build(recipe: str, models_dir: Path, out_dir: Path, vocab_from: Path | None)
     Fetches the [source] checkpoint (and the [target] GGUF unless --vocab-from is
     given) at the pinned commit, verified; converts and verifies as `convert` does;
     then compares the output's sha256 with the [exact] file's pinned sha256: prints
-    "reproduced", or both hashes and exits 1. (Python: gguf_exact.build.build_recipe)
+    "reproduced", or both hashes and exits 1. (Python: gguf_exact.hub.build.build_recipe)
     """
-    from .build import build_recipe
-    from .recipes import load_recipe
+    from gguf_exact.hub.build import build_recipe
+    from gguf_exact.hub.recipes import load_recipe
 
     r = load_recipe(recipe)
     res = build_recipe(r, models_dir, out_dir, vocab_from)
@@ -418,10 +418,10 @@ def pin(recipe: str, revision: str | None, what: str) -> None:
     Reads the Hub's file metadata (model info with files_metadata): LFS files are not
     downloaded; small git files such as config.json are read and hashed. Rewrites
     checksums/RECIPE.sha256 and shows any sha256 that changed. (Python:
-    gguf_exact.pin.pin_recipe)
+    gguf_exact.hub.pin.pin_recipe)
     """
-    from .pin import pin_recipe
-    from .recipes import load_recipe
+    from gguf_exact.hub.pin import pin_recipe
+    from gguf_exact.hub.recipes import load_recipe
 
     r = load_recipe(recipe)
     report = pin_recipe(r, None if what == "all" else [what], revision)
@@ -452,10 +452,10 @@ def repack(donor: Path, source: Path, out_gguf: Path, off_grid: str | None, expe
     copies every other tensor. Streams in chunks of rows: memory stays bounded
     whatever the model size. The file is written beside OUT_GGUF, read back and
     checked, then renamed into place; on any failure nothing is left at OUT_GGUF.
-    (Python: gguf_exact.repack.repack_model)
+    (Python: gguf_exact.repack.pipeline.repack_model)
     """
-    from .donor import open_donor
-    from .repack import repack_model
+    from gguf_exact.repack.donor import open_donor
+    from gguf_exact.repack.pipeline import repack_model
 
     with open_donor(donor) as d:
         n = len(d.tensors)
@@ -507,9 +507,9 @@ def generate(target: Path, drafter: Path | None, prompt: str | None, prompt_file
     target checks them in one pass, the agreeing prefix and the target's own next
     token are kept: the output is the target's greedy output. Prints the text,
     and counters on stderr (--json: everything on stdout). (Python:
-    gguf_exact.runner.Runner.generate)
+    gguf_exact.speculative.runner.Runner.generate)
     """
-    from .runner import Runner
+    from gguf_exact.speculative.runner import Runner
 
     if (prompt is None) == (prompt_file is None):
         raise GgufExactError("give exactly one of --prompt TEXT and --prompt-file FILE")
@@ -545,10 +545,10 @@ def bench(target: Path | None, drafter: Path | None, n_max_list: str, servers: t
     In-process (--model, --draft) or against running llama-servers (--server,
     reading each answer's timings). Writes JSON, a Markdown table and a PNG of
     tokens/s and tokens per target pass against n-max. (Python:
-    gguf_exact.bench.bench_runner, bench_servers)
+    gguf_exact.speculative.bench.bench_runner, bench_servers)
     """
-    from .bench import bench_runner, bench_servers, parse_server_arm
-    from .prompt_set import load_prompts
+    from gguf_exact.speculative.bench import bench_runner, bench_servers, parse_server_arm
+    from gguf_exact.speculative.prompt_set import load_prompts
 
     prompts = load_prompts([p.strip() for p in prompt_list.split(",")] if prompt_list else None)
     progress = (lambda s: err.print(s, markup=False)) if err.is_terminal else (lambda s: None)

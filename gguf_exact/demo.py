@@ -11,9 +11,9 @@ from pathlib import Path
 
 from rich.console import Console
 
-from .convert import convert_drafter
-from .inspect_qat import inspect_checkpoint
-from .tiny import write_tiny_drafter, write_tiny_target
+from gguf_exact.drafter.convert import convert_drafter
+from gguf_exact.drafter.inspect_qat import inspect_checkpoint
+from gguf_exact.tiny.models import write_tiny_drafter, write_tiny_target
 
 
 def run_demo(out_dir: str | Path, console: Console | None = None) -> dict:
@@ -40,7 +40,7 @@ def run_demo(out_dir: str | Path, console: Console | None = None) -> dict:
     console.print(f"bit-exact {r['exact_values']:,} / {r['values']:,} values ({r['exact_fraction']:.4%}), largest error {r['max_ulps']} bf16 ULP")
 
     console.rule("4. llama.cpp: drafter beside target")
-    from .llama_mtp import TargetWithDrafter
+    from gguf_exact.speculative.llama_mtp import TargetWithDrafter
 
     with TargetWithDrafter(target, drafter) as pair:
         prompt = pair.tokenize("def add(a, b): return a + b")
@@ -49,7 +49,7 @@ def run_demo(out_dir: str | Path, console: Console | None = None) -> dict:
     console.print(f"prompt {len(prompt)} tokens; target greedy {greedy}; drafter proposes {drafted}")
 
     console.rule("5. generate: target alone and with the drafter (draft-mtp, in-process)")
-    from .demo_generate import run_generate_step
+    from gguf_exact.demo_generate import run_generate_step
 
     generation = run_generate_step(out, target, drafter, console)
     return {"exact_fraction": r["exact_fraction"], "sha256": result.sha256, "greedy": greedy, "drafted": drafted, "generation": generation}

@@ -15,11 +15,11 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from .convert import convert_drafter
-from .prompt_set import load_prompts
-from .runner import Runner
-from .tiny import write_agreeing_pair
-from .tiny_pairs import write_mixed_target
+from gguf_exact.drafter.convert import convert_drafter
+from gguf_exact.speculative.prompt_set import load_prompts
+from gguf_exact.speculative.runner import Runner
+from gguf_exact.tiny.models import write_agreeing_pair
+from gguf_exact.tiny.pairs import write_mixed_target
 
 N_PREDICT = 64
 N_MAX = 3

@@ -21,8 +21,8 @@ from pathlib import Path
 
 import numpy as np
 
-from gguf_exact import bf16, q4_0
-from gguf_exact.synthetic import qat_matrix
+from gguf_exact.core import bf16, q4_0
+from gguf_exact.tiny.synthetic import qat_matrix
 
 E2B_DRAFTER = [  # (name, rows, cols) of the E2B assistant's matrices
     ("token_embd.weight", 262144, 256),
@@ -55,7 +55,7 @@ def exact_fraction(decoded_blocks: np.ndarray, bits: np.ndarray) -> float:
 
 
 def run_exact(scale, queue):
-    from gguf_exact.exact import plan_matrix
+    from gguf_exact.core.exact import plan_matrix
 
     tensors = tensor_set(scale)
     start = time.perf_counter()
@@ -69,7 +69,7 @@ def run_exact(scale, queue):
 
 
 def run_published(scale, queue):
-    from gguf_exact.published import published_q4_0
+    from gguf_exact.core.published import published_q4_0
 
     tensors = tensor_set(scale)
     start = time.perf_counter()
@@ -109,9 +109,9 @@ def run_llama_quantize(exe: Path, scale: float):
     """BF16 GGUF of the same tensors -> llama-quantize --pure Q4_0; time the quantize."""
     from gguf import GGMLQuantizationType, GGUFReader
 
-    from gguf_exact.gemma4_assistant import ARCH, AssistantConfig, metadata
-    from gguf_exact.gguf_file import write_gguf
-    from gguf_exact.tiny import drafter_config
+    from gguf_exact.gemma4.assistant import ARCH, AssistantConfig, metadata
+    from gguf_exact.formats.gguf_file import write_gguf
+    from gguf_exact.tiny.models import drafter_config
 
     tensors = tensor_set(scale)
     cfg_dict = drafter_config()

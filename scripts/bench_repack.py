@@ -8,7 +8,7 @@ every matrix keeps its row length and has S times its rows, so 1.0 is full size
 its own child process (its own peak RSS):
 
 - ``repack`` (gguf-exact): streaming, two worker threads, verified, sha256;
-- the published method, re-implemented (:mod:`gguf_exact.published`): each source
+- the published method, re-implemented (:mod:`gguf_exact.core.published`): each source
   matrix loaded whole, packed per block, every output tensor kept in memory for
   gguf-py's GGUFWriter, as the original does.
 
@@ -45,7 +45,7 @@ def cpu_seconds() -> float:
 
 
 def run_repack(donor, source, out, workers, queue):
-    from gguf_exact.repack import repack_model
+    from gguf_exact.repack.pipeline import repack_model
 
     start, cpu0 = time.perf_counter(), cpu_seconds()
     result = repack_model(donor, source, out, workers=workers)
@@ -63,13 +63,13 @@ def run_published(donor, source, out, workers, queue):
     """The published method: whole tensors, packed per block, kept for GGUFWriter."""
     from gguf import GGMLQuantizationType, GGUFReader, GGUFWriter
 
-    from gguf_exact import bf16, q4_0
-    from gguf_exact.checkpoint import Checkpoint
-    from gguf_exact.donor import open_donor
-    from gguf_exact.published import published_q4_0
-    from gguf_exact.repack_map import build_map
-    from gguf_exact.source_rows import locate
-    from gguf_exact.vocab import copy_field
+    from gguf_exact.core import bf16, q4_0
+    from gguf_exact.formats.checkpoint import Checkpoint
+    from gguf_exact.repack.donor import open_donor
+    from gguf_exact.core.published import published_q4_0
+    from gguf_exact.repack.tensor_map import build_map
+    from gguf_exact.repack.source_rows import locate
+    from gguf_exact.formats.vocab import copy_field
 
     start, cpu0 = time.perf_counter(), cpu_seconds()
     reader = GGUFReader(donor)
@@ -129,7 +129,7 @@ def main() -> None:
     parser.add_argument("--skip-published", action="store_true")
     args = parser.parse_args()
 
-    from gguf_exact.tiny_main import E2B, write_donor, write_main_checkpoint
+    from gguf_exact.tiny.main_model import E2B, write_donor, write_main_checkpoint
 
     spec = dataclasses.replace(E2B, row_scale=args.scale)
     root = Path(tempfile.mkdtemp(prefix="bench-repack-", dir=args.dir))

@@ -3,7 +3,7 @@
 
 For each tiny pair (``agreeing``: acceptance 1; ``mixed``: partial acceptance) and
 each n-max (0 = the target alone), the shipped prompts run in-process
-(:class:`gguf_exact.runner.Runner`) and against a llama-server started on the
+(:class:`gguf_exact.speculative.runner.Runner`) and against a llama-server started on the
 same files with the same context, threads, batch and n-max, in A B B A order
 (runner, server, server, runner) per round. Printed per row: tokens/s of both
 (generation phase: llama-server's ``timings.predicted_per_second`` and the same
@@ -12,7 +12,7 @@ acceptance, whether the token ids agree with the server's, and the runner's
 Python-side time per speculative step (wall time outside ``llama_decode``,
 median over runs).
 
-llama-server comes from ``gguf_exact.llama_build`` (``gguf-exact build-llama``);
+llama-server comes from ``gguf_exact.serving.llama_build`` (``gguf-exact build-llama``);
 without it, or with ``--no-server``, only the runner's figures are printed.
 
     .venv/bin/python scripts/bench_runner.py [--n-predict 128] [--threads 1] [--rounds 2]
@@ -30,12 +30,12 @@ import time
 from pathlib import Path
 
 from gguf_exact.errors import GgufExactError
-from gguf_exact.llama_build import find_build
-from gguf_exact.prompt_set import load_prompts
-from gguf_exact.runner import Runner
-from gguf_exact.server import plan_launch, start_server, stop_server
-from gguf_exact.server_client import server_generate
-from gguf_exact.tiny_pairs import write_runner_pairs
+from gguf_exact.serving.llama_build import find_build
+from gguf_exact.speculative.prompt_set import load_prompts
+from gguf_exact.speculative.runner import Runner
+from gguf_exact.serving.server import plan_launch, start_server, stop_server
+from gguf_exact.serving.client import server_generate
+from gguf_exact.tiny.pairs import write_runner_pairs
 
 
 def free_port() -> int:

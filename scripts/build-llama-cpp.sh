@@ -4,9 +4,9 @@
 #   scripts/build-llama-cpp.sh              # CPU
 #   scripts/build-llama-cpp.sh --cuda 86    # RTX 3050 (75: GTX 1650 Ti)
 # Cached in ~/.cache/gguf-exact/llama.cpp/<commit>-<backend>/bin (printed on stdout);
-# a second run returns at once. A thin wrapper over gguf_exact.llama_build.build_llama_cpp.
+# a second run returns at once. A thin wrapper over gguf_exact.serving.llama_build.build_llama_cpp.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY="${PYTHON:-.venv/bin/python}"
 [ -x "$PY" ] || PY=python3
-exec "$PY" -m gguf_exact.llama_build "$@"
+exec "$PY" -m gguf_exact.serving.llama_build "$@"

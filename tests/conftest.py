@@ -3,7 +3,7 @@ from pathlib import Path
 
 import pytest
 
-from gguf_exact.tiny import write_tiny_drafter, write_tiny_target
+from gguf_exact.tiny.models import write_tiny_drafter, write_tiny_target
 
 
 @pytest.fixture(scope="session")

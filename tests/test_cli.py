@@ -7,9 +7,9 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
-from gguf_exact import bf16
+from gguf_exact.core import bf16
 from gguf_exact.cli import main
-from gguf_exact.tiny import TinyDrafter, TinyTarget, drafter_config, drafter_tensors, write_checkpoint, write_tiny_target
+from gguf_exact.tiny.models import TinyDrafter, TinyTarget, drafter_config, drafter_tensors, write_checkpoint, write_tiny_target
 
 
 def run(*args):

@@ -7,12 +7,12 @@ import numpy as np
 import pytest
 from gguf import GGMLQuantizationType, GGUFReader
 
-from gguf_exact import bf16, q4_0
-from gguf_exact.checkpoint import Checkpoint
-from gguf_exact.convert import convert_drafter
+from gguf_exact.core import bf16, q4_0
+from gguf_exact.formats.checkpoint import Checkpoint
+from gguf_exact.drafter.convert import convert_drafter
 from gguf_exact.errors import OffGridError
-from gguf_exact.tiny import drafter_config, drafter_tensors, write_checkpoint
-from gguf_exact.verify import verify_gguf
+from gguf_exact.tiny.models import drafter_config, drafter_tensors, write_checkpoint
+from gguf_exact.drafter.verify import verify_gguf
 
 N_LAYERS = 4
 EXPECTED_TENSORS = {
@@ -138,7 +138,7 @@ def test_off_grid_matrix_stops_or_falls_back(tiny, tmp_path):
 
 
 def test_unified_assistant_converts_to_the_same_bytes(tiny, tmp_path):
-    from gguf_exact.tiny import TinyDrafter
+    from gguf_exact.tiny.models import TinyDrafter
 
     spec = TinyDrafter(architecture="Gemma4UnifiedAssistantForCausalLM")
     tensors = drafter_tensors(spec, seed=1)
@@ -151,8 +151,8 @@ def test_unified_assistant_converts_to_the_same_bytes(tiny, tmp_path):
 
 
 def test_inspect_predicts_what_convert_achieves(tiny, tmp_path):
-    from gguf_exact.gemma4_assistant import gguf_tensor_name
-    from gguf_exact.inspect_qat import inspect_checkpoint
+    from gguf_exact.gemma4.assistant import gguf_tensor_name
+    from gguf_exact.drafter.inspect_qat import inspect_checkpoint
 
     report = inspect_checkpoint(tiny / "drafter-fp32")
     result = convert_drafter(tiny / "drafter-fp32", tmp_path / "d.gguf", tiny / "target.gguf")
@@ -164,7 +164,7 @@ def test_inspect_predicts_what_convert_achieves(tiny, tmp_path):
 
 def test_target_of_another_width_is_refused(tiny, tmp_path):
     from gguf_exact.errors import GgufExactError
-    from gguf_exact.tiny import TinyTarget, write_tiny_target
+    from gguf_exact.tiny.models import TinyTarget, write_tiny_target
 
     target = write_tiny_target(tmp_path / "wide.gguf", spec=TinyTarget(n_embd=256))
     with pytest.raises(GgufExactError, match="target embedding_length 256 differs from the drafter's backbone_hidden_size 128"):

@@ -13,11 +13,11 @@ pytest.importorskip("llama_cpp")
 
 from click.testing import CliRunner  # noqa: E402
 
-from gguf_exact.bench import Arm, alternating_order, bench_servers, parse_server_arm  # noqa: E402
+from gguf_exact.speculative.bench import Arm, alternating_order, bench_servers, parse_server_arm  # noqa: E402
 from gguf_exact.cli import main  # noqa: E402
 from gguf_exact.errors import GgufExactError  # noqa: E402
-from gguf_exact.prompt_set import load_prompts, prompt_names  # noqa: E402
-from gguf_exact.tiny_pairs import write_runner_pairs  # noqa: E402
+from gguf_exact.speculative.prompt_set import load_prompts, prompt_names  # noqa: E402
+from gguf_exact.tiny.pairs import write_runner_pairs  # noqa: E402
 
 
 @pytest.fixture(scope="module")

@@ -4,13 +4,13 @@ import numpy as np
 import pytest
 from gguf import GGMLQuantizationType, quants
 
-from gguf_exact import bf16, q4_0
+from gguf_exact.core import bf16, q4_0
 from gguf_exact.errors import GgufExactError
-from gguf_exact.exact import plan_matrix
-from gguf_exact.grid import fit_grid
-from gguf_exact.published import published_q4_0
-from gguf_exact.scale import choose_scales
-from gguf_exact.synthetic import qat_matrix, random_matrix
+from gguf_exact.core.exact import plan_matrix
+from gguf_exact.core.grid import fit_grid
+from gguf_exact.core.published import published_q4_0
+from gguf_exact.core.scale import choose_scales
+from gguf_exact.tiny.synthetic import qat_matrix, random_matrix
 
 
 def blocks_with_levels(levels, step):

@@ -11,15 +11,15 @@ import pytest
 from click.testing import CliRunner
 from huggingface_hub import constants, hf_hub_download
 
-from gguf_exact import checksums
-from gguf_exact.checksums import Checksums, Entry, RepoPin
+from gguf_exact.hub import checksums
+from gguf_exact.hub.checksums import Checksums, Entry, RepoPin
 from gguf_exact.cli import main
-from gguf_exact.convert import convert_drafter
+from gguf_exact.drafter.convert import convert_drafter
 from gguf_exact.errors import GgufExactError
-from gguf_exact.fetch import fetch_recipe
-from gguf_exact.hub import HubConfig, storage_dir
-from gguf_exact.pin import pin_recipe
-from gguf_exact.recipes import load_recipe
+from gguf_exact.hub.fetch import fetch_recipe
+from gguf_exact.hub.client import HubConfig, storage_dir
+from gguf_exact.hub.pin import pin_recipe
+from gguf_exact.hub.recipes import load_recipe
 
 from hubserver import FakeHub
 
@@ -367,7 +367,7 @@ def test_build_with_vocab_from_skips_the_target(hub, tmp_path, published, tiny):
 
 
 def test_checked_in_recipes_and_checksums(tmp_path):
-    from gguf_exact.recipes import RECIPES_DIR, recipe_names
+    from gguf_exact.hub.recipes import RECIPES_DIR, recipe_names
 
     assert {"e2b-assistant", "e4b-assistant", "e2b", "e4b"} <= set(recipe_names())
     facts = {

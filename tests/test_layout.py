@@ -4,7 +4,7 @@ import ml_dtypes
 import numpy as np
 from gguf import GGMLQuantizationType, quants
 
-from gguf_exact import bf16, q4_0
+from gguf_exact.core import bf16, q4_0
 
 
 def test_q4_0_block_bytes_by_hand():

@@ -6,10 +6,10 @@ import pytest
 
 pytest.importorskip("llama_cpp")
 
-from gguf_exact.convert import convert_drafter  # noqa: E402
+from gguf_exact.drafter.convert import convert_drafter  # noqa: E402
 from gguf_exact.errors import GgufExactError  # noqa: E402
-from gguf_exact.llama_mtp import TargetWithDrafter  # noqa: E402
-from gguf_exact.tiny import TinyTarget, write_tiny_drafter, write_tiny_target  # noqa: E402
+from gguf_exact.speculative.llama_mtp import TargetWithDrafter  # noqa: E402
+from gguf_exact.tiny.models import TinyTarget, write_tiny_drafter, write_tiny_target  # noqa: E402
 
 N_VOCAB = TinyTarget().n_vocab
 

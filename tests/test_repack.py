@@ -12,12 +12,12 @@ import numpy as np
 import pytest
 from gguf import GGMLQuantizationType, GGUFReader
 
-from gguf_exact import bf16, q4_0
-from gguf_exact.checkpoint import Checkpoint
+from gguf_exact.core import bf16, q4_0
+from gguf_exact.formats.checkpoint import Checkpoint
 from gguf_exact.errors import GgufExactError, OffGridError
-from gguf_exact.exact import plan_matrix
-from gguf_exact.repack import repack_model
-from gguf_exact.tiny_main import TINY, TINY_MOE, MainSpec, hf_config, model_tensors, write_donor, write_main_checkpoint
+from gguf_exact.core.exact import plan_matrix
+from gguf_exact.repack.pipeline import repack_model
+from gguf_exact.tiny.main_model import TINY, TINY_MOE, MainSpec, hf_config, model_tensors, write_donor, write_main_checkpoint
 
 Q4_0, Q6_K, F16, F32, Q8_0 = (GGMLQuantizationType[n] for n in ("Q4_0", "Q6_K", "F16", "F32", "Q8_0"))
 
@@ -118,7 +118,7 @@ def test_sharded_source_and_a_second_run_give_the_same_bytes(model, tmp_path):
 
 
 def test_chunk_size_does_not_change_the_bytes(model, tmp_path, monkeypatch):
-    from gguf_exact import repack
+    from gguf_exact.repack import pipeline as repack
 
     monkeypatch.setattr(repack, "CHUNK_VALUES", 3000)  # chunks of 11 rows of 256, 1 row of 8960...
     repack_model(model / "donor.gguf", model / "src", tmp_path / "small-chunks.gguf")
@@ -205,11 +205,11 @@ def q8_0_drafter(folder: Path, target: Path, out: Path) -> Path:
     (``--outtype q8_0``): matrices Q8_0, norms F32, the target's tokenizer."""
     from gguf import GGUFValueType
 
-    from gguf_exact.convert import plan_drafter
-    from gguf_exact.gemma4_assistant import ARCH, AssistantConfig, Field, metadata
-    from gguf_exact.gguf_file import encode, write_gguf
-    from gguf_exact.verify import source_bits as bits_of
-    from gguf_exact.vocab import read_target
+    from gguf_exact.drafter.convert import plan_drafter
+    from gguf_exact.gemma4.assistant import ARCH, AssistantConfig, Field, metadata
+    from gguf_exact.formats.gguf_file import encode, write_gguf
+    from gguf_exact.drafter.verify import source_bits as bits_of
+    from gguf_exact.formats.vocab import read_target
 
     with Checkpoint(folder) as ckpt:
         cfg = AssistantConfig.from_hf(ckpt.config)
@@ -227,7 +227,7 @@ def q8_0_drafter(folder: Path, target: Path, out: Path) -> Path:
 
 
 def test_gemma4_assistant_donor_gives_the_converters_q4_0(tiny, tmp_path):
-    from gguf_exact.convert import convert_drafter
+    from gguf_exact.drafter.convert import convert_drafter
 
     donor = q8_0_drafter(tiny / "drafter-fp32", tiny / "target.gguf", tmp_path / "drafter-q8_0.gguf")
     result = repack_model(donor, tiny / "drafter-fp32", tmp_path / "repacked.gguf")
@@ -246,8 +246,8 @@ def test_gemma4_assistant_donor_gives_the_converters_q4_0(tiny, tmp_path):
 
 RSS_SCRIPT = """
 import resource, sys
-from gguf_exact.repack import repack_model
-import gguf_exact.checkpoint, gguf_exact.tiny_main  # everything imported before the baseline
+from gguf_exact.repack.pipeline import repack_model
+import gguf_exact.formats.checkpoint, gguf_exact.tiny.main_model  # everything imported before the baseline
 before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 repack_model(sys.argv[1], sys.argv[2], sys.argv[3])
 after = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
@@ -296,7 +296,7 @@ def test_donor_and_source_of_different_models(model, tmp_path, outdir):
     write_main_checkpoint(tmp_path / "other", TINY, seed=7)  # same shapes, other weights
     msg = expect_failure(outdir / "x.gguf", "donor and source are different models", model / "donor.gguf", tmp_path / "other")
     assert "tensor token_embd.weight differs from the source's model.language_model.embed_tokens.weight" in msg
-    from gguf_exact.tiny import write_tiny_drafter
+    from gguf_exact.tiny.models import write_tiny_drafter
 
     write_tiny_drafter(tmp_path / "drafter", seed=0)
     expect_failure(outdir / "x.gguf", "do not match the donor's gemma4", model / "donor.gguf", tmp_path / "drafter")
@@ -309,8 +309,8 @@ def test_missing_shard(model, tmp_path, outdir):
 
 
 def test_source_tensor_missing(model, tmp_path, outdir):
-    from gguf_exact.safetensors_stream import StreamTensor, write_folder
-    from gguf_exact.tiny_main import source_fill
+    from gguf_exact.formats.safetensors_stream import StreamTensor, write_folder
+    from gguf_exact.tiny.main_model import source_fill
 
     keep = [t for t in model_tensors(TINY) if t.hf_name != "model.language_model.layers.2.self_attn.k_proj.weight"]
     write_folder(tmp_path / "src", hf_config(TINY), [StreamTensor(t.hf_name, t.shape, "BF16", source_fill(t, 0)) for t in keep])
@@ -321,8 +321,8 @@ def test_source_tensor_missing(model, tmp_path, outdir):
 
 
 def test_shape_mismatch(model, tmp_path, outdir):
-    from gguf_exact.safetensors_stream import StreamTensor, write_folder
-    from gguf_exact.tiny_main import source_fill
+    from gguf_exact.formats.safetensors_stream import StreamTensor, write_folder
+    from gguf_exact.tiny.main_model import source_fill
 
     stream = []
     for t in model_tensors(TINY):
@@ -335,9 +335,9 @@ def test_shape_mismatch(model, tmp_path, outdir):
 
 
 def off_grid_source(model: Path, folder: Path) -> Path:
-    from gguf_exact.safetensors_stream import StreamTensor, write_folder
-    from gguf_exact.synthetic import random_matrix
-    from gguf_exact.tiny_main import source_fill
+    from gguf_exact.formats.safetensors_stream import StreamTensor, write_folder
+    from gguf_exact.tiny.synthetic import random_matrix
+    from gguf_exact.tiny.main_model import source_fill
 
     stream = []
     for t in model_tensors(TINY):
@@ -406,7 +406,7 @@ def test_cli_repack(model, outdir):
 
 
 def test_a_block_changed_after_writing_fails_verification(model, outdir, monkeypatch):
-    from gguf_exact.gguf_stream import StreamingGGUF, pwrite_all
+    from gguf_exact.formats.gguf_stream import StreamingGGUF, pwrite_all
 
     finish = StreamingGGUF.finish
 
@@ -426,9 +426,9 @@ def test_a_block_changed_after_writing_fails_verification(model, outdir, monkeyp
 def test_source_tensors_the_donor_lacks_and_donor_tensors_of_unknown_names_are_reported(model, tmp_path):
     from gguf import GGUFWriter
 
-    from gguf_exact.safetensors_stream import StreamTensor, write_folder
-    from gguf_exact.tiny_main import ModelTensor, source_fill
-    from gguf_exact.vocab import copy_field
+    from gguf_exact.formats.safetensors_stream import StreamTensor, write_folder
+    from gguf_exact.tiny.main_model import ModelTensor, source_fill
+    from gguf_exact.formats.vocab import copy_field
 
     # E2B's checkpoint may carry K/V projections for KV-shared layers, which the GGUF omits
     extra = ModelTensor("model.language_model.layers.5.self_attn.k_proj.weight", "", (64, 256), "matrix", Q4_0)
@@ -454,9 +454,9 @@ def test_source_tensors_the_donor_lacks_and_donor_tensors_of_unknown_names_are_r
 
 
 def test_a_worker_failure_is_one_line_and_leaves_nothing(model, tmp_path, outdir, monkeypatch):
-    from gguf_exact import repack
-    from gguf_exact.safetensors_stream import StreamTensor, write_folder
-    from gguf_exact.tiny_main import source_fill
+    from gguf_exact.repack import pipeline as repack
+    from gguf_exact.formats.safetensors_stream import StreamTensor, write_folder
+    from gguf_exact.tiny.main_model import source_fill
 
     stream = []
     for t in model_tensors(TINY):

@@ -5,15 +5,15 @@ import numpy as np
 import pytest
 from gguf import GGMLQuantizationType, GGUFReader, GGUFValueType, GGUFWriter, quants
 
-from gguf_exact import bf16, q6_k
-from gguf_exact.chunk_stats import ErrorStats, compare_chunk
-from gguf_exact.exact import plan_matrix
-from gguf_exact.gemma4_names import Mapping, gguf_tensor_name, split_expert_source, tensor_kind
-from gguf_exact.gguf_layout import TensorEntry, encode_header, parse_header
-from gguf_exact.gguf_stream import StreamingGGUF, pwrite_all
-from gguf_exact.row_plan import plan_rows
-from gguf_exact.synthetic import qat_matrix
-from gguf_exact.verify import compare_values
+from gguf_exact.core import bf16, q6_k
+from gguf_exact.repack.chunk_stats import ErrorStats, compare_chunk
+from gguf_exact.core.exact import plan_matrix
+from gguf_exact.gemma4.names import Mapping, gguf_tensor_name, split_expert_source, tensor_kind
+from gguf_exact.formats.gguf_layout import TensorEntry, encode_header, parse_header
+from gguf_exact.formats.gguf_stream import StreamingGGUF, pwrite_all
+from gguf_exact.repack.row_plan import plan_rows
+from gguf_exact.tiny.synthetic import qat_matrix
+from gguf_exact.drafter.verify import compare_values
 
 T = GGMLQuantizationType
 
@@ -71,7 +71,7 @@ def test_streaming_writer_places_tensors_and_rewrites_a_fallback(tmp_path):
     a = np.arange(12, dtype=np.float32).reshape(3, 4)
     q8 = quants.quantize(np.linspace(-1, 1, 64, dtype=np.float32).reshape(2, 32), T.Q8_0)
     entries = [TensorEntry("a", (4, 3), T.F32), TensorEntry("b", (32, 2), T.Q4_0)]
-    from gguf_exact.gguf_layout import encode_kv
+    from gguf_exact.formats.gguf_layout import encode_kv
 
     kv = [encode_kv("general.architecture", GGUFValueType.STRING, "gemma4")]
     w = StreamingGGUF(tmp_path / "s.gguf", 3, kv, entries, 32)
@@ -133,9 +133,9 @@ def test_q6_k_encoder_decodes_with_gguf_py():
 
 
 def test_row_source_reads_rows_and_expert_halves(tmp_path):
-    from gguf_exact.checkpoint import Checkpoint
-    from gguf_exact.safetensors_stream import StreamTensor, write_folder
-    from gguf_exact.source_rows import RowSource, locate
+    from gguf_exact.formats.checkpoint import Checkpoint
+    from gguf_exact.formats.safetensors_stream import StreamTensor, write_folder
+    from gguf_exact.repack.source_rows import RowSource, locate
 
     bank = np.arange(3 * 8 * 32, dtype=np.uint16).reshape(3, 8, 32)
     f32 = np.linspace(-1, 1, 64, dtype=np.float32).reshape(2, 32)

@@ -32,13 +32,13 @@ pytest.importorskip("llama_cpp")
 
 from gguf import GGUFReader  # noqa: E402
 
-from gguf_exact import speculative  # noqa: E402
-from gguf_exact.convert import convert_drafter  # noqa: E402
+from gguf_exact.speculative import loop as speculative  # noqa: E402
+from gguf_exact.drafter.convert import convert_drafter  # noqa: E402
 from gguf_exact.errors import GgufExactError  # noqa: E402
-from gguf_exact.prompt_set import load_prompts  # noqa: E402
-from gguf_exact.runner import Generation, Runner, generate, live_contexts  # noqa: E402
-from gguf_exact.tiny import TinyDrafter, TinyTarget, write_tiny_drafter, write_tiny_target  # noqa: E402
-from gguf_exact.tiny_pairs import PAIRS, write_runner_pairs  # noqa: E402
+from gguf_exact.speculative.prompt_set import load_prompts  # noqa: E402
+from gguf_exact.speculative.runner import Generation, Runner, generate, live_contexts  # noqa: E402
+from gguf_exact.tiny.models import TinyDrafter, TinyTarget, write_tiny_drafter, write_tiny_target  # noqa: E402
+from gguf_exact.tiny.pairs import PAIRS, write_runner_pairs  # noqa: E402
 
 NEAR_TIE = 0.04  # top-2 logit gap under which batched and single passes may disagree
 MAX_TIES = 2  # near-tie partings allowed per output

@@ -12,8 +12,8 @@ import time
 import pytest
 
 from _llama_server import TEST_SETTINGS, complete, free_port, get_json, server_binary
-from gguf_exact.convert import convert_drafter
-from gguf_exact.tiny import write_agreeing_pair
+from gguf_exact.drafter.convert import convert_drafter
+from gguf_exact.tiny.models import write_agreeing_pair
 
 
 def cli(*args: str, env: dict) -> subprocess.CompletedProcess:

@@ -6,11 +6,11 @@ from pathlib import Path
 import pytest
 
 from _llama_server import server_binary
-from gguf_exact import llama_build
+from gguf_exact.serving import llama_build
 from gguf_exact.errors import GgufExactError
-from gguf_exact.llama_build import COMMIT, TARGETS, PinnedSdist, backend_name, cmake_args, pinned_sdist, verify_sdist
-from gguf_exact.profiles import available_profiles, load_profile, parse_value
-from gguf_exact.server_stats import draft_counters, parse_acceptance, parse_metrics
+from gguf_exact.serving.llama_build import COMMIT, TARGETS, PinnedSdist, backend_name, cmake_args, pinned_sdist, verify_sdist
+from gguf_exact.serving.profiles import available_profiles, load_profile, parse_value
+from gguf_exact.serving.stats import draft_counters, parse_acceptance, parse_metrics
 
 LOG = """\
 srv  log_server_r: request: POST /completion 127.0.0.1 200
@@ -61,7 +61,7 @@ def test_shipped_profiles():
     assert load_profile("cpu").build == "cpu"
     # every value in a shipped profile carries a comment saying why
     for name in ("rtx3050", "gtx1650ti", "cpu"):
-        for line in (Path(llama_build.__file__).parent.parent / "serve" / f"{name}.toml").read_text().splitlines():
+        for line in (Path(llama_build.__file__).parents[2] / "serve" / f"{name}.toml").read_text().splitlines():
             if "=" in line and not line.lstrip().startswith("#"):
                 assert "#" in line, f"{name}.toml: {line}"
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from gguf_exact.speculative import agreeing_prefix, speculate
+from gguf_exact.speculative.loop import agreeing_prefix, speculate
 
 
 def greedy_next(seq: list[int]) -> int:

@@ -1,0 +1,8 @@
+"""The exact Q4_0 core: pure numpy on arrays, no I/O.
+
+- ``bf16``, ``q4_0``, ``q6_k``: data layouts, each stated once
+- ``grid``: QAT grid detection (levels and a step per block of 32)
+- ``scale``: the fp16 scale per block that decodes to the source bits
+- ``exact``: both over a whole matrix, chunked over two cores
+- ``published``: the published method, kept as the benchmark baseline
+"""

@@ -1,0 +1,1 @@
+"""Drafter commands: ``inspect``, ``convert``, ``verify``, ``compare``."""

@@ -1,0 +1,80 @@
+"""Writing a GGUF file tensor by tensor, chunk by chunk, in bounded memory.
+
+The header (key/values and tensor infos) has the same length whatever the tensor
+types and offsets turn out to be (both are fixed-size fields), so its room is
+reserved first, tensors are streamed in order with ``os.pwrite`` at aligned offsets
+(chunks of one tensor may be written by several threads at once), and the header
+is written last, when every tensor's final type is known. Gaps are zero-filled
+and the file ends padded to the alignment, as gguf-py's ``GGUFWriter`` leaves it.
+"""
+
+import os
+from pathlib import Path
+
+import numpy as np
+
+from gguf_exact.formats.gguf_layout import TensorEntry, align, encode_header, layout_offsets
+
+ZEROS = bytes(1 << 16)
+
+
+def pwrite_all(fd: int, data, offset: int) -> None:
+    view = memoryview(np.ascontiguousarray(data)).cast("B") if isinstance(data, np.ndarray) else memoryview(data)
+    done = 0
+    while done < len(view):
+        done += os.pwrite(fd, view[done:], offset + done)
+
+
+def write_zeros(fd: int, start: int, end: int) -> None:
+    while start < end:
+        n = min(len(ZEROS), end - start)
+        pwrite_all(fd, ZEROS[:n], start)
+        start += n
+
+
+class StreamingGGUF:
+    """A GGUF being written at ``path``: :meth:`place` each tensor in order, write
+    its bytes at the returned offset, :meth:`finish` with the final header."""
+
+    def __init__(self, path: Path, version: int, kv_raw: list[bytes], tensors: list[TensorEntry], alignment: int) -> None:
+        self.path, self.version, self.alignment = path, version, alignment
+        self.kv_raw = list(kv_raw)
+        self.data_start = len(encode_header(version, self.kv_raw, layout_offsets(tensors, alignment), alignment))
+        self.fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
+        self.placed: list[TensorEntry] = []
+        self.end = 0  # relative to the data start, after the last placed tensor
+
+    def place(self, entry: TensorEntry) -> int:
+        """Reserve room for ``entry`` (its type and shape final) after the tensors
+        placed so far; returns the absolute file offset to write its bytes at."""
+        offset = align(self.end, self.alignment)
+        self.placed.append(TensorEntry(entry.name, entry.ne, entry.type, offset))
+        self.end = offset + entry.nbytes
+        return self.data_start + offset
+
+    def replace_last(self, entry: TensorEntry) -> int:
+        """Place the last tensor again with another type (a fallback); same offset."""
+        last = self.placed.pop()
+        self.end = last.offset
+        return self.place(entry)
+
+    def finish(self, kv_raw: list[bytes]) -> int:
+        """Zero the gaps, write the header (``kv_raw`` must have the same lengths as
+        at the start), trim; returns the file size."""
+        header = encode_header(self.version, kv_raw, self.placed, self.alignment)
+        if len(header) != self.data_start:
+            raise AssertionError("header length changed between reservation and finish")
+        pos = 0
+        for t in self.placed:
+            write_zeros(self.fd, self.data_start + pos, self.data_start + t.offset)
+            pos = t.offset + t.nbytes
+        size = self.data_start + align(pos, self.alignment)
+        write_zeros(self.fd, self.data_start + pos, size)
+        pwrite_all(self.fd, header, 0)
+        os.ftruncate(self.fd, size)
+        return size
+
+    def close(self) -> None:
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1

@@ -1,0 +1,81 @@
+"""``gguf-exact build``: rebuild a recipe's exact drafter from its pinned source and check
+that the result has the published file's sha256.
+
+Steps: fetch the ``[source]`` files at their pinned commit (verified), fetch the
+``[target]`` GGUF for the vocabulary unless a path is given, convert with
+:func:`gguf_exact.convert_drafter` (which verifies the written file against the
+source), then compare the output's sha256 with the ``[exact]`` file's pinned sha256.
+The output is kept either way, so a build that does not reproduce can be inspected.
+"""
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+from gguf_exact.hub import checksums
+from gguf_exact.drafter.convert import ConvertResult, convert_drafter
+from gguf_exact.errors import GgufExactError
+from gguf_exact.hub.fetch import Fetched, fetch_recipe, part_dir, pinned_files
+from gguf_exact.hub.client import HubConfig
+from gguf_exact.hub.recipes import Recipe
+
+
+@dataclass
+class BuildResult:
+    recipe: Recipe
+    output: Path
+    sha256: str
+    published: str | None  # the [exact] file's path in the checksum file
+    published_sha256: str | None
+    sources: list[Fetched]
+    vocab_from: Path
+    convert: ConvertResult
+
+    @property
+    def reproduced(self) -> bool | None:
+        """True when the output has the published sha256; None when nothing is pinned to compare with."""
+        return None if self.published_sha256 is None else self.sha256 == self.published_sha256
+
+
+def build_recipe(
+    recipe: Recipe,
+    models_dir: str | Path,
+    out_dir: str | Path,
+    vocab_from: str | Path | None = None,
+    config: HubConfig | None = None,
+    progress: Callable[[str], None] | None = None,
+    download_progress: bool = True,
+) -> BuildResult:
+    """Fetch, convert and verify ``recipe``'s drafter into ``out_dir/<output>``, and
+    compare its sha256 with the published exact file's."""
+    if recipe.kind != "drafter":
+        raise GgufExactError(f"{recipe.path}: recipe {recipe.name} is a {recipe.kind}; `build` makes drafters (kind = \"drafter\") only")
+    config = config or HubConfig.from_env()
+    pins = checksums.read(recipe.checksums)
+    published = None
+    if "exact" in recipe.parts:
+        files = pinned_files(recipe, "exact", pins)
+        if len(files) != 1:
+            raise GgufExactError(f"{recipe.path}: the exact section must name one GGUF to compare the build with; it names {len(files)}")
+        published = files[0]
+    pinned_files(recipe, "source", pins)  # every pin is checked before anything is downloaded
+    if vocab_from is None:
+        if "target" not in recipe.parts:
+            raise GgufExactError(f"{recipe.path}: no target section names the target GGUF; pass --vocab-from TARGET.gguf")
+        pinned_files(recipe, "target", pins)
+    sources = fetch_recipe(recipe, "source", models_dir, config, download_progress)
+    if vocab_from is None:
+        vocab_from = fetch_recipe(recipe, "target", models_dir, config, download_progress)[0].path
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    result = convert_drafter(part_dir(models_dir, recipe.part("source")), out_dir / recipe.output, vocab_from, progress=progress)
+    return BuildResult(
+        recipe,
+        result.path,
+        result.sha256,
+        published.path if published else None,
+        published.sha256 if published else None,
+        sources,
+        Path(vocab_from),
+        result,
+    )

@@ -1,0 +1,123 @@
+"""``gguf-exact fetch``: the files a recipe names, from the revision its checksum file
+pins, each checked against its sha256 before it is placed at its final path.
+
+Final paths are ``MODELS_DIR/<repo>/<file>``, the paths the checksum file lists, so
+``cd MODELS_DIR && sha256sum -c --ignore-missing ../checksums/<recipe>.sha256`` checks
+them again. A file already there with the pinned sha256 is kept; one with another
+sha256 is removed first, so a failed fetch leaves nothing at the final path. The bytes
+come from the Hub cache when they are there (and always with ``HF_HUB_OFFLINE=1``),
+otherwise from the Hub (see :mod:`.hub` for the cache and how downloads resume).
+"""
+
+import hashlib
+import os
+from dataclasses import dataclass
+from fnmatch import fnmatchcase
+from pathlib import Path
+
+from gguf_exact.hub import checksums
+from gguf_exact.errors import GgufExactError
+from gguf_exact.formats.gguf_file import atomic_output, sha256_file
+from gguf_exact.hub.client import HubConfig, cached_files, download
+from gguf_exact.hub.recipes import Recipe, RepoPart, is_pattern
+
+
+@dataclass(frozen=True)
+class PinnedFile:
+    """One file to fetch: where it is on the Hub and the sha256 it must have."""
+
+    repo: str
+    filename: str
+    sha256: str
+    revision: str  # the pinned commit when known, else the pinned revision
+    commit: str | None
+
+    @property
+    def path(self) -> str:
+        """Its path in the checksum file and under the models dir."""
+        return f"{self.repo}/{self.filename}"
+
+
+@dataclass(frozen=True)
+class Fetched:
+    file: PinnedFile
+    path: Path
+    how: str  # "in place", "from cache", "downloaded" or "resumed"
+    size: int
+    commit: str | None  # the commit it came from, when known
+
+
+def pinned_files(recipe: Recipe, role: str, pins: checksums.Checksums) -> list[PinnedFile]:
+    """The files of a recipe part with their pinned sha256 and revision (no I/O).
+
+    Every name in the part's ``files`` must have a line in the checksum file, and every
+    pattern must match at least one."""
+    part = recipe.part(role)
+    pin = pins.pins.get(part.repo)
+    revision = pin.commit if pin and pin.commit else (pin.revision if pin else part.revision)
+    entries = {e.path[len(part.repo) + 1 :]: e.sha256 for e in pins.repo_entries(part.repo)}
+    chosen: dict[str, str] = {}
+    for wanted in part.files:
+        matched = [f for f in entries if f == wanted or (is_pattern(wanted) and fnmatchcase(f, wanted))]
+        if not matched:
+            raise GgufExactError(
+                f"{recipe.checksums}: no sha256 pinned for {part.repo}/{wanted}; "
+                f"run `gguf-exact pin {recipe.name} --what {role}` to record it from the Hub"
+            )
+        chosen |= {f: entries[f] for f in matched}
+    return [PinnedFile(part.repo, f, sha, revision, pin.commit if pin else None) for f, sha in sorted(chosen.items())]
+
+
+def part_dir(models_dir: str | Path, part: RepoPart) -> Path:
+    """Where a part's files are placed: ``MODELS_DIR/<repo>``."""
+    return Path(models_dir) / part.repo
+
+
+def fetch_file(pf: PinnedFile, dest: Path, config: HubConfig, progress: bool = True) -> Fetched:
+    """Place ``pf`` at ``dest``, verified; nothing is left at ``dest`` on failure."""
+    if dest.is_file():
+        if sha256_file(dest) == pf.sha256:
+            return Fetched(pf, dest, "in place", dest.stat().st_size, pf.commit)
+        dest.unlink()
+    for candidate in cached_files(pf.repo, pf.filename, config, pf.commit, pf.revision, pf.sha256):
+        if sha256_file(candidate) == pf.sha256:
+            _place(candidate, dest, pf.sha256)
+            return Fetched(pf, dest, "from cache", dest.stat().st_size, pf.commit)
+    if config.offline:
+        raise GgufExactError(
+            f"{pf.path}: not in the Hub cache ({config.cache_dir}) and HF_HUB_OFFLINE is set; "
+            "run the same command without HF_HUB_OFFLINE=1 to download it"
+        )
+    got = download(pf.repo, pf.filename, pf.revision, config, pf.sha256, progress)
+    _place(got.path, dest, pf.sha256)
+    how = "resumed" if got.resumed_from else "downloaded"
+    return Fetched(pf, dest, how, got.size, got.commit)
+
+
+def fetch_recipe(recipe: Recipe, role: str, models_dir: str | Path, config: HubConfig | None = None, progress: bool = True) -> list[Fetched]:
+    """Fetch every file of one part (``exact``, ``source`` or ``target``) of ``recipe``."""
+    config = config or HubConfig.from_env()
+    files = pinned_files(recipe, role, checksums.read(recipe.checksums))
+    root = part_dir(models_dir, recipe.part(role))
+    return [fetch_file(pf, root / pf.filename, config, progress) for pf in files]
+
+
+def _place(src: Path, dest: Path, sha256: str) -> None:
+    """Hard-link ``src`` at ``dest`` (copy across file systems), atomically, verified."""
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    src = src.resolve()
+    with atomic_output(dest) as tmp:
+        tmp.unlink()
+        try:
+            os.link(src, tmp)
+            return
+        except OSError:
+            pass
+        digest = hashlib.sha256()
+        with open(src, "rb") as fin, open(tmp, "wb") as fout:
+            for chunk in iter(lambda: fin.read(1 << 20), b""):
+                digest.update(chunk)
+                fout.write(chunk)
+        if digest.hexdigest() != sha256:
+            raise GgufExactError(f"{dest}: the copy from {src} has sha256 {digest.hexdigest()}, expected {sha256}; nothing placed")
+

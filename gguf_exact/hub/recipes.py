@@ -1,0 +1,130 @@
+"""Recipes (``convert/<name>.toml``): which Hub files make a model, and from which revision.
+
+A recipe names up to three parts, each a Hub repository, a revision and its files:
+
+- ``[source]``: the checkpoint to convert (Google's QAT bf16 weights);
+- ``[exact]``: the published exact GGUF, what ``gguf-exact fetch`` gets by default and
+  what ``gguf-exact build`` must reproduce;
+- ``[target]``: the target model's GGUF whose ``tokenizer.*`` keys the drafter copies
+  (``--vocab-from``).
+
+File entries are names or ``fnmatch`` patterns (``model*.safetensors*``). The hashes
+and the commit each revision resolved to live in the recipe's checksum file
+(``checksums/<name>.sha256``, see :mod:`.checksums`), written by ``gguf-exact pin``.
+:func:`parse_recipe` is pure; :func:`load_recipe` reads the file.
+"""
+
+import re
+import sys
+from dataclasses import dataclass
+from fnmatch import fnmatchcase
+from pathlib import Path
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+from gguf_exact.errors import GgufExactError
+
+RECIPES_DIR = Path(__file__).resolve().parents[2] / "convert"
+ROLES = ("source", "exact", "target")
+KINDS = ("drafter", "model")
+_REPO = re.compile(r"[A-Za-z0-9][\w.-]*/[\w.-]+")
+
+
+@dataclass(frozen=True)
+class RepoPart:
+    """One part of a recipe: a Hub repository, the revision to pin, and its files."""
+
+    role: str
+    repo: str
+    revision: str
+    files: tuple[str, ...]  # names or fnmatch patterns, relative to the repo root
+
+    def matches(self, filename: str) -> bool:
+        return any(filename == f or (is_pattern(f) and fnmatchcase(filename, f)) for f in self.files)
+
+
+@dataclass(frozen=True)
+class Recipe:
+    name: str
+    path: Path
+    kind: str  # "drafter" or "model"
+    description: str
+    output: str  # file name of the exact GGUF this recipe makes
+    parts: dict[str, RepoPart]
+    checksums: Path
+
+    def part(self, role: str) -> RepoPart:
+        if role not in self.parts:
+            have = ", ".join(self.parts) or "none"
+            raise GgufExactError(f"{self.path}: recipe {self.name} has no {role} section (it has: {have})")
+        return self.parts[role]
+
+
+def is_pattern(name: str) -> bool:
+    return any(c in name for c in "*?[")
+
+
+def parse_recipe(data: dict, path: Path) -> Recipe:
+    """Check a recipe's TOML table and build the :class:`Recipe` (no I/O)."""
+    name = data.get("name", path.stem)
+    kind = data.get("kind", "drafter")
+    if kind not in KINDS:
+        raise GgufExactError(f"{path}: kind = {kind!r}; expected one of {', '.join(KINDS)}")
+    output = data.get("output")
+    if not isinstance(output, str) or "/" in output or not output.endswith(".gguf"):
+        raise GgufExactError(f"{path}: output must be a file name ending in .gguf, e.g. output = \"{name}-q4_0-exact.gguf\"")
+    parts = {}
+    for role in ROLES:
+        if role in data:
+            parts[role] = parse_part(role, data[role], path)
+    if "source" not in parts:
+        raise GgufExactError(f"{path}: a recipe needs a source section with repo, revision and files")
+    if "target" in parts and len(parts["target"].files) != 1:
+        raise GgufExactError(f"{path}: the target section names the one GGUF whose tokenizer the drafter copies; it lists {len(parts['target'].files)} files")
+    checksums = data.get("checksums", f"../checksums/{name}.sha256")
+    return Recipe(name, path, kind, str(data.get("description", "")), output, parts, (path.parent / checksums).resolve())
+
+
+def parse_part(role: str, table: object, path: Path) -> RepoPart:
+    where = f"{path}: {role} section"
+    if not isinstance(table, dict):
+        raise GgufExactError(f"{where} must be a table with repo, revision and files")
+    repo, revision, files = table.get("repo"), table.get("revision"), table.get("files")
+    if not isinstance(repo, str) or not _REPO.fullmatch(repo):
+        raise GgufExactError(f"{where}: repo = {repo!r} is not a Hub repo id like \"google/gemma-4-E2B-it\"")
+    if not isinstance(revision, str) or not revision or any(c.isspace() for c in revision):
+        raise GgufExactError(f"{where}: revision must be a branch, tag or commit, e.g. revision = \"main\"")
+    if not isinstance(files, list) or not files or not all(isinstance(f, str) and f for f in files):
+        raise GgufExactError(f"{where}: files must be a non-empty list of file names or patterns")
+    for f in files:
+        if f.startswith("/") or ".." in f.split("/") or any(c.isspace() for c in f):
+            raise GgufExactError(f"{where}: file {f!r} must be a path inside the repo, without spaces")
+    return RepoPart(role, repo, revision, tuple(files))
+
+
+def recipe_path(name_or_path: str | Path, directory: Path = RECIPES_DIR) -> Path:
+    """``convert/<name>.toml`` for a name; a path to a ``.toml`` file as it is."""
+    text = str(name_or_path)
+    if text.endswith(".toml") or "/" in text:
+        return Path(text)
+    return directory / f"{text}.toml"
+
+
+def load_recipe(name_or_path: str | Path, directory: Path = RECIPES_DIR) -> Recipe:
+    """Load a recipe by name (``e2b-assistant``) or path (``convert/e2b-assistant.toml``)."""
+    path = recipe_path(name_or_path, directory)
+    if not path.is_file():
+        known = ", ".join(recipe_names(directory)) or "none"
+        raise GgufExactError(f"recipe {name_or_path}: no file {path}; known recipes: {known}")
+    try:
+        data = tomllib.loads(path.read_text())
+    except tomllib.TOMLDecodeError as err:
+        raise GgufExactError(f"{path}: not valid TOML ({err})") from None
+    return parse_recipe(data, path)
+
+
+def recipe_names(directory: Path = RECIPES_DIR) -> list[str]:
+    return sorted(p.stem for p in Path(directory).glob("*.toml"))

@@ -1,0 +1,79 @@
+"""Reading a re-packed file back before it is renamed into place, in one pass.
+
+The header is parsed again from disk (its key/values must be the bytes meant, the
+tensor infos the types and offsets meant); then the file is read start to end in
+the chunks it was written in: each chunk's digest must equal the digest of the
+bytes planned for it (so every Q4_0 block equals its plan, and every copied tensor
+equals the donor's), gaps must be zero, and the same pass gives the sha256.
+The bit-exact figures were measured on exactly those planned bytes, decoded.
+"""
+
+import hashlib
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+
+from gguf_exact.repack.donor import open_donor, pread_exact
+from gguf_exact.errors import GgufExactError
+from gguf_exact.formats.gguf_layout import TensorEntry, row_bytes
+
+READ_BYTES = 1 << 22
+
+
+def _fail(path: Path, what: str) -> GgufExactError:
+    return GgufExactError(f"{path}: verification failed: {what}")
+
+
+def verify_written(path: Path, kv_raw: list[bytes], placed: list[TensorEntry], results: list, donor, expected: Callable) -> str:
+    """Check ``path`` against what was meant; returns its sha256 (hex).
+
+    ``results`` hold, per tensor, ``chunk_rows`` and the chunk ``digests``;
+    ``expected(entry, r0, r1)`` recomputes a chunk's bytes to name the first bad block.
+    """
+    with open_donor(path) as written:
+        header, fd, size = written.header, written.fd, written.size
+        if [kv.raw for kv in header.kv] != kv_raw:
+            bad = next((a.key for a, b in zip(header.kv, kv_raw) if a.raw != b), "(count)")
+            raise _fail(path, f"metadata key {bad} differs from the donor's")
+        got = [(t.name, t.ne, t.type, t.offset) for t in header.tensors]
+        if got != [(t.name, t.ne, t.type, t.offset) for t in placed]:
+            raise _fail(path, "tensor infos differ from the plan")
+        sha = hashlib.sha256()
+        sha.update(pread_exact(fd, header.data_start, 0, path))
+        pos = header.data_start
+        for entry, result in zip(header.tensors, results):
+            start = header.data_start + entry.offset
+            _zeros(fd, pos, start, sha, path)
+            rb = row_bytes(entry.type, entry.cols)
+            rows, step = entry.rows, result.chunk_rows
+            for i, r0 in enumerate(range(0, rows, step)):
+                r1 = min(rows, r0 + step)
+                raw = pread_exact(fd, (r1 - r0) * rb, start + r0 * rb, path)
+                sha.update(raw)
+                if hashlib.sha256(raw).digest() != result.digests[i]:
+                    raise _fail(path, _where(entry, r0, r1, raw, expected))
+            pos = start + entry.nbytes
+        _zeros(fd, pos, size, sha, path)
+    return sha.hexdigest()
+
+
+def _zeros(fd: int, start: int, end: int, sha, path: Path) -> None:
+    while start < end:
+        raw = pread_exact(fd, min(READ_BYTES, end - start), start, path)
+        if raw.any():
+            raise _fail(path, f"padding at byte {start + int(np.flatnonzero(raw)[0])} is not zero")
+        sha.update(raw)
+        start += raw.size
+
+
+def _where(entry: TensorEntry, r0: int, r1: int, raw: np.ndarray, expected: Callable) -> str:
+    want, unit = expected(entry, r0, r1)
+    if want is None:
+        return f"tensor {entry.name}: rows {r0}..{r1 - 1} differ from what was written"
+    flat_want, flat_raw = np.asarray(want).reshape(-1), raw.reshape(-1)
+    differ = np.flatnonzero(flat_want != flat_raw) if flat_want.size == flat_raw.size else np.array([0])
+    first = int(differ[0]) // unit if differ.size else 0
+    per_row = row_bytes(entry.type, entry.cols) // unit
+    label = "Q4_0 block" if unit == 18 else "byte"
+    return f"tensor {entry.name}: {label} {r0 * per_row + first} differs from the plan"

@@ -1,0 +1,314 @@
+"""Build llama.cpp's ``llama-server`` (and friends) from the pinned llama-cpp-python sdist.
+
+The server and the Python bindings then run the same llama.cpp commit: the sdist
+vendors llama.cpp at :data:`COMMIT` in ``vendor/llama.cpp``. The sdist is fetched with
+pip from the package registry, its sha256 checked against ``checksums/``, and the
+binaries built with CMake into a temp dir, then moved into
+``<cache>/llama.cpp/<commit>-<backend>/bin`` only on success. A second call finds
+them there and returns at once.
+
+``scripts/build-llama-cpp.sh`` and ``gguf-exact build-llama`` both call
+:func:`build_llama_cpp`.
+"""
+
+import hashlib
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tarfile
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+from gguf_exact.hub import checksums
+from gguf_exact.errors import GgufExactError
+
+VENDORED_COMMITS = {"0.3.36": "0c1e57098"}
+"""llama-cpp-python version -> the llama.cpp commit its sdist vendors."""
+COMMIT = VENDORED_COMMITS["0.3.36"]
+
+TARGETS = ("llama-server", "llama-bench", "llama-perplexity", "llama-quantize")
+CUDA_ARCHS = ("75", "86")
+"""75: Turing (GTX 1650 Ti); 86: Ampere (RTX 3050). Others are accepted too."""
+
+PACKAGE = "llama-cpp-python"
+CHECKSUM_FILE = checksums.CHECKSUMS_DIR / checksums.LLAMA_CPP_PYTHON
+INFO_FILE = "build-info.json"
+
+Log = Callable[[str], None]
+
+# Failures with a known cause: (text in the build log, what to do).
+KNOWN_FAILURES = (
+    ("CUDA::cublas", "the CUDA toolkit found has no cuBLAS (cublas_v2.h); install the full toolkit (NVIDIA's cuda-toolkit package, or Debian's nvidia-cuda-toolkit) and run again"),
+    ("No CMAKE_CUDA_COMPILER could be found", "CMake found no nvcc; put the CUDA toolkit's bin on PATH or set CUDACXX"),
+)
+
+
+@dataclass(frozen=True)
+class LlamaBuild:
+    """An installed build: ``bin_dir`` holds every name in :data:`TARGETS`."""
+
+    commit: str
+    backend: str
+    bin_dir: Path
+
+    def binary(self, name: str = "llama-server") -> Path:
+        return self.bin_dir / name
+
+    @property
+    def info(self) -> dict:
+        path = self.bin_dir.parent / INFO_FILE
+        return json.loads(path.read_text()) if path.is_file() else {}
+
+
+@dataclass(frozen=True)
+class PinnedSdist:
+    version: str
+    sha256: str
+    filename: str
+
+
+def cache_root() -> Path:
+    """``$GGUF_EXACT_CACHE``, else ``$XDG_CACHE_HOME/gguf-exact``, else ``~/.cache/gguf-exact``."""
+    if os.environ.get("GGUF_EXACT_CACHE"):
+        return Path(os.environ["GGUF_EXACT_CACHE"]).expanduser()
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base).expanduser() / "gguf-exact"
+
+
+def backend_name(cuda: str | None) -> str:
+    """``cpu``, or ``cuda75``/``cuda86``/... for a CUDA build for that architecture."""
+    if cuda is None or cuda == "":
+        return "cpu"
+    if not re.fullmatch(r"[0-9]{2,3}", str(cuda)):
+        raise GgufExactError(f"--cuda {cuda}: expected a CUDA architecture number such as 75 (GTX 1650 Ti) or 86 (RTX 3050)")
+    return f"cuda{cuda}"
+
+
+def install_dir(backend: str = "cpu", commit: str = COMMIT) -> Path:
+    return cache_root() / "llama.cpp" / f"{commit}-{backend}"
+
+
+def find_build(backend: str = "cpu", commit: str = COMMIT) -> LlamaBuild | None:
+    """The installed build for ``backend``, or None if it is missing or incomplete."""
+    bin_dir = install_dir(backend, commit) / "bin"
+    if all(os.access(bin_dir / t, os.X_OK) for t in TARGETS):
+        return LlamaBuild(commit, backend, bin_dir)
+    return None
+
+
+def pinned_sdist(checksum_file: Path = CHECKSUM_FILE) -> PinnedSdist:
+    """The sdist's version and sha256 from ``checksums/llama-cpp-python.sha256``."""
+    if not checksum_file.is_file():
+        raise GgufExactError(f"{checksum_file}: missing; it pins the llama-cpp-python sdist (sha256 and file name) that llama.cpp is built from")
+    if checksum_file.name == checksums.LLAMA_CPP_PYTHON:
+        found = checksums.llama_cpp_python_sdist(checksum_file.parent)
+    else:
+        found = next(((m.group(1), e.sha256, m.group(0)) for e in checksums.read(checksum_file).entries
+                      if (m := re.fullmatch(r"llama_cpp_python-([0-9][0-9A-Za-z.]*)\.tar\.gz", e.path.rsplit("/", 1)[-1]))), None)
+    if found is None:
+        raise GgufExactError(f"{checksum_file}: no line '<sha256>  llama_cpp_python-<version>.tar.gz'; add the sdist's sha256 there")
+    version, sha, filename = found
+    return PinnedSdist(version, sha, filename)
+
+
+def sha256_of(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def fetch_sdist(pin: PinnedSdist, dest: Path | None = None, log: Log = print) -> Path:
+    """The pinned sdist, verified: from ``dest`` if already there, else ``pip download``."""
+    dest = dest or cache_root() / "sdist"
+    dest.mkdir(parents=True, exist_ok=True)
+    path = dest / pin.filename
+    if not path.is_file():
+        log(f"fetching {PACKAGE}=={pin.version} sdist with pip")
+        cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", ":all:", "--dest", str(dest), f"{PACKAGE}=={pin.version}"]
+        proc = subprocess.run(cmd, capture_output=True, text=True)
+        if not path.is_file():
+            tail = (proc.stderr or proc.stdout).strip().splitlines()[-1:] or ["no output"]
+            raise GgufExactError(f"pip download {PACKAGE}=={pin.version} failed ({tail[0]}); check access to the package registry or pass --sdist PATH")
+    return verify_sdist(path, pin)
+
+
+def verify_sdist(path: Path, pin: PinnedSdist) -> Path:
+    if not path.is_file():
+        raise GgufExactError(f"{path}: sdist not found")
+    digest = sha256_of(path)
+    if digest != pin.sha256:
+        raise GgufExactError(f"{path}: sha256 {digest} differs from {pin.sha256} pinned in {CHECKSUM_FILE.name}; delete the file and fetch it again")
+    return path
+
+
+def cmake_args(src: Path, build: Path, backend: str) -> list[str]:
+    """The CMake configure command line for ``backend``."""
+    args = [
+        "cmake", "-S", str(src), "-B", str(build), "-G", "Ninja" if shutil.which("ninja") else "Unix Makefiles",
+        "-DCMAKE_BUILD_TYPE=Release",
+        "-DBUILD_SHARED_LIBS=OFF",  # self-contained binaries: they can move out of the build dir
+        "-DLLAMA_CURL=OFF", "-DLLAMA_OPENSSL=OFF",  # no downloads from the server
+        "-DLLAMA_USE_PREBUILT_UI=OFF", "-DLLAMA_BUILD_UI=OFF",  # no web UI fetch at build time
+        "-DLLAMA_BUILD_TESTS=OFF", "-DLLAMA_BUILD_EXAMPLES=OFF",
+        "-DLLAMA_BUILD_TOOLS=ON", "-DLLAMA_BUILD_SERVER=ON",
+        f"-DLLAMA_BUILD_COMMIT={COMMIT}",  # the sdist has no .git; --version would say 'unknown'
+    ]
+    if backend.startswith("cuda"):
+        args += ["-DGGML_CUDA=ON", f"-DCMAKE_CUDA_ARCHITECTURES={backend[4:]}"]
+    return args
+
+
+def _progress(logfile: Path) -> str | None:
+    """The last ninja/make progress mark (``[123/218]``) in the log."""
+    with open(logfile, "rb") as f:
+        f.seek(max(0, f.seek(0, os.SEEK_END) - 4096))
+        marks = re.findall(rb"\[\s*(\d+/\d+|\d+%)\]", f.read())
+    return marks[-1].decode() if marks else None
+
+
+def _run(cmd: list[str], logfile: Path, log: Log, what: str, every: float = 60.0) -> None:
+    log("$ " + " ".join(cmd))
+    with open(logfile, "a") as f:
+        f.write("$ " + " ".join(cmd) + "\n")
+        f.flush()
+        proc = subprocess.Popen(cmd, stdout=f, stderr=subprocess.STDOUT)
+        t0 = time.monotonic()
+        while True:
+            try:
+                proc.wait(timeout=every)
+                break
+            except subprocess.TimeoutExpired:
+                log(f"  {what}: {_progress(logfile) or 'running'} after {time.monotonic() - t0:.0f} s")
+            except BaseException:
+                proc.kill()
+                proc.wait()
+                raise
+    if proc.returncode != 0:
+        text = logfile.read_text(errors="replace")
+        for needle, advice in KNOWN_FAILURES:
+            if needle in text:
+                raise GgufExactError(f"llama.cpp {what} failed: {advice}; full log: {logfile}")
+        lines = text.splitlines()
+        errors = [ln for ln in lines if "error" in ln.lower() and not ln.startswith("$ ")]
+        hint = (errors or lines or ["no output"])[0 if errors else -1].strip()[:200]
+        raise GgufExactError(f"llama.cpp {what} failed ({hint}); full log: {logfile}")
+
+
+def _extract_llama_cpp(sdist: Path, dest: Path) -> Path:
+    """Unpack only ``vendor/llama.cpp`` of the sdist under ``dest``; return it."""
+    with tarfile.open(sdist) as tar:
+        members = [m for m in tar.getmembers() if "/vendor/llama.cpp/" in m.name + "/"]
+        if not members:
+            raise GgufExactError(f"{sdist}: no vendor/llama.cpp inside; is it the llama-cpp-python sdist?")
+        tar.extractall(dest, members=members, filter="data")
+    found = sorted(dest.glob("*/vendor/llama.cpp"))
+    if not found or not (found[0] / "CMakeLists.txt").is_file():
+        raise GgufExactError(f"{sdist}: vendor/llama.cpp has no CMakeLists.txt")
+    return found[0]
+
+
+def build_llama_cpp(cuda: str | None = None, sdist: Path | None = None, jobs: int = 2, force: bool = False, log: Log = print) -> LlamaBuild:
+    """Build (once) and return ``llama-server``, ``llama-bench``, ``llama-perplexity`` and
+    ``llama-quantize`` for the CPU (``cuda=None``) or a CUDA architecture ("75", "86").
+
+    ``sdist`` is a local copy of the pinned sdist (still checked); otherwise pip fetches it.
+    """
+    backend = backend_name(cuda)
+    found = find_build(backend)
+    if found and not force:
+        return found
+    if backend.startswith("cuda") and not shutil.which("nvcc"):
+        raise GgufExactError(f"--cuda {cuda}: nvcc not found on PATH; install the CUDA toolkit or build for the CPU (no --cuda)")
+    for tool in ("cmake", "c++"):
+        if not shutil.which(tool):
+            raise GgufExactError(f"{tool} not found on PATH; install it (Debian: apt-get install cmake build-essential)")
+    pin = pinned_sdist()
+    if VENDORED_COMMITS.get(pin.version) != COMMIT:
+        raise GgufExactError(f"{CHECKSUM_FILE}: pins llama-cpp-python {pin.version}, but llama_build.COMMIT is {COMMIT} (0.3.36); add the new version's llama.cpp commit to VENDORED_COMMITS")
+    sdist_path = verify_sdist(Path(sdist), pin) if sdist else fetch_sdist(pin, log=log)
+
+    final = install_dir(backend)
+    final.parent.mkdir(parents=True, exist_ok=True)
+    logs = cache_root() / "logs"
+    logs.mkdir(parents=True, exist_ok=True)
+    logfile = logs / f"llama.cpp-{COMMIT}-{backend}.log"
+    logfile.write_text("")
+    work = Path(tempfile.mkdtemp(prefix=f".build-{backend}-", dir=final.parent))
+    try:
+        t0 = time.monotonic()
+        log(f"unpacking vendor/llama.cpp from {sdist_path.name}")
+        src = _extract_llama_cpp(sdist_path, work / "src")
+        build = work / "build"
+        _run(cmake_args(src, build, backend), logfile, log, "configure")
+        _run(["cmake", "--build", str(build), "--config", "Release", f"-j{jobs}", "--target", *TARGETS], logfile, log, "build")
+        staged = work / "install"
+        (staged / "bin").mkdir(parents=True)
+        for target in TARGETS:
+            built = next((p for p in (build / "bin" / target, build / target) if p.is_file()), None)
+            if built is None:
+                raise GgufExactError(f"llama.cpp build finished without {target}; full log: {logfile}")
+            shutil.copy2(built, staged / "bin" / target)
+        version = subprocess.run([str(staged / "bin" / "llama-server"), "--version"], capture_output=True, text=True, timeout=60)
+        info = {
+            "commit": COMMIT, "backend": backend, "package": f"{PACKAGE}=={pin.version}", "sdist_sha256": pin.sha256,
+            "cmake": cmake_args(Path("SRC"), Path("BUILD"), backend)[7:], "targets": list(TARGETS),
+            "build_seconds": round(time.monotonic() - t0, 1), "version": (version.stdout + version.stderr).strip(),
+        }
+        (staged / INFO_FILE).write_text(json.dumps(info, indent=2) + "\n")
+        if final.exists() and (force or find_build(backend) is None):
+            shutil.rmtree(final)  # a forced rebuild, or an install with binaries missing
+        try:
+            os.rename(staged, final)
+        except OSError:
+            if find_build(backend) is None:  # not a concurrent build that won the race
+                raise
+        log(f"built {', '.join(TARGETS)} in {info['build_seconds']:.0f} s -> {final / 'bin'}")
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    result = find_build(backend)
+    if result is None:
+        raise GgufExactError(f"{final}: build did not install every target; full log: {logfile}")
+    return result
+
+
+def server_version(binary: Path) -> str:
+    """``llama-server --version`` output (build number, commit, compiler, target)."""
+    try:
+        proc = subprocess.run([str(binary), "--version"], capture_output=True, text=True, timeout=60)
+    except OSError as e:
+        raise GgufExactError(f"{binary}: cannot run ({e.strerror}); rebuild with `gguf-exact build-llama`") from None
+    return (proc.stdout + proc.stderr).strip()
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m gguf_exact.serving.llama_build [--cuda ARCH] [--sdist PATH] [--force]``: prints the bin dir."""
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="build-llama-cpp", description=build_llama_cpp.__doc__)
+    parser.add_argument("--cuda", default=None)
+    parser.add_argument("--sdist", type=Path, default=None)
+    parser.add_argument("--force", action="store_true")
+    parser.add_argument("-j", "--jobs", type=int, default=2)
+    args = parser.parse_args(argv)
+    try:
+        b = build_llama_cpp(args.cuda, args.sdist, args.jobs, args.force, log=lambda m: print(m, file=sys.stderr))
+    except GgufExactError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print("interrupted; nothing was installed", file=sys.stderr)
+        return 130
+    print(b.bin_dir)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,159 @@
+"""Serving profiles: one TOML file per card in ``serve/`` (``rtx3050``, ``gtx1650ti``, ``cpu``).
+
+A profile names the llama.cpp build it needs (``build = "cuda86"``) and two tables of
+llama-server long options without their ``--``: ``[server]`` always, ``[draft]`` only
+when a drafter is given. ``true`` is a bare flag, ``false`` leaves the flag out.
+:meth:`Profile.with_overrides` applies ``KEY=VALUE`` pairs from the command line.
+"""
+
+import os
+import re
+import sys
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+from gguf_exact.errors import GgufExactError
+
+PROFILE_DIR = Path(__file__).resolve().parents[2] / "serve"
+Value = str | int | float | bool
+
+# Options that gguf-exact sets itself, from its own arguments.
+RESERVED = {
+    "model": "--model", "m": "--model", "model-draft": "--draft", "md": "--draft", "spec-draft-model": "--draft",
+    "host": "--host", "port": "--port", "metrics": "(always on)", "log-file": "(the run directory)",
+}
+_KEY = re.compile(r"[a-z0-9][a-z0-9-]*")
+
+
+@dataclass(frozen=True)
+class Profile:
+    name: str
+    path: Path | None
+    description: str = ""
+    build: str = "cpu"
+    server: dict[str, Value] = field(default_factory=dict)
+    draft: dict[str, Value] = field(default_factory=dict)
+
+    def args(self, with_draft: bool) -> list[str]:
+        """llama-server arguments, in file order: [server], then [draft] if ``with_draft``."""
+        out: list[str] = []
+        tables = [self.server] + ([self.draft] if with_draft else [])
+        for table in tables:
+            for key, value in table.items():
+                if value is False:
+                    continue
+                out.append(f"--{key}")
+                if value is not True:
+                    out.append(str(value))
+        return out
+
+    def with_overrides(self, pairs: list[str] | tuple[str, ...]) -> "Profile":
+        """Apply ``KEY=VALUE`` pairs: a key goes to the table that already has it,
+        ``draft.KEY`` to [draft], anything else to [server]; ``build=...`` sets the build."""
+        server, draft, build = dict(self.server), dict(self.draft), self.build
+        for pair in pairs:
+            key, sep, raw = pair.partition("=")
+            key = key.strip().removeprefix("--")
+            if not sep or not key:
+                raise GgufExactError(f"--set {pair}: expected KEY=VALUE, e.g. --set ctx-size=4096")
+            if key == "build":
+                build = raw.strip()
+                continue
+            table = draft if key.startswith("draft.") or (key in draft and key not in server) else server
+            key = key.removeprefix("draft.")
+            table[key] = parse_value(raw)
+        return _checked(replace(self, build=build, server=server, draft=draft), "--set")
+
+
+def parse_value(raw: str) -> Value:
+    """A command-line value as TOML would type it: true/false, int, float, else string."""
+    raw = raw.strip()
+    if raw.lower() in ("true", "false"):
+        return raw.lower() == "true"
+    for kind in (int, float):
+        try:
+            return kind(raw)
+        except ValueError:
+            pass
+    return raw.strip("\"'")
+
+
+def _checked(profile: Profile, where: str) -> Profile:
+    for table_name, table in (("server", profile.server), ("draft", profile.draft)):
+        for key, value in table.items():
+            if not _KEY.fullmatch(key):
+                raise GgufExactError(f"{where}: [{table_name}] key {key!r} is not a llama-server long option name (lower case, '-')")
+            if key in RESERVED:
+                raise GgufExactError(f"{where}: [{table_name}] {key} is set by gguf-exact serve; use {RESERVED[key]} instead")
+            if not isinstance(value, (str, int, float, bool)):
+                raise GgufExactError(f"{where}: [{table_name}] {key} = {value!r}: values must be strings, numbers or true/false")
+            refuse_no_mmap(key, value, where)
+    if not re.fullmatch(r"cpu|cuda[0-9]{2,3}", profile.build):
+        raise GgufExactError(f"{where}: build = {profile.build!r}: expected 'cpu' or 'cudaNN' (cuda75, cuda86)")
+    return profile
+
+
+def refuse_no_mmap(key: str, value: Value, where: str) -> None:
+    """Gemma 4 reads ``per_layer_token_embd`` lazily from the memory map: keep mmap on."""
+    off = (key == "no-mmap" and value is not False) or (key == "mmap" and value is False) or (
+        key in ("load-mode", "lm") and str(value) in ("none", "dio"))
+    if off:
+        raise GgufExactError(f"{where}: {key} = {value!r} turns mmap off; Gemma 4 reads per_layer_token_embd lazily from the memory map, so remove it")
+
+
+def profile_dirs() -> list[Path]:
+    """Where profiles are looked up by name: ``$GGUF_EXACT_PROFILES``, the user's
+    ``~/.config/gguf-exact/profiles``, then the project's ``serve/``."""
+    dirs = []
+    if os.environ.get("GGUF_EXACT_PROFILES"):
+        dirs.append(Path(os.environ["GGUF_EXACT_PROFILES"]).expanduser())
+    config = Path(os.environ.get("XDG_CONFIG_HOME") or Path.home() / ".config")
+    dirs += [config / "gguf-exact" / "profiles", PROFILE_DIR]
+    return dirs
+
+
+def available_profiles() -> list[str]:
+    names = {p.stem for d in profile_dirs() if d.is_dir() for p in d.glob("*.toml")}
+    return sorted(names)
+
+
+def find_profile(name_or_path: str | Path) -> Path:
+    text = str(name_or_path)
+    if text.endswith(".toml") or os.sep in text:
+        path = Path(text).expanduser()
+        if not path.is_file():
+            raise GgufExactError(f"profile {path}: no such file")
+        return path
+    for d in profile_dirs():
+        if (d / f"{text}.toml").is_file():
+            return d / f"{text}.toml"
+    raise GgufExactError(f"profile {text!r} not found; choose one of {', '.join(available_profiles()) or 'none'} or pass a .toml file")
+
+
+def load_profile(name_or_path: str | Path = "cpu") -> Profile:
+    """Read a profile by name (``rtx3050``) or path (``my-card.toml``)."""
+    path = find_profile(name_or_path)
+    try:
+        data = tomllib.loads(path.read_text())
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
+        raise GgufExactError(f"profile {path}: not valid TOML ({e})") from None
+    unknown = set(data) - {"description", "build", "server", "draft"}
+    if unknown:
+        raise GgufExactError(f"profile {path}: unknown top-level key {sorted(unknown)[0]!r}; expected description, build, [server], [draft]")
+    for table in ("server", "draft"):
+        if not isinstance(data.get(table, {}), dict):
+            raise GgufExactError(f"profile {path}: {table} must be a [{table}] table")
+    profile = Profile(
+        name=path.stem,
+        path=path,
+        description=str(data.get("description", "")),
+        build=str(data.get("build", "cpu")),
+        server=dict(data.get("server", {})),
+        draft=dict(data.get("draft", {})),
+    )
+    return _checked(profile, f"profile {path}")

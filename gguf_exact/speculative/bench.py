@@ -1,0 +1,274 @@
+"""``gguf-exact bench``: the target alone against the drafter at each n-max.
+
+Arms are run over the shipped prompt set (:mod:`.prompt_set`) in alternating
+order, each round forward then backward (``A B C C B A``, the ``A B B A`` of two
+arms), so slow drift of the machine falls on every arm alike. Each arm is
+warmed up once (untimed) before the first round. Runs are in-process
+(:class:`.Runner`, one model load shared by every arm) or against running
+llama-servers (:func:`.server_client.server_generate`, one server per arm, since
+llama-server fixes n-max at start-up).
+
+The report holds every run, a summary per arm (tokens/s over the generation
+phase, tokens per target pass, acceptance, mean accepted length, speed-up over
+the target alone, whether every output equals the target's) and writes JSON,
+Markdown and, with matplotlib, a PNG (:mod:`.bench_plot`).
+"""
+
+from __future__ import annotations
+
+import json
+import platform
+import statistics
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Callable
+
+from gguf_exact.errors import GgufExactError
+from gguf_exact.speculative.loop import Generation
+
+TARGET = "target"
+
+
+@dataclass(frozen=True)
+class Arm:
+    """One configuration: the target alone (``n_max`` 0) or the drafter at ``n_max``."""
+
+    label: str
+    n_max: int | None  # None: a server whose n-max is not known
+    url: str | None = None
+
+
+@dataclass
+class BenchRun:
+    arm: str
+    n_max: int | None
+    prompt: str
+    round: int
+    order: int
+    n_tokens: int
+    target_passes: int
+    drafts_generated: int
+    drafts_accepted: int
+    draft_rounds: int
+    generation_seconds: float
+    wall_seconds: float
+    tokens_per_second: float
+    tokens_per_target_pass: float
+    overhead_per_step_us: float | None
+    tokens: list[int] = field(repr=False, default_factory=list)
+
+
+@dataclass
+class ArmSummary:
+    label: str
+    n_max: int | None
+    runs: int
+    tokens: int
+    tokens_per_second: float  # all tokens over all generation seconds
+    tokens_per_second_median: float  # median of the runs
+    tokens_per_target_pass: float
+    acceptance_rate: float | None
+    mean_accepted_length: float | None
+    speedup: float | None  # tokens/s over the target arm's
+    overhead_per_step_us: float | None
+    same_as_target: bool | None  # every output equals the target arm's for that prompt
+
+
+@dataclass
+class BenchReport:
+    meta: dict
+    runs: list[BenchRun]
+    summary: list[ArmSummary]
+
+    def as_dict(self) -> dict:
+        return {"meta": self.meta, "summary": [asdict(s) for s in self.summary], "runs": [asdict(r) for r in self.runs]}
+
+    def markdown(self) -> str:
+        """The summary as a Markdown table."""
+        head = "| arm | n-max | runs | tokens/s | median tokens/s | speed-up | tokens/pass | acceptance | mean len | Python µs/step | same as target |"
+        rows = [head, "|" + "---|" * 11]
+
+        def f(x, fmt):
+            return "-" if x is None else format(x, fmt)
+
+        for s in self.summary:
+            same = "-" if s.same_as_target is None else ("yes" if s.same_as_target else "**no**")
+            rows.append(
+                f"| {s.label} | {f(s.n_max, 'd')} | {s.runs} | {s.tokens_per_second:.1f} | {s.tokens_per_second_median:.1f} | "
+                f"{f(s.speedup, '.2f')} | {s.tokens_per_target_pass:.2f} | {f(s.acceptance_rate, '.3f')} | "
+                f"{f(s.mean_accepted_length, '.2f')} | {f(s.overhead_per_step_us, '.0f')} | {same} |"
+            )
+        m = self.meta
+        note = f"\n{m.get('backend')} · {m.get('n_predict')} tokens per prompt · prompts {', '.join(m.get('prompts', []))} · {m.get('rounds')} rounds (forward, then backward)\n"
+        return "\n".join(rows) + "\n" + note
+
+    def write(self, out_dir: str | Path, plot: bool = True) -> dict[str, Path]:
+        """Write ``bench.json``, ``bench.md`` and (with matplotlib) ``bench.png``;
+        returns the paths written. A missing matplotlib is noted in ``bench.md``."""
+        out = Path(out_dir)
+        out.mkdir(parents=True, exist_ok=True)
+        paths = {"json": out / "bench.json", "markdown": out / "bench.md"}
+        paths["json"].write_text(json.dumps(self.as_dict(), indent=2) + "\n")
+        md = self.markdown()
+        if plot:
+            from gguf_exact.speculative.bench_plot import plot_report
+
+            try:
+                paths["png"] = plot_report(self, out / "bench.png")
+                md += "\n![tokens/s and tokens per target pass against n-max](bench.png)\n"
+            except GgufExactError as e:
+                md += f"\n(no plot: {e})\n"
+        paths["markdown"].write_text(md)
+        return paths
+
+
+def alternating_order(arms: list[Arm], rounds: int) -> list[tuple[int, Arm]]:
+    """(round, arm) pairs: each round runs the arms forward, then backward."""
+    order = []
+    for r in range(rounds):
+        order += [(r, a) for a in arms] + [(r, a) for a in reversed(arms)]
+    return order
+
+
+def _run(gen: Generation, arm: Arm, prompt: str, rnd: int, order: int, python: bool) -> BenchRun:
+    return BenchRun(
+        arm=arm.label,
+        n_max=arm.n_max,
+        prompt=prompt,
+        round=rnd,
+        order=order,
+        n_tokens=gen.n_tokens,
+        target_passes=gen.target_passes,
+        drafts_generated=gen.drafts_generated,
+        drafts_accepted=gen.drafts_accepted,
+        draft_rounds=gen.draft_rounds,
+        generation_seconds=gen.wall_seconds - gen.prefill_seconds,
+        wall_seconds=gen.wall_seconds,
+        tokens_per_second=gen.tokens_per_second,
+        tokens_per_target_pass=gen.tokens_per_target_pass,
+        overhead_per_step_us=gen.overhead_per_step_us if python else None,
+        tokens=list(gen.tokens),
+    )
+
+
+def summarize(arms: list[Arm], runs: list[BenchRun]) -> list[ArmSummary]:
+    target_tokens = {r.prompt: r.tokens for r in runs if r.arm == TARGET}
+    out = []
+    base = None
+    for arm in arms:
+        rs = [r for r in runs if r.arm == arm.label]
+        tokens = sum(r.n_tokens for r in rs)
+        secs = sum(r.generation_seconds for r in rs)
+        passes = sum(r.target_passes for r in rs)
+        gen = sum(r.drafts_generated for r in rs)
+        acc = sum(r.drafts_accepted for r in rs)
+        rounds = sum(r.draft_rounds for r in rs)
+        tps = tokens / secs if secs > 0 else 0.0
+        if arm.label == TARGET:
+            base = tps
+        overheads = [r.overhead_per_step_us for r in rs if r.overhead_per_step_us is not None]
+        same = None
+        if target_tokens and arm.label != TARGET:
+            same = all(r.tokens == target_tokens.get(r.prompt) for r in rs)
+        out.append(
+            ArmSummary(
+                label=arm.label,
+                n_max=arm.n_max,
+                runs=len(rs),
+                tokens=tokens,
+                tokens_per_second=tps,
+                tokens_per_second_median=statistics.median(r.tokens_per_second for r in rs) if rs else 0.0,
+                tokens_per_target_pass=tokens / passes if passes else 0.0,
+                acceptance_rate=acc / gen if gen else None,
+                mean_accepted_length=(1.0 + acc / rounds) if rounds else None,
+                speedup=None,
+                overhead_per_step_us=statistics.mean(overheads) if overheads else None,
+                same_as_target=same,
+            )
+        )
+    if base:
+        for s in out:
+            s.speedup = s.tokens_per_second / base
+    return out
+
+
+Progress = Callable[[str], None]
+
+
+def bench_runner(
+    model: str | Path,
+    draft: str | Path | None,
+    n_max_list: list[int],
+    prompts: dict[str, str],
+    n_predict: int = 64,
+    rounds: int = 2,
+    progress: Progress = lambda s: None,
+    **runner_options,
+) -> BenchReport:
+    """In-process: the target alone, then the drafter at each n-max in ``n_max_list``."""
+    from gguf_exact.speculative.runner import Runner
+
+    if draft is None and any(n > 0 for n in n_max_list):
+        raise GgufExactError("bench: n-max > 0 needs a drafter (--draft)")
+    arms = [Arm(TARGET, 0)] + [Arm(f"n_max={n}", n) for n in n_max_list if n > 0]
+    runs: list[BenchRun] = []
+    with Runner(model, draft, **runner_options) as r:
+        for arm in arms:  # warm-up: first-call allocations stay out of the figures
+            r.generate(next(iter(prompts.values())), min(n_predict, 8), arm.n_max)
+        for i, (rnd, arm) in enumerate(alternating_order(arms, rounds)):
+            for name, text in prompts.items():
+                gen = r.generate(text, n_predict, arm.n_max)
+                runs.append(_run(gen, arm, name, rnd, i, python=True))
+            progress(f"round {rnd + 1}/{rounds}: {arm.label}")
+    meta = _meta("in-process (llama-cpp-python)", prompts, n_predict, rounds)
+    meta |= {"model": str(model), "draft": str(draft) if draft else None, "runner_options": {k: v for k, v in runner_options.items()}}
+    return BenchReport(meta, runs, summarize(arms, runs))
+
+
+def parse_server_arm(spec: str) -> Arm:
+    """``LABEL=URL`` with LABEL ``target`` or an n-max; a bare URL is an arm named ``server``."""
+    label, sep, url = spec.partition("=")
+    if not sep or label.startswith("http"):
+        return Arm("server", None, spec)
+    label = label.strip()
+    if label in (TARGET, "0"):
+        return Arm(TARGET, 0, url)
+    if label.isdigit():
+        return Arm(f"n_max={int(label)}", int(label), url)
+    raise GgufExactError(f"--server {spec}: expected URL, target=URL or N=URL (N the server's --spec-draft-n-max)")
+
+
+def bench_servers(servers: list[Arm], prompts: dict[str, str], n_predict: int = 64, rounds: int = 2, progress: Progress = lambda s: None) -> BenchReport:
+    """Against running llama-servers, one per arm."""
+    from gguf_exact.serving.client import server_generate
+
+    if len({a.label for a in servers}) != len(servers):
+        raise GgufExactError("bench: two --server arms have the same label")
+    for arm in servers:  # warm-up
+        server_generate(arm.url, next(iter(prompts.values())), min(n_predict, 8))  # type: ignore[arg-type]
+    runs: list[BenchRun] = []
+    for i, (rnd, arm) in enumerate(alternating_order(servers, rounds)):
+        for name, text in prompts.items():
+            gen = server_generate(arm.url, text, n_predict)  # type: ignore[arg-type]
+            runs.append(_run(gen, arm, name, rnd, i, python=False))
+        progress(f"round {rnd + 1}/{rounds}: {arm.label}")
+    meta = _meta("llama-server", prompts, n_predict, rounds) | {"servers": {a.label: a.url for a in servers}}
+    summary = summarize(servers, runs)
+    for s in summary:  # llama-server does not report draft rounds
+        s.mean_accepted_length = None
+    return BenchReport(meta, runs, summary)
+
+
+def _meta(backend: str, prompts: dict[str, str], n_predict: int, rounds: int) -> dict:
+    return {
+        "backend": backend,
+        "prompts": list(prompts),
+        "n_predict": n_predict,
+        "rounds": rounds,
+        "order": "each round: arms forward, then backward (A B B A)",
+        "machine": platform.platform(),
+        "python": platform.python_version(),
+    }
+
+
+__all__ = ["Arm", "ArmSummary", "BenchReport", "BenchRun", "alternating_order", "bench_runner", "bench_servers", "parse_server_arm", "summarize"]

@@ -1,0 +1,128 @@
+"""A ``gemma4-assistant`` MTP drafter in llama.cpp, as the loop's :class:`~.speculative.Drafter`.
+
+The drafter context is built with ``ctx_type = LLAMA_CONTEXT_TYPE_MTP`` and
+``ctx_other`` = the target context: it has no K/V projections and attends to
+the target's KV cache. Each step decodes one row ``(token, pos, h)``: the first
+``h`` is the target's hidden state of the position before ``pos``
+(:meth:`.LlamaTarget.hidden`), later ones the drafter's own projected-back
+state. As upstream does for Gemma 4 assistants (``common/speculative.cpp``,
+``is_mem_shared``), every step of a draft sits at the same position ``pos``.
+
+:func:`check_compatible` refuses a drafter that does not fit the target
+(architecture, backbone width, vocabulary) before any context is built on it.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import time
+from contextlib import ExitStack
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+import llama_cpp
+from llama_cpp import llama_cpp_ext
+
+from gguf_exact.errors import GgufExactError
+from gguf_exact.speculative.llama_mtp import ASSISTANT_ARCH, _load_model, _meta_str, _new_context
+from gguf_exact.speculative.target import LlamaTarget, token_text
+
+
+def check_compatible(target: LlamaTarget, drafter_model: Any, path: Path) -> None:
+    """Raise :class:`GgufExactError` unless the drafter fits the target."""
+    arch = _meta_str(drafter_model, "general.architecture")
+    if arch != ASSISTANT_ARCH:
+        raise GgufExactError(f"drafter model {path}: architecture is {arch!r}, expected {ASSISTANT_ARCH!r}")
+    width = int(llama_cpp.llama_model_n_embd_out(drafter_model))
+    if width != target.n_embd:
+        raise GgufExactError(
+            f"drafter model {path}: backbone width (n_embd_out) {width} does not match the target's n_embd {target.n_embd} ({target.path})"
+        )
+    dv = llama_cpp.llama_model_get_vocab(drafter_model)
+    n = int(llama_cpp.llama_vocab_n_tokens(dv))
+    if n != target.n_vocab:
+        raise GgufExactError(f"drafter model {path}: vocab size {n} does not match the target's {target.n_vocab} ({target.path})")
+    tv = target.vocab
+    if int(llama_cpp.llama_vocab_type(dv)) != int(llama_cpp.llama_vocab_type(tv)):
+        raise GgufExactError(f"drafter model {path}: vocabulary type differs from the target's ({target.path})")
+    for what, f in (("BOS", llama_cpp.llama_vocab_bos), ("EOS", llama_cpp.llama_vocab_eos)):
+        if int(f(dv)) != int(f(tv)):
+            raise GgufExactError(f"drafter model {path}: {what} token {int(f(dv))} differs from the target's {int(f(tv))}")
+    for i in range(n):
+        if token_text(dv, i) != token_text(tv, i):
+            raise GgufExactError(
+                f"drafter model {path}: token {i} is {token_text(dv, i)!r}, the target's is {token_text(tv, i)!r}; convert with --vocab-from the target"
+            )
+
+
+class LlamaDrafter:
+    """An MTP drafter context on ``target``, owned by ``stack``."""
+
+    def __init__(self, stack: ExitStack, path: str | Path, target: LlamaTarget, n_threads: int, n_gpu_layers: int | None) -> None:
+        self.path = Path(path)
+        self.target = target
+        self.model = _load_model(stack, self.path, "drafter", n_gpu_layers)
+        check_compatible(target, self.model, self.path)
+        params = llama_cpp.llama_context_default_params()
+        params.n_ctx = target.n_ctx
+        params.n_batch = 1
+        params.n_ubatch = 1
+        params.n_seq_max = 1
+        params.n_threads = n_threads
+        params.n_threads_batch = n_threads
+        params.embeddings = False
+        params.ctx_type = llama_cpp.LLAMA_CONTEXT_TYPE_MTP
+        params.n_outputs_max = 1
+        params.ctx_other = target.ctx
+        self.ctx = _new_context(stack, self.model, params, f"drafter {self.path} (MTP context)")
+        if llama_cpp_ext.llama_get_ctx_other(self.ctx) != target.ctx:
+            raise GgufExactError(f"drafter {self.path}: MTP context is not linked to the target context")
+        llama_cpp_ext.llama_set_embeddings_nextn(self.ctx, True, True)
+        self.n_embd = target.n_embd
+        self.n_vocab = target.n_vocab
+        # embd is allocated by llama_batch_init; the token array is ours (the graph reads both).
+        batch = llama_cpp.llama_batch_init(1, self.n_embd, 1)
+        self._tokens = (llama_cpp.llama_token * 1)()
+        batch.token = self._tokens
+
+        def free() -> None:
+            batch.token = ctypes.POINTER(llama_cpp.llama_token)()
+            llama_cpp.llama_batch_free(batch)
+
+        stack.callback(free)
+        self.batch = batch
+        self._embd = np.ctypeslib.as_array(batch.embd, shape=(self.n_embd,))
+        batch.n_seq_id[0] = 1
+        batch.seq_id[0][0] = 0
+        batch.logits[0] = 1
+        batch.n_tokens = 1
+        self.seconds = 0.0  # time inside llama_decode
+
+    def draft(self, token: int, pos: int, n: int) -> list[int]:
+        b, ctx, n_embd, n_vocab = self.batch, self.ctx, self.n_embd, self.n_vocab
+        h = self.target.hidden()
+        out: list[int] = []
+        for step in range(n):
+            self._embd[:] = np.ctypeslib.as_array(h, shape=(n_embd,))
+            b.token[0] = token
+            b.pos[0] = pos  # shared KV: every draft step sits at the same position
+            t = time.perf_counter()
+            rc = int(llama_cpp.llama_decode(ctx, b))
+            self.seconds += time.perf_counter() - t
+            if rc != 0:
+                raise GgufExactError(f"drafter decode failed with code {rc} at draft step {step}")
+            ptr = llama_cpp.llama_get_logits_ith(ctx, 0)
+            if not ptr:
+                raise GgufExactError("drafter: llama.cpp returned no logits")
+            token = int(np.ctypeslib.as_array(ptr, shape=(n_vocab,)).argmax())
+            out.append(token)
+            if step + 1 < n:
+                h = llama_cpp_ext.llama_get_embeddings_nextn_ith(ctx, 0)
+                if not h:
+                    raise GgufExactError(f"drafter: llama.cpp returned no nextn hidden state at step {step}")
+        return out
+
+
+__all__ = ["LlamaDrafter", "check_compatible"]

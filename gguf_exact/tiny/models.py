@@ -1,0 +1,304 @@
+"""Tiny Gemma 4 models made on the spot: a ``gemma4`` target GGUF and a QAT
+``Gemma4AssistantForCausalLM`` checkpoint that llama.cpp 0c1e57098 runs together.
+
+Shapes follow the pair known to load in llama.cpp (see the facts file): a 5-layer
+target (4 sliding + 1 full, width 128, 2 heads, 1 KV head, head dims 64 sliding /
+128 full with partial rotary 0.25), and a 4-layer drafter (width 64, backbone 128)
+that reads the target's last two layers' KV. The vocabulary is llama-style: 3
+specials, 256 byte tokens and filler pieces, 320 tokens.
+"""
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import ml_dtypes  # noqa: F401  (bfloat16 dtype for safetensors)
+import numpy as np
+from gguf import GGUFWriter, TokenType
+from safetensors.numpy import save_file
+
+from gguf_exact.core import bf16
+from gguf_exact.tiny.synthetic import norm_vector, qat_matrix, random_matrix
+
+FILLER = ["▁", "▁the", "▁a", "▁of", "▁and", "▁to", "▁in", "▁is", "▁it", "▁on", "th", "he", "in", "er", "an"]
+FILLER += [chr(c) for c in range(ord("a"), ord("z") + 1)] + [str(d) for d in range(10)]
+FILLER += ["▁def", "▁return", "▁x", "(", ")", ":", ",", ".", "=", "+", "▁print", "▁if", "▁for", "▁1", "▁0"]
+
+
+@dataclass(frozen=True)
+class TinyTarget:
+    n_layer: int = 5
+    n_embd: int = 128
+    n_head: int = 2
+    n_head_kv: int = 1
+    head_dim_swa: int = 64
+    head_dim_full: int = 128
+    partial_rotary_full: float = 0.25
+    n_ff: int = 256
+    n_vocab: int = 320
+    sliding_window: int = 64
+    context_length: int = 4096
+
+
+def vocabulary(n_vocab: int) -> tuple[list[str], list[float], list[int]]:
+    tokens = ["<unk>", "<s>", "</s>"] + [f"<0x{b:02X}>" for b in range(256)]
+    types = [TokenType.UNKNOWN, TokenType.CONTROL, TokenType.CONTROL] + [TokenType.BYTE] * 256
+    filler = FILLER + [f"▁w{i}" for i in range(max(0, n_vocab))]
+    tokens += filler[: n_vocab - len(tokens)]
+    types += [TokenType.NORMAL] * (n_vocab - len(types))
+    scores = [0.0] * 259 + [-float(i) for i in range(n_vocab - 259)]
+    return tokens, scores, [int(t) for t in types]
+
+
+def write_tiny_target(
+    path: str | Path,
+    seed: int = 0,
+    spec: TinyTarget = TinyTarget(),
+    with_tokenizer: bool = True,
+) -> Path:
+    """A random-weight F32 ``gemma4`` GGUF at ``path``."""
+    rng = np.random.default_rng(seed)
+    path = Path(path)
+    s = spec
+    w = GGUFWriter(path, "gemma4")
+    a = "gemma4"
+    pattern = [i < s.n_layer - 1 for i in range(s.n_layer)]  # all sliding but the last
+    w.add_uint32(f"{a}.block_count", s.n_layer)
+    w.add_uint32(f"{a}.context_length", s.context_length)
+    w.add_uint32(f"{a}.embedding_length", s.n_embd)
+    w.add_uint32(f"{a}.feed_forward_length", s.n_ff)
+    w.add_uint32(f"{a}.attention.head_count", s.n_head)
+    w.add_uint32(f"{a}.attention.head_count_kv", s.n_head_kv)
+    w.add_float32(f"{a}.rope.freq_base", 1_000_000.0)
+    w.add_float32(f"{a}.rope.freq_base_swa", 10_000.0)
+    w.add_float32(f"{a}.attention.layer_norm_rms_epsilon", 1e-6)
+    w.add_uint32(f"{a}.attention.sliding_window", s.sliding_window)
+    w.add_uint32(f"{a}.attention.shared_kv_layers", 0)
+    w.add_uint32(f"{a}.embedding_length_per_layer_input", 0)
+    w.add_array(f"{a}.attention.sliding_window_pattern", pattern)
+    w.add_uint32(f"{a}.attention.key_length", s.head_dim_full)
+    w.add_uint32(f"{a}.attention.value_length", s.head_dim_full)
+    w.add_uint32(f"{a}.attention.key_length_swa", s.head_dim_swa)
+    w.add_uint32(f"{a}.attention.value_length_swa", s.head_dim_swa)
+    w.add_uint32(f"{a}.rope.dimension_count", s.head_dim_full)
+    w.add_uint32(f"{a}.rope.dimension_count_swa", s.head_dim_swa)
+    w.add_uint32("general.file_type", 0)
+    if with_tokenizer:
+        tokens, scores, types = vocabulary(s.n_vocab)
+        w.add_tokenizer_model("llama")
+        w.add_token_list(tokens)
+        w.add_token_scores(scores)
+        w.add_token_types(types)
+        w.add_unk_token_id(0)
+        w.add_bos_token_id(1)
+        w.add_eos_token_id(2)
+        w.add_add_bos_token(True)
+        w.add_add_eos_token(False)
+
+    def t(name, *shape, scale=0.05):
+        w.add_tensor(name, (rng.normal(0, scale, shape)).astype(np.float32))
+
+    def norm(name, n):
+        w.add_tensor(name, (1.0 + rng.normal(0, 0.05, n)).astype(np.float32))
+
+    t("token_embd.weight", s.n_vocab, s.n_embd, scale=0.5)
+    norm("output_norm.weight", s.n_embd)
+    n_rot = int(s.head_dim_full * s.partial_rotary_full / 2)
+    freqs = np.array([1.0] * n_rot + [1e30] * (s.head_dim_full // 2 - n_rot), dtype=np.float32)
+    w.add_tensor("rope_freqs.weight", freqs)
+    for il in range(s.n_layer):
+        hd = s.head_dim_swa if pattern[il] else s.head_dim_full
+        b = f"blk.{il}"
+        norm(f"{b}.attn_norm.weight", s.n_embd)
+        t(f"{b}.attn_q.weight", s.n_head * hd, s.n_embd)
+        t(f"{b}.attn_k.weight", s.n_head_kv * hd, s.n_embd)
+        t(f"{b}.attn_v.weight", s.n_head_kv * hd, s.n_embd)
+        t(f"{b}.attn_output.weight", s.n_embd, s.n_head * hd)
+        norm(f"{b}.attn_q_norm.weight", hd)
+        norm(f"{b}.attn_k_norm.weight", hd)
+        norm(f"{b}.post_attention_norm.weight", s.n_embd)
+        w.add_tensor(f"{b}.layer_output_scale.weight", np.array([1.0], dtype=np.float32))
+        norm(f"{b}.ffn_norm.weight", s.n_embd)
+        t(f"{b}.ffn_gate.weight", s.n_ff, s.n_embd)
+        t(f"{b}.ffn_up.weight", s.n_ff, s.n_embd)
+        t(f"{b}.ffn_down.weight", s.n_embd, s.n_ff)
+        norm(f"{b}.post_ffw_norm.weight", s.n_embd)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return path
+
+
+@dataclass(frozen=True)
+class TinyDrafter:
+    hidden_size: int = 64
+    backbone_hidden_size: int = 128  # = the tiny target's width
+    intermediate_size: int = 128
+    num_hidden_layers: int = 4
+    num_attention_heads: int = 2
+    num_key_value_heads: int = 1
+    head_dim: int = 64  # = the target's sliding head dim
+    global_head_dim: int = 128  # = the target's full head dim
+    vocab_size: int = 320
+    num_centroids: int = 32
+    architecture: str = "Gemma4AssistantForCausalLM"
+
+
+def drafter_config(spec: TinyDrafter = TinyDrafter()) -> dict:
+    s = spec
+    layer_types = ["sliding_attention"] * (s.num_hidden_layers - 1) + ["full_attention"]
+    return {
+        "architectures": [s.architecture],
+        "model_type": "gemma4_assistant",
+        "backbone_hidden_size": s.backbone_hidden_size,
+        "num_centroids": s.num_centroids,
+        "use_ordered_embeddings": True,
+        "tie_word_embeddings": True,
+        "dtype": "bfloat16",
+        "text_config": {
+            "model_type": "gemma4_text",
+            "hidden_size": s.hidden_size,
+            "intermediate_size": s.intermediate_size,
+            "num_hidden_layers": s.num_hidden_layers,
+            "num_attention_heads": s.num_attention_heads,
+            "num_key_value_heads": s.num_key_value_heads,
+            "num_kv_shared_layers": s.num_hidden_layers,
+            "head_dim": s.head_dim,
+            "global_head_dim": s.global_head_dim,
+            "layer_types": layer_types,
+            "sliding_window": 64,
+            "vocab_size": s.vocab_size,
+            "rms_norm_eps": 1e-6,
+            "max_position_embeddings": 4096,
+            "hidden_activation": "gelu_pytorch_tanh",
+            "rope_parameters": {
+                "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0},
+                "full_attention": {"rope_type": "proportional", "rope_theta": 1000000.0, "partial_rotary_factor": 0.25},
+            },
+        },
+    }
+
+
+def drafter_tensors(spec: TinyDrafter = TinyDrafter(), seed: int = 0, step_kind: str = "fp32", zero_fraction: float = 0.02) -> dict[str, np.ndarray]:
+    """HF-named tensors of a tiny QAT drafter: bf16 bits (uint16) plus I64 ordering."""
+    rng = np.random.default_rng(seed)
+    s = spec
+
+    def qat(rows, cols):
+        return qat_matrix(rng, rows, cols, step_kind=step_kind, zero_fraction=zero_fraction)
+
+    t: dict[str, np.ndarray] = {
+        "model.embed_tokens.weight": qat(s.vocab_size, s.hidden_size),
+        "model.norm.weight": norm_vector(rng, s.hidden_size),
+        "pre_projection.weight": qat(s.hidden_size, 2 * s.backbone_hidden_size),
+        "post_projection.weight": qat(s.backbone_hidden_size, s.hidden_size),
+        "masked_embedding.centroids.weight": random_matrix(rng, s.num_centroids, s.hidden_size),
+        "masked_embedding.token_ordering": rng.permutation(s.vocab_size).astype(np.int64),
+    }
+    for il in range(s.num_hidden_layers):
+        hd = s.global_head_dim if il == s.num_hidden_layers - 1 else s.head_dim
+        p = f"model.layers.{il}."
+        t[p + "input_layernorm.weight"] = norm_vector(rng, s.hidden_size)
+        t[p + "self_attn.q_proj.weight"] = qat(s.num_attention_heads * hd, s.hidden_size)
+        t[p + "self_attn.q_norm.weight"] = norm_vector(rng, hd)
+        t[p + "self_attn.o_proj.weight"] = qat(s.hidden_size, s.num_attention_heads * hd)
+        t[p + "post_attention_layernorm.weight"] = norm_vector(rng, s.hidden_size)
+        t[p + "pre_feedforward_layernorm.weight"] = norm_vector(rng, s.hidden_size)
+        t[p + "mlp.gate_proj.weight"] = qat(s.intermediate_size, s.hidden_size)
+        t[p + "mlp.up_proj.weight"] = qat(s.intermediate_size, s.hidden_size)
+        t[p + "mlp.down_proj.weight"] = qat(s.hidden_size, s.intermediate_size)
+        t[p + "post_feedforward_layernorm.weight"] = norm_vector(rng, s.hidden_size)
+        t[p + "layer_scalar"] = bf16.from_f32(np.array([0.5 + 0.1 * il], dtype=np.float32))
+    return t
+
+
+def write_checkpoint(folder: str | Path, config: dict, tensors: dict[str, np.ndarray], shards: int = 1) -> Path:
+    """Write an HF folder: config.json and safetensors (uint16 arrays stored as BF16),
+    sharded with an index file when ``shards`` > 1."""
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "config.json").write_text(json.dumps(config, indent=2) + "\n")
+    as_st = {k: (v.view(ml_dtypes.bfloat16) if v.dtype == np.uint16 else v) for k, v in tensors.items()}
+    if shards <= 1:
+        save_file(as_st, str(folder / "model.safetensors"), metadata={"format": "pt"})
+        return folder
+    names = sorted(as_st)
+    weight_map = {}
+    for i in range(shards):
+        part = names[i::shards]
+        file = f"model-{i + 1:05d}-of-{shards:05d}.safetensors"
+        save_file({k: as_st[k] for k in part}, str(folder / file), metadata={"format": "pt"})
+        weight_map |= {k: file for k in part}
+    (folder / "model.safetensors.index.json").write_text(json.dumps({"metadata": {}, "weight_map": weight_map}, indent=2))
+    return folder
+
+
+def write_tiny_drafter(folder: str | Path, seed: int = 0, step_kind: str = "fp32", shards: int = 1, spec: TinyDrafter = TinyDrafter()) -> Path:
+    """A tiny QAT assistant checkpoint in the real HF layout."""
+    return write_checkpoint(folder, drafter_config(spec), drafter_tensors(spec, seed, step_kind), shards)
+
+
+def snap_to_grid(values: np.ndarray) -> np.ndarray:
+    """bf16 bits of ``values`` moved onto the QAT 4-bit grid: per block of 32 along a
+    row, step = amax / 8 signed so the extreme value is level -8 (as Q4_0 does; a
+    plain amax / 8 can give both -8 and +8, 17 levels), levels rint(x / step)
+    clipped to -8..7, value bf16(level * step)."""
+    x = np.asarray(values, dtype=np.float32)
+    blocks = x.reshape(-1, 32)
+    extreme = np.take_along_axis(blocks, np.abs(blocks).argmax(axis=1)[:, None], axis=1)
+    step = extreme / -8
+    levels = np.clip(np.rint(np.divide(blocks, step, out=np.zeros_like(blocks), where=step != 0)), -8, 7)
+    return bf16.from_f32((levels * step).astype(np.float32)).reshape(x.shape)
+
+
+def write_agreeing_pair(folder: str | Path, seed: int = 0) -> tuple[Path, Path]:
+    """A tiny target and a drafter that agrees with it: (target.gguf, drafter HF folder).
+
+    The target's greedy output repeats the last token: its ``attn_output`` and
+    ``ffn_down`` weights are zero, so the final hidden state is the RMS-normed
+    (scaled) input embedding, and with tied output and random rows of width 128 the
+    token's dot product with itself dominates the 320 logits.
+
+    The drafter predicts its input token: ``pre_projection`` = [P | 0] (P a random
+    64x128 grid matrix on the target-embedding half, zero on the hidden-state half),
+    zero ``o_proj`` and ``down_proj``, norms and ``layer_scalar`` 1.0, and a tied
+    embedding whose row j is P times the target's row j, snapped onto the grid.
+    Both then say "the same token again", so every draft is accepted.
+    """
+    from gguf import GGUFReader
+
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    target = write_tiny_target(folder / "target.gguf", seed=seed)
+    reader = GGUFReader(target, "r+")
+    embd = None
+    for t in reader.tensors:
+        if t.name.endswith((".attn_output.weight", ".ffn_down.weight")):
+            t.data[...] = 0  # written through the memory map
+        elif t.name == "token_embd.weight":
+            embd = np.array(t.data, dtype=np.float32)  # (n_vocab, n_embd)
+    reader.data.flush()
+    del reader
+    assert embd is not None
+
+    spec = TinyDrafter()
+    rng = np.random.default_rng(seed + 1000)
+    p = bf16.to_f32(qat_matrix(rng, spec.hidden_size, spec.backbone_hidden_size, scale=0.1))
+    pre = np.zeros((spec.hidden_size, 2 * spec.backbone_hidden_size), dtype=np.uint16)
+    pre[:, : spec.backbone_hidden_size] = bf16.from_f32(p)
+    ones = bf16.from_f32(np.ones(spec.hidden_size, dtype=np.float32))
+    tensors = drafter_tensors(spec, seed=seed)
+    tensors["pre_projection.weight"] = pre
+    tensors["model.embed_tokens.weight"] = snap_to_grid(embd @ p.T)  # row j = P e_j
+    tensors["model.norm.weight"] = ones
+    for il in range(spec.num_hidden_layers):
+        pfx = f"model.layers.{il}."
+        for name in ("self_attn.o_proj.weight", "mlp.down_proj.weight"):
+            tensors[pfx + name] = np.zeros_like(tensors[pfx + name])
+        for name in ("input_layernorm", "post_attention_layernorm", "pre_feedforward_layernorm", "post_feedforward_layernorm"):
+            tensors[pfx + name + ".weight"] = ones
+        tensors[pfx + "self_attn.q_norm.weight"] = np.full_like(tensors[pfx + "self_attn.q_norm.weight"], bf16.from_f32(np.ones(1, np.float32))[0])
+        tensors[pfx + "layer_scalar"] = bf16.from_f32(np.array([1.0], dtype=np.float32))
+    drafter = write_checkpoint(folder / "drafter-hf", drafter_config(spec), tensors)
+    return target, drafter
