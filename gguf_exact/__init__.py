@@ -18,13 +18,13 @@ Subpackages, from the bottom:
 
 __version__ = "0.1.0"
 
+from gguf_exact.core.exact import MatrixPlan, plan_matrix  # noqa: E402
 from gguf_exact.drafter.compare import compare_files  # noqa: E402
 from gguf_exact.drafter.convert import convert_drafter  # noqa: E402
-from gguf_exact.errors import GgufExactError, OffGridError  # noqa: E402
-from gguf_exact.core.exact import MatrixPlan, plan_matrix  # noqa: E402
 from gguf_exact.drafter.inspect_qat import inspect_checkpoint  # noqa: E402
-from gguf_exact.repack.pipeline import repack_model  # noqa: E402
 from gguf_exact.drafter.verify import verify_gguf  # noqa: E402
+from gguf_exact.errors import GgufExactError, OffGridError  # noqa: E402
+from gguf_exact.repack.pipeline import repack_model  # noqa: E402
 
 __all__ = [
     "GgufExactError",

@@ -9,7 +9,13 @@ from pathlib import Path
 import click
 from rich.console import Console
 from rich.markup import escape
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TextColumn,
+    TimeElapsedColumn,
+)
 from rich.table import Table
 
 from gguf_exact import __version__
@@ -37,7 +43,13 @@ def tensor_progress(label: str, total: int, enabled: bool = True):
     if not enabled or not err.is_terminal:
         yield lambda name: None
         return
-    columns = (TextColumn(label), BarColumn(), MofNCompleteColumn(), TextColumn("{task.description}"), TimeElapsedColumn())
+    columns = (
+        TextColumn(label),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("{task.description}"),
+        TimeElapsedColumn(),
+    )
     with Progress(*columns, console=err, transient=True) as progress:
         task = progress.add_task("", total=total)
         yield lambda name: progress.update(task, advance=1, description=name)
@@ -75,8 +87,8 @@ def inspect(src_dir: Path, as_json: bool) -> None:
     bit-exactly as Q4_0, and the GGUF type convert would use. The last line says
     whether the checkpoint is QAT 4-bit. (Python: gguf_exact.inspect_checkpoint)
     """
-    from gguf_exact.formats.checkpoint import Checkpoint
     from gguf_exact.drafter.inspect_qat import inspect_checkpoint
+    from gguf_exact.formats.checkpoint import Checkpoint
 
     with Checkpoint(src_dir) as ckpt:
         n = len(ckpt.tensors)
@@ -89,7 +101,15 @@ def inspect(src_dir: Path, as_json: bool) -> None:
     for col in ("tensor", "shape", "dtype", "blocks", "on grid", "bit-exact", "planned"):
         table.add_column(col, justify="right" if col in ("blocks", "on grid", "bit-exact") else "left")
     for t in report.tensors:
-        table.add_row(t.name, "x".join(map(str, t.shape)) or "scalar", t.dtype, str(t.blocks or "-"), pct(t.on_grid_fraction), pct(t.exact_fraction), t.planned)
+        table.add_row(
+            t.name,
+            "x".join(map(str, t.shape)) or "scalar",
+            t.dtype,
+            str(t.blocks or "-"),
+            pct(t.on_grid_fraction),
+            pct(t.exact_fraction),
+            t.planned,
+        )
     out.print(table)
     out.print(("[green]" if report.is_qat else "[yellow]") + report.verdict)
 
@@ -97,11 +117,28 @@ def inspect(src_dir: Path, as_json: bool) -> None:
 @main.command()
 @click.argument("src_dir", type=click.Path(path_type=Path))
 @click.argument("out_gguf", type=click.Path(path_type=Path))
-@click.option("--vocab-from", "vocab_from", required=True, type=click.Path(path_type=Path), help="The target model's GGUF; its tokenizer.* keys are copied.")
+@click.option(
+    "--vocab-from",
+    "vocab_from",
+    required=True,
+    type=click.Path(path_type=Path),
+    help="The target model's GGUF; its tokenizer.* keys are copied.",
+)
 @click.option("--report", "report_path", type=click.Path(path_type=Path), help="Write a per-tensor JSON report here.")
 @click.option("--expect-sha256", help="Fail, leaving no output, unless the file has this sha256.")
-@click.option("--off-grid", type=click.Choice(["q8_0", "f16", "bf16"]), help="Store matrices that are off the grid in this type instead of stopping.")
-def convert(src_dir: Path, out_gguf: Path, vocab_from: Path, report_path: Path | None, expect_sha256: str | None, off_grid: str | None) -> None:
+@click.option(
+    "--off-grid",
+    type=click.Choice(["q8_0", "f16", "bf16"]),
+    help="Store matrices that are off the grid in this type instead of stopping.",
+)
+def convert(
+    src_dir: Path,
+    out_gguf: Path,
+    vocab_from: Path,
+    report_path: Path | None,
+    expect_sha256: str | None,
+    off_grid: str | None,
+) -> None:
     """Convert a Gemma 4 MTP drafter to an exact Q4_0 GGUF.
 
     SRC_DIR holds a Gemma4AssistantForCausalLM (or Gemma4UnifiedAssistantForCausalLM)
@@ -110,8 +147,8 @@ def convert(src_dir: Path, out_gguf: Path, vocab_from: Path, report_path: Path |
     beside OUT_GGUF, read back and verified, then renamed into place; on any
     failure nothing is left at OUT_GGUF. (Python: gguf_exact.convert_drafter)
     """
-    from gguf_exact.formats.checkpoint import Checkpoint
     from gguf_exact.drafter.convert import convert_drafter
+    from gguf_exact.formats.checkpoint import Checkpoint
 
     with Checkpoint(src_dir) as ckpt:
         n = len(ckpt.tensors)
@@ -121,8 +158,12 @@ def convert(src_dir: Path, out_gguf: Path, vocab_from: Path, report_path: Path |
     types = {}
     for p in result.plans:
         types[p.type.name] = types.get(p.type.name, 0) + 1
-    out.print(f"wrote {result.path} ({result.size:,} bytes; " + ", ".join(f"{k} x{v}" for k, v in sorted(types.items())) + ")")
-    out.print(f"verified: {r['exact_values']:,} of {r['values']:,} values bit-exact ({r['exact_fraction']:.4%}), largest error {r['max_ulps']} bf16 ULP, relative error {r['rel_error']:.3e}")
+    out.print(
+        f"wrote {result.path} ({result.size:,} bytes; " + ", ".join(f"{k} x{v}" for k, v in sorted(types.items())) + ")"
+    )
+    out.print(
+        f"verified: {r['exact_values']:,} of {r['values']:,} values bit-exact ({r['exact_fraction']:.4%}), largest error {r['max_ulps']} bf16 ULP, relative error {r['rel_error']:.3e}"
+    )
     if r["off_grid_tensors"]:
         out.print(f"[yellow]off grid, stored as {off_grid}:[/] " + ", ".join(r["off_grid_tensors"]))
     out.print(f"sha256 {result.sha256}" + ("  (matches --expect-sha256)" if expect_sha256 else ""))
@@ -130,7 +171,9 @@ def convert(src_dir: Path, out_gguf: Path, vocab_from: Path, report_path: Path |
 
 @main.command()
 @click.argument("gguf_path", type=click.Path(path_type=Path))
-@click.option("--source", "source", required=True, type=click.Path(path_type=Path), help="The HF folder the file was made from.")
+@click.option(
+    "--source", "source", required=True, type=click.Path(path_type=Path), help="The HF folder the file was made from."
+)
 @click.option("--json", "as_json", is_flag=True, help="Print per-tensor results as JSON.")
 def verify(gguf_path: Path, source: Path, as_json: bool) -> None:
     """Re-run the post-write verification on an existing drafter GGUF.
@@ -138,16 +181,26 @@ def verify(gguf_path: Path, source: Path, as_json: bool) -> None:
     Decodes every tensor and compares it with the source: bit-exact share, largest
     error in bf16 ULPs, relative RMS error. (Python: gguf_exact.verify_gguf)
     """
+    from gguf_exact.drafter.verify import verify_gguf
     from gguf_exact.formats.checkpoint import Checkpoint
     from gguf_exact.formats.gguf_file import sha256_file
-    from gguf_exact.drafter.verify import verify_gguf
 
     with Checkpoint(source) as ckpt:
         v = verify_gguf(gguf_path, ckpt)
     digest = sha256_file(gguf_path)
     total = v.total
     if as_json:
-        click.echo(json.dumps({"path": str(gguf_path), "sha256": digest, "total": total.as_dict(), "tensors": [t.as_dict() for t in v.tensors]}, indent=2))
+        click.echo(
+            json.dumps(
+                {
+                    "path": str(gguf_path),
+                    "sha256": digest,
+                    "total": total.as_dict(),
+                    "tensors": [t.as_dict() for t in v.tensors],
+                },
+                indent=2,
+            )
+        )
         return
     table = Table(title=str(gguf_path))
     for col in ("tensor", "type", "values", "bit-exact", "max ULP", "rel. error"):
@@ -159,7 +212,9 @@ def verify(gguf_path: Path, source: Path, as_json: bool) -> None:
 
 
 @main.command()
-@click.option("--source", "source", required=True, type=click.Path(path_type=Path), help="The HF folder the files were made from.")
+@click.option(
+    "--source", "source", required=True, type=click.Path(path_type=Path), help="The HF folder the files were made from."
+)
 @click.argument("gguf_paths", nargs=-1, required=True, type=click.Path(path_type=Path))
 def compare(source: Path, gguf_paths: tuple[Path, ...]) -> None:
     """Put drafter GGUFs side by side: size, type mix, error against the source.
@@ -182,7 +237,14 @@ def compare(source: Path, gguf_paths: tuple[Path, ...]) -> None:
 @main.command("make-tiny")
 @click.argument("out_dir", type=click.Path(path_type=Path))
 @click.option("--seed", default=0, show_default=True)
-@click.option("--step", "step_kind", type=click.Choice(["fp32", "bf16"]), default="fp32", show_default=True, help="Precision of the simulated training step.")
+@click.option(
+    "--step",
+    "step_kind",
+    type=click.Choice(["fp32", "bf16"]),
+    default="fp32",
+    show_default=True,
+    help="Precision of the simulated training step.",
+)
 def make_tiny(out_dir: Path, seed: int, step_kind: str) -> None:
     """Write a tiny gemma4 target GGUF and a tiny QAT drafter checkpoint.
 
@@ -213,8 +275,17 @@ def demo(out_dir: Path) -> None:
 
 
 @main.command("build-llama")
-@click.option("--cuda", "cuda", metavar="ARCH", help="Build for CUDA with this architecture: 75 (GTX 1650 Ti) or 86 (RTX 3050). Default: CPU.")
-@click.option("--sdist", type=click.Path(path_type=Path), help="A local copy of the pinned llama-cpp-python sdist (its sha256 is still checked).")
+@click.option(
+    "--cuda",
+    "cuda",
+    metavar="ARCH",
+    help="Build for CUDA with this architecture: 75 (GTX 1650 Ti) or 86 (RTX 3050). Default: CPU.",
+)
+@click.option(
+    "--sdist",
+    type=click.Path(path_type=Path),
+    help="A local copy of the pinned llama-cpp-python sdist (its sha256 is still checked).",
+)
 @click.option("--force", is_flag=True, help="Rebuild even if the build is cached.")
 def build_llama(cuda: str | None, sdist: Path | None, force: bool) -> None:
     """Build llama-server, llama-bench, llama-perplexity and llama-quantize.
@@ -240,23 +311,50 @@ def doctor() -> None:
     from gguf_exact.serving.doctor import diagnose
 
     for f in diagnose():
-        out.print(f"{'[green]ok[/]' if f.ok else '[yellow]--[/]'}  {escape(f'{f.name:<22}')} {escape(f.value)}", soft_wrap=True)
+        out.print(
+            f"{'[green]ok[/]' if f.ok else '[yellow]--[/]'}  {escape(f'{f.name:<22}')} {escape(f.value)}",
+            soft_wrap=True,
+        )
 
 
 @main.command()
 @click.option("--model", "target", required=True, type=click.Path(path_type=Path), help="The gemma4 target GGUF.")
-@click.option("--draft", "drafter", type=click.Path(path_type=Path), help="Its gemma4-assistant MTP drafter GGUF (speculation on).")
+@click.option(
+    "--draft",
+    "drafter",
+    type=click.Path(path_type=Path),
+    help="Its gemma4-assistant MTP drafter GGUF (speculation on).",
+)
 @click.option("--profile", default="cpu", show_default=True, help="rtx3050, gtx1650ti, cpu, or a .toml file.")
-@click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE", help="Override a profile value, e.g. --set ctx-size=4096 --set spec-draft-n-max=1.")
+@click.option(
+    "--set",
+    "overrides",
+    multiple=True,
+    metavar="KEY=VALUE",
+    help="Override a profile value, e.g. --set ctx-size=4096 --set spec-draft-n-max=1.",
+)
 @click.option("--host", default="127.0.0.1", show_default=True)
 @click.option("--port", default=8080, show_default=True, type=int)
-@click.option("--server-bin", type=click.Path(path_type=Path), help="A llama-server to run instead of the cached build.")
+@click.option(
+    "--server-bin", type=click.Path(path_type=Path), help="A llama-server to run instead of the cached build."
+)
 @click.option("--detach", is_flag=True, help="Run in the background (pid file and log in the run directory).")
 @click.option("--dry-run", is_flag=True, help="Check the files and print the command; start nothing.")
 @click.option("--timeout", default=600.0, show_default=True, help="Seconds to wait for /health.")
 @click.argument("extra", nargs=-1, type=click.UNPROCESSED, metavar="[-- LLAMA_SERVER_ARGS...]")
-def serve(target: Path, drafter: Path | None, profile: str, overrides: tuple[str, ...], host: str, port: int, server_bin: Path | None,
-          detach: bool, dry_run: bool, timeout: float, extra: tuple[str, ...]) -> None:
+def serve(
+    target: Path,
+    drafter: Path | None,
+    profile: str,
+    overrides: tuple[str, ...],
+    host: str,
+    port: int,
+    server_bin: Path | None,
+    detach: bool,
+    dry_run: bool,
+    timeout: float,
+    extra: tuple[str, ...],
+) -> None:
     """Serve a Gemma 4 target with its MTP drafter in llama-server (draft-mtp).
 
     Checks first: both files GGUF, target gemma4, drafter gemma4-assistant with
@@ -272,18 +370,29 @@ def serve(target: Path, drafter: Path | None, profile: str, overrides: tuple[str
     pair = launch.pair
     for role, m in (("target", pair.target), ("drafter", pair.drafter)):
         if m is not None:
-            listed = f", sha256 matches checksums/" if m.sha256 else ""
-            out.print(f"{role:<8} {m.path}  {m.architecture}, {m.weight_bytes:,} bytes of weights in {m.n_tensors} tensors{listed}", soft_wrap=True, markup=False)
+            listed = ", sha256 matches checksums/" if m.sha256 else ""
+            out.print(
+                f"{role:<8} {m.path}  {m.architecture}, {m.weight_bytes:,} bytes of weights in {m.n_tensors} tensors{listed}",
+                soft_wrap=True,
+                markup=False,
+            )
     if pair.drafter is not None:
         out.print(f"{'total':<8} {pair.target.weight_bytes + pair.drafter.weight_bytes:,} bytes of weights")
-    out.print(f"profile  {launch.profile.name} ({launch.profile.description}), build {launch.profile.build}", markup=False)
+    out.print(
+        f"profile  {launch.profile.name} ({launch.profile.description}), build {launch.profile.build}", markup=False
+    )
     out.print(launch.command_line, soft_wrap=True, markup=False)
     if dry_run:
         return
     proc, seconds = start_server(launch, detach, timeout)
-    out.print(f"ready at {launch.url} in {seconds:.1f} s (pid {proc.pid}); log {launch.run_dir / 'server.log'}", markup=False)
+    out.print(
+        f"ready at {launch.url} in {seconds:.1f} s (pid {proc.pid}); log {launch.run_dir / 'server.log'}", markup=False
+    )
     if detach:
-        out.print(f"detached; `gguf-exact status --port {port}` reports on it, `gguf-exact stop --port {port}` ends it", markup=False)
+        out.print(
+            f"detached; `gguf-exact status --port {port}` reports on it, `gguf-exact stop --port {port}` ends it",
+            markup=False,
+        )
         return
     sys.exit(serve_foreground(launch, proc))
 
@@ -318,14 +427,20 @@ def status(port: int | None, last: int, as_json: bool) -> None:
             c = st.counters
             if c is not None:
                 rate = "-" if c.rate is None else f"{c.rate:.2%}"
-                out.print(f"drafts       {c.drafts:,} drafts, {c.draft_tokens:,} draft tokens, {c.accepted_tokens:,} accepted ({rate})", markup=False)
+                out.print(
+                    f"drafts       {c.drafts:,} drafts, {c.draft_tokens:,} draft tokens, {c.accepted_tokens:,} accepted ({rate})",
+                    markup=False,
+                )
                 if c.position_rates:
                     per = ", ".join(f"{i + 1}: {r:.0%}" for i, r in enumerate(c.position_rates))
                     out.print(f"by position  {per} of drafts had that draft token accepted", markup=False)
             else:
                 out.print("drafts       - (no draft counters in /metrics)", markup=False)
         for a in st.recent:
-            out.print(f"request      acceptance {a.rate:.5f}: {a.accepted} accepted / {a.generated} drafted, mean len {a.mean_len:.2f}", markup=False)
+            out.print(
+                f"request      acceptance {a.rate:.5f}: {a.accepted} accepted / {a.generated} drafted, mean len {a.mean_len:.2f}",
+                markup=False,
+            )
         out.print(f"log          {st.run_dir / 'server.log'}", markup=False)
     if not st.up:
         sys.exit(1)
@@ -350,9 +465,16 @@ MODELS_DIR_HELP = "Where files are placed, as MODELS_DIR/<repo>/<file> (the path
 
 @main.command()
 @click.argument("recipe")
-@click.option("--models-dir", type=click.Path(path_type=Path), default=Path("models"), show_default=True, help=MODELS_DIR_HELP)
-@click.option("--what", type=click.Choice(["exact", "source", "target"]), default="exact", show_default=True,
-              help="The published exact GGUF, the source checkpoint, or the target GGUF (vocabulary).")
+@click.option(
+    "--models-dir", type=click.Path(path_type=Path), default=Path("models"), show_default=True, help=MODELS_DIR_HELP
+)
+@click.option(
+    "--what",
+    type=click.Choice(["exact", "source", "target"]),
+    default="exact",
+    show_default=True,
+    help="The published exact GGUF, the source checkpoint, or the target GGUF (vocabulary).",
+)
 def fetch(recipe: str, models_dir: Path, what: str) -> None:
     """Download the files a recipe pins, each checked against its sha256.
 
@@ -375,9 +497,21 @@ def fetch(recipe: str, models_dir: Path, what: str) -> None:
 
 @main.command()
 @click.argument("recipe")
-@click.option("--models-dir", type=click.Path(path_type=Path), default=Path("models"), show_default=True, help=MODELS_DIR_HELP)
-@click.option("--out-dir", type=click.Path(path_type=Path), default=Path("build/drafters"), show_default=True, help="Where the rebuilt GGUF is written.")
-@click.option("--vocab-from", type=click.Path(path_type=Path), help="Target GGUF whose tokenizer.* keys are copied, instead of the recipe's [target] file.")
+@click.option(
+    "--models-dir", type=click.Path(path_type=Path), default=Path("models"), show_default=True, help=MODELS_DIR_HELP
+)
+@click.option(
+    "--out-dir",
+    type=click.Path(path_type=Path),
+    default=Path("build/drafters"),
+    show_default=True,
+    help="Where the rebuilt GGUF is written.",
+)
+@click.option(
+    "--vocab-from",
+    type=click.Path(path_type=Path),
+    help="Target GGUF whose tokenizer.* keys are copied, instead of the recipe's [target] file.",
+)
 def build(recipe: str, models_dir: Path, out_dir: Path, vocab_from: Path | None) -> None:
     """Rebuild a recipe's exact drafter from its pinned source; check it is the published file.
 
@@ -392,11 +526,23 @@ def build(recipe: str, models_dir: Path, out_dir: Path, vocab_from: Path | None)
     r = load_recipe(recipe)
     res = build_recipe(r, models_dir, out_dir, vocab_from)
     s = res.convert.report
-    out.print(f"source  {models_dir / r.part('source').repo} ({len(res.sources)} files, verified)", markup=False, soft_wrap=True)
+    out.print(
+        f"source  {models_dir / r.part('source').repo} ({len(res.sources)} files, verified)",
+        markup=False,
+        soft_wrap=True,
+    )
     out.print(f"vocab   {res.vocab_from}", markup=False, soft_wrap=True)
-    out.print(f"wrote   {res.output} ({res.convert.size:,} bytes; {s['exact_values']:,} of {s['values']:,} values bit-exact)", markup=False, soft_wrap=True)
+    out.print(
+        f"wrote   {res.output} ({res.convert.size:,} bytes; {s['exact_values']:,} of {s['values']:,} values bit-exact)",
+        markup=False,
+        soft_wrap=True,
+    )
     if res.reproduced is None:
-        out.print(f"sha256 {res.sha256}; the recipe pins no published exact file to compare with", markup=False, soft_wrap=True)
+        out.print(
+            f"sha256 {res.sha256}; the recipe pins no published exact file to compare with",
+            markup=False,
+            soft_wrap=True,
+        )
     elif res.reproduced:
         out.print(f"reproduced: sha256 {res.sha256} is the published {res.published}", markup=False, soft_wrap=True)
     else:
@@ -410,8 +556,17 @@ def build(recipe: str, models_dir: Path, out_dir: Path, vocab_from: Path | None)
 
 @main.command()
 @click.argument("recipe")
-@click.option("--revision", help="Pin this branch, tag or commit instead of the recipe's revision (one part: name it with --what).")
-@click.option("--what", type=click.Choice(["all", "source", "exact", "target"]), default="all", show_default=True, help="Which part of the recipe to pin.")
+@click.option(
+    "--revision",
+    help="Pin this branch, tag or commit instead of the recipe's revision (one part: name it with --what).",
+)
+@click.option(
+    "--what",
+    type=click.Choice(["all", "source", "exact", "target"]),
+    default="all",
+    show_default=True,
+    help="Which part of the recipe to pin.",
+)
 def pin(recipe: str, revision: str | None, what: str) -> None:
     """Resolve a recipe's revisions to commits and record each file's sha256.
 
@@ -426,7 +581,9 @@ def pin(recipe: str, revision: str | None, what: str) -> None:
     r = load_recipe(recipe)
     report = pin_recipe(r, None if what == "all" else [what], revision)
     for p in report.parts:
-        out.print(f"[{p.role}] {p.pin.repo} revision {p.pin.revision} -> commit {p.pin.commit}", markup=False, soft_wrap=True)
+        out.print(
+            f"[{p.role}] {p.pin.repo} revision {p.pin.revision} -> commit {p.pin.commit}", markup=False, soft_wrap=True
+        )
         for e in p.entries:
             changed = f"  CHANGED, was {e.previous}" if e.previous not in (None, e.sha256) else ""
             out.print(f"  {e.sha256}  {e.path}  ({e.how}){changed}", markup=False, soft_wrap=True)
@@ -434,15 +591,46 @@ def pin(recipe: str, revision: str | None, what: str) -> None:
 
 
 @main.command()
-@click.option("--donor", "donor", required=True, type=click.Path(path_type=Path), help="The GGUF to re-pack (e.g. Google's QAT GGUF); its metadata and layout are kept.")
-@click.option("--source", "source", required=True, type=click.Path(path_type=Path), help="The unquantized QAT checkpoint (HF folder) of the same model.")
+@click.option(
+    "--donor",
+    "donor",
+    required=True,
+    type=click.Path(path_type=Path),
+    help="The GGUF to re-pack (e.g. Google's QAT GGUF); its metadata and layout are kept.",
+)
+@click.option(
+    "--source",
+    "source",
+    required=True,
+    type=click.Path(path_type=Path),
+    help="The unquantized QAT checkpoint (HF folder) of the same model.",
+)
 @click.argument("out_gguf", type=click.Path(path_type=Path))
-@click.option("--off-grid", type=click.Choice(["keep", "q8_0", "f16", "bf16"]), help="For QAT matrices with blocks off the grid: keep the donor's tensor, or store the source in this type (default: stop).")
+@click.option(
+    "--off-grid",
+    type=click.Choice(["keep", "q8_0", "f16", "bf16"]),
+    help="For QAT matrices with blocks off the grid: keep the donor's tensor, or store the source in this type (default: stop).",
+)
 @click.option("--expect-sha256", help="Fail, leaving no output, unless the file has this sha256.")
 @click.option("--report", "report_path", type=click.Path(path_type=Path), help="Write a per-tensor JSON report here.")
-@click.option("--donor-stats", type=click.Choice(["sample", "all"]), default="sample", show_default=True, help="Measure the donor against the source on every 8th chunk of re-packed tensors, or on all.")
+@click.option(
+    "--donor-stats",
+    type=click.Choice(["sample", "all"]),
+    default="sample",
+    show_default=True,
+    help="Measure the donor against the source on every 8th chunk of re-packed tensors, or on all.",
+)
 @click.option("--workers", type=int, help="Worker threads (default: 2, or fewer CPUs).")
-def repack(donor: Path, source: Path, out_gguf: Path, off_grid: str | None, expect_sha256: str | None, report_path: Path | None, donor_stats: str, workers: int | None) -> None:
+def repack(
+    donor: Path,
+    source: Path,
+    out_gguf: Path,
+    off_grid: str | None,
+    expect_sha256: str | None,
+    report_path: Path | None,
+    donor_stats: str,
+    workers: int | None,
+) -> None:
     """Re-pack a Gemma 4 GGUF as exact Q4_0 from its QAT checkpoint.
 
     Keeps the donor's header and metadata (tokenizer, chat template,
@@ -460,10 +648,23 @@ def repack(donor: Path, source: Path, out_gguf: Path, off_grid: str | None, expe
     with open_donor(donor) as d:
         n = len(d.tensors)
     with tensor_progress("repack", n) as progress:
-        result = repack_model(donor, source, out_gguf, off_grid, expect_sha256, report_path, workers, donor_stats, progress)
+        result = repack_model(
+            donor, source, out_gguf, off_grid, expect_sha256, report_path, workers, donor_stats, progress
+        )
     r = result.report
     table = Table(title=f"{donor.name} -> {out_gguf.name}")
-    for col in ("kind", "tensors", "donor type", "donor bytes", "output type", "output bytes", "donor bit-exact", "bit-exact", "donor rel. err", "rel. err"):
+    for col in (
+        "kind",
+        "tensors",
+        "donor type",
+        "donor bytes",
+        "output type",
+        "output bytes",
+        "donor bit-exact",
+        "bit-exact",
+        "donor rel. err",
+        "rel. err",
+    ):
         table.add_column(col, justify="left" if col in ("kind", "donor type", "output type") else "right")
     for k in r["kinds"]:
         err_ = lambda x: "-" if x is None else f"{x:.2e}"  # noqa: E731
@@ -474,7 +675,11 @@ def repack(donor: Path, source: Path, out_gguf: Path, off_grid: str | None, expe
     out.print(table)
     rep, don = r["repacked"], r["donor_on_repacked"]
     sizes = f"{result.size:,} bytes; donor {result.donor_size:,}, {result.size / result.donor_size:.1%}"
-    out.print(f"wrote {result.path} ({sizes}); {r['repacked_tensors']} tensors re-packed as exact Q4_0, {r['copied_tensors']} copied", soft_wrap=True, markup=False)
+    out.print(
+        f"wrote {result.path} ({sizes}); {r['repacked_tensors']} tensors re-packed as exact Q4_0, {r['copied_tensors']} copied",
+        soft_wrap=True,
+        markup=False,
+    )
     if rep:
         line = f"re-packed values bit-exact: {rep['exact_values']:,} of {rep['values']:,} ({rep['exact_fraction']:.4%}), largest error {rep['max_ulps']} bf16 ULP"
         if don:
@@ -483,24 +688,62 @@ def repack(donor: Path, source: Path, out_gguf: Path, off_grid: str | None, expe
     for t in r["off_grid"]:
         out.print(f"off grid: {t['name']}: {t['note']}", soft_wrap=True, markup=False)
     if result.source_only:
-        out.print(f"source tensors the donor lacks ({len(result.source_only)}, not written): {', '.join(result.source_only[:8])}" + (" ..." if len(result.source_only) > 8 else ""), soft_wrap=True, markup=False)
+        out.print(
+            f"source tensors the donor lacks ({len(result.source_only)}, not written): {', '.join(result.source_only[:8])}"
+            + (" ..." if len(result.source_only) > 8 else ""),
+            soft_wrap=True,
+            markup=False,
+        )
     if result.unmapped:
-        out.print(f"donor tensors with no known source ({len(result.unmapped)}, copied): {', '.join(result.unmapped[:8])}", soft_wrap=True, markup=False)
+        out.print(
+            f"donor tensors with no known source ({len(result.unmapped)}, copied): {', '.join(result.unmapped[:8])}",
+            soft_wrap=True,
+            markup=False,
+        )
     s = result.seconds
-    out.print(f"{s['total']:.1f} s (write {s['write']:.1f} s, read-back {s['verify']:.1f} s); sha256 {result.sha256}" + ("  (matches --expect-sha256)" if expect_sha256 else ""), soft_wrap=True, markup=False)
+    out.print(
+        f"{s['total']:.1f} s (write {s['write']:.1f} s, read-back {s['verify']:.1f} s); sha256 {result.sha256}"
+        + ("  (matches --expect-sha256)" if expect_sha256 else ""),
+        soft_wrap=True,
+        markup=False,
+    )
 
 
 @main.command()
 @click.option("--model", "target", required=True, type=click.Path(path_type=Path), help="The gemma4 target GGUF.")
-@click.option("--draft", "drafter", type=click.Path(path_type=Path), help="Its gemma4-assistant MTP drafter GGUF (speculation on).")
+@click.option(
+    "--draft",
+    "drafter",
+    type=click.Path(path_type=Path),
+    help="Its gemma4-assistant MTP drafter GGUF (speculation on).",
+)
 @click.option("--prompt", help="The prompt text (BOS is added).")
-@click.option("--prompt-file", type=click.Path(path_type=Path), help="Read the prompt from this file (one final newline dropped).")
-@click.option("--n-max", default=3, show_default=True, help="Most draft tokens per target pass; 0 runs the target alone.")
-@click.option("--n-predict", default=128, show_default=True, help="Most tokens to generate (fewer when an end-of-generation token comes).")
+@click.option(
+    "--prompt-file", type=click.Path(path_type=Path), help="Read the prompt from this file (one final newline dropped)."
+)
+@click.option(
+    "--n-max", default=3, show_default=True, help="Most draft tokens per target pass; 0 runs the target alone."
+)
+@click.option(
+    "--n-predict",
+    default=128,
+    show_default=True,
+    help="Most tokens to generate (fewer when an end-of-generation token comes).",
+)
 @click.option("--n-ctx", default=4096, show_default=True, help="Context size: prompt plus generated tokens.")
 @click.option("--threads", default=2, show_default=True)
 @click.option("--json", "as_json", is_flag=True, help="Print token ids, text and counters as JSON.")
-def generate(target: Path, drafter: Path | None, prompt: str | None, prompt_file: Path | None, n_max: int, n_predict: int, n_ctx: int, threads: int, as_json: bool) -> None:
+def generate(
+    target: Path,
+    drafter: Path | None,
+    prompt: str | None,
+    prompt_file: Path | None,
+    n_max: int,
+    n_predict: int,
+    n_ctx: int,
+    threads: int,
+    as_json: bool,
+) -> None:
     """Greedy generation in-process, with the MTP drafter when --draft is given.
 
     The drafter proposes up to --n-max tokens from the target's hidden state, the
@@ -520,26 +763,69 @@ def generate(target: Path, drafter: Path | None, prompt: str | None, prompt_file
     with Runner(target, drafter, n_ctx=n_ctx, n_threads=threads) as r:
         g = r.generate(prompt, n_predict, n_max if drafter else 0)
     if as_json:
-        click.echo(json.dumps({"model": str(target), "draft": str(drafter) if drafter else None} | g.as_dict(), indent=2))
+        click.echo(
+            json.dumps({"model": str(target), "draft": str(drafter) if drafter else None} | g.as_dict(), indent=2)
+        )
         return
     click.echo(g.text)
-    acc = "" if g.acceptance_rate is None else f"; drafts {g.drafts_accepted}/{g.drafts_generated} accepted ({g.acceptance_rate:.1%}), mean length {g.mean_accepted_length:.2f}"
-    err.print(f"{g.n_tokens} tokens, {g.target_passes} target passes ({g.tokens_per_target_pass:.2f} tokens/pass){acc}; {g.tokens_per_second:.1f} tokens/s", markup=False, soft_wrap=True)
+    acc = (
+        ""
+        if g.acceptance_rate is None
+        else f"; drafts {g.drafts_accepted}/{g.drafts_generated} accepted ({g.acceptance_rate:.1%}), mean length {g.mean_accepted_length:.2f}"
+    )
+    err.print(
+        f"{g.n_tokens} tokens, {g.target_passes} target passes ({g.tokens_per_target_pass:.2f} tokens/pass){acc}; {g.tokens_per_second:.1f} tokens/s",
+        markup=False,
+        soft_wrap=True,
+    )
 
 
 @main.command()
 @click.option("--model", "target", type=click.Path(path_type=Path), help="The gemma4 target GGUF (in-process runs).")
 @click.option("--draft", "drafter", type=click.Path(path_type=Path), help="Its MTP drafter GGUF (in-process runs).")
-@click.option("--n-max", "n_max_list", default="1,2,3,4", show_default=True, help="Comma-separated n-max values to compare with the target alone.")
-@click.option("--server", "servers", multiple=True, metavar="[LABEL=]URL", help="Bench running llama-servers instead: target=URL for the target alone, N=URL for one started with --spec-draft-n-max N. Repeat per server.")
+@click.option(
+    "--n-max",
+    "n_max_list",
+    default="1,2,3,4",
+    show_default=True,
+    help="Comma-separated n-max values to compare with the target alone.",
+)
+@click.option(
+    "--server",
+    "servers",
+    multiple=True,
+    metavar="[LABEL=]URL",
+    help="Bench running llama-servers instead: target=URL for the target alone, N=URL for one started with --spec-draft-n-max N. Repeat per server.",
+)
 @click.option("--prompts", "prompt_list", help="Comma-separated names from the shipped prompt set (default: all).")
 @click.option("--n-predict", default=64, show_default=True, help="Tokens per prompt and run.")
-@click.option("--rounds", default=2, show_default=True, help="Rounds; each runs the arms forward then backward (A B B A).")
-@click.option("--out", "out_dir", type=click.Path(path_type=Path), default=Path("build/bench"), show_default=True, help="Where bench.json, bench.md and bench.png go.")
+@click.option(
+    "--rounds", default=2, show_default=True, help="Rounds; each runs the arms forward then backward (A B B A)."
+)
+@click.option(
+    "--out",
+    "out_dir",
+    type=click.Path(path_type=Path),
+    default=Path("build/bench"),
+    show_default=True,
+    help="Where bench.json, bench.md and bench.png go.",
+)
 @click.option("--n-ctx", default=4096, show_default=True)
 @click.option("--threads", default=2, show_default=True)
 @click.option("--no-plot", is_flag=True, help="Skip the PNG.")
-def bench(target: Path | None, drafter: Path | None, n_max_list: str, servers: tuple[str, ...], prompt_list: str | None, n_predict: int, rounds: int, out_dir: Path, n_ctx: int, threads: int, no_plot: bool) -> None:
+def bench(
+    target: Path | None,
+    drafter: Path | None,
+    n_max_list: str,
+    servers: tuple[str, ...],
+    prompt_list: str | None,
+    n_predict: int,
+    rounds: int,
+    out_dir: Path,
+    n_ctx: int,
+    threads: int,
+    no_plot: bool,
+) -> None:
     """The target alone against the drafter at each n-max, over the shipped prompts.
 
     In-process (--model, --draft) or against running llama-servers (--server,
@@ -547,7 +833,11 @@ def bench(target: Path | None, drafter: Path | None, n_max_list: str, servers: t
     tokens/s and tokens per target pass against n-max. (Python:
     gguf_exact.speculative.bench.bench_runner, bench_servers)
     """
-    from gguf_exact.speculative.bench import bench_runner, bench_servers, parse_server_arm
+    from gguf_exact.speculative.bench import (
+        bench_runner,
+        bench_servers,
+        parse_server_arm,
+    )
     from gguf_exact.speculative.prompt_set import load_prompts
 
     prompts = load_prompts([p.strip() for p in prompt_list.split(",")] if prompt_list else None)
@@ -563,7 +853,9 @@ def bench(target: Path | None, drafter: Path | None, n_max_list: str, servers: t
             n_values = [int(x) for x in n_max_list.split(",") if x.strip()]
         except ValueError:
             raise GgufExactError(f"--n-max {n_max_list}: expected comma-separated integers, e.g. 1,2,3") from None
-        report = bench_runner(target, drafter, n_values, prompts, n_predict, rounds, progress, n_ctx=n_ctx, n_threads=threads)
+        report = bench_runner(
+            target, drafter, n_values, prompts, n_predict, rounds, progress, n_ctx=n_ctx, n_threads=threads
+        )
     paths = report.write(out_dir, plot=not no_plot)
     out.print(report.markdown(), markup=False, soft_wrap=True)
     out.print("wrote " + ", ".join(str(p) for p in paths.values()), markup=False, soft_wrap=True)

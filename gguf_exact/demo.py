@@ -37,7 +37,9 @@ def run_demo(out_dir: str | Path, console: Console | None = None) -> dict:
     result = convert_drafter(source, drafter, target)
     r = result.report
     console.print(f"{drafter}: {result.size:,} bytes, sha256 {result.sha256}")
-    console.print(f"bit-exact {r['exact_values']:,} / {r['values']:,} values ({r['exact_fraction']:.4%}), largest error {r['max_ulps']} bf16 ULP")
+    console.print(
+        f"bit-exact {r['exact_values']:,} / {r['values']:,} values ({r['exact_fraction']:.4%}), largest error {r['max_ulps']} bf16 ULP"
+    )
 
     console.rule("4. llama.cpp: drafter beside target")
     from gguf_exact.speculative.llama_mtp import TargetWithDrafter
@@ -52,4 +54,10 @@ def run_demo(out_dir: str | Path, console: Console | None = None) -> dict:
     from gguf_exact.demo_generate import run_generate_step
 
     generation = run_generate_step(out, target, drafter, console)
-    return {"exact_fraction": r["exact_fraction"], "sha256": result.sha256, "greedy": greedy, "drafted": drafted, "generation": generation}
+    return {
+        "exact_fraction": r["exact_fraction"],
+        "sha256": result.sha256,
+        "greedy": greedy,
+        "drafted": drafted,
+        "generation": generation,
+    }

@@ -109,8 +109,8 @@ def run_llama_quantize(exe: Path, scale: float):
     """BF16 GGUF of the same tensors -> llama-quantize --pure Q4_0; time the quantize."""
     from gguf import GGMLQuantizationType, GGUFReader
 
-    from gguf_exact.gemma4.assistant import ARCH, AssistantConfig, metadata
     from gguf_exact.formats.gguf_file import write_gguf
+    from gguf_exact.gemma4.assistant import ARCH, AssistantConfig, metadata
     from gguf_exact.tiny.models import drafter_config
 
     tensors = tensor_set(scale)

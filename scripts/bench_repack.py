@@ -41,7 +41,10 @@ def peak_rss_mib() -> float:
 
 def cpu_seconds() -> float:
     """This process and its finished children (the forked workers)."""
-    return sum(r.ru_utime + r.ru_stime for r in (resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)))
+    return sum(
+        r.ru_utime + r.ru_stime
+        for r in (resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN))
+    )
 
 
 def run_repack(donor, source, out, workers, queue):
@@ -56,7 +59,18 @@ def run_repack(donor, source, out, workers, queue):
         f"write {result.seconds['write']:.2f} s, read-back + sha256 {result.seconds['verify']:.2f} s; "
         f"peak RSS of each forked worker {worker_rss:.0f} MiB (pages shared with the parent counted in both)"
     )
-    queue.put(("repack (gguf-exact)", rep["values"], seconds, cpu_seconds() - cpu0, rep["exact_fraction"], peak_rss_mib(), result.size, extra))
+    queue.put(
+        (
+            "repack (gguf-exact)",
+            rep["values"],
+            seconds,
+            cpu_seconds() - cpu0,
+            rep["exact_fraction"],
+            peak_rss_mib(),
+            result.size,
+            extra,
+        )
+    )
 
 
 def run_published(donor, source, out, workers, queue):
@@ -64,12 +78,12 @@ def run_published(donor, source, out, workers, queue):
     from gguf import GGMLQuantizationType, GGUFReader, GGUFWriter
 
     from gguf_exact.core import bf16, q4_0
-    from gguf_exact.formats.checkpoint import Checkpoint
-    from gguf_exact.repack.donor import open_donor
     from gguf_exact.core.published import published_q4_0
-    from gguf_exact.repack.tensor_map import build_map
-    from gguf_exact.repack.source_rows import locate
+    from gguf_exact.formats.checkpoint import Checkpoint
     from gguf_exact.formats.vocab import copy_field
+    from gguf_exact.repack.donor import open_donor
+    from gguf_exact.repack.source_rows import locate
+    from gguf_exact.repack.tensor_map import build_map
 
     start, cpu0 = time.perf_counter(), cpu_seconds()
     reader = GGUFReader(donor)
@@ -107,7 +121,18 @@ def run_published(donor, source, out, workers, queue):
         writer.close()
     seconds = time.perf_counter() - start - exact_seconds
     size = Path(out).stat().st_size
-    queue.put(("published method", values, seconds, cpu_seconds() - cpu0, exact / values, peak_rss_mib(), size, "whole tensors in memory"))
+    queue.put(
+        (
+            "published method",
+            values,
+            seconds,
+            cpu_seconds() - cpu0,
+            exact / values,
+            peak_rss_mib(),
+            size,
+            "whole tensors in memory",
+        )
+    )
 
 
 def child(fn, *args):
@@ -122,7 +147,9 @@ def child(fn, *args):
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--scale", type=float, default=0.02, help="rows of every matrix as a share of E2B's (1.0 = full size)")
+    parser.add_argument(
+        "--scale", type=float, default=0.02, help="rows of every matrix as a share of E2B's (1.0 = full size)"
+    )
     parser.add_argument("--dir", type=Path, help="where to write the synthetic files (default: a temp folder)")
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--keep", action="store_true", help="keep the files")
@@ -151,16 +178,22 @@ def main() -> None:
 
     load = os.getloadavg()[0]
     print(f"\nE2B-shaped model at scale {args.scale} ({os.cpu_count()} CPUs, load average {load:.1f} at the end)")
-    print(f"{'method':22} {'values':>13} {'seconds':>8} {'CPU s':>7} {'M values/s':>11} {'bit-exact':>10} {'peak RSS MiB':>13} {'output bytes':>14}")
+    print(
+        f"{'method':22} {'values':>13} {'seconds':>8} {'CPU s':>7} {'M values/s':>11} {'bit-exact':>10} {'peak RSS MiB':>13} {'output bytes':>14}"
+    )
     for name, values, seconds, cpu, exact, rss, size, _ in rows:
-        print(f"{name:22} {values:>13,} {seconds:>8.2f} {cpu:>7.2f} {values / seconds / 1e6:>11.1f} {exact:>10.4%} {rss:>13.0f} {size:>14,}")
+        print(
+            f"{name:22} {values:>13,} {seconds:>8.2f} {cpu:>7.2f} {values / seconds / 1e6:>11.1f} {exact:>10.4%} {rss:>13.0f} {size:>14,}"
+        )
     for name, *_, extra in rows:
         print(f"  {name}: {extra}")
     ours = rows[0]
     rate = ours[1] / ours[2]
     print(f"repack at full size (4.63e9 values) at this rate: {FULL_VALUES / rate:.0f} s")
     if len(rows) > 1:
-        print(f"repack vs published method: {rate / (rows[1][1] / rows[1][2]):.2f}x the values/s, {rows[1][5] / ours[5]:.1f}x less peak RSS")
+        print(
+            f"repack vs published method: {rate / (rows[1][1] / rows[1][2]):.2f}x the values/s, {rows[1][5] / ours[5]:.1f}x less peak RSS"
+        )
 
 
 if __name__ == "__main__":

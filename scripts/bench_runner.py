@@ -30,11 +30,11 @@ import time
 from pathlib import Path
 
 from gguf_exact.errors import GgufExactError
+from gguf_exact.serving.client import server_generate
 from gguf_exact.serving.llama_build import find_build
+from gguf_exact.serving.server import plan_launch, start_server, stop_server
 from gguf_exact.speculative.prompt_set import load_prompts
 from gguf_exact.speculative.runner import Runner
-from gguf_exact.serving.server import plan_launch, start_server, stop_server
-from gguf_exact.serving.client import server_generate
 from gguf_exact.tiny.pairs import write_runner_pairs
 
 
@@ -69,8 +69,15 @@ def run_server(url: str, prompts: dict[str, str], n_predict: int) -> list:
 
 def bench_pair(name, target, drafter, n_max_list, prompts, args, server_bin) -> list[dict]:
     rows = []
-    settings = [f"ctx-size={args.n_ctx}", f"threads={args.threads}", f"threads-batch={args.threads}", f"spec-draft-threads={args.threads}",
-                f"batch-size={args.n_batch}", f"ubatch-size={args.n_batch}", "no-warmup=true"]
+    settings = [
+        f"ctx-size={args.n_ctx}",
+        f"threads={args.threads}",
+        f"threads-batch={args.threads}",
+        f"spec-draft-threads={args.threads}",
+        f"batch-size={args.n_batch}",
+        f"ubatch-size={args.n_batch}",
+        "no-warmup=true",
+    ]
     alone_ids: dict[str, list[int]] = {}
     with Runner(target, drafter, n_ctx=args.n_ctx, n_threads=args.threads, n_batch=args.n_batch) as runner:
         for n_max in n_max_list:
@@ -78,7 +85,9 @@ def bench_pair(name, target, drafter, n_max_list, prompts, args, server_bin) -> 
             launch = None
             if server_bin is not None:
                 overrides = settings + ([f"spec-draft-n-max={n_max}"] if n_max > 0 else [])
-                launch = plan_launch(target, drafter if n_max > 0 else None, "cpu", overrides, port=free_port(), server_bin=server_bin)
+                launch = plan_launch(
+                    target, drafter if n_max > 0 else None, "cpu", overrides, port=free_port(), server_bin=server_bin
+                )
                 start_server(launch, detach=True, timeout=120)
             try:
                 runner.generate(next(iter(prompts.values())), 8, n_max)  # warm-up
@@ -94,15 +103,22 @@ def bench_pair(name, target, drafter, n_max_list, prompts, args, server_bin) -> 
                 if launch:
                     stop_server(launch.port)
             overhead = [g.overhead_per_step_us for _, g in ours if g.target_passes > 1]
-            row = {"pair": name, "n_max": n_max, "runner": summarize([g for _, g in ours]), "python_overhead_us_per_step_median": statistics.median(overhead) if overhead else None,
-                   "python_overhead_us_per_step_min": min(overhead) if overhead else None}
+            row = {
+                "pair": name,
+                "n_max": n_max,
+                "runner": summarize([g for _, g in ours]),
+                "python_overhead_us_per_step_median": statistics.median(overhead) if overhead else None,
+                "python_overhead_us_per_step_min": min(overhead) if overhead else None,
+            }
             if n_max == 0:
                 alone_ids = {pname: g.tokens for pname, g in ours}
             elif alone_ids:
                 row["same_tokens_as_target_alone"] = all(g.tokens == alone_ids[pname] for pname, g in ours)
             if theirs:
                 row["server"] = summarize([g for _, g in theirs])
-                row["ratio_runner_over_server"] = row["runner"]["tokens_per_second"] / row["server"]["tokens_per_second"]
+                row["ratio_runner_over_server"] = (
+                    row["runner"]["tokens_per_second"] / row["server"]["tokens_per_second"]
+                )
                 server_ids = {pname: g.tokens for pname, g in theirs}
                 row["same_tokens_as_server"] = all(g.tokens == server_ids[pname] for pname, g in ours)
             rows.append(row)
@@ -118,7 +134,9 @@ def line(row: dict) -> str:
     text += f"  python {oh:5.1f} us/step" if oh is not None else ""
     if s:
         sacc = "-" if s["acceptance_rate"] is None else f"{s['acceptance_rate']:.3f}"
-        text += f"  | server {s['tokens_per_second']:8.1f} tok/s  {s['tokens_per_target_pass']:.2f} tok/pass  acc {sacc}"
+        text += (
+            f"  | server {s['tokens_per_second']:8.1f} tok/s  {s['tokens_per_target_pass']:.2f} tok/pass  acc {sacc}"
+        )
         text += f"  | ratio {row['ratio_runner_over_server']:.2f}  same ids as server {'yes' if row['same_tokens_as_server'] else 'NO'}"
     if "same_tokens_as_target_alone" in row:
         text += f", as target alone {'yes' if row['same_tokens_as_target_alone'] else 'NO (near-tie, see README)'}"
@@ -148,16 +166,25 @@ def main(argv: list[str] | None = None) -> int:
         pairs = write_runner_pairs(tmp)
         for name in args.pairs.split(","):
             target, drafter = pairs[name]
-            rows += bench_pair(name, target, drafter, [int(x) for x in args.n_max.split(",")], prompts, args, server_bin)
+            rows += bench_pair(
+                name, target, drafter, [int(x) for x in args.n_max.split(",")], prompts, args, server_bin
+            )
     args.out.mkdir(parents=True, exist_ok=True)
-    meta = {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()} | {"server": str(server_bin) if server_bin else None, "seconds": time.time() - t0}
+    meta = {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()} | {
+        "server": str(server_bin) if server_bin else None,
+        "seconds": time.time() - t0,
+    }
     (args.out / "bench_runner.json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=2) + "\n")
     ratios = [r["ratio_runner_over_server"] for r in rows if "ratio_runner_over_server" in r]
     if ratios:
-        print(f"runner / llama-server tokens/s: median ratio {statistics.median(ratios):.2f} (min {min(ratios):.2f}, max {max(ratios):.2f}) over {len(ratios)} settings")
+        print(
+            f"runner / llama-server tokens/s: median ratio {statistics.median(ratios):.2f} (min {min(ratios):.2f}, max {max(ratios):.2f}) over {len(ratios)} settings"
+        )
     oh = [r["python_overhead_us_per_step_median"] for r in rows if r["python_overhead_us_per_step_median"] is not None]
     if oh:
-        print(f"runner Python overhead per speculative step: median {statistics.median(oh):.1f} us (per-setting medians {min(oh):.1f}-{max(oh):.1f} us)")
+        print(
+            f"runner Python overhead per speculative step: median {statistics.median(oh):.1f} us (per-setting medians {min(oh):.1f}-{max(oh):.1f} us)"
+        )
     print(f"wrote {args.out / 'bench_runner.json'} ({time.time() - t0:.0f} s)")
     return 0
 

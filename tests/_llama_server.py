@@ -45,7 +45,14 @@ def post_json(url: str, body: dict) -> dict:
 
 def complete(url: str, prompt: str, n_predict: int = 16) -> dict:
     """A greedy completion with the generated token ids."""
-    return post_json(url + "/completion", {
-        "prompt": prompt, "n_predict": n_predict, "temperature": 0, "return_tokens": True,
-        "cache_prompt": False, "ignore_eos": True,
-    })
+    return post_json(
+        url + "/completion",
+        {
+            "prompt": prompt,
+            "n_predict": n_predict,
+            "temperature": 0,
+            "return_tokens": True,
+            "cache_prompt": False,
+            "ignore_eos": True,
+        },
+    )

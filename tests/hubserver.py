@@ -69,7 +69,9 @@ class FakeHub:
         self.url = ""
 
     # --- content ---------------------------------------------------------------------
-    def commit(self, repo_id: str, files: dict[str, bytes], branch: str = "main", private: bool = False, gated: bool = False) -> str:
+    def commit(
+        self, repo_id: str, files: dict[str, bytes], branch: str = "main", private: bool = False, gated: bool = False
+    ) -> str:
         """A new commit with ``files`` (the whole tree) on ``branch``; returns its id."""
         with self._lock:
             repo = self.repos.setdefault(repo_id, Repo())
@@ -210,7 +212,9 @@ class _Handler(BaseHTTPRequestHandler):
             return self._error(*denied, head)
         commit = hub._resolve(repo_id, revision)
         if commit is None:
-            return self._error(404, {"X-Error-Code": "RevisionNotFound", "X-Error-Message": f"Invalid rev id: {revision}"}, head)
+            return self._error(
+                404, {"X-Error-Code": "RevisionNotFound", "X-Error-Message": f"Invalid rev id: {revision}"}, head
+            )
         siblings = []
         for name, data in sorted(hub.repos[repo_id].commits[commit].items()):
             entry: dict = {"rfilename": name}
@@ -219,7 +223,15 @@ class _Handler(BaseHTTPRequestHandler):
                 if name.endswith(LFS_SUFFIXES):
                     entry["lfs"] = {"sha256": hashlib.sha256(data).hexdigest(), "size": len(data), "pointerSize": 134}
             siblings.append(entry)
-        body = json.dumps({"id": repo_id, "modelId": repo_id, "sha": commit, "private": hub.repos[repo_id].private, "siblings": siblings}).encode()
+        body = json.dumps(
+            {
+                "id": repo_id,
+                "modelId": repo_id,
+                "sha": commit,
+                "private": hub.repos[repo_id].private,
+                "siblings": siblings,
+            }
+        ).encode()
         self._send(200, {"Content-Type": "application/json"}, body, head)
 
     def _resolve_file(self, repo_id: str, revision: str, filename: str, auth: str | None, head: bool) -> None:
@@ -229,12 +241,23 @@ class _Handler(BaseHTTPRequestHandler):
             return self._error(*denied, head)
         commit = hub._resolve(repo_id, revision)
         if commit is None:
-            return self._error(404, {"X-Error-Code": "RevisionNotFound", "X-Error-Message": f"Invalid rev id: {revision}"}, head)
+            return self._error(
+                404, {"X-Error-Code": "RevisionNotFound", "X-Error-Message": f"Invalid rev id: {revision}"}, head
+            )
         files = hub.repos[repo_id].commits[commit]
         if filename not in files:
-            return self._error(404, {"X-Error-Code": "EntryNotFound", "X-Error-Message": "Entry not found", "X-Repo-Commit": commit}, head)
+            return self._error(
+                404,
+                {"X-Error-Code": "EntryNotFound", "X-Error-Message": "Entry not found", "X-Repo-Commit": commit},
+                head,
+            )
         data = files[filename]
-        headers = {"X-Repo-Commit": commit, "ETag": f'"{git_blob_id(data)}"', "Accept-Ranges": "bytes", "Content-Type": "application/octet-stream"}
+        headers = {
+            "X-Repo-Commit": commit,
+            "ETag": f'"{git_blob_id(data)}"',
+            "Accept-Ranges": "bytes",
+            "Content-Type": "application/octet-stream",
+        }
         if filename.endswith(LFS_SUFFIXES):
             headers |= {"X-Linked-Etag": f'"{hashlib.sha256(data).hexdigest()}"', "X-Linked-Size": str(len(data))}
         if head:

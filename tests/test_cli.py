@@ -7,9 +7,16 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
-from gguf_exact.core import bf16
 from gguf_exact.cli import main
-from gguf_exact.tiny.models import TinyDrafter, TinyTarget, drafter_config, drafter_tensors, write_checkpoint, write_tiny_target
+from gguf_exact.core import bf16
+from gguf_exact.tiny.models import (
+    TinyDrafter,
+    TinyTarget,
+    drafter_config,
+    drafter_tensors,
+    write_checkpoint,
+    write_tiny_target,
+)
 
 
 def run(*args):
@@ -83,14 +90,22 @@ def test_missing_config_key(drafter_copy, out, tiny):
     cfg = json.loads((drafter_copy / "config.json").read_text())
     del cfg["text_config"]["num_attention_heads"]
     (drafter_copy / "config.json").write_text(json.dumps(cfg))
-    expect_error(convert_args(drafter_copy, out, tiny / "target.gguf"), "config.json: missing text_config.num_attention_heads", out)
+    expect_error(
+        convert_args(drafter_copy, out, tiny / "target.gguf"),
+        "config.json: missing text_config.num_attention_heads",
+        out,
+    )
 
 
 def test_unsupported_architecture(drafter_copy, out, tiny):
     cfg = json.loads((drafter_copy / "config.json").read_text())
     cfg["architectures"] = ["Gemma4ForCausalLM"]
     (drafter_copy / "config.json").write_text(json.dumps(cfg))
-    expect_error(convert_args(drafter_copy, out, tiny / "target.gguf"), "architectures ['Gemma4ForCausalLM'] is not supported", out)
+    expect_error(
+        convert_args(drafter_copy, out, tiny / "target.gguf"),
+        "architectures ['Gemma4ForCausalLM'] is not supported",
+        out,
+    )
 
 
 def test_unsupported_dtype(tmp_path, out, tiny):
@@ -103,21 +118,35 @@ def test_unsupported_dtype(tmp_path, out, tiny):
 def test_row_length_not_multiple_of_32(tmp_path, out, tiny):
     spec = TinyDrafter(hidden_size=48)
     src = write_checkpoint(tmp_path / "src", drafter_config(spec), drafter_tensors(spec, seed=1))
-    expect_error(convert_args(src, out, tiny / "target.gguf"), "model.embed_tokens.weight: row length 48 is not a multiple of 32", out)
+    expect_error(
+        convert_args(src, out, tiny / "target.gguf"),
+        "model.embed_tokens.weight: row length 48 is not a multiple of 32",
+        out,
+    )
 
 
 def test_nan(tmp_path, out, tiny):
     tensors = drafter_tensors(seed=1)
     tensors["model.layers.1.mlp.down_proj.weight"][3, 70] = 0x7FC0
     src = write_checkpoint(tmp_path / "src", drafter_config(), tensors)
-    expect_error(convert_args(src, out, tiny / "target.gguf"), "down_proj.weight: 1 values are NaN or Inf (first at row 3, column 70)", out)
+    expect_error(
+        convert_args(src, out, tiny / "target.gguf"),
+        "down_proj.weight: 1 values are NaN or Inf (first at row 3, column 70)",
+        out,
+    )
 
 
 def test_off_grid_matrix(tmp_path, out, tiny):
     tensors = drafter_tensors(seed=1)
-    tensors["post_projection.weight"] = bf16.from_f32(np.random.default_rng(0).normal(0, 0.02, (128, 64)).astype(np.float32))
+    tensors["post_projection.weight"] = bf16.from_f32(
+        np.random.default_rng(0).normal(0, 0.02, (128, 64)).astype(np.float32)
+    )
     src = write_checkpoint(tmp_path / "src", drafter_config(), tensors)
-    expect_error(convert_args(src, out, tiny / "target.gguf"), "post_projection.weight: 256 of 256 blocks are off the 4-bit grid", out)
+    expect_error(
+        convert_args(src, out, tiny / "target.gguf"),
+        "post_projection.weight: 256 of 256 blocks are off the 4-bit grid",
+        out,
+    )
     inspect = run("inspect", src, "--json")
     assert json.loads(inspect.stdout)["is_qat"] is False
 
@@ -138,7 +167,11 @@ def test_target_without_tokenizer(tmp_path, out, tiny):
 
 def test_target_vocab_size_differs(tmp_path, out, tiny):
     target = write_tiny_target(tmp_path / "t.gguf", spec=TinyTarget(n_vocab=352))
-    expect_error(convert_args(tiny / "drafter-fp32", out, target), "vocabulary has 352 tokens but the drafter's vocab_size is 320", out)
+    expect_error(
+        convert_args(tiny / "drafter-fp32", out, target),
+        "vocabulary has 352 tokens but the drafter's vocab_size is 320",
+        out,
+    )
 
 
 def test_target_is_not_gguf(tmp_path, out, tiny):
@@ -152,4 +185,8 @@ def test_missing_shard(tmp_path, out, tiny):
     src = tmp_path / "src"
     shutil.copytree(tiny / "drafter-sharded", src)
     (src / "model-00002-of-00003.safetensors").unlink()
-    expect_error(convert_args(src, out, tiny / "target.gguf"), "lists shard model-00002-of-00003.safetensors, which is missing", out)
+    expect_error(
+        convert_args(src, out, tiny / "target.gguf"),
+        "lists shard model-00002-of-00003.safetensors, which is missing",
+        out,
+    )

@@ -8,11 +8,11 @@ import pytest
 from gguf import GGMLQuantizationType, GGUFReader
 
 from gguf_exact.core import bf16, q4_0
-from gguf_exact.formats.checkpoint import Checkpoint
 from gguf_exact.drafter.convert import convert_drafter
-from gguf_exact.errors import OffGridError
-from gguf_exact.tiny.models import drafter_config, drafter_tensors, write_checkpoint
 from gguf_exact.drafter.verify import verify_gguf
+from gguf_exact.errors import OffGridError
+from gguf_exact.formats.checkpoint import Checkpoint
+from gguf_exact.tiny.models import drafter_config, drafter_tensors, write_checkpoint
 
 N_LAYERS = 4
 EXPECTED_TENSORS = {
@@ -73,7 +73,9 @@ def test_convert_writes_the_gemma4_assistant_form(tiny, tmp_path):
     assert report["sha256"] == result.sha256
     assert report["values"] == sum(int(np.prod(t.shape)) for t in r.tensors if t.name != "rope_freqs.weight")
     matrices = [t for t in report["tensors"] if t["type"] == "Q4_0"]
-    exact = sum(t["exact_fraction"] * np.prod(t["shape"]) for t in matrices) / sum(np.prod(t["shape"]) for t in matrices)
+    exact = sum(t["exact_fraction"] * np.prod(t["shape"]) for t in matrices) / sum(
+        np.prod(t["shape"]) for t in matrices
+    )
     assert exact >= 0.995
 
 
@@ -143,7 +145,9 @@ def test_unified_assistant_converts_to_the_same_bytes(tiny, tmp_path):
     spec = TinyDrafter(architecture="Gemma4UnifiedAssistantForCausalLM")
     tensors = drafter_tensors(spec, seed=1)
     # Unified checkpoints may nest the text model under model.language_model.
-    tensors = {k.replace("model.", "model.language_model.", 1) if k.startswith("model.") else k: v for k, v in tensors.items()}
+    tensors = {
+        k.replace("model.", "model.language_model.", 1) if k.startswith("model.") else k: v for k, v in tensors.items()
+    }
     src = write_checkpoint(tmp_path / "unified", drafter_config(spec), tensors)
     unified = convert_drafter(src, tmp_path / "u.gguf", tiny / "target.gguf")
     plain = convert_drafter(tiny / "drafter-fp32", tmp_path / "p.gguf", tiny / "target.gguf")
@@ -151,8 +155,8 @@ def test_unified_assistant_converts_to_the_same_bytes(tiny, tmp_path):
 
 
 def test_inspect_predicts_what_convert_achieves(tiny, tmp_path):
-    from gguf_exact.gemma4.assistant import gguf_tensor_name
     from gguf_exact.drafter.inspect_qat import inspect_checkpoint
+    from gguf_exact.gemma4.assistant import gguf_tensor_name
 
     report = inspect_checkpoint(tiny / "drafter-fp32")
     result = convert_drafter(tiny / "drafter-fp32", tmp_path / "d.gguf", tiny / "target.gguf")
@@ -167,6 +171,8 @@ def test_target_of_another_width_is_refused(tiny, tmp_path):
     from gguf_exact.tiny.models import TinyTarget, write_tiny_target
 
     target = write_tiny_target(tmp_path / "wide.gguf", spec=TinyTarget(n_embd=256))
-    with pytest.raises(GgufExactError, match="target embedding_length 256 differs from the drafter's backbone_hidden_size 128"):
+    with pytest.raises(
+        GgufExactError, match="target embedding_length 256 differs from the drafter's backbone_hidden_size 128"
+    ):
         convert_drafter(tiny / "drafter-fp32", tmp_path / "d.gguf", target)
     assert not (tmp_path / "d.gguf").exists()

@@ -13,9 +13,14 @@ pytest.importorskip("llama_cpp")
 
 from click.testing import CliRunner  # noqa: E402
 
-from gguf_exact.speculative.bench import Arm, alternating_order, bench_servers, parse_server_arm  # noqa: E402
 from gguf_exact.cli import main  # noqa: E402
 from gguf_exact.errors import GgufExactError  # noqa: E402
+from gguf_exact.speculative.bench import (  # noqa: E402
+    Arm,
+    alternating_order,
+    bench_servers,
+    parse_server_arm,
+)
 from gguf_exact.speculative.prompt_set import load_prompts, prompt_names  # noqa: E402
 from gguf_exact.tiny.pairs import write_runner_pairs  # noqa: E402
 
@@ -40,26 +45,55 @@ def test_shipped_prompt_set():
 
 def test_generate_json(pairs, tmp_path):
     target, drafter = pairs["agreeing"]
-    res = invoke("generate", "--model", target, "--draft", drafter, "--prompt", "def f(x):", "--n-max", 2, "--n-predict", 20, "--json")
+    res = invoke(
+        "generate",
+        "--model",
+        target,
+        "--draft",
+        drafter,
+        "--prompt",
+        "def f(x):",
+        "--n-max",
+        2,
+        "--n-predict",
+        20,
+        "--json",
+    )
     assert res.exit_code == 0, res.output
     d = json.loads(res.output)
-    for key in ("tokens", "text", "target_passes", "drafts_generated", "drafts_accepted", "acceptance_rate",
-                "mean_accepted_length", "tokens_per_target_pass", "wall_seconds", "tokens_per_second"):
+    for key in (
+        "tokens",
+        "text",
+        "target_passes",
+        "drafts_generated",
+        "drafts_accepted",
+        "acceptance_rate",
+        "mean_accepted_length",
+        "tokens_per_target_pass",
+        "wall_seconds",
+        "tokens_per_second",
+    ):
         assert key in d
     assert len(d["tokens"]) == 20 and d["acceptance_rate"] == 1.0 and d["tokens_per_target_pass"] > 2
     assert len(d["tokens"]) == d["target_passes"] + d["drafts_accepted"]
 
     prompt_file = tmp_path / "p.txt"
     prompt_file.write_text("def f(x):\n")
-    alone = json.loads(invoke("generate", "--model", target, "--prompt-file", prompt_file, "--n-predict", 20, "--json").output)
+    alone = json.loads(
+        invoke("generate", "--model", target, "--prompt-file", prompt_file, "--n-predict", 20, "--json").output
+    )
     assert alone["tokens"] == d["tokens"] and alone["drafts_generated"] == 0 and alone["target_passes"] == 20
 
 
 def test_generate_text_and_errors(pairs, tmp_path):
     target, drafter = pairs["mixed"]
-    res = CliRunner().invoke(main, ["generate", "--model", str(target), "--draft", str(drafter), "--prompt", "hello", "--n-predict", "8"])
+    res = CliRunner().invoke(
+        main, ["generate", "--model", str(target), "--draft", str(drafter), "--prompt", "hello", "--n-predict", "8"]
+    )
     assert res.exit_code == 0
-    assert "8 tokens" in res.output and "target passes" in res.output  # the counters line (stderr, mixed in by CliRunner)
+    assert (
+        "8 tokens" in res.output and "target passes" in res.output
+    )  # the counters line (stderr, mixed in by CliRunner)
     res = CliRunner().invoke(main, ["generate", "--model", str(target), "--n-predict", "8"])
     assert res.exit_code == 1 and "exactly one of --prompt" in res.output
     res = CliRunner().invoke(main, ["generate", "--model", str(target), "--prompt", "abc " * 200, "--n-ctx", "256"])
@@ -77,8 +111,25 @@ def test_alternating_order():
 def test_bench_in_process_writes_json_markdown_png(pairs, tmp_path):
     target, drafter = pairs["agreeing"]
     out = tmp_path / "bench"
-    res = invoke("bench", "--model", target, "--draft", drafter, "--n-max", "1,2", "--prompts", "code,prose",
-                 "--n-predict", 16, "--rounds", 1, "--threads", 1, "--out", out)
+    res = invoke(
+        "bench",
+        "--model",
+        target,
+        "--draft",
+        drafter,
+        "--n-max",
+        "1,2",
+        "--prompts",
+        "code,prose",
+        "--n-predict",
+        16,
+        "--rounds",
+        1,
+        "--threads",
+        1,
+        "--out",
+        out,
+    )
     assert res.exit_code == 0, res.output
     d = json.loads((out / "bench.json").read_text())
     arms = {s["label"]: s for s in d["summary"]}
@@ -109,10 +160,18 @@ class FakeLlamaServer(BaseHTTPRequestHandler):
         body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
         assert body["temperature"] == 0 and body["cache_prompt"] is False
         n = body["n_predict"]
-        timings = {"prompt_n": 5, "prompt_ms": 1.0, "predicted_n": n, "predicted_ms": 4.0, "predicted_per_second": n / 4e-3}
+        timings = {
+            "prompt_n": 5,
+            "prompt_ms": 1.0,
+            "predicted_n": n,
+            "predicted_ms": 4.0,
+            "predicted_per_second": n / 4e-3,
+        }
         if self.server.drafting:
             timings |= {"draft_n": 3, "draft_n_accepted": 2}
-        data = json.dumps({"content": "x" * n, "tokens": list(range(n)), "timings": timings, "stopped_eos": False}).encode()
+        data = json.dumps(
+            {"content": "x" * n, "tokens": list(range(n)), "timings": timings, "stopped_eos": False}
+        ).encode()
         self.send_response(200)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(data)))
@@ -139,7 +198,12 @@ def fake_servers():
 
 def test_bench_against_servers_reads_timings(fake_servers, tmp_path):
     base, drafting = fake_servers
-    report = bench_servers([parse_server_arm(f"target={base}"), parse_server_arm(f"2={drafting}")], load_prompts(["code"]), n_predict=8, rounds=1)
+    report = bench_servers(
+        [parse_server_arm(f"target={base}"), parse_server_arm(f"2={drafting}")],
+        load_prompts(["code"]),
+        n_predict=8,
+        rounds=1,
+    )
     arms = {s.label: s for s in report.summary}
     assert arms["target"].tokens_per_second == pytest.approx(2000.0)
     assert arms["n_max=2"].acceptance_rate == pytest.approx(2 / 3)
@@ -147,14 +211,31 @@ def test_bench_against_servers_reads_timings(fake_servers, tmp_path):
     assert arms["n_max=2"].same_as_target and arms["n_max=2"].mean_accepted_length is None
     paths = report.write(tmp_path, plot=False)
     assert json.loads(paths["json"].read_text())["meta"]["backend"] == "llama-server"
-    res = invoke("bench", "--server", f"target={base}", "--server", f"1={drafting}", "--prompts", "prose", "--n-predict", 4,
-                 "--rounds", 1, "--out", tmp_path / "cli", "--no-plot")
+    res = invoke(
+        "bench",
+        "--server",
+        f"target={base}",
+        "--server",
+        f"1={drafting}",
+        "--prompts",
+        "prose",
+        "--n-predict",
+        4,
+        "--rounds",
+        1,
+        "--out",
+        tmp_path / "cli",
+        "--no-plot",
+    )
     assert res.exit_code == 0, res.output
     assert "n_max=1" in (tmp_path / "cli" / "bench.md").read_text()
 
 
 def test_bench_server_down_is_one_line_error(tmp_path):
-    res = CliRunner().invoke(main, ["bench", "--server", "target=http://127.0.0.1:9", "--n-predict", "4", "--rounds", "1", "--out", str(tmp_path)])
+    res = CliRunner().invoke(
+        main,
+        ["bench", "--server", "target=http://127.0.0.1:9", "--n-predict", "4", "--rounds", "1", "--out", str(tmp_path)],
+    )
     assert res.exit_code == 1 and "is llama-server running there?" in res.output
 
 

@@ -5,17 +5,19 @@ import pytest
 from gguf import GGMLQuantizationType, quants
 
 from gguf_exact.core import bf16, q4_0
-from gguf_exact.errors import GgufExactError
 from gguf_exact.core.exact import plan_matrix
 from gguf_exact.core.grid import fit_grid
 from gguf_exact.core.published import published_q4_0
 from gguf_exact.core.scale import choose_scales
+from gguf_exact.errors import GgufExactError
 from gguf_exact.tiny.synthetic import qat_matrix, random_matrix
 
 
 def blocks_with_levels(levels, step):
     """bf16 bits of level * step per block (step fp32)."""
-    return bf16.from_f32(levels.astype(np.float32) * np.float32(step)[:, None] if np.ndim(step) else levels * np.float32(step))
+    return bf16.from_f32(
+        levels.astype(np.float32) * np.float32(step)[:, None] if np.ndim(step) else levels * np.float32(step)
+    )
 
 
 def test_fit_grid_recovers_trained_levels_and_plus8_sign():
@@ -131,3 +133,19 @@ def test_off_grid_blocks_are_counted_and_located():
     assert plan.off_grid_blocks == 1 and plan.data is None
     assert plan.first_off_grid[0][:2] == (5, 64)
     assert plan.on_grid_fraction == 1 - 1 / 32
+
+
+def test_level_histogram_counts_trained_levels_and_skips_off_grid_blocks():
+    rng = np.random.default_rng(9)
+    levels = np.clip(np.rint(rng.normal(0, 3, (64, 32))), -8, 7)
+    levels[:, 0] = -8  # every block fitted at m = 8, so the levels are the trained ones
+    step = (0.001 * np.exp(rng.normal(0, 0.3, 64))).astype(np.float32)
+    bits = bf16.from_f32(levels * step[:, None]).reshape(8, 256)
+    bits[3, 32:64] = random_matrix(rng, 1, 32)  # block 1 of row 3: off the grid
+    plan = plan_matrix(bits)
+    on_grid = np.ones(64, dtype=bool)
+    on_grid[3 * 8 + 1] = False
+    expected = np.bincount((levels[on_grid] + 8).astype(int).ravel(), minlength=16)
+    assert plan.off_grid_blocks == 1
+    np.testing.assert_array_equal(plan.level_histogram, expected)
+    assert plan.level_histogram.sum() == 63 * 32

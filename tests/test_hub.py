@@ -9,19 +9,18 @@ from pathlib import Path
 import numpy as np
 import pytest
 from click.testing import CliRunner
+from hubserver import FakeHub
 from huggingface_hub import constants, hf_hub_download
 
-from gguf_exact.hub import checksums
-from gguf_exact.hub.checksums import Checksums, Entry, RepoPin
 from gguf_exact.cli import main
 from gguf_exact.drafter.convert import convert_drafter
 from gguf_exact.errors import GgufExactError
-from gguf_exact.hub.fetch import fetch_recipe
+from gguf_exact.hub import checksums
+from gguf_exact.hub.checksums import Checksums, Entry, RepoPin
 from gguf_exact.hub.client import HubConfig, storage_dir
+from gguf_exact.hub.fetch import fetch_recipe
 from gguf_exact.hub.pin import pin_recipe
 from gguf_exact.hub.recipes import load_recipe
-
-from hubserver import FakeHub
 
 SRC, EXACT, TARGET = "google/tiny-assistant", "pub/tiny-exact-gguf", "google/tiny-target-gguf"
 OUTPUT = "tiny-exact.gguf"
@@ -97,7 +96,14 @@ files = ["target.gguf"]
 
 def publish(hub: FakeHub, files: dict[str, bytes]) -> dict[str, str]:
     return {
-        "source": hub.commit(SRC, {"config.json": files["config.json"], "model.safetensors": files["model.safetensors"], "README.md": b"# tiny\n"}),
+        "source": hub.commit(
+            SRC,
+            {
+                "config.json": files["config.json"],
+                "model.safetensors": files["model.safetensors"],
+                "README.md": b"# tiny\n",
+            },
+        ),
         "target": hub.commit(TARGET, {"target.gguf": files["target.gguf"]}),
         "exact": hub.commit(EXACT, {OUTPUT: files[OUTPUT]}),
     }
@@ -132,8 +138,15 @@ def test_pin_records_commits_and_hashes_without_downloading_lfs(hub, config, tmp
         assert cs.sha256(f"{repo}/{name}") == sha(published[name])
     assert cs.sha256(f"{SRC}/README.md") is None  # not in the recipe
     how = {e.path.rsplit("/", 1)[1]: e.how for p in report.parts for e in p.entries}
-    assert how == {"config.json": "read and hashed", "model.safetensors": "hub metadata", "target.gguf": "hub metadata", OUTPUT: "hub metadata"}
-    assert [r.path for r in hub.requests if r.method == "GET" and "/resolve/" in r.path] == [f"/{SRC}/resolve/{commits['source']}/config.json"]
+    assert how == {
+        "config.json": "read and hashed",
+        "model.safetensors": "hub metadata",
+        "target.gguf": "hub metadata",
+        OUTPUT: "hub metadata",
+    }
+    assert [r.path for r in hub.requests if r.method == "GET" and "/resolve/" in r.path] == [
+        f"/{SRC}/resolve/{commits['source']}/config.json"
+    ]
     assert report.changed == []
 
 
@@ -171,11 +184,15 @@ def test_fetch_honours_the_pinned_commit_when_main_moved(hub, config, tmp_path, 
     assert [f.path.name for f in src] == ["config.json", "model.safetensors"]
     assert (models / SRC / "model.safetensors").read_bytes() == published["model.safetensors"]
     resolved = [r.path for r in hub.requests if "/resolve/" in r.path]
-    assert resolved and all(f"/resolve/{commits['exact']}/" in p or f"/resolve/{commits['source']}/" in p for p in resolved)
+    assert resolved and all(
+        f"/resolve/{commits['exact']}/" in p or f"/resolve/{commits['source']}/" in p for p in resolved
+    )
     again = fetch_recipe(recipe, "exact", models, config, progress=False)
     assert again[0].how == "in place"
     if shutil.which("sha256sum"):  # the checksum file checks the fetched files as it is
-        check = subprocess.run(["sha256sum", "-c", "--ignore-missing", str(recipe.checksums)], cwd=models, capture_output=True, text=True)
+        check = subprocess.run(
+            ["sha256sum", "-c", "--ignore-missing", str(recipe.checksums)], cwd=models, capture_output=True, text=True
+        )
         assert check.returncode == 0 and check.stdout.count(": OK") == 3, check.stdout + check.stderr
 
 
@@ -183,7 +200,9 @@ def write_pins(recipe_path: Path, commit: str | None, sha256: str) -> None:
     """A hand-written checksum file pinning the exact GGUF."""
     target = recipe_path.parent.parent / "checksums" / "tiny.sha256"
     target.parent.mkdir(exist_ok=True)
-    checksums.write(target, Checksums([], {EXACT: RepoPin(EXACT, "main", commit)}, [Entry(sha256, f"{EXACT}/{OUTPUT}")]))
+    checksums.write(
+        target, Checksums([], {EXACT: RepoPin(EXACT, "main", commit)}, [Entry(sha256, f"{EXACT}/{OUTPUT}")])
+    )
 
 
 def test_fetch_refuses_a_file_whose_hub_hash_is_not_the_pin(hub, config, tmp_path, published):
@@ -213,9 +232,16 @@ def test_fetch_refuses_corrupt_bytes_and_leaves_nothing(hub, config, tmp_path, p
     with pytest.raises(GgufExactError) as err:
         fetch_recipe(recipe, "exact", tmp_path / "models", config, progress=False)
     msg = str(err.value)
-    assert f"{EXACT}/{OUTPUT}" in msg and f"sha256 {sha(bytes(bad))}" in msg and f"expected {sha(published[OUTPUT])}" in msg
+    assert (
+        f"{EXACT}/{OUTPUT}" in msg
+        and f"sha256 {sha(bytes(bad))}" in msg
+        and f"expected {sha(published[OUTPUT])}" in msg
+    )
     assert not dest.exists()
-    assert leftovers(config.cache_dir) == [] and not (storage_dir(EXACT, config) / "blobs" / sha(published[OUTPUT])).exists()
+    assert (
+        leftovers(config.cache_dir) == []
+        and not (storage_dir(EXACT, config) / "blobs" / sha(published[OUTPUT])).exists()
+    )
 
 
 def big_exact(hub, tmp_path, config, size=CHUNK + (2 << 20)):
@@ -240,7 +266,9 @@ def test_an_interrupted_download_resumes_on_the_next_run(hub, config, tmp_path):
     dest = tmp_path / "models" / EXACT / OUTPUT
     with pytest.raises(GgufExactError) as err:
         fetch_recipe(recipe, "exact", tmp_path / "models", config, progress=False)
-    assert "HTTP 503" in str(err.value) and f"{CHUNK:,} bytes are kept" in str(err.value) and "resumes" in str(err.value)
+    assert (
+        "HTTP 503" in str(err.value) and f"{CHUNK:,} bytes are kept" in str(err.value) and "resumes" in str(err.value)
+    )
     assert not dest.exists() and leftovers(config.cache_dir) == [f"{sha(data)}.incomplete"]
     got = fetch_recipe(recipe, "exact", tmp_path / "models", config, progress=False)
     assert got[0].how == "resumed" and dest.read_bytes() == data and leftovers(config.cache_dir) == []
@@ -259,7 +287,9 @@ def test_offline_serves_from_the_cache_and_says_what_is_missing(hub, config, tmp
     got = fetch_recipe(recipe, "exact", models, offline, progress=False)
     assert got[0].how == "from cache" and (models / EXACT / OUTPUT).read_bytes() == published[OUTPUT]
     # the cache is the Hub's own layout: huggingface_hub finds the file there too
-    cached = hf_hub_download(EXACT, OUTPUT, revision=commits["exact"], cache_dir=config.cache_dir, local_files_only=True)
+    cached = hf_hub_download(
+        EXACT, OUTPUT, revision=commits["exact"], cache_dir=config.cache_dir, local_files_only=True
+    )
     assert Path(cached).read_bytes() == published[OUTPUT]
     # pin read config.json through the cache; the weights were never downloaded
     with pytest.raises(GgufExactError, match=rf"{SRC}/model.safetensors: not in the Hub cache .* HF_HUB_OFFLINE"):
@@ -293,7 +323,12 @@ def test_hub_failures_are_one_line_with_what_to_do(hub, tmp_path, case, expected
     env = {"HF_ENDPOINT": hub.url, "HF_HUB_CACHE": str(tmp_path / "cache")}
     commit = "0123456789abcdef0123456789abcdef01234567"
     if case != "missing-repo":
-        real = hub.commit(EXACT, {OUTPUT if case != "missing-file" else "other.gguf": data}, private=case in ("private", "bad-token"), gated=case.startswith("gated"))
+        real = hub.commit(
+            EXACT,
+            {OUTPUT if case != "missing-file" else "other.gguf": data},
+            private=case in ("private", "bad-token"),
+            gated=case.startswith("gated"),
+        )
         commit = commit if case == "missing-revision" else real
     if case == "bad-token":
         env["HF_TOKEN"] = "hf_wrong"
@@ -358,7 +393,19 @@ def test_build_with_vocab_from_skips_the_target(hub, tmp_path, published, tiny):
     env = {"HF_ENDPOINT": hub.url, "HF_HUB_CACHE": str(tmp_path / "cache")}
     assert run(["pin", path, "--what", "source"], env).exit_code == 0
     assert run(["pin", path, "--what", "exact"], env).exit_code == 0
-    result = run(["build", path, "--models-dir", tmp_path / "models", "--out-dir", tmp_path / "out", "--vocab-from", tiny / "target.gguf"], env)
+    result = run(
+        [
+            "build",
+            path,
+            "--models-dir",
+            tmp_path / "models",
+            "--out-dir",
+            tmp_path / "out",
+            "--vocab-from",
+            tiny / "target.gguf",
+        ],
+        env,
+    )
     assert result.exit_code == 0, result.output
     assert "reproduced" in result.stdout and hub.gets("target.gguf") == []
 
@@ -379,37 +426,54 @@ def test_checked_in_recipes_and_checksums(tmp_path):
         cs = checksums.read(recipe.checksums)
         exact = recipe.part("exact")
         assert cs.sha256(f"{exact.repo}/{recipe.output}") == facts[recipe.output]
-        assert recipe.part("source").repo.startswith("google/gemma-4-") and recipe.part("target").repo.startswith("google/")
-    assert checksums.read(load_recipe("e2b-assistant").checksums).pins["google/gemma-4-E2B-it-qat-q4_0-unquantized-assistant"].commit == "65c0ada7ab3f64cb44575ffc7db08af4032c0ebc"
+        assert recipe.part("source").repo.startswith("google/gemma-4-") and recipe.part("target").repo.startswith(
+            "google/"
+        )
+    assert (
+        checksums.read(load_recipe("e2b-assistant").checksums)
+        .pins["google/gemma-4-E2B-it-qat-q4_0-unquantized-assistant"]
+        .commit
+        == "65c0ada7ab3f64cb44575ffc7db08af4032c0ebc"
+    )
     assert load_recipe("e2b").kind == "model" and (RECIPES_DIR / "e4b.toml").is_file()
     sdist = "832db0699007f1be95a7e41ef12e88926b02ba836461e36a36372db2760c1a2e"
     assert checksums.expected_sha256("llama_cpp_python-0.3.36.tar.gz") == sdist
     assert checksums.llama_cpp_python_sdist() == ("0.3.36", sdist, "llama_cpp_python-0.3.36.tar.gz")
-    assert checksums.expected_sha256(f"xbill9/gemma-4-E4B-it-qat-assistant-q4_0-exact-gguf/{'gemma-4-E4B-it-qat-assistant-q4_0-exact.gguf'}") == facts["gemma-4-E4B-it-qat-assistant-q4_0-exact.gguf"]
+    assert (
+        checksums.expected_sha256(
+            f"xbill9/gemma-4-E4B-it-qat-assistant-q4_0-exact-gguf/{'gemma-4-E4B-it-qat-assistant-q4_0-exact.gguf'}"
+        )
+        == facts["gemma-4-E4B-it-qat-assistant-q4_0-exact.gguf"]
+    )
     with pytest.raises(GgufExactError, match="no sha256 pinned for it"):
         checksums.expected_sha256("nothing.gguf")
     for file in sorted(checksums.CHECKSUMS_DIR.glob("*.sha256")):  # as `pin` would write them
         assert checksums.render(checksums.read(file)) == file.read_text(), file
     if shutil.which("sha256sum"):  # every line is one sha256sum reads (files absent here)
         for file in sorted(checksums.CHECKSUMS_DIR.glob("*.sha256")):
-            check = subprocess.run(["sha256sum", "-c", "--warn", str(file)], cwd=tmp_path, capture_output=True, text=True)
-            assert "improperly formatted" not in check.stderr and "no properly formatted" not in check.stderr, check.stderr
+            check = subprocess.run(
+                ["sha256sum", "-c", "--warn", str(file)], cwd=tmp_path, capture_output=True, text=True
+            )
+            assert "improperly formatted" not in check.stderr and "no properly formatted" not in check.stderr, (
+                check.stderr
+            )
 
 
 def test_checksum_text_round_trip_and_errors():
     text = (
         "# header\n"
-        "# pin org/a revision=main commit=" + "a" * 40 + "\n"
-        + "b" * 64 + "  org/a/x.gguf\n"
-        "# pin org/b revision=v1 commit=unknown\n"
-        + "c" * 64 + " *org/b/y.bin\n"
-        + "d" * 64 + "  loose.tar.gz\n"
+        "# pin org/a revision=main commit=" + "a" * 40 + "\n" + "b" * 64 + "  org/a/x.gguf\n"
+        "# pin org/b revision=v1 commit=unknown\n" + "c" * 64 + " *org/b/y.bin\n" + "d" * 64 + "  loose.tar.gz\n"
     )
     cs = checksums.parse(text)
     assert cs.header == ["# header"] and cs.pins["org/b"].commit is None and cs.sha256("org/b/y.bin") == "c" * 64
     assert checksums.parse(checksums.render(cs)) == cs
     moved = cs.with_repo(RepoPin("org/a", "main", "e" * 40), [Entry("f" * 64, "org/a/z.gguf")])
-    assert moved.sha256("org/a/x.gguf") is None and moved.sha256("org/a/z.gguf") == "f" * 64 and moved.sha256("loose.tar.gz") == "d" * 64
+    assert (
+        moved.sha256("org/a/x.gguf") is None
+        and moved.sha256("org/a/z.gguf") == "f" * 64
+        and moved.sha256("loose.tar.gz") == "d" * 64
+    )
     with pytest.raises(GgufExactError, match=r"where:2: not a sha256sum line"):
         checksums.parse("# ok\nnot a line\n", "where")
     with pytest.raises(GgufExactError, match="is not a 40-hex commit"):
@@ -419,11 +483,11 @@ def test_checksum_text_round_trip_and_errors():
 @pytest.mark.parametrize(
     "change, message",
     [
-        (("repo = \"pub/tiny-exact-gguf\"", "repo = \"not a repo\""), "is not a Hub repo id"),
-        (("files = [\"target.gguf\"]", "files = []"), "files must be a non-empty list"),
-        (("files = [\"target.gguf\"]", "files = [\"a.gguf\", \"b.gguf\"]"), "the target section names the one GGUF"),
-        (("kind = \"drafter\"", "kind = \"lora\""), "kind = 'lora'"),
-        (("output = \"tiny-exact.gguf\"", "output = \"x/y.bin\""), "output must be a file name ending in .gguf"),
+        (('repo = "pub/tiny-exact-gguf"', 'repo = "not a repo"'), "is not a Hub repo id"),
+        (('files = ["target.gguf"]', "files = []"), "files must be a non-empty list"),
+        (('files = ["target.gguf"]', 'files = ["a.gguf", "b.gguf"]'), "the target section names the one GGUF"),
+        (('kind = "drafter"', 'kind = "lora"'), "kind = 'lora'"),
+        (('output = "tiny-exact.gguf"', 'output = "x/y.bin"'), "output must be a file name ending in .gguf"),
         (("[source]", "[source"), "not valid TOML"),
     ],
 )

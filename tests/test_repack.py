@@ -13,11 +13,19 @@ import pytest
 from gguf import GGMLQuantizationType, GGUFReader
 
 from gguf_exact.core import bf16, q4_0
-from gguf_exact.formats.checkpoint import Checkpoint
-from gguf_exact.errors import GgufExactError, OffGridError
 from gguf_exact.core.exact import plan_matrix
+from gguf_exact.errors import GgufExactError, OffGridError
+from gguf_exact.formats.checkpoint import Checkpoint
 from gguf_exact.repack.pipeline import repack_model
-from gguf_exact.tiny.main_model import TINY, TINY_MOE, MainSpec, hf_config, model_tensors, write_donor, write_main_checkpoint
+from gguf_exact.tiny.main_model import (
+    TINY,
+    TINY_MOE,
+    MainSpec,
+    hf_config,
+    model_tensors,
+    write_donor,
+    write_main_checkpoint,
+)
 
 Q4_0, Q6_K, F16, F32, Q8_0 = (GGMLQuantizationType[n] for n in ("Q4_0", "Q6_K", "F16", "F32", "Q8_0"))
 
@@ -96,7 +104,13 @@ def test_every_mapped_tensor_is_q4_0_as_planned_and_the_rest_is_copied(model):
 def test_report_compares_donor_and_output_per_kind(model):
     report = json.loads((model / "report.json").read_text())
     kinds = {k["kind"]: k for k in report["kinds"]}
-    assert list(kinds) == ["token_embd", "per_layer_token_embd", "per_layer_model_proj", "layer matrices", "norms, scales, other"]
+    assert list(kinds) == [
+        "token_embd",
+        "per_layer_token_embd",
+        "per_layer_model_proj",
+        "layer matrices",
+        "norms, scales, other",
+    ]
     assert kinds["token_embd"]["donor_types"] == "Q6_K" and kinds["token_embd"]["output_types"] == "Q4_0"
     assert kinds["per_layer_model_proj"]["donor_types"] == "F16"
     assert kinds["layer matrices"]["output_bytes"] == kinds["layer matrices"]["donor_bytes"]
@@ -161,7 +175,9 @@ def test_output_loads_in_llama_cpp_and_generates(model, record_property, capsys)
     ours_top1, donor_top1 = (ours_logits.argmax(axis=1) == top1).mean(), (donor_logits.argmax(axis=1) == top1).mean()
     with capsys.disabled():
         print(f"  mean |logit - F32 reference|: exact Q4_0 {ours_err:.2e}, donor {donor_err:.2e}")
-        print(f"  prompt positions whose top token matches the F32 reference: exact Q4_0 {ours_top1:.0%}, donor {donor_top1:.0%}")
+        print(
+            f"  prompt positions whose top token matches the F32 reference: exact Q4_0 {ours_top1:.0%}, donor {donor_top1:.0%}"
+        )
     assert ours_err * 3 < donor_err and ours_top1 >= donor_top1
 
 
@@ -206,10 +222,10 @@ def q8_0_drafter(folder: Path, target: Path, out: Path) -> Path:
     from gguf import GGUFValueType
 
     from gguf_exact.drafter.convert import plan_drafter
-    from gguf_exact.gemma4.assistant import ARCH, AssistantConfig, Field, metadata
-    from gguf_exact.formats.gguf_file import encode, write_gguf
     from gguf_exact.drafter.verify import source_bits as bits_of
+    from gguf_exact.formats.gguf_file import encode, write_gguf
     from gguf_exact.formats.vocab import read_target
+    from gguf_exact.gemma4.assistant import ARCH, AssistantConfig, Field, metadata
 
     with Checkpoint(folder) as ckpt:
         cfg = AssistantConfig.from_hf(ckpt.config)
@@ -221,7 +237,11 @@ def q8_0_drafter(folder: Path, target: Path, out: Path) -> Path:
             else:
                 tensors.append((p.gguf_name, p.data, p.type))
     u32 = GGUFValueType.UINT32
-    fields = [Field("general.file_type", 7, u32), Field("general.quantization_version", 2, u32)] + metadata(cfg) + read_target(target).tokenizer_fields
+    fields = (
+        [Field("general.file_type", 7, u32), Field("general.quantization_version", 2, u32)]
+        + metadata(cfg)
+        + read_target(target).tokenizer_fields
+    )
     write_gguf(out, ARCH, fields, tensors)
     return out
 
@@ -238,7 +258,9 @@ def test_gemma4_assistant_donor_gives_the_converters_q4_0(tiny, tmp_path):
         assert repacked[name].tensor_type == t.tensor_type, name
         assert np.asarray(repacked[name].data).tobytes() == np.asarray(t.data).tobytes(), name
     kinds = {k["kind"]: k for k in result.report["kinds"]}
-    assert kinds["layer matrices"]["donor_types"] == "Q8_0 x20" and kinds["layer matrices"]["output_types"] == "Q4_0 x20"
+    assert (
+        kinds["layer matrices"]["donor_types"] == "Q8_0 x20" and kinds["layer matrices"]["output_types"] == "Q4_0 x20"
+    )
     assert result.source_only == [] and result.report["file_type"] == {"donor": 7, "output": 2}
 
 
@@ -294,7 +316,9 @@ def test_donor_and_source_of_different_models(model, tmp_path, outdir):
     write_main_checkpoint(tmp_path / "wide", wider, seed=0)
     expect_failure(outdir / "x.gguf", "gemma4.embedding_length is 256 but", model / "donor.gguf", tmp_path / "wide")
     write_main_checkpoint(tmp_path / "other", TINY, seed=7)  # same shapes, other weights
-    msg = expect_failure(outdir / "x.gguf", "donor and source are different models", model / "donor.gguf", tmp_path / "other")
+    msg = expect_failure(
+        outdir / "x.gguf", "donor and source are different models", model / "donor.gguf", tmp_path / "other"
+    )
     assert "tensor token_embd.weight differs from the source's model.language_model.embed_tokens.weight" in msg
     from gguf_exact.tiny.models import write_tiny_drafter
 
@@ -305,7 +329,12 @@ def test_donor_and_source_of_different_models(model, tmp_path, outdir):
 def test_missing_shard(model, tmp_path, outdir):
     shutil.copytree(model / "src-sharded", tmp_path / "src")
     (tmp_path / "src" / "model-00002-of-00003.safetensors").unlink()
-    expect_failure(outdir / "x.gguf", "lists shard model-00002-of-00003.safetensors, which is missing", model / "donor.gguf", tmp_path / "src")
+    expect_failure(
+        outdir / "x.gguf",
+        "lists shard model-00002-of-00003.safetensors, which is missing",
+        model / "donor.gguf",
+        tmp_path / "src",
+    )
 
 
 def test_source_tensor_missing(model, tmp_path, outdir):
@@ -313,7 +342,9 @@ def test_source_tensor_missing(model, tmp_path, outdir):
     from gguf_exact.tiny.main_model import source_fill
 
     keep = [t for t in model_tensors(TINY) if t.hf_name != "model.language_model.layers.2.self_attn.k_proj.weight"]
-    write_folder(tmp_path / "src", hf_config(TINY), [StreamTensor(t.hf_name, t.shape, "BF16", source_fill(t, 0)) for t in keep])
+    write_folder(
+        tmp_path / "src", hf_config(TINY), [StreamTensor(t.hf_name, t.shape, "BF16", source_fill(t, 0)) for t in keep]
+    )
     expect_failure(
         outdir / "x.gguf", "no tensor model.language_model.layers.2.self_attn.k_proj.weight for the donor's blk.2.attn_k.weight",
         model / "donor.gguf", tmp_path / "src",
@@ -336,8 +367,8 @@ def test_shape_mismatch(model, tmp_path, outdir):
 
 def off_grid_source(model: Path, folder: Path) -> Path:
     from gguf_exact.formats.safetensors_stream import StreamTensor, write_folder
-    from gguf_exact.tiny.synthetic import random_matrix
     from gguf_exact.tiny.main_model import source_fill
+    from gguf_exact.tiny.synthetic import random_matrix
 
     stream = []
     for t in model_tensors(TINY):
@@ -385,8 +416,16 @@ def test_truncated_donor(model, tmp_path, outdir):
 
 def test_expect_sha256(model, outdir):
     good = repack_model(model / "donor.gguf", model / "src", outdir / "a.gguf").sha256
-    expect_failure(outdir / "b.gguf", f"sha256 {good} does not match the expected 0000", model / "donor.gguf", model / "src", expect_sha256="0" * 64)
-    assert repack_model(model / "donor.gguf", model / "src", outdir / "c.gguf", expect_sha256=good.upper()).sha256 == good
+    expect_failure(
+        outdir / "b.gguf",
+        f"sha256 {good} does not match the expected 0000",
+        model / "donor.gguf",
+        model / "src",
+        expect_sha256="0" * 64,
+    )
+    assert (
+        repack_model(model / "donor.gguf", model / "src", outdir / "c.gguf", expect_sha256=good.upper()).sha256 == good
+    )
 
 
 def test_cli_repack(model, outdir):
@@ -401,7 +440,17 @@ def test_cli_repack(model, outdir):
     assert "per_layer_token_embd" in result.stdout and "Q6_K" in result.stdout
     assert "re-packed values bit-exact" in result.stdout and "the donor's:" in result.stdout
     assert out.read_bytes() == (model / "out.gguf").read_bytes()
-    bad = CliRunner().invoke(main, ["repack", "--donor", str(model / "src" / "config.json"), "--source", str(model / "src"), str(outdir / "bad.gguf")])
+    bad = CliRunner().invoke(
+        main,
+        [
+            "repack",
+            "--donor",
+            str(model / "src" / "config.json"),
+            "--source",
+            str(model / "src"),
+            str(outdir / "bad.gguf"),
+        ],
+    )
     assert bad.exit_code == 1 and bad.stderr.strip().count("\n") == 0 and "not a GGUF file" in bad.stderr
 
 
@@ -427,8 +476,8 @@ def test_source_tensors_the_donor_lacks_and_donor_tensors_of_unknown_names_are_r
     from gguf import GGUFWriter
 
     from gguf_exact.formats.safetensors_stream import StreamTensor, write_folder
-    from gguf_exact.tiny.main_model import ModelTensor, source_fill
     from gguf_exact.formats.vocab import copy_field
+    from gguf_exact.tiny.main_model import ModelTensor, source_fill
 
     # E2B's checkpoint may carry K/V projections for KV-shared layers, which the GGUF omits
     extra = ModelTensor("model.language_model.layers.5.self_attn.k_proj.weight", "", (64, 256), "matrix", Q4_0)
@@ -454,19 +503,21 @@ def test_source_tensors_the_donor_lacks_and_donor_tensors_of_unknown_names_are_r
 
 
 def test_a_worker_failure_is_one_line_and_leaves_nothing(model, tmp_path, outdir, monkeypatch):
-    from gguf_exact.repack import pipeline as repack
     from gguf_exact.formats.safetensors_stream import StreamTensor, write_folder
+    from gguf_exact.repack import pipeline as repack
     from gguf_exact.tiny.main_model import source_fill
 
     stream = []
     for t in model_tensors(TINY):
         fill = source_fill(t, 0)
         if t.gguf_name == "per_layer_token_embd.weight":
+
             def fill(r0, r1, inner=fill):  # noqa: E306
                 rows = inner(r0, r1).copy()
                 if r0 <= 300 < r1:
                     rows[300 - r0, 17] = 0x7FC0  # NaN
                 return rows
+
         stream.append(StreamTensor(t.hf_name, t.shape, "BF16", fill))
     write_folder(tmp_path / "src", hf_config(TINY), stream)
     monkeypatch.setattr(repack, "CHUNK_VALUES", 4096)  # 16 rows a chunk: the NaN is met by a worker

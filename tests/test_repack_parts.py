@@ -6,14 +6,18 @@ import pytest
 from gguf import GGMLQuantizationType, GGUFReader, GGUFValueType, GGUFWriter, quants
 
 from gguf_exact.core import bf16, q6_k
-from gguf_exact.repack.chunk_stats import ErrorStats, compare_chunk
-from gguf_exact.core.exact import plan_matrix
-from gguf_exact.gemma4.names import Mapping, gguf_tensor_name, split_expert_source, tensor_kind
+from gguf_exact.core.exact import plan_matrix, plan_rows
+from gguf_exact.drafter.verify import compare_values
 from gguf_exact.formats.gguf_layout import TensorEntry, encode_header, parse_header
 from gguf_exact.formats.gguf_stream import StreamingGGUF, pwrite_all
-from gguf_exact.repack.row_plan import plan_rows
+from gguf_exact.gemma4.names import (
+    Mapping,
+    gguf_tensor_name,
+    split_expert_source,
+    tensor_kind,
+)
+from gguf_exact.repack.chunk_stats import ErrorStats, compare_chunk
 from gguf_exact.tiny.synthetic import qat_matrix
-from gguf_exact.drafter.verify import compare_values
 
 T = GGMLQuantizationType
 
@@ -56,7 +60,10 @@ def test_header_parsed_by_hand_matches_gguf_py(tmp_path):
             theirs.name, tuple(int(x) for x in theirs.shape), theirs.tensor_type, theirs.data_offset, theirs.n_bytes,
         )  # fmt: skip
     # and written back, the header is the same bytes
-    assert encode_header(header.version, [kv.raw for kv in header.kv], header.tensors, header.alignment) == raw[: header.data_start]
+    assert (
+        encode_header(header.version, [kv.raw for kv in header.kv], header.tensors, header.alignment)
+        == raw[: header.data_start]
+    )
 
 
 def test_short_or_foreign_headers():
@@ -159,11 +166,18 @@ def test_gemma4_name_table():
     assert gguf_tensor_name(p + "embed_tokens_per_layer.weight") == Mapping("per_layer_token_embd.weight", "qat")
     assert gguf_tensor_name(p + "per_layer_model_projection.weight") == Mapping("per_layer_model_proj.weight", "qat")
     assert gguf_tensor_name(p + "layers.3.per_layer_input_gate.weight") == Mapping("blk.3.inp_gate.weight", "qat")
-    assert gguf_tensor_name(p + "layers.3.post_per_layer_input_norm.weight") == Mapping("blk.3.post_norm.weight", "copy")
+    assert gguf_tensor_name(p + "layers.3.post_per_layer_input_norm.weight") == Mapping(
+        "blk.3.post_norm.weight", "copy"
+    )
     assert gguf_tensor_name(p + "layers.12.experts.gate_up_proj") == Mapping("blk.12.ffn_gate_up_exps.weight", "qat")
     assert gguf_tensor_name(p + "layers.12.router.proj.weight") == Mapping("blk.12.ffn_gate_inp.weight", "probe")
     assert gguf_tensor_name(p + "layers.0.layer_scalar") == Mapping("blk.0.layer_output_scale.weight", "copy")
-    assert gguf_tensor_name("model.layers.0.mlp.down_proj.weight") == Mapping("blk.0.ffn_down.weight", "qat")  # text-only checkpoints
+    assert gguf_tensor_name("model.layers.0.mlp.down_proj.weight") == Mapping(
+        "blk.0.ffn_down.weight", "qat"
+    )  # text-only checkpoints
     assert gguf_tensor_name("model.vision_tower.encoder.layers.0.mlp.fc1.weight") is None
     assert split_expert_source("blk.2.ffn_up_exps.weight") == ("blk.2.ffn_gate_up_exps.weight", 1)
-    assert tensor_kind("blk.2.ffn_up_exps.weight", 3) == "expert banks" and tensor_kind("blk.0.attn_norm.weight", 1) == "norms, scales, other"
+    assert (
+        tensor_kind("blk.2.ffn_up_exps.weight", 3) == "expert banks"
+        and tensor_kind("blk.0.attn_norm.weight", 1) == "norms, scales, other"
+    )

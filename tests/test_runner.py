@@ -32,12 +32,17 @@ pytest.importorskip("llama_cpp")
 
 from gguf import GGUFReader  # noqa: E402
 
-from gguf_exact.speculative import loop as speculative  # noqa: E402
 from gguf_exact.drafter.convert import convert_drafter  # noqa: E402
 from gguf_exact.errors import GgufExactError  # noqa: E402
+from gguf_exact.speculative import loop as speculative  # noqa: E402
 from gguf_exact.speculative.prompt_set import load_prompts  # noqa: E402
 from gguf_exact.speculative.runner import Generation, Runner, generate, live_contexts  # noqa: E402
-from gguf_exact.tiny.models import TinyDrafter, TinyTarget, write_tiny_drafter, write_tiny_target  # noqa: E402
+from gguf_exact.tiny.models import (  # noqa: E402
+    TinyDrafter,
+    TinyTarget,
+    write_tiny_drafter,
+    write_tiny_target,
+)
 from gguf_exact.tiny.pairs import PAIRS, write_runner_pairs  # noqa: E402
 
 NEAR_TIE = 0.04  # top-2 logit gap under which batched and single passes may disagree
@@ -71,7 +76,10 @@ def check_lossless(r: Runner, prompt: str, spec: Generation) -> tuple[int, str |
         j = start + i
         gap = ref.margins[i] if i < len(ref.margins) else float("nan")
         if not gap < NEAR_TIE or ties == MAX_TIES:
-            return ties, f"token {j}: {out[j:j + 3]} vs the target's {ref.tokens[i:i + 3]}, top-2 gap {gap:.3g} ({ties} near-ties before)"
+            return (
+                ties,
+                f"token {j}: {out[j : j + 3]} vs the target's {ref.tokens[i : i + 3]}, top-2 gap {gap:.3g} ({ties} near-ties before)",
+            )
         ties, start = ties + 1, j + 1
 
 
@@ -130,8 +138,18 @@ def test_counters_are_consistent(pairs, pair):
                 assert sum(g.accepted_per_round) == g.drafts_accepted and len(g.accepted_per_round) == g.draft_rounds
                 assert g.wall_seconds >= g.prefill_seconds > 0 and g.tokens_per_second > 0
                 d = g.as_dict()
-                for key in ("tokens", "text", "target_passes", "drafts_generated", "drafts_accepted", "acceptance_rate",
-                            "mean_accepted_length", "tokens_per_target_pass", "wall_seconds", "tokens_per_second"):
+                for key in (
+                    "tokens",
+                    "text",
+                    "target_passes",
+                    "drafts_generated",
+                    "drafts_accepted",
+                    "acceptance_rate",
+                    "mean_accepted_length",
+                    "tokens_per_target_pass",
+                    "wall_seconds",
+                    "tokens_per_second",
+                ):
                     assert key in d
     if pair == "random":
         assert g.drafts_accepted == 0 and g.acceptance_rate == 0.0
@@ -185,7 +203,9 @@ def test_prompt_longer_than_the_context_is_refused(pairs):
 def test_drafter_of_another_width_is_refused(pairs, tmp_path):
     _, drafter = pairs["random"]
     wide = write_tiny_target(tmp_path / "wide.gguf", spec=TinyTarget(n_embd=256))
-    with pytest.raises(GgufExactError, match=r"backbone width \(n_embd_out\) 128 does not match the target's n_embd 256"):
+    with pytest.raises(
+        GgufExactError, match=r"backbone width \(n_embd_out\) 128 does not match the target's n_embd 256"
+    ):
         Runner(wide, drafter)
     assert live_contexts() == 0
 

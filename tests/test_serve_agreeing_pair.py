@@ -10,14 +10,16 @@ import sys
 import time
 
 import pytest
-
 from _llama_server import TEST_SETTINGS, complete, free_port, get_json, server_binary
+
 from gguf_exact.drafter.convert import convert_drafter
 from gguf_exact.tiny.models import write_agreeing_pair
 
 
 def cli(*args: str, env: dict) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "gguf_exact.cli", *args], capture_output=True, text=True, env=env, timeout=300)
+    return subprocess.run(
+        [sys.executable, "-m", "gguf_exact.cli", *args], capture_output=True, text=True, env=env, timeout=300
+    )
 
 
 @pytest.fixture(scope="module")
@@ -32,7 +34,14 @@ def served(tmp_path_factory):
     t0 = time.monotonic()
     r = cli("serve", "--model", str(target), "--draft", str(drafter), "--port", str(port), "--detach", *sets, env=env)
     assert r.returncode == 0, r.stderr
-    info = {"port": port, "env": env, "url": f"http://127.0.0.1:{port}", "stdout": r.stdout, "start_s": time.monotonic() - t0, "root": root}
+    info = {
+        "port": port,
+        "env": env,
+        "url": f"http://127.0.0.1:{port}",
+        "stdout": r.stdout,
+        "start_s": time.monotonic() - t0,
+        "root": root,
+    }
     yield info
     cli("stop", "--port", str(port), env=env)
 

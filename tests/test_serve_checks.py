@@ -7,13 +7,18 @@ import socket
 from pathlib import Path
 
 import pytest
+from _llama_server import free_port
 from click.testing import CliRunner
 
-from _llama_server import free_port
 from gguf_exact.cli import main
 from gguf_exact.drafter.convert import convert_drafter
 from gguf_exact.serving.checks import check_pair, listed_checksums, sha256_file
-from gguf_exact.tiny.models import TinyDrafter, TinyTarget, write_tiny_drafter, write_tiny_target
+from gguf_exact.tiny.models import (
+    TinyDrafter,
+    TinyTarget,
+    write_tiny_drafter,
+    write_tiny_target,
+)
 
 
 @pytest.fixture(scope="module")
@@ -29,8 +34,14 @@ def models(tmp_path_factory) -> dict[str, Path]:
     # a target with another vocabulary
     write_tiny_target(root / "target-v400.gguf", seed=0, spec=TinyTarget(n_vocab=400))
     (root / "notes.gguf").write_text("not a model\n")
-    return {"target": target, "drafter": root / "drafter.gguf", "wide": root / "drafter-wide.gguf",
-            "target400": root / "target-v400.gguf", "text": root / "notes.gguf", "root": root}
+    return {
+        "target": target,
+        "drafter": root / "drafter.gguf",
+        "wide": root / "drafter-wide.gguf",
+        "target400": root / "target-v400.gguf",
+        "text": root / "notes.gguf",
+        "root": root,
+    }
 
 
 @pytest.fixture
@@ -61,7 +72,16 @@ def assert_refused(result, *words: str, fake: Path | None = None, after_plan: bo
 
 
 def test_dry_run_prints_command_and_weight_bytes(models, fake_server):
-    r = serve("--model", str(models["target"]), "--draft", str(models["drafter"]), "--dry-run", "--set", "spec-draft-n-max=1", fake=fake_server)
+    r = serve(
+        "--model",
+        str(models["target"]),
+        "--draft",
+        str(models["drafter"]),
+        "--dry-run",
+        "--set",
+        "spec-draft-n-max=1",
+        fake=fake_server,
+    )
     assert r.exit_code == 0, r.output
     assert "gemma4-assistant" in r.output and "bytes of weights" in r.output
     assert "--host 127.0.0.1 --port 8080 --metrics" in r.output
@@ -125,24 +145,50 @@ def test_busy_port(models, fake_server, tmp_path):
         s.bind(("127.0.0.1", 0))
         s.listen(1)
         port = s.getsockname()[1]
-        r = serve("--model", str(models["target"]), "--draft", str(models["drafter"]), "--port", str(port), fake=fake_server,
-                  env={"GGUF_EXACT_RUN_DIR": str(tmp_path / "run")})
+        r = serve(
+            "--model",
+            str(models["target"]),
+            "--draft",
+            str(models["drafter"]),
+            "--port",
+            str(port),
+            fake=fake_server,
+            env={"GGUF_EXACT_RUN_DIR": str(tmp_path / "run")},
+        )
     assert_refused(r, f"port {port} on 127.0.0.1 is in use", "--port", fake=fake_server)
 
 
 def test_missing_server_binary(models, tmp_path):
-    r = serve("--model", str(models["target"]), "--draft", str(models["drafter"]),
-              env={"GGUF_EXACT_CACHE": str(tmp_path / "empty-cache"), "GGUF_EXACT_LLAMA_SERVER": ""})
+    r = serve(
+        "--model",
+        str(models["target"]),
+        "--draft",
+        str(models["drafter"]),
+        env={"GGUF_EXACT_CACHE": str(tmp_path / "empty-cache"), "GGUF_EXACT_LLAMA_SERVER": ""},
+    )
     assert_refused(r, "llama-server for build 'cpu'", "gguf-exact build-llama")
-    r = serve("--model", str(models["target"]), "--profile", "rtx3050", env={"GGUF_EXACT_CACHE": str(tmp_path / "empty-cache")})
+    r = serve(
+        "--model",
+        str(models["target"]),
+        "--profile",
+        "rtx3050",
+        env={"GGUF_EXACT_CACHE": str(tmp_path / "empty-cache")},
+    )
     assert_refused(r, "build-llama --cuda 86")
     r = serve("--model", str(models["target"]), "--server-bin", str(tmp_path / "nowhere" / "llama-server"))
     assert_refused(r, "no such executable")
 
 
 def test_server_that_dies_while_starting(models, fake_server, tmp_path):
-    r = serve("--model", str(models["target"]), "--port", str(free_port()), "--detach", fake=fake_server,
-              env={"GGUF_EXACT_RUN_DIR": str(tmp_path / "run")})
+    r = serve(
+        "--model",
+        str(models["target"]),
+        "--port",
+        str(free_port()),
+        "--detach",
+        fake=fake_server,
+        env={"GGUF_EXACT_RUN_DIR": str(tmp_path / "run")},
+    )
     line = assert_refused(r, "llama-server exited with code 1 while starting", after_plan=True)
     assert "log:" in line
 
@@ -153,4 +199,6 @@ def test_published_drafter_name_with_other_bytes(models, fake_server, tmp_path):
     fake.write_bytes(models["drafter"].read_bytes())
     assert fake.name in listed_checksums()
     r = serve("--model", str(models["target"]), "--draft", str(fake), fake=fake_server)
-    assert_refused(r, "060f5a0158f8120d25137866b90e04e21cd0d2d23de1db7a9cc3b7f00e60bd11", "not the published one", fake=fake_server)
+    assert_refused(
+        r, "060f5a0158f8120d25137866b90e04e21cd0d2d23de1db7a9cc3b7f00e60bd11", "not the published one", fake=fake_server
+    )

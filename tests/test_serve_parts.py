@@ -4,11 +4,19 @@ import time
 from pathlib import Path
 
 import pytest
-
 from _llama_server import server_binary
-from gguf_exact.serving import llama_build
+
 from gguf_exact.errors import GgufExactError
-from gguf_exact.serving.llama_build import COMMIT, TARGETS, PinnedSdist, backend_name, cmake_args, pinned_sdist, verify_sdist
+from gguf_exact.serving import llama_build
+from gguf_exact.serving.llama_build import (
+    COMMIT,
+    TARGETS,
+    PinnedSdist,
+    backend_name,
+    cmake_args,
+    pinned_sdist,
+    verify_sdist,
+)
 from gguf_exact.serving.profiles import available_profiles, load_profile, parse_value
 from gguf_exact.serving.stats import draft_counters, parse_acceptance, parse_metrics
 
@@ -33,7 +41,10 @@ llamacpp:spec_decode_num_accepted_tokens_per_pos_total{position="1"} 70
 
 def test_acceptance_lines():
     lines = parse_acceptance(LOG)
-    assert [(a.rate, a.accepted, a.generated, a.mean_len) for a in lines] == [(0.84656, 160, 189, 2.68), (1.0, 14, 14, 3.0)]
+    assert [(a.rate, a.accepted, a.generated, a.mean_len) for a in lines] == [
+        (0.84656, 160, 189, 2.68),
+        (1.0, 14, 14, 3.0),
+    ]
     assert parse_acceptance(LOG, last=1)[0].accepted == 14
     assert parse_acceptance("no such lines\n") == []
 
@@ -53,8 +64,21 @@ def test_shipped_profiles():
     rtx = load_profile("rtx3050")
     assert rtx.build == "cuda86"
     assert rtx.args(with_draft=True) == [
-        "--n-gpu-layers", "99", "--flash-attn", "on", "--ctx-size", "8192", "--parallel", "1",
-        "--spec-type", "draft-mtp", "--spec-draft-n-max", "2", "--n-gpu-layers-draft", "all"]
+        "--n-gpu-layers",
+        "99",
+        "--flash-attn",
+        "on",
+        "--ctx-size",
+        "8192",
+        "--parallel",
+        "1",
+        "--spec-type",
+        "draft-mtp",
+        "--spec-draft-n-max",
+        "2",
+        "--n-gpu-layers-draft",
+        "all",
+    ]
     assert "--spec-type" not in rtx.args(with_draft=False)
     gtx = load_profile("gtx1650ti")
     assert gtx.build == "cuda75" and gtx.draft["spec-draft-n-max"] == 1 and gtx.server["ctx-size"] < 8192
@@ -67,18 +91,33 @@ def test_shipped_profiles():
 
 
 def test_overrides_and_user_profiles(tmp_path, monkeypatch):
-    p = load_profile("rtx3050").with_overrides(["ctx-size=4096", "spec-draft-n-max=1", "draft.spec-draft-p-min=0.5", "threads=4", "flash-attn=false"])
+    p = load_profile("rtx3050").with_overrides(
+        ["ctx-size=4096", "spec-draft-n-max=1", "draft.spec-draft-p-min=0.5", "threads=4", "flash-attn=false"]
+    )
     args = p.args(with_draft=True)
     assert args[args.index("--ctx-size") + 1] == "4096" and args[args.index("--spec-draft-n-max") + 1] == "1"
     assert args[args.index("--spec-draft-p-min") + 1] == "0.5" and "--flash-attn" not in args
     assert "--spec-draft-p-min" not in p.args(with_draft=False)
-    assert parse_value("true") is True and parse_value("12") == 12 and parse_value("0.5") == 0.5 and parse_value("on") == "on"
+    assert (
+        parse_value("true") is True
+        and parse_value("12") == 12
+        and parse_value("0.5") == 0.5
+        and parse_value("on") == "on"
+    )
     mine = tmp_path / "mine.toml"
-    mine.write_text('description = "mine"\nbuild = "cpu"\n[server]\nctx-size = 1024  # small\n[draft]\nspec-type = "draft-mtp"\n')
+    mine.write_text(
+        'description = "mine"\nbuild = "cpu"\n[server]\nctx-size = 1024  # small\n[draft]\nspec-type = "draft-mtp"\n'
+    )
     assert load_profile(mine).server == {"ctx-size": 1024}
     monkeypatch.setenv("GGUF_EXACT_PROFILES", str(tmp_path))
     assert load_profile("mine").description == "mine"
-    for bad, msg in (("port=1", "use --port"), ("model=x", "use --model"), ("no-mmap=true", "mmap"), ("oops", "KEY=VALUE"), ("build=rocm", "cudaNN")):
+    for bad, msg in (
+        ("port=1", "use --port"),
+        ("model=x", "use --model"),
+        ("no-mmap=true", "mmap"),
+        ("oops", "KEY=VALUE"),
+        ("build=rocm", "cudaNN"),
+    ):
         with pytest.raises(GgufExactError, match=msg):
             p.with_overrides([bad])
     with pytest.raises(GgufExactError, match="not found; choose one of"):
@@ -130,7 +169,9 @@ def test_build_failures_name_the_cause(tmp_path):
     log = tmp_path / "build.log"
     log.write_text("")
     with pytest.raises(GgufExactError, match="no cuBLAS .*full log: .*build.log"):
-        llama_build._run(["sh", "-c", "echo 'Target ggml-cuda links to: CUDA::cublas'; exit 1"], log, lambda m: None, "configure")
+        llama_build._run(
+            ["sh", "-c", "echo 'Target ggml-cuda links to: CUDA::cublas'; exit 1"], log, lambda m: None, "configure"
+        )
     log.write_text("")
     with pytest.raises(GgufExactError, match=r"llama.cpp build failed \(x.c:1: error: boom\)"):
         llama_build._run(["sh", "-c", "echo 'x.c:1: error: boom'; echo tail; exit 2"], log, lambda m: None, "build")

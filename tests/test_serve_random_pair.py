@@ -4,10 +4,22 @@ Two servers for the module: the pair, and the target alone, to compare token ids
 """
 
 import pytest
+from _llama_server import (
+    PROMPTS,
+    TEST_SETTINGS,
+    complete,
+    free_port,
+    get_json,
+    server_binary,
+)
 
-from _llama_server import PROMPTS, TEST_SETTINGS, complete, free_port, get_json, server_binary
 from gguf_exact.drafter.convert import convert_drafter
-from gguf_exact.serving.server import plan_launch, server_status, start_server, stop_server
+from gguf_exact.serving.server import (
+    plan_launch,
+    server_status,
+    start_server,
+    stop_server,
+)
 from gguf_exact.tiny.models import write_tiny_drafter, write_tiny_target
 
 

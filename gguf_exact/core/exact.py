@@ -1,8 +1,10 @@
-"""Exact Q4_0 for one bf16 matrix: grid fit, scale choice and packing, chunked.
+"""Exact Q4_0 for bf16 matrices: grid fit, scale choice and packing, by chunks of rows.
 
-Pure computation on numpy arrays (threads only split the rows; numpy releases the
-GIL, so two cores run two chunks at once). Grid detection lives in :mod:`.grid`, the
-scale choice in :mod:`.scale`, the byte layout in :mod:`.q4_0`.
+Pure computation on numpy arrays. Rows are independent, so a matrix planned chunk by
+chunk (:func:`plan_rows`, what a streaming re-pack calls) gives the same bytes as one
+planned whole (:func:`plan_matrix`, which runs the chunks on two threads; numpy
+releases the GIL). Grid detection lives in :mod:`.grid`, the scale choice in
+:mod:`.scale`, the byte layout in :mod:`.q4_0`.
 """
 
 import os
@@ -12,26 +14,32 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from gguf_exact.core import bf16, q4_0
-from gguf_exact.errors import GgufExactError
 from gguf_exact.core.grid import fit_grid_t
 from gguf_exact.core.scale import choose_scales_t
+from gguf_exact.errors import GgufExactError
 
-CHUNK_VALUES = 1 << 18
+CHUNK_VALUES = 1 << 19  # measured best on 2 cores: smaller chunks pay numpy's per-call cost
 FIRST_OFF_GRID_SHOWN = 5
 
 
 @dataclass
-class MatrixPlan:
-    """What exact Q4_0 makes of one matrix, and the bytes when it is fully on grid."""
+class RowPlan:
+    """What exact Q4_0 makes of a chunk of rows (or, aggregated, of a whole matrix)."""
 
-    shape: tuple[int, int]
     n_blocks: int = 0
     off_grid_blocks: int = 0
     # (row, first column of the block, residual in steps), in row order
     first_off_grid: list[tuple[int, int, float]] = field(default_factory=list)
-    level_histogram: np.ndarray = field(default_factory=lambda: np.zeros(16, dtype=np.int64))
-    exact_values: int = 0  # over on-grid blocks with the chosen scales
+    exact_values: int = 0  # values that decode to the source bits, over on-grid blocks
+    level_histogram: np.ndarray | None = None  # counts of levels -8..7 over on-grid blocks
     data: np.ndarray | None = None  # (rows, cols/32*18) uint8 Q4_0, only when fully on grid
+
+
+@dataclass
+class MatrixPlan(RowPlan):
+    """:class:`RowPlan` of a whole matrix, with its shape."""
+
+    shape: tuple[int, int] = (0, 0)
 
     @property
     def n_values(self) -> int:
@@ -50,8 +58,26 @@ class MatrixPlan:
         return self.exact_values / self.n_values if self.n_values else 1.0
 
 
-def _plan_rows(bits: np.ndarray, row0: int):
+def _histogram(packed: np.ndarray, off_grid_blocks: int) -> np.ndarray:
+    """Level counts from packed Q4_0 bytes: each ``qs`` byte holds two levels, so one
+    bincount over half as many entries, folded. Off-grid blocks were packed as level 0."""
+    pairs = np.bincount(packed[:, 2:].ravel(), minlength=256).reshape(16, 16)  # [high, low]
+    counts = pairs.sum(axis=0) + pairs.sum(axis=1)
+    counts[8] -= off_grid_blocks * q4_0.BLOCK_SIZE
+    return counts
+
+
+def plan_rows(bits: np.ndarray, row0: int = 0, histogram: bool = True, score_partial: bool = True) -> RowPlan:
+    """Plan exact Q4_0 for ``bits``, (rows, cols) bf16 bits that are rows ``row0..`` of
+    a matrix. ``score_partial=False`` skips the scale choice when a block is off the
+    grid (for callers that will store the matrix another way).
+
+    Raises :class:`GgufExactError` for a row length that is not a multiple of 32 or
+    for NaN/Inf values; off-grid blocks are reported, not raised.
+    """
     rows, cols = bits.shape
+    if cols % q4_0.BLOCK_SIZE:
+        raise GgufExactError(f"row length {cols} is not a multiple of {q4_0.BLOCK_SIZE}")
     blocks = bits.reshape(-1, q4_0.BLOCK_SIZE)
     bad = bf16.non_finite(blocks)
     if bad.any():
@@ -61,43 +87,45 @@ def _plan_rows(bits: np.ndarray, row0: int):
         )
     blocks_t = np.ascontiguousarray(blocks.T)  # one block per column: see grid.fit_grid_t
     levels_t, step, on_grid, residual = fit_grid_t(bf16.to_f32(blocks_t))
-    choice = choose_scales_t(levels_t, blocks_t, step)
     off = np.flatnonzero(~on_grid)
     per_row = cols // q4_0.BLOCK_SIZE
-    first = [
+    plan = RowPlan(n_blocks=blocks.shape[0], off_grid_blocks=int(off.size))
+    plan.first_off_grid = [
         (row0 + int(b) // per_row, int(b) % per_row * q4_0.BLOCK_SIZE, float(residual[b]))
         for b in off[:FIRST_OFF_GRID_SHOWN]
     ]
-    exact = int(choice.exact[on_grid].sum())
-    hist = np.bincount((levels_t[:, on_grid].astype(np.int16) + 8).ravel(), minlength=16)
-    data = q4_0.pack(levels_t.T, choice.d).reshape(rows, -1) if off.size == 0 else None
-    return off.size, first, hist, exact, data
+    if off.size and not score_partial:
+        return plan
+    choice = choose_scales_t(levels_t, blocks_t, step)
+    plan.exact_values = int(choice.exact[on_grid].sum())
+    packed = q4_0.pack(levels_t.T, choice.d)
+    if histogram:
+        plan.level_histogram = _histogram(packed, int(off.size))
+    if off.size == 0:
+        plan.data = packed.reshape(rows, -1)
+    return plan
 
 
 def plan_matrix(bits: np.ndarray, keep_data: bool = True, workers: int | None = None) -> MatrixPlan:
-    """Plan exact Q4_0 for ``bits``, a (rows, cols) array of bf16 bits (uint16).
-
-    Raises :class:`GgufExactError` for a row length that is not a multiple of 32 or
-    for NaN/Inf values; off-grid blocks are reported, not raised.
-    """
+    """Plan exact Q4_0 for ``bits``, a whole (rows, cols) matrix of bf16 bits."""
     if bits.ndim != 2:
         raise GgufExactError(f"expected a 2-D matrix, got shape {list(bits.shape)}")
     rows, cols = bits.shape
-    if cols % q4_0.BLOCK_SIZE:
-        raise GgufExactError(f"row length {cols} is not a multiple of {q4_0.BLOCK_SIZE}")
-    plan = MatrixPlan(shape=(rows, cols), n_blocks=rows * cols // q4_0.BLOCK_SIZE)
     step = max(1, CHUNK_VALUES // max(cols, 1))
-    starts = range(0, rows, step)
     workers = workers or min(2, os.cpu_count() or 1)
     with ThreadPoolExecutor(max_workers=workers) as pool:
-        results = list(pool.map(lambda r0: _plan_rows(np.ascontiguousarray(bits[r0 : r0 + step]), r0), starts))
-    pieces = []
-    for off, first, hist, exact, data in results:
-        plan.off_grid_blocks += off
-        plan.first_off_grid.extend(first[: FIRST_OFF_GRID_SHOWN - len(plan.first_off_grid)])
-        plan.level_histogram += hist
-        plan.exact_values += exact
-        pieces.append(data)
+        parts = list(
+            pool.map(lambda r0: plan_rows(np.ascontiguousarray(bits[r0 : r0 + step]), r0), range(0, rows, step))
+        )
+    plan = MatrixPlan(shape=(rows, cols), level_histogram=np.zeros(16, dtype=np.int64))
+    if not parts:  # no rows: still validate the row length
+        plan_rows(bits, 0)
+    for part in parts:
+        plan.n_blocks += part.n_blocks
+        plan.off_grid_blocks += part.off_grid_blocks
+        plan.first_off_grid.extend(part.first_off_grid[: FIRST_OFF_GRID_SHOWN - len(plan.first_off_grid)])
+        plan.level_histogram += part.level_histogram
+        plan.exact_values += part.exact_values
     if keep_data and plan.on_grid:
-        plan.data = np.concatenate(pieces, axis=0) if pieces else np.zeros((0, q4_0.row_bytes(cols)), np.uint8)
+        plan.data = np.concatenate([p.data for p in parts]) if parts else np.zeros((0, q4_0.row_bytes(cols)), np.uint8)
     return plan

@@ -65,9 +65,9 @@ def fit_grid_t(x: np.ndarray):
         if pending.size == 0:
             break
         whole = pending.size == n  # skip the gathers on the first, usually complete, pass
-        pick = (lambda a: a) if whole else (lambda a: a[..., pending])
-        xp = pick(x)
-        step = pick(amax) / np.float32(m)
+        sel = slice(None) if whole else pending
+        xp = x[:, sel]
+        step = amax[sel] / np.float32(m)
         q = xp / step
         np.rint(q, out=q)
         q *= step
@@ -78,8 +78,8 @@ def fit_grid_t(x: np.ndarray):
         fits = r <= TOLERANCE_STEPS
         if m == 8:
             # Level +8 needs a negative scale, so -8 and +8 cannot share a block.
-            plus8 = pick(x_max) >= np.float32(7.5) * step
-            minus8 = pick(x_min) <= np.float32(-7.5) * step
+            plus8 = x_max[sel] >= np.float32(7.5) * step
+            minus8 = x_min[sel] <= np.float32(-7.5) * step
             fits &= ~(plus8 & minus8)
             negate[pending[fits & plus8]] = True
         extreme[pending[fits]] = m

@@ -4,8 +4,8 @@ from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
-from gguf_exact.formats.checkpoint import Checkpoint
 from gguf_exact.drafter.verify import verify_gguf
+from gguf_exact.formats.checkpoint import Checkpoint
 from gguf_exact.formats.vocab import open_gguf
 
 
@@ -27,7 +27,15 @@ def summarize(path: str | Path, ckpt: Checkpoint) -> FileSummary:
         mix[t.tensor_type.name] += 1
         size[t.tensor_type.name] += int(t.n_bytes)
     total = verify_gguf(path, ckpt).total
-    return FileSummary(str(path), Path(path).stat().st_size, dict(mix), dict(size), total.exact_fraction, total.rel_error, total.max_ulps)
+    return FileSummary(
+        str(path),
+        Path(path).stat().st_size,
+        dict(mix),
+        dict(size),
+        total.exact_fraction,
+        total.rel_error,
+        total.max_ulps,
+    )
 
 
 def compare_files(source: str | Path, paths: list[str | Path]) -> list[FileSummary]:

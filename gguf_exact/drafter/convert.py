@@ -12,9 +12,19 @@ from typing import Callable
 import numpy as np
 from gguf import GGMLQuantizationType, GGUFValueType
 
-from gguf_exact.formats.checkpoint import Checkpoint
-from gguf_exact.errors import GgufExactError, OffGridError
 from gguf_exact.core.exact import MatrixPlan, plan_matrix
+from gguf_exact.drafter.verify import Verification, source_bits, verify_gguf
+from gguf_exact.errors import GgufExactError, OffGridError
+from gguf_exact.formats.checkpoint import Checkpoint
+from gguf_exact.formats.gguf_file import (
+    TYPES,
+    atomic_output,
+    encode,
+    file_type,
+    sha256_file,
+    write_gguf,
+)
+from gguf_exact.formats.vocab import read_target
 from gguf_exact.gemma4.assistant import (
     ARCH,
     ROPE_FREQS,
@@ -26,9 +36,7 @@ from gguf_exact.gemma4.assistant import (
     rope_freqs,
     tensor_order,
 )
-from gguf_exact.formats.gguf_file import TYPES, atomic_output, encode, file_type, sha256_file, write_gguf
-from gguf_exact.drafter.verify import Verification, source_bits, verify_gguf
-from gguf_exact.formats.vocab import read_target
+from gguf_exact.malloc_tuning import keep_heap_blocks
 
 OFF_GRID_TYPES = ("q8_0", "f16", "bf16")
 Progress = Callable[[str], None]
@@ -90,7 +98,9 @@ def plan_tensor(ckpt: Checkpoint, cfg: AssistantConfig, hf_name: str, off_grid: 
     return TensorPlan(gguf_name, hf_name, info.shape, qtype, encode(bits, qtype), matrix, f"off grid -> {off_grid}")
 
 
-def plan_drafter(ckpt: Checkpoint, cfg: AssistantConfig, off_grid: str | None = None, progress: Progress | None = None) -> list[TensorPlan]:
+def plan_drafter(
+    ckpt: Checkpoint, cfg: AssistantConfig, off_grid: str | None = None, progress: Progress | None = None
+) -> list[TensorPlan]:
     """Plans for every output tensor, in output order (rope_freqs generated)."""
     if off_grid is not None and off_grid not in OFF_GRID_TYPES:
         raise GgufExactError(f"--off-grid {off_grid}: expected one of {', '.join(OFF_GRID_TYPES)}")
@@ -136,6 +146,7 @@ def convert_drafter(
     matched ``expect_sha256``.
     """
     out_path = Path(out_path)
+    keep_heap_blocks()
     with Checkpoint(source_dir) as ckpt:
         cfg = AssistantConfig.from_hf(ckpt.config, str(ckpt.folder / "config.json"))
         target = read_target(vocab_from)

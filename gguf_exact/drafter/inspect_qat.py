@@ -8,11 +8,12 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Callable
 
-from gguf_exact.formats.checkpoint import Checkpoint
-from gguf_exact.errors import GgufExactError
 from gguf_exact.core.exact import plan_matrix
-from gguf_exact.gemma4.assistant import gguf_tensor_name
 from gguf_exact.drafter.verify import source_bits
+from gguf_exact.errors import GgufExactError
+from gguf_exact.formats.checkpoint import Checkpoint
+from gguf_exact.gemma4.assistant import gguf_tensor_name
+from gguf_exact.malloc_tuning import keep_heap_blocks
 
 
 @dataclass
@@ -52,15 +53,23 @@ class InspectReport:
             values = sum(t.blocks * 32 for t in mats)
             exact = sum(t.exact_fraction * t.blocks * 32 for t in mats) / values
             return f"QAT 4-bit: all {len(mats)} weight matrices are on the Q4_0 grid; {exact:.4%} of their values can be bit-exact"
-        return f"not QAT 4-bit: {len(off)} of {len(mats)} weight matrices have blocks off the grid (first: {off[0].name})"
+        return (
+            f"not QAT 4-bit: {len(off)} of {len(mats)} weight matrices have blocks off the grid (first: {off[0].name})"
+        )
 
     def as_dict(self) -> dict:
-        return {"source": self.source, "is_qat": self.is_qat, "verdict": self.verdict, "tensors": [asdict(t) for t in self.tensors]}
+        return {
+            "source": self.source,
+            "is_qat": self.is_qat,
+            "verdict": self.verdict,
+            "tensors": [asdict(t) for t in self.tensors],
+        }
 
 
 def inspect_checkpoint(folder: str | Path, progress: Callable[[str], None] | None = None) -> InspectReport:
     """Grid statistics for every tensor of an HF folder."""
     summaries = []
+    keep_heap_blocks()
     with Checkpoint(folder) as ckpt:
         for name in sorted(ckpt.tensors):
             if progress:

@@ -11,11 +11,16 @@ import numpy as np
 from gguf import GGMLQuantizationType
 
 from gguf_exact.core import bf16
-from gguf_exact.formats.checkpoint import Checkpoint
 from gguf_exact.errors import GgufExactError
-from gguf_exact.gemma4.assistant import ROPE_FREQS, AssistantConfig, gguf_tensor_name, rope_freqs
+from gguf_exact.formats.checkpoint import Checkpoint
 from gguf_exact.formats.gguf_file import decode
 from gguf_exact.formats.vocab import open_gguf
+from gguf_exact.gemma4.assistant import (
+    ROPE_FREQS,
+    AssistantConfig,
+    gguf_tensor_name,
+    rope_freqs,
+)
 
 ROW_CHUNK_VALUES = 1 << 22
 
@@ -126,10 +131,14 @@ def verify_gguf(path: str | Path, ckpt: Checkpoint, planned: dict[str, np.ndarra
         hf_name = by_gguf[t.name]
         shape = ckpt.tensors[hf_name].shape
         if tuple(int(x) for x in reversed(t.shape)) != (tuple(shape) or (1,)):
-            raise GgufExactError(f"{path}: verification failed: tensor {t.name} has shape {list(t.shape)}, source {list(shape)}")
+            raise GgufExactError(
+                f"{path}: verification failed: tensor {t.name} has shape {list(t.shape)}, source {list(shape)}"
+            )
         if planned and t.name in planned and not np.array_equal(np.asarray(t.data).ravel(), planned[t.name].ravel()):
             bad = np.flatnonzero(np.asarray(t.data).ravel() != planned[t.name].ravel())[0] // 18
-            raise GgufExactError(f"{path}: verification failed: tensor {t.name}: Q4_0 block {bad} differs from the plan")
+            raise GgufExactError(
+                f"{path}: verification failed: tensor {t.name}: Q4_0 block {bad} differs from the plan"
+            )
         check = TensorCheck(t.name, hf_name, qtype.name)
         rows = shape[0] if len(shape) > 1 else 1
         data = np.asarray(t.data).reshape(rows, -1)

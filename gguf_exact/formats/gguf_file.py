@@ -50,7 +50,9 @@ def atomic_output(path: str | Path) -> Iterator[Path]:
         tmp_path.unlink(missing_ok=True)
 
 
-def write_gguf(path: Path, arch: str, fields: list[Field], tensors: list[tuple[str, np.ndarray, GGMLQuantizationType]]) -> None:
+def write_gguf(
+    path: Path, arch: str, fields: list[Field], tensors: list[tuple[str, np.ndarray, GGMLQuantizationType]]
+) -> None:
     """Write a GGUF: ``general.architecture``, ``fields`` in order, then ``tensors``
     (name, data, type) in order. Q4_0/Q8_0 data is raw bytes, one row per row."""
     writer = GGUFWriter(path, arch)

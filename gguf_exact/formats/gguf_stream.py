@@ -13,7 +13,12 @@ from pathlib import Path
 
 import numpy as np
 
-from gguf_exact.formats.gguf_layout import TensorEntry, align, encode_header, layout_offsets
+from gguf_exact.formats.gguf_layout import (
+    TensorEntry,
+    align,
+    encode_header,
+    layout_offsets,
+)
 
 ZEROS = bytes(1 << 16)
 
@@ -36,7 +41,9 @@ class StreamingGGUF:
     """A GGUF being written at ``path``: :meth:`place` each tensor in order, write
     its bytes at the returned offset, :meth:`finish` with the final header."""
 
-    def __init__(self, path: Path, version: int, kv_raw: list[bytes], tensors: list[TensorEntry], alignment: int) -> None:
+    def __init__(
+        self, path: Path, version: int, kv_raw: list[bytes], tensors: list[TensorEntry], alignment: int
+    ) -> None:
         self.path, self.version, self.alignment = path, version, alignment
         self.kv_raw = list(kv_raw)
         self.data_start = len(encode_header(version, self.kv_raw, layout_offsets(tensors, alignment), alignment))

@@ -124,7 +124,9 @@ class AssistantConfig:
             raise GgufExactError(f"{source}: text_config.layer_types has an unknown entry: {list(layer_types)}")
         n_layers = int(need("num_hidden_layers"))
         if len(layer_types) != n_layers:
-            raise GgufExactError(f"{source}: text_config.layer_types has {len(layer_types)} entries for {n_layers} layers")
+            raise GgufExactError(
+                f"{source}: text_config.layer_types has {len(layer_types)} entries for {n_layers} layers"
+            )
         rope = need("rope_parameters")
         full = rope.get("full_attention", rope)
         sliding = rope.get("sliding_attention", {})

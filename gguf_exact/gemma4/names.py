@@ -68,7 +68,10 @@ LAYER_TENSORS = {
     "post_feedforward_layernorm_2.weight": ("post_ffw_norm_2.weight", COPY),
 }
 # GGUF names a donor may use for one half of the fused ``experts.gate_up_proj``.
-SPLIT_EXPERTS = {"ffn_gate_exps.weight": ("ffn_gate_up_exps.weight", 0), "ffn_up_exps.weight": ("ffn_gate_up_exps.weight", 1)}
+SPLIT_EXPERTS = {
+    "ffn_gate_exps.weight": ("ffn_gate_up_exps.weight", 0),
+    "ffn_up_exps.weight": ("ffn_gate_up_exps.weight", 1),
+}
 GENERATED = ("rope_freqs.weight",)  # computed from the config, no source tensor
 _LAYER = re.compile(r"^layers\.(\d+)\.(.+)$")
 
@@ -119,7 +122,12 @@ def split_expert_source(gguf_name: str) -> tuple[str, int] | None:
 
 def tensor_kind(gguf_name: str, ndim: int) -> str:
     """The row of the re-pack report a tensor belongs to."""
-    if gguf_name in ("token_embd.weight", "per_layer_token_embd.weight", "per_layer_model_proj.weight", "output.weight"):
+    if gguf_name in (
+        "token_embd.weight",
+        "per_layer_token_embd.weight",
+        "per_layer_model_proj.weight",
+        "output.weight",
+    ):
         return gguf_name.removesuffix(".weight")
     if "_exps." in gguf_name and gguf_name.endswith(".weight"):
         return "expert banks"

@@ -12,11 +12,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from gguf_exact.hub import checksums
 from gguf_exact.drafter.convert import ConvertResult, convert_drafter
 from gguf_exact.errors import GgufExactError
-from gguf_exact.hub.fetch import Fetched, fetch_recipe, part_dir, pinned_files
+from gguf_exact.hub import checksums
 from gguf_exact.hub.client import HubConfig
+from gguf_exact.hub.fetch import Fetched, fetch_recipe, part_dir, pinned_files
 from gguf_exact.hub.recipes import Recipe
 
 
@@ -49,26 +49,34 @@ def build_recipe(
     """Fetch, convert and verify ``recipe``'s drafter into ``out_dir/<output>``, and
     compare its sha256 with the published exact file's."""
     if recipe.kind != "drafter":
-        raise GgufExactError(f"{recipe.path}: recipe {recipe.name} is a {recipe.kind}; `build` makes drafters (kind = \"drafter\") only")
+        raise GgufExactError(
+            f'{recipe.path}: recipe {recipe.name} is a {recipe.kind}; `build` makes drafters (kind = "drafter") only'
+        )
     config = config or HubConfig.from_env()
     pins = checksums.read(recipe.checksums)
     published = None
     if "exact" in recipe.parts:
         files = pinned_files(recipe, "exact", pins)
         if len(files) != 1:
-            raise GgufExactError(f"{recipe.path}: the exact section must name one GGUF to compare the build with; it names {len(files)}")
+            raise GgufExactError(
+                f"{recipe.path}: the exact section must name one GGUF to compare the build with; it names {len(files)}"
+            )
         published = files[0]
     pinned_files(recipe, "source", pins)  # every pin is checked before anything is downloaded
     if vocab_from is None:
         if "target" not in recipe.parts:
-            raise GgufExactError(f"{recipe.path}: no target section names the target GGUF; pass --vocab-from TARGET.gguf")
+            raise GgufExactError(
+                f"{recipe.path}: no target section names the target GGUF; pass --vocab-from TARGET.gguf"
+            )
         pinned_files(recipe, "target", pins)
     sources = fetch_recipe(recipe, "source", models_dir, config, download_progress)
     if vocab_from is None:
         vocab_from = fetch_recipe(recipe, "target", models_dir, config, download_progress)[0].path
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    result = convert_drafter(part_dir(models_dir, recipe.part("source")), out_dir / recipe.output, vocab_from, progress=progress)
+    result = convert_drafter(
+        part_dir(models_dir, recipe.part("source")), out_dir / recipe.output, vocab_from, progress=progress
+    )
     return BuildResult(
         recipe,
         result.path,

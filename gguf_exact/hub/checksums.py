@@ -142,7 +142,9 @@ def expected_sha256(name: str, directory: str | Path = CHECKSUMS_DIR) -> str:
         raise GgufExactError(f"{name}: no sha256 pinned for it in {directory}/*.sha256; add a '<sha256>  {name}' line")
     if len(found) > 1:
         where = "; ".join(f"{sha[:12]}... in {', '.join(places)}" for sha, places in found.items())
-        raise GgufExactError(f"{name}: pinned with different sha256 in {directory}: {where}; name the file by its full path")
+        raise GgufExactError(
+            f"{name}: pinned with different sha256 in {directory}: {where}; name the file by its full path"
+        )
     return next(iter(found))
 
 

@@ -39,9 +39,9 @@ from huggingface_hub.utils.tqdm import silent_tqdm
 from huggingface_hub.utils.tqdm import tqdm as hf_tqdm
 
 from gguf_exact import __version__
-from gguf_exact.hub.checksums import COMMIT, SHA256
 from gguf_exact.errors import GgufExactError
 from gguf_exact.formats.gguf_file import sha256_file
+from gguf_exact.hub.checksums import COMMIT, SHA256
 
 LARGE_FILE = 8 << 20  # files from this size on get a progress bar (on a terminal)
 _TRUE = {"1", "ON", "YES", "TRUE"}
@@ -112,7 +112,14 @@ def storage_dir(repo: str, config: HubConfig) -> Path:
     return config.cache_dir / repo_folder_name(repo_id=repo, repo_type="model")
 
 
-def hub_error(err: BaseException, repo: str, revision: str | None = None, filename: str | None = None, endpoint: str = "https://huggingface.co", download: bool = True) -> GgufExactError:
+def hub_error(
+    err: BaseException,
+    repo: str,
+    revision: str | None = None,
+    filename: str | None = None,
+    endpoint: str = "https://huggingface.co",
+    download: bool = True,
+) -> GgufExactError:
     """One line for a failure talking to the Hub, naming what failed and what to do."""
     at = f"{repo}@{revision}" if revision else repo
     thing = f"{at}: {filename}" if filename else at
@@ -123,24 +130,40 @@ def hub_error(err: BaseException, repo: str, revision: str | None = None, filena
             f"{thing}: gated repository (HTTP {status}); accept its licence at {endpoint}/{repo} with your account, then {login}"
         )
     if isinstance(err, RevisionNotFoundError):
-        return GgufExactError(f"{thing}: revision {revision} not found (HTTP {status}); check the revision in the recipe and the commit in its checksum file")
+        return GgufExactError(
+            f"{thing}: revision {revision} not found (HTTP {status}); check the revision in the recipe and the commit in its checksum file"
+        )
     if isinstance(err, RemoteEntryNotFoundError):
-        return GgufExactError(f"{thing}: no such file at this revision (HTTP {status}); check the recipe's files list and revision")
+        return GgufExactError(
+            f"{thing}: no such file at this revision (HTTP {status}); check the recipe's files list and revision"
+        )
     if isinstance(err, RepositoryNotFoundError):
         if status == 401:
-            return GgufExactError(f"{thing}: not authorised (HTTP 401): the repository is private or gated, or does not exist; check the name, and {login}")
+            return GgufExactError(
+                f"{thing}: not authorised (HTTP 401): the repository is private or gated, or does not exist; check the name, and {login}"
+            )
         return GgufExactError(f"{thing}: repository not found (HTTP {status}); check the repo name in the recipe")
     if isinstance(err, OfflineModeIsEnabled):
-        return GgufExactError(f"{thing}: HF_HUB_OFFLINE is set and the file is not in the Hub cache; unset it to download")
+        return GgufExactError(
+            f"{thing}: HF_HUB_OFFLINE is set and the file is not in the Hub cache; unset it to download"
+        )
     if isinstance(err, HfHubHTTPError) and status == 401:
         return GgufExactError(f"{thing}: the Hub rejected the token (HTTP 401); {login} again")
     if isinstance(err, HfHubHTTPError) and status == 403:
-        return GgufExactError(f"{thing}: access denied (HTTP 403); check that your token may read this repository, or {login}")
+        return GgufExactError(
+            f"{thing}: access denied (HTTP 403); check that your token may read this repository, or {login}"
+        )
     if isinstance(err, HfHubHTTPError) and status is not None:
         return GgufExactError(f"{thing}: the Hub answered HTTP {status}; try again later")
     detail = str(err).strip().splitlines()[0] if str(err).strip() else ""
-    then = "and run again (downloads resume), or set HF_HUB_OFFLINE=1 to use the Hub cache" if download else "and run again"
-    return GgufExactError(f"{thing}: network error ({type(err).__name__}{': ' + detail if detail else ''}); check your connection and HF_ENDPOINT {then}")
+    then = (
+        "and run again (downloads resume), or set HF_HUB_OFFLINE=1 to use the Hub cache"
+        if download
+        else "and run again"
+    )
+    return GgufExactError(
+        f"{thing}: network error ({type(err).__name__}{': ' + detail if detail else ''}); check your connection and HF_ENDPOINT {then}"
+    )
 
 
 _HUB_ERRORS = (HfHubHTTPError, OfflineModeIsEnabled, httpx2.HTTPError, httpx2.InvalidURL)
@@ -167,7 +190,9 @@ def repo_listing(repo: str, revision: str, config: HubConfig) -> RepoListing:
     """The commit ``revision`` resolves to and every file's size, git id and LFS sha256,
     from the Hub's metadata (nothing is downloaded)."""
     if config.offline:
-        raise GgufExactError(f"{repo}@{revision}: HF_HUB_OFFLINE is set; reading the Hub's file metadata needs the network")
+        raise GgufExactError(
+            f"{repo}@{revision}: HF_HUB_OFFLINE is set; reading the Hub's file metadata needs the network"
+        )
     api = HfApi(endpoint=config.endpoint, token=config.token, library_name="gguf-exact", library_version=__version__)
     try:
         info = api.model_info(repo, revision=revision, files_metadata=True)
@@ -182,7 +207,14 @@ def repo_listing(repo: str, revision: str, config: HubConfig) -> RepoListing:
     return RepoListing(repo, revision, info.sha, files)
 
 
-def cached_files(repo: str, filename: str, config: HubConfig, commit: str | None = None, revision: str | None = None, sha256: str | None = None) -> list[Path]:
+def cached_files(
+    repo: str,
+    filename: str,
+    config: HubConfig,
+    commit: str | None = None,
+    revision: str | None = None,
+    sha256: str | None = None,
+) -> list[Path]:
     """Files in the Hub cache that may be ``filename`` (no network, not yet verified):
     the snapshot of ``commit``, the snapshot ``refs/<revision>`` points to, the blob
     named ``sha256`` (LFS blobs are named by their sha256)."""
@@ -198,7 +230,14 @@ def cached_files(repo: str, filename: str, config: HubConfig, commit: str | None
     return [p for p in found if p.is_file()]
 
 
-def download(repo: str, filename: str, revision: str, config: HubConfig, expected_sha256: str | None = None, progress: bool = True) -> Download:
+def download(
+    repo: str,
+    filename: str,
+    revision: str,
+    config: HubConfig,
+    expected_sha256: str | None = None,
+    progress: bool = True,
+) -> Download:
     """Download ``filename`` at ``revision`` into the Hub cache, resuming a partial
     transfer; when ``expected_sha256`` is given, a file with another sha256 is refused
     (before the transfer when the Hub's ETag already says so) and nothing is kept."""
@@ -245,7 +284,9 @@ def read_small_file(repo: str, filename: str, commit: str, config: HubConfig, bl
     got = download(repo, filename, commit, config, progress=False)
     data = got.path.read_bytes()
     if blob_id and git_blob_id(data) != blob_id:
-        raise GgufExactError(f"{repo}@{commit}: {filename}: content does not match its git id {blob_id}; clear it from the Hub cache and run again")
+        raise GgufExactError(
+            f"{repo}@{commit}: {filename}: content does not match its git id {blob_id}; clear it from the Hub cache and run again"
+        )
     return data
 
 
@@ -290,7 +331,9 @@ def _transfer(remote: RemoteFile, partial: Path, config: HubConfig, progress: bo
 
 def _kept(err: GgufExactError, partial: Path) -> GgufExactError:
     if partial.exists() and partial.stat().st_size:
-        return GgufExactError(f"{err}; {partial.stat().st_size:,} bytes are kept in {partial}: the next run resumes from there")
+        return GgufExactError(
+            f"{err}; {partial.stat().st_size:,} bytes are kept in {partial}: the next run resumes from there"
+        )
     return err
 
 

@@ -15,9 +15,9 @@ from dataclasses import dataclass
 from fnmatch import fnmatchcase
 from pathlib import Path
 
-from gguf_exact.hub import checksums
 from gguf_exact.errors import GgufExactError
 from gguf_exact.formats.gguf_file import atomic_output, sha256_file
+from gguf_exact.hub import checksums
 from gguf_exact.hub.client import HubConfig, cached_files, download
 from gguf_exact.hub.recipes import Recipe, RepoPart, is_pattern
 
@@ -94,7 +94,9 @@ def fetch_file(pf: PinnedFile, dest: Path, config: HubConfig, progress: bool = T
     return Fetched(pf, dest, how, got.size, got.commit)
 
 
-def fetch_recipe(recipe: Recipe, role: str, models_dir: str | Path, config: HubConfig | None = None, progress: bool = True) -> list[Fetched]:
+def fetch_recipe(
+    recipe: Recipe, role: str, models_dir: str | Path, config: HubConfig | None = None, progress: bool = True
+) -> list[Fetched]:
     """Fetch every file of one part (``exact``, ``source`` or ``target``) of ``recipe``."""
     config = config or HubConfig.from_env()
     files = pinned_files(recipe, role, checksums.read(recipe.checksums))
@@ -119,5 +121,6 @@ def _place(src: Path, dest: Path, sha256: str) -> None:
                 digest.update(chunk)
                 fout.write(chunk)
         if digest.hexdigest() != sha256:
-            raise GgufExactError(f"{dest}: the copy from {src} has sha256 {digest.hexdigest()}, expected {sha256}; nothing placed")
-
+            raise GgufExactError(
+                f"{dest}: the copy from {src} has sha256 {digest.hexdigest()}, expected {sha256}; nothing placed"
+            )

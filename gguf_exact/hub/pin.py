@@ -11,9 +11,9 @@ from dataclasses import dataclass
 from fnmatch import fnmatchcase
 from pathlib import Path
 
+from gguf_exact.errors import GgufExactError
 from gguf_exact.hub import checksums
 from gguf_exact.hub.checksums import Entry, RepoPin
-from gguf_exact.errors import GgufExactError
 from gguf_exact.hub.client import HubConfig, RepoListing, read_small_file, repo_listing
 from gguf_exact.hub.recipes import ROLES, Recipe, RepoPart, is_pattern
 
@@ -47,7 +47,9 @@ class PinReport:
         return [e for p in self.parts for e in p.entries if e.previous is not None and e.previous != e.sha256]
 
 
-def pin_recipe(recipe: Recipe, roles: list[str] | None = None, revision: str | None = None, config: HubConfig | None = None) -> PinReport:
+def pin_recipe(
+    recipe: Recipe, roles: list[str] | None = None, revision: str | None = None, config: HubConfig | None = None
+) -> PinReport:
     """Pin the parts ``roles`` (default: all the recipe has) at their recipe revision, or
     at ``revision`` (one part only), and rewrite the recipe's checksum file."""
     config = config or HubConfig.from_env()
@@ -55,7 +57,9 @@ def pin_recipe(recipe: Recipe, roles: list[str] | None = None, revision: str | N
         roles = [r for r in ROLES if r in recipe.parts]
     parts = [recipe.part(r) for r in roles]
     if revision is not None and len(parts) != 1:
-        raise GgufExactError(f"--revision {revision}: each part has its own revision; name one with --what {'|'.join(r for r in ROLES if r in recipe.parts)}")
+        raise GgufExactError(
+            f"--revision {revision}: each part has its own revision; name one with --what {'|'.join(r for r in ROLES if r in recipe.parts)}"
+        )
     current = checksums.read(recipe.checksums)
     updated = current if current.header else checksums.Checksums(default_header(recipe), current.pins, current.entries)
     report = PinReport(recipe.checksums, [])
@@ -65,7 +69,9 @@ def pin_recipe(recipe: Recipe, roles: list[str] | None = None, revision: str | N
         pin = RepoPin(part.repo, revision or part.revision, listing.commit)
         earlier = [p for p in report.parts if p.pin.repo == part.repo]
         if earlier and earlier[0].pin.commit != pin.commit:
-            raise GgufExactError(f"{recipe.path}: the {earlier[0].role} and {part.role} sections use {part.repo} at different revisions; use one")
+            raise GgufExactError(
+                f"{recipe.path}: the {earlier[0].role} and {part.role} sections use {part.repo} at different revisions; use one"
+            )
         merged = [e for p in earlier for e in p.entries] + entries
         updated = updated.with_repo(pin, [Entry(e.sha256, e.path) for e in merged])
         report.parts.append(PartPin(part.role, pin, entries))
@@ -81,18 +87,24 @@ def select(part: RepoPart, listing: RepoListing) -> list[str]:
         matched = sorted(f for f in listing.files if f == wanted or (is_pattern(wanted) and fnmatchcase(f, wanted)))
         if not matched:
             have = ", ".join(sorted(listing.files)[:12]) or "no files"
-            raise GgufExactError(f"{part.repo}@{listing.commit}: no file matches {wanted!r} (the repo has: {have}); fix the files of the recipe's {part.role} section")
+            raise GgufExactError(
+                f"{part.repo}@{listing.commit}: no file matches {wanted!r} (the repo has: {have}); fix the files of the recipe's {part.role} section"
+            )
         chosen += [f for f in matched if f not in chosen]
     return chosen
 
 
-def pin_entry(part: RepoPart, listing: RepoListing, name: str, current: checksums.Checksums, config: HubConfig) -> PinnedEntry:
+def pin_entry(
+    part: RepoPart, listing: RepoListing, name: str, current: checksums.Checksums, config: HubConfig
+) -> PinnedEntry:
     entry = listing.files[name]
     path = f"{part.repo}/{name}"
     if entry.sha256:
         sha, how = entry.sha256.lower(), "hub metadata"
     elif entry.size is not None and entry.size > SMALL_FILE:
-        raise GgufExactError(f"{path}: {entry.size:,} bytes in git without LFS metadata, so the Hub reports no sha256 for it; pin it by hand")
+        raise GgufExactError(
+            f"{path}: {entry.size:,} bytes in git without LFS metadata, so the Hub reports no sha256 for it; pin it by hand"
+        )
     else:
         data = read_small_file(part.repo, name, listing.commit, config, entry.blob_id)
         sha, how = hashlib.sha256(data).hexdigest(), "read and hashed"

@@ -75,7 +75,9 @@ def parse_recipe(data: dict, path: Path) -> Recipe:
         raise GgufExactError(f"{path}: kind = {kind!r}; expected one of {', '.join(KINDS)}")
     output = data.get("output")
     if not isinstance(output, str) or "/" in output or not output.endswith(".gguf"):
-        raise GgufExactError(f"{path}: output must be a file name ending in .gguf, e.g. output = \"{name}-q4_0-exact.gguf\"")
+        raise GgufExactError(
+            f'{path}: output must be a file name ending in .gguf, e.g. output = "{name}-q4_0-exact.gguf"'
+        )
     parts = {}
     for role in ROLES:
         if role in data:
@@ -83,9 +85,13 @@ def parse_recipe(data: dict, path: Path) -> Recipe:
     if "source" not in parts:
         raise GgufExactError(f"{path}: a recipe needs a source section with repo, revision and files")
     if "target" in parts and len(parts["target"].files) != 1:
-        raise GgufExactError(f"{path}: the target section names the one GGUF whose tokenizer the drafter copies; it lists {len(parts['target'].files)} files")
+        raise GgufExactError(
+            f"{path}: the target section names the one GGUF whose tokenizer the drafter copies; it lists {len(parts['target'].files)} files"
+        )
     checksums = data.get("checksums", f"../checksums/{name}.sha256")
-    return Recipe(name, path, kind, str(data.get("description", "")), output, parts, (path.parent / checksums).resolve())
+    return Recipe(
+        name, path, kind, str(data.get("description", "")), output, parts, (path.parent / checksums).resolve()
+    )
 
 
 def parse_part(role: str, table: object, path: Path) -> RepoPart:
@@ -94,9 +100,9 @@ def parse_part(role: str, table: object, path: Path) -> RepoPart:
         raise GgufExactError(f"{where} must be a table with repo, revision and files")
     repo, revision, files = table.get("repo"), table.get("revision"), table.get("files")
     if not isinstance(repo, str) or not _REPO.fullmatch(repo):
-        raise GgufExactError(f"{where}: repo = {repo!r} is not a Hub repo id like \"google/gemma-4-E2B-it\"")
+        raise GgufExactError(f'{where}: repo = {repo!r} is not a Hub repo id like "google/gemma-4-E2B-it"')
     if not isinstance(revision, str) or not revision or any(c.isspace() for c in revision):
-        raise GgufExactError(f"{where}: revision must be a branch, tag or commit, e.g. revision = \"main\"")
+        raise GgufExactError(f'{where}: revision must be a branch, tag or commit, e.g. revision = "main"')
     if not isinstance(files, list) or not files or not all(isinstance(f, str) and f for f in files):
         raise GgufExactError(f"{where}: files must be a non-empty list of file names or patterns")
     for f in files:

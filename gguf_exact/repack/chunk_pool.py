@@ -70,7 +70,9 @@ def chunk_pool(state: Any, workers: int, kind: str = "auto") -> Iterator[ChunkPo
     executor: Executor | None = None
     if workers > 1:
         if worker_kind(kind) == "process":
-            executor = ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("fork"), initializer=_ignore_interrupts)
+            executor = ProcessPoolExecutor(
+                workers, mp_context=multiprocessing.get_context("fork"), initializer=_ignore_interrupts
+            )
         else:
             executor = ThreadPoolExecutor(workers)
     try:

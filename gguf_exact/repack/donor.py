@@ -14,7 +14,13 @@ from gguf import GGMLQuantizationType
 
 from gguf_exact.core import bf16, q4_0
 from gguf_exact.errors import GgufExactError
-from gguf_exact.formats.gguf_layout import Header, LayoutError, TensorEntry, parse_header, row_bytes
+from gguf_exact.formats.gguf_layout import (
+    Header,
+    LayoutError,
+    TensorEntry,
+    parse_header,
+    row_bytes,
+)
 
 FIRST_READ = 1 << 20
 SUPPORTED_ARCHS = ("gemma4", "gemma4-assistant")
@@ -44,7 +50,9 @@ class Donor:
     def read_rows(self, t: TensorEntry, r0: int, r1: int) -> np.ndarray:
         """Raw bytes of rows [r0, r1) of ``t``, as (r1 - r0, row bytes) uint8."""
         rb = row_bytes(t.type, t.cols)
-        return pread_exact(self.fd, (r1 - r0) * rb, self.header.data_start + t.offset + r0 * rb, self.path).reshape(r1 - r0, rb)
+        return pread_exact(self.fd, (r1 - r0) * rb, self.header.data_start + t.offset + r0 * rb, self.path).reshape(
+            r1 - r0, rb
+        )
 
     def close(self) -> None:
         if self.fd >= 0:
@@ -82,7 +90,9 @@ def open_donor(path: str | Path) -> Donor:
         donor = Donor(path, header, size, fd)
         arch = donor.architecture
         if arch not in SUPPORTED_ARCHS:
-            raise GgufExactError(f"{path}: general.architecture is {arch or 'missing'}; expected one of {', '.join(SUPPORTED_ARCHS)}")
+            raise GgufExactError(
+                f"{path}: general.architecture is {arch or 'missing'}; expected one of {', '.join(SUPPORTED_ARCHS)}"
+            )
         for t in header.tensors:
             try:
                 end = header.data_start + t.offset + t.nbytes
@@ -106,7 +116,9 @@ def _read_header(fd: int, size: int, path: Path) -> Header:
             return parse_header(buf)
         except EOFError:
             if n >= size:
-                raise GgufExactError(f"{path}: truncated: the GGUF header runs past the end of the file ({size:,} bytes)") from None
+                raise GgufExactError(
+                    f"{path}: truncated: the GGUF header runs past the end of the file ({size:,} bytes)"
+                ) from None
             n = min(size, n * 4)
         except (LayoutError, UnicodeDecodeError) as err:
             raise GgufExactError(f"{path}: not a GGUF file ({err})") from None

@@ -7,7 +7,7 @@ rewritten as exact Q4_0, every other tensor is copied byte for byte.
 
 Memory is bounded by a chunk of rows, not by tensor size: each tensor is cut into
 chunks of about :data:`CHUNK_VALUES` values; workers read a chunk of the source
-and of the donor with ``pread``, plan it (:func:`.row_plan.plan_rows`), compare
+and of the donor with ``pread``, plan it (:func:`gguf_exact.core.exact.plan_rows`), compare
 the planned bytes, decoded, with the source, and ``pwrite`` them at their place in
 a temp file beside the output (:class:`.gguf_stream.StreamingGGUF`). Then the file
 is read back (:mod:`.repack_verify`: header, metadata, every chunk's digest,
@@ -26,20 +26,20 @@ import numpy as np
 from gguf import GGMLQuantizationType, GGUFValueType
 
 from gguf_exact.core import q4_0
-from gguf_exact.formats.checkpoint import Checkpoint
-from gguf_exact.repack.chunk_pool import ChunkPool, chunk_pool
-from gguf_exact.repack.chunk_stats import ErrorStats, compare_chunk, sum_stats
-from gguf_exact.repack.donor import Donor, decode_rows, open_donor
+from gguf_exact.core.exact import plan_rows
 from gguf_exact.errors import GgufExactError, OffGridError
-from gguf_exact.gemma4.names import PROBE
+from gguf_exact.formats.checkpoint import Checkpoint
 from gguf_exact.formats.gguf_file import TYPES, atomic_output, decode, encode, file_type
 from gguf_exact.formats.gguf_layout import TensorEntry, encode_kv, row_bytes
 from gguf_exact.formats.gguf_stream import StreamingGGUF, pwrite_all
-from gguf_exact.repack.malloc_tuning import keep_heap_blocks
+from gguf_exact.gemma4.names import PROBE
+from gguf_exact.malloc_tuning import keep_heap_blocks
+from gguf_exact.repack.chunk_pool import ChunkPool, chunk_pool
+from gguf_exact.repack.chunk_stats import ErrorStats, compare_chunk, sum_stats
+from gguf_exact.repack.donor import Donor, decode_rows, open_donor
+from gguf_exact.repack.source_rows import locate
 from gguf_exact.repack.tensor_map import TensorJob, build_map, check_same_model
 from gguf_exact.repack.verify import verify_written
-from gguf_exact.repack.row_plan import plan_rows
-from gguf_exact.repack.source_rows import locate
 
 CHUNK_VALUES = 1 << 18
 DONOR_SAMPLE_EVERY = 8  # donor figures from every 8th chunk of re-packed tensors (all: every chunk)
@@ -94,7 +94,11 @@ class TensorResult:
             "action": self.role,
             "rewritten": self.rewritten,
             "note": self.note,
-            "donor": {"type": self.donor_type, "bytes": self.donor_bytes, **(self.donor.as_dict() if self.donor else {})},
+            "donor": {
+                "type": self.donor_type,
+                "bytes": self.donor_bytes,
+                **(self.donor.as_dict() if self.donor else {}),
+            },
             "output": {"type": self.out_type, "bytes": self.out_bytes, **(self.ours.as_dict() if self.ours else {})},
             "off_grid_blocks": self.off_grid_blocks,
             "blocks": self.n_blocks,
@@ -124,11 +128,15 @@ class _Run:
     a job index and rows, write their bytes at their place and return a small
     :class:`ChunkResult`."""
 
-    def __init__(self, donor: Donor, jobs: list[TensorJob], writer: StreamingGGUF, off_grid: str | None, donor_every: int) -> None:
+    def __init__(
+        self, donor: Donor, jobs: list[TensorJob], writer: StreamingGGUF, off_grid: str | None, donor_every: int
+    ) -> None:
         self.donor, self.jobs, self.writer = donor, jobs, writer
         self.off_grid, self.donor_every = off_grid, donor_every
         self.pool: ChunkPool | None = None
-        self.fds = {f: os.open(f, os.O_RDONLY) for f in sorted({j.source.loc.file for j in jobs if j.source is not None})}
+        self.fds = {
+            f: os.open(f, os.O_RDONLY) for f in sorted({j.source.loc.file for j in jobs if j.source is not None})
+        }
 
     def close(self) -> None:
         for fd in self.fds.values():
@@ -155,7 +163,7 @@ class _Run:
         job = self.jobs[j]
         bits = self._read_source(job, r0, r1)
         try:
-            plan = plan_rows(bits, r0)
+            plan = plan_rows(bits, r0, histogram=False, score_partial=False)
         except GgufExactError as err:
             raise GgufExactError(f"{job.source.loc.file}: tensor {job.hf_name}: {err}") from None
         res = ChunkResult(r0, r1, plan.n_blocks, plan.off_grid_blocks, plan.first_off_grid)
@@ -184,7 +192,9 @@ class _Run:
             res.ours = res.donor
         return res
 
-    def encode_chunk(self, j: int, offset: int, r0: int, r1: int, index: int, qtype: GGMLQuantizationType) -> ChunkResult:
+    def encode_chunk(
+        self, j: int, offset: int, r0: int, r1: int, index: int, qtype: GGMLQuantizationType
+    ) -> ChunkResult:
         job = self.jobs[j]
         bits = self._read_source(job, r0, r1)
         data = encode(bits, qtype)
@@ -208,7 +218,18 @@ class _Run:
         job = self.jobs[j]
         e = job.entry
         result = TensorResult(
-            e.name, job.kind, job.role, job.hf_name, e.type.name, e.nbytes, e.type.name, e.nbytes, e.n_values, None, None, note=job.note
+            e.name,
+            job.kind,
+            job.role,
+            job.hf_name,
+            e.type.name,
+            e.nbytes,
+            e.type.name,
+            e.nbytes,
+            e.n_values,
+            None,
+            None,
+            note=job.note,
         )
         if not job.repack:
             return self._finish(job, result, *self._chunks("copy_chunk", j, self.writer.place(e)))
@@ -300,7 +321,9 @@ def repack_model(
         if out_path.resolve() == donor.path.resolve():
             raise GgufExactError(f"{out_path}: is the donor itself; write the re-packed file elsewhere")
         with Checkpoint(source_dir) as ckpt:
-            check_same_model(donor.path, donor.header.value, donor.architecture, ckpt.config, ckpt.folder / "config.json")
+            check_same_model(
+                donor.path, donor.header.value, donor.architecture, ckpt.config, ckpt.folder / "config.json"
+            )
             locations = locate(ckpt)
         mapping = build_map(donor.path, donor.architecture, donor.tensors, locations, source_dir)
         # provisional types: header room does not depend on them
@@ -351,7 +374,7 @@ def _replanner(donor: Donor, jobs: list[TensorJob]):
     def expected(entry: TensorEntry, r0: int, r1: int):
         job = by_name[entry.name]
         if entry.type == Q4_0 and job.repack:
-            plan = plan_rows(job.source.read(r0, r1), r0)
+            plan = plan_rows(job.source.read(r0, r1), r0, histogram=False, score_partial=False)
             return plan.data, q4_0.BLOCK_BYTES
         if entry.type == job.entry.type:
             return donor.read_rows(job.entry, r0, r1), row_bytes(entry.type, entry.cols)

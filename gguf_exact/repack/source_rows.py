@@ -17,8 +17,8 @@ from pathlib import Path
 import numpy as np
 
 from gguf_exact.core import bf16
-from gguf_exact.formats.checkpoint import Checkpoint
 from gguf_exact.errors import GgufExactError
+from gguf_exact.formats.checkpoint import Checkpoint
 
 ITEM_BYTES = {"BF16": 2, "F16": 2, "F32": 4}
 
@@ -42,7 +42,9 @@ def locate(ckpt: Checkpoint) -> dict[str, TensorLocation]:
             header = json.loads(f.read(n))
         for name, entry in header.items():
             if name != "__metadata__":
-                out[name] = TensorLocation(name, file, 8 + n + entry["data_offsets"][0], entry["dtype"], tuple(entry["shape"]))
+                out[name] = TensorLocation(
+                    name, file, 8 + n + entry["data_offsets"][0], entry["dtype"], tuple(entry["shape"])
+                )
     return out
 
 

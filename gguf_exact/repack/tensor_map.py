@@ -12,10 +12,11 @@ from pathlib import Path
 
 from gguf import GGMLQuantizationType
 
-from gguf_exact.gemma4 import assistant as gemma4_assistant, names as gemma4_names
 from gguf_exact.errors import GgufExactError
-from gguf_exact.gemma4.names import COPY, PROBE, QAT
 from gguf_exact.formats.gguf_layout import TensorEntry
+from gguf_exact.gemma4 import assistant as gemma4_assistant
+from gguf_exact.gemma4 import names as gemma4_names
+from gguf_exact.gemma4.names import COPY, PROBE, QAT
 from gguf_exact.repack.source_rows import RowSource, TensorLocation
 
 GENERATED, UNMAPPED = "generated", "unmapped"
@@ -54,18 +55,35 @@ def _text(config: dict) -> dict:
 def check_same_model(donor_path: Path, header_value, arch: str, config: dict, config_path: Path) -> None:
     """Donor hyperparameters against the source's config.json."""
     archs = config.get("architectures") or []
-    expected = gemma4_names.SUPPORTED_ARCHITECTURES if arch == gemma4_names.ARCH else gemma4_assistant.SUPPORTED_ARCHITECTURES
+    expected = (
+        gemma4_names.SUPPORTED_ARCHITECTURES if arch == gemma4_names.ARCH else gemma4_assistant.SUPPORTED_ARCHITECTURES
+    )
     if not any(a in expected for a in archs):
         raise GgufExactError(
             f"{config_path}: architectures {archs} do not match the donor's {arch} ({donor_path}); "
             f"expected one of {', '.join(expected)}: donor and source are different models"
         )
     text = _text(config)
-    pairs = [("block_count", text.get("num_hidden_layers"), "num_hidden_layers"), ("embedding_length", text.get("hidden_size"), "hidden_size")]
+    pairs = [
+        ("block_count", text.get("num_hidden_layers"), "num_hidden_layers"),
+        ("embedding_length", text.get("hidden_size"), "hidden_size"),
+    ]
     if arch == gemma4_names.ARCH:
-        pairs.append(("embedding_length_per_layer_input", text.get("hidden_size_per_layer_input") or 0, "hidden_size_per_layer_input"))
+        pairs.append(
+            (
+                "embedding_length_per_layer_input",
+                text.get("hidden_size_per_layer_input") or 0,
+                "hidden_size_per_layer_input",
+            )
+        )
     else:
-        pairs.append(("embedding_length_out", config.get("backbone_hidden_size", text.get("backbone_hidden_size")), "backbone_hidden_size"))
+        pairs.append(
+            (
+                "embedding_length_out",
+                config.get("backbone_hidden_size", text.get("backbone_hidden_size")),
+                "backbone_hidden_size",
+            )
+        )
     for key, want, hf_key in pairs:
         have = header_value(f"{arch}.{key}")
         if have is not None and want is not None and int(have) != int(want):
@@ -106,7 +124,9 @@ def _shape_ok(donor_shape: tuple[int, ...], src_shape: tuple[int, ...], gguf_nam
     return gguf_name == "token_embd.weight" and donor_shape[1:] == src_shape[1:] and donor_shape[0] <= src_shape[0]
 
 
-def build_map(donor_path: Path, arch: str, tensors: list[TensorEntry], locations: dict[str, TensorLocation], source_dir: Path) -> RepackMap:
+def build_map(
+    donor_path: Path, arch: str, tensors: list[TensorEntry], locations: dict[str, TensorLocation], source_dir: Path
+) -> RepackMap:
     """Resolve every donor tensor; raise on a shape mismatch or a known donor
     tensor whose source is missing."""
     by_gguf, unknown_hf = _by_gguf_name(arch, list(locations))
@@ -121,7 +141,9 @@ def build_map(donor_path: Path, arch: str, tensors: list[TensorEntry], locations
                 hit, half = by_gguf[split[0]], split[1]
                 fused = locations[hit[0]].shape
                 if len(fused) != 3 or fused[1] % 2:
-                    raise GgufExactError(f"{source_dir}: tensor {hit[0]} has shape {list(fused)}, not a fused (experts, 2 x rows, cols) bank")
+                    raise GgufExactError(
+                        f"{source_dir}: tensor {hit[0]} has shape {list(fused)}, not a fused (experts, 2 x rows, cols) bank"
+                    )
                 part = (half * fused[1] // 2, fused[1] // 2, fused[1])
                 used.add(split[0])
         if hit is None:

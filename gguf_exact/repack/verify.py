@@ -14,9 +14,9 @@ from typing import Callable
 
 import numpy as np
 
-from gguf_exact.repack.donor import open_donor, pread_exact
 from gguf_exact.errors import GgufExactError
 from gguf_exact.formats.gguf_layout import TensorEntry, row_bytes
+from gguf_exact.repack.donor import open_donor, pread_exact
 
 READ_BYTES = 1 << 22
 
@@ -25,7 +25,9 @@ def _fail(path: Path, what: str) -> GgufExactError:
     return GgufExactError(f"{path}: verification failed: {what}")
 
 
-def verify_written(path: Path, kv_raw: list[bytes], placed: list[TensorEntry], results: list, donor, expected: Callable) -> str:
+def verify_written(
+    path: Path, kv_raw: list[bytes], placed: list[TensorEntry], results: list, donor, expected: Callable
+) -> str:
     """Check ``path`` against what was meant; returns its sha256 (hex).
 
     ``results`` hold, per tensor, ``chunk_rows`` and the chunk ``digests``;

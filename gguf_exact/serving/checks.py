@@ -13,9 +13,9 @@ from pathlib import Path
 
 from gguf import GGUFReader
 
-from gguf_exact.hub import checksums as pins
 from gguf_exact.errors import GgufExactError
 from gguf_exact.formats.vocab import field_value, open_gguf
+from gguf_exact.hub import checksums as pins
 
 TARGET_ARCH = "gemma4"
 DRAFTER_ARCH = "gemma4-assistant"
@@ -106,31 +106,45 @@ def check_listed_sha256(model: ModelFile, role: str, listed: dict[str, str]) -> 
     if actual != expected:
         raise GgufExactError(
             f"{role} {model.path}: sha256 {actual} differs from {expected} listed in checksums/ for "
-            f"{model.path.name}; the file is damaged or not the published one, download it again")
+            f"{model.path.name}; the file is damaged or not the published one, download it again"
+        )
     return ModelFile(**{**model.__dict__, "sha256": actual})
 
 
-def check_pair(target: str | Path, drafter: str | Path | None = None, checksums: dict[str, str] | None = None) -> ServePair:
+def check_pair(
+    target: str | Path, drafter: str | Path | None = None, checksums: dict[str, str] | None = None
+) -> ServePair:
     """Read and check a target (and drafter) for draft-mtp serving; see the module doc."""
     listed = listed_checksums() if checksums is None else checksums
     t = read_model(target, "target")
     if t.architecture != TARGET_ARCH:
         hint = " (that is a drafter: pass it as --draft)" if t.architecture == DRAFTER_ARCH else ""
-        raise GgufExactError(f"target {t.path}: general.architecture is {t.architecture!r}, expected {TARGET_ARCH!r}{hint}")
+        raise GgufExactError(
+            f"target {t.path}: general.architecture is {t.architecture!r}, expected {TARGET_ARCH!r}{hint}"
+        )
     t = check_listed_sha256(t, "target", listed)
     if drafter is None:
         return ServePair(t, None)
     d = read_model(drafter, "drafter")
     if d.architecture != DRAFTER_ARCH:
-        hint = "; that is a target model, --draft takes its MTP assistant (gguf-exact convert makes one)" if d.architecture == TARGET_ARCH else ""
-        raise GgufExactError(f"drafter {d.path}: general.architecture is {d.architecture!r}, expected {DRAFTER_ARCH!r}{hint}")
+        hint = (
+            "; that is a target model, --draft takes its MTP assistant (gguf-exact convert makes one)"
+            if d.architecture == TARGET_ARCH
+            else ""
+        )
+        raise GgufExactError(
+            f"drafter {d.path}: general.architecture is {d.architecture!r}, expected {DRAFTER_ARCH!r}{hint}"
+        )
     if d.embedding_length_out != t.embedding_length:
         raise GgufExactError(
             f"drafter {d.path}: {DRAFTER_ARCH}.embedding_length_out is {d.embedding_length_out} but the target's "
-            f"{TARGET_ARCH}.embedding_length is {t.embedding_length} ({t.path}); use the assistant made for this target size")
+            f"{TARGET_ARCH}.embedding_length is {t.embedding_length} ({t.path}); use the assistant made for this target size"
+        )
     if d.vocab != t.vocab:
         names = ("tokenizer model", "BOS id", "EOS id", "token count", "token list")
         which = next(n for n, a, b in zip(names, d.vocab, t.vocab) if a != b)
-        raise GgufExactError(f"drafter {d.path}: vocabulary differs from the target's ({which}); convert it again with --vocab-from {t.path}")
+        raise GgufExactError(
+            f"drafter {d.path}: vocabulary differs from the target's ({which}); convert it again with --vocab-from {t.path}"
+        )
     d = check_listed_sha256(d, "drafter", listed)
     return ServePair(t, d)

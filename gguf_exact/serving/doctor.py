@@ -7,7 +7,12 @@ import shutil
 import subprocess
 from dataclasses import dataclass
 
-from gguf_exact.serving.llama_build import COMMIT, find_build, install_dir, server_version
+from gguf_exact.serving.llama_build import (
+    COMMIT,
+    find_build,
+    install_dir,
+    server_version,
+)
 
 
 @dataclass(frozen=True)
@@ -34,7 +39,9 @@ def bindings() -> Finding:
         gpu = bool(llama_cpp.llama_supports_gpu_offload())
     except Exception:  # noqa: BLE001 - an old or broken build: report, do not fail
         gpu = False
-    return Finding("bindings", f"llama-cpp-python {llama_cpp.__version__}, backend {'GPU offload' if gpu else 'CPU'}", True)
+    return Finding(
+        "bindings", f"llama-cpp-python {llama_cpp.__version__}, backend {'GPU offload' if gpu else 'CPU'}", True
+    )
 
 
 def server_builds() -> list[Finding]:
@@ -43,7 +50,13 @@ def server_builds() -> list[Finding]:
     for backend in backends or ["cpu"]:
         build = find_build(backend)
         if build is None:
-            found.append(Finding(f"llama-server ({backend})", f"not built; run `gguf-exact build-llama{'' if backend == 'cpu' else ' --cuda ' + backend[4:]}`", False))
+            found.append(
+                Finding(
+                    f"llama-server ({backend})",
+                    f"not built; run `gguf-exact build-llama{'' if backend == 'cpu' else ' --cuda ' + backend[4:]}`",
+                    False,
+                )
+            )
             continue
         version = " ".join(server_version(build.binary()).split())
         found.append(Finding(f"llama-server ({backend})", f"{build.binary()}  [{version}]", True))

@@ -25,8 +25,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from gguf_exact.hub import checksums
 from gguf_exact.errors import GgufExactError
+from gguf_exact.hub import checksums
 
 VENDORED_COMMITS = {"0.3.36": "0c1e57098"}
 """llama-cpp-python version -> the llama.cpp commit its sdist vendors."""
@@ -44,7 +44,10 @@ Log = Callable[[str], None]
 
 # Failures with a known cause: (text in the build log, what to do).
 KNOWN_FAILURES = (
-    ("CUDA::cublas", "the CUDA toolkit found has no cuBLAS (cublas_v2.h); install the full toolkit (NVIDIA's cuda-toolkit package, or Debian's nvidia-cuda-toolkit) and run again"),
+    (
+        "CUDA::cublas",
+        "the CUDA toolkit found has no cuBLAS (cublas_v2.h); install the full toolkit (NVIDIA's cuda-toolkit package, or Debian's nvidia-cuda-toolkit) and run again",
+    ),
     ("No CMAKE_CUDA_COMPILER could be found", "CMake found no nvcc; put the CUDA toolkit's bin on PATH or set CUDACXX"),
 )
 
@@ -86,7 +89,9 @@ def backend_name(cuda: str | None) -> str:
     if cuda is None or cuda == "":
         return "cpu"
     if not re.fullmatch(r"[0-9]{2,3}", str(cuda)):
-        raise GgufExactError(f"--cuda {cuda}: expected a CUDA architecture number such as 75 (GTX 1650 Ti) or 86 (RTX 3050)")
+        raise GgufExactError(
+            f"--cuda {cuda}: expected a CUDA architecture number such as 75 (GTX 1650 Ti) or 86 (RTX 3050)"
+        )
     return f"cuda{cuda}"
 
 
@@ -105,14 +110,24 @@ def find_build(backend: str = "cpu", commit: str = COMMIT) -> LlamaBuild | None:
 def pinned_sdist(checksum_file: Path = CHECKSUM_FILE) -> PinnedSdist:
     """The sdist's version and sha256 from ``checksums/llama-cpp-python.sha256``."""
     if not checksum_file.is_file():
-        raise GgufExactError(f"{checksum_file}: missing; it pins the llama-cpp-python sdist (sha256 and file name) that llama.cpp is built from")
+        raise GgufExactError(
+            f"{checksum_file}: missing; it pins the llama-cpp-python sdist (sha256 and file name) that llama.cpp is built from"
+        )
     if checksum_file.name == checksums.LLAMA_CPP_PYTHON:
         found = checksums.llama_cpp_python_sdist(checksum_file.parent)
     else:
-        found = next(((m.group(1), e.sha256, m.group(0)) for e in checksums.read(checksum_file).entries
-                      if (m := re.fullmatch(r"llama_cpp_python-([0-9][0-9A-Za-z.]*)\.tar\.gz", e.path.rsplit("/", 1)[-1]))), None)
+        found = next(
+            (
+                (m.group(1), e.sha256, m.group(0))
+                for e in checksums.read(checksum_file).entries
+                if (m := re.fullmatch(r"llama_cpp_python-([0-9][0-9A-Za-z.]*)\.tar\.gz", e.path.rsplit("/", 1)[-1]))
+            ),
+            None,
+        )
     if found is None:
-        raise GgufExactError(f"{checksum_file}: no line '<sha256>  llama_cpp_python-<version>.tar.gz'; add the sdist's sha256 there")
+        raise GgufExactError(
+            f"{checksum_file}: no line '<sha256>  llama_cpp_python-<version>.tar.gz'; add the sdist's sha256 there"
+        )
     version, sha, filename = found
     return PinnedSdist(version, sha, filename)
 
@@ -132,11 +147,24 @@ def fetch_sdist(pin: PinnedSdist, dest: Path | None = None, log: Log = print) ->
     path = dest / pin.filename
     if not path.is_file():
         log(f"fetching {PACKAGE}=={pin.version} sdist with pip")
-        cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", ":all:", "--dest", str(dest), f"{PACKAGE}=={pin.version}"]
+        cmd = [
+            sys.executable,
+            "-m",
+            "pip",
+            "download",
+            "--no-deps",
+            "--no-binary",
+            ":all:",
+            "--dest",
+            str(dest),
+            f"{PACKAGE}=={pin.version}",
+        ]
         proc = subprocess.run(cmd, capture_output=True, text=True)
         if not path.is_file():
             tail = (proc.stderr or proc.stdout).strip().splitlines()[-1:] or ["no output"]
-            raise GgufExactError(f"pip download {PACKAGE}=={pin.version} failed ({tail[0]}); check access to the package registry or pass --sdist PATH")
+            raise GgufExactError(
+                f"pip download {PACKAGE}=={pin.version} failed ({tail[0]}); check access to the package registry or pass --sdist PATH"
+            )
     return verify_sdist(path, pin)
 
 
@@ -145,20 +173,32 @@ def verify_sdist(path: Path, pin: PinnedSdist) -> Path:
         raise GgufExactError(f"{path}: sdist not found")
     digest = sha256_of(path)
     if digest != pin.sha256:
-        raise GgufExactError(f"{path}: sha256 {digest} differs from {pin.sha256} pinned in {CHECKSUM_FILE.name}; delete the file and fetch it again")
+        raise GgufExactError(
+            f"{path}: sha256 {digest} differs from {pin.sha256} pinned in {CHECKSUM_FILE.name}; delete the file and fetch it again"
+        )
     return path
 
 
 def cmake_args(src: Path, build: Path, backend: str) -> list[str]:
     """The CMake configure command line for ``backend``."""
     args = [
-        "cmake", "-S", str(src), "-B", str(build), "-G", "Ninja" if shutil.which("ninja") else "Unix Makefiles",
+        "cmake",
+        "-S",
+        str(src),
+        "-B",
+        str(build),
+        "-G",
+        "Ninja" if shutil.which("ninja") else "Unix Makefiles",
         "-DCMAKE_BUILD_TYPE=Release",
         "-DBUILD_SHARED_LIBS=OFF",  # self-contained binaries: they can move out of the build dir
-        "-DLLAMA_CURL=OFF", "-DLLAMA_OPENSSL=OFF",  # no downloads from the server
-        "-DLLAMA_USE_PREBUILT_UI=OFF", "-DLLAMA_BUILD_UI=OFF",  # no web UI fetch at build time
-        "-DLLAMA_BUILD_TESTS=OFF", "-DLLAMA_BUILD_EXAMPLES=OFF",
-        "-DLLAMA_BUILD_TOOLS=ON", "-DLLAMA_BUILD_SERVER=ON",
+        "-DLLAMA_CURL=OFF",
+        "-DLLAMA_OPENSSL=OFF",  # no downloads from the server
+        "-DLLAMA_USE_PREBUILT_UI=OFF",
+        "-DLLAMA_BUILD_UI=OFF",  # no web UI fetch at build time
+        "-DLLAMA_BUILD_TESTS=OFF",
+        "-DLLAMA_BUILD_EXAMPLES=OFF",
+        "-DLLAMA_BUILD_TOOLS=ON",
+        "-DLLAMA_BUILD_SERVER=ON",
         f"-DLLAMA_BUILD_COMMIT={COMMIT}",  # the sdist has no .git; --version would say 'unknown'
     ]
     if backend.startswith("cuda"):
@@ -215,7 +255,9 @@ def _extract_llama_cpp(sdist: Path, dest: Path) -> Path:
     return found[0]
 
 
-def build_llama_cpp(cuda: str | None = None, sdist: Path | None = None, jobs: int = 2, force: bool = False, log: Log = print) -> LlamaBuild:
+def build_llama_cpp(
+    cuda: str | None = None, sdist: Path | None = None, jobs: int = 2, force: bool = False, log: Log = print
+) -> LlamaBuild:
     """Build (once) and return ``llama-server``, ``llama-bench``, ``llama-perplexity`` and
     ``llama-quantize`` for the CPU (``cuda=None``) or a CUDA architecture ("75", "86").
 
@@ -226,13 +268,19 @@ def build_llama_cpp(cuda: str | None = None, sdist: Path | None = None, jobs: in
     if found and not force:
         return found
     if backend.startswith("cuda") and not shutil.which("nvcc"):
-        raise GgufExactError(f"--cuda {cuda}: nvcc not found on PATH; install the CUDA toolkit or build for the CPU (no --cuda)")
+        raise GgufExactError(
+            f"--cuda {cuda}: nvcc not found on PATH; install the CUDA toolkit or build for the CPU (no --cuda)"
+        )
     for tool in ("cmake", "c++"):
         if not shutil.which(tool):
-            raise GgufExactError(f"{tool} not found on PATH; install it (Debian: apt-get install cmake build-essential)")
+            raise GgufExactError(
+                f"{tool} not found on PATH; install it (Debian: apt-get install cmake build-essential)"
+            )
     pin = pinned_sdist()
     if VENDORED_COMMITS.get(pin.version) != COMMIT:
-        raise GgufExactError(f"{CHECKSUM_FILE}: pins llama-cpp-python {pin.version}, but llama_build.COMMIT is {COMMIT} (0.3.36); add the new version's llama.cpp commit to VENDORED_COMMITS")
+        raise GgufExactError(
+            f"{CHECKSUM_FILE}: pins llama-cpp-python {pin.version}, but llama_build.COMMIT is {COMMIT} (0.3.36); add the new version's llama.cpp commit to VENDORED_COMMITS"
+        )
     sdist_path = verify_sdist(Path(sdist), pin) if sdist else fetch_sdist(pin, log=log)
 
     final = install_dir(backend)
@@ -248,7 +296,12 @@ def build_llama_cpp(cuda: str | None = None, sdist: Path | None = None, jobs: in
         src = _extract_llama_cpp(sdist_path, work / "src")
         build = work / "build"
         _run(cmake_args(src, build, backend), logfile, log, "configure")
-        _run(["cmake", "--build", str(build), "--config", "Release", f"-j{jobs}", "--target", *TARGETS], logfile, log, "build")
+        _run(
+            ["cmake", "--build", str(build), "--config", "Release", f"-j{jobs}", "--target", *TARGETS],
+            logfile,
+            log,
+            "build",
+        )
         staged = work / "install"
         (staged / "bin").mkdir(parents=True)
         for target in TARGETS:
@@ -256,11 +309,18 @@ def build_llama_cpp(cuda: str | None = None, sdist: Path | None = None, jobs: in
             if built is None:
                 raise GgufExactError(f"llama.cpp build finished without {target}; full log: {logfile}")
             shutil.copy2(built, staged / "bin" / target)
-        version = subprocess.run([str(staged / "bin" / "llama-server"), "--version"], capture_output=True, text=True, timeout=60)
+        version = subprocess.run(
+            [str(staged / "bin" / "llama-server"), "--version"], capture_output=True, text=True, timeout=60
+        )
         info = {
-            "commit": COMMIT, "backend": backend, "package": f"{PACKAGE}=={pin.version}", "sdist_sha256": pin.sha256,
-            "cmake": cmake_args(Path("SRC"), Path("BUILD"), backend)[7:], "targets": list(TARGETS),
-            "build_seconds": round(time.monotonic() - t0, 1), "version": (version.stdout + version.stderr).strip(),
+            "commit": COMMIT,
+            "backend": backend,
+            "package": f"{PACKAGE}=={pin.version}",
+            "sdist_sha256": pin.sha256,
+            "cmake": cmake_args(Path("SRC"), Path("BUILD"), backend)[7:],
+            "targets": list(TARGETS),
+            "build_seconds": round(time.monotonic() - t0, 1),
+            "version": (version.stdout + version.stderr).strip(),
         }
         (staged / INFO_FILE).write_text(json.dumps(info, indent=2) + "\n")
         if final.exists() and (force or find_build(backend) is None):

@@ -24,8 +24,15 @@ Value = str | int | float | bool
 
 # Options that gguf-exact sets itself, from its own arguments.
 RESERVED = {
-    "model": "--model", "m": "--model", "model-draft": "--draft", "md": "--draft", "spec-draft-model": "--draft",
-    "host": "--host", "port": "--port", "metrics": "(always on)", "log-file": "(the run directory)",
+    "model": "--model",
+    "m": "--model",
+    "model-draft": "--draft",
+    "md": "--draft",
+    "spec-draft-model": "--draft",
+    "host": "--host",
+    "port": "--port",
+    "metrics": "(always on)",
+    "log-file": "(the run directory)",
 }
 _KEY = re.compile(r"[a-z0-9][a-z0-9-]*")
 
@@ -87,11 +94,17 @@ def _checked(profile: Profile, where: str) -> Profile:
     for table_name, table in (("server", profile.server), ("draft", profile.draft)):
         for key, value in table.items():
             if not _KEY.fullmatch(key):
-                raise GgufExactError(f"{where}: [{table_name}] key {key!r} is not a llama-server long option name (lower case, '-')")
+                raise GgufExactError(
+                    f"{where}: [{table_name}] key {key!r} is not a llama-server long option name (lower case, '-')"
+                )
             if key in RESERVED:
-                raise GgufExactError(f"{where}: [{table_name}] {key} is set by gguf-exact serve; use {RESERVED[key]} instead")
+                raise GgufExactError(
+                    f"{where}: [{table_name}] {key} is set by gguf-exact serve; use {RESERVED[key]} instead"
+                )
             if not isinstance(value, (str, int, float, bool)):
-                raise GgufExactError(f"{where}: [{table_name}] {key} = {value!r}: values must be strings, numbers or true/false")
+                raise GgufExactError(
+                    f"{where}: [{table_name}] {key} = {value!r}: values must be strings, numbers or true/false"
+                )
             refuse_no_mmap(key, value, where)
     if not re.fullmatch(r"cpu|cuda[0-9]{2,3}", profile.build):
         raise GgufExactError(f"{where}: build = {profile.build!r}: expected 'cpu' or 'cudaNN' (cuda75, cuda86)")
@@ -100,10 +113,15 @@ def _checked(profile: Profile, where: str) -> Profile:
 
 def refuse_no_mmap(key: str, value: Value, where: str) -> None:
     """Gemma 4 reads ``per_layer_token_embd`` lazily from the memory map: keep mmap on."""
-    off = (key == "no-mmap" and value is not False) or (key == "mmap" and value is False) or (
-        key in ("load-mode", "lm") and str(value) in ("none", "dio"))
+    off = (
+        (key == "no-mmap" and value is not False)
+        or (key == "mmap" and value is False)
+        or (key in ("load-mode", "lm") and str(value) in ("none", "dio"))
+    )
     if off:
-        raise GgufExactError(f"{where}: {key} = {value!r} turns mmap off; Gemma 4 reads per_layer_token_embd lazily from the memory map, so remove it")
+        raise GgufExactError(
+            f"{where}: {key} = {value!r} turns mmap off; Gemma 4 reads per_layer_token_embd lazily from the memory map, so remove it"
+        )
 
 
 def profile_dirs() -> list[Path]:
@@ -132,7 +150,9 @@ def find_profile(name_or_path: str | Path) -> Path:
     for d in profile_dirs():
         if (d / f"{text}.toml").is_file():
             return d / f"{text}.toml"
-    raise GgufExactError(f"profile {text!r} not found; choose one of {', '.join(available_profiles()) or 'none'} or pass a .toml file")
+    raise GgufExactError(
+        f"profile {text!r} not found; choose one of {', '.join(available_profiles()) or 'none'} or pass a .toml file"
+    )
 
 
 def load_profile(name_or_path: str | Path = "cpu") -> Profile:
@@ -144,7 +164,9 @@ def load_profile(name_or_path: str | Path = "cpu") -> Profile:
         raise GgufExactError(f"profile {path}: not valid TOML ({e})") from None
     unknown = set(data) - {"description", "build", "server", "draft"}
     if unknown:
-        raise GgufExactError(f"profile {path}: unknown top-level key {sorted(unknown)[0]!r}; expected description, build, [server], [draft]")
+        raise GgufExactError(
+            f"profile {path}: unknown top-level key {sorted(unknown)[0]!r}; expected description, build, [server], [draft]"
+        )
     for table in ("server", "draft"):
         if not isinstance(data.get(table, {}), dict):
             raise GgufExactError(f"profile {path}: {table} must be a [{table}] table")

@@ -24,10 +24,16 @@ from pathlib import Path
 from typing import Callable
 
 from gguf_exact.errors import GgufExactError
+from gguf_exact.serving.checks import ServePair, check_pair
 from gguf_exact.serving.llama_build import cache_root, find_build
 from gguf_exact.serving.profiles import Profile, load_profile, refuse_no_mmap
-from gguf_exact.serving.checks import ServePair, check_pair
-from gguf_exact.serving.stats import Acceptance, DraftCounters, draft_counters, parse_acceptance, parse_metrics
+from gguf_exact.serving.stats import (
+    Acceptance,
+    DraftCounters,
+    draft_counters,
+    parse_acceptance,
+    parse_metrics,
+)
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8080
@@ -70,12 +76,16 @@ def resolve_server_binary(profile: Profile, server_bin: str | Path | None = None
     if chosen:
         path = Path(chosen).expanduser()
         if not (path.is_file() and os.access(path, os.X_OK)):
-            raise GgufExactError(f"llama-server {path}: no such executable; build it with `gguf-exact build-llama` or fix --server-bin")
+            raise GgufExactError(
+                f"llama-server {path}: no such executable; build it with `gguf-exact build-llama` or fix --server-bin"
+            )
         return path
     build = find_build(profile.build)
     if build is None:
         cuda = f" --cuda {profile.build[4:]}" if profile.build.startswith("cuda") else ""
-        raise GgufExactError(f"llama-server for build {profile.build!r} (profile {profile.name}) not found; run `gguf-exact build-llama{cuda}` (or make llama-server) first")
+        raise GgufExactError(
+            f"llama-server for build {profile.build!r} (profile {profile.name}) not found; run `gguf-exact build-llama{cuda}` (or make llama-server) first"
+        )
     return build.binary("llama-server")
 
 
@@ -131,7 +141,9 @@ def port_in_use(host: str, port: int) -> bool:
 
 def _check_port_free(host: str, port: int) -> None:
     if port_in_use(host, port):
-        raise GgufExactError(f"port {port} on {host} is in use (`gguf-exact status --port {port}` shows if it is ours); pick another with --port")
+        raise GgufExactError(
+            f"port {port} on {host} is in use (`gguf-exact status --port {port}` shows if it is ours); pick another with --port"
+        )
 
 
 def _http(url: str, timeout: float = 3.0) -> tuple[int, str]:
@@ -161,8 +173,14 @@ def _tail(path: Path, n: int = 3) -> str:
 def _write_state(launch: Launch, pid: int, detached: bool) -> None:
     launch.run_dir.mkdir(parents=True, exist_ok=True)
     state = {
-        "pid": pid, "host": launch.host, "port": launch.port, "url": launch.url, "detached": detached,
-        "started": time.time(), "profile": launch.profile.name, "command": launch.command,
+        "pid": pid,
+        "host": launch.host,
+        "port": launch.port,
+        "url": launch.url,
+        "detached": detached,
+        "started": time.time(),
+        "profile": launch.profile.name,
+        "command": launch.command,
         "target": str(launch.pair.target.path.resolve()),
         "drafter": str(launch.pair.drafter.path.resolve()) if launch.pair.drafter else None,
     }
@@ -177,12 +195,16 @@ def wait_healthy(launch: Launch, proc: subprocess.Popen, timeout: float) -> floa
         code = proc.poll()
         if code is not None:
             tail = _tail(launch.run_dir / CONSOLE_FILE) or _tail(launch.run_dir / LOG_FILE)
-            raise GgufExactError(f"llama-server exited with code {code} while starting ({tail or 'no output'}); log: {launch.run_dir / LOG_FILE}")
+            raise GgufExactError(
+                f"llama-server exited with code {code} while starting ({tail or 'no output'}); log: {launch.run_dir / LOG_FILE}"
+            )
         if health(launch.url) == "ok":
             return time.monotonic() - t0
         if time.monotonic() - t0 > timeout:
             _terminate(proc.pid)
-            raise GgufExactError(f"llama-server at {launch.url} not healthy after {timeout:.0f} s; stopped it; log: {launch.run_dir / LOG_FILE}")
+            raise GgufExactError(
+                f"llama-server at {launch.url} not healthy after {timeout:.0f} s; stopped it; log: {launch.run_dir / LOG_FILE}"
+            )
         time.sleep(0.2)
 
 
@@ -195,13 +217,21 @@ def start_server(launch: Launch, detach: bool = False, timeout: float = 600.0) -
     _check_port_free(launch.host, launch.port)
     old = _read_pid(launch.run_dir)
     if old and _is_llama_server(old):
-        raise GgufExactError(f"{launch.run_dir / PID_FILE}: llama-server pid {old} is still running for port {launch.port}; `gguf-exact stop --port {launch.port}` first")
+        raise GgufExactError(
+            f"{launch.run_dir / PID_FILE}: llama-server pid {old} is still running for port {launch.port}; `gguf-exact stop --port {launch.port}` first"
+        )
     launch.run_dir.mkdir(parents=True, exist_ok=True)
     for name in (LOG_FILE, CONSOLE_FILE):
         (launch.run_dir / name).unlink(missing_ok=True)
     if detach:
         with open(launch.run_dir / CONSOLE_FILE, "wb") as console:
-            proc = subprocess.Popen(launch.command, stdin=subprocess.DEVNULL, stdout=console, stderr=subprocess.STDOUT, start_new_session=True)
+            proc = subprocess.Popen(
+                launch.command,
+                stdin=subprocess.DEVNULL,
+                stdout=console,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
     else:
         proc = subprocess.Popen(launch.command, stdin=subprocess.DEVNULL)
     _write_state(launch, proc.pid, detach)
@@ -285,7 +315,9 @@ def find_run_dir(port: int | None = None, root: Path | None = None) -> Path:
         if not (rdir / STATE_FILE).is_file():
             raise GgufExactError(f"{rdir}: no server was started on port {port} by gguf-exact serve")
         return rdir
-    runs = sorted((p for p in root.glob("*") if (p / STATE_FILE).is_file()), key=lambda p: (p / STATE_FILE).stat().st_mtime)
+    runs = sorted(
+        (p for p in root.glob("*") if (p / STATE_FILE).is_file()), key=lambda p: (p / STATE_FILE).stat().st_mtime
+    )
     if not runs:
         raise GgufExactError(f"{root}: no server started by gguf-exact serve; start one with `gguf-exact serve`")
     live = [p for p in runs if (p / PID_FILE).is_file()]

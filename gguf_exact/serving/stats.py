@@ -17,7 +17,8 @@ DRAFT_METRICS = {
     "accepted_tokens": "spec_decode_num_accepted_tokens_total",
 }
 _ACCEPT = re.compile(
-    r"draft acceptance = (?P<rate>[0-9.]+) \(\s*(?P<accepted>\d+) accepted /\s*(?P<generated>\d+) generated\), mean len =\s*(?P<mean>[0-9.]+)")
+    r"draft acceptance = (?P<rate>[0-9.]+) \(\s*(?P<accepted>\d+) accepted /\s*(?P<generated>\d+) generated\), mean len =\s*(?P<mean>[0-9.]+)"
+)
 _METRIC = re.compile(r"^(?P<name>[A-Za-z_:][A-Za-z0-9_:]*)(?:\{(?P<labels>[^}]*)\})?\s+(?P<value>\S+)")
 PER_POSITION = "spec_decode_num_accepted_tokens_per_pos_total"
 
@@ -70,7 +71,7 @@ def parse_metrics(text: str) -> dict[str, float]:
             continue
         values[m["name"]] = values.get(m["name"], 0.0) + value
         if m["labels"] is not None:
-            values[f'{m["name"]}{{{m["labels"]}}}'] = value
+            values[f"{m['name']}{{{m['labels']}}}"] = value
     return values
 
 
@@ -91,5 +92,7 @@ def parse_acceptance(log_text: str, last: int | None = None) -> list[Acceptance]
     for line in log_text.splitlines():
         m = _ACCEPT.search(line)
         if m:
-            found.append(Acceptance(float(m["rate"]), int(m["accepted"]), int(m["generated"]), float(m["mean"]), line.strip()))
+            found.append(
+                Acceptance(float(m["rate"]), int(m["accepted"]), int(m["generated"]), float(m["mean"]), line.strip())
+            )
     return found[-last:] if last else found

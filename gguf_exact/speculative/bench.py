@@ -221,7 +221,11 @@ def bench_runner(
                 runs.append(_run(gen, arm, name, rnd, i, python=True))
             progress(f"round {rnd + 1}/{rounds}: {arm.label}")
     meta = _meta("in-process (llama-cpp-python)", prompts, n_predict, rounds)
-    meta |= {"model": str(model), "draft": str(draft) if draft else None, "runner_options": {k: v for k, v in runner_options.items()}}
+    meta |= {
+        "model": str(model),
+        "draft": str(draft) if draft else None,
+        "runner_options": {k: v for k, v in runner_options.items()},
+    }
     return BenchReport(meta, runs, summarize(arms, runs))
 
 
@@ -238,7 +242,13 @@ def parse_server_arm(spec: str) -> Arm:
     raise GgufExactError(f"--server {spec}: expected URL, target=URL or N=URL (N the server's --spec-draft-n-max)")
 
 
-def bench_servers(servers: list[Arm], prompts: dict[str, str], n_predict: int = 64, rounds: int = 2, progress: Progress = lambda s: None) -> BenchReport:
+def bench_servers(
+    servers: list[Arm],
+    prompts: dict[str, str],
+    n_predict: int = 64,
+    rounds: int = 2,
+    progress: Progress = lambda s: None,
+) -> BenchReport:
     """Against running llama-servers, one per arm."""
     from gguf_exact.serving.client import server_generate
 
@@ -271,4 +281,14 @@ def _meta(backend: str, prompts: dict[str, str], n_predict: int, rounds: int) ->
     }
 
 
-__all__ = ["Arm", "ArmSummary", "BenchReport", "BenchRun", "alternating_order", "bench_runner", "bench_servers", "parse_server_arm", "summarize"]
+__all__ = [
+    "Arm",
+    "ArmSummary",
+    "BenchReport",
+    "BenchRun",
+    "alternating_order",
+    "bench_runner",
+    "bench_servers",
+    "parse_server_arm",
+    "summarize",
+]

@@ -42,7 +42,10 @@ def plot_report(report: BenchReport, path: str | Path) -> Path:
         ax.set_xticks(xs)
         ax.grid(alpha=0.3)
         ax.set_ylim(bottom=0)
-    fig.suptitle(f"{report.meta.get('backend')}: {report.meta.get('n_predict')} tokens x {len(report.meta.get('prompts', []))} prompts", fontsize=10)
+    fig.suptitle(
+        f"{report.meta.get('backend')}: {report.meta.get('n_predict')} tokens x {len(report.meta.get('prompts', []))} prompts",
+        fontsize=10,
+    )
     fig.tight_layout()
     path = Path(path)
     fig.savefig(path)

@@ -20,13 +20,17 @@ from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 import llama_cpp
+import numpy as np
 from llama_cpp import llama_cpp_ext
 
 from gguf_exact.errors import GgufExactError
-from gguf_exact.speculative.llama_mtp import ASSISTANT_ARCH, _load_model, _meta_str, _new_context
+from gguf_exact.speculative.llama_mtp import (
+    ASSISTANT_ARCH,
+    _load_model,
+    _meta_str,
+    _new_context,
+)
 from gguf_exact.speculative.target import LlamaTarget, token_text
 
 
@@ -43,13 +47,17 @@ def check_compatible(target: LlamaTarget, drafter_model: Any, path: Path) -> Non
     dv = llama_cpp.llama_model_get_vocab(drafter_model)
     n = int(llama_cpp.llama_vocab_n_tokens(dv))
     if n != target.n_vocab:
-        raise GgufExactError(f"drafter model {path}: vocab size {n} does not match the target's {target.n_vocab} ({target.path})")
+        raise GgufExactError(
+            f"drafter model {path}: vocab size {n} does not match the target's {target.n_vocab} ({target.path})"
+        )
     tv = target.vocab
     if int(llama_cpp.llama_vocab_type(dv)) != int(llama_cpp.llama_vocab_type(tv)):
         raise GgufExactError(f"drafter model {path}: vocabulary type differs from the target's ({target.path})")
     for what, f in (("BOS", llama_cpp.llama_vocab_bos), ("EOS", llama_cpp.llama_vocab_eos)):
         if int(f(dv)) != int(f(tv)):
-            raise GgufExactError(f"drafter model {path}: {what} token {int(f(dv))} differs from the target's {int(f(tv))}")
+            raise GgufExactError(
+                f"drafter model {path}: {what} token {int(f(dv))} differs from the target's {int(f(tv))}"
+            )
     for i in range(n):
         if token_text(dv, i) != token_text(tv, i):
             raise GgufExactError(
@@ -60,7 +68,9 @@ def check_compatible(target: LlamaTarget, drafter_model: Any, path: Path) -> Non
 class LlamaDrafter:
     """An MTP drafter context on ``target``, owned by ``stack``."""
 
-    def __init__(self, stack: ExitStack, path: str | Path, target: LlamaTarget, n_threads: int, n_gpu_layers: int | None) -> None:
+    def __init__(
+        self, stack: ExitStack, path: str | Path, target: LlamaTarget, n_threads: int, n_gpu_layers: int | None
+    ) -> None:
         self.path = Path(path)
         self.target = target
         self.model = _load_model(stack, self.path, "drafter", n_gpu_layers)

@@ -62,9 +62,8 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-import numpy as np
-
 import llama_cpp
+import numpy as np
 from llama_cpp import llama_cpp_ext
 
 from gguf_exact.errors import GgufExactError
@@ -257,7 +256,9 @@ class TargetWithDrafter:
             )
         d_vocab = int(llama_cpp.llama_vocab_n_tokens(llama_cpp.llama_model_get_vocab(self.drafter_model)))
         if d_vocab != self.n_vocab:
-            raise GgufExactError(f"drafter model {drafter_path}: vocab size {d_vocab} does not match the target's {self.n_vocab}")
+            raise GgufExactError(
+                f"drafter model {drafter_path}: vocab size {d_vocab} does not match the target's {self.n_vocab}"
+            )
         dparams = llama_cpp.llama_context_default_params()
         dparams.n_ctx = self.n_ctx
         dparams.n_batch = 1
@@ -284,7 +285,9 @@ class TargetWithDrafter:
     def __enter__(self) -> TargetWithDrafter:
         return self
 
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
         self.close()
 
     # helpers

@@ -26,8 +26,8 @@ import llama_cpp
 from gguf_exact.errors import GgufExactError
 from gguf_exact.speculative.drafter import LlamaDrafter
 from gguf_exact.speculative.llama_mtp import _backend_init, quiet_logs
-from gguf_exact.speculative.target import LlamaTarget
 from gguf_exact.speculative.loop import Generation, speculate
+from gguf_exact.speculative.target import LlamaTarget
 
 _live_contexts = 0
 
@@ -94,7 +94,9 @@ class Runner:
     def __enter__(self) -> Runner:
         return self
 
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
         self.close()
 
     # text
@@ -136,14 +138,18 @@ class Runner:
         if bad:
             raise GgufExactError(f"prompt token id {bad[0]} is outside the vocab [0, {self.n_vocab})")
         if len(ids) >= self.n_ctx:
-            raise GgufExactError(f"the prompt is {len(ids)} tokens, longer than the context of {self.n_ctx}; raise n_ctx (--n-ctx) or shorten it")
+            raise GgufExactError(
+                f"the prompt is {len(ids)} tokens, longer than the context of {self.n_ctx}; raise n_ctx (--n-ctx) or shorten it"
+            )
         if len(ids) + n_predict > self.n_ctx:
             raise GgufExactError(
                 f"the prompt ({len(ids)} tokens) plus n_predict ({n_predict}) exceeds the context of {self.n_ctx}; raise n_ctx (--n-ctx) or lower n_predict"
             )
         return ids
 
-    def generate(self, prompt: str | Sequence[int], n_predict: int = 128, n_max: int = 3, record_margins: bool = False) -> Generation:
+    def generate(
+        self, prompt: str | Sequence[int], n_predict: int = 128, n_max: int = 3, record_margins: bool = False
+    ) -> Generation:
         """Greedy generation of up to ``n_predict`` tokens from ``prompt`` (text,
         tokenized with BOS, or token ids), drafting up to ``n_max`` tokens per
         target pass; ``n_max=0`` or no drafter runs the target alone. Stops at
@@ -167,7 +173,9 @@ class Runner:
         gen.text = self.detokenize(gen.tokens)
         return gen
 
-    def target_greedy(self, prompt: str | Sequence[int], n_predict: int = 128, record_margins: bool = False) -> Generation:
+    def target_greedy(
+        self, prompt: str | Sequence[int], n_predict: int = 128, record_margins: bool = False
+    ) -> Generation:
         """The target alone, one token per pass: the reference output."""
         return self.generate(prompt, n_predict, n_max=0, record_margins=record_margins)
 

@@ -15,9 +15,8 @@ from contextlib import ExitStack
 from pathlib import Path
 from typing import Any, Sequence
 
-import numpy as np
-
 import llama_cpp
+import numpy as np
 from llama_cpp import llama_cpp_ext
 
 from gguf_exact.errors import GgufExactError
@@ -27,7 +26,9 @@ from gguf_exact.speculative.llama_mtp import _load_model, _new_context
 class LlamaTarget:
     """A target context owned by ``stack`` (freed when the stack closes)."""
 
-    def __init__(self, stack: ExitStack, path: str | Path, n_ctx: int, n_threads: int, n_batch: int, n_gpu_layers: int | None) -> None:
+    def __init__(
+        self, stack: ExitStack, path: str | Path, n_ctx: int, n_threads: int, n_batch: int, n_gpu_layers: int | None
+    ) -> None:
         self.path = Path(path)
         self.model = _load_model(stack, self.path, "target", n_gpu_layers)
         self.vocab = llama_cpp.llama_model_get_vocab(self.model)

@@ -28,8 +28,8 @@ from gguf_exact.formats.gguf_layout import TensorEntry, encode_array_kv, encode_
 from gguf_exact.formats.gguf_stream import StreamingGGUF, pwrite_all
 from gguf_exact.formats.safetensors_stream import StreamTensor, write_folder
 from gguf_exact.repack.source_rows import RowSource, locate
-from gguf_exact.tiny.synthetic import qat_matrix, random_matrix
 from gguf_exact.tiny.models import vocabulary
+from gguf_exact.tiny.synthetic import qat_matrix, random_matrix
 
 T = GGMLQuantizationType
 PREFIX = "model.language_model."
@@ -106,8 +106,20 @@ def model_tensors(spec: MainSpec = TINY, split_experts: bool = False) -> list[Mo
     out = [ModelTensor(PREFIX + "embed_tokens.weight", "token_embd.weight", (vocab, E), MAT, T.Q6_K)]
     if pl:
         out += [
-            ModelTensor(PREFIX + "embed_tokens_per_layer.weight", "per_layer_token_embd.weight", (vocab, pl * s.n_layer), MAT, T.Q6_K),
-            ModelTensor(PREFIX + "per_layer_model_projection.weight", "per_layer_model_proj.weight", (_rows(s, pl * s.n_layer), E), MAT, T.F16),
+            ModelTensor(
+                PREFIX + "embed_tokens_per_layer.weight",
+                "per_layer_token_embd.weight",
+                (vocab, pl * s.n_layer),
+                MAT,
+                T.Q6_K,
+            ),
+            ModelTensor(
+                PREFIX + "per_layer_model_projection.weight",
+                "per_layer_model_proj.weight",
+                (_rows(s, pl * s.n_layer), E),
+                MAT,
+                T.F16,
+            ),
             ModelTensor(PREFIX + "per_layer_projection_norm.weight", "per_layer_proj_norm.weight", (pl,), NORM, T.F32),
         ]
     out.append(ModelTensor(PREFIX + "norm.weight", "output_norm.weight", (E,), NORM, T.F32))
@@ -118,7 +130,9 @@ def model_tensors(spec: MainSpec = TINY, split_experts: bool = False) -> list[Mo
 
         def t(hf, gguf, shape, what, qtype=None, p=p, b=b):
             if what in (MAT, ROUTER):
-                shape = (_rows(s, shape[0]), *shape[1:]) if len(shape) == 2 else (shape[0], _rows(s, shape[1]), shape[2])
+                shape = (
+                    (_rows(s, shape[0]), *shape[1:]) if len(shape) == 2 else (shape[0], _rows(s, shape[1]), shape[2])
+                )
             out.append(ModelTensor(p + hf, b + gguf, shape, what, qtype or (T.Q4_0 if what == MAT else T.F32)))
 
         t("input_layernorm.weight", "attn_norm.weight", (E,), NORM)
@@ -144,7 +158,11 @@ def model_tensors(spec: MainSpec = TINY, split_experts: bool = False) -> list[Mo
             if split_experts:
                 for half, name in enumerate(("ffn_gate_exps.weight", "ffn_up_exps.weight")):
                     part = (half * s.n_ff_expert, s.n_ff_expert, 2 * s.n_ff_expert)
-                    out.append(ModelTensor(p + "experts.gate_up_proj", b + name, (s.n_expert, s.n_ff_expert, E), MAT, T.Q4_0, part))
+                    out.append(
+                        ModelTensor(
+                            p + "experts.gate_up_proj", b + name, (s.n_expert, s.n_ff_expert, E), MAT, T.Q4_0, part
+                        )
+                    )
             else:
                 t("experts.gate_up_proj", "ffn_gate_up_exps.weight", (s.n_expert, 2 * s.n_ff_expert, E), MAT)
             t("experts.down_proj", "ffn_down_exps.weight", (s.n_expert, E, s.n_ff_expert), MAT)
@@ -183,12 +201,26 @@ def hf_config(spec: MainSpec = TINY) -> dict:
         "hidden_activation": "gelu_pytorch_tanh",
         "rope_parameters": {
             "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0},
-            "full_attention": {"rope_type": "proportional", "rope_theta": 1000000.0, "partial_rotary_factor": s.partial_rotary_full},
+            "full_attention": {
+                "rope_type": "proportional",
+                "rope_theta": 1000000.0,
+                "partial_rotary_factor": s.partial_rotary_full,
+            },
         },
     }
     if s.n_expert:
-        text |= {"enable_moe_block": True, "num_experts": s.n_expert, "top_k_experts": s.n_expert_used, "moe_intermediate_size": s.n_ff_expert}
-    return {"architectures": ["Gemma4ForConditionalGeneration"], "model_type": "gemma4", "dtype": "bfloat16", "text_config": text}
+        text |= {
+            "enable_moe_block": True,
+            "num_experts": s.n_expert,
+            "top_k_experts": s.n_expert_used,
+            "moe_intermediate_size": s.n_ff_expert,
+        }
+    return {
+        "architectures": ["Gemma4ForConditionalGeneration"],
+        "model_type": "gemma4",
+        "dtype": "bfloat16",
+        "text_config": text,
+    }
 
 
 def _seed(seed: int, name: str, r0: int) -> np.random.Generator:
@@ -215,11 +247,15 @@ def source_fill(t: ModelTensor, seed: int, step_kind: str = "fp32"):
     return fill
 
 
-def write_main_checkpoint(folder: str | Path, spec: MainSpec = TINY, seed: int = 0, step_kind: str = "fp32", shards: int = 1) -> Path:
+def write_main_checkpoint(
+    folder: str | Path, spec: MainSpec = TINY, seed: int = 0, step_kind: str = "fp32", shards: int = 1
+) -> Path:
     """A QAT ``Gemma4ForConditionalGeneration`` folder, written in row chunks."""
     stream = [StreamTensor(t.hf_name, t.shape, "BF16", source_fill(t, seed, step_kind)) for t in model_tensors(spec)]
     vision = "model.vision_tower.encoder.layers.0.self_attn.q_proj.linear.weight"  # not part of the text GGUF
-    stream.append(StreamTensor(vision, (64, 64), "BF16", lambda r0, r1: random_matrix(_seed(seed, vision, r0), r1 - r0, 64)))
+    stream.append(
+        StreamTensor(vision, (64, 64), "BF16", lambda r0, r1: random_matrix(_seed(seed, vision, r0), r1 - r0, 64))
+    )
     return write_folder(folder, hf_config(spec), sorted(stream, key=lambda t: t.name), shards)
 
 
@@ -238,7 +274,11 @@ def donor_kv(spec: MainSpec = TINY, file_type: int = 2) -> list[bytes]:
         encode_kv(f"{a}.embedding_length", u32, s.n_embd),
     ]
     if s.n_ff_shared:
-        kv.append(encode_array_kv(f"{a}.feed_forward_length", GGUFValueType.UINT32, [s.n_ff_layer(i) for i in range(s.n_layer)]))
+        kv.append(
+            encode_array_kv(
+                f"{a}.feed_forward_length", GGUFValueType.UINT32, [s.n_ff_layer(i) for i in range(s.n_layer)]
+            )
+        )
     else:
         kv.append(encode_kv(f"{a}.feed_forward_length", u32, s.n_ff))
     kv += [
@@ -310,7 +350,9 @@ def write_donor(
     ``types`` overrides the donor type of GGUF names (tests: an F32 reference, ...).
     """
     path = Path(path)
-    tensors = [replace(t, donor_type=(types or {}).get(t.gguf_name, t.donor_type)) for t in model_tensors(spec, split_experts)]
+    tensors = [
+        replace(t, donor_type=(types or {}).get(t.gguf_name, t.donor_type)) for t in model_tensors(spec, split_experts)
+    ]
     with Checkpoint(source) as ckpt:
         locations = locate(ckpt)
     rope = _rope_freqs(spec)

@@ -180,7 +180,9 @@ def drafter_config(spec: TinyDrafter = TinyDrafter()) -> dict:
     }
 
 
-def drafter_tensors(spec: TinyDrafter = TinyDrafter(), seed: int = 0, step_kind: str = "fp32", zero_fraction: float = 0.02) -> dict[str, np.ndarray]:
+def drafter_tensors(
+    spec: TinyDrafter = TinyDrafter(), seed: int = 0, step_kind: str = "fp32", zero_fraction: float = 0.02
+) -> dict[str, np.ndarray]:
     """HF-named tensors of a tiny QAT drafter: bf16 bits (uint16) plus I64 ordering."""
     rng = np.random.default_rng(seed)
     s = spec
@@ -230,11 +232,15 @@ def write_checkpoint(folder: str | Path, config: dict, tensors: dict[str, np.nda
         file = f"model-{i + 1:05d}-of-{shards:05d}.safetensors"
         save_file({k: as_st[k] for k in part}, str(folder / file), metadata={"format": "pt"})
         weight_map |= {k: file for k in part}
-    (folder / "model.safetensors.index.json").write_text(json.dumps({"metadata": {}, "weight_map": weight_map}, indent=2))
+    (folder / "model.safetensors.index.json").write_text(
+        json.dumps({"metadata": {}, "weight_map": weight_map}, indent=2)
+    )
     return folder
 
 
-def write_tiny_drafter(folder: str | Path, seed: int = 0, step_kind: str = "fp32", shards: int = 1, spec: TinyDrafter = TinyDrafter()) -> Path:
+def write_tiny_drafter(
+    folder: str | Path, seed: int = 0, step_kind: str = "fp32", shards: int = 1, spec: TinyDrafter = TinyDrafter()
+) -> Path:
     """A tiny QAT assistant checkpoint in the real HF layout."""
     return write_checkpoint(folder, drafter_config(spec), drafter_tensors(spec, seed, step_kind), shards)
 
@@ -296,9 +302,16 @@ def write_agreeing_pair(folder: str | Path, seed: int = 0) -> tuple[Path, Path]:
         pfx = f"model.layers.{il}."
         for name in ("self_attn.o_proj.weight", "mlp.down_proj.weight"):
             tensors[pfx + name] = np.zeros_like(tensors[pfx + name])
-        for name in ("input_layernorm", "post_attention_layernorm", "pre_feedforward_layernorm", "post_feedforward_layernorm"):
+        for name in (
+            "input_layernorm",
+            "post_attention_layernorm",
+            "pre_feedforward_layernorm",
+            "post_feedforward_layernorm",
+        ):
             tensors[pfx + name + ".weight"] = ones
-        tensors[pfx + "self_attn.q_norm.weight"] = np.full_like(tensors[pfx + "self_attn.q_norm.weight"], bf16.from_f32(np.ones(1, np.float32))[0])
+        tensors[pfx + "self_attn.q_norm.weight"] = np.full_like(
+            tensors[pfx + "self_attn.q_norm.weight"], bf16.from_f32(np.ones(1, np.float32))[0]
+        )
         tensors[pfx + "layer_scalar"] = bf16.from_f32(np.array([1.0], dtype=np.float32))
     drafter = write_checkpoint(folder / "drafter-hf", drafter_config(spec), tensors)
     return target, drafter

@@ -23,7 +23,11 @@ from pathlib import Path
 from gguf import GGUFReader
 
 from gguf_exact.drafter.convert import convert_drafter
-from gguf_exact.tiny.models import write_agreeing_pair, write_tiny_drafter, write_tiny_target
+from gguf_exact.tiny.models import (
+    write_agreeing_pair,
+    write_tiny_drafter,
+    write_tiny_target,
+)
 
 MIXED_EMBD_SCALE = 0.1
 PAIRS = ("random", "agreeing", "mixed")
