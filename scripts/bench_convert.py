@@ -3,7 +3,8 @@
 
 All on one synthetic QAT tensor set shaped like the E2B drafter (scaled with --scale):
 bf16 values on the Q4_0 grid with fp32 training steps. Each method runs in its own
-child process so its peak RSS is its own; the figures and ratios print at the end.
+child process; "peak RSS" is what the method adds to the peak beyond its input tensors
+(for llama-quantize, its whole process). The figures and ratios print at the end.
 Not a test: nothing here asserts.
 
     python scripts/bench_convert.py [--scale 1.0] [--llama-quantize PATH]
@@ -50,14 +51,27 @@ def tensor_set(scale: float, seed: int = 0) -> list[tuple[str, np.ndarray]]:
     return out
 
 
+def save_tensor_set(scale: float, folder: Path) -> None:
+    for name, bits in tensor_set(scale):
+        np.save(folder / f"{name}.npy", bits)
+
+
+def load_tensor_set(folder: Path) -> list[tuple[str, np.ndarray]]:
+    """The saved set, memory-mapped: a method's RSS then counts only the pages it reads."""
+    return [(name, np.load(folder / f"{name}.npy", mmap_mode="r")) for name, _, _ in E2B_DRAFTER]
+
+
 def exact_fraction(decoded_blocks: np.ndarray, bits: np.ndarray) -> float:
     return float(bf16.same_value(bf16.from_f32(decoded_blocks.reshape(bits.shape)), bits).mean())
 
 
-def run_exact(scale, queue):
+def run_exact(folder, queue):
     from gguf_exact.core.exact import plan_matrix
+    from gguf_exact.malloc_tuning import keep_heap_blocks
 
-    tensors = tensor_set(scale)
+    keep_heap_blocks()  # as convert_drafter does
+    tensors = load_tensor_set(folder)
+    base_rss = peak_rss_mib()
     start = time.perf_counter()
     exact = values = 0
     for _, bits in tensors:
@@ -65,30 +79,36 @@ def run_exact(scale, queue):
         exact += plan.exact_values
         values += bits.size
     seconds = time.perf_counter() - start
-    queue.put(("exact (gguf-exact)", values, seconds, exact / values, peak_rss_mib()))
+    queue.put(("exact (gguf-exact)", values, seconds, exact / values, peak_rss_mib() - base_rss))
 
 
-def run_published(scale, queue):
+def run_published(folder, queue):
     from gguf_exact.core.published import published_q4_0
 
-    tensors = tensor_set(scale)
+    tensors = load_tensor_set(folder)
+    base_rss = peak_rss_mib()
     start = time.perf_counter()
     outputs = [(bits, published_q4_0(bits)[0]) for _, bits in tensors]
     seconds = time.perf_counter() - start
     values = sum(b.size for b, _ in outputs)
     exact = sum(exact_fraction(q4_0.dequantize(o), b) * b.size for b, o in outputs)
-    queue.put(("published method", values, seconds, exact / values, peak_rss_mib()))
+    queue.put(("published method", values, seconds, exact / values, peak_rss_mib() - base_rss))
 
 
 def peak_rss_mib() -> float:
+    """This process image's peak RSS (VmHWM). Not ru_maxrss: a spawned child inherits its
+    parent's figure there."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
-def child(fn, scale):
+def child(fn, folder):
     """Run ``fn`` in a fresh process (spawn: no memory inherited) for its own peak RSS."""
     ctx = mp.get_context("spawn")
     queue = ctx.Queue()
-    proc = ctx.Process(target=fn, args=(scale, queue))
+    proc = ctx.Process(target=fn, args=(folder, queue))
     proc.start()
     result = queue.get()
     proc.join()
@@ -105,7 +125,7 @@ def find_llama_quantize(explicit: str | None) -> Path | None:
     return cached[-1] if cached else None
 
 
-def run_llama_quantize(exe: Path, scale: float):
+def run_llama_quantize(exe: Path, folder: Path):
     """BF16 GGUF of the same tensors -> llama-quantize --pure Q4_0; time the quantize."""
     from gguf import GGMLQuantizationType, GGUFReader
 
@@ -113,7 +133,7 @@ def run_llama_quantize(exe: Path, scale: float):
     from gguf_exact.gemma4.assistant import ARCH, AssistantConfig, metadata
     from gguf_exact.tiny.models import drafter_config
 
-    tensors = tensor_set(scale)
+    tensors = load_tensor_set(folder)
     cfg_dict = drafter_config()
     cfg_dict["backbone_hidden_size"] = 1536
     cfg_dict["text_config"] |= {"hidden_size": 256, "intermediate_size": 2048, "vocab_size": tensors[0][1].shape[0]}
@@ -144,14 +164,17 @@ def main() -> None:
     parser.add_argument("--llama-quantize", help="path to llama-quantize (default: PATH or the gguf-exact build cache)")
     args = parser.parse_args()
 
-    rows = [child(run_exact, args.scale), child(run_published, args.scale)]
-    exe = find_llama_quantize(args.llama_quantize)
-    if exe and exe.exists():
-        result = run_llama_quantize(exe, args.scale)
-        if result:
-            rows.append(result)
-    else:
-        print("llama-quantize not found: run `gguf-exact build-llama` to include it", file=sys.stderr)
+    with tempfile.TemporaryDirectory() as tmp:
+        folder = Path(tmp)
+        save_tensor_set(args.scale, folder)
+        rows = [child(run_exact, folder), child(run_published, folder)]
+        exe = find_llama_quantize(args.llama_quantize)
+        if exe and exe.exists():
+            result = run_llama_quantize(exe, folder)
+            if result:
+                rows.append(result)
+        else:
+            print("llama-quantize not found: run `gguf-exact build-llama` to include it", file=sys.stderr)
 
     print(f"\n{'method':30} {'values':>12} {'seconds':>9} {'M values/s':>11} {'bit-exact':>10} {'peak RSS MiB':>13}")
     for name, values, seconds, exact, rss in rows:
