@@ -2,9 +2,9 @@
 
 Writes a tiny gemma4 target and a tiny QAT drafter checkpoint, inspects the
 checkpoint, converts it to exact Q4_0 (verified on write), then loads the drafter
-beside the target in llama.cpp and lets it draft, and generates with and without
-the drafter (:mod:`.demo_generate`). Every step is the same function
-the CLI command of that name calls.
+beside the target in llama.cpp and generates with and without it
+(:mod:`.demo_generate`). Every step is the same function the CLI command of that
+name calls.
 """
 
 from pathlib import Path
@@ -41,23 +41,12 @@ def run_demo(out_dir: str | Path, console: Console | None = None) -> dict:
         f"bit-exact {r['exact_values']:,} / {r['values']:,} values ({r['exact_fraction']:.4%}), largest error {r['max_ulps']} bf16 ULP"
     )
 
-    console.rule("4. llama.cpp: drafter beside target")
-    from gguf_exact.speculative.llama_mtp import TargetWithDrafter
-
-    with TargetWithDrafter(target, drafter) as pair:
-        prompt = pair.tokenize("def add(a, b): return a + b")
-        greedy = pair.target_greedy(prompt, 8)
-        drafted = pair.draft(prompt, 3)
-    console.print(f"prompt {len(prompt)} tokens; target greedy {greedy}; drafter proposes {drafted}")
-
-    console.rule("5. generate: target alone and with the drafter (draft-mtp, in-process)")
+    console.rule("4. llama.cpp: the target alone and with the drafter (draft-mtp, in-process)")
     from gguf_exact.demo_generate import run_generate_step
 
     generation = run_generate_step(out, target, drafter, console)
     return {
         "exact_fraction": r["exact_fraction"],
         "sha256": result.sha256,
-        "greedy": greedy,
-        "drafted": drafted,
         "generation": generation,
     }

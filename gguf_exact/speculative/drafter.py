@@ -25,7 +25,7 @@ import numpy as np
 from llama_cpp import llama_cpp_ext
 
 from gguf_exact.errors import GgufExactError
-from gguf_exact.speculative.llama_mtp import (
+from gguf_exact.speculative.bindings import (
     ASSISTANT_ARCH,
     _load_model,
     _meta_str,

@@ -20,7 +20,7 @@ import numpy as np
 from llama_cpp import llama_cpp_ext
 
 from gguf_exact.errors import GgufExactError
-from gguf_exact.speculative.llama_mtp import _load_model, _new_context
+from gguf_exact.speculative.bindings import _load_model, _new_context
 
 
 class LlamaTarget:
