@@ -59,12 +59,10 @@ from __future__ import annotations
 import ctypes
 from contextlib import ExitStack
 from pathlib import Path
-from types import TracebackType
 from typing import Any
 
 import llama_cpp
 import numpy as np
-from llama_cpp import llama_cpp_ext
 
 from gguf_exact.errors import GgufExactError
 

@@ -24,8 +24,8 @@ from typing import Sequence
 import llama_cpp
 
 from gguf_exact.errors import GgufExactError
-from gguf_exact.speculative.drafter import LlamaDrafter
 from gguf_exact.speculative.bindings import _backend_init, quiet_logs
+from gguf_exact.speculative.drafter import LlamaDrafter
 from gguf_exact.speculative.loop import Generation, speculate
 from gguf_exact.speculative.target import LlamaTarget
 
