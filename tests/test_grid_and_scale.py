@@ -87,7 +87,7 @@ def test_fp32_step_reaches_goal_and_beats_published_method_and_q8_0():
     ours = q4_0.dequantize(plan.data.reshape(-1, 18)).reshape(source.shape)
     q8 = quants.dequantize(quants.quantize(source, GGMLQuantizationType.Q8_0), GGMLQuantizationType.Q8_0)
 
-    def rel(a):  # in bf16, the source's precision (see verify.compare_values)
+    def rel(a):  # in bf16, the source's precision (see core.error_stats)
         return np.linalg.norm((bf16.to_f32(bf16.from_f32(a)) - source).ravel()) / np.linalg.norm(source.ravel())
 
     assert rel(ours) <= rel(q8) / 10

@@ -4,5 +4,6 @@
 - ``grid``: QAT grid detection (levels and a step per block of 32)
 - ``scale``: the fp16 scale per block that decodes to the source bits
 - ``exact``: both over a whole matrix, chunked over two cores
+- ``error_stats``: bit-exact share, largest error in bf16 ULPs, relative error
 - ``published``: the published method, kept as the benchmark baseline
 """

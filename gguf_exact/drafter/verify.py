@@ -1,16 +1,19 @@
 """Read a written GGUF back and compare every tensor with its source.
 
-:func:`compare_values` is the pure part; :func:`verify_gguf` does the reading. A Q4_0
-tensor whose bytes differ from the planned bytes fails verification outright.
+The figures (bit-exact values, largest error in bf16 ULPs, relative error) come from
+:func:`gguf_exact.core.error_stats.compare_chunk`, the pure part; :func:`verify_gguf`
+does the reading. A Q4_0 tensor whose bytes differ from the planned bytes fails
+verification outright.
 """
 
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 from gguf import GGMLQuantizationType
 
 from gguf_exact.core import bf16
+from gguf_exact.core.error_stats import ErrorStats, compare_chunk
 from gguf_exact.errors import GgufExactError
 from gguf_exact.formats.checkpoint import Checkpoint
 from gguf_exact.formats.gguf_file import decode
@@ -26,54 +29,15 @@ ROW_CHUNK_VALUES = 1 << 22
 
 
 @dataclass
-class TensorCheck:
-    name: str  # GGUF name
-    source: str  # HF name, or "(generated)"
-    type: str
-    n_values: int = 0
-    exact: int = 0
-    max_ulps: int = 0
-    sq_error: float = 0.0
-    sq_source: float = 0.0
+class TensorCheck(ErrorStats):
+    """:class:`ErrorStats` of one GGUF tensor against its source tensor."""
 
-    @property
-    def exact_fraction(self) -> float:
-        return self.exact / self.n_values if self.n_values else 1.0
-
-    @property
-    def rel_error(self) -> float:
-        """Relative RMS error, ||decoded - source|| / ||source||."""
-        return float(np.sqrt(self.sq_error / self.sq_source)) if self.sq_source else float(self.sq_error > 0)
-
-    def add(self, decoded: np.ndarray, source_bits: np.ndarray) -> None:
-        exact, max_ulps, sq_error, sq_source = compare_values(decoded, source_bits)
-        self.n_values += decoded.size
-        self.exact += exact
-        self.max_ulps = max(self.max_ulps, max_ulps)
-        self.sq_error += sq_error
-        self.sq_source += sq_source
+    name: str = ""  # GGUF name
+    source: str = ""  # HF name
+    type: str = ""  # GGML type of the stored tensor
 
     def as_dict(self) -> dict:
-        return {**asdict(self), "exact_fraction": self.exact_fraction, "rel_error": self.rel_error}
-
-
-def compare_values(decoded: np.ndarray, source_bits: np.ndarray) -> tuple[int, int, float, float]:
-    """(exact values, largest error in bf16 ULPs, squared error, squared source) for
-    float32 ``decoded`` against bf16 ``source_bits`` of the same shape.
-
-    Errors are measured after rounding ``decoded`` to bf16, the source's own
-    precision: in float32, ``level * d`` differs from a bf16 source by the source's
-    rounding of the trained value (about 2**-9 relative) even where the bits match,
-    which would hide the difference between formats that this figure is for.
-    """
-    decoded = np.asarray(decoded, dtype=np.float32).ravel()
-    source_bits = np.asarray(source_bits, dtype=np.uint16).ravel()
-    rounded = bf16.from_f32(decoded)
-    exact = int(bf16.same_value(rounded, source_bits).sum())
-    max_ulps = int(bf16.ulp_distance(rounded, source_bits).max(initial=0))
-    source = bf16.to_f32(source_bits).astype(np.float64)
-    diff = bf16.to_f32(rounded).astype(np.float64) - source
-    return exact, max_ulps, float(diff @ diff), float(source @ source)
+        return {"name": self.name, "source": self.source, "type": self.type} | super().as_dict()
 
 
 @dataclass
@@ -83,13 +47,9 @@ class Verification:
 
     @property
     def total(self) -> TensorCheck:
-        total = TensorCheck("(all)", "", "")
+        total = TensorCheck(name="(all)")
         for t in self.tensors:
-            total.n_values += t.n_values
-            total.exact += t.exact
-            total.max_ulps = max(total.max_ulps, t.max_ulps)
-            total.sq_error += t.sq_error
-            total.sq_source += t.sq_source
+            total.add(t)
         return total
 
 
@@ -139,7 +99,7 @@ def verify_gguf(path: str | Path, ckpt: Checkpoint, planned: dict[str, np.ndarra
             raise GgufExactError(
                 f"{path}: verification failed: tensor {t.name}: Q4_0 block {bad} differs from the plan"
             )
-        check = TensorCheck(t.name, hf_name, qtype.name)
+        check = TensorCheck(name=t.name, source=hf_name, type=qtype.name)
         rows = shape[0] if len(shape) > 1 else 1
         data = np.asarray(t.data).reshape(rows, -1)
         step = max(1, ROW_CHUNK_VALUES // max(1, int(np.prod(shape)) // rows))
@@ -147,6 +107,6 @@ def verify_gguf(path: str | Path, ckpt: Checkpoint, planned: dict[str, np.ndarra
             r1 = min(rows, r0 + step)
             sub_shape = (r1 - r0, *shape[1:]) if len(shape) > 1 else shape
             decoded = decode(data[r0:r1], qtype, sub_shape)
-            check.add(decoded, source_bits(ckpt, hf_name, slice(r0, r1) if len(shape) > 1 else None))
+            check.add(compare_chunk(decoded, source_bits(ckpt, hf_name, slice(r0, r1) if len(shape) > 1 else None)))
         checks.append(check)
     return Verification(Path(path), checks)

@@ -26,6 +26,7 @@ import numpy as np
 from gguf import GGMLQuantizationType, GGUFValueType
 
 from gguf_exact.core import q4_0
+from gguf_exact.core.error_stats import ErrorStats, compare_chunk, sum_stats
 from gguf_exact.core.exact import plan_rows
 from gguf_exact.errors import GgufExactError, OffGridError
 from gguf_exact.formats.checkpoint import Checkpoint
@@ -35,7 +36,6 @@ from gguf_exact.formats.gguf_stream import StreamingGGUF, pwrite_all
 from gguf_exact.gemma4.names import PROBE
 from gguf_exact.malloc_tuning import keep_heap_blocks
 from gguf_exact.repack.chunk_pool import ChunkPool, chunk_pool
-from gguf_exact.repack.chunk_stats import ErrorStats, compare_chunk, sum_stats
 from gguf_exact.repack.donor import Donor, decode_rows, open_donor
 from gguf_exact.repack.source_rows import locate
 from gguf_exact.repack.tensor_map import TensorJob, build_map, check_same_model

@@ -10,7 +10,7 @@ ours on every value.
 
 from collections import Counter
 
-from gguf_exact.repack.chunk_stats import sum_stats
+from gguf_exact.core.error_stats import sum_stats
 
 KIND_ORDER = (
     "token_embd", "per_layer_token_embd", "per_layer_model_proj", "output", "layer matrices",

@@ -1,9 +1,12 @@
 """Error figures of decoded values against bf16 source bits, summed chunk by chunk.
 
-The same figures as :func:`gguf_exact.drafter.verify.compare_values` (bit-exact values,
-largest error in bf16 ULPs, squared error and squared source, errors measured
-after rounding to bf16), computed so that a chunk that is mostly exact costs a few
-passes: only values whose rounded bits differ from the source are looked at again.
+Bit-exact values, largest error in bf16 ULPs, squared error and squared source. Errors
+are measured after rounding the decoded float32 values to bf16, the source's own
+precision: in float32, ``level * d`` differs from a bf16 source by the source's
+rounding of the trained value (about 2**-9 relative) even where the bits match, which
+would hide the difference between formats that these figures are for. A chunk that is
+mostly exact costs a few passes: only values whose rounded bits differ from the
+source are looked at again.
 """
 
 from dataclasses import dataclass
