@@ -55,6 +55,19 @@ def tensor_progress(label: str, total: int, enabled: bool = True):
         yield lambda name: progress.update(task, advance=1, description=name)
 
 
+def target_and_draft_options(command):
+    """``--model TARGET.gguf [--draft DRAFTER.gguf]``, shared by serve and generate."""
+    command = click.option(
+        "--draft",
+        "drafter",
+        type=click.Path(path_type=Path),
+        help="Its gemma4-assistant MTP drafter GGUF (speculation on).",
+    )(command)
+    return click.option(
+        "--model", "target", required=True, type=click.Path(path_type=Path), help="The gemma4 target GGUF."
+    )(command)
+
+
 def pct(x: float | None) -> str:
     return "-" if x is None else f"{x:.4%}"
 
@@ -318,13 +331,7 @@ def doctor() -> None:
 
 
 @main.command()
-@click.option("--model", "target", required=True, type=click.Path(path_type=Path), help="The gemma4 target GGUF.")
-@click.option(
-    "--draft",
-    "drafter",
-    type=click.Path(path_type=Path),
-    help="Its gemma4-assistant MTP drafter GGUF (speculation on).",
-)
+@target_and_draft_options
 @click.option("--profile", default="cpu", show_default=True, help="rtx3050, gtx1650ti, cpu, or a .toml file.")
 @click.option(
     "--set",
@@ -710,13 +717,7 @@ def repack(
 
 
 @main.command()
-@click.option("--model", "target", required=True, type=click.Path(path_type=Path), help="The gemma4 target GGUF.")
-@click.option(
-    "--draft",
-    "drafter",
-    type=click.Path(path_type=Path),
-    help="Its gemma4-assistant MTP drafter GGUF (speculation on).",
-)
+@target_and_draft_options
 @click.option("--prompt", help="The prompt text (BOS is added).")
 @click.option(
     "--prompt-file", type=click.Path(path_type=Path), help="Read the prompt from this file (one final newline dropped)."
