@@ -70,6 +70,9 @@ def run_exact(folder, queue):
     from gguf_exact.malloc_tuning import keep_heap_blocks
 
     keep_heap_blocks()  # as convert_drafter does
+    start = time.perf_counter()
+    plan_matrix(np.zeros((1, 32), np.uint16))  # numba: compile, or load the cached machine code
+    print(f"exact packer: {time.perf_counter() - start:.2f} s to compile or load its kernels (once per process)")
     tensors = load_tensor_set(folder)
     base_rss = peak_rss_mib()
     start = time.perf_counter()

@@ -2,8 +2,8 @@
 
 Pure computation on numpy arrays. Rows are independent, so a matrix planned chunk by
 chunk (:func:`plan_rows`, what a streaming re-pack calls) gives the same bytes as one
-planned whole (:func:`plan_matrix`, which runs the chunks on two threads; numpy
-releases the GIL). Grid detection lives in :mod:`.grid`, the scale choice in
+planned whole (:func:`plan_matrix`, which runs the chunks on two threads; the compiled
+loop releases the GIL). Grid detection lives in :mod:`.grid`, the scale choice in
 :mod:`.scale`, the byte layout in :mod:`.q4_0`.
 """
 
@@ -12,10 +12,11 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 import numpy as np
+from numba import njit
 
 from gguf_exact.core import bf16, q4_0
-from gguf_exact.core.grid import fit_grid_t
-from gguf_exact.core.scale import choose_scales_t
+from gguf_exact.core.grid import GCD_BY_LEVEL_SET, fit_block
+from gguf_exact.core.scale import FP16_INF_BITS, choose_block_scale
 from gguf_exact.errors import GgufExactError
 
 CHUNK_VALUES = 1 << 19  # measured best on 2 cores: smaller chunks pay numpy's per-call cost
@@ -67,6 +68,25 @@ def _histogram(packed: np.ndarray, off_grid_blocks: int) -> np.ndarray:
     return counts
 
 
+@njit(cache=True, nogil=True)
+def plan_blocks(x, bits, levels, d_bits, on_grid, residual, exact, score_partial, gcd_by_level_set):
+    """Grid fit and scale choice for every block (row) of ``x`` (n, 32) float32 and its
+    bf16 ``bits``, into the output arrays. With ``score_partial`` false, scales are
+    skipped once a block is off the grid. Returns the number of off-grid blocks."""
+    scratch = np.empty(32, np.float32)
+    scratch_bits = scratch.view(np.uint32)
+    off_grid = 0
+    for b in range(x.shape[0]):
+        on_grid[b], step, residual[b] = fit_block(x[b], levels[b], gcd_by_level_set)
+        if not on_grid[b]:
+            off_grid += 1
+            d_bits[b] = 0
+            exact[b] = 0
+        elif off_grid == 0 or score_partial:
+            d_bits[b], exact[b], _ = choose_block_scale(levels[b], x[b], bits[b], step, scratch, scratch_bits)
+    return off_grid
+
+
 def plan_rows(bits: np.ndarray, row0: int = 0, histogram: bool = True, score_partial: bool = True) -> RowPlan:
     """Plan exact Q4_0 for ``bits``, (rows, cols) bf16 bits that are rows ``row0..`` of
     a matrix. ``score_partial=False`` skips the scale choice when a block is off the
@@ -85,20 +105,32 @@ def plan_rows(bits: np.ndarray, row0: int = 0, histogram: bool = True, score_par
         raise GgufExactError(
             f"{int(bad.sum())} values are NaN or Inf (first at row {row0 + flat // cols}, column {flat % cols})"
         )
-    blocks_t = np.ascontiguousarray(blocks.T)  # one block per column: see grid.fit_grid_t
-    levels_t, step, on_grid, residual = fit_grid_t(bf16.to_f32(blocks_t))
+    n = blocks.shape[0]
+    levels = np.zeros((n, q4_0.BLOCK_SIZE), np.int8)
+    d_bits = np.zeros(n, np.uint16)
+    on_grid = np.zeros(n, bool)
+    residual = np.zeros(n, np.float32)
+    exact = np.zeros(n, np.int32)
+    off_count = plan_blocks(
+        bf16.to_f32(blocks), blocks, levels, d_bits, on_grid, residual, exact, score_partial, GCD_BY_LEVEL_SET
+    )
     off = np.flatnonzero(~on_grid)
     per_row = cols // q4_0.BLOCK_SIZE
-    plan = RowPlan(n_blocks=blocks.shape[0], off_grid_blocks=int(off.size))
+    plan = RowPlan(n_blocks=n, off_grid_blocks=int(off_count))
     plan.first_off_grid = [
         (row0 + int(b) // per_row, int(b) % per_row * q4_0.BLOCK_SIZE, float(residual[b]))
         for b in off[:FIRST_OFF_GRID_SHOWN]
     ]
     if off.size and not score_partial:
         return plan
-    choice = choose_scales_t(levels_t, blocks_t, step)
-    plan.exact_values = int(choice.exact[on_grid].sum())
-    packed = q4_0.pack(levels_t.T, choice.d)
+    if ((d_bits & 0x7FFF) == FP16_INF_BITS).any():
+        worst = int(np.flatnonzero((d_bits & 0x7FFF) == FP16_INF_BITS)[0])
+        raise GgufExactError(
+            f"the step of the block at row {row0 + worst // per_row}, column {worst % per_row * q4_0.BLOCK_SIZE} "
+            "is beyond the fp16 range of Q4_0 scales"
+        )
+    plan.exact_values = int(exact[on_grid].sum())
+    packed = q4_0.pack(levels, d_bits.view(np.float16))
     if histogram:
         plan.level_histogram = _histogram(packed, int(off.size))
     if off.size == 0:

@@ -1,28 +1,110 @@
 """Choice of each block's fp16 scale, for bit-exact decoding.
 
-Pure numpy, no I/O. Levels are fixed (the trained ones from :mod:`gguf_exact.core.grid`);
-only ``d`` is chosen. A value is *exact* when bf16(level * d), computed in float32 as
-llama.cpp decodes, has the source's bf16 bits (+0 and -0 equal). Per block we take
-the fp16 ``d`` with the most exact values, ties going to the smaller largest error
-``|level*d - x|``, then to the candidate nearest the least-squares step.
+Levels are fixed (the trained ones from :mod:`gguf_exact.core.grid`); only ``d`` is
+chosen. A value is *exact* when bf16(level * d), computed in float32 as llama.cpp
+decodes, has the source's bf16 bits (+0 and -0 equal). Per block we take the fp16 ``d``
+with the most exact values, ties going to the smaller largest error ``|level*d - x|``,
+then to the candidate nearest the least-squares step.
 
-Candidates are fp16 neighbours of the least-squares step, counted in units in the
-last place (ULPs). The nearest one is taken outright when it reproduces all 32 values
-(about 87% of blocks on simulated fp32-step QAT data; no other candidate can count
-more). The rest are scored over ±1 ULP, and those still inexact over ±4, beyond which
-no better candidate was ever seen on such data.
+Candidates are fp16 neighbours of the least-squares step, counted in units in the last
+place (ULPs). The nearest one is taken outright when it reproduces all 32 values (about
+87% of blocks on simulated fp32-step QAT data; no other candidate can count more).
+Otherwise ±1 ULP is scored, and when that still leaves values inexact, ±2 to ±4, beyond
+which no better candidate was ever seen on such data.
+
+Compiled by numba like :mod:`gguf_exact.core.grid`; fp16 and bf16 roundings are done on
+integer bits here because numba has no float16 scalars. Pure functions, no I/O.
 """
 
 from dataclasses import dataclass
 
 import numpy as np
+from numba import njit
 
 from gguf_exact.core import bf16
 from gguf_exact.errors import GgufExactError
 
-NEAR_OFFSETS = (-1, 1)
-WIDE_OFFSETS = (-2, 2, -3, 3, -4, 4)
+OFFSETS = np.array([0, -1, 1, -2, 2, -3, 3, -4, 4], dtype=np.int64)  # in trying order
+NEAR = 3  # OFFSETS[:NEAR] are always scored for a block the nearest does not settle
+FP16_INF_BITS = 0x7C00
 FP16_MAX_FINITE_BITS = 0x7BFF
+
+
+@njit(cache=True, nogil=True)
+def fp16_bits(a, a_bits):
+    """fp16 bits nearest (ties to even) to a positive finite float32 ``a`` whose bits are
+    ``a_bits``; ``FP16_INF_BITS`` past the largest finite fp16."""
+    v = np.float64(a)
+    if v >= 65520.0:
+        return FP16_INF_BITS
+    if v < 2.0**-14:  # fp16 subnormal: a multiple of 2**-24
+        return int(np.rint(v * 2.0**24))
+    mantissa = int(a_bits & 0x7FFFFF)
+    h = ((int((a_bits >> 23) & 0xFF) - 112) << 10) | (mantissa >> 13)
+    rest = mantissa & 0x1FFF
+    if rest > 0x1000 or (rest == 0x1000 and (h & 1)):
+        h += 1  # a carry into the exponent is right too
+    return h
+
+
+@njit(cache=True, nogil=True)
+def fp16_value(h):
+    """float32 value of positive fp16 bits ``h`` (exact)."""
+    exponent = (h >> 10) & 0x1F
+    mantissa = h & 0x3FF
+    if exponent == 0:
+        return np.float32(mantissa * 2.0**-24)
+    return np.float32((1024 + mantissa) * 2.0 ** (exponent - 25))
+
+
+@njit(cache=True, nogil=True)
+def choose_block_scale(levels, x, bits, step, scratch, scratch_bits):
+    """Pick ``d`` for one block: ``levels`` (32,) int8, source values ``x`` (32,) float32
+    and their bf16 ``bits`` (32,) uint16, least-squares ``step``. ``scratch`` is a (32,)
+    float32 buffer and ``scratch_bits`` its uint32 view (numba cannot view a scalar's
+    bits). Returns (signed fp16 bits of d, exact values, largest error; the error is 0
+    for a block the nearest candidate settles). fp16 bits ``FP16_INF_BITS``: the step
+    is beyond fp16's range."""
+    negative = step < 0
+    scratch[0] = abs(step)
+    base = fp16_bits(scratch[0], scratch_bits[0])
+    if base == FP16_INF_BITS:
+        return FP16_INF_BITS, 0, np.float32(np.inf)
+    best_d = base
+    best_exact = -1
+    best_error = np.float32(np.inf)
+    for j in range(OFFSETS.size):
+        if j == NEAR and best_exact == 32:
+            break
+        candidate = min(max(base + OFFSETS[j], 0), FP16_MAX_FINITE_BITS)
+        d = fp16_value(candidate)
+        if negative:
+            d = -d
+        for i in range(32):
+            scratch[i] = np.float32(levels[i]) * d
+        exact = 0
+        for i in range(32):
+            u = scratch_bits[i]  # bf16 rounding, nearest-even, on the bits
+            rounded = (u + np.uint32(0x7FFF) + ((u >> 16) & np.uint32(1))) >> 16
+            # magnitudes suffice: a level's sign times d's is the value's sign by construction
+            if ((rounded ^ np.uint32(bits[i])) & np.uint32(0x7FFF)) == 0:
+                exact += 1
+        if j == 0 and exact == 32:
+            return candidate | (0x8000 if negative else 0), 32, np.float32(0)
+        error = np.float32(0)
+        for i in range(32):
+            error = max(error, abs(scratch[i] - x[i]))
+        if exact > best_exact or (exact == best_exact and error < best_error):
+            best_d, best_exact, best_error = candidate, exact, error
+    return best_d | (0x8000 if negative else 0), best_exact, best_error
+
+
+@njit(cache=True, nogil=True)
+def _choose_scales(levels, x, bits, step, d_bits, exact, max_error):
+    scratch = np.empty(32, np.float32)
+    scratch_bits = scratch.view(np.uint32)
+    for b in range(levels.shape[0]):
+        d_bits[b], exact[b], max_error[b] = choose_block_scale(levels[b], x[b], bits[b], step[b], scratch, scratch_bits)
 
 
 @dataclass(frozen=True)
@@ -32,77 +114,16 @@ class ScaleChoice:
     max_error: np.ndarray  # (n,) float32 largest |level*d - x|, for blocks that were scored
 
 
-def _matches(decoded: np.ndarray, source_bits: np.ndarray) -> np.ndarray:
-    """bf16(decoded) has the source's bits, +0 and -0 equal.
-
-    Comparing magnitudes is enough here: a level's sign times the scale's sign is the
-    source value's sign by construction, so nonzero values never differ in sign alone.
-    """
-    return ((bf16.from_f32(decoded) ^ source_bits) & bf16.MAGNITUDE_MASK) == 0
-
-
-def _score(levels_f32, source_bits, source_f32, d16):
-    decoded = levels_f32 * d16.astype(np.float32)
-    exact = _matches(decoded, source_bits).sum(axis=0, dtype=np.int32)
-    max_error = np.abs(decoded - source_f32).max(axis=0)
-    return exact, max_error
-
-
-def _candidates(base_bits: np.ndarray, negative: np.ndarray, offset: int) -> np.ndarray:
-    bits = np.clip(base_bits.astype(np.int32) + offset, 0, FP16_MAX_FINITE_BITS).astype(np.uint16)
-    return np.where(negative, bits | np.uint16(0x8000), bits).view(np.float16)
-
-
-def _search(levels_f32, source_bits, source_f32, base_bits, negative, offsets, best):
-    best_d, best_exact, best_err = best
-    for offset in offsets:
-        d16 = _candidates(base_bits, negative, offset)
-        exact, err = _score(levels_f32, source_bits, source_f32, d16)
-        better = (exact > best_exact) | ((exact == best_exact) & (err < best_err))
-        best_d = np.where(better, d16, best_d)
-        best_exact = np.where(better, exact, best_exact)
-        best_err = np.where(better, err, best_err)
-    return best_d, best_exact, best_err
-
-
 def choose_scales(levels: np.ndarray, source_bits: np.ndarray, step: np.ndarray) -> ScaleChoice:
-    """Pick ``d`` per block for ``levels`` (n, 32) int8, the source ``source_bits``
-    (n, 32) bf16 bits, and the least-squares ``step`` (n,) float32."""
-    return choose_scales_t(np.ascontiguousarray(levels.T), np.ascontiguousarray(source_bits.T), step)
-
-
-def choose_scales_t(levels: np.ndarray, source_bits: np.ndarray, step: np.ndarray) -> ScaleChoice:
-    """:func:`choose_scales` on the transposed layout (32, n), one block per column."""
-    n = levels.shape[1]
-    magnitude = np.abs(step).astype(np.float16)
-    if np.isinf(magnitude).any():
-        worst = float(np.abs(step).max())
-        raise GgufExactError(f"a block step of {worst:.6g} is beyond the fp16 range of Q4_0 scales")
-    base_bits = magnitude.view(np.uint16)
-    negative = step < 0
-    levels_f32 = levels.astype(np.float32)
-    source_f32 = bf16.to_f32(source_bits)
-
-    d = _candidates(base_bits, negative, 0)
-    decoded = levels_f32 * d.astype(np.float32)
-    exact = _matches(decoded, source_bits).sum(axis=0, dtype=np.int32)
-    # Blocks taken outright need no error figure for a tie-break; 0 marks them.
-    err = np.zeros(n, dtype=np.float32)
-    todo = np.flatnonzero(exact < levels.shape[0])
-    err[todo] = np.abs(decoded[:, todo] - source_f32[:, todo]).max(axis=0)
-
-    for offsets in (NEAR_OFFSETS, WIDE_OFFSETS):
-        todo = np.flatnonzero(exact < levels.shape[0])
-        if todo.size == 0:
-            break
-        sub = _search(
-            levels_f32[:, todo],
-            source_bits[:, todo],
-            source_f32[:, todo],
-            base_bits[todo],
-            negative[todo],
-            offsets,
-            (d[todo], exact[todo], err[todo]),
-        )
-        d[todo], exact[todo], err[todo] = sub
-    return ScaleChoice(d=d, exact=exact, max_error=err)  # max_error: 0 for blocks taken outright
+    """:func:`choose_block_scale` for each block: ``levels`` (n, 32) int8, the source
+    ``source_bits`` (n, 32) bf16 bits, and the least-squares ``step`` (n,) float32."""
+    n = levels.shape[0]
+    d_bits = np.zeros(n, np.uint16)
+    exact = np.zeros(n, np.int32)
+    max_error = np.zeros(n, np.float32)
+    bits = np.ascontiguousarray(source_bits, dtype=np.uint16)
+    step = np.ascontiguousarray(step, dtype=np.float32)
+    _choose_scales(np.ascontiguousarray(levels), bf16.to_f32(bits), bits, step, d_bits, exact, max_error)
+    if ((d_bits & 0x7FFF) == FP16_INF_BITS).any():
+        raise GgufExactError(f"a block step of {float(np.abs(step).max()):.6g} is beyond the fp16 range of Q4_0 scales")
+    return ScaleChoice(d=d_bits.view(np.float16), exact=exact, max_error=max_error)
