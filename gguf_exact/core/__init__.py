@@ -1,4 +1,4 @@
-"""The exact Q4_0 core: pure numpy on arrays, no I/O.
+"""The exact Q4_0 core: pure functions on numpy arrays (per-block loops compiled by numba), no I/O.
 
 - ``bf16``, ``q4_0``, ``q6_k``: data layouts, each stated once
 - ``grid``: QAT grid detection (levels and a step per block of 32)
