@@ -149,15 +149,22 @@ def plan_matrix(bits: np.ndarray, keep_data: bool = True, workers: int | None = 
         parts = list(
             pool.map(lambda r0: plan_rows(np.ascontiguousarray(bits[r0 : r0 + step]), r0), range(0, rows, step))
         )
-    plan = MatrixPlan(shape=(rows, cols), level_histogram=np.zeros(16, dtype=np.int64))
     if not parts:  # no rows: still validate the row length
         plan_rows(bits, 0)
+    return combine((rows, cols), parts, keep_data)
+
+
+def combine(shape: tuple[int, int], parts: list[RowPlan], keep_data: bool = True) -> MatrixPlan:
+    """The :class:`MatrixPlan` of a matrix planned as ``parts``, in row order."""
+    plan = MatrixPlan(shape=shape, level_histogram=np.zeros(16, dtype=np.int64))
     for part in parts:
         plan.n_blocks += part.n_blocks
         plan.off_grid_blocks += part.off_grid_blocks
         plan.first_off_grid.extend(part.first_off_grid[: FIRST_OFF_GRID_SHOWN - len(plan.first_off_grid)])
-        plan.level_histogram += part.level_histogram
+        if part.level_histogram is not None:
+            plan.level_histogram += part.level_histogram
         plan.exact_values += part.exact_values
     if keep_data and plan.on_grid:
+        cols = shape[1]
         plan.data = np.concatenate([p.data for p in parts]) if parts else np.zeros((0, q4_0.row_bytes(cols)), np.uint8)
     return plan

@@ -1,18 +1,24 @@
 """``inspect``: is this checkpoint QAT 4-bit? Per tensor grid statistics, no output.
 
-Runs the same grid fit and scale choice as ``convert`` (via :mod:`.exact`) without
-writing anything, so the "achievable bit-exact" figure is what convert will reach.
+Runs the same grid fit and scale choice as ``convert`` and ``repack``
+(:func:`gguf_exact.core.exact.plan_rows`) without writing anything, so the "achievable
+bit-exact" figure is what they will reach. Drafters and main models are told apart by
+``config.json``'s architecture, which decides what each tensor becomes (the tables in
+:mod:`gguf_exact.gemma4`); tensors are read in row chunks, so a main model's 4.7 GB
+``embed_tokens_per_layer`` costs a chunk of memory, not its size.
 """
 
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Callable
 
-from gguf_exact.core.exact import plan_matrix
+import numpy as np
+
+from gguf_exact.core.exact import CHUNK_VALUES, MatrixPlan, combine, plan_rows
 from gguf_exact.drafter.verify import source_bits
 from gguf_exact.errors import GgufExactError
 from gguf_exact.formats.checkpoint import Checkpoint
-from gguf_exact.gemma4.assistant import gguf_tensor_name
+from gguf_exact.gemma4 import assistant, names
 from gguf_exact.malloc_tuning import keep_heap_blocks
 
 
@@ -28,6 +34,7 @@ class TensorSummary:
     off_grid_blocks: int = 0
     first_off_grid: list | None = None
     level_histogram: list[int] | None = None
+    optional: bool = False  # a probe (the MoE router): off the grid is no verdict against QAT
 
 
 @dataclass
@@ -37,7 +44,7 @@ class InspectReport:
 
     @property
     def matrices(self) -> list[TensorSummary]:
-        return [t for t in self.tensors if t.on_grid_fraction is not None and t.planned != "dropped"]
+        return [t for t in self.tensors if t.on_grid_fraction is not None and not t.optional]
 
     @property
     def is_qat(self) -> bool:
@@ -66,29 +73,72 @@ class InspectReport:
         }
 
 
+def tensor_roles(config: dict):
+    """A function HF tensor name -> what conversion does with it, for this checkpoint's
+    architecture: "matrix" (planned as Q4_0), "probe" (Q4_0 if on the grid, else kept),
+    "F32" (a norm or scalar, kept), or "dropped" (not in the GGUF)."""
+    archs = config.get("architectures") or []
+    if any(a in assistant.SUPPORTED_ARCHITECTURES for a in archs):
+
+        def drafter_role(name: str, ndim: int) -> str:
+            try:
+                mapped = assistant.gguf_tensor_name(name)
+            except GgufExactError:
+                mapped = None
+            return "dropped" if mapped is None else ("matrix" if ndim >= 2 else "F32")
+
+        return drafter_role
+    if any(a in names.SUPPORTED_ARCHITECTURES for a in archs):
+
+        def main_role(name: str, ndim: int) -> str:
+            mapped = names.gguf_tensor_name(name)
+            if mapped is None:
+                return "dropped"
+            return {names.QAT: "matrix", names.PROBE: "probe"}.get(mapped.role, "F32")
+
+        return main_role
+    return lambda name, ndim: "matrix" if ndim >= 2 else "F32"  # unknown model: look at every matrix
+
+
+def plan_streamed(ckpt: Checkpoint, name: str) -> MatrixPlan:
+    """Grid statistics of one tensor, read in row chunks (memory bounded by a chunk).
+    A 3-D bank (experts, rows, cols) is planned as experts*rows rows."""
+    info = ckpt.tensors[name]
+    cols = info.shape[-1]
+    rows_per_item = int(np.prod(info.shape[1:-1], dtype=np.int64)) if len(info.shape) > 2 else 1
+    items = info.shape[0]
+    step = max(1, CHUNK_VALUES // (cols * rows_per_item))
+    parts = []
+    for i0 in range(0, items, step):
+        bits = source_bits(ckpt, name, slice(i0, min(items, i0 + step))).reshape(-1, cols)
+        try:
+            parts.append(plan_rows(bits, i0 * rows_per_item))
+        except GgufExactError as err:
+            raise GgufExactError(f"{info.file}: tensor {name}: {err}") from None
+    return combine((items * rows_per_item, cols), parts, keep_data=False)
+
+
 def inspect_checkpoint(folder: str | Path, progress: Callable[[str], None] | None = None) -> InspectReport:
-    """Grid statistics for every tensor of an HF folder."""
+    """Grid statistics for every tensor of an HF folder (a drafter, a main model, or any
+    bf16 checkpoint), read in row chunks."""
     summaries = []
     keep_heap_blocks()
     with Checkpoint(folder) as ckpt:
+        role_of = tensor_roles(ckpt.config)
         for name in sorted(ckpt.tensors):
             if progress:
                 progress(name)
             info = ckpt.tensors[name]
-            try:
-                dropped = gguf_tensor_name(name) is None
-            except GgufExactError:
-                dropped = True  # not part of the drafter: shown, never converted
-            matrix = len(info.shape) == 2 and info.dtype != "I64"
-            if not matrix:
-                planned = "dropped" if dropped or info.dtype == "I64" else "F32"
+            role = "dropped" if info.dtype == "I64" else role_of(name, len(info.shape))
+            if role not in ("matrix", "probe") or len(info.shape) < 2:
+                planned = "F32" if role in ("matrix", "probe") else role
                 summaries.append(TensorSummary(name, list(info.shape), info.dtype, 0, None, None, planned))
                 continue
-            try:
-                plan = plan_matrix(source_bits(ckpt, name), keep_data=False)
-            except GgufExactError as err:
-                raise GgufExactError(f"{info.file}: tensor {name}: {err}") from None
-            planned = "dropped" if dropped else ("Q4_0" if plan.on_grid else "off grid")
+            plan = plan_streamed(ckpt, name)
+            if role == "probe":
+                planned = "Q4_0" if plan.on_grid else "kept"
+            else:
+                planned = "Q4_0" if plan.on_grid else "off grid"
             summaries.append(
                 TensorSummary(
                     name,
@@ -101,6 +151,7 @@ def inspect_checkpoint(folder: str | Path, progress: Callable[[str], None] | Non
                     plan.off_grid_blocks,
                     [list(x) for x in plan.first_off_grid],
                     plan.level_histogram.tolist(),
+                    role == "probe",
                 )
             )
     return InspectReport(str(folder), summaries)
