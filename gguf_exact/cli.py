@@ -95,7 +95,8 @@ def main() -> None:
 def inspect(src_dir: Path, as_json: bool) -> None:
     """Show, per tensor, whether a checkpoint sits on the Q4_0 grid.
 
-    SRC_DIR is a Hugging Face folder (config.json and safetensors). For each tensor:
+    SRC_DIR is a Hugging Face folder (config.json and safetensors): a drafter, a main
+    model, or any bf16 checkpoint, read in row chunks. For each tensor:
     blocks of 32, the share on the grid, the share of values that can decode
     bit-exactly as Q4_0, and the GGUF type convert would use. The last line says
     whether the checkpoint is QAT 4-bit. (Python: gguf_exact.inspect_checkpoint)
