@@ -1,6 +1,6 @@
 """The demo's generation step: each tiny pair with and without its drafter.
 
-Pairs (:mod:`.tiny_pairs`): the demo's own random target and converted drafter
+Pairs (:mod:`gguf_exact.tiny.pairs`): the demo's own random target and converted drafter
 (acceptance 0), the agreeing pair (acceptance 1) and the mixed target beside the
 agreeing drafter (acceptance in between). For each, greedy generation of the
 shipped ``code`` prompt by the target alone and with the drafter, in-process

@@ -1,6 +1,6 @@
 """Drafter conversion: HF Gemma 4 assistant folder -> exact Q4_0 gemma4-assistant GGUF.
 
-Plan every tensor (pure, via :mod:`.exact`), write to a temp file beside the output,
+Plan every tensor (pure, via :mod:`gguf_exact.core.exact`), write to a temp file beside the output,
 read it back and verify against the source, check the sha256, then rename.
 """
 

@@ -6,7 +6,7 @@ Final paths are ``MODELS_DIR/<repo>/<file>``, the paths the checksum file lists,
 them again. A file already there with the pinned sha256 is kept; one with another
 sha256 is removed first, so a failed fetch leaves nothing at the final path. The bytes
 come from the Hub cache when they are there (and always with ``HF_HUB_OFFLINE=1``),
-otherwise from the Hub (see :mod:`.hub` for the cache and how downloads resume).
+otherwise from the Hub (see :mod:`.client` for the cache and how downloads resume).
 """
 
 import hashlib

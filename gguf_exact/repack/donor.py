@@ -1,6 +1,6 @@
 """A donor GGUF: the file whose header, metadata and unmapped tensors a re-pack keeps.
 
-Opened by hand (:mod:`.gguf_layout`), read with ``os.pread`` in row chunks: neither
+Opened by hand (:mod:`gguf_exact.formats.gguf_layout`), read with ``os.pread`` in row chunks: neither
 a memory map nor whole tensors, so resident memory stays at one chunk however large
 the file. Every failure is one line naming the file.
 """

@@ -10,7 +10,7 @@ chunks of about :data:`CHUNK_VALUES` values; workers read a chunk of the source
 and of the donor with ``pread``, plan it (:func:`gguf_exact.core.exact.plan_rows`), compare
 the planned bytes, decoded, with the source, and ``pwrite`` them at their place in
 a temp file beside the output (:class:`.gguf_stream.StreamingGGUF`). Then the file
-is read back (:mod:`.repack_verify`: header, metadata, every chunk's digest,
+is read back (:mod:`.verify`: header, metadata, every chunk's digest,
 sha256), and renamed into place. On any failure nothing is left at the output.
 """
 

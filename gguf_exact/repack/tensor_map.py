@@ -2,7 +2,7 @@
 
 Pure bookkeeping over names and shapes (no tensor data): the donor's tensor list,
 the checkpoint's tensor list and config, and one name table per architecture
-(:mod:`.gemma4_names` for ``gemma4``, :mod:`.gemma4_assistant` for
+(:mod:`gguf_exact.gemma4.names` for ``gemma4``, :mod:`gguf_exact.gemma4.assistant` for
 ``gemma4-assistant``). Every mismatch is one :class:`GgufExactError` line.
 """
 

@@ -80,7 +80,7 @@ def read_model(path: str | Path, role: str) -> ModelFile:
 
 def listed_checksums(checksum_dir: Path | None = None) -> dict[str, str]:
     """File name -> sha256 from every ``*.sha256`` file in ``checksums/`` (read with
-    :mod:`.checksums`; entries are ``<repo>/<file>`` or bare names, matched by base name)."""
+    :mod:`gguf_exact.hub.checksums`; entries are ``<repo>/<file>`` or bare names, matched by base name)."""
     checksum_dir = CHECKSUM_DIR if checksum_dir is None else checksum_dir
     listed: dict[str, str] = {}
     for file in sorted(Path(checksum_dir).glob("*.sha256")):

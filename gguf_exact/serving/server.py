@@ -1,6 +1,6 @@
 """Launch llama-server with a Gemma 4 target and its MTP drafter, report on it, stop it.
 
-:func:`plan_launch` checks the models (:mod:`.serve_checks`), reads the profile
+:func:`plan_launch` checks the models (:mod:`.checks`), reads the profile
 (:mod:`.profiles`), finds the llama-server build (:mod:`.llama_build`) and returns the
 exact command line; nothing is started. :func:`start_server` starts it with
 ``--metrics`` and ``--log-file``, waits for ``/health`` and then either stays with it

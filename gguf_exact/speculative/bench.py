@@ -5,7 +5,7 @@ order, each round forward then backward (``A B C C B A``, the ``A B B A`` of two
 arms), so slow drift of the machine falls on every arm alike. Each arm is
 warmed up once (untimed) before the first round. Runs are in-process
 (:class:`.Runner`, one model load shared by every arm) or against running
-llama-servers (:func:`.server_client.server_generate`, one server per arm, since
+llama-servers (:func:`gguf_exact.serving.client.server_generate`, one server per arm, since
 llama-server fixes n-max at start-up).
 
 The report holds every run, a summary per arm (tokens/s over the generation

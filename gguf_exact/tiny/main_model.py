@@ -10,7 +10,7 @@ the way Google's own QAT GGUFs are, for re-pack tests and benchmarks.
   ``per_layer_token_embd`` as Q6_K, ``per_layer_model_proj`` as F16, norms F32,
   ``rope_freqs``, hyperparameters, a chat template and a tokenizer.
 
-Both are written in row chunks (:mod:`.safetensors_stream`, :mod:`.gguf_stream`),
+Both are written in row chunks (:mod:`gguf_exact.formats.safetensors_stream`, :mod:`gguf_exact.formats.gguf_stream`),
 so :data:`E2B` at full size (4.6 billion values) fits in little memory. The
 :data:`TINY` and :data:`TINY_MOE` shapes load and run in llama.cpp 0c1e57098.
 """
