@@ -190,17 +190,28 @@ def convert(
 )
 @click.option("--json", "as_json", is_flag=True, help="Print per-tensor results as JSON.")
 def verify(gguf_path: Path, source: Path, as_json: bool) -> None:
-    """Re-run the post-write verification on an existing drafter GGUF.
+    """Check an existing GGUF against the checkpoint it was made from.
 
     Decodes every tensor and compares it with the source: bit-exact share, largest
-    error in bf16 ULPs, relative RMS error. (Python: gguf_exact.verify_gguf)
+    error in bf16 ULPs, relative RMS error. A drafter (gemma4-assistant) gets the
+    converter's own check (Python: gguf_exact.verify_gguf); a main model, e.g. one
+    from `repack` or from Google, is read in row chunks (Python:
+    gguf_exact.repack.check.verify_model).
     """
     from gguf_exact.drafter.verify import verify_gguf
     from gguf_exact.formats.checkpoint import Checkpoint
     from gguf_exact.formats.gguf_file import sha256_file
+    from gguf_exact.gemma4.assistant import ARCH as ASSISTANT
+    from gguf_exact.repack.check import verify_model
+    from gguf_exact.repack.donor import open_donor
 
-    with Checkpoint(source) as ckpt:
-        v = verify_gguf(gguf_path, ckpt)
+    with open_donor(gguf_path) as gguf:
+        arch = gguf.architecture
+    if arch == ASSISTANT:
+        with Checkpoint(source) as ckpt:
+            v = verify_gguf(gguf_path, ckpt)
+    else:
+        v = verify_model(gguf_path, source)
     digest = sha256_file(gguf_path)
     total = v.total
     if as_json:

@@ -525,3 +525,26 @@ def test_a_worker_failure_is_one_line_and_leaves_nothing(model, tmp_path, outdir
         outdir / "x.gguf", "tensor model.language_model.embed_tokens_per_layer.weight: 1 values are NaN or Inf (first at row 300, column 17)",
         model / "donor.gguf", tmp_path / "src",
     )  # fmt: skip
+
+
+def test_verify_command_on_a_main_model_agrees_with_the_repack_report(model):
+    from click.testing import CliRunner
+
+    from gguf_exact.cli import main
+
+    report = json.loads((model / "report.json").read_text())
+    out = CliRunner().invoke(main, ["verify", str(model / "out.gguf"), "--source", str(model / "src"), "--json"])
+    assert out.exit_code == 0, out.output
+    v = json.loads(out.stdout)
+    assert v["sha256"] == report["sha256"]
+    checks = {t["name"]: t for t in v["tensors"]}
+    assert "rope_freqs.weight" not in checks  # no source to compare with
+    embd = checks["per_layer_token_embd.weight"]
+    assert embd["type"] == "Q4_0" and embd["max_ulps"] <= 1 and 0.995 <= embd["exact_fraction"] < 1
+    # the same figures on the donor: its Q6_K table is far from the source
+    donor = CliRunner().invoke(main, ["verify", str(model / "donor.gguf"), "--source", str(model / "src"), "--json"])
+    dchecks = {t["name"]: t for t in json.loads(donor.stdout)["tensors"]}
+    assert dchecks["per_layer_token_embd.weight"]["type"] == "Q6_K"
+    assert dchecks["per_layer_token_embd.weight"]["exact_fraction"] < 0.5 < embd["exact_fraction"]
+    total = v["total"]
+    assert total["exact_values"] == sum(t["exact_values"] for t in v["tensors"])

@@ -97,13 +97,16 @@ def encode(values_bits: np.ndarray, dtype: GGMLQuantizationType) -> np.ndarray:
 
 
 def decode(data: np.ndarray, dtype: GGMLQuantizationType, shape: tuple[int, ...]) -> np.ndarray:
-    """A GGUF tensor's data as float32 in HF row-major ``shape``."""
+    """A GGUF tensor's data (gguf-py's array, or raw bytes) as float32 in HF row-major ``shape``."""
     if dtype == GGMLQuantizationType.Q4_0:
         out = q4_0.dequantize(np.asarray(data).reshape(-1, q4_0.BLOCK_BYTES))
     elif dtype == GGMLQuantizationType.BF16:
         out = bf16.to_f32(np.asarray(data).view(np.uint16))
     elif dtype in (GGMLQuantizationType.F32, GGMLQuantizationType.F16):
-        out = np.asarray(data, dtype=np.float32)
+        data = np.asarray(data)
+        if data.dtype == np.uint8:  # raw bytes (streamed reads) rather than gguf-py's typed view
+            data = data.view(np.float32 if dtype == GGMLQuantizationType.F32 else np.float16)
+        out = data.astype(np.float32)
     else:
         out = quants.dequantize(np.asarray(data), dtype)
     return out.reshape(shape)

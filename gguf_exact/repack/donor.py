@@ -12,8 +12,8 @@ from pathlib import Path
 import numpy as np
 from gguf import GGMLQuantizationType
 
-from gguf_exact.core import bf16, q4_0
 from gguf_exact.errors import GgufExactError
+from gguf_exact.formats.gguf_file import decode
 from gguf_exact.formats.gguf_layout import (
     Header,
     LayoutError,
@@ -126,15 +126,4 @@ def _read_header(fd: int, size: int, path: Path) -> Header:
 
 def decode_rows(raw: np.ndarray, qtype: GGMLQuantizationType, cols: int) -> np.ndarray:
     """Donor row bytes (rows, row bytes) -> float32 (rows, cols)."""
-    rows = raw.shape[0]
-    if qtype == GGMLQuantizationType.Q4_0:
-        return q4_0.dequantize(raw).reshape(rows, cols)
-    if qtype == GGMLQuantizationType.F32:
-        return raw.view(np.float32).reshape(rows, cols)
-    if qtype == GGMLQuantizationType.F16:
-        return raw.view(np.float16).astype(np.float32).reshape(rows, cols)
-    if qtype == GGMLQuantizationType.BF16:
-        return bf16.to_f32(raw.view(np.uint16)).reshape(rows, cols)
-    from gguf import quants
-
-    return quants.dequantize(raw, qtype).reshape(rows, cols)
+    return decode(raw, qtype, (raw.shape[0], cols))
