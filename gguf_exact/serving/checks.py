@@ -14,6 +14,7 @@ from pathlib import Path
 from gguf import GGUFReader
 
 from gguf_exact.errors import GgufExactError
+from gguf_exact.formats.gguf_file import sha256_file
 from gguf_exact.formats.vocab import field_value, open_gguf
 from gguf_exact.hub import checksums as pins
 
@@ -87,14 +88,6 @@ def listed_checksums(checksum_dir: Path | None = None) -> dict[str, str]:
         for entry in pins.read(file).entries:
             listed[entry.path.rsplit("/", 1)[-1]] = entry.sha256
     return listed
-
-
-def sha256_file(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 22), b""):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def check_listed_sha256(model: ModelFile, role: str, listed: dict[str, str]) -> ModelFile:

@@ -11,7 +11,6 @@ them there and returns at once.
 :func:`build_llama_cpp`.
 """
 
-import hashlib
 import json
 import os
 import re
@@ -26,6 +25,7 @@ from pathlib import Path
 from typing import Callable
 
 from gguf_exact.errors import GgufExactError
+from gguf_exact.formats.gguf_file import sha256_file
 from gguf_exact.hub import checksums
 
 VENDORED_COMMITS = {"0.3.36": "0c1e57098"}
@@ -132,14 +132,6 @@ def pinned_sdist(checksum_file: Path = CHECKSUM_FILE) -> PinnedSdist:
     return PinnedSdist(version, sha, filename)
 
 
-def sha256_of(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
-
-
 def fetch_sdist(pin: PinnedSdist, dest: Path | None = None, log: Log = print) -> Path:
     """The pinned sdist, verified: from ``dest`` if already there, else ``pip download``."""
     dest = dest or cache_root() / "sdist"
@@ -171,7 +163,7 @@ def fetch_sdist(pin: PinnedSdist, dest: Path | None = None, log: Log = print) ->
 def verify_sdist(path: Path, pin: PinnedSdist) -> Path:
     if not path.is_file():
         raise GgufExactError(f"{path}: sdist not found")
-    digest = sha256_of(path)
+    digest = sha256_file(path)
     if digest != pin.sha256:
         raise GgufExactError(
             f"{path}: sha256 {digest} differs from {pin.sha256} pinned in {CHECKSUM_FILE.name}; delete the file and fetch it again"
