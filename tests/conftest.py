@@ -23,3 +23,10 @@ def drafter_copy(tiny, tmp_path) -> Path:
     dst = tmp_path / "drafter"
     shutil.copytree(tiny / "drafter-fp32", dst)
     return dst
+
+
+# What `generate --json` must report (issue 4), checked on the CLI and the API alike.
+GENERATION_JSON_KEYS = {
+    "tokens", "text", "target_passes", "drafts_generated", "drafts_accepted", "acceptance_rate",
+    "mean_accepted_length", "tokens_per_target_pass", "wall_seconds", "tokens_per_second",
+}  # fmt: skip

@@ -205,16 +205,24 @@ class _Handler(BaseHTTPRequestHandler):
             return self._resolve_file(repo_id, revision, filename, auth, head)
         self._error(404, {"X-Error-Message": "no such route"}, head)
 
-    def _model_info(self, repo_id: str, revision: str, blobs: bool, auth: str | None, head: bool) -> None:
-        hub = self.fake
-        denied = hub._access(repo_id, auth)
+    def _commit(self, repo_id: str, revision: str, auth: str | None, head: bool) -> str | None:
+        """The commit a request may read, or None after answering with the Hub's error."""
+        denied = self.fake._access(repo_id, auth)
         if denied:
-            return self._error(*denied, head)
-        commit = hub._resolve(repo_id, revision)
+            self._error(*denied, head)
+            return None
+        commit = self.fake._resolve(repo_id, revision)
         if commit is None:
-            return self._error(
+            self._error(
                 404, {"X-Error-Code": "RevisionNotFound", "X-Error-Message": f"Invalid rev id: {revision}"}, head
             )
+        return commit
+
+    def _model_info(self, repo_id: str, revision: str, blobs: bool, auth: str | None, head: bool) -> None:
+        hub = self.fake
+        commit = self._commit(repo_id, revision, auth, head)
+        if commit is None:
+            return None
         siblings = []
         for name, data in sorted(hub.repos[repo_id].commits[commit].items()):
             entry: dict = {"rfilename": name}
@@ -236,14 +244,9 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _resolve_file(self, repo_id: str, revision: str, filename: str, auth: str | None, head: bool) -> None:
         hub = self.fake
-        denied = hub._access(repo_id, auth)
-        if denied:
-            return self._error(*denied, head)
-        commit = hub._resolve(repo_id, revision)
+        commit = self._commit(repo_id, revision, auth, head)
         if commit is None:
-            return self._error(
-                404, {"X-Error-Code": "RevisionNotFound", "X-Error-Message": f"Invalid rev id: {revision}"}, head
-            )
+            return None
         files = hub.repos[repo_id].commits[commit]
         if filename not in files:
             return self._error(
