@@ -18,22 +18,29 @@ Subpackages, from the bottom:
 
 __version__ = "0.1.0"
 
-from gguf_exact.core.exact import MatrixPlan, plan_matrix  # noqa: E402
-from gguf_exact.drafter.compare import compare_files  # noqa: E402
-from gguf_exact.drafter.convert import convert_drafter  # noqa: E402
-from gguf_exact.drafter.inspect_qat import inspect_checkpoint  # noqa: E402
-from gguf_exact.drafter.verify import verify_gguf  # noqa: E402
 from gguf_exact.errors import GgufExactError, OffGridError  # noqa: E402
-from gguf_exact.repack.pipeline import repack_model  # noqa: E402
 
-__all__ = [
-    "GgufExactError",
-    "MatrixPlan",
-    "OffGridError",
-    "compare_files",
-    "convert_drafter",
-    "inspect_checkpoint",
-    "plan_matrix",
-    "repack_model",
-    "verify_gguf",
-]
+# The public API, imported on first use: `gguf-exact serve` or `status` should not pay
+# for numba's start-up (a quarter of a second) that only the packers need.
+_LAZY = {
+    "MatrixPlan": "gguf_exact.core.exact",
+    "plan_matrix": "gguf_exact.core.exact",
+    "compare_files": "gguf_exact.drafter.compare",
+    "convert_drafter": "gguf_exact.drafter.convert",
+    "inspect_checkpoint": "gguf_exact.drafter.inspect_qat",
+    "verify_gguf": "gguf_exact.drafter.verify",
+    "repack_model": "gguf_exact.repack.pipeline",
+}
+
+
+def __getattr__(name: str):
+    if name in _LAZY:
+        import importlib
+
+        value = getattr(importlib.import_module(_LAZY[name]), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'gguf_exact' has no attribute {name!r}")
+
+
+__all__ = ["GgufExactError", "OffGridError", *_LAZY]

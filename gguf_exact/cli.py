@@ -170,8 +170,8 @@ def convert(
         result = convert_drafter(src_dir, out_gguf, vocab_from, off_grid, expect_sha256, report_path, progress)
     r = result.report
     types = {}
-    for p in result.plans:
-        types[p.type.name] = types.get(p.type.name, 0) + 1
+    for t in result.tensors:
+        types[t.out_type] = types.get(t.out_type, 0) + 1
     out.print(
         f"wrote {result.path} ({result.size:,} bytes; " + ", ".join(f"{k} x{v}" for k, v in sorted(types.items())) + ")"
     )
@@ -190,28 +190,33 @@ def convert(
 )
 @click.option("--json", "as_json", is_flag=True, help="Print per-tensor results as JSON.")
 def verify(gguf_path: Path, source: Path, as_json: bool) -> None:
-    """Check an existing GGUF against the checkpoint it was made from.
+    """Check an existing GGUF against the checkpoint it was made from; exit 1 if it fails.
 
-    Decodes every tensor and compares it with the source: bit-exact share, largest
-    error in bf16 ULPs, relative RMS error. A drafter (gemma4-assistant) gets the
-    converter's own check (Python: gguf_exact.verify_gguf); a main model, e.g. one
-    from `repack` or from Google, is read in row chunks (Python:
-    gguf_exact.repack.check.verify_model).
+    Recomputes from the source what every tensor must hold and reads the file beside
+    it in row chunks. It fails, naming the tensor and block, when a Q4_0 block holds
+    other levels than the source's 4-bit grid, or decodes further from the source
+    than the exact packer's scale (+1 bf16 ULP); when a matrix on the grid is stored
+    in another type; when a norm differs from the source; or when a tensor is
+    missing, extra or of another shape. A `llama-quantize` Q4_0 file of a QAT source
+    fails (its `max / -8` steps move values off the grid); files from `convert` and
+    `repack` pass. Prints, per tensor, the bit-exact share, the largest error in bf16
+    ULPs and the relative RMS error. Drafters (gemma4-assistant) are checked against
+    the conversion's jobs (Python: gguf_exact.verify_gguf), main models against the
+    re-pack's (Python: gguf_exact.repack.check.verify_model).
     """
     from gguf_exact.drafter.verify import verify_gguf
-    from gguf_exact.formats.checkpoint import Checkpoint
     from gguf_exact.formats.gguf_file import sha256_file
     from gguf_exact.gemma4.assistant import ARCH as ASSISTANT
     from gguf_exact.repack.check import verify_model
     from gguf_exact.repack.donor import open_donor
 
     with open_donor(gguf_path) as gguf:
-        arch = gguf.architecture
-    if arch == ASSISTANT:
-        with Checkpoint(source) as ckpt:
-            v = verify_gguf(gguf_path, ckpt)
-    else:
-        v = verify_model(gguf_path, source)
+        arch, n = gguf.architecture, len(gguf.tensors)
+    with tensor_progress("verify", n, not as_json) as progress:
+        if arch == ASSISTANT:
+            v = verify_gguf(gguf_path, source, progress=progress)
+        else:
+            v = verify_model(gguf_path, source, progress=progress)
     digest = sha256_file(gguf_path)
     total = v.total
     if as_json:

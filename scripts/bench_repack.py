@@ -82,8 +82,8 @@ def run_published(donor, source, out, workers, queue):
     from gguf_exact.formats.checkpoint import Checkpoint
     from gguf_exact.formats.vocab import copy_field
     from gguf_exact.repack.donor import open_donor
-    from gguf_exact.repack.source_rows import locate
     from gguf_exact.repack.tensor_map import build_map
+    from gguf_exact.stream.source_rows import locate
 
     start, cpu0 = time.perf_counter(), cpu_seconds()
     reader = GGUFReader(donor)
@@ -102,7 +102,7 @@ def run_published(donor, source, out, workers, queue):
         exact_seconds = 0.0
         for job in jobs:
             t = data[job.entry.name]
-            if job.repack and job.source.part is None:
+            if job.exact and job.source.part is None:
                 bits = ckpt.read(job.hf_name)  # the whole tensor
                 bits = bits[: job.entry.rows] if bits.ndim == 2 else bits
                 packed, _ = published_q4_0(bits.reshape(-1, job.entry.cols))

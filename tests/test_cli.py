@@ -176,7 +176,7 @@ def test_target_vocab_size_differs(tmp_path, out, tiny):
 
 def test_target_is_not_gguf(tmp_path, out, tiny):
     (tmp_path / "t.gguf").write_bytes(b"not a gguf file at all")
-    expect_error(convert_args(tiny / "drafter-fp32", out, tmp_path / "t.gguf"), "t.gguf: not a readable GGUF file", out)
+    expect_error(convert_args(tiny / "drafter-fp32", out, tmp_path / "t.gguf"), "t.gguf: not a GGUF file", out)
 
 
 def test_missing_shard(tmp_path, out, tiny):

@@ -132,7 +132,7 @@ def test_sharded_source_and_a_second_run_give_the_same_bytes(model, tmp_path):
 
 
 def test_chunk_size_does_not_change_the_bytes(model, tmp_path, monkeypatch):
-    from gguf_exact.repack import pipeline as repack
+    from gguf_exact.stream import writer as repack
 
     monkeypatch.setattr(repack, "CHUNK_VALUES", 3000)  # chunks of 11 rows of 256, 1 row of 8960...
     repack_model(model / "donor.gguf", model / "src", tmp_path / "small-chunks.gguf")
@@ -219,30 +219,24 @@ def test_moe_output_loads_in_llama_cpp(tmp_path):
 def q8_0_drafter(folder: Path, target: Path, out: Path) -> Path:
     """A gemma4-assistant drafter stored as Q8_0, as llama.cpp's converter writes it
     (``--outtype q8_0``): matrices Q8_0, norms F32, the target's tokenizer."""
-    from gguf import GGUFValueType
-
-    from gguf_exact.drafter.convert import plan_drafter
-    from gguf_exact.drafter.verify import source_bits as bits_of
-    from gguf_exact.formats.gguf_file import encode, write_gguf
+    from gguf_exact.drafter.convert import drafter_jobs, drafter_kv
+    from gguf_exact.formats.gguf_file import encode
+    from gguf_exact.formats.gguf_stream import write_gguf
     from gguf_exact.formats.vocab import read_target
-    from gguf_exact.gemma4.assistant import ARCH, AssistantConfig, Field, metadata
+    from gguf_exact.gemma4.assistant import AssistantConfig
 
     with Checkpoint(folder) as ckpt:
         cfg = AssistantConfig.from_hf(ckpt.config)
-        plans = plan_drafter(ckpt, cfg)
-        tensors = []
-        for p in plans:
-            if p.type == Q4_0:
-                tensors.append((p.gguf_name, encode(bits_of(ckpt, p.source), Q8_0), Q8_0))
-            else:
-                tensors.append((p.gguf_name, p.data, p.type))
-    u32 = GGUFValueType.UINT32
-    fields = (
-        [Field("general.file_type", 7, u32), Field("general.quantization_version", 2, u32)]
-        + metadata(cfg)
-        + read_target(target).tokenizer_fields
-    )
-    write_gguf(out, ARCH, fields, tensors)
+        jobs = drafter_jobs(ckpt, cfg)
+    tensors = []
+    for j in jobs:
+        if j.data is not None:
+            tensors.append((j.entry.name, j.data.view(np.float32).reshape(j.entry.shape), F32))
+            continue
+        values = j.source.read(0, j.entry.rows).reshape(j.entry.shape)
+        qtype = Q8_0 if j.entry.type == Q4_0 else F32
+        tensors.append((j.entry.name, encode(values, qtype), qtype))
+    write_gguf(out, drafter_kv(cfg, read_target(target), [Q8_0] * 23), tensors)
     return out
 
 
@@ -401,7 +395,7 @@ def test_off_grid_tensor_stops_or_is_stored_otherwise(model, tmp_path, outdir):
 def test_donor_that_is_not_gguf(model, tmp_path, outdir):
     bad = tmp_path / "model.gguf"
     bad.write_bytes(b"<html>404 Not Found</html>" * 10)
-    expect_failure(outdir / "x.gguf", f"{bad}: not a GGUF file (no GGUF magic)", bad, model / "src")
+    expect_failure(outdir / "x.gguf", f"{bad}: not a GGUF file (starts with b'<htm')", bad, model / "src")
     expect_failure(outdir / "x.gguf", "no such file", tmp_path / "absent.gguf", model / "src")
 
 
@@ -473,29 +467,21 @@ def test_a_block_changed_after_writing_fails_verification(model, outdir, monkeyp
 
 
 def test_source_tensors_the_donor_lacks_and_donor_tensors_of_unknown_names_are_reported(model, tmp_path):
-    from gguf import GGUFWriter
-
+    from gguf_exact.formats.gguf_reader import open_gguf
+    from gguf_exact.formats.gguf_stream import write_gguf
     from gguf_exact.formats.safetensors_stream import StreamTensor, write_folder
-    from gguf_exact.formats.vocab import copy_field
     from gguf_exact.tiny.main_model import ModelTensor, source_fill
 
     # E2B's checkpoint may carry K/V projections for KV-shared layers, which the GGUF omits
     extra = ModelTensor("model.language_model.layers.5.self_attn.k_proj.weight", "", (64, 256), "matrix", Q4_0)
     stream = [StreamTensor(t.hf_name, t.shape, "BF16", source_fill(t, 0)) for t in [*model_tensors(TINY), extra]]
     write_folder(tmp_path / "src", hf_config(TINY), stream)
-    reader = GGUFReader(model / "donor.gguf")
-    w = GGUFWriter(tmp_path / "donor.gguf", "gemma4")
-    for name, field in reader.fields.items():
-        if not name.startswith("GGUF.") and name != "general.architecture":
-            f = copy_field(field)
-            w.add_key_value(f.key, f.value, f.vtype, f.sub_type)
-    for t in reader.tensors:
-        w.add_tensor(t.name, np.asarray(t.data), raw_dtype=None if t.tensor_type in (F32, F16) else t.tensor_type)
-    w.add_tensor("mystery.weight", np.ones(8, dtype=np.float32))
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
+    with open_gguf(model / "donor.gguf") as donor:
+        kv_raw = [kv.raw for kv in donor.header.kv]
+        blobs = [(t.name, donor.read_rows(t, 0, t.rows), t.type, t.shape) for t in donor.tensors]
+    typed = {F32: np.float32, F16: np.float16}
+    blobs = [(n, d.view(typed[q]).reshape(shape) if q in typed else d, q) for n, d, q, shape in blobs]
+    write_gguf(tmp_path / "donor.gguf", kv_raw, [*blobs, ("mystery.weight", np.ones(8, dtype=np.float32), F32)])
     result = repack_model(tmp_path / "donor.gguf", tmp_path / "src", tmp_path / "out.gguf")
     assert result.source_only == [extra.hf_name] and result.unmapped == ["mystery.weight"]
     out = tensors(tmp_path / "out.gguf")
@@ -504,7 +490,7 @@ def test_source_tensors_the_donor_lacks_and_donor_tensors_of_unknown_names_are_r
 
 def test_a_worker_failure_is_one_line_and_leaves_nothing(model, tmp_path, outdir, monkeypatch):
     from gguf_exact.formats.safetensors_stream import StreamTensor, write_folder
-    from gguf_exact.repack import pipeline as repack
+    from gguf_exact.stream import writer as repack
     from gguf_exact.tiny.main_model import source_fill
 
     stream = []
@@ -541,10 +527,13 @@ def test_verify_command_on_a_main_model_agrees_with_the_repack_report(model):
     assert "rope_freqs.weight" not in checks  # no source to compare with
     embd = checks["per_layer_token_embd.weight"]
     assert embd["type"] == "Q4_0" and embd["max_ulps"] <= 1 and 0.995 <= embd["exact_fraction"] < 1
-    # the same figures on the donor: its Q6_K table is far from the source
-    donor = CliRunner().invoke(main, ["verify", str(model / "donor.gguf"), "--source", str(model / "src"), "--json"])
-    dchecks = {t["name"]: t for t in json.loads(donor.stdout)["tensors"]}
-    assert dchecks["per_layer_token_embd.weight"]["type"] == "Q6_K"
-    assert dchecks["per_layer_token_embd.weight"]["exact_fraction"] < 0.5 < embd["exact_fraction"]
+    # Google's donor fails: its max / -8 steps moved values off the grid; measured, its Q6_K table is far off
+    donor = CliRunner().invoke(main, ["verify", str(model / "donor.gguf"), "--source", str(model / "src")])
+    assert donor.exit_code == 1 and "verification failed: tensor " in donor.stderr, donor.output
+    from gguf_exact.repack.check import verify_model
+
+    dchecks = {t.name: t for t in verify_model(model / "donor.gguf", model / "src", judge=False).tensors}
+    assert dchecks["per_layer_token_embd.weight"].type == "Q6_K"
+    assert dchecks["per_layer_token_embd.weight"].exact_fraction < 0.5 < embd["exact_fraction"]
     total = v["total"]
     assert total["exact_values"] == sum(t["exact_values"] for t in v["tensors"])

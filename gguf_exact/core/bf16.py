@@ -52,3 +52,13 @@ def ordered(bits: np.ndarray) -> np.ndarray:
 def ulp_distance(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """How many bf16 steps apart two bf16 values are."""
     return np.abs(ordered(a) - ordered(b))
+
+
+def from_exact(values: np.ndarray) -> np.ndarray | None:
+    """bf16 bits of float16/float32 ``values`` when every one is a bf16 value (nothing is
+    lost); None otherwise. bf16 bits (uint16) pass through."""
+    if values.dtype == np.uint16:
+        return values
+    wide = np.asarray(values, dtype=np.float32)
+    bits = from_f32(wide)
+    return bits if np.array_equal(to_f32(bits).view(np.uint32), wide.view(np.uint32)) else None

@@ -14,9 +14,10 @@ from dataclasses import dataclass, field
 import numpy as np
 from numba import njit
 
-from gguf_exact.core import bf16, q4_0
-from gguf_exact.core.grid import GCD_BY_LEVEL_SET, fit_block
-from gguf_exact.core.scale import FP16_INF_BITS, choose_block_scale
+from gguf_exact.core import q4_0
+from gguf_exact.core.error_stats import ErrorStats, sum_stats
+from gguf_exact.core.grid import FINITE_MATH, GCD_BY_LEVEL_SET, fit_block
+from gguf_exact.core.scale import FP16_INF_BITS, choose_block_scale, count_exact, fp16_value
 from gguf_exact.errors import GgufExactError
 
 CHUNK_VALUES = 1 << 19  # measured best on 2 cores: smaller chunks pay numpy's per-call cost
@@ -34,6 +35,7 @@ class RowPlan:
     exact_values: int = 0  # values that decode to the source bits, over on-grid blocks
     level_histogram: np.ndarray | None = None  # counts of levels -8..7 over on-grid blocks
     data: np.ndarray | None = None  # (rows, cols/32*18) uint8 Q4_0, only when fully on grid
+    stats: ErrorStats | None = None  # ``data`` decoded against the source, only with ``data``
 
 
 @dataclass
@@ -59,82 +61,160 @@ class MatrixPlan(RowPlan):
         return self.exact_values / self.n_values if self.n_values else 1.0
 
 
-def _histogram(packed: np.ndarray, off_grid_blocks: int) -> np.ndarray:
-    """Level counts from packed Q4_0 bytes: each ``qs`` byte holds two levels, so one
-    bincount over half as many entries, folded. Off-grid blocks were packed as level 0."""
-    pairs = np.bincount(packed[:, 2:].ravel(), minlength=256).reshape(16, 16)  # [high, low]
-    counts = pairs.sum(axis=0) + pairs.sum(axis=1)
-    counts[8] -= off_grid_blocks * q4_0.BLOCK_SIZE
-    return counts
+# Layout of the per-chunk counters that :func:`pack_blocks` fills (int64).
+N_OFF_GRID, N_EXACT, MAX_ULPS, N_NON_FINITE, FIRST_NON_FINITE, FIRST_BAD_SCALE = range(6)
+N_COUNTERS = 6
 
 
 @njit(cache=True, nogil=True)
-def plan_blocks(x, bits, levels, d_bits, on_grid, residual, exact, score_partial, gcd_by_level_set):
-    """Grid fit and scale choice for every block (row) of ``x`` (n, 32) float32 and its
-    bf16 ``bits``, into the output arrays. With ``score_partial`` false, scales are
-    skipped once a block is off the grid. Returns the number of off-grid blocks."""
-    scratch = np.empty(32, np.float32)
-    scratch_bits = scratch.view(np.uint32)
-    off_grid = 0
-    for b in range(x.shape[0]):
-        on_grid[b], step, residual[b] = fit_block(x[b], levels[b], gcd_by_level_set)
-        if not on_grid[b]:
-            off_grid += 1
-            d_bits[b] = 0
-            exact[b] = 0
-        elif off_grid == 0 or score_partial:
-            d_bits[b], exact[b], _ = choose_block_scale(levels[b], x[b], bits[b], step, scratch, scratch_bits)
-    return off_grid
+def pack_blocks(
+    bits, out, counters, sq, histogram, off_blocks, off_residual, score_partial, with_histogram, gcd_by_level_set
+):
+    """Everything exact Q4_0 does to a chunk, in one pass over it: for each block (row)
+    of ``bits`` (n, 32) bf16 bits, check the values are finite, fit the grid
+    (:func:`~gguf_exact.core.grid.fit_block`), choose the scale
+    (:func:`~gguf_exact.core.scale.choose_block_scale`), write the 18 Q4_0 bytes into
+    ``out`` (n, 18), and measure the decoded block against the source as
+    :func:`~gguf_exact.core.error_stats.compare_chunk` does (bf16-rounded ``level * d``:
+    exact values, largest error in ULPs, squared error and squared source into ``sq``).
+
+    Fills ``counters`` (see ``N_OFF_GRID`` ...), ``histogram`` (levels -8..7 of on-grid
+    blocks), and the first off-grid blocks with their residuals (as many as
+    ``off_blocks`` holds). Off-grid blocks are written as zeros (level 0, d 0). With
+    ``score_partial`` false, scales are skipped once a block is off the grid. Stops at
+    the first non-finite value (its flat index in ``FIRST_NON_FINITE``, all of them
+    counted in ``N_NON_FINITE``) and at the first step beyond fp16's range."""
+    x = np.empty(32, np.float32)
+    x_bits = x.view(np.uint32)
+    q = np.empty(32, np.float32)
+    p = np.empty(32, np.float32)
+    p_bits = p.view(np.uint32)
+    e = np.empty(32, np.float32)
+    levels = np.empty(32, np.int8)
+    counters[:] = 0
+    counters[FIRST_NON_FINITE] = -1
+    counters[FIRST_BAD_SCALE] = -1
+    sq[:] = 0.0
+    histogram[:] = 0
+    flat = bits.reshape(-1)
+    for k in range(flat.size):
+        if (flat[k] & 0x7F80) == 0x7F80:
+            counters[N_NON_FINITE] += 1
+            if counters[FIRST_NON_FINITE] < 0:
+                counters[FIRST_NON_FINITE] = k
+    if counters[N_NON_FINITE]:
+        return
+    for b in range(bits.shape[0]):
+        source = bits[b]
+        for i in range(32):
+            x_bits[i] = np.uint32(source[i]) << 16
+        on_grid, step, residual = fit_block(x, levels, q, e, gcd_by_level_set)
+        if not on_grid:
+            n_off = counters[N_OFF_GRID]
+            if n_off < off_blocks.size:
+                off_blocks[n_off] = b
+                off_residual[n_off] = residual
+            counters[N_OFF_GRID] = n_off + 1
+            out[b, :] = 0
+            continue
+        if counters[N_OFF_GRID] and not score_partial:
+            continue
+        d_bits, exact, _ = choose_block_scale(levels, x, source, step, p, e)
+        if (d_bits & 0x7FFF) == FP16_INF_BITS:
+            counters[FIRST_BAD_SCALE] = b
+            return
+        out[b, 0] = d_bits & 0xFF
+        out[b, 1] = d_bits >> 8
+        for j in range(16):
+            out[b, 2 + j] = (levels[j] + 8) | ((levels[j + 16] + 8) << 4)
+        if with_histogram:
+            for i in range(32):
+                histogram[levels[i] + 8] += 1
+        counters[N_EXACT] += exact
+        sq[1] += square_sum(x)
+        if exact == 32:
+            continue
+        d = fp16_value(d_bits & 0x7FFF)
+        count_exact(levels, -d if d_bits & 0x8000 else d, source, p)  # level * d of the chosen d, in p
+        for i in range(32):
+            u = p_bits[i]
+            r = (u + np.uint32(0x7FFF) + ((u >> 16) & np.uint32(1))) >> 16
+            s = np.uint32(source[i])
+            if r == s or ((r | s) & 0x7FFF) == 0:  # +0 and -0 are the same value
+                continue
+            counters[MAX_ULPS] = max(counters[MAX_ULPS], abs(ordered(r) - ordered(s)))
+            p_bits[i] = r << 16
+            diff = np.float64(p[i]) - np.float64(x[i])
+            sq[0] += diff * diff
+
+
+@njit(cache=True, nogil=True, fastmath=FINITE_MATH | {"reassoc"})
+def square_sum(x):
+    """Sum of squares in float64: exact in any order on a fitted block (16-bit squares
+    whose exponents lie within a few bits of each other), so it may vectorise."""
+    total = 0.0
+    for i in range(x.size):
+        total += np.float64(x[i]) * np.float64(x[i])
+    return total
+
+
+@njit(cache=True, nogil=True)
+def ordered(bits):
+    """bf16 bits as an integer monotonic in value (+0 and -0 both 0), as
+    :func:`gguf_exact.core.bf16.ordered`."""
+    magnitude = np.int64(bits & 0x7FFF)
+    return -magnitude if bits & 0x8000 else magnitude
 
 
 def plan_rows(bits: np.ndarray, row0: int = 0, histogram: bool = True, score_partial: bool = True) -> RowPlan:
     """Plan exact Q4_0 for ``bits``, (rows, cols) bf16 bits that are rows ``row0..`` of
-    a matrix. ``score_partial=False`` skips the scale choice when a block is off the
-    grid (for callers that will store the matrix another way).
+    a matrix. ``score_partial=False`` skips the scale choice once a block is off the
+    grid (for callers that will store the matrix another way). ``histogram`` is kept
+    for callers' compatibility: the level counts cost nothing in the fused pass.
 
-    Raises :class:`GgufExactError` for a row length that is not a multiple of 32 or
-    for NaN/Inf values; off-grid blocks are reported, not raised.
+    Raises :class:`GgufExactError` for a row length that is not a multiple of 32, for
+    NaN/Inf values, and for a step beyond fp16's range; off-grid blocks are reported,
+    not raised.
     """
     rows, cols = bits.shape
     if cols % q4_0.BLOCK_SIZE:
         raise GgufExactError(f"row length {cols} is not a multiple of {q4_0.BLOCK_SIZE}")
-    blocks = bits.reshape(-1, q4_0.BLOCK_SIZE)
-    bad = bf16.non_finite(blocks)
-    if bad.any():
-        flat = int(np.flatnonzero(bad.ravel())[0])
-        raise GgufExactError(
-            f"{int(bad.sum())} values are NaN or Inf (first at row {row0 + flat // cols}, column {flat % cols})"
-        )
+    blocks = np.ascontiguousarray(bits, dtype=np.uint16).reshape(-1, q4_0.BLOCK_SIZE)
     n = blocks.shape[0]
-    levels = np.zeros((n, q4_0.BLOCK_SIZE), np.int8)
-    d_bits = np.zeros(n, np.uint16)
-    on_grid = np.zeros(n, bool)
-    residual = np.zeros(n, np.float32)
-    exact = np.zeros(n, np.int32)
-    off_count = plan_blocks(
-        bf16.to_f32(blocks), blocks, levels, d_bits, on_grid, residual, exact, score_partial, GCD_BY_LEVEL_SET
-    )
-    off = np.flatnonzero(~on_grid)
+    out = np.empty((n, q4_0.BLOCK_BYTES), np.uint8)
+    counters = np.empty(N_COUNTERS, np.int64)
+    sq = np.empty(2, np.float64)
+    levels = np.empty(16, np.int64)
+    off_blocks = np.empty(FIRST_OFF_GRID_SHOWN, np.int64)
+    off_residual = np.empty(FIRST_OFF_GRID_SHOWN, np.float32)
+    pack_blocks(blocks, out, counters, sq, levels, off_blocks, off_residual, score_partial, histogram, GCD_BY_LEVEL_SET)
+    if counters[N_NON_FINITE]:
+        flat = int(counters[FIRST_NON_FINITE])
+        raise GgufExactError(
+            f"{int(counters[N_NON_FINITE])} values are NaN or Inf (first at row {row0 + flat // cols}, column {flat % cols})"
+        )
     per_row = cols // q4_0.BLOCK_SIZE
-    plan = RowPlan(n_blocks=n, off_grid_blocks=int(off_count))
-    plan.first_off_grid = [
-        (row0 + int(b) // per_row, int(b) % per_row * q4_0.BLOCK_SIZE, float(residual[b]))
-        for b in off[:FIRST_OFF_GRID_SHOWN]
-    ]
-    if off.size and not score_partial:
-        return plan
-    if ((d_bits & 0x7FFF) == FP16_INF_BITS).any():
-        worst = int(np.flatnonzero((d_bits & 0x7FFF) == FP16_INF_BITS)[0])
+    if counters[FIRST_BAD_SCALE] >= 0:
+        worst = int(counters[FIRST_BAD_SCALE])
         raise GgufExactError(
             f"the step of the block at row {row0 + worst // per_row}, column {worst % per_row * q4_0.BLOCK_SIZE} "
             "is beyond the fp16 range of Q4_0 scales"
         )
-    plan.exact_values = int(exact[on_grid].sum())
-    packed = q4_0.pack(levels, d_bits.view(np.float16))
-    if histogram:
-        plan.level_histogram = _histogram(packed, int(off.size))
-    if off.size == 0:
-        plan.data = packed.reshape(rows, -1)
+    n_off = int(counters[N_OFF_GRID])
+    plan = RowPlan(n_blocks=n, off_grid_blocks=n_off)
+    plan.first_off_grid = [
+        (row0 + int(b) // per_row, int(b) % per_row * q4_0.BLOCK_SIZE, float(r))
+        for b, r in zip(off_blocks[: min(n_off, FIRST_OFF_GRID_SHOWN)], off_residual)
+    ]
+    if n_off and not score_partial:
+        return plan
+    plan.exact_values = int(counters[N_EXACT])
+    plan.level_histogram = levels
+    if n_off == 0:
+        plan.data = out.reshape(rows, -1)
+        plan.stats = ErrorStats(
+            n * q4_0.BLOCK_SIZE, int(counters[N_EXACT]), int(counters[MAX_ULPS]), float(sq[0]), float(sq[1])
+        )
     return plan
 
 
@@ -164,6 +244,8 @@ def combine(shape: tuple[int, int], parts: list[RowPlan], keep_data: bool = True
         if part.level_histogram is not None:
             plan.level_histogram += part.level_histogram
         plan.exact_values += part.exact_values
+    if plan.on_grid:
+        plan.stats = sum_stats(p.stats for p in parts) or ErrorStats()
     if keep_data and plan.on_grid:
         cols = shape[1]
         plan.data = np.concatenate([p.data for p in parts]) if parts else np.zeros((0, q4_0.row_bytes(cols)), np.uint8)

@@ -42,71 +42,112 @@ def _gcd_by_level_set() -> np.ndarray:
 GCD_BY_LEVEL_SET = _gcd_by_level_set()
 
 
-@njit(cache=True, nogil=True)
-def fit_block(x, levels, gcd_by_level_set):
+# The flags let LLVM vectorise; with finite inputs (callers check) they change no value:
+# "contract", "reassoc", "arcp" and "afn", which would, are left out.
+FINITE_MATH = {"nnan", "ninf", "nsz"}
+
+
+@njit(cache=True, nogil=True, fastmath=FINITE_MATH)
+def max_bits(e):
+    """The largest of ``e`` (float32, all >= 0) as int32 bits. Integers order like the
+    non-negative floats they encode, and an integer maximum vectorises where numba's
+    float ``max`` does not."""
+    eb = e.view(np.int32)
+    worst = np.int32(0)
+    for i in range(eb.size):
+        worst = max(worst, eb[i])
+    return worst
+
+
+@njit(cache=True, nogil=True, fastmath=FINITE_MATH | {"reassoc"})
+def level_sums(levels, x):
+    """``sum(q*q)`` and ``sum(q*x)`` for the least-squares step. The float64 sum is exact
+    in any order (each term has at most 12 significant bits, and on a fitted block the
+    non-zero terms' exponents lie within a few bits of each other), so "reassoc" may
+    vectorise it without changing a bit."""
+    qq = 0
+    qx = 0.0
+    for i in range(levels.size):
+        level = levels[i]
+        qq += level * level
+        qx += level * np.float64(x[i])
+    return qq, qx
+
+
+@njit(cache=True, nogil=True, fastmath=FINITE_MATH)
+def fit_block(x, levels, q, e, gcd_by_level_set):
     """Fit one block: ``x`` (32,) float32 finite values; writes ``levels`` (32,) int8 in
-    -8..7 (sign folded into the step). Returns (on_grid, least-squares step, residual):
-    the step is negative for +8 blocks and 0 for zero or off-grid blocks; the residual is
-    the largest ``|x - q * amax/m|`` in steps of ``amax/m``, for the best ``m`` tried."""
-    x_max = x[0]
-    x_min = x[0]
-    for i in range(1, 32):
-        if x[i] > x_max:
-            x_max = x[i]
-        if x[i] < x_min:
-            x_min = x[i]
-    amax = max(x_max, -x_min)
-    levels[:] = 0
+    -8..7 (sign folded into the step); ``q`` and ``e`` are (32,) float32 scratch. Returns
+    (on_grid, least-squares step, residual): the step is negative for +8 blocks and 0
+    for zero or off-grid blocks; the residual is the largest ``|x - q * amax/m|`` in
+    steps of ``amax/m``, for the best ``m`` tried.
+
+    Loops run over ``x.size`` rather than a constant 32, which LLVM would unroll into
+    scalar code; the rounded ``x / step`` of the fitting ``m`` are the levels (``x / -step``
+    is ``-(x / step)`` exactly, and ``rint`` is symmetric)."""
+    n = x.size
+    xb = x.view(np.int32)
+    eb = e.view(np.int32)
+    amax_bits = np.int32(0)
+    for i in range(n):
+        amax_bits = max(amax_bits, xb[i] & np.int32(0x7FFFFFFF))
+    eb[0] = amax_bits
+    amax = e[0]
     if amax == 0:
+        levels[:] = 0
         return True, np.float32(0), np.float32(0)
     residual = np.float32(np.inf)
     extreme = 0
     negate = False
     for m in range(8, 0, -1):
         step = amax / np.float32(m)
-        worst = np.float32(0)
-        for i in range(32):
-            err = abs(np.rint(x[i] / step) * step - x[i])
-            if err > worst:
-                worst = err
-        r = worst / step
+        for i in range(n):
+            qi = np.rint(x[i] / step)
+            q[i] = qi
+            e[i] = abs(qi * step - x[i])
+        eb[0] = max_bits(e)
+        r = e[0] / step
         residual = min(residual, r)
         fits = r <= TOLERANCE_STEPS
         plus8 = False
         if m == 8:
             # Level +8 needs a negative scale, so -8 and +8 cannot share a block.
-            plus8 = x_max >= np.float32(7.5) * step
-            if plus8 and x_min <= np.float32(-7.5) * step:
+            threshold = np.float32(7.5) * step
+            n_high = 0
+            n_low = 0
+            for i in range(n):
+                n_high += x[i] >= threshold
+                n_low += x[i] <= -threshold
+            plus8 = n_high > 0
+            if plus8 and n_low > 0:
                 fits = False
         if fits:
             extreme = m
             negate = plus8
             break
     if extreme == 0:
+        levels[:] = 0
         return False, np.float32(0), residual
-    coarse = amax / np.float32(extreme)
-    if negate:
-        coarse = -coarse
-    present = 0
-    for i in range(32):
-        q = int(np.rint(x[i] / coarse))
-        levels[i] = q
-        present |= 1 << (q + 8)
+    sign = np.int32(-1) if negate else np.int32(1)
+    present = np.int32(0)
+    for i in range(n):
+        level = np.int32(q[i]) * sign
+        levels[i] = level
+        present |= np.int32(1) << (level + 8)
     divisor = gcd_by_level_set[present]
-    qq = 0.0
-    qx = 0.0
-    for i in range(32):
-        q = levels[i] // divisor
-        levels[i] = q
-        qq += q * q
-        qx += q * np.float64(x[i])
+    if divisor > 1:  # rare, and an integer division per value costs more than the rest
+        for i in range(n):
+            levels[i] = levels[i] // divisor
+    qq, qx = level_sums(levels, x)
     return True, np.float32(qx / qq), residual
 
 
 @njit(cache=True, nogil=True)
 def _fit_blocks(values, levels, step, on_grid, residual, gcd_by_level_set):
+    q = np.empty(32, np.float32)
+    e = np.empty(32, np.float32)
     for b in range(values.shape[0]):
-        on_grid[b], step[b], residual[b] = fit_block(values[b], levels[b], gcd_by_level_set)
+        on_grid[b], step[b], residual[b] = fit_block(values[b], levels[b], q, e, gcd_by_level_set)
 
 
 @dataclass(frozen=True)

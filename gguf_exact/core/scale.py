@@ -22,6 +22,7 @@ import numpy as np
 from numba import njit
 
 from gguf_exact.core import bf16
+from gguf_exact.core.grid import FINITE_MATH, max_bits
 from gguf_exact.errors import GgufExactError
 
 OFFSETS = np.array([0, -1, 1, -2, 2, -3, 3, -4, 4], dtype=np.int64)  # in trying order
@@ -57,17 +58,43 @@ def fp16_value(h):
     return np.float32((1024 + mantissa) * 2.0 ** (exponent - 25))
 
 
-@njit(cache=True, nogil=True)
-def choose_block_scale(levels, x, bits, step, scratch, scratch_bits):
+@njit(cache=True, nogil=True, fastmath=FINITE_MATH)
+def count_exact(levels, d, bits, p):
+    """Write ``levels * d`` (float32, exact: an 11-bit d times a 4-bit level) into ``p``;
+    return how many of them round (bf16, nearest-even, on the bits) to the magnitude of
+    the source ``bits``. Magnitudes suffice: a level's sign times d's is the value's sign
+    by construction."""
+    for i in range(levels.size):
+        p[i] = np.float32(levels[i]) * d
+    pb = p.view(np.uint32)
+    exact = 0
+    for i in range(pb.size):
+        u = pb[i]
+        rounded = (u + np.uint32(0x7FFF) + ((u >> 16) & np.uint32(1))) >> 16
+        exact += ((rounded ^ np.uint32(bits[i])) & np.uint32(0x7FFF)) == 0
+    return exact
+
+
+@njit(cache=True, nogil=True, fastmath=FINITE_MATH)
+def max_error(p, x, e):
+    """Largest ``|p - x|``, using ``e`` as scratch."""
+    for i in range(p.size):
+        e[i] = abs(p[i] - x[i])
+    worst = max_bits(e)
+    e.view(np.int32)[0] = worst
+    return e[0]
+
+
+@njit(cache=True, nogil=True, fastmath=FINITE_MATH)
+def choose_block_scale(levels, x, bits, step, p, e):
     """Pick ``d`` for one block: ``levels`` (32,) int8, source values ``x`` (32,) float32
-    and their bf16 ``bits`` (32,) uint16, least-squares ``step``. ``scratch`` is a (32,)
-    float32 buffer and ``scratch_bits`` its uint32 view (numba cannot view a scalar's
-    bits). Returns (signed fp16 bits of d, exact values, largest error; the error is 0
-    for a block the nearest candidate settles). fp16 bits ``FP16_INF_BITS``: the step
-    is beyond fp16's range."""
+    and their bf16 ``bits`` (32,) uint16, least-squares ``step``; ``p`` and ``e`` are (32,)
+    float32 scratch. Returns (signed fp16 bits of d, exact values, largest error; the
+    error is 0 for a block the nearest candidate settles). fp16 bits ``FP16_INF_BITS``:
+    the step is beyond fp16's range."""
     negative = step < 0
-    scratch[0] = abs(step)
-    base = fp16_bits(scratch[0], scratch_bits[0])
+    e[0] = abs(step)
+    base = fp16_bits(e[0], e.view(np.uint32)[0])
     if base == FP16_INF_BITS:
         return FP16_INF_BITS, 0, np.float32(np.inf)
     best_d = base
@@ -80,31 +107,21 @@ def choose_block_scale(levels, x, bits, step, scratch, scratch_bits):
         d = fp16_value(candidate)
         if negative:
             d = -d
-        for i in range(32):
-            scratch[i] = np.float32(levels[i]) * d
-        exact = 0
-        for i in range(32):
-            u = scratch_bits[i]  # bf16 rounding, nearest-even, on the bits
-            rounded = (u + np.uint32(0x7FFF) + ((u >> 16) & np.uint32(1))) >> 16
-            # magnitudes suffice: a level's sign times d's is the value's sign by construction
-            if ((rounded ^ np.uint32(bits[i])) & np.uint32(0x7FFF)) == 0:
-                exact += 1
+        exact = count_exact(levels, d, bits, p)
         if j == 0 and exact == 32:
             return candidate | (0x8000 if negative else 0), 32, np.float32(0)
-        error = np.float32(0)
-        for i in range(32):
-            error = max(error, abs(scratch[i] - x[i]))
+        error = max_error(p, x, e)
         if exact > best_exact or (exact == best_exact and error < best_error):
             best_d, best_exact, best_error = candidate, exact, error
     return best_d | (0x8000 if negative else 0), best_exact, best_error
 
 
 @njit(cache=True, nogil=True)
-def _choose_scales(levels, x, bits, step, d_bits, exact, max_error):
-    scratch = np.empty(32, np.float32)
-    scratch_bits = scratch.view(np.uint32)
+def _choose_scales(levels, x, bits, step, d_bits, exact, largest_error):
+    p = np.empty(32, np.float32)
+    e = np.empty(32, np.float32)
     for b in range(levels.shape[0]):
-        d_bits[b], exact[b], max_error[b] = choose_block_scale(levels[b], x[b], bits[b], step[b], scratch, scratch_bits)
+        d_bits[b], exact[b], largest_error[b] = choose_block_scale(levels[b], x[b], bits[b], step[b], p, e)
 
 
 @dataclass(frozen=True)
@@ -120,10 +137,10 @@ def choose_scales(levels: np.ndarray, source_bits: np.ndarray, step: np.ndarray)
     n = levels.shape[0]
     d_bits = np.zeros(n, np.uint16)
     exact = np.zeros(n, np.int32)
-    max_error = np.zeros(n, np.float32)
+    largest_error = np.zeros(n, np.float32)
     bits = np.ascontiguousarray(source_bits, dtype=np.uint16)
     step = np.ascontiguousarray(step, dtype=np.float32)
-    _choose_scales(np.ascontiguousarray(levels), bf16.to_f32(bits), bits, step, d_bits, exact, max_error)
+    _choose_scales(np.ascontiguousarray(levels), bf16.to_f32(bits), bits, step, d_bits, exact, largest_error)
     if ((d_bits & 0x7FFF) == FP16_INF_BITS).any():
         raise GgufExactError(f"a block step of {float(np.abs(step).max()):.6g} is beyond the fp16 range of Q4_0 scales")
-    return ScaleChoice(d=d_bits.view(np.float16), exact=exact, max_error=max_error)
+    return ScaleChoice(d=d_bits.view(np.float16), exact=exact, max_error=largest_error)

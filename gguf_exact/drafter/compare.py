@@ -1,12 +1,16 @@
-"""``compare``: several GGUF drafters side by side against one source checkpoint."""
+"""``compare``: several GGUF drafters side by side against one source checkpoint.
+
+Each file is measured, not judged (:func:`gguf_exact.drafter.verify.verify_gguf` with
+``judge=False``), so a Q8_0 or bf16 drafter from llama.cpp's converter can stand beside
+the exact Q4_0 one.
+"""
 
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
 from gguf_exact.drafter.verify import verify_gguf
-from gguf_exact.formats.checkpoint import Checkpoint
-from gguf_exact.formats.vocab import open_gguf
+from gguf_exact.formats.gguf_reader import open_gguf
 
 
 @dataclass
@@ -20,13 +24,13 @@ class FileSummary:
     max_ulps: int
 
 
-def summarize(path: str | Path, ckpt: Checkpoint) -> FileSummary:
-    reader = open_gguf(path)
+def summarize(path: str | Path, source: str | Path) -> FileSummary:
     mix, size = Counter(), Counter()
-    for t in reader.tensors:
-        mix[t.tensor_type.name] += 1
-        size[t.tensor_type.name] += int(t.n_bytes)
-    total = verify_gguf(path, ckpt).total
+    with open_gguf(path) as gguf:
+        for t in gguf.tensors:
+            mix[t.type.name] += 1
+            size[t.type.name] += t.nbytes
+    total = verify_gguf(path, source, judge=False).total
     return FileSummary(
         str(path),
         Path(path).stat().st_size,
@@ -39,5 +43,4 @@ def summarize(path: str | Path, ckpt: Checkpoint) -> FileSummary:
 
 
 def compare_files(source: str | Path, paths: list[str | Path]) -> list[FileSummary]:
-    with Checkpoint(source) as ckpt:
-        return [summarize(p, ckpt) for p in paths]
+    return [summarize(p, source) for p in paths]

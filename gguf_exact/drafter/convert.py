@@ -1,10 +1,16 @@
 """Drafter conversion: HF Gemma 4 assistant folder -> exact Q4_0 gemma4-assistant GGUF.
 
-Plan every tensor (pure, via :mod:`gguf_exact.core.exact`), write to a temp file beside the output,
-read it back and verify against the source, check the sha256, then rename.
+The checkpoint's tensors become jobs (:func:`drafter_jobs`: exact Q4_0 for every matrix,
+F32 for norms and scalars, ``rope_freqs`` generated), the metadata comes from the config
+(:mod:`gguf_exact.gemma4.assistant`) and the target's ``tokenizer.*`` pairs, copied as
+bytes. :mod:`gguf_exact.stream` writes it in row chunks on both cores into a temp file
+beside the output, reads it back (every chunk's CRC against its plan, sha256), and
+only then is it renamed into place.
 """
 
 import json
+import os
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
@@ -12,47 +18,36 @@ from typing import Callable
 import numpy as np
 from gguf import GGMLQuantizationType, GGUFValueType
 
-from gguf_exact.core.exact import MatrixPlan, plan_matrix
-from gguf_exact.drafter.verify import Verification, source_bits, verify_gguf
-from gguf_exact.errors import GgufExactError, OffGridError
+from gguf_exact.core import bf16, q4_0
+from gguf_exact.core.error_stats import ErrorStats, sum_stats
+from gguf_exact.core.exact import plan_rows
+from gguf_exact.errors import GgufExactError
 from gguf_exact.formats.checkpoint import Checkpoint
-from gguf_exact.formats.gguf_file import (
-    TYPES,
-    atomic_output,
-    encode,
-    file_type,
-    sha256_file,
-    write_gguf,
-)
-from gguf_exact.formats.vocab import read_target
+from gguf_exact.formats.gguf_file import atomic_output, encode, file_type
+from gguf_exact.formats.gguf_layout import Field, TensorEntry
+from gguf_exact.formats.gguf_stream import StreamingGGUF
+from gguf_exact.formats.vocab import TargetInfo, read_target
 from gguf_exact.gemma4.assistant import (
     ARCH,
     ROPE_FREQS,
     AssistantConfig,
-    Field,
     expected_shape,
     gguf_tensor_name,
     metadata,
     rope_freqs,
     tensor_order,
 )
+from gguf_exact.gemma4.names import tensor_kind
 from gguf_exact.malloc_tuning import keep_heap_blocks
+from gguf_exact.stream.jobs import DATA, ENCODE, QAT, TensorJob
+from gguf_exact.stream.readback import verify_written
+from gguf_exact.stream.source_rows import RowSource, locate
+from gguf_exact.stream.writer import TensorResult, TensorWriter, write_tensors
 
-OFF_GRID_TYPES = ("q8_0", "f16", "bf16")
+OFF_GRID_TYPES = ("q8_0", "f16", "bf16", "f32")
+GGUF_VERSION, ALIGNMENT = 3, 32
+F32, Q4_0 = GGMLQuantizationType.F32, GGMLQuantizationType.Q4_0
 Progress = Callable[[str], None]
-
-
-@dataclass
-class TensorPlan:
-    """How one output tensor is made."""
-
-    gguf_name: str
-    source: str | None  # HF name; None for generated tensors
-    shape: tuple[int, ...]  # HF (row-major) shape
-    type: GGMLQuantizationType
-    data: np.ndarray
-    matrix: MatrixPlan | None = None  # grid analysis, for 2-D matrices
-    note: str = ""
 
 
 @dataclass
@@ -60,75 +55,84 @@ class ConvertResult:
     path: Path
     sha256: str
     size: int
-    plans: list[TensorPlan]
-    verification: Verification
+    tensors: list[TensorResult]
+    seconds: dict[str, float] = field(default_factory=dict)
     report: dict = field(default_factory=dict)
 
-
-def plan_tensor(ckpt: Checkpoint, cfg: AssistantConfig, hf_name: str, off_grid: str | None) -> TensorPlan | None:
-    """Decide type and bytes for one source tensor; None when it is dropped."""
-    gguf_name = gguf_tensor_name(hf_name)
-    if gguf_name is None:
-        return None
-    info = ckpt.tensors[hf_name]
-    where = f"{info.file}: tensor {hf_name}"
-    expected = expected_shape(gguf_name, cfg)
-    if expected is not None and tuple(info.shape or (1,)) != expected:
-        raise GgufExactError(f"{where}: shape {list(info.shape)} does not match the config, expected {list(expected)}")
-    if info.dtype == "I64":
-        raise GgufExactError(f"{where}: dtype I64 is not a weight")
-    bits = source_bits(ckpt, hf_name)
-    if len(info.shape) != 2:
-        data = encode(bits.reshape(info.shape or (1,)), GGMLQuantizationType.F32)
-        return TensorPlan(gguf_name, hf_name, tuple(info.shape or (1,)), GGMLQuantizationType.F32, data, note="f32")
-    try:
-        matrix = plan_matrix(bits)
-    except GgufExactError as err:
-        raise GgufExactError(f"{where}: {err}") from None
-    if matrix.on_grid:
-        return TensorPlan(gguf_name, hf_name, info.shape, GGMLQuantizationType.Q4_0, matrix.data, matrix, "exact q4_0")
-    if off_grid is None:
-        row, col, resid = matrix.first_off_grid[0]
-        raise OffGridError(
-            f"{where}: {matrix.off_grid_blocks} of {matrix.n_blocks} blocks are off the 4-bit grid "
-            f"(first at row {row}, column {col}, residual {resid:.3g} steps); "
-            f"pass --off-grid q8_0|f16|bf16 to store such matrices in another type"
-        )
-    qtype = TYPES[off_grid]
-    return TensorPlan(gguf_name, hf_name, info.shape, qtype, encode(bits, qtype), matrix, f"off grid -> {off_grid}")
+    @property
+    def total(self) -> ErrorStats:
+        """Every tensor with a source, against it."""
+        return sum_stats(t.ours for t in self.tensors) or ErrorStats()
 
 
-def plan_drafter(
-    ckpt: Checkpoint, cfg: AssistantConfig, off_grid: str | None = None, progress: Progress | None = None
-) -> list[TensorPlan]:
-    """Plans for every output tensor, in output order (rope_freqs generated)."""
-    if off_grid is not None and off_grid not in OFF_GRID_TYPES:
-        raise GgufExactError(f"--off-grid {off_grid}: expected one of {', '.join(OFF_GRID_TYPES)}")
-    plans = []
+def hf_shape(shape: tuple[int, ...]) -> tuple[int, ...]:
+    return tuple(shape) or (1,)
+
+
+def drafter_jobs(ckpt: Checkpoint, cfg: AssistantConfig) -> list[TensorJob]:
+    """One job per output tensor, in output order (no tensor data is read)."""
+    locations = locate(ckpt)
+    jobs = []
     for hf_name in sorted(ckpt.tensors):
-        if progress:
-            progress(hf_name)
-        plan = plan_tensor(ckpt, cfg, hf_name, off_grid)
-        if plan is not None:
-            plans.append(plan)
+        gguf_name = gguf_tensor_name(hf_name)
+        if gguf_name is None:
+            continue
+        info = ckpt.tensors[hf_name]
+        where = f"{info.file}: tensor {hf_name}"
+        shape = hf_shape(info.shape)
+        expected = expected_shape(gguf_name, cfg)
+        if expected is not None and shape != expected:
+            raise GgufExactError(
+                f"{where}: shape {list(info.shape)} does not match the config, expected {list(expected)}"
+            )
+        if info.dtype == "I64":
+            raise GgufExactError(f"{where}: dtype I64 is not a weight")
+        ne = tuple(reversed(shape))
+        matrix = len(shape) == 2
+        if matrix and shape[1] % q4_0.BLOCK_SIZE:
+            raise GgufExactError(f"{where}: row length {shape[1]} is not a multiple of {q4_0.BLOCK_SIZE}")
+        entry = TensorEntry(gguf_name, ne, Q4_0 if matrix else F32)
+        kind = tensor_kind(gguf_name, len(ne))
+        role, note = (QAT, "exact q4_0") if matrix else (ENCODE, "f32")
+        jobs.append(TensorJob(entry, role, kind, hf_name, RowSource(locations[hf_name]), note))
     freqs = rope_freqs(cfg)
-    plans.append(TensorPlan(ROPE_FREQS, None, freqs.shape, GGMLQuantizationType.F32, freqs, note="generated"))
-    names = [p.gguf_name for p in plans]
+    data = freqs.view(np.uint8).reshape(1, -1)
+    jobs.append(
+        TensorJob(
+            TensorEntry(ROPE_FREQS, freqs.shape, F32), DATA, tensor_kind(ROPE_FREQS, 1), note="generated", data=data
+        )
+    )
+    names = {j.entry.name for j in jobs}
     for layer in range(cfg.num_hidden_layers):
         for needed in (f"blk.{layer}.attn_q.weight", f"blk.{layer}.ffn_down.weight"):
             if needed not in names:
                 raise GgufExactError(f"{ckpt.folder}: no source tensor for {needed} (layer {layer} is incomplete)")
-    return sorted(plans, key=lambda p: tensor_order(p.gguf_name))
+    return sorted(jobs, key=lambda j: tensor_order(j.entry.name))
 
 
-def drafter_fields(cfg: AssistantConfig, plans: list[TensorPlan], tokenizer_fields: list[Field]) -> list[Field]:
-    """All KV pairs after ``general.architecture``."""
+def drafter_kv(cfg: AssistantConfig, target: TargetInfo, matrix_types: list[GGMLQuantizationType]) -> list[bytes]:
+    """Every key/value pair, as bytes: ``general.*``, the config's keys, then the
+    target's ``tokenizer.*`` pairs byte for byte."""
     u32 = GGUFValueType.UINT32
-    general = [
-        Field("general.file_type", file_type([p.type for p in plans if p.matrix is not None]), u32),
+    fields = [
+        Field("general.architecture", ARCH, GGUFValueType.STRING),
+        Field("general.file_type", file_type(matrix_types), u32),
         Field("general.quantization_version", 2, u32),
+        *metadata(cfg),
     ]
-    return general + metadata(cfg) + tokenizer_fields
+    return [f.encode() for f in fields] + list(target.tokenizer.pairs)
+
+
+def check_target(target: TargetInfo, cfg: AssistantConfig, vocab_from: Path) -> None:
+    if target.vocab_size != cfg.vocab_size:
+        raise GgufExactError(
+            f"{vocab_from}: vocabulary has {target.vocab_size} tokens but the drafter's vocab_size is {cfg.vocab_size}"
+        )
+    if target.embedding_length is not None and target.embedding_length != cfg.backbone_hidden_size:
+        raise GgufExactError(
+            f"{vocab_from}: target embedding_length {target.embedding_length} differs from the drafter's "
+            f"backbone_hidden_size {cfg.backbone_hidden_size}; this drafter belongs to another model"
+        )
 
 
 def convert_drafter(
@@ -139,60 +143,77 @@ def convert_drafter(
     expect_sha256: str | None = None,
     report_path: str | Path | None = None,
     progress: Progress | None = None,
+    workers: int | None = None,
 ) -> ConvertResult:
     """Convert an HF Gemma 4 assistant folder to an exact Q4_0 GGUF at ``out_path``.
 
-    Nothing is left at ``out_path`` unless the file verified and, when given,
-    matched ``expect_sha256``.
+    ``off_grid``: how to store a matrix with blocks off the 4-bit grid (``q8_0``,
+    ``f16``, ``bf16``, ``f32``); None stops. Nothing is left at ``out_path`` unless the
+    file read back as planned and, when given, matched ``expect_sha256``.
     """
+    if off_grid is not None and off_grid not in OFF_GRID_TYPES:
+        raise GgufExactError(f"--off-grid {off_grid}: expected one of {', '.join(OFF_GRID_TYPES)}")
     out_path = Path(out_path)
     keep_heap_blocks()
+    start = time.perf_counter()
     with Checkpoint(source_dir) as ckpt:
         cfg = AssistantConfig.from_hf(ckpt.config, str(ckpt.folder / "config.json"))
         target = read_target(vocab_from)
-        if target.vocab_size != cfg.vocab_size:
-            raise GgufExactError(
-                f"{vocab_from}: vocabulary has {target.vocab_size} tokens but the drafter's vocab_size is {cfg.vocab_size}"
-            )
-        if target.embedding_length is not None and target.embedding_length != cfg.backbone_hidden_size:
-            raise GgufExactError(
-                f"{vocab_from}: target embedding_length {target.embedding_length} differs from the drafter's "
-                f"backbone_hidden_size {cfg.backbone_hidden_size}; this drafter belongs to another model"
-            )
-        plans = plan_drafter(ckpt, cfg, off_grid, progress)
-        fields = drafter_fields(cfg, plans, target.tokenizer_fields)
-        with atomic_output(out_path) as tmp:
-            write_gguf(tmp, ARCH, fields, [(p.gguf_name, p.data, p.type) for p in plans])
-            planned = {p.gguf_name: p.data for p in plans if p.type == GGMLQuantizationType.Q4_0}
-            verification = verify_gguf(tmp, ckpt, planned)
-            digest = sha256_file(tmp)
-            if expect_sha256 and digest != expect_sha256.lower():
-                raise GgufExactError(f"{out_path}: sha256 {digest} does not match the expected {expect_sha256.lower()}")
-            size = tmp.stat().st_size
-        result = ConvertResult(out_path, digest, size, plans, verification)
-        result.report = build_report(result, ckpt.folder)
+        check_target(target, cfg, Path(vocab_from))
+        jobs = drafter_jobs(ckpt, cfg)
+        folder = ckpt.folder
+    kv_raw = drafter_kv(cfg, target, [Q4_0 for j in jobs if j.role == QAT])
+    times = {}
+    with atomic_output(out_path) as tmp:
+        writer = StreamingGGUF(tmp, GGUF_VERSION, kv_raw, [j.entry for j in jobs], ALIGNMENT)
+        tensors = TensorWriter(jobs, writer, None, off_grid)
+        try:
+            results = write_tensors(tensors, workers or min(2, os.cpu_count() or 1), "thread", progress)
+            final_kv = drafter_kv(cfg, target, [t.type for t, j in zip(writer.placed, jobs) if j.role == QAT])
+            size = writer.finish(final_kv)
+        finally:
+            tensors.close()
+            writer.close()
+        times["write"] = time.perf_counter() - start
+        digest = verify_written(tmp, final_kv, writer.placed, results, _replanner(jobs))
+        times["verify"] = time.perf_counter() - start - times["write"]
+        if expect_sha256 and digest != expect_sha256.lower():
+            raise GgufExactError(f"{out_path}: sha256 {digest} does not match the expected {expect_sha256.lower()}")
+    times["total"] = time.perf_counter() - start
+    result = ConvertResult(out_path, digest, size, results, times)
+    result.report = build_report(result, folder)
     if report_path:
         with atomic_output(report_path) as tmp:
             tmp.write_text(json.dumps(result.report, indent=2) + "\n")
     return result
 
 
+def _replanner(jobs: list[TensorJob]):
+    """For the read-back: a chunk's bytes recomputed, to name the first bad block."""
+    by_name = {j.entry.name: j for j in jobs}
+
+    def expected(entry: TensorEntry, r0: int, r1: int):
+        job = by_name[entry.name]
+        if job.role == DATA:
+            return job.data, 1
+        values = job.source.read(r0, r1)
+        if entry.type == Q4_0:
+            return plan_rows(bf16.from_exact(values), r0, histogram=False).data, q4_0.BLOCK_BYTES
+        return np.ascontiguousarray(encode(values, entry.type)).view(np.uint8), 1
+
+    return expected
+
+
 def build_report(result: ConvertResult, source: Path) -> dict:
-    checks = {c.name: c for c in result.verification.tensors}
     tensors = []
-    for p in result.plans:
-        entry = {"name": p.gguf_name, "source": p.source, "shape": list(p.shape), "type": p.type.name, "note": p.note}
-        if p.matrix is not None:
-            entry |= {
-                "blocks": p.matrix.n_blocks,
-                "off_grid_blocks": p.matrix.off_grid_blocks,
-                "level_histogram": p.matrix.level_histogram.tolist(),
-            }
-        if p.gguf_name in checks:
-            c = checks[p.gguf_name]
-            entry |= {"exact_fraction": c.exact_fraction, "max_ulps": c.max_ulps, "rel_error": c.rel_error}
+    for t in result.tensors:
+        entry = {"name": t.name, "source": t.hf_name, "type": t.out_type, "bytes": t.out_bytes, "note": t.note}
+        if t.n_blocks:
+            entry |= {"blocks": t.n_blocks, "off_grid_blocks": t.off_grid_blocks}
+        if t.ours is not None:
+            entry |= t.ours.as_dict()
         tensors.append(entry)
-    total = result.verification.total
+    total = result.total
     return {
         "output": str(result.path),
         "source": str(source),
@@ -203,6 +224,7 @@ def build_report(result: ConvertResult, source: Path) -> dict:
         "exact_fraction": total.exact_fraction,
         "max_ulps": total.max_ulps,
         "rel_error": total.rel_error,
-        "off_grid_tensors": [p.gguf_name for p in result.plans if p.note.startswith("off grid")],
+        "off_grid_tensors": [t.name for t in result.tensors if t.note.startswith("off grid")],
+        "seconds": result.seconds,
         "tensors": tensors,
     }

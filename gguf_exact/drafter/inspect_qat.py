@@ -14,8 +14,8 @@ from typing import Callable
 
 import numpy as np
 
-from gguf_exact.core.exact import CHUNK_VALUES, MatrixPlan, combine, plan_rows
-from gguf_exact.drafter.verify import source_bits
+from gguf_exact.core import bf16
+from gguf_exact.core.exact import CHUNK_VALUES, MatrixPlan, RowPlan, combine, plan_rows
 from gguf_exact.errors import GgufExactError
 from gguf_exact.formats.checkpoint import Checkpoint
 from gguf_exact.gemma4 import assistant, names
@@ -110,7 +110,12 @@ def plan_streamed(ckpt: Checkpoint, name: str) -> MatrixPlan:
     step = max(1, CHUNK_VALUES // (cols * rows_per_item))
     parts = []
     for i0 in range(0, items, step):
-        bits = source_bits(ckpt, name, slice(i0, min(items, i0 + step))).reshape(-1, cols)
+        values = ckpt.read(name, slice(i0, min(items, i0 + step))).reshape(-1, cols)
+        bits = bf16.from_exact(values)
+        if bits is None:  # F16/F32 values bf16 cannot hold: no exact Q4_0 for them
+            n_blocks = values.size // 32
+            parts.append(RowPlan(n_blocks=n_blocks, off_grid_blocks=n_blocks))
+            continue
         try:
             parts.append(plan_rows(bits, i0 * rows_per_item))
         except GgufExactError as err:

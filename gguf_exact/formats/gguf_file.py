@@ -1,8 +1,10 @@
-"""Writing GGUF files safely, and decoding their tensors back to float32.
+"""Output files written safely, and tensor data encoded to and decoded from GGUF types.
 
-The writer goes through gguf-py's GGUFWriter; the only thing added is the rule
-that nothing half-written ever sits at the output path (temp file beside it,
-verify, rename).
+Nothing half-written ever sits at an output path: :func:`atomic_output` gives a temp
+file beside it, which is renamed into place (after an fsync, with ordinary permissions)
+only when everything that checks it has passed. :func:`encode` and :func:`decode` move
+between a source's values and a GGUF type's bytes: each source keeps its own precision
+(bf16 as its bits, float16, float32) until a type that cannot hold it is asked for.
 """
 
 import contextlib
@@ -13,11 +15,10 @@ from pathlib import Path
 from typing import Iterator
 
 import numpy as np
-from gguf import GGMLQuantizationType, GGUFWriter, LlamaFileType, quants
+from gguf import GGMLQuantizationType, LlamaFileType, quants
 
 from gguf_exact.core import bf16, q4_0
 from gguf_exact.errors import GgufExactError
-from gguf_exact.gemma4.assistant import Field
 
 # What the CLI calls each storage type, and its GGML type.
 TYPES = {
@@ -29,10 +30,17 @@ TYPES = {
 }
 
 
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
 @contextlib.contextmanager
 def atomic_output(path: str | Path) -> Iterator[Path]:
-    """Yield a temp path beside ``path``; rename it into place only if the body
-    succeeds, otherwise remove it."""
+    """Yield a temp path beside ``path``; if the body succeeds, fsync it, give it the
+    permissions a new file gets here (0666 less the umask, not mkstemp's 0600) and
+    rename it into place; otherwise remove it."""
     path = Path(path)
     directory = path.parent if str(path.parent) else Path(".")
     if not directory.is_dir():
@@ -45,28 +53,12 @@ def atomic_output(path: str | Path) -> Iterator[Path]:
     tmp_path = Path(tmp)
     try:
         yield tmp_path
+        with open(tmp_path, "rb+") as f:
+            os.fsync(f.fileno())
+        os.chmod(tmp_path, 0o666 & ~_umask())
         os.replace(tmp_path, path)
     finally:
         tmp_path.unlink(missing_ok=True)
-
-
-def write_gguf(
-    path: Path, arch: str, fields: list[Field], tensors: list[tuple[str, np.ndarray, GGMLQuantizationType]]
-) -> None:
-    """Write a GGUF: ``general.architecture``, ``fields`` in order, then ``tensors``
-    (name, data, type) in order. Q4_0/Q8_0 data is raw bytes, one row per row."""
-    writer = GGUFWriter(path, arch)
-    for field in fields:
-        writer.add_key_value(field.key, field.value, field.vtype, field.sub_type)
-    for name, data, dtype in tensors:
-        if dtype in (GGMLQuantizationType.F32, GGMLQuantizationType.F16):
-            writer.add_tensor(name, data)
-        else:
-            writer.add_tensor(name, data, raw_dtype=dtype)
-    writer.write_header_to_file()
-    writer.write_kv_data_to_file()
-    writer.write_tensors_to_file()
-    writer.close()
 
 
 def file_type(types: list[GGMLQuantizationType]) -> int:
@@ -84,27 +76,37 @@ def file_type(types: list[GGMLQuantizationType]) -> int:
     return int(names[most])
 
 
-def encode(values_bits: np.ndarray, dtype: GGMLQuantizationType) -> np.ndarray:
-    """Store bf16 source bits as ``dtype`` (for the non-Q4_0 paths)."""
-    if dtype == GGMLQuantizationType.BF16:
-        return np.ascontiguousarray(values_bits).view(np.uint8)  # raw bytes, as GGUFWriter wants
-    values = bf16.to_f32(values_bits)
-    if dtype == GGMLQuantizationType.F32:
-        return values
-    if dtype == GGMLQuantizationType.F16:
-        return values.astype(np.float16)
-    return quants.quantize(values, dtype)
+def as_f32(values: np.ndarray) -> np.ndarray:
+    """Source values (bf16 bits as uint16, float16 or float32) as float32, exactly."""
+    return bf16.to_f32(values) if values.dtype == np.uint16 else np.asarray(values, dtype=np.float32)
+
+
+def encode(values: np.ndarray, qtype: GGMLQuantizationType) -> np.ndarray:
+    """Source values (bf16 bits as uint16, float16 or float32) stored as ``qtype``: raw
+    bytes for BF16 and the block types, a typed array for F32 and F16. F32 holds every
+    source exactly; F16 and BF16 round only what they cannot hold."""
+    if qtype == GGMLQuantizationType.BF16:
+        bits = values if values.dtype == np.uint16 else bf16.from_f32(as_f32(values))
+        return np.ascontiguousarray(bits).view(np.uint8)
+    if qtype == GGMLQuantizationType.F16 and values.dtype == np.float16:
+        return np.ascontiguousarray(values)
+    wide = as_f32(values)
+    if qtype == GGMLQuantizationType.F32:
+        return wide
+    if qtype == GGMLQuantizationType.F16:
+        return wide.astype(np.float16)
+    return quants.quantize(wide, qtype)
 
 
 def decode(data: np.ndarray, dtype: GGMLQuantizationType, shape: tuple[int, ...]) -> np.ndarray:
-    """A GGUF tensor's data (gguf-py's array, or raw bytes) as float32 in HF row-major ``shape``."""
+    """A GGUF tensor's data (raw bytes, or a typed array) as float32 in row-major ``shape``."""
     if dtype == GGMLQuantizationType.Q4_0:
         out = q4_0.dequantize(np.asarray(data).reshape(-1, q4_0.BLOCK_BYTES))
     elif dtype == GGMLQuantizationType.BF16:
         out = bf16.to_f32(np.asarray(data).view(np.uint16))
     elif dtype in (GGMLQuantizationType.F32, GGMLQuantizationType.F16):
         data = np.asarray(data)
-        if data.dtype == np.uint8:  # raw bytes (streamed reads) rather than gguf-py's typed view
+        if data.dtype == np.uint8:  # raw bytes (streamed reads) rather than a typed view
             data = data.view(np.float32 if dtype == GGMLQuantizationType.F32 else np.float16)
         out = data.astype(np.float32)
     else:

@@ -16,6 +16,7 @@ Layout (GGUF v2/v3, little-endian)::
     each tensor at ``offset`` (relative to the data start, aligned)
 """
 
+import math
 import struct
 from dataclasses import dataclass, field
 from typing import Any
@@ -36,6 +37,22 @@ _SCALAR = {
 
 class LayoutError(ValueError):
     """The bytes are not a well-formed GGUF header; callers add the file name."""
+
+
+@dataclass(frozen=True)
+class Field:
+    """A key/value pair to write: ``value`` of ``vtype`` (arrays: a list of ``sub_type``)."""
+
+    key: str
+    value: Any
+    vtype: GGUFValueType
+    sub_type: GGUFValueType | None = None
+
+    def encode(self) -> bytes:
+        """The pair as stored in the file."""
+        if self.vtype == GGUFValueType.ARRAY:
+            return encode_array_kv(self.key, self.sub_type, self.value)
+        return encode_kv(self.key, self.vtype, self.value)
 
 
 @dataclass(frozen=True)
@@ -60,7 +77,7 @@ class TensorEntry:
 
     @property
     def n_values(self) -> int:
-        return int(np.prod(self.ne, dtype=np.int64))
+        return math.prod(self.ne)  # Python ints: a hostile shape must not wrap around
 
     @property
     def cols(self) -> int:
@@ -97,8 +114,7 @@ def row_bytes(qtype: GGMLQuantizationType, cols: int) -> int:
 
 
 def tensor_nbytes(qtype: GGMLQuantizationType, ne: tuple[int, ...]) -> int:
-    rows = int(np.prod(ne[1:], dtype=np.int64)) if len(ne) > 1 else 1
-    return rows * row_bytes(qtype, ne[0])
+    return math.prod(ne[1:]) * row_bytes(qtype, ne[0])
 
 
 def align(offset: int, alignment: int) -> int:

@@ -12,6 +12,7 @@ import os
 from pathlib import Path
 
 import numpy as np
+from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
 
 from gguf_exact.formats.gguf_layout import (
     TensorEntry,
@@ -85,3 +86,33 @@ class StreamingGGUF:
         if self.fd >= 0:
             os.close(self.fd)
             self.fd = -1
+
+
+def write_gguf(
+    path: Path,
+    kv_raw: list[bytes],
+    tensors: list[tuple[str, np.ndarray, GGMLQuantizationType]],
+    version: int = 3,
+    alignment: int = 32,
+) -> int:
+    """A whole GGUF from key/value pairs (as bytes, e.g. :meth:`gguf_layout.Field.encode`)
+    and in-memory tensors (name, data in row-major shape, type): F32/F16 data typed,
+    other types as raw bytes of shape (rows, row bytes). Small files: tests, benchmarks'
+    inputs, tiny models. Returns the size."""
+    entries, blobs = [], []
+    for name, data, qtype in tensors:
+        data = np.ascontiguousarray(data)
+        if qtype in (GGMLQuantizationType.F32, GGMLQuantizationType.F16):
+            shape = data.shape
+        else:  # raw bytes: the last axis is row bytes
+            block, size = GGML_QUANT_SIZES[qtype]
+            shape = (*data.shape[:-1], data.shape[-1] // size * block) if data.dtype == np.uint8 else data.shape
+        entries.append(TensorEntry(name, tuple(reversed(shape)) or (1,), qtype))
+        blobs.append(data)
+    writer = StreamingGGUF(path, version, kv_raw, entries, alignment)
+    try:
+        for entry, data in zip(entries, blobs):
+            pwrite_all(writer.fd, data, writer.place(entry))
+        return writer.finish(kv_raw)
+    finally:
+        writer.close()

@@ -1,16 +1,55 @@
-"""The vocabulary a drafter borrows from its target GGUF (``tokenizer.*`` keys).
+"""The vocabulary a drafter borrows from its target GGUF (its ``tokenizer.*`` keys).
 
-Speculation in llama.cpp checks that drafter and target share vocabulary type,
-tokens and BOS/EOS, so the drafter carries the target's keys byte for byte.
+Speculation in llama.cpp checks that drafter and target share vocabulary type, tokens
+and BOS/EOS, so the drafter carries the target's keys byte for byte. They are handled
+as the raw bytes of their key/value pairs (:meth:`GgufFile.raw_pairs`): a Gemma 4
+vocabulary is 262,144 tokens plus merges, and no per-token object is ever made, to
+copy it or to compare two of them.
 """
 
+import hashlib
 from dataclasses import dataclass
 from pathlib import Path
 
-from gguf import GGUFReader, GGUFValueType
-
 from gguf_exact.errors import GgufExactError
-from gguf_exact.gemma4.assistant import Field
+from gguf_exact.formats.gguf_reader import GgufFile, open_gguf
+
+TOKENS_KEY = "tokenizer.ggml.tokens"
+
+
+@dataclass(frozen=True)
+class Tokenizer:
+    """A GGUF's ``tokenizer.*`` keys: the raw pairs, and what is compared between files."""
+
+    pairs: tuple[bytes, ...]  # every tokenizer.* pair as stored, in file order
+    model: str | None  # tokenizer.ggml.model
+    bos: int | None
+    eos: int | None
+    n_tokens: int
+    tokens_sha256: str  # of the stored tokenizer.ggml.tokens pair: equal digests, equal token lists
+
+    @property
+    def identity(self) -> tuple:
+        """What must match between a drafter and its target."""
+        return (self.model, self.bos, self.eos, self.n_tokens, self.tokens_sha256)
+
+    def first_difference(self, other: "Tokenizer") -> str | None:
+        """The first way ``other`` differs from this one, in words; None when they match."""
+        names = ("tokenizer model", "BOS id", "EOS id", "token count", "token list")
+        return next((n for n, a, b in zip(names, self.identity, other.identity) if a != b), None)
+
+
+def tokenizer_of(gguf: GgufFile) -> Tokenizer:
+    """The ``tokenizer.*`` keys of an open GGUF (no tokens: an empty :class:`Tokenizer`)."""
+    tokens = next((kv for kv in gguf.header.kv if kv.key == TOKENS_KEY), None)
+    return Tokenizer(
+        pairs=tuple(gguf.raw_pairs("tokenizer.")),
+        model=gguf.value("tokenizer.ggml.model"),
+        bos=gguf.value("tokenizer.ggml.bos_token_id"),
+        eos=gguf.value("tokenizer.ggml.eos_token_id"),
+        n_tokens=gguf.array_length(TOKENS_KEY) or 0,
+        tokens_sha256=hashlib.sha256(tokens.raw).hexdigest() if tokens is not None else "",
+    )
 
 
 @dataclass(frozen=True)
@@ -18,53 +57,17 @@ class TargetInfo:
     path: Path
     architecture: str
     embedding_length: int | None
-    vocab_size: int
-    tokenizer_fields: list[Field]
+    tokenizer: Tokenizer
 
-
-def open_gguf(path: str | Path) -> GGUFReader:
-    """GGUFReader with one-line errors for files that are not GGUF."""
-    path = Path(path)
-    if not path.is_file():
-        raise GgufExactError(f"{path}: no such file")
-    try:
-        return GGUFReader(path)
-    except Exception as err:  # gguf-py raises ValueError, struct.error, IndexError...
-        raise GgufExactError(f"{path}: not a readable GGUF file ({err})") from None
-
-
-def field_value(reader: GGUFReader, key: str):
-    field = reader.fields.get(key)
-    return None if field is None else field.contents()
-
-
-def copy_field(field) -> Field:
-    """A reader field as a writable :class:`Field`, strings kept as raw bytes."""
-    vtype = field.types[0]
-    if vtype == GGUFValueType.ARRAY:
-        sub = field.types[-1]
-        if sub == GGUFValueType.STRING:
-            value = [bytes(field.parts[i]) for i in field.data]
-        else:
-            value = [v for i in field.data for v in field.parts[i].tolist()]
-        return Field(field.name, value, vtype, sub)
-    if vtype == GGUFValueType.STRING:
-        return Field(field.name, bytes(field.parts[field.data[0]]), vtype)
-    return Field(field.name, field.contents(), vtype)
+    @property
+    def vocab_size(self) -> int:
+        return self.tokenizer.n_tokens
 
 
 def read_target(path: str | Path) -> TargetInfo:
-    """Read the target's architecture, width and tokenizer keys."""
-    reader = open_gguf(path)
-    arch = field_value(reader, "general.architecture") or "?"
-    fields = [copy_field(f) for name, f in reader.fields.items() if name.startswith("tokenizer.")]
-    tokens = reader.fields.get("tokenizer.ggml.tokens")
-    if not fields or tokens is None:
-        raise GgufExactError(f"{path}: has no tokenizer.* keys (tokenizer.ggml.tokens); pass the target model's GGUF")
-    return TargetInfo(
-        path=Path(path),
-        architecture=arch,
-        embedding_length=field_value(reader, f"{arch}.embedding_length"),
-        vocab_size=len(tokens.data),
-        tokenizer_fields=fields,
-    )
+    """The target's architecture, width and tokenizer keys (header only)."""
+    with open_gguf(path) as gguf:
+        tokenizer = tokenizer_of(gguf)
+        if not tokenizer.n_tokens:
+            raise GgufExactError(f"{path}: has no tokenizer.* keys ({TOKENS_KEY}); pass the target model's GGUF")
+        return TargetInfo(Path(path), gguf.architecture or "?", gguf.arch_value("embedding_length"), tokenizer)

@@ -7,12 +7,12 @@ writes it, in one table each so that a reader can check them against upstream.
 
 import re
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 from gguf import GGUFValueType
 
 from gguf_exact.errors import GgufExactError
+from gguf_exact.formats.gguf_layout import Field  # noqa: F401  (the key/value type the tables are written in)
 
 ARCH = "gemma4-assistant"  # hyphen: the underscore form does not load
 SUPPORTED_ARCHITECTURES = ("Gemma4AssistantForCausalLM", "Gemma4UnifiedAssistantForCausalLM")
@@ -68,14 +68,6 @@ def tensor_order(gguf_name: str) -> tuple:
     """Stable order for the output: global tensors first, then layer by layer."""
     match = re.match(r"^blk\.(\d+)\.", gguf_name)
     return (1, int(match.group(1)), gguf_name) if match else (0, 0, gguf_name)
-
-
-@dataclass(frozen=True)
-class Field:
-    key: str
-    value: Any
-    vtype: GGUFValueType
-    sub_type: GGUFValueType | None = None
 
 
 @dataclass(frozen=True)

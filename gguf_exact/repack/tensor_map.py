@@ -17,27 +17,10 @@ from gguf_exact.formats.gguf_layout import TensorEntry
 from gguf_exact.gemma4 import assistant as gemma4_assistant
 from gguf_exact.gemma4 import names as gemma4_names
 from gguf_exact.gemma4.names import COPY, PROBE, QAT
-from gguf_exact.repack.source_rows import RowSource, TensorLocation
+from gguf_exact.stream.jobs import GENERATED, UNMAPPED, TensorJob
+from gguf_exact.stream.source_rows import RowSource, TensorLocation
 
-GENERATED, UNMAPPED = "generated", "unmapped"
 Q4_0 = GGMLQuantizationType.Q4_0
-
-
-@dataclass
-class TensorJob:
-    """One donor tensor and how the output gets it."""
-
-    entry: TensorEntry  # the donor's
-    role: str  # qat, probe, copy, generated or unmapped
-    kind: str  # report row
-    hf_name: str | None = None
-    source: RowSource | None = None
-    note: str = ""
-
-    @property
-    def repack(self) -> bool:
-        """Planned as exact Q4_0 (subject to the grid)."""
-        return self.role in (QAT, PROBE) and self.source is not None
 
 
 @dataclass

@@ -7,26 +7,23 @@ vocabularies the same, and each file's sha256 equal to the one in ``checksums/``
 when its name is listed there.
 """
 
-import hashlib
 from dataclasses import dataclass
 from pathlib import Path
 
-from gguf import GGUFReader
-
 from gguf_exact.errors import GgufExactError
 from gguf_exact.formats.gguf_file import sha256_file
-from gguf_exact.formats.vocab import field_value, open_gguf
+from gguf_exact.formats.gguf_reader import open_gguf
+from gguf_exact.formats.vocab import Tokenizer, tokenizer_of
 from gguf_exact.hub import checksums as pins
 
 TARGET_ARCH = "gemma4"
 DRAFTER_ARCH = "gemma4-assistant"
 CHECKSUM_DIR = pins.CHECKSUMS_DIR
-VOCAB_KEYS = ("tokenizer.ggml.model", "tokenizer.ggml.bos_token_id", "tokenizer.ggml.eos_token_id")
 
 
 @dataclass(frozen=True)
 class ModelFile:
-    """What serving needs to know about one GGUF."""
+    """What serving needs to know about one GGUF (read from its header alone)."""
 
     path: Path
     architecture: str
@@ -34,7 +31,7 @@ class ModelFile:
     embedding_length_out: int | None
     weight_bytes: int
     n_tensors: int
-    vocab: tuple  # (model, bos, eos, n_tokens, tokens digest)
+    tokenizer: Tokenizer
     sha256: str | None = None  # set when the file is listed in checksums/ (and matched)
 
 
@@ -44,39 +41,18 @@ class ServePair:
     drafter: ModelFile | None
 
 
-def _tokens_digest(reader: GGUFReader) -> tuple[str, int]:
-    field = reader.fields.get("tokenizer.ggml.tokens")
-    if field is None:
-        return "", 0
-    h = hashlib.sha256()
-    for i in field.data:
-        piece = bytes(field.parts[i])
-        h.update(len(piece).to_bytes(4, "little") + piece)
-    return h.hexdigest(), len(field.data)
-
-
 def read_model(path: str | Path, role: str) -> ModelFile:
     """Architecture, widths, weight bytes and vocabulary of one GGUF (``role``: target/drafter)."""
-    path = Path(path)
-    if not path.is_file():
-        raise GgufExactError(f"{role} {path}: no such file")
-    with open(path, "rb") as f:
-        magic = f.read(4)
-    if magic != b"GGUF":
-        raise GgufExactError(f"{role} {path}: not a GGUF file (starts with {magic!r}); pass a .gguf model")
-    reader = open_gguf(path)
-    arch = field_value(reader, "general.architecture") or "?"
-    digest, n_tokens = _tokens_digest(reader)
-    vocab = tuple(field_value(reader, k) for k in VOCAB_KEYS) + (n_tokens, digest)
-    return ModelFile(
-        path=path,
-        architecture=arch,
-        embedding_length=field_value(reader, f"{arch}.embedding_length"),
-        embedding_length_out=field_value(reader, f"{arch}.embedding_length_out"),
-        weight_bytes=int(sum(int(t.n_bytes) for t in reader.tensors)),
-        n_tensors=len(reader.tensors),
-        vocab=vocab,
-    )
+    with open_gguf(path, role) as gguf:
+        return ModelFile(
+            path=Path(path),
+            architecture=gguf.architecture or "?",
+            embedding_length=gguf.arch_value("embedding_length"),
+            embedding_length_out=gguf.arch_value("embedding_length_out"),
+            weight_bytes=sum(t.nbytes for t in gguf.tensors),
+            n_tensors=len(gguf.tensors),
+            tokenizer=tokenizer_of(gguf),
+        )
 
 
 def listed_checksums(checksum_dir: Path | None = None) -> dict[str, str]:
@@ -133,9 +109,8 @@ def check_pair(
             f"drafter {d.path}: {DRAFTER_ARCH}.embedding_length_out is {d.embedding_length_out} but the target's "
             f"{TARGET_ARCH}.embedding_length is {t.embedding_length} ({t.path}); use the assistant made for this target size"
         )
-    if d.vocab != t.vocab:
-        names = ("tokenizer model", "BOS id", "EOS id", "token count", "token list")
-        which = next(n for n, a, b in zip(names, d.vocab, t.vocab) if a != b)
+    which = t.tokenizer.first_difference(d.tokenizer)
+    if which is not None:
         raise GgufExactError(
             f"drafter {d.path}: vocabulary differs from the target's ({which}); convert it again with --vocab-from {t.path}"
         )

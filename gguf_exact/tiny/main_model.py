@@ -24,10 +24,11 @@ from gguf import GGMLQuantizationType, GGUFValueType, quants
 
 from gguf_exact.core import bf16, q6_k
 from gguf_exact.formats.checkpoint import Checkpoint
+from gguf_exact.formats.gguf_file import as_f32
 from gguf_exact.formats.gguf_layout import TensorEntry, encode_array_kv, encode_kv
 from gguf_exact.formats.gguf_stream import StreamingGGUF, pwrite_all
 from gguf_exact.formats.safetensors_stream import StreamTensor, write_folder
-from gguf_exact.repack.source_rows import RowSource, locate
+from gguf_exact.stream.source_rows import RowSource, locate
 from gguf_exact.tiny.models import vocabulary
 from gguf_exact.tiny.synthetic import qat_matrix, random_matrix
 
@@ -371,7 +372,7 @@ def write_donor(
             step = max(1, chunk_values // cols)
             for r0 in range(0, rows, step):
                 r1 = min(rows, r0 + step)
-                raw = donor_bytes(bf16.to_f32(src.read(r0, r1)), entry.type)
+                raw = donor_bytes(as_f32(src.read(r0, r1)), entry.type)
                 pwrite_all(writer.fd, raw, offset + r0 * raw.shape[1])
         writer.finish(donor_kv(spec))
     finally:

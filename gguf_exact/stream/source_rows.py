@@ -2,7 +2,9 @@
 
 :class:`gguf_exact.formats.checkpoint.Checkpoint` reads through safetensors' memory map,
 whose touched pages stay resident; a re-pack reads 9 GB of source and must stay
-under 1 GiB, so here each chunk of rows is read into a fresh buffer. A tensor of
+under 1 GiB, so here each chunk of rows is read into a fresh buffer. Values come back
+in the source's own type (bf16 as its bits, uint16; F16 and F32 as they are): no
+source is rounded to another precision on the way in. A tensor of
 any rank is seen as a matrix of (product of leading dims, last dim) rows; a
 :class:`RowSource` may also pick, in every expert of a (E, R, C) bank, the rows
 [first, first + count) of R (one half of a fused ``gate_up_proj``).
@@ -16,11 +18,11 @@ from pathlib import Path
 
 import numpy as np
 
-from gguf_exact.core import bf16
 from gguf_exact.errors import GgufExactError
 from gguf_exact.formats.checkpoint import Checkpoint
 
 ITEM_BYTES = {"BF16": 2, "F16": 2, "F32": 4}
+NATIVE = {"BF16": np.uint16, "F16": np.float16, "F32": np.float32}  # bf16 as its bits
 
 
 @dataclass(frozen=True)
@@ -89,7 +91,7 @@ class RowSource:
         return out
 
     def read(self, r0: int, r1: int, fd: int | None = None) -> np.ndarray:
-        """Rows [r0, r1) as (r1 - r0, cols) bf16 bits (F16/F32 rounded to bf16)."""
+        """Rows [r0, r1) as (r1 - r0, cols): bf16 bits (uint16), float16 or float32."""
         size = ITEM_BYTES.get(self.loc.dtype)
         if size is None:
             raise GgufExactError(f"{self.loc.file}: tensor {self.loc.name} has dtype {self.loc.dtype}, not a weight")
@@ -108,9 +110,4 @@ class RowSource:
         finally:
             if own:
                 os.close(fd)
-        raw = out.reshape(r1 - r0, row_bytes)
-        if self.loc.dtype == "BF16":
-            return raw.view(np.uint16)
-        if self.loc.dtype == "F16":
-            return bf16.from_f32(raw.view(np.float16).astype(np.float32))
-        return bf16.from_f32(raw.view(np.float32))
+        return out.reshape(r1 - r0, row_bytes).view(NATIVE[self.loc.dtype])

@@ -1,11 +1,11 @@
-"""Reading a re-packed file back before it is renamed into place, in one pass.
+"""Reading a written file back before it is renamed into place, in one pass.
 
 The header is parsed again from disk (its key/values must be the bytes meant, the
 tensor infos the types and offsets meant); then the file is read start to end in
-the chunks it was written in: each chunk's digest must equal the digest of the
-bytes planned for it (so every Q4_0 block equals its plan, and every copied tensor
-equals the donor's), gaps must be zero, and the same pass gives the sha256.
-The bit-exact figures were measured on exactly those planned bytes, decoded.
+the chunks it was written in: each chunk's CRC must equal the CRC of the bytes
+planned for it (so every Q4_0 block equals its plan, every copied tensor the donor's,
+every encoded one its encoding), gaps must be zero, and the same pass gives the
+sha256. The bit-exact figures were measured on exactly those planned bytes.
 """
 
 import hashlib
@@ -16,7 +16,8 @@ import numpy as np
 
 from gguf_exact.errors import GgufExactError
 from gguf_exact.formats.gguf_layout import TensorEntry, row_bytes
-from gguf_exact.repack.donor import open_donor, pread_exact
+from gguf_exact.formats.gguf_reader import open_gguf, pread_exact
+from gguf_exact.stream.writer import crc
 
 READ_BYTES = 1 << 22
 
@@ -26,18 +27,18 @@ def _fail(path: Path, what: str) -> GgufExactError:
 
 
 def verify_written(
-    path: Path, kv_raw: list[bytes], placed: list[TensorEntry], results: list, donor, expected: Callable
+    path: Path, kv_raw: list[bytes], placed: list[TensorEntry], results: list, expected: Callable
 ) -> str:
     """Check ``path`` against what was meant; returns its sha256 (hex).
 
-    ``results`` hold, per tensor, ``chunk_rows`` and the chunk ``digests``;
+    ``results`` hold, per tensor, ``chunk_rows`` and the chunk ``crcs``;
     ``expected(entry, r0, r1)`` recomputes a chunk's bytes to name the first bad block.
     """
-    with open_donor(path) as written:
+    with open_gguf(path) as written:
         header, fd, size = written.header, written.fd, written.size
         if [kv.raw for kv in header.kv] != kv_raw:
             bad = next((a.key for a, b in zip(header.kv, kv_raw) if a.raw != b), "(count)")
-            raise _fail(path, f"metadata key {bad} differs from the donor's")
+            raise _fail(path, f"metadata key {bad} differs from what was meant")
         got = [(t.name, t.ne, t.type, t.offset) for t in header.tensors]
         if got != [(t.name, t.ne, t.type, t.offset) for t in placed]:
             raise _fail(path, "tensor infos differ from the plan")
@@ -53,7 +54,7 @@ def verify_written(
                 r1 = min(rows, r0 + step)
                 raw = pread_exact(fd, (r1 - r0) * rb, start + r0 * rb, path)
                 sha.update(raw)
-                if hashlib.sha256(raw).digest() != result.digests[i]:
+                if crc(raw) != result.crcs[i]:
                     raise _fail(path, _where(entry, r0, r1, raw, expected))
             pos = start + entry.nbytes
         _zeros(fd, pos, size, sha, path)

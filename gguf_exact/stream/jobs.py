@@ -1,0 +1,50 @@
+"""What each output tensor is made of: the plan a streamed write follows.
+
+One :class:`TensorJob` per output tensor, decided from names, shapes and configs alone
+(no tensor data): ``repack`` derives them from a donor GGUF
+(:mod:`gguf_exact.repack.tensor_map`), ``convert`` from a drafter checkpoint
+(:mod:`gguf_exact.drafter.convert`). :mod:`.writer` then carries them out chunk by chunk.
+
+Roles:
+
+- ``qat``: a weight matrix trained onto the 4-bit grid: exact Q4_0 from the source; a
+  block off the grid stops the write unless an off-grid policy says otherwise;
+- ``probe``: exact Q4_0 when the source happens to be on the grid, else the donor's
+  tensor (the MoE router, which QAT may leave in full precision);
+- ``encode``: the source stored as ``entry.type`` (a drafter's norms, as F32);
+- ``copy``, ``generated``, ``unmapped``: the donor's bytes (compared with the source
+  when there is one);
+- ``data``: bytes made here (a drafter's ``rope_freqs``).
+"""
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from gguf_exact.formats.gguf_layout import TensorEntry
+from gguf_exact.stream.source_rows import RowSource
+
+QAT, PROBE, COPY, ENCODE, DATA = "qat", "probe", "copy", "encode", "data"
+GENERATED, UNMAPPED = "generated", "unmapped"
+FROM_DONOR = (COPY, GENERATED, UNMAPPED)
+
+
+@dataclass
+class TensorJob:
+    """One output tensor and how it is made.
+
+    ``entry`` is the tensor as planned: with a donor, the donor's own entry (its type is
+    what a copy keeps); without, the type to write (Q4_0 for ``qat``)."""
+
+    entry: TensorEntry
+    role: str
+    kind: str  # the report row it belongs to
+    hf_name: str | None = None
+    source: RowSource | None = None
+    note: str = ""
+    data: np.ndarray | None = None  # role data: (rows, row bytes) uint8
+
+    @property
+    def exact(self) -> bool:
+        """Planned as exact Q4_0 (subject to the grid)."""
+        return self.role in (QAT, PROBE) and self.source is not None
