@@ -501,3 +501,226 @@ def test_recipe_errors_name_the_field(tmp_path, change, message):
     assert message in line
     line = one_error_line(run(["fetch", "no-such-recipe"]))
     assert "no-such-recipe" in line and "known recipes: e2b, e2b-assistant" in line
+
+
+# --- hostile answers and names: refused before anything reaches a path -------------------
+
+
+def outside(root: Path) -> set[str]:
+    """Every path under ``root`` except the Hub cache and the models folder."""
+    return {
+        str(p.relative_to(root)) for p in root.rglob("*") if p.relative_to(root).parts[0] not in ("cache", "models")
+    }
+
+
+def cli_env(hub: FakeHub, tmp_path: Path) -> dict[str, str]:
+    return {"HF_ENDPOINT": hub.url, "HF_HUB_CACHE": str(tmp_path / "cache")}
+
+
+ESCAPE = "../../../escaped"  # from cache/models--pub--tiny-exact-gguf/blobs: tmp_path/escaped
+
+
+@pytest.mark.parametrize(
+    "filename, headers, after, expected",
+    [
+        (OUTPUT, {"X-Linked-Etag": f'"{ESCAPE}"'}, 0, f"has ETag '{ESCAPE}', neither a git id nor a sha256"),
+        (OUTPUT, {"X-Repo-Commit": "not-a-commit"}, 0, "names commit 'not-a-commit' (X-Repo-Commit), not a 40-hex"),
+        (OUTPUT, {"X-Repo-Commit": ESCAPE}, 0, f"names commit '{ESCAPE}' (X-Repo-Commit)"),
+        # the second HEAD, made by hf_hub_download itself after ours told the truth
+        ("config.json", {"ETag": f'"{ESCAPE}"'}, 1, f"has ETag '{ESCAPE}', neither a git id nor a sha256"),
+        ("config.json", {"X-Repo-Commit": "0" * 39 + "g"}, 1, "not a 40-hex commit id"),
+    ],
+)
+def test_fetch_refuses_unsafe_hub_headers(hub, tmp_path, published, filename, headers, after, expected):
+    publish(hub, published)
+    path = write_recipe(tmp_path)
+    env = cli_env(hub, tmp_path)
+    assert run(["pin", path], env).exit_code == 0
+    repo = EXACT if filename == OUTPUT else SRC
+    if filename == "config.json":  # not in the cache yet: pin read it through the cache
+        shutil.rmtree(tmp_path / "cache")
+    before = outside(tmp_path)
+    hub.lie(repo, filename, headers, after=after)
+    what = "exact" if repo == EXACT else "source"
+    line = one_error_line(run(["fetch", path, "--what", what, "--models-dir", tmp_path / "models"], env))
+    assert expected in line and f"{repo}@" in line and "nothing written" in line, line
+    assert outside(tmp_path) == before and not (tmp_path / "escaped").exists()
+    assert not (tmp_path / "models" / repo / filename).exists()
+    cached = [p for p in (tmp_path / "cache").rglob("*") if p.is_file() and p.parent.name in ("blobs", "snapshots")]
+    assert not [p for p in (tmp_path / "cache").rglob(filename)], cached
+    assert not [p for p in (tmp_path / "cache").rglob("*") if p.parent.name == "snapshots" and len(p.name) != 40]
+
+
+def test_fetch_refuses_a_missing_file_whose_404_names_an_unsafe_commit(hub, tmp_path):
+    """huggingface_hub would record the miss at .no_exist/<X-Repo-Commit>/<file>."""
+    real = hub.commit(EXACT, {"other.gguf": b"GGUF other"})
+    path = write_recipe(tmp_path)
+    write_pins(path, real, sha(b"GGUF tiny"))
+    hub.lie(EXACT, OUTPUT, {"X-Repo-Commit": ESCAPE})
+    before = outside(tmp_path)
+    line = one_error_line(run(["fetch", path, "--models-dir", tmp_path / "models"], cli_env(hub, tmp_path)))
+    assert f"names commit '{ESCAPE}'" in line, line
+    assert outside(tmp_path) == before and not list((tmp_path / "cache").rglob(".no_exist"))
+
+
+@pytest.mark.parametrize(
+    "lie, expected",
+    [
+        (
+            {"siblings": [{"rfilename": "../../../escaped.gguf", "size": 4}]},
+            "'../../../escaped.gguf' with an empty, '.' or '..' part",
+        ),
+        ({"siblings": [{"rfilename": "/abs.gguf", "size": 4}]}, "'/abs.gguf' with an absolute path"),
+        ({"siblings": [{"rfilename": "..\\\\x.gguf", "size": 4}]}, "with a backslash"),
+        ({"siblings": [{"rfilename": "x.gguf\n0000  y", "size": 4}]}, "with a control character"),
+        ({"sha": "zz" + "0" * 38}, "commit 'zz00000000"),
+        (
+            {"siblings": [{"rfilename": "y.gguf", "size": 4, "lfs": {"sha256": "../x", "size": 4, "pointerSize": 1}}]},
+            "sha256 '../x' is not 64",
+        ),
+        ({"siblings": [{"rfilename": "y.gguf", "lfs": {"size": 4}}]}, "the Hub's model info is malformed (KeyError"),
+    ],
+)
+def test_pin_refuses_unsafe_names_in_the_hub_listing(hub, tmp_path, published, lie, expected):
+    publish(hub, published)
+    path = write_recipe(tmp_path)
+    path.write_text(path.read_text().replace(f'files = ["{OUTPUT}"]', 'files = ["*.gguf"]'))
+    hub.lie_in_listing(EXACT, **lie)
+    before = outside(tmp_path)
+    line = one_error_line(run(["pin", path, "--what", "exact"], cli_env(hub, tmp_path)))
+    assert expected in line and EXACT in line, line
+    assert outside(tmp_path) == before  # no checksum file written either
+    assert not (tmp_path / "checksums").exists()
+
+
+@pytest.mark.parametrize(
+    "files, expected",
+    [
+        ('["../../../escaped.gguf"]', "has an empty, '.' or '..' part"),
+        ('["/etc/passwd"]', "has an absolute path"),
+        ('["sub\\\\..\\\\x.gguf"]', "has a backslash"),
+        ('["C:x.gguf"]', "has an absolute path"),
+        ('["a//b.gguf"]', "has an empty, '.' or '..' part"),
+    ],
+)
+def test_recipe_file_names_must_stay_inside_the_repo(hub, tmp_path, files, expected):
+    path = write_recipe(tmp_path)
+    path.write_text(path.read_text().replace(f'files = ["{OUTPUT}"]', f"files = {files}"))
+    before = outside(tmp_path)
+    for args in (["fetch", path, "--models-dir", tmp_path / "models"], ["pin", path]):
+        line = one_error_line(run(args, cli_env(hub, tmp_path)))
+        assert str(path) in line and "exact section: file" in line and expected in line, line
+    assert outside(tmp_path) == before and hub.requests == []
+
+
+@pytest.mark.parametrize(
+    "change, expected",
+    [
+        (('repo = "pub/tiny-exact-gguf"', 'repo = "pub/.."'), "is not a Hub repo id"),
+        (('repo = "pub/tiny-exact-gguf"', 'repo = "../x"'), "is not a Hub repo id"),
+        (('revision = "main"\nfiles = ["tiny', 'revision = "../../x"\nfiles = ["tiny'), "revision '../../x' has"),
+        (('name = "tiny"', 'name = "../../x"'), "name = '../../x' must be"),
+        (('name = "tiny"', 'name = "tiny"\nchecksums = "/etc/x.sha256"'), "checksums = '/etc/x.sha256' must be"),
+        (('output = "tiny-exact.gguf"', 'output = "..\\\\x.gguf"'), "output must be a file name"),
+    ],
+)
+def test_recipe_values_that_reach_paths_are_checked(tmp_path, change, expected):
+    path = write_recipe(tmp_path)
+    assert change[0] in path.read_text()
+    path.write_text(path.read_text().replace(*change, 1))
+    before = outside(tmp_path)
+    line = one_error_line(run(["fetch", path, "--models-dir", tmp_path / "models"]))
+    assert str(path) in line and expected in line, line
+    assert outside(tmp_path) == before
+
+
+def test_a_checksum_file_naming_a_path_outside_the_repo_is_refused(hub, tmp_path, published):
+    commits = publish(hub, published)
+    path = write_recipe(tmp_path)
+    target = tmp_path / "checksums" / "tiny.sha256"
+    target.parent.mkdir()
+    target.write_text(
+        f"# pin {EXACT} revision=main commit={commits['exact']}\n"
+        f"{sha(published[OUTPUT])}  {EXACT}/{OUTPUT}\n"
+        f"{sha(b'x')}  {EXACT}/../../../escaped.gguf\n"
+    )
+    path.write_text(path.read_text().replace(f'files = ["{OUTPUT}"]', 'files = ["*.gguf"]'))
+    before = outside(tmp_path)
+    line = one_error_line(run(["fetch", path, "--models-dir", tmp_path / "models"], cli_env(hub, tmp_path)))
+    assert f"{target}: {EXACT}/../../../escaped.gguf" in line and "'..' part" in line, line
+    assert outside(tmp_path) == before and not (tmp_path / "models").exists() and hub.requests == []
+
+
+# --- wrong bytes do not stay in the Hub cache ----------------------------------------------
+
+
+def snapshot_entries(cache: Path, name: str) -> list[Path]:
+    return [p for p in cache.rglob(name) if p.parent.parent.name == "snapshots"]
+
+
+def test_a_corrupt_blob_in_the_cache_is_removed_and_downloaded_again(hub, config, tmp_path, published):
+    publish(hub, published)
+    recipe = load_recipe(write_recipe(tmp_path))
+    pin_recipe(recipe, ["exact"], config=config)
+    models = tmp_path / "models"
+    fetch_recipe(recipe, "exact", models, config, progress=False)
+    (models / EXACT / OUTPUT).unlink()
+    blob = storage_dir(EXACT, config) / "blobs" / sha(published[OUTPUT])
+    bad = bytearray(blob.read_bytes())
+    bad[100] ^= 1
+    blob.write_bytes(bytes(bad))  # a disk error, or another tool
+    gets = len(hub.gets(OUTPUT))
+    got = fetch_recipe(recipe, "exact", models, config, progress=False)
+    assert got[0].how == "downloaded" and len(hub.gets(OUTPUT)) == gets + 1
+    assert blob.read_bytes() == published[OUTPUT] == (models / EXACT / OUTPUT).read_bytes()
+    # offline, the same corruption: removed, and the error says it is not in the cache
+    (models / EXACT / OUTPUT).unlink()
+    blob.write_bytes(bytes(bad))
+    offline = HubConfig("http://127.0.0.1:9", config.cache_dir, offline=True)
+    with pytest.raises(GgufExactError, match="not in the Hub cache"):
+        fetch_recipe(recipe, "exact", models, offline, progress=False)
+    assert not blob.exists() and snapshot_entries(config.cache_dir, OUTPUT) == []
+
+
+def test_wrong_bytes_from_hf_hub_download_are_evicted(hub, config, tmp_path, published):
+    """config.json is small and kept in git: hf_hub_download transfers it; its git id is
+    checked, and a mismatch removes the blob and the snapshot link."""
+    commits = publish(hub, published)
+    recipe = load_recipe(write_recipe(tmp_path))
+    pin_recipe(recipe, ["source"], config=config)
+    shutil.rmtree(config.cache_dir)
+    hub.corrupt(SRC, "config.json", b'{"evil": 1}' + published["config.json"][11:])
+    models = tmp_path / "models"
+    with pytest.raises(GgufExactError) as err:
+        fetch_recipe(recipe, "source", models, config, progress=False)
+    from hubserver import git_blob_id
+
+    msg = str(err.value)
+    assert f"{SRC}/config.json: downloaded file has git id" in msg and git_blob_id(published["config.json"]) in msg
+    assert "removed from the Hub cache" in msg
+    storage = storage_dir(SRC, config)
+    assert not (storage / "snapshots" / commits["source"] / "config.json").exists()
+    assert not (storage / "blobs" / git_blob_id(published["config.json"])).exists()
+    assert not (models / SRC / "config.json").exists() and leftovers(config.cache_dir) == []
+    hub.corrupt(SRC, "config.json", None)
+    got = fetch_recipe(recipe, "source", models, config, progress=False)
+    assert [f.how for f in got] == ["downloaded", "downloaded"]
+    assert (models / SRC / "config.json").read_bytes() == published["config.json"]
+
+
+def test_pin_checks_what_it_reads(hub, tmp_path, published):
+    commits = publish(hub, published)
+    path = write_recipe(tmp_path)
+    env = cli_env(hub, tmp_path)
+    hub.corrupt(SRC, "config.json", b"{}" + published["config.json"][2:])
+    line = one_error_line(run(["pin", path, "--what", "source"], env))
+    assert f"{SRC}/config.json: downloaded file has git id" in line and "removed from the Hub cache" in line, line
+    assert not (tmp_path / "checksums").exists()
+    assert not snapshot_entries(tmp_path / "cache", "config.json")
+    # the listing's git id and the HEAD's agree with each other but not with the bytes' size
+    hub.corrupt(SRC, "config.json", None)
+    hub.lie_in_listing(SRC, siblings=[])
+    result = run(["pin", path, "--what", "source"], env)
+    assert result.exit_code == 0, result.output
+    assert f"{sha(published['config.json'])}  {SRC}/config.json  (read and hashed)" in result.stdout
+    assert checksums.read(tmp_path / "checksums" / "tiny.sha256").pins[SRC].commit == commits["source"]

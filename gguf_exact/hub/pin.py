@@ -3,7 +3,9 @@ sha256 in its checksum file, from the Hub's file metadata, without downloading.
 
 LFS files (weights, GGUFs) carry their sha256 in the Hub's metadata. Small files kept in
 git (``config.json``) have only a git id there: those are read (a few KB, through the Hub
-cache), checked against that id, and hashed.
+cache), checked against that id, its size and the git id the Hub's HEAD gives, and
+hashed; one that does not match is removed from the cache and nothing is written.
+Every name, commit and hash in the Hub's listing is checked (:mod:`.names`) before use.
 """
 
 import hashlib
@@ -105,8 +107,17 @@ def pin_entry(
         raise GgufExactError(
             f"{path}: {entry.size:,} bytes in git without LFS metadata, so the Hub reports no sha256 for it; pin it by hand"
         )
+    elif entry.blob_id is None:
+        raise GgufExactError(
+            f"{path}: the Hub's listing at {listing.commit} gives neither a sha256 nor a git id for it; "
+            "nothing to check a download against: pin it by hand"
+        )
     else:
         data = read_small_file(part.repo, name, listing.commit, config, entry.blob_id)
+        if entry.size is not None and len(data) != entry.size:
+            raise GgufExactError(
+                f"{path}: {len(data):,} bytes read, the Hub's listing at {listing.commit} says {entry.size:,}; check HF_ENDPOINT"
+            )
         sha, how = hashlib.sha256(data).hexdigest(), "read and hashed"
     return PinnedEntry(path, sha, entry.size, how, current.sha256(path))
 
