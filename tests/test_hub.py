@@ -9,18 +9,26 @@ from pathlib import Path
 import numpy as np
 import pytest
 from click.testing import CliRunner
+from gguf import GGMLQuantizationType
 from hubserver import FakeHub
 from huggingface_hub import constants, hf_hub_download
 
 from gguf_exact.cli import main
+from gguf_exact.core import bf16, q4_0
+from gguf_exact.core.published import published_q4_0
 from gguf_exact.drafter.convert import convert_drafter
 from gguf_exact.errors import GgufExactError
+from gguf_exact.formats.checkpoint import Checkpoint
+from gguf_exact.gemma4.assistant import gguf_tensor_name
 from gguf_exact.hub import checksums
 from gguf_exact.hub.checksums import Checksums, Entry, RepoPin
 from gguf_exact.hub.client import HubConfig, storage_dir
 from gguf_exact.hub.fetch import fetch_recipe
+from gguf_exact.hub.outcome import compare_with_published
 from gguf_exact.hub.pin import pin_recipe
 from gguf_exact.hub.recipes import load_recipe
+from gguf_exact.repack.donor import open_donor
+from gguf_exact.tiny.models import TinyDrafter, drafter_config, drafter_tensors, write_checkpoint
 
 SRC, EXACT, TARGET = "google/tiny-assistant", "pub/tiny-exact-gguf", "google/tiny-target-gguf"
 OUTPUT = "tiny-exact.gguf"
@@ -364,7 +372,7 @@ def test_private_repo_with_a_token_and_pin_errors(hub, tmp_path):
 # --- build -------------------------------------------------------------------------------
 
 
-def test_build_reproduces_the_pinned_output_and_reports_a_changed_one(hub, tmp_path, published):
+def test_build_reproduces_the_pinned_output(hub, tmp_path, published):
     publish(hub, published)
     path = write_recipe(tmp_path)
     env = {"HF_ENDPOINT": hub.url, "HF_HUB_CACHE": str(tmp_path / "cache")}
@@ -375,16 +383,160 @@ def test_build_reproduces_the_pinned_output_and_reports_a_changed_one(hub, tmp_p
     assert f"reproduced: sha256 {sha(published[OUTPUT])} is the published {EXACT}/{OUTPUT}" in result.stdout
     assert (tmp_path / "out" / OUTPUT).read_bytes() == published[OUTPUT]
     assert (tmp_path / "models" / TARGET / "target.gguf").is_file()
+    assert hub.gets(OUTPUT) == []  # equal sha256: the published file is not needed
 
-    other = b"GGUF a different exact file"
-    hub.commit(EXACT, {OUTPUT: other})
+
+def exact_count(q4_0_bytes: np.ndarray, bits: np.ndarray) -> int:
+    """Values whose decoded bf16 bits are the source's (+0 and -0 alike), computed here
+    independently of core/error_stats."""
+    got = bf16.from_f32(q4_0.dequantize(q4_0_bytes.reshape(-1, q4_0.BLOCK_BYTES)).ravel())
+    want = bits.ravel()
+    return int(np.count_nonzero((got == want) | (((got | want) & 0x7FFF) == 0)))
+
+
+@pytest.fixture(scope="module")
+def other_scales(tiny, tmp_path_factory) -> dict:
+    """A source, our exact build of it, and the 'published' file made from the same source
+    by the published method (core/published.py: its own scales, same levels), written
+    over our file's Q4_0 tensor data. The source has no +8-extreme blocks: the
+    published method cannot store those (the original script stops on them)."""
+    root = tmp_path_factory.mktemp("other-scales")
+    tensors = drafter_tensors(TinyDrafter(), seed=1, step_kind="fp32")
+    for name, bits in tensors.items():
+        if bits.dtype == np.uint16 and bits.ndim == 2 and not name.startswith("masked_embedding"):  # QAT matrices
+            _, fitted = published_q4_0(bits)
+            bits.reshape(-1, 32)[~fitted] ^= np.uint16(0x8000)  # +8 extreme -> -8: negate those blocks
+    source = write_checkpoint(root / "source", drafter_config(), tensors)
+    ours = convert_drafter(source, root / "ours.gguf", tiny / "target.gguf")
+    theirs = root / "published.gguf"
+    shutil.copyfile(ours.path, theirs)
+    expected = {"blocks": 0, "other_scale": 0, "exact": ours.report["exact_values"], "values": ours.report["values"]}
+    with Checkpoint(source) as ckpt, open_donor(ours.path) as built, open(theirs, "r+b") as f:
+        names = {gguf_tensor_name(hf): hf for hf in ckpt.tensors}
+        for t in built.tensors:
+            if t.type != GGMLQuantizationType.Q4_0:
+                continue
+            bits = ckpt.read(names[t.name])
+            data, fitted = published_q4_0(bits)
+            assert fitted.all(), t.name
+            mine = built.read_rows(t, 0, t.rows).reshape(-1, q4_0.BLOCK_BYTES)
+            expected["blocks"] += len(mine)
+            expected["other_scale"] += int(np.count_nonzero((mine != data).any(axis=1)))
+            expected.setdefault("published_exact", expected["exact"])
+            expected["published_exact"] += exact_count(data, bits) - exact_count(mine, bits)
+            f.seek(built.header.data_start + t.offset)
+            f.write(data.tobytes())
+    assert 0 < expected["other_scale"] < expected["blocks"] and expected["published_exact"] < expected["exact"]
+    return {
+        "config.json": (source / "config.json").read_bytes(),
+        "model.safetensors": (source / "model.safetensors").read_bytes(),
+        "target.gguf": (tiny / "target.gguf").read_bytes(),
+        OUTPUT: theirs.read_bytes(),
+        "ours": ours.path.read_bytes(),
+        "expected": expected,
+    }
+
+
+def flip_a_level(gguf: bytes, tensor: str, block: int, scratch: Path) -> bytes:
+    """The file with one nonzero level of ``block`` of ``tensor`` changed (levels no longer
+    proportional to the original's)."""
+    (scratch / "flip.gguf").write_bytes(gguf)
+    with open_donor(scratch / "flip.gguf") as d:
+        t = d.tensor(tensor)
+        at = d.header.data_start + t.offset + block * q4_0.BLOCK_BYTES
+    data = bytearray(gguf)
+    levels, scale = q4_0.unpack(np.frombuffer(bytes(data[at : at + q4_0.BLOCK_BYTES]), np.uint8))
+    levels = levels[0].copy()
+    assert np.count_nonzero(levels) > 1
+    j = int(np.flatnonzero(levels)[0])
+    levels[j] = levels[j] + 1 if levels[j] < 7 else levels[j] - 1
+    data[at : at + q4_0.BLOCK_BYTES] = q4_0.pack(levels[None], scale).tobytes()
+    return bytes(data)
+
+
+def test_build_tells_same_levels_from_differs(hub, tmp_path, other_scales):
+    files, expected = other_scales, other_scales["expected"]
+    publish(hub, files)
+    path = write_recipe(tmp_path)
+    env = {"HF_ENDPOINT": hub.url, "HF_HUB_CACHE": str(tmp_path / "cache")}
+    assert run(["pin", path], env).exit_code == 0
+    args = ["build", path, "--models-dir", tmp_path / "models", "--out-dir", tmp_path / "out"]
+    result = run(args, env)
+    assert result.exit_code == 0, result.output
+    out = result.stdout
+    assert (tmp_path / "out" / OUTPUT).read_bytes() == files["ours"]
+    assert f"built      {sha(files['ours'])}" in out and f"published  {sha(files[OUTPUT])}  {EXACT}/{OUTPUT}" in out
+    assert (
+        f"same levels: every Q4_0 block holds the published file's levels; "
+        f"{expected['other_scale']:,} of {expected['blocks']:,} blocks are stored with another scale"
+    ) in out
+    n = expected["values"]
+    built = f"{expected['exact'] / n:.4%} ({expected['exact']:,} of {n:,} values)"
+    theirs = f"{expected['published_exact'] / n:.4%} ({expected['published_exact']:,} of {n:,} values)"
+    assert f"bit-exact against the source, built:     {built}" in out, out
+    assert f"bit-exact against the source, published: {theirs}" in out, out
+    assert "metadata" not in out, out  # the same keys: only tensor data differs
+
+    # one level changed in block 5 of blk.0.ffn_up.weight: differs, named
+    broken = flip_a_level(files[OUTPUT], "blk.0.ffn_up.weight", 5, tmp_path)
+    hub.commit(EXACT, {OUTPUT: broken})
     repin = run(["pin", path, "--what", "exact"], env)
-    assert repin.exit_code == 0 and f"CHANGED, was {sha(published[OUTPUT])}" in repin.stdout
+    assert repin.exit_code == 0 and f"CHANGED, was {sha(files[OUTPUT])}" in repin.stdout
     result = run(args, env)
     line = one_error_line(result)
-    assert "not reproduced" in line and sha(published[OUTPUT]) in line and sha(other) in line
-    assert f"built      {sha(published[OUTPUT])}" in result.stdout and f"published  {sha(other)}" in result.stdout
+    per_row = TinyDrafter().hidden_size // 32
+    assert "not reproduced: differs from the published" in line, line
+    assert f"tensor blk.0.ffn_up.weight, Q4_0 block 5 (row {5 // per_row}, columns {5 % per_row * 32}.." in line
+    assert f"built      {sha(files['ours'])}" in result.stdout and f"published  {sha(broken)}" in result.stdout
     assert (tmp_path / "out" / OUTPUT).is_file()  # kept for inspection
+
+
+def test_compare_with_published_names_other_differences(other_scales, tmp_path):
+    source = tmp_path / "source"
+    source.mkdir()
+    (source / "config.json").write_bytes(other_scales["config.json"])
+    (source / "model.safetensors").write_bytes(other_scales["model.safetensors"])
+    ours = tmp_path / "ours.gguf"
+    ours.write_bytes(other_scales["ours"])
+    assert compare_with_published(ours, ours, source).kind == "reproduced"
+
+    def variant(name: str, change) -> Path:
+        data = bytearray(other_scales["ours"])
+        with open_donor(ours) as d:
+            change(d, data)
+        (tmp_path / name).write_bytes(bytes(data))
+        return tmp_path / name
+
+    def flip_norm_bit(d, data):  # the low byte of value 3 of an F32 norm
+        data[d.header.data_start + d.tensor("blk.0.attn_norm.weight").offset + 4 * 3] ^= 1
+
+    got = compare_with_published(ours, variant("norm.gguf", flip_norm_bit), source)
+    assert (got.kind, got.difference) == (
+        "differs",
+        "tensor blk.0.attn_norm.weight (F32): row 0 differs (byte 12 of the row)",
+    )
+    assert got.built_exact is None and got.published_exact is None
+
+    def rename(d, data):
+        i = data.index(b"blk.0.attn_norm.weight")
+        data[i : i + 3] = b"BLK"
+
+    got = compare_with_published(ours, variant("renamed.gguf", rename), source)
+    assert (got.kind, got.difference) == ("differs", "tensor blk.0.attn_norm.weight is in the built file only")
+
+    def other_context_length(d, data):  # a metadata value only: the tensors are the same
+        raw = d.header.fields["gemma4-assistant.context_length"].raw
+        i = data.index(raw) + len(raw) - 4
+        data[i : i + 4] = (8192).to_bytes(4, "little")
+
+    got = compare_with_published(ours, variant("meta.gguf", other_context_length), source)
+    assert (got.kind, got.metadata_keys, got.other_scale_blocks) == (
+        "same levels",
+        ["gemma4-assistant.context_length"],
+        0,
+    )
+    assert got.q4_0_blocks == other_scales["expected"]["blocks"]
+    assert got.built_exact.exact == got.published_exact.exact == other_scales["expected"]["exact"]
 
 
 def test_build_with_vocab_from_skips_the_target(hub, tmp_path, published, tiny):
