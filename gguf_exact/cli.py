@@ -601,7 +601,9 @@ def pin(recipe: str, revision: str | None, what: str) -> None:
     """Resolve a recipe's revisions to commits and record each file's sha256.
 
     Reads the Hub's file metadata (model info with files_metadata): LFS files are not
-    downloaded; small git files such as config.json are read and hashed. Rewrites
+    downloaded; small git files such as config.json are read, checked against their
+    git id and size, and hashed. Names, commits and hashes in the Hub's answer are
+    checked before use. Rewrites
     checksums/RECIPE.sha256 and shows any sha256 that changed. (Python:
     gguf_exact.hub.pin.pin_recipe)
     """
