@@ -18,9 +18,10 @@ from pathlib import Path
 from gguf_exact.errors import GgufExactError
 from gguf_exact.formats.gguf_file import atomic_output, sha256_file
 from gguf_exact.hub import checksums
-from gguf_exact.hub.client import HubConfig, cached_file, cached_sha256, download
+from gguf_exact.hub.client import cached_file, cached_sha256, download
 from gguf_exact.hub.names import check_relative_path, check_revision
 from gguf_exact.hub.recipes import Recipe, RepoPart, is_pattern
+from gguf_exact.hub.session import HubConfig
 
 
 @dataclass(frozen=True)

@@ -16,8 +16,9 @@ from pathlib import Path
 from gguf_exact.errors import GgufExactError
 from gguf_exact.hub import checksums
 from gguf_exact.hub.checksums import Entry, RepoPin
-from gguf_exact.hub.client import HubConfig, RepoListing, read_small_file, repo_listing
+from gguf_exact.hub.client import RepoListing, read_small_file, repo_listing
 from gguf_exact.hub.recipes import ROLES, Recipe, RepoPart, is_pattern
+from gguf_exact.hub.session import HubConfig
 
 SMALL_FILE = 64 << 20  # a non-LFS file larger than this is not read to hash it
 
