@@ -876,3 +876,17 @@ def test_pin_checks_what_it_reads(hub, tmp_path, published):
     assert result.exit_code == 0, result.output
     assert f"{sha(published['config.json'])}  {SRC}/config.json  (read and hashed)" in result.stdout
     assert checksums.read(tmp_path / "checksums" / "tiny.sha256").pins[SRC].commit == commits["source"]
+
+
+def test_pin_refuses_unsafe_headers_and_revisions(hub, tmp_path, published):
+    publish(hub, published)
+    path = write_recipe(tmp_path)
+    env = cli_env(hub, tmp_path)
+    hub.lie(SRC, "config.json", {"X-Repo-Commit": ESCAPE}, after=1)  # hf_hub_download's own HEAD
+    before = outside(tmp_path)
+    line = one_error_line(run(["pin", path, "--what", "source"], env))
+    assert f"{SRC}@" in line and f"names commit '{ESCAPE}' (X-Repo-Commit)" in line, line
+    assert outside(tmp_path) == before and not snapshot_entries(tmp_path / "cache", "config.json")
+    line = one_error_line(run(["pin", path, "--what", "exact", "--revision", "../../x"], env))
+    assert "--revision: revision '../../x' has an empty, '.' or '..' part" in line, line
+    assert outside(tmp_path) == before

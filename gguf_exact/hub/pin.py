@@ -17,6 +17,7 @@ from gguf_exact.errors import GgufExactError
 from gguf_exact.hub import checksums
 from gguf_exact.hub.checksums import Entry, RepoPin
 from gguf_exact.hub.client import RepoListing, read_small_file, repo_listing
+from gguf_exact.hub.names import check_revision
 from gguf_exact.hub.recipes import ROLES, Recipe, RepoPart, is_pattern
 from gguf_exact.hub.session import HubConfig
 
@@ -59,6 +60,8 @@ def pin_recipe(
     if roles is None:
         roles = [r for r in ROLES if r in recipe.parts]
     parts = [recipe.part(r) for r in roles]
+    if revision is not None:
+        check_revision(revision, "--revision")
     if revision is not None and len(parts) != 1:
         raise GgufExactError(
             f"--revision {revision}: each part has its own revision; name one with --what {'|'.join(r for r in ROLES if r in recipe.parts)}"
