@@ -51,8 +51,8 @@ serve: setup
 
 # The published exact drafters, each checked against checksums/<recipe>.sha256 before it is
 # placed in $(MODELS)/<repo>/<file> (downloads go through the Hub cache and resume).
-# build-draft rebuilds them from Google's sources at the pinned commits and fails unless
-# the sha256 matches the published file's.
+# build-draft rebuilds them from Google's sources at the pinned commits and fails unless the
+# rebuild is the published file (same sha256) or holds the same levels with other scales.
 .PHONY: draft build-draft
 MODELS  ?= models
 DRAFTS  ?= e2b-assistant e4b-assistant

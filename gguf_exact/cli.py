@@ -537,45 +537,56 @@ def fetch(recipe: str, models_dir: Path, what: str) -> None:
     help="Target GGUF whose tokenizer.* keys are copied, instead of the recipe's [target] file.",
 )
 def build(recipe: str, models_dir: Path, out_dir: Path, vocab_from: Path | None) -> None:
-    """Rebuild a recipe's exact drafter from its pinned source; check it is the published file.
+    """Rebuild a recipe's exact drafter from its pinned source; compare it with the published file.
 
     Fetches the [source] checkpoint (and the [target] GGUF unless --vocab-from is
     given) at the pinned commit, verified; converts and verifies as `convert` does;
-    then compares the output's sha256 with the [exact] file's pinned sha256: prints
-    "reproduced", or both hashes and exits 1. (Python: gguf_exact.hub.build.build_recipe)
+    then compares the output with the [exact] file. Three outcomes: "reproduced" (same
+    sha256); "same levels" (every Q4_0 block holds the published file's levels, only
+    scales differ: both files' bit-exact share against the source is printed); or
+    "differs" (the first differing tensor and block, exit 1). A file made by another
+    scale rule, such as the published method, comes out "same levels".
+    (Python: gguf_exact.hub.build.build_recipe)
     """
     from gguf_exact.hub.build import build_recipe
+    from gguf_exact.hub.outcome import REPRODUCED, SAME_LEVELS
     from gguf_exact.hub.recipes import load_recipe
 
     r = load_recipe(recipe)
     res = build_recipe(r, models_dir, out_dir, vocab_from)
     s = res.convert.report
-    out.print(
-        f"source  {models_dir / r.part('source').repo} ({len(res.sources)} files, verified)",
-        markup=False,
-        soft_wrap=True,
-    )
-    out.print(f"vocab   {res.vocab_from}", markup=False, soft_wrap=True)
-    out.print(
-        f"wrote   {res.output} ({res.convert.size:,} bytes; {s['exact_values']:,} of {s['values']:,} values bit-exact)",
-        markup=False,
-        soft_wrap=True,
-    )
-    if res.reproduced is None:
-        out.print(
-            f"sha256 {res.sha256}; the recipe pins no published exact file to compare with",
-            markup=False,
-            soft_wrap=True,
+
+    def say(line: str) -> None:
+        out.print(line, markup=False, soft_wrap=True)
+
+    say(f"source  {models_dir / r.part('source').repo} ({len(res.sources)} files, verified)")
+    say(f"vocab   {res.vocab_from}")
+    say(f"wrote   {res.output} ({res.convert.size:,} bytes; {s['exact_values']:,} of {s['values']:,} values bit-exact)")
+    o = res.outcome
+    if o is None:
+        say(f"sha256 {res.sha256}; the recipe pins no published exact file to compare with")
+        return
+    if o.kind == REPRODUCED:
+        say(f"reproduced: sha256 {res.sha256} is the published {res.published}")
+        return
+    say(f"built      {res.sha256}  {res.output}")
+    say(f"published  {res.published_sha256}  {res.published}")
+    if o.metadata_keys:
+        say(f"metadata   {len(o.metadata_keys)} keys differ: {', '.join(o.metadata_keys[:6])}")
+    if o.kind == SAME_LEVELS:
+        say(
+            f"same levels: every Q4_0 block holds the published file's levels; "
+            f"{o.other_scale_blocks:,} of {o.q4_0_blocks:,} blocks are stored with another scale"
         )
-    elif res.reproduced:
-        out.print(f"reproduced: sha256 {res.sha256} is the published {res.published}", markup=False, soft_wrap=True)
-    else:
-        out.print(f"built      {res.sha256}  {res.output}", markup=False, soft_wrap=True)
-        out.print(f"published  {res.published_sha256}  {res.published}", markup=False, soft_wrap=True)
-        raise GgufExactError(
-            f"{res.output}: not reproduced: sha256 {res.sha256} differs from the published {res.published_sha256} "
-            f"pinned in {r.checksums}; compare them with `gguf-exact compare --source SRC A.gguf B.gguf`"
-        )
+        for who, e in (("built", o.built_exact), ("published", o.published_exact)):
+            say(
+                f"bit-exact against the source, {who + ':':<10} {e.exact_fraction:.4%} ({e.exact:,} of {e.n_values:,} values)"
+            )
+        return
+    raise GgufExactError(
+        f"{res.output}: not reproduced: differs from the published {res.published}: {o.difference}; "
+        "compare them with `gguf-exact compare --source SRC A.gguf B.gguf`"
+    )
 
 
 @main.command()
@@ -595,7 +606,9 @@ def pin(recipe: str, revision: str | None, what: str) -> None:
     """Resolve a recipe's revisions to commits and record each file's sha256.
 
     Reads the Hub's file metadata (model info with files_metadata): LFS files are not
-    downloaded; small git files such as config.json are read and hashed. Rewrites
+    downloaded; small git files such as config.json are read, checked against their
+    git id and size, and hashed. Names, commits and hashes in the Hub's answer are
+    checked before use. Rewrites
     checksums/RECIPE.sha256 and shows any sha256 that changed. (Python:
     gguf_exact.hub.pin.pin_recipe)
     """

@@ -15,7 +15,10 @@ It answers the requests that huggingface_hub 2.4.0 makes for ``hf_hub_url`` /
 
 Faults for tests: :meth:`FakeHub.cut` sends part of a file then drops the connection
 (optionally answering 503 a few times after); :meth:`FakeHub.corrupt` serves other bytes
-under the right headers. Every request is logged in :attr:`FakeHub.requests`.
+under the right headers; :meth:`FakeHub.lie` answers a file's requests with other header
+values (a non-hex ``X-Repo-Commit``, an ``ETag`` of ``../../x``) and
+:meth:`FakeHub.lie_in_listing` puts other values in a model info answer (a file named
+``../../x``, a commit that is not hex). Every request is logged in :attr:`FakeHub.requests`.
 
 It binds 127.0.0.1 only, on a free port, and shuts itself down after ``lifetime``
 seconds even if a test forgets to stop it. It speaks plain HTTP, not xet: set
@@ -62,6 +65,8 @@ class FakeHub:
         self.granted: set[str] = set()  # gated repos the token may read
         self._cuts: dict[tuple[str, str], list[int]] = {}
         self._corrupt: dict[tuple[str, str], bytes] = {}
+        self._lies: dict[tuple[str, str], dict] = {}
+        self._listing_lies: dict[str, dict] = {}
         self._lock = threading.Lock()
         self._lifetime = lifetime
         self._server: ThreadingHTTPServer | None = None
@@ -90,10 +95,26 @@ class FakeHub:
         with self._lock:
             self._cuts[(repo_id, filename)] = [at] + [-1] * then_fail
 
-    def corrupt(self, repo_id: str, filename: str, data: bytes) -> None:
-        """Serve ``data`` for ``filename`` while the headers still describe the real file."""
+    def corrupt(self, repo_id: str, filename: str, data: bytes | None) -> None:
+        """Serve ``data`` for ``filename`` while the headers still describe the real file
+        (None: serve the real file again)."""
         with self._lock:
-            self._corrupt[(repo_id, filename)] = data
+            if data is None:
+                self._corrupt.pop((repo_id, filename), None)
+            else:
+                self._corrupt[(repo_id, filename)] = data
+
+    def lie(self, repo_id: str, filename: str, headers: dict[str, str], after: int = 0) -> None:
+        """Answer HEAD and GET of ``filename`` (and its 404s) with ``headers`` in place of
+        the true ones, from its ``after``-th request on (the first ``after`` tell the truth)."""
+        with self._lock:
+            self._lies[(repo_id, filename)] = {"headers": dict(headers), "after": after}
+
+    def lie_in_listing(self, repo_id: str, sha: str | None = None, siblings: list[dict] | None = None) -> None:
+        """Model info for ``repo_id`` answers commit ``sha`` and/or these extra ``siblings``
+        entries (``rfilename``, ``size``, ``blobId``, ``lfs``), served as they are."""
+        with self._lock:
+            self._listing_lies[repo_id] = {"sha": sha, "siblings": siblings or []}
 
     def gets(self, filename: str) -> list[Request]:
         return [r for r in self.requests if r.method == "GET" and r.path.endswith("/" + filename)]
@@ -146,6 +167,14 @@ class FakeHub:
             status = 401 if auth is None else 403
             return status, {"X-Error-Code": "GatedRepo", "X-Error-Message": f"Access to model {repo_id} is restricted."}
         return None
+
+    def _take_lies(self, repo_id: str, filename: str) -> dict[str, str]:
+        with self._lock:
+            plan = self._lies.get((repo_id, filename))
+            if not plan:
+                return {}
+            plan["after"] -= 1
+            return plan["headers"] if plan["after"] < 0 else {}
 
     def _resolve(self, repo_id: str, revision: str) -> str | None:
         repo = self.repos[repo_id]
@@ -231,11 +260,13 @@ class _Handler(BaseHTTPRequestHandler):
                 if name.endswith(LFS_SUFFIXES):
                     entry["lfs"] = {"sha256": hashlib.sha256(data).hexdigest(), "size": len(data), "pointerSize": 134}
             siblings.append(entry)
+        lies = hub._listing_lies.get(repo_id, {})
+        siblings += lies.get("siblings", [])
         body = json.dumps(
             {
                 "id": repo_id,
                 "modelId": repo_id,
-                "sha": commit,
+                "sha": lies.get("sha") or commit,
                 "private": hub.repos[repo_id].private,
                 "siblings": siblings,
             }
@@ -248,10 +279,11 @@ class _Handler(BaseHTTPRequestHandler):
         if commit is None:
             return None
         files = hub.repos[repo_id].commits[commit]
+        lies = hub._take_lies(repo_id, filename)
         if filename not in files:
             return self._error(
                 404,
-                {"X-Error-Code": "EntryNotFound", "X-Error-Message": "Entry not found", "X-Repo-Commit": commit},
+                {"X-Error-Code": "EntryNotFound", "X-Error-Message": "Entry not found", "X-Repo-Commit": commit} | lies,
                 head,
             )
         data = files[filename]
@@ -263,6 +295,7 @@ class _Handler(BaseHTTPRequestHandler):
         }
         if filename.endswith(LFS_SUFFIXES):
             headers |= {"X-Linked-Etag": f'"{hashlib.sha256(data).hexdigest()}"', "X-Linked-Size": str(len(data))}
+        headers |= lies
         if head:
             return self._send(200, {**headers, "Content-Length": str(len(data))}, head=True)
         start = 0

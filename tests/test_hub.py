@@ -9,18 +9,26 @@ from pathlib import Path
 import numpy as np
 import pytest
 from click.testing import CliRunner
+from gguf import GGMLQuantizationType
 from hubserver import FakeHub
 from huggingface_hub import constants, hf_hub_download
 
 from gguf_exact.cli import main
+from gguf_exact.core import bf16, q4_0
+from gguf_exact.core.published import published_q4_0
 from gguf_exact.drafter.convert import convert_drafter
 from gguf_exact.errors import GgufExactError
+from gguf_exact.formats.checkpoint import Checkpoint
+from gguf_exact.gemma4.assistant import gguf_tensor_name
 from gguf_exact.hub import checksums
 from gguf_exact.hub.checksums import Checksums, Entry, RepoPin
-from gguf_exact.hub.client import HubConfig, storage_dir
 from gguf_exact.hub.fetch import fetch_recipe
+from gguf_exact.hub.outcome import compare_with_published
 from gguf_exact.hub.pin import pin_recipe
 from gguf_exact.hub.recipes import load_recipe
+from gguf_exact.hub.session import HubConfig, storage_dir
+from gguf_exact.repack.donor import open_donor
+from gguf_exact.tiny.models import TinyDrafter, drafter_config, drafter_tensors, write_checkpoint
 
 SRC, EXACT, TARGET = "google/tiny-assistant", "pub/tiny-exact-gguf", "google/tiny-target-gguf"
 OUTPUT = "tiny-exact.gguf"
@@ -364,7 +372,7 @@ def test_private_repo_with_a_token_and_pin_errors(hub, tmp_path):
 # --- build -------------------------------------------------------------------------------
 
 
-def test_build_reproduces_the_pinned_output_and_reports_a_changed_one(hub, tmp_path, published):
+def test_build_reproduces_the_pinned_output(hub, tmp_path, published):
     publish(hub, published)
     path = write_recipe(tmp_path)
     env = {"HF_ENDPOINT": hub.url, "HF_HUB_CACHE": str(tmp_path / "cache")}
@@ -375,16 +383,160 @@ def test_build_reproduces_the_pinned_output_and_reports_a_changed_one(hub, tmp_p
     assert f"reproduced: sha256 {sha(published[OUTPUT])} is the published {EXACT}/{OUTPUT}" in result.stdout
     assert (tmp_path / "out" / OUTPUT).read_bytes() == published[OUTPUT]
     assert (tmp_path / "models" / TARGET / "target.gguf").is_file()
+    assert hub.gets(OUTPUT) == []  # equal sha256: the published file is not needed
 
-    other = b"GGUF a different exact file"
-    hub.commit(EXACT, {OUTPUT: other})
+
+def exact_count(q4_0_bytes: np.ndarray, bits: np.ndarray) -> int:
+    """Values whose decoded bf16 bits are the source's (+0 and -0 alike), computed here
+    independently of core/error_stats."""
+    got = bf16.from_f32(q4_0.dequantize(q4_0_bytes.reshape(-1, q4_0.BLOCK_BYTES)).ravel())
+    want = bits.ravel()
+    return int(np.count_nonzero((got == want) | (((got | want) & 0x7FFF) == 0)))
+
+
+@pytest.fixture(scope="module")
+def other_scales(tiny, tmp_path_factory) -> dict:
+    """A source, our exact build of it, and the 'published' file made from the same source
+    by the published method (core/published.py: its own scales, same levels), written
+    over our file's Q4_0 tensor data. The source has no +8-extreme blocks: the
+    published method cannot store those (the original script stops on them)."""
+    root = tmp_path_factory.mktemp("other-scales")
+    tensors = drafter_tensors(TinyDrafter(), seed=1, step_kind="fp32")
+    for name, bits in tensors.items():
+        if bits.dtype == np.uint16 and bits.ndim == 2 and not name.startswith("masked_embedding"):  # QAT matrices
+            _, fitted = published_q4_0(bits)
+            bits.reshape(-1, 32)[~fitted] ^= np.uint16(0x8000)  # +8 extreme -> -8: negate those blocks
+    source = write_checkpoint(root / "source", drafter_config(), tensors)
+    ours = convert_drafter(source, root / "ours.gguf", tiny / "target.gguf")
+    theirs = root / "published.gguf"
+    shutil.copyfile(ours.path, theirs)
+    expected = {"blocks": 0, "other_scale": 0, "exact": ours.report["exact_values"], "values": ours.report["values"]}
+    with Checkpoint(source) as ckpt, open_donor(ours.path) as built, open(theirs, "r+b") as f:
+        names = {gguf_tensor_name(hf): hf for hf in ckpt.tensors}
+        for t in built.tensors:
+            if t.type != GGMLQuantizationType.Q4_0:
+                continue
+            bits = ckpt.read(names[t.name])
+            data, fitted = published_q4_0(bits)
+            assert fitted.all(), t.name
+            mine = built.read_rows(t, 0, t.rows).reshape(-1, q4_0.BLOCK_BYTES)
+            expected["blocks"] += len(mine)
+            expected["other_scale"] += int(np.count_nonzero((mine != data).any(axis=1)))
+            expected.setdefault("published_exact", expected["exact"])
+            expected["published_exact"] += exact_count(data, bits) - exact_count(mine, bits)
+            f.seek(built.header.data_start + t.offset)
+            f.write(data.tobytes())
+    assert 0 < expected["other_scale"] < expected["blocks"] and expected["published_exact"] < expected["exact"]
+    return {
+        "config.json": (source / "config.json").read_bytes(),
+        "model.safetensors": (source / "model.safetensors").read_bytes(),
+        "target.gguf": (tiny / "target.gguf").read_bytes(),
+        OUTPUT: theirs.read_bytes(),
+        "ours": ours.path.read_bytes(),
+        "expected": expected,
+    }
+
+
+def flip_a_level(gguf: bytes, tensor: str, block: int, scratch: Path) -> bytes:
+    """The file with one nonzero level of ``block`` of ``tensor`` changed (levels no longer
+    proportional to the original's)."""
+    (scratch / "flip.gguf").write_bytes(gguf)
+    with open_donor(scratch / "flip.gguf") as d:
+        t = d.tensor(tensor)
+        at = d.header.data_start + t.offset + block * q4_0.BLOCK_BYTES
+    data = bytearray(gguf)
+    levels, scale = q4_0.unpack(np.frombuffer(bytes(data[at : at + q4_0.BLOCK_BYTES]), np.uint8))
+    levels = levels[0].copy()
+    assert np.count_nonzero(levels) > 1
+    j = int(np.flatnonzero(levels)[0])
+    levels[j] = levels[j] + 1 if levels[j] < 7 else levels[j] - 1
+    data[at : at + q4_0.BLOCK_BYTES] = q4_0.pack(levels[None], scale).tobytes()
+    return bytes(data)
+
+
+def test_build_tells_same_levels_from_differs(hub, tmp_path, other_scales):
+    files, expected = other_scales, other_scales["expected"]
+    publish(hub, files)
+    path = write_recipe(tmp_path)
+    env = {"HF_ENDPOINT": hub.url, "HF_HUB_CACHE": str(tmp_path / "cache")}
+    assert run(["pin", path], env).exit_code == 0
+    args = ["build", path, "--models-dir", tmp_path / "models", "--out-dir", tmp_path / "out"]
+    result = run(args, env)
+    assert result.exit_code == 0, result.output
+    out = result.stdout
+    assert (tmp_path / "out" / OUTPUT).read_bytes() == files["ours"]
+    assert f"built      {sha(files['ours'])}" in out and f"published  {sha(files[OUTPUT])}  {EXACT}/{OUTPUT}" in out
+    assert (
+        f"same levels: every Q4_0 block holds the published file's levels; "
+        f"{expected['other_scale']:,} of {expected['blocks']:,} blocks are stored with another scale"
+    ) in out
+    n = expected["values"]
+    built = f"{expected['exact'] / n:.4%} ({expected['exact']:,} of {n:,} values)"
+    theirs = f"{expected['published_exact'] / n:.4%} ({expected['published_exact']:,} of {n:,} values)"
+    assert f"bit-exact against the source, built:     {built}" in out, out
+    assert f"bit-exact against the source, published: {theirs}" in out, out
+    assert "metadata" not in out, out  # the same keys: only tensor data differs
+
+    # one level changed in block 5 of blk.0.ffn_up.weight: differs, named
+    broken = flip_a_level(files[OUTPUT], "blk.0.ffn_up.weight", 5, tmp_path)
+    hub.commit(EXACT, {OUTPUT: broken})
     repin = run(["pin", path, "--what", "exact"], env)
-    assert repin.exit_code == 0 and f"CHANGED, was {sha(published[OUTPUT])}" in repin.stdout
+    assert repin.exit_code == 0 and f"CHANGED, was {sha(files[OUTPUT])}" in repin.stdout
     result = run(args, env)
     line = one_error_line(result)
-    assert "not reproduced" in line and sha(published[OUTPUT]) in line and sha(other) in line
-    assert f"built      {sha(published[OUTPUT])}" in result.stdout and f"published  {sha(other)}" in result.stdout
+    per_row = TinyDrafter().hidden_size // 32
+    assert "not reproduced: differs from the published" in line, line
+    assert f"tensor blk.0.ffn_up.weight, Q4_0 block 5 (row {5 // per_row}, columns {5 % per_row * 32}.." in line
+    assert f"built      {sha(files['ours'])}" in result.stdout and f"published  {sha(broken)}" in result.stdout
     assert (tmp_path / "out" / OUTPUT).is_file()  # kept for inspection
+
+
+def test_compare_with_published_names_other_differences(other_scales, tmp_path):
+    source = tmp_path / "source"
+    source.mkdir()
+    (source / "config.json").write_bytes(other_scales["config.json"])
+    (source / "model.safetensors").write_bytes(other_scales["model.safetensors"])
+    ours = tmp_path / "ours.gguf"
+    ours.write_bytes(other_scales["ours"])
+    assert compare_with_published(ours, ours, source).kind == "reproduced"
+
+    def variant(name: str, change) -> Path:
+        data = bytearray(other_scales["ours"])
+        with open_donor(ours) as d:
+            change(d, data)
+        (tmp_path / name).write_bytes(bytes(data))
+        return tmp_path / name
+
+    def flip_norm_bit(d, data):  # the low byte of value 3 of an F32 norm
+        data[d.header.data_start + d.tensor("blk.0.attn_norm.weight").offset + 4 * 3] ^= 1
+
+    got = compare_with_published(ours, variant("norm.gguf", flip_norm_bit), source)
+    assert (got.kind, got.difference) == (
+        "differs",
+        "tensor blk.0.attn_norm.weight (F32): row 0 differs (byte 12 of the row)",
+    )
+    assert got.built_exact is None and got.published_exact is None
+
+    def rename(d, data):
+        i = data.index(b"blk.0.attn_norm.weight")
+        data[i : i + 3] = b"BLK"
+
+    got = compare_with_published(ours, variant("renamed.gguf", rename), source)
+    assert (got.kind, got.difference) == ("differs", "tensor blk.0.attn_norm.weight is in the built file only")
+
+    def other_context_length(d, data):  # a metadata value only: the tensors are the same
+        raw = d.header.fields["gemma4-assistant.context_length"].raw
+        i = data.index(raw) + len(raw) - 4
+        data[i : i + 4] = (8192).to_bytes(4, "little")
+
+    got = compare_with_published(ours, variant("meta.gguf", other_context_length), source)
+    assert (got.kind, got.metadata_keys, got.other_scale_blocks) == (
+        "same levels",
+        ["gemma4-assistant.context_length"],
+        0,
+    )
+    assert got.q4_0_blocks == other_scales["expected"]["blocks"]
+    assert got.built_exact.exact == got.published_exact.exact == other_scales["expected"]["exact"]
 
 
 def test_build_with_vocab_from_skips_the_target(hub, tmp_path, published, tiny):
@@ -501,3 +653,240 @@ def test_recipe_errors_name_the_field(tmp_path, change, message):
     assert message in line
     line = one_error_line(run(["fetch", "no-such-recipe"]))
     assert "no-such-recipe" in line and "known recipes: e2b, e2b-assistant" in line
+
+
+# --- hostile answers and names: refused before anything reaches a path -------------------
+
+
+def outside(root: Path) -> set[str]:
+    """Every path under ``root`` except the Hub cache and the models folder."""
+    return {
+        str(p.relative_to(root)) for p in root.rglob("*") if p.relative_to(root).parts[0] not in ("cache", "models")
+    }
+
+
+def cli_env(hub: FakeHub, tmp_path: Path) -> dict[str, str]:
+    return {"HF_ENDPOINT": hub.url, "HF_HUB_CACHE": str(tmp_path / "cache")}
+
+
+ESCAPE = "../../../escaped"  # from cache/models--pub--tiny-exact-gguf/blobs: tmp_path/escaped
+
+
+@pytest.mark.parametrize(
+    "filename, headers, after, expected",
+    [
+        (OUTPUT, {"X-Linked-Etag": f'"{ESCAPE}"'}, 0, f"has ETag '{ESCAPE}', neither a git id nor a sha256"),
+        (OUTPUT, {"X-Repo-Commit": "not-a-commit"}, 0, "names commit 'not-a-commit' (X-Repo-Commit), not a 40-hex"),
+        (OUTPUT, {"X-Repo-Commit": ESCAPE}, 0, f"names commit '{ESCAPE}' (X-Repo-Commit)"),
+        # the second HEAD, made by hf_hub_download itself after ours told the truth
+        ("config.json", {"ETag": f'"{ESCAPE}"'}, 1, f"has ETag '{ESCAPE}', neither a git id nor a sha256"),
+        ("config.json", {"X-Repo-Commit": "0" * 39 + "g"}, 1, "not a 40-hex commit id"),
+    ],
+)
+def test_fetch_refuses_unsafe_hub_headers(hub, tmp_path, published, filename, headers, after, expected):
+    publish(hub, published)
+    path = write_recipe(tmp_path)
+    env = cli_env(hub, tmp_path)
+    assert run(["pin", path], env).exit_code == 0
+    repo = EXACT if filename == OUTPUT else SRC
+    if filename == "config.json":  # not in the cache yet: pin read it through the cache
+        shutil.rmtree(tmp_path / "cache")
+    before = outside(tmp_path)
+    hub.lie(repo, filename, headers, after=after)
+    what = "exact" if repo == EXACT else "source"
+    line = one_error_line(run(["fetch", path, "--what", what, "--models-dir", tmp_path / "models"], env))
+    assert expected in line and f"{repo}@" in line and "nothing written" in line, line
+    assert outside(tmp_path) == before and not (tmp_path / "escaped").exists()
+    assert not (tmp_path / "models" / repo / filename).exists()
+    cached = [p for p in (tmp_path / "cache").rglob("*") if p.is_file() and p.parent.name in ("blobs", "snapshots")]
+    assert not [p for p in (tmp_path / "cache").rglob(filename)], cached
+    assert not [p for p in (tmp_path / "cache").rglob("*") if p.parent.name == "snapshots" and len(p.name) != 40]
+
+
+def test_fetch_refuses_a_missing_file_whose_404_names_an_unsafe_commit(hub, tmp_path):
+    """huggingface_hub would record the miss at .no_exist/<X-Repo-Commit>/<file>."""
+    real = hub.commit(EXACT, {"other.gguf": b"GGUF other"})
+    path = write_recipe(tmp_path)
+    write_pins(path, real, sha(b"GGUF tiny"))
+    hub.lie(EXACT, OUTPUT, {"X-Repo-Commit": ESCAPE})
+    before = outside(tmp_path)
+    line = one_error_line(run(["fetch", path, "--models-dir", tmp_path / "models"], cli_env(hub, tmp_path)))
+    assert f"names commit '{ESCAPE}'" in line, line
+    assert outside(tmp_path) == before and not list((tmp_path / "cache").rglob(".no_exist"))
+
+
+@pytest.mark.parametrize(
+    "lie, expected",
+    [
+        (
+            {"siblings": [{"rfilename": "../../../escaped.gguf", "size": 4}]},
+            "'../../../escaped.gguf' with an empty, '.' or '..' part",
+        ),
+        ({"siblings": [{"rfilename": "/abs.gguf", "size": 4}]}, "'/abs.gguf' with an absolute path"),
+        ({"siblings": [{"rfilename": "..\\\\x.gguf", "size": 4}]}, "with a backslash"),
+        ({"siblings": [{"rfilename": "x.gguf\n0000  y", "size": 4}]}, "with a control character"),
+        ({"sha": "zz" + "0" * 38}, "commit 'zz00000000"),
+        (
+            {"siblings": [{"rfilename": "y.gguf", "size": 4, "lfs": {"sha256": "../x", "size": 4, "pointerSize": 1}}]},
+            "sha256 '../x' is not 64",
+        ),
+        ({"siblings": [{"rfilename": "y.gguf", "lfs": {"size": 4}}]}, "the Hub's model info is malformed (KeyError"),
+    ],
+)
+def test_pin_refuses_unsafe_names_in_the_hub_listing(hub, tmp_path, published, lie, expected):
+    publish(hub, published)
+    path = write_recipe(tmp_path)
+    path.write_text(path.read_text().replace(f'files = ["{OUTPUT}"]', 'files = ["*.gguf"]'))
+    hub.lie_in_listing(EXACT, **lie)
+    before = outside(tmp_path)
+    line = one_error_line(run(["pin", path, "--what", "exact"], cli_env(hub, tmp_path)))
+    assert expected in line and EXACT in line, line
+    assert outside(tmp_path) == before  # no checksum file written either
+    assert not (tmp_path / "checksums").exists()
+
+
+@pytest.mark.parametrize(
+    "files, expected",
+    [
+        ('["../../../escaped.gguf"]', "has an empty, '.' or '..' part"),
+        ('["/etc/passwd"]', "has an absolute path"),
+        ('["sub\\\\..\\\\x.gguf"]', "has a backslash"),
+        ('["C:x.gguf"]', "has an absolute path"),
+        ('["a//b.gguf"]', "has an empty, '.' or '..' part"),
+    ],
+)
+def test_recipe_file_names_must_stay_inside_the_repo(hub, tmp_path, files, expected):
+    path = write_recipe(tmp_path)
+    path.write_text(path.read_text().replace(f'files = ["{OUTPUT}"]', f"files = {files}"))
+    before = outside(tmp_path)
+    for args in (["fetch", path, "--models-dir", tmp_path / "models"], ["pin", path]):
+        line = one_error_line(run(args, cli_env(hub, tmp_path)))
+        assert str(path) in line and "exact section: file" in line and expected in line, line
+    assert outside(tmp_path) == before and hub.requests == []
+
+
+@pytest.mark.parametrize(
+    "change, expected",
+    [
+        (('repo = "pub/tiny-exact-gguf"', 'repo = "pub/.."'), "is not a Hub repo id"),
+        (('repo = "pub/tiny-exact-gguf"', 'repo = "../x"'), "is not a Hub repo id"),
+        (('revision = "main"\nfiles = ["tiny', 'revision = "../../x"\nfiles = ["tiny'), "revision '../../x' has"),
+        (('name = "tiny"', 'name = "../../x"'), "name = '../../x' must be"),
+        (('name = "tiny"', 'name = "tiny"\nchecksums = "/etc/x.sha256"'), "checksums = '/etc/x.sha256' must be"),
+        (('output = "tiny-exact.gguf"', 'output = "..\\\\x.gguf"'), "output must be a file name"),
+    ],
+)
+def test_recipe_values_that_reach_paths_are_checked(tmp_path, change, expected):
+    path = write_recipe(tmp_path)
+    assert change[0] in path.read_text()
+    path.write_text(path.read_text().replace(*change, 1))
+    before = outside(tmp_path)
+    line = one_error_line(run(["fetch", path, "--models-dir", tmp_path / "models"]))
+    assert str(path) in line and expected in line, line
+    assert outside(tmp_path) == before
+
+
+def test_a_checksum_file_naming_a_path_outside_the_repo_is_refused(hub, tmp_path, published):
+    commits = publish(hub, published)
+    path = write_recipe(tmp_path)
+    target = tmp_path / "checksums" / "tiny.sha256"
+    target.parent.mkdir()
+    target.write_text(
+        f"# pin {EXACT} revision=main commit={commits['exact']}\n"
+        f"{sha(published[OUTPUT])}  {EXACT}/{OUTPUT}\n"
+        f"{sha(b'x')}  {EXACT}/../../../escaped.gguf\n"
+    )
+    path.write_text(path.read_text().replace(f'files = ["{OUTPUT}"]', 'files = ["*.gguf"]'))
+    before = outside(tmp_path)
+    line = one_error_line(run(["fetch", path, "--models-dir", tmp_path / "models"], cli_env(hub, tmp_path)))
+    assert f"{target}: {EXACT}/../../../escaped.gguf" in line and "'..' part" in line, line
+    assert outside(tmp_path) == before and not (tmp_path / "models").exists() and hub.requests == []
+
+
+# --- wrong bytes do not stay in the Hub cache ----------------------------------------------
+
+
+def snapshot_entries(cache: Path, name: str) -> list[Path]:
+    return [p for p in cache.rglob(name) if p.parent.parent.name == "snapshots"]
+
+
+def test_a_corrupt_blob_in_the_cache_is_removed_and_downloaded_again(hub, config, tmp_path, published):
+    publish(hub, published)
+    recipe = load_recipe(write_recipe(tmp_path))
+    pin_recipe(recipe, ["exact"], config=config)
+    models = tmp_path / "models"
+    fetch_recipe(recipe, "exact", models, config, progress=False)
+    (models / EXACT / OUTPUT).unlink()
+    blob = storage_dir(EXACT, config) / "blobs" / sha(published[OUTPUT])
+    bad = bytearray(blob.read_bytes())
+    bad[100] ^= 1
+    blob.write_bytes(bytes(bad))  # a disk error, or another tool
+    gets = len(hub.gets(OUTPUT))
+    got = fetch_recipe(recipe, "exact", models, config, progress=False)
+    assert got[0].how == "downloaded" and len(hub.gets(OUTPUT)) == gets + 1
+    assert blob.read_bytes() == published[OUTPUT] == (models / EXACT / OUTPUT).read_bytes()
+    # offline, the same corruption: removed, and the error says it is not in the cache
+    (models / EXACT / OUTPUT).unlink()
+    blob.write_bytes(bytes(bad))
+    offline = HubConfig("http://127.0.0.1:9", config.cache_dir, offline=True)
+    with pytest.raises(GgufExactError, match="not in the Hub cache"):
+        fetch_recipe(recipe, "exact", models, offline, progress=False)
+    assert not blob.exists() and snapshot_entries(config.cache_dir, OUTPUT) == []
+
+
+def test_wrong_bytes_from_hf_hub_download_are_evicted(hub, config, tmp_path, published):
+    """config.json is small and kept in git: hf_hub_download transfers it; its git id is
+    checked, and a mismatch removes the blob and the snapshot link."""
+    commits = publish(hub, published)
+    recipe = load_recipe(write_recipe(tmp_path))
+    pin_recipe(recipe, ["source"], config=config)
+    shutil.rmtree(config.cache_dir)
+    hub.corrupt(SRC, "config.json", b'{"evil": 1}' + published["config.json"][11:])
+    models = tmp_path / "models"
+    with pytest.raises(GgufExactError) as err:
+        fetch_recipe(recipe, "source", models, config, progress=False)
+    from hubserver import git_blob_id
+
+    msg = str(err.value)
+    assert f"{SRC}/config.json: downloaded file has git id" in msg and git_blob_id(published["config.json"]) in msg
+    assert "removed from the Hub cache" in msg
+    storage = storage_dir(SRC, config)
+    assert not (storage / "snapshots" / commits["source"] / "config.json").exists()
+    assert not (storage / "blobs" / git_blob_id(published["config.json"])).exists()
+    assert not (models / SRC / "config.json").exists() and leftovers(config.cache_dir) == []
+    hub.corrupt(SRC, "config.json", None)
+    got = fetch_recipe(recipe, "source", models, config, progress=False)
+    assert [f.how for f in got] == ["downloaded", "downloaded"]
+    assert (models / SRC / "config.json").read_bytes() == published["config.json"]
+
+
+def test_pin_checks_what_it_reads(hub, tmp_path, published):
+    commits = publish(hub, published)
+    path = write_recipe(tmp_path)
+    env = cli_env(hub, tmp_path)
+    hub.corrupt(SRC, "config.json", b"{}" + published["config.json"][2:])
+    line = one_error_line(run(["pin", path, "--what", "source"], env))
+    assert f"{SRC}/config.json: downloaded file has git id" in line and "removed from the Hub cache" in line, line
+    assert not (tmp_path / "checksums").exists()
+    assert not snapshot_entries(tmp_path / "cache", "config.json")
+    # the listing's git id and the HEAD's agree with each other but not with the bytes' size
+    hub.corrupt(SRC, "config.json", None)
+    hub.lie_in_listing(SRC, siblings=[])
+    result = run(["pin", path, "--what", "source"], env)
+    assert result.exit_code == 0, result.output
+    assert f"{sha(published['config.json'])}  {SRC}/config.json  (read and hashed)" in result.stdout
+    assert checksums.read(tmp_path / "checksums" / "tiny.sha256").pins[SRC].commit == commits["source"]
+
+
+def test_pin_refuses_unsafe_headers_and_revisions(hub, tmp_path, published):
+    publish(hub, published)
+    path = write_recipe(tmp_path)
+    env = cli_env(hub, tmp_path)
+    hub.lie(SRC, "config.json", {"X-Repo-Commit": ESCAPE}, after=1)  # hf_hub_download's own HEAD
+    before = outside(tmp_path)
+    line = one_error_line(run(["pin", path, "--what", "source"], env))
+    assert f"{SRC}@" in line and f"names commit '{ESCAPE}' (X-Repo-Commit)" in line, line
+    assert outside(tmp_path) == before and not snapshot_entries(tmp_path / "cache", "config.json")
+    line = one_error_line(run(["pin", path, "--what", "exact", "--revision", "../../x"], env))
+    assert "--revision: revision '../../x' has an empty, '.' or '..' part" in line, line
+    assert outside(tmp_path) == before

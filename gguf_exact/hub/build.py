@@ -1,11 +1,13 @@
-"""``gguf-exact build``: rebuild a recipe's exact drafter from its pinned source and check
-that the result has the published file's sha256.
+"""``gguf-exact build``: rebuild a recipe's exact drafter from its pinned source and tell
+how it compares with the published file: ``reproduced``, ``same levels`` or ``differs``
+(:mod:`.outcome`).
 
 Steps: fetch the ``[source]`` files at their pinned commit (verified), fetch the
 ``[target]`` GGUF for the vocabulary unless a path is given, convert with
 :func:`gguf_exact.convert_drafter` (which verifies the written file against the
 source), then compare the output's sha256 with the ``[exact]`` file's pinned sha256.
-The output is kept either way, so a build that does not reproduce can be inspected.
+When they differ, the published file is fetched (verified against its pin) and
+compared block by block. The output is kept either way, so it can be inspected.
 """
 
 from dataclasses import dataclass
@@ -15,9 +17,10 @@ from typing import Callable
 from gguf_exact.drafter.convert import ConvertResult, convert_drafter
 from gguf_exact.errors import GgufExactError
 from gguf_exact.hub import checksums
-from gguf_exact.hub.client import HubConfig
 from gguf_exact.hub.fetch import Fetched, fetch_recipe, part_dir, pinned_files
+from gguf_exact.hub.outcome import REPRODUCED, Outcome, compare_with_published
 from gguf_exact.hub.recipes import Recipe
+from gguf_exact.hub.session import HubConfig
 
 
 @dataclass
@@ -30,11 +33,7 @@ class BuildResult:
     sources: list[Fetched]
     vocab_from: Path
     convert: ConvertResult
-
-    @property
-    def reproduced(self) -> bool | None:
-        """True when the output has the published sha256; None when nothing is pinned to compare with."""
-        return None if self.published_sha256 is None else self.sha256 == self.published_sha256
+    outcome: Outcome | None  # None when the recipe pins no published file to compare with
 
 
 def build_recipe(
@@ -74,9 +73,14 @@ def build_recipe(
         vocab_from = fetch_recipe(recipe, "target", models_dir, config, download_progress)[0].path
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    result = convert_drafter(
-        part_dir(models_dir, recipe.part("source")), out_dir / recipe.output, vocab_from, progress=progress
-    )
+    source_dir = part_dir(models_dir, recipe.part("source"))
+    result = convert_drafter(source_dir, out_dir / recipe.output, vocab_from, progress=progress)
+    outcome = None
+    if published is not None and result.sha256 == published.sha256:
+        outcome = Outcome(REPRODUCED, result.path, part_dir(models_dir, recipe.part("exact")) / published.filename)
+    elif published is not None:
+        fetched = fetch_recipe(recipe, "exact", models_dir, config, download_progress)[0]
+        outcome = compare_with_published(result.path, fetched.path, source_dir)
     return BuildResult(
         recipe,
         result.path,
@@ -86,4 +90,5 @@ def build_recipe(
         sources,
         Path(vocab_from),
         result,
+        outcome,
     )

@@ -22,12 +22,11 @@ from pathlib import Path
 
 from gguf_exact.errors import GgufExactError
 from gguf_exact.formats.gguf_file import atomic_output
+from gguf_exact.hub.names import COMMIT
 
 CHECKSUMS_DIR = Path(__file__).resolve().parents[2] / "checksums"
 LLAMA_CPP_PYTHON = "llama-cpp-python.sha256"  # the sdist pin that the llama.cpp build reads
 
-SHA256 = re.compile(r"[0-9a-f]{64}")
-COMMIT = re.compile(r"[0-9a-f]{40}")
 _LINE = re.compile(r"([0-9a-fA-F]{64}) [ *](\S.*)")
 _PIN = re.compile(r"#\s*pin\s+(\S+)\s+revision=(\S+)\s+commit=(\S+)\s*")
 _SDIST = re.compile(r"llama_cpp_python-([0-9][0-9A-Za-z.]*)\.tar\.gz")

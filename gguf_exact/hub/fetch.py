@@ -18,8 +18,10 @@ from pathlib import Path
 from gguf_exact.errors import GgufExactError
 from gguf_exact.formats.gguf_file import atomic_output, sha256_file
 from gguf_exact.hub import checksums
-from gguf_exact.hub.client import HubConfig, cached_files, download
+from gguf_exact.hub.client import cached_file, cached_sha256, download
+from gguf_exact.hub.names import check_relative_path, check_revision
 from gguf_exact.hub.recipes import Recipe, RepoPart, is_pattern
+from gguf_exact.hub.session import HubConfig
 
 
 @dataclass(frozen=True)
@@ -55,7 +57,11 @@ def pinned_files(recipe: Recipe, role: str, pins: checksums.Checksums) -> list[P
     part = recipe.part(role)
     pin = pins.pins.get(part.repo)
     revision = pin.commit if pin and pin.commit else (pin.revision if pin else part.revision)
-    entries = {e.path[len(part.repo) + 1 :]: e.sha256 for e in pins.repo_entries(part.repo)}
+    check_revision(revision, f"{recipe.checksums}: {part.repo}")
+    entries = {
+        check_relative_path(e.path[len(part.repo) + 1 :], f"{recipe.checksums}: {e.path}"): e.sha256
+        for e in pins.repo_entries(part.repo)
+    }
     chosen: dict[str, str] = {}
     for wanted in part.files:
         matched = [f for f in entries if f == wanted or (is_pattern(wanted) and fnmatchcase(f, wanted))]
@@ -79,10 +85,10 @@ def fetch_file(pf: PinnedFile, dest: Path, config: HubConfig, progress: bool = T
         if sha256_file(dest) == pf.sha256:
             return Fetched(pf, dest, "in place", dest.stat().st_size, pf.commit)
         dest.unlink()
-    for candidate in cached_files(pf.repo, pf.filename, config, pf.commit, pf.revision, pf.sha256):
-        if sha256_file(candidate) == pf.sha256:
-            _place(candidate, dest, pf.sha256)
-            return Fetched(pf, dest, "from cache", dest.stat().st_size, pf.commit)
+    cached = cached_file(pf.repo, pf.filename, pf.revision, config)
+    if cached is not None and cached_sha256(cached, pf.repo, config) == pf.sha256:
+        _place(cached, dest, pf.sha256)
+        return Fetched(pf, dest, "from cache", dest.stat().st_size, pf.commit)
     if config.offline:
         raise GgufExactError(
             f"{pf.path}: not in the Hub cache ({config.cache_dir}) and HF_HUB_OFFLINE is set; "
@@ -90,7 +96,7 @@ def fetch_file(pf: PinnedFile, dest: Path, config: HubConfig, progress: bool = T
         )
     got = download(pf.repo, pf.filename, pf.revision, config, pf.sha256, progress)
     _place(got.path, dest, pf.sha256)
-    how = "resumed" if got.resumed_from else "downloaded"
+    how = "resumed" if got.resumed_from else ("downloaded" if got.transferred else "from cache")
     return Fetched(pf, dest, how, got.size, got.commit)
 
 

@@ -3,7 +3,9 @@ sha256 in its checksum file, from the Hub's file metadata, without downloading.
 
 LFS files (weights, GGUFs) carry their sha256 in the Hub's metadata. Small files kept in
 git (``config.json``) have only a git id there: those are read (a few KB, through the Hub
-cache), checked against that id, and hashed.
+cache), checked against that id, its size and the git id the Hub's HEAD gives, and
+hashed; one that does not match is removed from the cache and nothing is written.
+Every name, commit and hash in the Hub's listing is checked (:mod:`.names`) before use.
 """
 
 import hashlib
@@ -14,8 +16,10 @@ from pathlib import Path
 from gguf_exact.errors import GgufExactError
 from gguf_exact.hub import checksums
 from gguf_exact.hub.checksums import Entry, RepoPin
-from gguf_exact.hub.client import HubConfig, RepoListing, read_small_file, repo_listing
+from gguf_exact.hub.client import RepoListing, read_small_file, repo_listing
+from gguf_exact.hub.names import check_revision
 from gguf_exact.hub.recipes import ROLES, Recipe, RepoPart, is_pattern
+from gguf_exact.hub.session import HubConfig
 
 SMALL_FILE = 64 << 20  # a non-LFS file larger than this is not read to hash it
 
@@ -56,6 +60,8 @@ def pin_recipe(
     if roles is None:
         roles = [r for r in ROLES if r in recipe.parts]
     parts = [recipe.part(r) for r in roles]
+    if revision is not None:
+        check_revision(revision, "--revision")
     if revision is not None and len(parts) != 1:
         raise GgufExactError(
             f"--revision {revision}: each part has its own revision; name one with --what {'|'.join(r for r in ROLES if r in recipe.parts)}"
@@ -105,8 +111,17 @@ def pin_entry(
         raise GgufExactError(
             f"{path}: {entry.size:,} bytes in git without LFS metadata, so the Hub reports no sha256 for it; pin it by hand"
         )
+    elif entry.blob_id is None:
+        raise GgufExactError(
+            f"{path}: the Hub's listing at {listing.commit} gives neither a sha256 nor a git id for it; "
+            "nothing to check a download against: pin it by hand"
+        )
     else:
         data = read_small_file(part.repo, name, listing.commit, config, entry.blob_id)
+        if entry.size is not None and len(data) != entry.size:
+            raise GgufExactError(
+                f"{path}: {len(data):,} bytes read, the Hub's listing at {listing.commit} says {entry.size:,}; check HF_ENDPOINT"
+            )
         sha, how = hashlib.sha256(data).hexdigest(), "read and hashed"
     return PinnedEntry(path, sha, entry.size, how, current.sha256(path))
 

@@ -26,11 +26,12 @@ else:  # pragma: no cover
     import tomli as tomllib
 
 from gguf_exact.errors import GgufExactError
+from gguf_exact.hub.names import check_repo_id, check_revision, relative_path_problem
 
 RECIPES_DIR = Path(__file__).resolve().parents[2] / "convert"
 ROLES = ("source", "exact", "target")
 KINDS = ("drafter", "model")
-_REPO = re.compile(r"[A-Za-z0-9][\w.-]*/[\w.-]+")
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,99}")  # recipe names become checksums/<name>.sha256
 
 
 @dataclass(frozen=True)
@@ -70,11 +71,15 @@ def is_pattern(name: str) -> bool:
 def parse_recipe(data: dict, path: Path) -> Recipe:
     """Check a recipe's TOML table and build the :class:`Recipe` (no I/O)."""
     name = data.get("name", path.stem)
+    if not isinstance(name, str) or not _NAME.fullmatch(name) or ".." in name:
+        raise GgufExactError(
+            f'{path}: name = {name!r} must be letters, digits, ".", "_" and "-" (it names checksums/<name>.sha256)'
+        )
     kind = data.get("kind", "drafter")
     if kind not in KINDS:
         raise GgufExactError(f"{path}: kind = {kind!r}; expected one of {', '.join(KINDS)}")
     output = data.get("output")
-    if not isinstance(output, str) or "/" in output or not output.endswith(".gguf"):
+    if not isinstance(output, str) or "/" in output or relative_path_problem(output) or not output.endswith(".gguf"):
         raise GgufExactError(
             f'{path}: output must be a file name ending in .gguf, e.g. output = "{name}-q4_0-exact.gguf"'
         )
@@ -89,6 +94,14 @@ def parse_recipe(data: dict, path: Path) -> Recipe:
             f"{path}: the target section names the one GGUF whose tokenizer the drafter copies; it lists {len(parts['target'].files)} files"
         )
     checksums = data.get("checksums", f"../checksums/{name}.sha256")
+    if (
+        not isinstance(checksums, str)
+        or not checksums.endswith(".sha256")
+        or relative_path_problem(checksums.removeprefix("../"))
+    ):
+        raise GgufExactError(
+            f'{path}: checksums = {checksums!r} must be a relative path to a .sha256 file, e.g. "../checksums/{name}.sha256"'
+        )
     return Recipe(
         name, path, kind, str(data.get("description", "")), output, parts, (path.parent / checksums).resolve()
     )
@@ -99,15 +112,16 @@ def parse_part(role: str, table: object, path: Path) -> RepoPart:
     if not isinstance(table, dict):
         raise GgufExactError(f"{where} must be a table with repo, revision and files")
     repo, revision, files = table.get("repo"), table.get("revision"), table.get("files")
-    if not isinstance(repo, str) or not _REPO.fullmatch(repo):
-        raise GgufExactError(f'{where}: repo = {repo!r} is not a Hub repo id like "google/gemma-4-E2B-it"')
-    if not isinstance(revision, str) or not revision or any(c.isspace() for c in revision):
-        raise GgufExactError(f'{where}: revision must be a branch, tag or commit, e.g. revision = "main"')
+    check_repo_id(repo, where)
+    check_revision(revision, where)
     if not isinstance(files, list) or not files or not all(isinstance(f, str) and f for f in files):
         raise GgufExactError(f"{where}: files must be a non-empty list of file names or patterns")
     for f in files:
-        if f.startswith("/") or ".." in f.split("/") or any(c.isspace() for c in f):
-            raise GgufExactError(f"{where}: file {f!r} must be a path inside the repo, without spaces")
+        problem = relative_path_problem(f) or ("a space" if any(c.isspace() for c in f) else None)
+        if problem:
+            raise GgufExactError(
+                f'{where}: file {f[:120]!r} has {problem}; name a path inside the repo, e.g. "model.safetensors"'
+            )
     return RepoPart(role, repo, revision, tuple(files))
 
 
