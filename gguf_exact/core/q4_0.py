@@ -52,22 +52,3 @@ def effective_levels(blocks: np.ndarray) -> np.ndarray:
     zero holds all zeros, whatever its nibbles."""
     levels, d = unpack(blocks)
     return np.where((d == 0)[:, None], np.int8(0), levels)
-
-
-def same_grid(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """Per block, whether two level arrays (n_blocks, 32) describe the same grid: equal
-    up to one nonzero factor, sign included. The same trained block may be stored with
-    ``d`` and levels ``q``, with ``-d`` and ``-q`` (a +8 extreme), or with ``d / k`` and
-    ``k * q`` (levels not in lowest terms): all three decode to the same grid points.
-
-    Tested by cross-multiplying against each block's largest level of ``a``: with
-    ``k`` that index, ``b[i] * a[k] == a[i] * b[k]`` for every i (and ``b[k] != 0``);
-    an all-zero block of ``a`` matches only an all-zero block of ``b``."""
-    a = a.astype(np.int32)
-    b = b.astype(np.int32)
-    k = np.abs(a).argmax(axis=1)[:, None]
-    ak = np.take_along_axis(a, k, axis=1)
-    bk = np.take_along_axis(b, k, axis=1)
-    cross = (b * ak == a * bk).all(axis=1)
-    zero = (ak == 0)[:, 0]
-    return np.where(zero, (b == 0).all(axis=1), cross & (bk != 0)[:, 0])

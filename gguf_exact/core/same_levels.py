@@ -37,7 +37,8 @@ def proportional_levels(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 
 def same_levels(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """(n_blocks,) bool: block i of the Q4_0 bytes ``a`` and ``b`` ((n_blocks, 18) each)
-    holds the same levels (see the module docstring); the scales ``d`` are not compared."""
-    levels_a, _ = q4_0.unpack(np.asarray(a, dtype=np.uint8))
-    levels_b, _ = q4_0.unpack(np.asarray(b, dtype=np.uint8))
+    holds the same levels (see the module docstring); the scales ``d`` are not compared,
+    except that a block whose ``d`` is zero holds zeros whatever its nibbles."""
+    levels_a = q4_0.effective_levels(np.asarray(a, dtype=np.uint8))
+    levels_b = q4_0.effective_levels(np.asarray(b, dtype=np.uint8))
     return proportional_levels(levels_a, levels_b)

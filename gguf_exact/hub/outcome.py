@@ -23,11 +23,10 @@ from gguf import GGMLQuantizationType
 from gguf_exact.core import q4_0
 from gguf_exact.core.error_stats import ErrorStats, compare_chunk
 from gguf_exact.core.same_levels import same_levels
-from gguf_exact.drafter.verify import source_bits
 from gguf_exact.formats.checkpoint import Checkpoint
-from gguf_exact.formats.gguf_file import sha256_file
+from gguf_exact.formats.gguf_file import decode, sha256_file
 from gguf_exact.gemma4.assistant import gguf_tensor_name
-from gguf_exact.repack.donor import Donor, decode_rows, open_donor
+from gguf_exact.repack.donor import Donor, open_donor
 
 CHUNK_VALUES = 1 << 22  # values read per tensor per step, from each file
 
@@ -126,7 +125,7 @@ def _compare_tensor(
             return f"tensor {name} ({ta.type.name}): row {row} differs (byte {byte % raw_a.shape[1]} of the row)"
         if source is not None:
             rows = slice(r0, r1) if len(ckpt.tensors[source].shape) > 1 else None
-            bits = source_bits(ckpt, source, rows)
+            values = ckpt.read(source, rows)  # in the source's own precision
             for raw, stats in ((raw_a, outcome.built_exact), (raw_b, outcome.published_exact)):
-                stats.add(compare_chunk(decode_rows(raw, ta.type, ta.cols), bits, ulps=False))
+                stats.add(compare_chunk(decode(raw, ta.type, (r1 - r0, ta.cols)), values, ulps=False))
     return None

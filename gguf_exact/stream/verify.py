@@ -7,7 +7,7 @@ Verification fails, naming the tensor and the first bad block or value, when a t
 - is missing, extra, or of another shape;
 - should be exact Q4_0 (its source matrix is on the 4-bit grid) but is stored otherwise;
 - has a Q4_0 block whose levels are not the source grid's
-  (:func:`gguf_exact.core.q4_0.same_grid`: equal up to one factor);
+  (:func:`gguf_exact.core.same_levels.same_levels`: equal up to one factor);
 - has a Q4_0 block that decodes further from the source than the exact packer's own
   choice for that block, by more than :data:`SLACK_ULPS` bf16 ULP (so files made by
   another exact scale rule pass, and a wrong scale does not);
@@ -30,6 +30,7 @@ from gguf import GGMLQuantizationType
 from gguf_exact.core import bf16, q4_0
 from gguf_exact.core.error_stats import ErrorStats, compare_chunk
 from gguf_exact.core.exact import plan_rows
+from gguf_exact.core.same_levels import same_levels
 from gguf_exact.errors import GgufExactError
 from gguf_exact.formats.gguf_file import decode, encode
 from gguf_exact.formats.gguf_layout import TensorEntry
@@ -162,7 +163,7 @@ def _q4_0_failure(t: TensorEntry, r0: int, raw: np.ndarray, planned: np.ndarray,
     file_blocks, plan_blocks = raw.reshape(-1, q4_0.BLOCK_BYTES), planned.reshape(-1, q4_0.BLOCK_BYTES)
     source = bits.reshape(-1, q4_0.BLOCK_SIZE)
     per_row = t.cols // q4_0.BLOCK_SIZE
-    same = q4_0.same_grid(q4_0.effective_levels(plan_blocks), q4_0.effective_levels(file_blocks))
+    same = same_levels(plan_blocks, file_blocks)
 
     def ulps(blocks: np.ndarray) -> np.ndarray:
         return bf16.ulp_distance(bf16.from_f32(q4_0.dequantize(blocks)), source).max(axis=1)
