@@ -129,6 +129,13 @@ def inspect_checkpoint(folder: str | Path, progress: Callable[[str], None] | Non
     summaries = []
     keep_heap_blocks()
     with Checkpoint(folder) as ckpt:
+        archs = ckpt.config.get("architectures")
+        if isinstance(archs, list) and set(archs) & {
+            *assistant.SUPPORTED_ARCHITECTURES,
+            *names.SUPPORTED_ARCHITECTURES,
+        }:
+            text = ckpt.config.get("text_config", ckpt.config)
+            assistant.check_types(ckpt.config, text, str(ckpt.folder / "config.json"))
         role_of = tensor_roles(ckpt.config)
         for name in sorted(ckpt.tensors):
             if progress:
@@ -137,6 +144,8 @@ def inspect_checkpoint(folder: str | Path, progress: Callable[[str], None] | Non
             role = "dropped" if info.dtype == "I64" else role_of(name, len(info.shape))
             if role not in ("matrix", "probe") or len(info.shape) < 2:
                 planned = "F32" if role in ("matrix", "probe") else role
+                if planned == "F32":
+                    ckpt.read(name)  # norms are small; a NaN or Inf there is an error too
                 summaries.append(TensorSummary(name, list(info.shape), info.dtype, 0, None, None, planned))
                 continue
             plan = plan_streamed(ckpt, name)

@@ -7,6 +7,7 @@ the tensor.
 """
 
 import json
+import math
 import struct
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,34 +32,103 @@ class TensorInfo:
     file: Path
 
 
+def _is_int(x) -> bool:
+    return isinstance(x, int) and not isinstance(x, bool)
+
+
 def _read_header(path: Path) -> dict:
+    """The header of one safetensors file, checked against the format's rules before
+    anything trusts it: every tensor of a known dtype, a shape of non-negative integers,
+    data offsets inside the file that tile the data with no gap or overlap, and as many
+    bytes as shape and dtype need. Reads 8 bytes, then at most the header's length."""
     size = path.stat().st_size
     with path.open("rb") as f:
         head = f.read(8)
         if len(head) < 8:
             raise GgufExactError(f"{path}: not a safetensors file ({size} bytes, no header length)")
         (n,) = struct.unpack("<Q", head)
-        if n > size - 8 or n > MAX_HEADER_BYTES:
-            raise GgufExactError(f"{path}: header length {n} runs past the end of the file ({size} bytes)")
+        if n > size - 8:
+            raise GgufExactError(
+                f"{path}: truncated: header length {n:,} runs past the end of the file ({size:,} bytes)"
+            )
+        if n > MAX_HEADER_BYTES:
+            raise GgufExactError(f"{path}: header length {n:,} is over the format's limit of {MAX_HEADER_BYTES:,}")
         raw = f.read(n)
     try:
         header = json.loads(raw)
     except (UnicodeDecodeError, json.JSONDecodeError) as err:
         raise GgufExactError(f"{path}: safetensors header is not valid JSON ({err})") from None
+    if not isinstance(header, dict):
+        raise GgufExactError(f"{path}: safetensors header is a JSON {type(header).__name__}, not an object")
     data_bytes = size - 8 - n
+    spans = []
     for name, entry in header.items():
         if name == "__metadata__":
             continue
-        dtype, shape, (begin, end) = entry["dtype"], entry["shape"], entry["data_offsets"]
+        where = f"{path}: tensor {name}"
+        if not isinstance(entry, dict):
+            raise GgufExactError(f"{where}: entry is a JSON {type(entry).__name__}, not an object")
+        dtype, shape, offsets = entry.get("dtype"), entry.get("shape"), entry.get("data_offsets")
         if dtype not in SUPPORTED_DTYPES:
-            raise GgufExactError(f"{path}: tensor {name} has dtype {dtype}; expected one of BF16, F16, F32, I64")
+            raise GgufExactError(f"{where} has dtype {dtype}; expected one of BF16, F16, F32, I64")
+        if not isinstance(shape, list) or not all(_is_int(d) and d >= 0 for d in shape):
+            raise GgufExactError(f"{where}: shape {shape!r} is not a list of non-negative integers")
+        if not (isinstance(offsets, list) and len(offsets) == 2 and all(_is_int(o) for o in offsets)):
+            raise GgufExactError(f"{where}: data_offsets {offsets!r} is not a pair of integers")
+        begin, end = offsets
+        if not 0 <= begin <= end:
+            raise GgufExactError(f"{where}: data_offsets {offsets} run backwards")
         if end > data_bytes:
             raise GgufExactError(
-                f"{path}: truncated: tensor {name} ends at byte {end} of the data but the file holds {data_bytes}"
+                f"{path}: truncated: tensor {name} ends at byte {end:,} of the data but the file holds {data_bytes:,}"
             )
-        if end - begin != int(np.prod(shape, dtype=np.int64)) * SUPPORTED_DTYPES[dtype]:
-            raise GgufExactError(f"{path}: tensor {name}: {end - begin} bytes do not match shape {shape} {dtype}")
+        if end - begin != math.prod(shape) * SUPPORTED_DTYPES[dtype]:
+            raise GgufExactError(f"{where}: {end - begin:,} bytes do not match shape {shape} {dtype}")
+        if math.prod(shape) == 0:
+            raise GgufExactError(f"{where} has no values (shape {shape})")
+        spans.append((begin, end, name))
+    spans.sort()
+    at = 0
+    for begin, end, name in spans:
+        if begin < at:
+            raise GgufExactError(f"{path}: tensor {name} overlaps the tensor before it (data_offsets from {begin:,})")
+        if begin > at:
+            raise GgufExactError(f"{path}: bytes {at:,}..{begin:,} of the data belong to no tensor (before {name})")
+        at = end
+    if at != data_bytes:
+        raise GgufExactError(f"{path}: the last {data_bytes - at:,} bytes of the data belong to no tensor")
     return header
+
+
+def non_finite(values: np.ndarray) -> np.ndarray:
+    """Mask of NaN and Inf in bf16 bits, float16 or float32 values."""
+    if values.dtype == np.uint16:
+        return (values & 0x7F80) == 0x7F80
+    return ~np.isfinite(values)
+
+
+def check_finite_values(values: np.ndarray, where: str, row0: int = 0) -> None:
+    """One line naming the first NaN or Inf of a (rows, cols) chunk, if there is one."""
+    bad = non_finite(values)
+    if bad.any():
+        first = int(np.flatnonzero(bad.reshape(-1))[0])
+        cols = values.shape[-1] if values.ndim else 1
+        raise GgufExactError(
+            f"{where}: {int(bad.sum())} values are NaN or Inf (first at row {row0 + first // cols}, column {first % cols})"
+        )
+
+
+def read_config(path: Path) -> dict:
+    """``config.json`` as a JSON object, or one line saying what is wrong with it."""
+    if not path.is_file():
+        raise GgufExactError(f"{path.parent}: no config.json (expected a Hugging Face model folder)")
+    try:
+        config = json.loads(path.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        raise GgufExactError(f"{path}: not valid JSON ({err})") from None
+    if not isinstance(config, dict):
+        raise GgufExactError(f"{path}: a JSON {type(config).__name__}, not an object")
+    return config
 
 
 class Checkpoint:
@@ -66,31 +136,53 @@ class Checkpoint:
 
     def __init__(self, folder: str | Path) -> None:
         self.folder = Path(folder)
-        config_path = self.folder / "config.json"
-        if not config_path.is_file():
-            raise GgufExactError(f"{self.folder}: no config.json (expected a Hugging Face model folder)")
-        try:
-            self.config: dict = json.loads(config_path.read_text())
-        except json.JSONDecodeError as err:
-            raise GgufExactError(f"{config_path}: not valid JSON ({err})") from None
+        if not self.folder.is_dir():
+            raise GgufExactError(f"{self.folder}: no such folder (expected a Hugging Face model folder)")
+        self.config: dict = read_config(self.folder / "config.json")
         self.tensors: dict[str, TensorInfo] = {}
-        for file in self._files():
+        weight_map = self._weight_map()
+        for file in self._files(weight_map):
             for name, entry in _read_header(file).items():
-                if name != "__metadata__":
-                    self.tensors[name] = TensorInfo(name, entry["dtype"], tuple(entry["shape"]), file)
+                if name == "__metadata__":
+                    continue
+                if weight_map is not None and weight_map.get(name) != file.name:
+                    raise GgufExactError(
+                        f"{file}: holds tensor {name}, which {INDEX_FILE} "
+                        + (f"places in {weight_map[name]}" if name in weight_map else "does not list")
+                    )
+                self.tensors[name] = TensorInfo(name, entry["dtype"], tuple(entry["shape"]), file)
+        if weight_map is not None:
+            missing = sorted(set(weight_map) - set(self.tensors))
+            if missing:
+                raise GgufExactError(
+                    f"{self.folder / INDEX_FILE}: lists tensor {missing[0]} in {weight_map[missing[0]]}, which does not hold it"
+                )
         self._handles: dict[Path, object] = {}
 
-    def _files(self) -> list[Path]:
+    def _weight_map(self) -> dict[str, str] | None:
+        """The index's tensor -> shard map; None for a single-file checkpoint."""
         index = self.folder / INDEX_FILE
-        if index.is_file():
-            try:
-                weight_map = json.loads(index.read_text())["weight_map"]
-            except (json.JSONDecodeError, KeyError, TypeError) as err:
-                raise GgufExactError(f"{index}: no usable weight_map ({err})") from None
+        if not index.is_file():
+            return None
+        try:
+            weight_map = json.loads(index.read_text())["weight_map"]
+        except (json.JSONDecodeError, UnicodeDecodeError, KeyError, TypeError) as err:
+            raise GgufExactError(f"{index}: no usable weight_map ({type(err).__name__}: {err})") from None
+        if not isinstance(weight_map, dict) or not all(isinstance(v, str) for v in weight_map.values()):
+            raise GgufExactError(f"{index}: weight_map is not an object of tensor name -> shard file name")
+        for shard in set(weight_map.values()):
+            if Path(shard).name != shard or shard in ("", ".", ".."):
+                raise GgufExactError(f"{index}: shard name {shard!r} is not a file name in this folder")
+        return weight_map
+
+    def _files(self, weight_map: dict[str, str] | None) -> list[Path]:
+        if weight_map is not None:
             files = [self.folder / f for f in sorted(set(weight_map.values()))]
             for f in files:
                 if not f.is_file():
-                    raise GgufExactError(f"{index}: lists shard {f.name}, which is missing from {self.folder}")
+                    raise GgufExactError(
+                        f"{self.folder / INDEX_FILE}: lists shard {f.name}, which is missing from {self.folder}"
+                    )
             return files
         single = self.folder / SINGLE_FILE
         if not single.is_file():
@@ -106,14 +198,18 @@ class Checkpoint:
         return self._handles[file]
 
     def read(self, name: str, rows: slice | None = None) -> np.ndarray:
-        """The tensor's data, or a slice of its rows. BF16 comes back as raw bits
-        (uint16), the form :mod:`gguf_exact.core.bf16` works on."""
+        """The tensor's data, or a slice of its rows, in its own precision: BF16 as raw
+        bits (uint16, the form :mod:`gguf_exact.core.bf16` works on), F16 and F32 as they
+        are. A NaN or Inf is an error naming the tensor and where."""
         info = self.tensors[name]
         tensor = self._handle(info.file).get_slice(name)
-        data = tensor[rows] if rows is not None else tensor[:]
+        data = np.ascontiguousarray(tensor[rows] if rows is not None else tensor[:])
         if info.dtype == "BF16":
-            return np.ascontiguousarray(data).view(np.uint16)
-        return np.ascontiguousarray(data)
+            data = data.view(np.uint16)
+        if info.dtype != "I64":
+            rows_of = data.reshape(-1, data.shape[-1]) if data.ndim > 1 else data.reshape(1, -1)
+            check_finite_values(rows_of, f"{info.file}: tensor {name}", (rows.start or 0) if rows is not None else 0)
+        return data
 
     def close(self) -> None:
         self._handles.clear()

@@ -70,6 +70,36 @@ def tensor_order(gguf_name: str) -> tuple:
     return (1, int(match.group(1)), gguf_name) if match else (0, 0, gguf_name)
 
 
+# config.json fields read here, with the JSON types they must have.
+INT_FIELDS = (
+    "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads",
+    "head_dim", "global_head_dim", "sliding_window", "vocab_size", "num_kv_shared_layers",
+    "max_position_embeddings", "hidden_size_per_layer_input", "backbone_hidden_size",
+)  # fmt: skip
+FLOAT_FIELDS = ("rms_norm_eps", "final_logit_softcapping")
+
+
+def check_types(config: dict, text: object, source: str) -> None:
+    """One line naming the first field of the wrong JSON type (before any arithmetic
+    on it would fail with a traceback)."""
+    if not isinstance(text, dict):
+        raise GgufExactError(f"{source}: text_config is a JSON {type(text).__name__}, not an object")
+    for where, label in ((config, ""), (text, "text_config.")):
+        for key in INT_FIELDS + FLOAT_FIELDS:
+            value = where.get(key)
+            ok = isinstance(value, int) or (key in FLOAT_FIELDS and isinstance(value, float))
+            if value is not None and (not ok or isinstance(value, bool)):
+                kind = "a number" if key in FLOAT_FIELDS else "an integer"
+                raise GgufExactError(f"{source}: {label}{key} is {value!r}, expected {kind}")
+    for key, kind in (("layer_types", list), ("rope_parameters", dict)):
+        if key in text and not isinstance(text[key], kind):
+            raise GgufExactError(
+                f"{source}: text_config.{key} is {text[key]!r}, expected a JSON {'array' if kind is list else 'object'}"
+            )
+    if not isinstance(config.get("architectures", []), list):
+        raise GgufExactError(f"{source}: architectures is {config['architectures']!r}, expected a JSON array")
+
+
 @dataclass(frozen=True)
 class AssistantConfig:
     """The parts of an HF assistant config.json that the GGUF needs."""
@@ -105,6 +135,7 @@ class AssistantConfig:
                 f"{source}: architectures {archs} is not supported; expected one of {', '.join(SUPPORTED_ARCHITECTURES)}"
             )
         text = config.get("text_config", config)
+        check_types(config, text, source)
 
         def need(key: str, where: dict = text, label: str = "text_config."):
             if key not in where or where[key] is None:

@@ -37,6 +37,7 @@ def _text(config: dict) -> dict:
 
 def check_same_model(donor_path: Path, header_value, arch: str, config: dict, config_path: Path) -> None:
     """Donor hyperparameters against the source's config.json."""
+    gemma4_assistant.check_types(config, _text(config), str(config_path))
     archs = config.get("architectures") or []
     expected = (
         gemma4_names.SUPPORTED_ARCHITECTURES if arch == gemma4_names.ARCH else gemma4_assistant.SUPPORTED_ARCHITECTURES

@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from gguf_exact.errors import GgufExactError
-from gguf_exact.formats.checkpoint import Checkpoint
+from gguf_exact.formats.checkpoint import Checkpoint, check_finite_values
 
 ITEM_BYTES = {"BF16": 2, "F16": 2, "F32": 4}
 NATIVE = {"BF16": np.uint16, "F16": np.float16, "F32": np.float32}  # bf16 as its bits
@@ -90,8 +90,10 @@ class RowSource:
             r += n
         return out
 
-    def read(self, r0: int, r1: int, fd: int | None = None) -> np.ndarray:
-        """Rows [r0, r1) as (r1 - r0, cols): bf16 bits (uint16), float16 or float32."""
+    def read(self, r0: int, r1: int, fd: int | None = None, check_finite: bool = True) -> np.ndarray:
+        """Rows [r0, r1) as (r1 - r0, cols): bf16 bits (uint16), float16 or float32.
+        A NaN or Inf is an error naming the tensor and where, unless ``check_finite`` is
+        false (the exact packer checks in its own pass)."""
         size = ITEM_BYTES.get(self.loc.dtype)
         if size is None:
             raise GgufExactError(f"{self.loc.file}: tensor {self.loc.name} has dtype {self.loc.dtype}, not a weight")
@@ -110,4 +112,7 @@ class RowSource:
         finally:
             if own:
                 os.close(fd)
-        return out.reshape(r1 - r0, row_bytes).view(NATIVE[self.loc.dtype])
+        values = out.reshape(r1 - r0, row_bytes).view(NATIVE[self.loc.dtype])
+        if check_finite:
+            check_finite_values(values, f"{self.loc.file}: tensor {self.loc.name}", r0)
+        return values

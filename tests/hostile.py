@@ -1,0 +1,307 @@
+"""A corpus of broken and hostile inputs, made on the spot from the tiny drafter: each
+case is a function that breaks one thing in a copy of a good input (issue 10 §4).
+
+Safetensors and config cases break the HF folder; GGUF cases break a GGUF file. Each
+returns the path of the broken file (or folder) and the text the error must carry."""
+
+import json
+import shutil
+import struct
+from pathlib import Path
+
+import numpy as np
+
+# --- safetensors --------------------------------------------------------------------------
+
+
+def _split(path: Path) -> tuple[dict, bytes]:
+    raw = path.read_bytes()
+    (n,) = struct.unpack("<Q", raw[:8])
+    return json.loads(raw[8 : 8 + n]), raw[8 + n :]
+
+
+def _join(path: Path, header: dict | bytes, data: bytes, length: int | None = None) -> None:
+    text = header if isinstance(header, bytes) else json.dumps(header).encode()
+    path.write_bytes(struct.pack("<Q", len(text) if length is None else length) + text + data)
+
+
+def _first(header: dict, name: str = "model.norm.weight") -> dict:
+    return header[name]
+
+
+def st_truncated(st: Path):
+    raw = st.read_bytes()
+    st.write_bytes(raw[: len(raw) - 1000])
+    return "truncated"
+
+
+def st_header_longer_than_file(st: Path):
+    header, data = _split(st)
+    _join(st, header, data, length=st.stat().st_size * 2)
+    return "runs past the end of the file"
+
+
+def st_header_length_2_63(st: Path):
+    header, data = _split(st)
+    _join(st, header, data, length=1 << 63)
+    return "runs past the end of the file"
+
+
+def st_header_not_json(st: Path):
+    header, data = _split(st)
+    text = json.dumps(header).encode()
+    _join(st, b"{" + b"x" * (len(text) - 1), data)
+    return "header is not valid JSON"
+
+
+def st_header_not_an_object(st: Path):
+    _, data = _split(st)
+    _join(st, b"[1, 2, 3]", data)
+    return "safetensors header is a JSON list, not an object"
+
+
+def st_unknown_dtype(st: Path):
+    header, data = _split(st)
+    _first(header)["dtype"] = "Q7"
+    _join(st, header, data)
+    return "has dtype Q7"
+
+
+def st_shape_as_string(st: Path):
+    header, data = _split(st)
+    _first(header)["shape"] = "64"
+    _join(st, header, data)
+    return "shape '64' is not a list of non-negative integers"
+
+
+def st_offsets_as_floats(st: Path):
+    header, data = _split(st)
+    entry = _first(header)
+    entry["data_offsets"] = [float(x) for x in entry["data_offsets"]]
+    _join(st, header, data)
+    return "is not a pair of integers"
+
+
+def st_offsets_out_of_range(st: Path):
+    header, data = _split(st)
+    entry = _first(header)
+    size = entry["data_offsets"][1] - entry["data_offsets"][0]
+    entry["data_offsets"] = [len(data) + 64, len(data) + 64 + size]
+    _join(st, header, data)
+    return "truncated: tensor model.norm.weight ends at byte"
+
+
+def st_overlapping(st: Path):
+    header, data = _split(st)
+    entries = sorted((e["data_offsets"][0], n) for n, e in header.items() if n != "__metadata__")
+    _, second = entries[1]
+    begin, end = header[second]["data_offsets"]
+    header[second]["data_offsets"] = [begin - 2, end - 2]
+    _join(st, header, data)
+    return "overlaps the tensor before it"
+
+
+def st_gap(st: Path):
+    header, data = _split(st)
+    for name, e in header.items():
+        if name != "__metadata__":
+            e["data_offsets"] = [e["data_offsets"][0] + 8, e["data_offsets"][1] + 8]
+    _join(st, header, bytes(8) + data)
+    return "belong to no tensor"
+
+
+def st_shape_times_dtype_not_bytes(st: Path):
+    header, data = _split(st)
+    _first(header)["shape"] = [32]
+    _join(st, header, data)
+    return "bytes do not match shape [32] BF16"
+
+
+def st_nan_in_matrix(st: Path):
+    header, data = _split(st)
+    e = header["model.layers.1.mlp.down_proj.weight"]
+    data = bytearray(data)
+    at = e["data_offsets"][0] + 2 * (3 * e["shape"][1] + 70)
+    data[at : at + 2] = struct.pack("<H", 0x7FC0)
+    _join(st, header, bytes(data))
+    return "1 values are NaN or Inf (first at row 3, column 70)"
+
+
+def st_inf_in_norm(st: Path):
+    header, data = _split(st)
+    e = header["model.norm.weight"]
+    data = bytearray(data)
+    at = e["data_offsets"][0] + 2 * 5
+    data[at : at + 2] = struct.pack("<H", 0x7F80)
+    _join(st, header, bytes(data))
+    return "1 values are NaN or Inf (first at row 0, column 5)"
+
+
+def st_zero_size(st: Path):
+    header, data = _split(st)
+    header["model.layers.0.extra.weight"] = {"dtype": "BF16", "shape": [0, 64], "data_offsets": [len(data), len(data)]}
+    _join(st, header, data)
+    return "has no values (shape [0, 64])"
+
+
+SAFETENSORS = [
+    st_truncated, st_header_longer_than_file, st_header_length_2_63, st_header_not_json,
+    st_header_not_an_object, st_unknown_dtype, st_shape_as_string, st_offsets_as_floats,
+    st_offsets_out_of_range, st_overlapping, st_gap, st_shape_times_dtype_not_bytes,
+    st_nan_in_matrix, st_inf_in_norm, st_zero_size,
+]  # fmt: skip
+
+
+def shard(folder: Path) -> None:
+    """Turn a single-file folder into an index plus one shard (same tensors)."""
+    (folder / "model.safetensors").rename(folder / "model-00001-of-00001.safetensors")
+    header, _ = _split(folder / "model-00001-of-00001.safetensors")
+    weight_map = {n: "model-00001-of-00001.safetensors" for n in header if n != "__metadata__"}
+    (folder / "model.safetensors.index.json").write_text(json.dumps({"metadata": {}, "weight_map": weight_map}))
+
+
+def index_missing_shard(folder: Path):
+    shard(folder)
+    index = json.loads((folder / "model.safetensors.index.json").read_text())
+    index["weight_map"]["model.norm.weight"] = "model-00002-of-00002.safetensors"
+    (folder / "model.safetensors.index.json").write_text(json.dumps(index))
+    return "lists shard model-00002-of-00002.safetensors, which is missing"
+
+
+def index_extra_shard_tensor(folder: Path):
+    shard(folder)
+    index = json.loads((folder / "model.safetensors.index.json").read_text())
+    del index["weight_map"]["model.norm.weight"]
+    (folder / "model.safetensors.index.json").write_text(json.dumps(index))
+    return "holds tensor model.norm.weight, which model.safetensors.index.json does not list"
+
+
+def index_lists_absent_tensor(folder: Path):
+    shard(folder)
+    index = json.loads((folder / "model.safetensors.index.json").read_text())
+    index["weight_map"]["model.ghost.weight"] = "model-00001-of-00001.safetensors"
+    (folder / "model.safetensors.index.json").write_text(json.dumps(index))
+    return "lists tensor model.ghost.weight in model-00001-of-00001.safetensors, which does not hold it"
+
+
+INDEX = [index_missing_shard, index_extra_shard_tensor, index_lists_absent_tensor]
+
+# --- config.json -------------------------------------------------------------------------
+
+
+def config_missing(folder: Path):
+    (folder / "config.json").unlink()
+    return "no config.json"
+
+
+def config_not_json(folder: Path):
+    (folder / "config.json").write_text("{architectures: nope")
+    return "config.json: not valid JSON"
+
+
+def config_wrong_types(folder: Path):
+    config = json.loads((folder / "config.json").read_text())
+    config["text_config"]["num_hidden_layers"] = "four"
+    (folder / "config.json").write_text(json.dumps(config))
+    return "text_config.num_hidden_layers is 'four', expected an integer"
+
+
+def config_wrong_architecture(folder: Path):
+    config = json.loads((folder / "config.json").read_text())
+    config["architectures"] = ["LlamaForCausalLM"]
+    (folder / "config.json").write_text(json.dumps(config))
+    return "LlamaForCausalLM"
+
+
+CONFIG = [config_missing, config_not_json, config_wrong_types, config_wrong_architecture]
+
+# --- GGUF --------------------------------------------------------------------------------
+
+
+def _gguf_header_end(raw: bytes) -> int:
+    from gguf_exact.formats.gguf_layout import parse_header
+
+    return parse_header(raw).data_start
+
+
+def gguf_bad_magic(path: Path):
+    raw = bytearray(path.read_bytes())
+    raw[:4] = b"GGML"
+    path.write_bytes(bytes(raw))
+    return "not a GGUF file (starts with b'GGML')"
+
+
+def gguf_version(path: Path):
+    raw = bytearray(path.read_bytes())
+    raw[4:8] = struct.pack("<I", 7)
+    path.write_bytes(bytes(raw))
+    return "GGUF version 7"
+
+
+def gguf_truncated_header(path: Path):
+    raw = path.read_bytes()
+    path.write_bytes(raw[: _gguf_header_end(raw) // 2])
+    return "truncated: the GGUF header runs past the end of the file"
+
+
+def gguf_huge_counts(path: Path):
+    raw = bytearray(path.read_bytes())
+    raw[8:16] = struct.pack("<Q", 1 << 60)
+    path.write_bytes(bytes(raw))
+    return "implausible counts"
+
+
+def gguf_huge_key_count(path: Path):
+    raw = bytearray(path.read_bytes())
+    raw[16:24] = struct.pack("<Q", 1 << 40)
+    path.write_bytes(bytes(raw))
+    return "implausible counts"
+
+
+def gguf_huge_string(path: Path):
+    raw = bytearray(path.read_bytes())
+    raw[24:32] = struct.pack("<Q", 1 << 62)  # the first key's length
+    path.write_bytes(bytes(raw))
+    return "truncated: the GGUF header runs past the end of the file"
+
+
+def gguf_data_beyond_end(path: Path):
+    raw = path.read_bytes()
+    path.write_bytes(raw[: len(raw) - 4096])
+    return "truncated: tensor"
+
+
+def gguf_misaligned(path: Path):
+    from gguf_exact.formats.gguf_layout import parse_header
+
+    raw = bytearray(path.read_bytes())
+    header = parse_header(bytes(raw))
+    last = header.tensors[-1]
+    # the last tensor info ends with its u64 offset, just before the padding
+    name = last.name.encode()
+    at = raw.rindex(struct.pack("<Q", len(name)) + name)
+    offset_at = at + 8 + len(name) + 4 + 8 * len(last.ne) + 4
+    raw[offset_at : offset_at + 8] = struct.pack("<Q", last.offset + 4)
+    path.write_bytes(bytes(raw))
+    return "is not a multiple of the alignment"
+
+
+GGUF = [
+    gguf_bad_magic, gguf_version, gguf_truncated_header, gguf_huge_counts, gguf_huge_key_count,
+    gguf_huge_string, gguf_data_beyond_end, gguf_misaligned,
+]  # fmt: skip
+
+
+def broken_copy(good: Path, dest: Path, case) -> tuple[Path, str]:
+    """Copy ``good`` (a folder or a file) to ``dest`` and apply ``case`` to it (a folder
+    case gets the folder, a safetensors case the folder's model.safetensors)."""
+    if good.is_dir():
+        shutil.copytree(good, dest)
+        target = dest / "model.safetensors" if case in SAFETENSORS else dest
+    else:
+        shutil.copy(good, dest)
+        target = dest
+    return dest, case(target)
+
+
+__all__ = ["CONFIG", "GGUF", "INDEX", "SAFETENSORS", "broken_copy", "np"]
