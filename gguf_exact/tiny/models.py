@@ -52,6 +52,60 @@ def vocabulary(n_vocab: int) -> tuple[list[str], list[float], list[int]]:
     return tokens, scores, [int(t) for t in types]
 
 
+def write_hf_tokenizer(folder: str | Path, n_vocab: int) -> Path:
+    """The same vocabulary as an HF fast tokenizer in ``folder``: ``tokenizer.json``
+    (BPE with byte fallback and a ``Sequence`` decoder, the form llama.cpp's converter
+    reads with ``LlamaHfVocab``) and ``tokenizer_config.json``. The tokenizer format is
+    plain JSON, written here so that the base install needs no ``tokenizers``."""
+    folder = Path(folder)
+    tokens, _, _ = vocabulary(n_vocab)
+    specials = [
+        {"id": i, "content": tokens[i], "single_word": False, "lstrip": False, "rstrip": False}
+        | {"normalized": False, "special": True}
+        for i in range(3)
+    ]
+    tokenizer = {
+        "version": "1.0",
+        "truncation": None,
+        "padding": None,
+        "added_tokens": specials,
+        "normalizer": {
+            "type": "Sequence",
+            "normalizers": [
+                {"type": "Prepend", "prepend": "▁"},
+                {"type": "Replace", "pattern": {"String": " "}, "content": "▁"},
+            ],
+        },
+        "pre_tokenizer": None,
+        "post_processor": None,
+        "decoder": {
+            "type": "Sequence",
+            "decoders": [
+                {"type": "Replace", "pattern": {"String": "▁"}, "content": " "},
+                {"type": "ByteFallback"},
+                {"type": "Fuse"},
+                {"type": "Strip", "content": " ", "start": 1, "stop": 0},
+            ],
+        },
+        "model": {
+            "type": "BPE",
+            "dropout": None,
+            "unk_token": "<unk>",
+            "continuing_subword_prefix": None,
+            "end_of_word_suffix": None,
+            "fuse_unk": True,
+            "byte_fallback": True,
+            "ignore_merges": False,
+            "vocab": {t: i for i, t in enumerate(tokens)},
+            "merges": [],
+        },
+    }
+    (folder / "tokenizer.json").write_text(json.dumps(tokenizer, ensure_ascii=False, indent=1) + "\n")
+    config = {"tokenizer_class": "PreTrainedTokenizerFast", "bos_token": "<s>", "eos_token": "</s>", "unk_token": "<unk>"}
+    (folder / "tokenizer_config.json").write_text(json.dumps(config, indent=1) + "\n")
+    return folder / "tokenizer.json"
+
+
 def write_tiny_target(
     path: str | Path,
     seed: int = 0,
