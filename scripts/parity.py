@@ -85,12 +85,14 @@ class Comparison:
         return not self.key_diffs and not self.tensor_diffs and self.rope_freqs in ("same", "absent")
 
 
-def _show(entry: tuple[str, object] | None) -> object:
+def _show(entry: tuple[str, object] | None) -> str:
     if entry is None:
         return "(absent)"
     vtype, value = entry
     if isinstance(value, float):
-        value = float(np.float32(value))
+        value = str(np.float32(value))  # as stored: 1e-06, not 9.999999974752427e-07
+    elif isinstance(value, tuple):
+        value = list(value)
     return f"{value} {vtype}"
 
 
@@ -204,7 +206,8 @@ def print_tables(results: list[Comparison]) -> None:
     if assistants:
         print()
         print(
-            "Every gemma4-assistant key as llama.cpp's converter writes it (= where gguf-exact writes the same value and type):"
+            "Every gemma4-assistant key llama.cpp's converter writes for the tiny structural assistants "
+            "(head sizes / 8, widths shrunk; = where gguf-exact writes the same value and type):"
         )
         print()
         print("| key | " + " | ".join(c.fixture.removesuffix(" assistant") for c in assistants) + " |")

@@ -101,7 +101,12 @@ def write_hf_tokenizer(folder: str | Path, n_vocab: int) -> Path:
         },
     }
     (folder / "tokenizer.json").write_text(json.dumps(tokenizer, ensure_ascii=False, indent=1) + "\n")
-    config = {"tokenizer_class": "PreTrainedTokenizerFast", "bos_token": "<s>", "eos_token": "</s>", "unk_token": "<unk>"}
+    config = {
+        "tokenizer_class": "PreTrainedTokenizerFast",
+        "bos_token": "<s>",
+        "eos_token": "</s>",
+        "unk_token": "<unk>",
+    }
     (folder / "tokenizer_config.json").write_text(json.dumps(config, indent=1) + "\n")
     return folder / "tokenizer.json"
 
