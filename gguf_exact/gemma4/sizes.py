@@ -201,6 +201,7 @@ SIZES: dict[str, Gemma4Size] = {
             E2B_TEXT,
             _assistant(E2B_TEXT, hidden=256, ffn=2048, heads=4),
             ("repo-e2b", "public-copies", "llama.cpp", "e2b-assistant-config", "facts", "transformers"),
+            unknown=("target final_logit_softcapping (30.0 as the 26B-A4B and 31B copies say)",),
         ),
         Gemma4Size(
             "E4B",
@@ -209,7 +210,7 @@ SIZES: dict[str, Gemma4Size] = {
             E4B_TEXT,
             _assistant(E4B_TEXT, hidden=256, ffn=2048, heads=4),
             ("public-copies", "llama.cpp", "facts", "transformers"),
-            unknown=("target final_logit_softcapping (30.0 as the other sizes)",),
+            unknown=("target final_logit_softcapping (30.0 as the 26B-A4B and 31B copies say)",),
         ),
         Gemma4Size(
             "26B-A4B",
