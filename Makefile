@@ -7,7 +7,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
-.PHONY: setup test demo bench clean
+.PHONY: setup test demo bench clean parity
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -34,6 +34,20 @@ bench-runner: setup
 
 clean:
 	rm -rf build $(VENV)
+
+# Parity with llama.cpp's own converter (not in CI): the structural tiny drafters and targets of
+# every Gemma 4 size converted by gguf-exact and by the pinned sdist's convert_hf_to_gguf.py,
+# every key, tensor name and shape and rope_freqs compared (scripts/parity.py; table in README).
+# Its own venv holds torch and transformers (the `parity` extra) and upstream's gguf-py.
+PARITY_VENV ?= build/parity-venv
+$(PARITY_VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(PARITY_VENV)
+	$(PARITY_VENV)/bin/pip install -q --upgrade pip
+	$(PARITY_VENV)/bin/pip install -q -e '.[parity]'
+	touch $@
+
+parity: setup $(PARITY_VENV)/.installed
+	$(BIN)/python scripts/parity.py --python $(PARITY_VENV)/bin/python --work build/parity
 
 # llama-server (+ llama-bench, llama-perplexity, llama-quantize) from the pinned sdist's
 # vendor/llama.cpp, cached in ~/.cache/gguf-exact/llama.cpp/<commit>-<backend>: 5-9 min

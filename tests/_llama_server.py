@@ -56,3 +56,50 @@ def complete(url: str, prompt: str, n_predict: int = 16) -> dict:
             "ignore_eos": True,
         },
     )
+
+
+def model_infos(log_text: str) -> list[dict[str, str]]:
+    """llama.cpp's own reading of each model it loaded: the ``print_info: key = value``
+    lines (``--log-verbosity 4``), one dict per model, in load order."""
+    models: list[dict[str, str]] = []
+    for line in log_text.splitlines():
+        _, sep, rest = line.partition("print_info: ")
+        key, eq, value = rest.partition(" = ")
+        if not sep or not eq:
+            continue
+        if key.strip() == "arch":
+            models.append({})
+        if models:
+            models[-1][key.strip()] = value.strip()
+    return models
+
+
+def per_layer(info: dict[str, str], key: str, n_layer: int) -> list[int]:
+    """A per-layer value as llama.cpp prints it: one number when all layers agree, else a list."""
+    value = info[key]
+    if value.startswith("["):
+        return [int(v) for v in value.strip("[]").split(",")]
+    return [int(value)] * n_layer
+
+
+def shared_kv_mismatches(log_text: str, drafter_swa: list[bool]) -> list[str]:
+    """Where the drafter would read the target's KV cache with the wrong row width.
+
+    llama.cpp gives each ``gemma4-assistant`` sliding layer the target's layer
+    ``n_layer - 2`` cache and each full layer ``n_layer - 1``'s (``llama-model.cpp``,
+    the ``share`` callback), and views it with the drafter's own ``n_embd_k_gqa`` /
+    ``n_embd_v_gqa``, unchecked in a release build: the widths must be equal.
+    ``drafter_swa``: the drafter's sliding pattern (llama.cpp does not print it)."""
+    infos = model_infos(log_text)
+    target = next(i for i in infos if i["arch"] == "gemma4")
+    drafter = next(i for i in infos if i["arch"] == "gemma4-assistant")
+    n_target = int(target["n_layer_all"])
+    out = []
+    for key in ("n_embd_k_gqa", "n_embd_v_gqa"):
+        t_rows = per_layer(target, key, n_target)
+        d_rows = per_layer(drafter, key, int(drafter["n_layer_all"]))
+        for il, (rows, swa) in enumerate(zip(d_rows, drafter_swa, strict=True)):
+            src = n_target - 2 if swa else n_target - 1
+            if rows != t_rows[src]:
+                out.append(f"drafter layer {il} {key} {rows} != target layer {src} {t_rows[src]}")
+    return out

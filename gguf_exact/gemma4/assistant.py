@@ -12,7 +12,8 @@ import numpy as np
 from gguf import GGUFValueType
 
 from gguf_exact.errors import GgufExactError
-from gguf_exact.formats.gguf_layout import Field  # noqa: F401  (the key/value type the tables are written in)
+from gguf_exact.gemma4.hparams import Field, TextHparams, text_fields
+from gguf_exact.gemma4.hparams import rope_freqs as text_rope_freqs
 
 ARCH = "gemma4-assistant"  # hyphen: the underscore form does not load
 SUPPORTED_ARCHITECTURES = ("Gemma4AssistantForCausalLM", "Gemma4UnifiedAssistantForCausalLM")
@@ -106,25 +107,16 @@ class AssistantConfig:
 
     architecture: str
     backbone_hidden_size: int
-    hidden_size: int
-    intermediate_size: int
-    num_hidden_layers: int
-    num_attention_heads: int
-    num_key_value_heads: int
-    head_dim: int
-    global_head_dim: int
-    layer_types: tuple[str, ...]
-    sliding_window: int
     vocab_size: int
-    rms_norm_eps: float
-    rope_theta: float
-    rope_theta_swa: float | None
-    partial_rotary_factor_full: float
-    partial_rotary_factor_swa: float
-    num_kv_shared_layers: int
-    context_length: int
-    hidden_size_per_layer_input: int
-    final_logit_softcapping: float | None
+    text: TextHparams
+
+    @property
+    def num_hidden_layers(self) -> int:
+        return self.text.n_layer
+
+    @property
+    def hidden_size(self) -> int:
+        return self.text.n_embd
 
     @classmethod
     def from_hf(cls, config: dict, source: str = "config.json") -> "AssistantConfig":
@@ -134,106 +126,44 @@ class AssistantConfig:
             raise GgufExactError(
                 f"{source}: architectures {archs} is not supported; expected one of {', '.join(SUPPORTED_ARCHITECTURES)}"
             )
-        text = config.get("text_config", config)
-        check_types(config, text, source)
-
-        def need(key: str, where: dict = text, label: str = "text_config."):
-            if key not in where or where[key] is None:
-                raise GgufExactError(f"{source}: missing {label if where is text else ''}{key}")
-            return where[key]
-
-        layer_types = tuple(need("layer_types"))
-        if any(t not in ("sliding_attention", "full_attention") for t in layer_types):
-            raise GgufExactError(f"{source}: text_config.layer_types has an unknown entry: {list(layer_types)}")
-        n_layers = int(need("num_hidden_layers"))
-        if len(layer_types) != n_layers:
-            raise GgufExactError(
-                f"{source}: text_config.layer_types has {len(layer_types)} entries for {n_layers} layers"
-            )
-        rope = need("rope_parameters")
-        full = rope.get("full_attention", rope)
-        sliding = rope.get("sliding_attention", {})
-        backbone = config.get("backbone_hidden_size", text.get("backbone_hidden_size"))
+        text_config = config.get("text_config", config)
+        check_types(config, text_config, source)
+        text = TextHparams.from_hf(text_config, source, assistant=True)
+        backbone = config.get("backbone_hidden_size", text_config.get("backbone_hidden_size"))
         if backbone is None:
             raise GgufExactError(f"{source}: missing backbone_hidden_size")
-        head_dim = int(need("head_dim"))
-        return cls(
-            architecture=arch,
-            backbone_hidden_size=int(backbone),
-            hidden_size=int(need("hidden_size")),
-            intermediate_size=int(need("intermediate_size")),
-            num_hidden_layers=n_layers,
-            num_attention_heads=int(need("num_attention_heads")),
-            num_key_value_heads=int(need("num_key_value_heads")),
-            head_dim=head_dim,
-            global_head_dim=int(text.get("global_head_dim") or head_dim),
-            layer_types=layer_types,
-            sliding_window=int(need("sliding_window")),
-            vocab_size=int(need("vocab_size")),
-            rms_norm_eps=float(text.get("rms_norm_eps", 1e-6)),
-            rope_theta=float(full.get("rope_theta", 1_000_000.0)),
-            rope_theta_swa=float(sliding["rope_theta"]) if "rope_theta" in sliding else None,
-            partial_rotary_factor_full=float(full.get("partial_rotary_factor", 1.0)),
-            # upstream reads the top level of rope_parameters here, so nested configs give 1.0
-            partial_rotary_factor_swa=float(rope.get("partial_rotary_factor", 1.0)),
-            num_kv_shared_layers=int(text.get("num_kv_shared_layers", 0)),
-            context_length=int(text.get("max_position_embeddings", 131072)),
-            hidden_size_per_layer_input=int(text.get("hidden_size_per_layer_input") or 0),
-            final_logit_softcapping=text.get("final_logit_softcapping"),
-        )
+        if int(backbone) == text.n_embd:
+            # llama.cpp tells the drafter's input width from embedding_length_out != embedding_length
+            raise GgufExactError(
+                f"{source}: backbone_hidden_size {backbone} equals text_config.hidden_size; "
+                "llama.cpp's gemma4-assistant loader refuses a drafter as wide as its target"
+            )
+        if text_config.get("vocab_size") is None:
+            raise GgufExactError(f"{source}: missing text_config.vocab_size")
+        return cls(arch, int(backbone), int(text_config["vocab_size"]), text)
 
 
 def metadata(cfg: AssistantConfig) -> list[Field]:
-    """Every ``gemma4-assistant.*`` key, in upstream's order (tokenizer keys aside)."""
-    u32, f32, b = GGUFValueType.UINT32, GGUFValueType.FLOAT32, GGUFValueType.BOOL
-    a = ARCH
-    fields = [
-        Field(f"{a}.block_count", cfg.num_hidden_layers, u32),
-        Field(f"{a}.context_length", cfg.context_length, u32),
-        Field(f"{a}.embedding_length", cfg.hidden_size, u32),
-        Field(f"{a}.feed_forward_length", cfg.intermediate_size, u32),
-        Field(f"{a}.attention.head_count", cfg.num_attention_heads, u32),
-        Field(f"{a}.attention.head_count_kv", cfg.num_key_value_heads, u32),
-        Field(f"{a}.rope.freq_base", cfg.rope_theta, f32),
+    """Every ``gemma4-assistant.*`` key, in upstream's order (tokenizer keys aside):
+    the Gemma 4 text-stack keys (:func:`.hparams.text_fields`), then the drafter's two."""
+    u32 = GGUFValueType.UINT32
+    return text_fields(ARCH, cfg.text) + [
+        Field(f"{ARCH}.embedding_length_out", cfg.backbone_hidden_size, u32),
+        Field(f"{ARCH}.nextn_predict_layers", cfg.num_hidden_layers, u32),
     ]
-    if cfg.rope_theta_swa is not None:
-        fields.append(Field(f"{a}.rope.freq_base_swa", cfg.rope_theta_swa, f32))
-    fields += [
-        Field(f"{a}.attention.layer_norm_rms_epsilon", cfg.rms_norm_eps, f32),
-        Field(f"{a}.attention.sliding_window", cfg.sliding_window, u32),
-        Field(f"{a}.attention.shared_kv_layers", cfg.num_kv_shared_layers, u32),
-        Field(f"{a}.embedding_length_per_layer_input", cfg.hidden_size_per_layer_input, u32),
-        Field(
-            f"{a}.attention.sliding_window_pattern",
-            [t == "sliding_attention" for t in cfg.layer_types],
-            GGUFValueType.ARRAY,
-            b,
-        ),
-        Field(f"{a}.attention.key_length", cfg.global_head_dim, u32),
-        Field(f"{a}.attention.value_length", cfg.global_head_dim, u32),
-        Field(f"{a}.attention.key_length_swa", cfg.head_dim, u32),
-        Field(f"{a}.attention.value_length_swa", cfg.head_dim, u32),
-        Field(f"{a}.rope.dimension_count", cfg.global_head_dim, u32),
-        Field(f"{a}.rope.dimension_count_swa", int(cfg.head_dim * cfg.partial_rotary_factor_swa), u32),
-        Field(f"{a}.embedding_length_out", cfg.backbone_hidden_size, u32),
-        Field(f"{a}.nextn_predict_layers", cfg.num_hidden_layers, u32),
-    ]
-    if cfg.final_logit_softcapping:
-        fields.append(Field(f"{a}.final_logit_softcapping", float(cfg.final_logit_softcapping), f32))
-    return fields
 
 
 def rope_freqs(cfg: AssistantConfig) -> np.ndarray:
-    """Per-dimension frequency factors for the full-attention layers' proportional
-    rope: 1.0 on the rotated half-dims, 1e30 (no rotation) on the rest."""
-    n_rot = int(cfg.global_head_dim * cfg.partial_rotary_factor_full / 2)
-    n_unrot = int(cfg.global_head_dim / 2) - n_rot
-    return np.array([1.0] * n_rot + [1e30] * n_unrot, dtype=np.float32)
+    """The full-attention layers' ``rope_freqs`` (:func:`.hparams.rope_freqs`)."""
+    return text_rope_freqs(cfg.text)
 
 
 def expected_shape(gguf_name: str, cfg: AssistantConfig) -> tuple[int, ...] | None:
-    """HF (row-major) shape llama.cpp will accept for a mapped tensor, where fixed."""
-    n, e, ff = cfg.hidden_size, cfg.backbone_hidden_size, cfg.intermediate_size
+    """HF (row-major) shape llama.cpp's loader (``gemma4-assistant.cpp``
+    ``load_arch_tensors``) accepts for a mapped tensor: per layer, the head size of
+    its attention type and its own feed-forward width."""
+    t = cfg.text
+    n, e = t.n_embd, cfg.backbone_hidden_size
     fixed = {
         "token_embd.weight": (cfg.vocab_size, n),
         "output_norm.weight": (n,),
@@ -246,12 +176,14 @@ def expected_shape(gguf_name: str, cfg: AssistantConfig) -> tuple[int, ...] | No
     if not match:
         return None
     il, part = int(match.group(1)), match.group(2)
-    hd = cfg.head_dim if cfg.layer_types[il] == "sliding_attention" else cfg.global_head_dim
+    if il >= t.n_layer:
+        return None
+    hd, ff = t.head_dim(il), t.n_ff[il]
     return {
         "attn_norm": (n,),
-        "attn_q": (cfg.num_attention_heads * hd, n),
+        "attn_q": (t.n_head * hd, n),
         "attn_q_norm": (hd,),
-        "attn_output": (n, cfg.num_attention_heads * hd),
+        "attn_output": (n, t.n_head * hd),
         "post_attention_norm": (n,),
         "ffn_norm": (n,),
         "ffn_gate": (ff, n),

@@ -21,7 +21,13 @@ import re
 from dataclasses import dataclass
 
 ARCH = "gemma4"
-SUPPORTED_ARCHITECTURES = ("Gemma4ForConditionalGeneration", "Gemma4ForCausalLM")
+# as upstream registers Gemma4Model / Gemma4UnifiedModel (the 12B is a "unified" model: same
+# text-model names, its vision and audio embedders under embed_vision / embed_audio)
+SUPPORTED_ARCHITECTURES = (
+    "Gemma4ForConditionalGeneration",
+    "Gemma4ForCausalLM",
+    "Gemma4UnifiedForConditionalGeneration",
+)
 # Text-model tensors sit under one of these; vision and audio towers are elsewhere.
 TEXT_PREFIXES = ("model.language_model.", "model.")
 NOT_TEXT = ("vision_tower.", "audio_tower.", "embed_vision.", "embed_audio.", "multi_modal_projector.")

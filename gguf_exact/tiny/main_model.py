@@ -28,6 +28,8 @@ from gguf_exact.formats.gguf_file import as_f32
 from gguf_exact.formats.gguf_layout import TensorEntry, encode_array_kv, encode_kv
 from gguf_exact.formats.gguf_stream import StreamingGGUF, pwrite_all
 from gguf_exact.formats.safetensors_stream import StreamTensor, write_folder
+from gguf_exact.gemma4.hparams import TextHparams, rope_freqs, text_fields
+from gguf_exact.gemma4.sizes import SIZES, TextShape
 from gguf_exact.stream.source_rows import RowSource, locate
 from gguf_exact.tiny.models import vocabulary
 from gguf_exact.tiny.synthetic import qat_matrix, random_matrix
@@ -40,17 +42,20 @@ CHAT_TEMPLATE = "{% for m in messages %}<start_of_turn>{{ m['role'] }}\n{{ m['co
 
 @dataclass(frozen=True)
 class MainSpec:
-    """The shape of a Gemma 4 text model."""
+    """The shape of a Gemma 4 text model (:meth:`from_shape` takes it from
+    :mod:`gguf_exact.gemma4.sizes`)."""
 
     n_layer: int = 4
     n_embd: int = 256
     n_head: int = 2
     n_head_kv: int = 1
+    n_head_kv_full: int | None = None  # full-attention layers' KV heads (26B-A4B, 31B), with k_eq_v
+    k_eq_v: bool = False  # full-attention layers have no V projection (V = K)
     head_dim_swa: int = 64
     head_dim_full: int = 128
     partial_rotary_full: float = 0.25
     n_ff: int = 512
-    n_ff_shared: int | None = None  # feed-forward width of KV-shared layers (double-wide MLP)
+    double_wide: bool = False  # KV-shared layers have a 2 x n_ff MLP (E2B)
     n_kv_shared: int = 0
     n_vocab: int = 320
     n_embd_per_layer: int = 64  # 0: no per-layer embeddings
@@ -59,27 +64,64 @@ class MainSpec:
     n_expert: int = 0  # 26B-A4B-like MoE when > 0
     n_expert_used: int = 0
     n_ff_expert: int = 0
+    context_length: int = 4096
     row_scale: float = 1.0  # benchmarks: rows of every matrix scaled (the model no longer runs)
+
+    @classmethod
+    def from_shape(cls, shape: TextShape, **overrides) -> "MainSpec":
+        """The spec of a :class:`~gguf_exact.gemma4.sizes.TextShape` (``overrides`` win)."""
+        s = shape
+        spec = cls(
+            n_layer=s.num_hidden_layers, n_embd=s.hidden_size, n_head=s.num_attention_heads,
+            n_head_kv=s.num_key_value_heads, n_head_kv_full=s.num_global_key_value_heads, k_eq_v=s.attention_k_eq_v,
+            head_dim_swa=s.head_dim, head_dim_full=s.global_head_dim, partial_rotary_full=s.partial_rotary_factor,
+            n_ff=s.intermediate_size, double_wide=s.use_double_wide_mlp, n_kv_shared=s.num_kv_shared_layers,
+            n_vocab=s.vocab_size, n_embd_per_layer=s.hidden_size_per_layer_input, sliding_every=s.full_every,
+            sliding_window=s.sliding_window, n_expert=s.num_experts or 0, n_expert_used=s.top_k_experts or 0,
+            n_ff_expert=s.moe_intermediate_size or 0, context_length=s.max_position_embeddings,
+        )  # fmt: skip
+        return replace(spec, **overrides)
+
+    def shape(self) -> TextShape:
+        """The same model as a :class:`~gguf_exact.gemma4.sizes.TextShape` (vocabulary rows scaled)."""
+        return TextShape(
+            num_hidden_layers=self.n_layer, hidden_size=self.n_embd, intermediate_size=self.n_ff,
+            num_attention_heads=self.n_head, num_key_value_heads=self.n_head_kv,
+            num_global_key_value_heads=self.n_head_kv_full, attention_k_eq_v=self.k_eq_v,
+            head_dim=self.head_dim_swa, global_head_dim=self.head_dim_full, sliding_window=self.sliding_window,
+            full_every=self.sliding_every, num_kv_shared_layers=self.n_kv_shared,
+            hidden_size_per_layer_input=self.n_embd_per_layer, use_double_wide_mlp=self.double_wide,
+            num_experts=self.n_expert or None, top_k_experts=self.n_expert_used or None,
+            moe_intermediate_size=self.n_ff_expert or None, vocab_size=_rows(self, self.n_vocab),
+            max_position_embeddings=self.context_length, partial_rotary_factor=self.partial_rotary_full,
+        )  # fmt: skip
 
     def is_swa(self, il: int) -> bool:
         return il != self.n_layer - 1 and (il + 1) % self.sliding_every != 0
 
+    def has_kv(self, il: int) -> bool:
+        """False for the KV-shared layers, which read an earlier layer's cache."""
+        return il < self.n_layer - self.n_kv_shared
+
     def n_ff_layer(self, il: int) -> int:
-        shared = il >= self.n_layer - self.n_kv_shared
-        return self.n_ff_shared if shared and self.n_ff_shared else self.n_ff
+        return 2 * self.n_ff if self.double_wide and not self.has_kv(il) else self.n_ff
+
+    def n_kv_layer(self, il: int) -> int:
+        full_override = self.k_eq_v and self.n_head_kv_full and not self.is_swa(il)
+        return self.n_head_kv_full if full_override else self.n_head_kv
+
+    def has_v(self, il: int) -> bool:
+        return self.has_kv(il) and not (self.k_eq_v and not self.is_swa(il))
 
 
 # E2B in miniature: per-layer embeddings, the last 4 of 8 layers sharing KV (no K/V
 # projections) with a double-wide MLP; the per-layer table is 8 x 32 = 256 wide (Q6_K rows).
-TINY = MainSpec(n_layer=8, n_embd_per_layer=32, n_kv_shared=4, n_ff_shared=1024)
+TINY = MainSpec(n_layer=8, n_embd_per_layer=32, n_kv_shared=4, double_wide=True)
 TINY_MOE = MainSpec(n_layer=4, n_embd=256, n_ff=256, n_embd_per_layer=0, n_expert=4, n_expert_used=2, n_ff_expert=128)
-# Gemma 4 E2B's text model: 35 layers of width 1536 (4 sliding + 1 full), 8 heads, one KV head,
-# head dims 256 / 512, MLP 6144 (12288 in the 20 KV-shared layers, which have no K/V
-# projections), per-layer embeddings of 256: 4.63 billion matrix values.
-E2B = MainSpec(
-    n_layer=35, n_embd=1536, n_head=8, n_head_kv=1, head_dim_swa=256, head_dim_full=512, n_ff=6144,
-    n_ff_shared=12288, n_kv_shared=20, n_vocab=262144, n_embd_per_layer=256, sliding_every=5, sliding_window=512,
-)  # fmt: skip
+# Gemma 4 E2B's text model at full size (gemma4/sizes.py): 35 layers of width 1536 (4 sliding +
+# 1 full), 8 heads, one KV head, head dims 256 / 512, MLP 6144 (12288 in the 20 KV-shared
+# layers, which have no K/V projections), per-layer embeddings of 256: 4.63 billion matrix values.
+E2B = MainSpec.from_shape(SIZES["E2B"].target)
 
 
 @dataclass(frozen=True)
@@ -138,13 +180,14 @@ def model_tensors(spec: MainSpec = TINY, split_experts: bool = False) -> list[Mo
 
         t("input_layernorm.weight", "attn_norm.weight", (E,), NORM)
         t("self_attn.q_proj.weight", "attn_q.weight", (s.n_head * hd, E), MAT)
-        has_kv = il < s.n_layer - s.n_kv_shared  # KV-shared layers read an earlier layer's cache
-        if has_kv:
-            t("self_attn.k_proj.weight", "attn_k.weight", (s.n_head_kv * hd, E), MAT)
-            t("self_attn.v_proj.weight", "attn_v.weight", (s.n_head_kv * hd, E), MAT)
+        kv_rows = s.n_kv_layer(il) * hd
+        if s.has_kv(il):  # KV-shared layers read an earlier layer's cache
+            t("self_attn.k_proj.weight", "attn_k.weight", (kv_rows, E), MAT)
+        if s.has_v(il):  # with attention_k_eq_v, full layers use K as V
+            t("self_attn.v_proj.weight", "attn_v.weight", (kv_rows, E), MAT)
         t("self_attn.o_proj.weight", "attn_output.weight", (E, s.n_head * hd), MAT)
         t("self_attn.q_norm.weight", "attn_q_norm.weight", (hd,), NORM)
-        if has_kv:
+        if s.has_kv(il):
             t("self_attn.k_norm.weight", "attn_k_norm.weight", (hd,), NORM)
         t("post_attention_layernorm.weight", "post_attention_norm.weight", (E,), NORM)
         t("pre_feedforward_layernorm.weight", "ffn_norm.weight", (E,), NORM)
@@ -179,48 +222,11 @@ def model_tensors(spec: MainSpec = TINY, split_experts: bool = False) -> list[Mo
 
 
 def hf_config(spec: MainSpec = TINY) -> dict:
-    s = spec
-    text = {
-        "model_type": "gemma4_text",
-        "hidden_size": s.n_embd,
-        "intermediate_size": s.n_ff,
-        "num_hidden_layers": s.n_layer,
-        "num_attention_heads": s.n_head,
-        "num_key_value_heads": s.n_head_kv,
-        "head_dim": s.head_dim_swa,
-        "global_head_dim": s.head_dim_full,
-        "layer_types": ["sliding_attention" if s.is_swa(i) else "full_attention" for i in range(s.n_layer)],
-        "sliding_window": s.sliding_window,
-        "vocab_size": _rows(s, s.n_vocab),
-        "vocab_size_per_layer_input": _rows(s, s.n_vocab),
-        "hidden_size_per_layer_input": s.n_embd_per_layer,
-        "num_kv_shared_layers": s.n_kv_shared,
-        "use_double_wide_mlp": bool(s.n_ff_shared),
-        "rms_norm_eps": 1e-6,
-        "max_position_embeddings": 4096,
-        "final_logit_softcapping": 30.0,
-        "hidden_activation": "gelu_pytorch_tanh",
-        "rope_parameters": {
-            "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0},
-            "full_attention": {
-                "rope_type": "proportional",
-                "rope_theta": 1000000.0,
-                "partial_rotary_factor": s.partial_rotary_full,
-            },
-        },
-    }
-    if s.n_expert:
-        text |= {
-            "enable_moe_block": True,
-            "num_experts": s.n_expert,
-            "top_k_experts": s.n_expert_used,
-            "moe_intermediate_size": s.n_ff_expert,
-        }
     return {
         "architectures": ["Gemma4ForConditionalGeneration"],
         "model_type": "gemma4",
         "dtype": "bfloat16",
-        "text_config": text,
+        "text_config": spec.shape().text_config(),
     }
 
 
@@ -264,48 +270,19 @@ def donor_kv(spec: MainSpec = TINY, file_type: int = 2) -> list[bytes]:
     """The donor's key/value pairs, raw, as Google's GGUFs carry them."""
     s, a = spec, "gemma4"
     u32, f32, string = GGUFValueType.UINT32, GGUFValueType.FLOAT32, GGUFValueType.STRING
-    pattern = [s.is_swa(i) for i in range(s.n_layer)]
     kv = [
         encode_kv("general.architecture", string, a),
         encode_kv("general.name", string, "gemma-4-tiny-it-qat"),
         encode_kv("general.file_type", u32, file_type),
         encode_kv("general.quantization_version", u32, 2),
-        encode_kv(f"{a}.block_count", u32, s.n_layer),
-        encode_kv(f"{a}.context_length", u32, 4096),
-        encode_kv(f"{a}.embedding_length", u32, s.n_embd),
     ]
-    if s.n_ff_shared:
+    # the hyperparameters exactly as llama.cpp's converter writes them (per-layer arrays included)
+    for f in text_fields(a, TextHparams.from_hf(hf_config(s)["text_config"])):
         kv.append(
-            encode_array_kv(
-                f"{a}.feed_forward_length", GGUFValueType.UINT32, [s.n_ff_layer(i) for i in range(s.n_layer)]
-            )
+            encode_array_kv(f.key, f.sub_type, f.value)
+            if f.sub_type is not None
+            else encode_kv(f.key, f.vtype, f.value)
         )
-    else:
-        kv.append(encode_kv(f"{a}.feed_forward_length", u32, s.n_ff))
-    kv += [
-        encode_kv(f"{a}.attention.head_count", u32, s.n_head),
-        encode_kv(f"{a}.attention.head_count_kv", u32, s.n_head_kv),
-        encode_kv(f"{a}.rope.freq_base", f32, 1_000_000.0),
-        encode_kv(f"{a}.rope.freq_base_swa", f32, 10_000.0),
-        encode_kv(f"{a}.attention.layer_norm_rms_epsilon", f32, 1e-6),
-        encode_kv(f"{a}.attention.sliding_window", u32, s.sliding_window),
-        encode_kv(f"{a}.attention.shared_kv_layers", u32, s.n_kv_shared),
-        encode_kv(f"{a}.embedding_length_per_layer_input", u32, s.n_embd_per_layer),
-        encode_array_kv(f"{a}.attention.sliding_window_pattern", GGUFValueType.BOOL, pattern),
-        encode_kv(f"{a}.attention.key_length", u32, s.head_dim_full),
-        encode_kv(f"{a}.attention.value_length", u32, s.head_dim_full),
-        encode_kv(f"{a}.attention.key_length_swa", u32, s.head_dim_swa),
-        encode_kv(f"{a}.attention.value_length_swa", u32, s.head_dim_swa),
-        encode_kv(f"{a}.rope.dimension_count", u32, s.head_dim_full),
-        encode_kv(f"{a}.rope.dimension_count_swa", u32, s.head_dim_swa),
-        encode_kv(f"{a}.final_logit_softcapping", f32, 30.0),
-    ]
-    if s.n_expert:
-        kv += [
-            encode_kv(f"{a}.expert_count", u32, s.n_expert),
-            encode_kv(f"{a}.expert_used_count", u32, s.n_expert_used),
-            encode_kv(f"{a}.expert_feed_forward_length", u32, s.n_ff_expert),
-        ]
     tokens, scores, types = vocabulary(_rows(s, s.n_vocab))
     kv += [
         encode_kv("tokenizer.ggml.model", string, "llama"),
@@ -320,11 +297,6 @@ def donor_kv(spec: MainSpec = TINY, file_type: int = 2) -> list[bytes]:
         encode_kv("tokenizer.chat_template", string, CHAT_TEMPLATE),
     ]
     return kv
-
-
-def _rope_freqs(spec: MainSpec) -> np.ndarray:
-    n_rot = int(spec.head_dim_full * spec.partial_rotary_full / 2)
-    return np.array([1.0] * n_rot + [1e30] * (spec.head_dim_full // 2 - n_rot), dtype=np.float32)
 
 
 def donor_bytes(values: np.ndarray, qtype: GGMLQuantizationType) -> np.ndarray:
@@ -356,7 +328,7 @@ def write_donor(
     ]
     with Checkpoint(source) as ckpt:
         locations = locate(ckpt)
-    rope = _rope_freqs(spec)
+    rope = rope_freqs(TextHparams.from_hf(hf_config(spec)["text_config"]))
     entries = [TensorEntry(t.gguf_name, tuple(reversed(t.shape)), t.donor_type) for t in tensors]
     entries.insert(1, TensorEntry("rope_freqs.weight", (rope.size,), T.F32))
     writer = StreamingGGUF(path, 3, donor_kv(spec), entries, 32)

@@ -9,7 +9,7 @@ specials, 256 byte tokens and filler pieces, 320 tokens.
 """
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import ml_dtypes  # noqa: F401  (bfloat16 dtype for safetensors)
@@ -18,6 +18,8 @@ from gguf import GGUFWriter, TokenType
 from safetensors.numpy import save_file
 
 from gguf_exact.core import bf16
+from gguf_exact.gemma4.hparams import SLIDING
+from gguf_exact.gemma4.sizes import AssistantShape, TextShape
 from gguf_exact.tiny.synthetic import norm_vector, qat_matrix, random_matrix
 
 FILLER = ["▁", "▁the", "▁a", "▁of", "▁and", "▁to", "▁in", "▁is", "▁it", "▁on", "th", "he", "in", "er", "an"]
@@ -48,6 +50,65 @@ def vocabulary(n_vocab: int) -> tuple[list[str], list[float], list[int]]:
     types += [TokenType.NORMAL] * (n_vocab - len(types))
     scores = [0.0] * 259 + [-float(i) for i in range(n_vocab - 259)]
     return tokens, scores, [int(t) for t in types]
+
+
+def write_hf_tokenizer(folder: str | Path, n_vocab: int) -> Path:
+    """The same vocabulary as an HF fast tokenizer in ``folder``: ``tokenizer.json``
+    (BPE with byte fallback and a ``Sequence`` decoder, the form llama.cpp's converter
+    reads with ``LlamaHfVocab``) and ``tokenizer_config.json``. The tokenizer format is
+    plain JSON, written here so that the base install needs no ``tokenizers``."""
+    folder = Path(folder)
+    tokens, _, _ = vocabulary(n_vocab)
+    specials = [
+        {"id": i, "content": tokens[i], "single_word": False, "lstrip": False, "rstrip": False}
+        | {"normalized": False, "special": True}
+        for i in range(3)
+    ]
+    tokenizer = {
+        "version": "1.0",
+        "truncation": None,
+        "padding": None,
+        "added_tokens": specials,
+        "normalizer": {
+            "type": "Sequence",
+            "normalizers": [
+                {"type": "Prepend", "prepend": "▁"},
+                {"type": "Replace", "pattern": {"String": " "}, "content": "▁"},
+            ],
+        },
+        "pre_tokenizer": None,
+        "post_processor": None,
+        "decoder": {
+            "type": "Sequence",
+            "decoders": [
+                {"type": "Replace", "pattern": {"String": "▁"}, "content": " "},
+                {"type": "ByteFallback"},
+                {"type": "Fuse"},
+                {"type": "Strip", "content": " ", "start": 1, "stop": 0},
+            ],
+        },
+        "model": {
+            "type": "BPE",
+            "dropout": None,
+            "unk_token": "<unk>",
+            "continuing_subword_prefix": None,
+            "end_of_word_suffix": None,
+            "fuse_unk": True,
+            "byte_fallback": True,
+            "ignore_merges": False,
+            "vocab": {t: i for i, t in enumerate(tokens)},
+            "merges": [],
+        },
+    }
+    (folder / "tokenizer.json").write_text(json.dumps(tokenizer, ensure_ascii=False, indent=1) + "\n")
+    config = {
+        "tokenizer_class": "PreTrainedTokenizerFast",
+        "bos_token": "<s>",
+        "eos_token": "</s>",
+        "unk_token": "<unk>",
+    }
+    (folder / "tokenizer_config.json").write_text(json.dumps(config, indent=1) + "\n")
+    return folder / "tokenizer.json"
 
 
 def write_tiny_target(
@@ -137,47 +198,47 @@ class TinyDrafter:
     intermediate_size: int = 128
     num_hidden_layers: int = 4
     num_attention_heads: int = 2
-    num_key_value_heads: int = 1
+    num_key_value_heads: int = 1  # the target's sliding layers'
     head_dim: int = 64  # = the target's sliding head dim
     global_head_dim: int = 128  # = the target's full head dim
     vocab_size: int = 320
     num_centroids: int = 32
     architecture: str = "Gemma4AssistantForCausalLM"
+    num_global_key_value_heads: int | None = None  # the target's full layers' (with attention_k_eq_v)
+    attention_k_eq_v: bool = False
+    sliding_window: int = 64
+    max_position_embeddings: int = 4096
+
+    @classmethod
+    def from_shape(cls, shape: AssistantShape, **overrides) -> "TinyDrafter":
+        t = shape.text
+        spec = cls(
+            hidden_size=t.hidden_size, backbone_hidden_size=shape.backbone_hidden_size,
+            intermediate_size=t.intermediate_size, num_hidden_layers=t.num_hidden_layers,
+            num_attention_heads=t.num_attention_heads, num_key_value_heads=t.num_key_value_heads,
+            head_dim=t.head_dim, global_head_dim=t.global_head_dim, vocab_size=t.vocab_size,
+            num_centroids=shape.num_centroids, num_global_key_value_heads=t.num_global_key_value_heads,
+            attention_k_eq_v=t.attention_k_eq_v, sliding_window=t.sliding_window,
+            max_position_embeddings=t.max_position_embeddings,
+        )  # fmt: skip
+        return replace(spec, **overrides)
+
+    def shape(self) -> AssistantShape:
+        """The assistant in :mod:`gguf_exact.gemma4.sizes` terms: sliding layers, then one full."""
+        text = TextShape(
+            num_hidden_layers=self.num_hidden_layers, hidden_size=self.hidden_size,
+            intermediate_size=self.intermediate_size, num_attention_heads=self.num_attention_heads,
+            num_key_value_heads=self.num_key_value_heads, num_global_key_value_heads=self.num_global_key_value_heads,
+            attention_k_eq_v=self.attention_k_eq_v, head_dim=self.head_dim, global_head_dim=self.global_head_dim,
+            sliding_window=self.sliding_window, full_every=self.num_hidden_layers,
+            num_kv_shared_layers=self.num_hidden_layers, vocab_size=self.vocab_size,
+            max_position_embeddings=self.max_position_embeddings, final_logit_softcapping=None,
+        )  # fmt: skip
+        return AssistantShape(text, self.backbone_hidden_size, self.num_centroids)
 
 
 def drafter_config(spec: TinyDrafter = TinyDrafter()) -> dict:
-    s = spec
-    layer_types = ["sliding_attention"] * (s.num_hidden_layers - 1) + ["full_attention"]
-    return {
-        "architectures": [s.architecture],
-        "model_type": "gemma4_assistant",
-        "backbone_hidden_size": s.backbone_hidden_size,
-        "num_centroids": s.num_centroids,
-        "use_ordered_embeddings": True,
-        "tie_word_embeddings": True,
-        "dtype": "bfloat16",
-        "text_config": {
-            "model_type": "gemma4_text",
-            "hidden_size": s.hidden_size,
-            "intermediate_size": s.intermediate_size,
-            "num_hidden_layers": s.num_hidden_layers,
-            "num_attention_heads": s.num_attention_heads,
-            "num_key_value_heads": s.num_key_value_heads,
-            "num_kv_shared_layers": s.num_hidden_layers,
-            "head_dim": s.head_dim,
-            "global_head_dim": s.global_head_dim,
-            "layer_types": layer_types,
-            "sliding_window": 64,
-            "vocab_size": s.vocab_size,
-            "rms_norm_eps": 1e-6,
-            "max_position_embeddings": 4096,
-            "hidden_activation": "gelu_pytorch_tanh",
-            "rope_parameters": {
-                "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0},
-                "full_attention": {"rope_type": "proportional", "rope_theta": 1000000.0, "partial_rotary_factor": 0.25},
-            },
-        },
-    }
+    return spec.shape().config(spec.architecture)
 
 
 def drafter_tensors(
@@ -198,8 +259,8 @@ def drafter_tensors(
         "masked_embedding.centroids.weight": random_matrix(rng, s.num_centroids, s.hidden_size),
         "masked_embedding.token_ordering": rng.permutation(s.vocab_size).astype(np.int64),
     }
-    for il in range(s.num_hidden_layers):
-        hd = s.global_head_dim if il == s.num_hidden_layers - 1 else s.head_dim
+    for il, kind in enumerate(s.shape().text.layer_types()):
+        hd = s.head_dim if kind == SLIDING else s.global_head_dim
         p = f"model.layers.{il}."
         t[p + "input_layernorm.weight"] = norm_vector(rng, s.hidden_size)
         t[p + "self_attn.q_proj.weight"] = qat(s.num_attention_heads * hd, s.hidden_size)
