@@ -12,9 +12,7 @@ import struct
 from dataclasses import dataclass
 from pathlib import Path
 
-import ml_dtypes  # noqa: F401  (registers bfloat16 with numpy, which safetensors needs)
 import numpy as np
-from safetensors import SafetensorError, safe_open
 
 from gguf_exact.errors import GgufExactError
 
@@ -190,6 +188,11 @@ class Checkpoint:
         return [single]
 
     def _handle(self, file: Path):
+        # Imported here: a conversion reads rows with pread (stream.source_rows) and needs
+        # neither; ml_dtypes registers the bfloat16 dtype that safetensors' numpy reader uses.
+        import ml_dtypes  # noqa: F401
+        from safetensors import SafetensorError, safe_open
+
         if file not in self._handles:
             try:
                 self._handles[file] = safe_open(str(file), framework="numpy")

@@ -18,6 +18,7 @@ Layout (GGUF v2/v3, little-endian)::
 
 import math
 import struct
+import sys
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -144,6 +145,14 @@ class _Cursor:
         return self.take(self.unpack("<Q"))
 
     def skip_strings(self, count: int) -> None:
+        if "numba" in sys.modules:  # loaded anyway: the compiled walk (see string_walk)
+            from gguf_exact.formats.string_walk import skip
+
+            pos = skip(self.buf, self.pos, count)
+            if pos < 0:
+                raise EOFError
+            self.pos = pos
+            return
         buf, pos, end = self.buf, self.pos, len(self.buf)
         unpack = struct.unpack_from
         for _ in range(count):

@@ -51,6 +51,7 @@ class StreamingGGUF:
         self.fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
         self.placed: list[TensorEntry] = []
         self.end = 0  # relative to the data start, after the last placed tensor
+        self.header = b""  # the header as written by finish()
 
     def place(self, entry: TensorEntry) -> int:
         """Reserve room for ``entry`` (its type and shape final) after the tensors
@@ -70,6 +71,7 @@ class StreamingGGUF:
         """Zero the gaps, write the header (``kv_raw`` must have the same lengths as
         at the start), trim; returns the file size."""
         header = encode_header(self.version, kv_raw, self.placed, self.alignment)
+        self.header = header
         if len(header) != self.data_start:
             raise AssertionError("header length changed between reservation and finish")
         pos = 0

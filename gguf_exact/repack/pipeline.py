@@ -127,7 +127,7 @@ def repack_model(
                 tensors.close()
                 writer.close()
             times["write"] = time.perf_counter() - start
-            digest = verify_written(tmp, final_kv, writer.placed, results, _replanner(donor, mapping.jobs))
+            digest = verify_written(tmp, writer.header, writer.placed, results, _replanner(donor, mapping.jobs))
             times["verify"] = time.perf_counter() - start - times["write"]
             if expect_sha256 and digest != expect_sha256.lower():
                 raise GgufExactError(f"{out_path}: sha256 {digest} does not match the expected {expect_sha256.lower()}")

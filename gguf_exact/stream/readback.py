@@ -1,7 +1,7 @@
 """Reading a written file back before it is renamed into place, in one pass.
 
-The header is parsed again from disk (its key/values must be the bytes meant, the
-tensor infos the types and offsets meant); then the file is read start to end in
+The header must be the bytes written (key/values and tensor infos, compared as bytes:
+a Gemma 4 vocabulary is not parsed a second time); then the file is read start to end in
 the chunks it was written in: each chunk's CRC must equal the CRC of the bytes
 planned for it (so every Q4_0 block equals its plan, every copied tensor the donor's,
 every encoded one its encoding), gaps must be zero, and the same pass gives the
@@ -9,6 +9,7 @@ sha256. The bit-exact figures were measured on exactly those planned bytes.
 """
 
 import hashlib
+import os
 from pathlib import Path
 from typing import Callable
 
@@ -16,7 +17,7 @@ import numpy as np
 
 from gguf_exact.errors import GgufExactError
 from gguf_exact.formats.gguf_layout import TensorEntry, row_bytes
-from gguf_exact.formats.gguf_reader import open_gguf, pread_exact
+from gguf_exact.formats.gguf_reader import pread_exact
 from gguf_exact.stream.writer import crc
 
 READ_BYTES = 1 << 22
@@ -26,27 +27,25 @@ def _fail(path: Path, what: str) -> GgufExactError:
     return GgufExactError(f"{path}: verification failed: {what}")
 
 
-def verify_written(
-    path: Path, kv_raw: list[bytes], placed: list[TensorEntry], results: list, expected: Callable
-) -> str:
+def verify_written(path: Path, header: bytes, placed: list[TensorEntry], results: list, expected: Callable) -> str:
     """Check ``path`` against what was meant; returns its sha256 (hex).
 
-    ``results`` hold, per tensor, ``chunk_rows`` and the chunk ``crcs``;
-    ``expected(entry, r0, r1)`` recomputes a chunk's bytes to name the first bad block.
+    ``header`` is the header as written (key/values and tensor infos, padded: the file's
+    first bytes); ``placed`` the tensors at their offsets; ``results`` hold, per tensor,
+    ``chunk_rows`` and the chunk ``crcs``; ``expected(entry, r0, r1)`` recomputes a
+    chunk's bytes to name the first bad block.
     """
-    with open_gguf(path) as written:
-        header, fd, size = written.header, written.fd, written.size
-        if [kv.raw for kv in header.kv] != kv_raw:
-            bad = next((a.key for a, b in zip(header.kv, kv_raw) if a.raw != b), "(count)")
-            raise _fail(path, f"metadata key {bad} differs from what was meant")
-        got = [(t.name, t.ne, t.type, t.offset) for t in header.tensors]
-        if got != [(t.name, t.ne, t.type, t.offset) for t in placed]:
-            raise _fail(path, "tensor infos differ from the plan")
-        sha = hashlib.sha256()
-        sha.update(pread_exact(fd, header.data_start, 0, path))
-        pos = header.data_start
-        for entry, result in zip(header.tensors, results):
-            start = header.data_start + entry.offset
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        size = os.fstat(fd).st_size
+        on_disk = pread_exact(fd, len(header), 0, path)
+        if on_disk.tobytes() != header:
+            first = int(np.flatnonzero(on_disk != np.frombuffer(header, np.uint8))[0])
+            raise _fail(path, f"header byte {first:,} differs from what was written")
+        sha = hashlib.sha256(header)
+        pos = data_start = len(header)
+        for entry, result in zip(placed, results):
+            start = data_start + entry.offset
             _zeros(fd, pos, start, sha, path)
             rb = row_bytes(entry.type, entry.cols)
             rows, step = entry.rows, result.chunk_rows
@@ -58,6 +57,8 @@ def verify_written(
                     raise _fail(path, _where(entry, r0, r1, raw, expected))
             pos = start + entry.nbytes
         _zeros(fd, pos, size, sha, path)
+    finally:
+        os.close(fd)
     return sha.hexdigest()
 
 
