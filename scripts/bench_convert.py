@@ -1,20 +1,29 @@
 #!/usr/bin/env python3
-"""Benchmark: the exact Q4_0 packer against the published method and llama-quantize.
+"""Benchmark: `gguf-exact convert` against `llama-quantize --pure Q4_0`, whole process
+against whole process, on the E2B drafter at its real shapes with a Gemma-4-size
+vocabulary; then the packer's kernel alone on 1 and 2 cores.
 
-All on one synthetic QAT tensor set shaped like the E2B drafter (scaled with --scale):
-bf16 values on the Q4_0 grid with fp32 training steps. Each method runs in its own
-child process; "peak RSS" is what the method adds to the peak beyond its input tensors
-(for llama-quantize, its whole process). The figures and ratios print at the end.
-Not a test: nothing here asserts.
+Inputs, made once in a temp folder:
+- the E2B assistant as a QAT checkpoint (gemma4/sizes.py shapes: 77.2 million matrix
+  values, fp32 training steps);
+- a target GGUF carrying a 262,144-token vocabulary with 500,000 merges
+  (tiny/vocab.py), which `convert --vocab-from` copies;
+- the same drafter as llama.cpp's converter writes it with `--outtype bf16` (same keys
+  and vocabulary): what llama-quantize starts from.
 
-    python scripts/bench_convert.py [--scale 1.0] [--llama-quantize PATH]
+Each round runs both commands in A B B A order: `gguf-exact convert SRC OUT --vocab-from
+TARGET` (reads safetensors, packs, writes, reads back and verifies, sha256) and
+`llama-quantize --pure BF16.gguf OUT Q4_0 2`. Peak RSS is GNU time's %M (each tool is
+one process). Bit-exact shares: ours from convert's report, llama-quantize's measured
+against the source (gguf_exact.drafter.verify, measured only). Not a test: nothing asserts.
+
+    python scripts/bench_convert.py [--rounds 2] [--vocab 262144] [--merges 500000]
 """
 
 import argparse
-import multiprocessing as mp
-import resource
+import json
 import shutil
-import subprocess
+import statistics
 import sys
 import tempfile
 import time
@@ -22,169 +31,131 @@ from pathlib import Path
 
 import numpy as np
 
-from gguf_exact.core import bf16, q4_0
-from gguf_exact.tiny.synthetic import qat_matrix
+sys.path.insert(0, str(Path(__file__).parent))
+from measure import load, run  # noqa: E402
 
-E2B_DRAFTER = [  # (name, rows, cols) of the E2B assistant's matrices
-    ("token_embd.weight", 262144, 256),
-    ("nextn.pre_projection.weight", 256, 3072),
-    ("nextn.post_projection.weight", 1536, 256),
-] + [
-    (f"blk.{i}.{n}.weight", r, c)
-    for i in range(4)
-    for n, r, c in (
-        ("attn_q", 2048 if i == 3 else 1024, 256),
-        ("attn_output", 256, 2048 if i == 3 else 1024),
-        ("ffn_gate", 2048, 256),
-        ("ffn_up", 2048, 256),
-        ("ffn_down", 256, 2048),
-    )
-]
+from gguf_exact.tiny.vocab import GEMMA4_MERGES, GEMMA4_VOCAB  # noqa: E402
+
+E2B_WIDTH = 1536
 
 
-def tensor_set(scale: float, seed: int = 0) -> list[tuple[str, np.ndarray]]:
-    rng = np.random.default_rng(seed)
-    out = []
-    for name, rows, cols in E2B_DRAFTER:
-        rows = max(32, int(rows * scale) // 32 * 32) if name == "token_embd.weight" else rows
-        out.append((name, qat_matrix(rng, rows, cols, step_kind="fp32", plus8_fraction=0.0)))
-    return out
+def make_inputs(root: Path, vocab: int, merges: int) -> dict[str, Path]:
+    from gguf import GGMLQuantizationType
 
+    from gguf_exact.tiny.peers import e2b_drafter_checkpoint, float_drafter_gguf, vocab_target
+    from gguf_exact.tiny.vocab import gemma4_vocabulary
 
-def save_tensor_set(scale: float, folder: Path) -> None:
-    for name, bits in tensor_set(scale):
-        np.save(folder / f"{name}.npy", bits)
-
-
-def load_tensor_set(folder: Path) -> list[tuple[str, np.ndarray]]:
-    """The saved set, memory-mapped: a method's RSS then counts only the pages it reads."""
-    return [(name, np.load(folder / f"{name}.npy", mmap_mode="r")) for name, _, _ in E2B_DRAFTER]
-
-
-def exact_fraction(decoded_blocks: np.ndarray, bits: np.ndarray) -> float:
-    return float(bf16.same_value(bf16.from_f32(decoded_blocks.reshape(bits.shape)), bits).mean())
-
-
-def run_exact(folder, queue):
-    from gguf_exact.core.exact import plan_matrix
-    from gguf_exact.malloc_tuning import keep_heap_blocks
-
-    keep_heap_blocks()  # as convert_drafter does
-    start = time.perf_counter()
-    plan_matrix(np.zeros((1, 32), np.uint16))  # numba: compile, or load the cached machine code
-    print(f"exact packer: {time.perf_counter() - start:.2f} s to compile or load its kernels (once per process)")
-    tensors = load_tensor_set(folder)
-    base_rss = peak_rss_mib()
-    start = time.perf_counter()
-    exact = values = 0
-    for _, bits in tensors:
-        plan = plan_matrix(bits)
-        exact += plan.exact_values
-        values += bits.size
-    seconds = time.perf_counter() - start
-    queue.put(("exact (gguf-exact)", values, seconds, exact / values, peak_rss_mib() - base_rss))
-
-
-def run_published(folder, queue):
-    from gguf_exact.core.published import published_q4_0
-
-    tensors = load_tensor_set(folder)
-    base_rss = peak_rss_mib()
-    start = time.perf_counter()
-    outputs = [(bits, published_q4_0(bits)[0]) for _, bits in tensors]
-    seconds = time.perf_counter() - start
-    values = sum(b.size for b, _ in outputs)
-    exact = sum(exact_fraction(q4_0.dequantize(o), b) * b.size for b, o in outputs)
-    queue.put(("published method", values, seconds, exact / values, peak_rss_mib() - base_rss))
-
-
-def peak_rss_mib() -> float:
-    """This process image's peak RSS (VmHWM). Not ru_maxrss: a spawned child inherits its
-    parent's figure there."""
-    for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith("VmHWM:"):
-            return int(line.split()[1]) / 1024
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-
-
-def child(fn, folder):
-    """Run ``fn`` in a fresh process (spawn: no memory inherited) for its own peak RSS."""
-    ctx = mp.get_context("spawn")
-    queue = ctx.Queue()
-    proc = ctx.Process(target=fn, args=(folder, queue))
-    proc.start()
-    result = queue.get()
-    proc.join()
-    return result
+    tick = time.perf_counter()
+    paths = {"source": root / "drafter-hf", "target": root / "target.gguf", "bf16": root / "drafter-bf16.gguf"}
+    e2b_drafter_checkpoint(paths["source"], vocab_size=vocab)
+    vocab_target(paths["target"], gemma4_vocabulary(vocab, merges), E2B_WIDTH)
+    float_drafter_gguf(paths["source"], paths["target"], paths["bf16"], GGMLQuantizationType.BF16)
+    print(f"inputs made in {time.perf_counter() - tick:.0f} s in {root}", file=sys.stderr)
+    return paths
 
 
 def find_llama_quantize(explicit: str | None) -> Path | None:
     if explicit:
         return Path(explicit)
-    found = shutil.which("llama-quantize")
-    if found:
-        return Path(found)
-    cached = sorted(Path.home().glob(".cache/gguf-exact/llama.cpp/*-cpu/bin/llama-quantize"))
-    return cached[-1] if cached else None
+    from gguf_exact.serving.llama_build import find_build
+
+    build = find_build("cpu")
+    return build.binary("llama-quantize") if build else None
 
 
-def run_llama_quantize(exe: Path, folder: Path):
-    """BF16 GGUF of the same tensors -> llama-quantize --pure Q4_0; time the quantize."""
-    from gguf import GGMLQuantizationType, GGUFReader
+def kernel_rates(source: Path) -> dict[int, float]:
+    """M values/s of the packer alone (plan_matrix over every matrix, in memory) on 1 and
+    2 threads, after one warm-up; the best of three."""
+    from gguf_exact.core.exact import plan_matrix
+    from gguf_exact.formats.checkpoint import Checkpoint
 
-    from gguf_exact.formats.gguf_file import write_gguf
-    from gguf_exact.gemma4.assistant import ARCH, AssistantConfig, metadata
-    from gguf_exact.tiny.models import drafter_config
+    with Checkpoint(source) as ckpt:
+        matrices = [ckpt.read(n) for n, t in ckpt.tensors.items() if len(t.shape) == 2 and "masked" not in n]
+    values = sum(m.size for m in matrices)
+    plan_matrix(matrices[1])
+    rates = {}
+    for workers in (1, 2):
+        best = min(
+            _timed(lambda: [plan_matrix(m, keep_data=False, workers=workers) for m in matrices]) for _ in range(3)
+        )
+        rates[workers] = values / best / 1e6
+    return rates
 
-    tensors = load_tensor_set(folder)
-    cfg_dict = drafter_config()
-    cfg_dict["backbone_hidden_size"] = 1536
-    cfg_dict["text_config"] |= {"hidden_size": 256, "intermediate_size": 2048, "vocab_size": tensors[0][1].shape[0]}
-    fields = metadata(AssistantConfig.from_hf(cfg_dict))
-    with tempfile.TemporaryDirectory() as tmp:
-        src, dst = Path(tmp) / "bf16.gguf", Path(tmp) / "q4_0.gguf"
-        write_gguf(src, ARCH, fields, [(n, b.view(np.uint8), GGMLQuantizationType.BF16) for n, b in tensors])
-        cmd = ["/usr/bin/time", "-f", "%M", str(exe), "--pure", str(src), str(dst), "Q4_0", "2"]
-        start = time.perf_counter()
-        proc = subprocess.run(cmd, capture_output=True, text=True)
-        seconds = time.perf_counter() - start
-        if proc.returncode != 0:
-            print(proc.stderr[-2000:], file=sys.stderr)
-            return None
-        rss_mib = int(proc.stderr.strip().splitlines()[-1]) / 1024
-        by_name = {t.name: t for t in GGUFReader(dst).tensors}
-        values = exact = 0
-        for name, bits in tensors:
-            decoded = q4_0.dequantize(np.asarray(by_name[name].data).reshape(-1, 18))
-            exact += exact_fraction(decoded, bits) * bits.size
-            values += bits.size
-    return ("llama-quantize --pure Q4_0", values, seconds, exact / values, rss_mib)
+
+def _timed(fn) -> float:
+    start = time.perf_counter()
+    fn()
+    return time.perf_counter() - start
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--scale", type=float, default=1.0, help="token_embd rows as a share of E2B's 262144")
-    parser.add_argument("--llama-quantize", help="path to llama-quantize (default: PATH or the gguf-exact build cache)")
+    parser.add_argument("--rounds", type=int, default=2, help="rounds of A B B A")
+    parser.add_argument("--vocab", type=int, default=GEMMA4_VOCAB, help="vocabulary size (token_embd rows)")
+    parser.add_argument("--merges", type=int, default=GEMMA4_MERGES)
+    parser.add_argument("--llama-quantize", help="path to llama-quantize (default: the gguf-exact build cache)")
+    parser.add_argument("--dir", type=Path, help="where to make the inputs (default: a temp folder)")
     args = parser.parse_args()
 
-    with tempfile.TemporaryDirectory() as tmp:
-        folder = Path(tmp)
-        save_tensor_set(args.scale, folder)
-        rows = [child(run_exact, folder), child(run_published, folder)]
-        exe = find_llama_quantize(args.llama_quantize)
-        if exe and exe.exists():
-            result = run_llama_quantize(exe, folder)
-            if result:
-                rows.append(result)
-        else:
-            print("llama-quantize not found: run `gguf-exact build-llama` to include it", file=sys.stderr)
+    quantize = find_llama_quantize(args.llama_quantize)
+    if quantize is None or not quantize.exists():
+        sys.exit("llama-quantize not found: run `gguf-exact build-llama` (or pass --llama-quantize)")
+    gguf_exact = Path(sys.executable).with_name("gguf-exact")
+    root = Path(tempfile.mkdtemp(prefix="bench-convert-", dir=args.dir))
+    try:
+        paths = make_inputs(root, args.vocab, args.merges)
+        report = root / "report.json"
+        ours_cmd = [str(gguf_exact), "convert", str(paths["source"]), str(root / "ours.gguf"), "--vocab-from", str(paths["target"]), "--report", str(report)]  # fmt: skip
+        peer_cmd = [str(quantize), "--pure", str(paths["bf16"]), str(root / "peer.gguf"), "Q4_0", "2"]
+        runs: dict[str, list] = {"ours": [], "peer": []}
+        run(ours_cmd)  # warm-up: numba's cache, the page cache
+        for _ in range(args.rounds):
+            for who in ("ours", "peer", "peer", "ours"):
+                (root / f"{who}.gguf").unlink(missing_ok=True)
+                m = run(ours_cmd if who == "ours" else peer_cmd)
+                if m.returncode != 0:
+                    sys.exit(f"{who} failed: {m.stderr[-2000:]}")
+                runs[who].append(m)
+        figures = json.loads(report.read_text())
+        values = figures["values"]
+        matrix_values = sum(t["values"] for t in figures["tensors"] if t["type"] == "Q4_0")
+        from gguf_exact.drafter.verify import verify_gguf
 
-    print(f"\n{'method':30} {'values':>12} {'seconds':>9} {'M values/s':>11} {'bit-exact':>10} {'peak RSS MiB':>13}")
-    for name, values, seconds, exact, rss in rows:
-        print(f"{name:30} {values:>12,} {seconds:>9.2f} {values / seconds / 1e6:>11.1f} {exact:>10.4%} {rss:>13.0f}")
-    ours = rows[0][1] / rows[0][2]
-    for name, values, seconds, *_ in rows[1:]:
-        print(f"exact packer vs {name}: {ours / (values / seconds):.2f}x the values/s")
+        peer_checks = verify_gguf(root / "peer.gguf", paths["source"], judge=False).tensors
+        peer_q4 = [t for t in peer_checks if t.type == "Q4_0"]
+        peer_exact = sum(t.exact for t in peer_q4) / sum(t.n_values for t in peer_q4)
+        ours_exact = sum(t["exact_values"] for t in figures["tensors"] if t["type"] == "Q4_0") / matrix_values
+        rates = kernel_rates(paths["source"])
+        sizes = {w: (root / f"{w}.gguf").stat().st_size for w in ("ours", "peer")}
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+    print(f"\nE2B drafter, full shapes, {args.vocab:,}-token vocabulary and {args.merges:,} merges; "
+          f"{matrix_values:,} matrix values ({values:,} with norms); {args.rounds} rounds A B B A; {load()} at the end")  # fmt: skip
+    print(
+        f"{'whole process':42} {'seconds (median, range)':>26} {'M values/s':>11} {'peak RSS MiB':>13} {'bit-exact':>10} {'bytes':>12}"
+    )
+    rows = {}
+    for who, label, exact in (
+        ("ours", "gguf-exact convert (verify + sha256 on)", ours_exact),
+        ("peer", "llama-quantize --pure Q4_0 (from BF16)", peer_exact),
+    ):
+        secs = [m.seconds for m in runs[who]]
+        med = statistics.median(secs)
+        rows[who] = med
+        rss = max(m.peak_mib for m in runs[who])
+        print(
+            f"{label:42} {med:>8.2f} ({min(secs):.2f}-{max(secs):.2f}){'':>7} {matrix_values / med / 1e6:>11.1f} {rss:>13.0f} {exact:>10.4%} {sizes[who]:>12,}"
+        )
+    print(
+        f"gguf-exact / llama-quantize: {rows['peer'] / rows['ours']:.2f}x the values/s end to end; "
+        f"peak RSS {max(m.peak_mib for m in runs['ours']):.0f} vs {max(m.peak_mib for m in runs['peer']):.0f} MiB"
+    )
+    print(
+        f"packer kernel alone (in memory): {rates[1]:.1f} M values/s on 1 core, {rates[2]:.1f} on 2 ({rates[2] / rates[1]:.2f}x)"
+    )
+    print(f"convert's own timing (last run): {figures['seconds']}")
+    _ = np  # numpy imported for the inputs' writers
 
 
 if __name__ == "__main__":

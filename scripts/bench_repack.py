@@ -7,7 +7,8 @@ every matrix keeps its row length and has S times its rows, so 1.0 is full size
 (4.63 billion re-packed values, 9.3 GB of bf16 source, 3.2 GB donor). Then, each in
 its own child process (its own peak RSS):
 
-- ``repack`` (gguf-exact): streaming, two worker threads, verified, sha256;
+- ``gguf-exact repack`` as a whole process: streaming, two worker threads, verified,
+  sha256; peak RSS of its whole process tree at once (sampled from /proc);
 - the published method, re-implemented (:mod:`gguf_exact.core.published`): each source
   matrix loaded whole, packed per block, every output tensor kept in memory for
   gguf-py's GGUFWriter, as the original does.
@@ -21,6 +22,7 @@ Files go to a temp folder (``--dir``) and are deleted unless ``--keep``.
 
 import argparse
 import dataclasses
+import json
 import multiprocessing as mp
 import os
 import resource
@@ -31,6 +33,9 @@ import time
 from pathlib import Path
 
 import numpy as np
+
+sys.path.insert(0, str(Path(__file__).parent))
+from measure import run  # noqa: E402
 
 FULL_VALUES = 4.63e9  # E2B's re-packed values at scale 1.0
 
@@ -47,78 +52,69 @@ def cpu_seconds() -> float:
     )
 
 
-def run_repack(donor, source, out, workers, queue):
-    from gguf_exact.repack.pipeline import repack_model
-
-    start, cpu0 = time.perf_counter(), cpu_seconds()
-    result = repack_model(donor, source, out, workers=workers)
-    seconds = time.perf_counter() - start
-    rep = result.report["repacked"]
-    worker_rss = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
+def run_repack(donor: Path, source: Path, out: Path, report: Path, workers: int):
+    """`gguf-exact repack` as a whole process: wall time, and peak RSS of the process
+    tree at once (threads by default, so one process)."""
+    exe = Path(sys.executable).with_name("gguf-exact")
+    m = run([str(exe), "repack", "--donor", str(donor), "--source", str(source), str(out), "--report", str(report), "--workers", str(workers)])  # fmt: skip
+    if m.returncode:
+        sys.exit(f"repack failed: {m.stderr[-2000:]}")
+    r = json.loads(report.read_text())
+    rep = r["repacked"]
     extra = (
-        f"write {result.seconds['write']:.2f} s, read-back + sha256 {result.seconds['verify']:.2f} s; "
-        f"peak RSS of each forked worker {worker_rss:.0f} MiB (pages shared with the parent counted in both)"
+        f"write {r['seconds']['write']:.2f} s, read-back + sha256 {r['seconds']['verify']:.2f} s; "
+        f"peak RSS {m.peak_mib:.0f} MiB (GNU time), {m.tree_peak_mib:.0f} MiB for the whole process tree at once"
     )
-    queue.put(
-        (
-            "repack (gguf-exact)",
-            rep["values"],
-            seconds,
-            cpu_seconds() - cpu0,
-            rep["exact_fraction"],
-            peak_rss_mib(),
-            result.size,
-            extra,
-        )
+    return (
+        "repack (gguf-exact)",
+        rep["values"],
+        m.seconds,
+        None,
+        rep["exact_fraction"],
+        m.tree_peak_mib,
+        r["bytes"],
+        extra,
     )
 
 
 def run_published(donor, source, out, workers, queue):
-    """The published method: whole tensors, packed per block, kept for GGUFWriter."""
-    from gguf import GGMLQuantizationType, GGUFReader, GGUFWriter
+    """The published method: whole tensors, packed per block, every output tensor kept
+    in memory until the file is written (as the original does with GGUFWriter)."""
+    from gguf import GGMLQuantizationType
 
     from gguf_exact.core import bf16, q4_0
     from gguf_exact.core.published import published_q4_0
     from gguf_exact.formats.checkpoint import Checkpoint
-    from gguf_exact.formats.vocab import copy_field
+    from gguf_exact.formats.gguf_stream import write_gguf
     from gguf_exact.repack.donor import open_donor
     from gguf_exact.repack.tensor_map import build_map
     from gguf_exact.stream.source_rows import locate
 
     start, cpu0 = time.perf_counter(), cpu_seconds()
-    reader = GGUFReader(donor)
-    with open_donor(donor) as d:
-        arch, entries = d.architecture, d.tensors
-    with Checkpoint(source) as ckpt:
-        jobs = build_map(Path(donor), arch, entries, locate(ckpt), Path(source)).jobs
-        writer = GGUFWriter(out, arch)
-        for name, field in reader.fields.items():
-            if name.startswith("GGUF.") or name == "general.architecture":
-                continue
-            f = copy_field(field)
-            writer.add_key_value(f.key, f.value, f.vtype, f.sub_type)
-        data = {t.name: t for t in reader.tensors}
+    typed = {GGMLQuantizationType.F32: np.float32, GGMLQuantizationType.F16: np.float16}
+    with open_donor(donor) as d, Checkpoint(source) as ckpt:
+        jobs = build_map(Path(donor), d.architecture, d.tensors, locate(ckpt), Path(source)).jobs
+        kv_raw = [kv.raw for kv in d.header.kv]
+        tensors = []
         values = exact = 0
         exact_seconds = 0.0
         for job in jobs:
-            t = data[job.entry.name]
+            t = job.entry
             if job.exact and job.source.part is None:
                 bits = ckpt.read(job.hf_name)  # the whole tensor
-                bits = bits[: job.entry.rows] if bits.ndim == 2 else bits
-                packed, _ = published_q4_0(bits.reshape(-1, job.entry.cols))
-                writer.add_tensor(t.name, packed.reshape(job.entry.rows, -1), raw_dtype=GGMLQuantizationType.Q4_0)
+                bits = bits[: t.rows] if bits.ndim == 2 else bits
+                packed, _ = published_q4_0(bits.reshape(-1, t.cols))
+                tensors.append((t.name, packed.reshape(*t.shape[:-1], -1), GGMLQuantizationType.Q4_0))
                 tick = time.perf_counter()  # the bit-exact figure is not the method's work
                 decoded = bf16.from_f32(q4_0.dequantize(packed)).reshape(-1)
                 exact += int(bf16.same_value(decoded, bits.reshape(-1)).sum())
                 values += bits.size
                 exact_seconds += time.perf_counter() - tick
             else:
-                plain = t.tensor_type in (GGMLQuantizationType.F32, GGMLQuantizationType.F16)
-                writer.add_tensor(t.name, np.asarray(t.data), raw_dtype=None if plain else t.tensor_type)
-        writer.write_header_to_file()
-        writer.write_kv_data_to_file()
-        writer.write_tensors_to_file()
-        writer.close()
+                raw = d.read_rows(t, 0, t.rows)
+                data = raw.view(typed[t.type]).reshape(t.shape) if t.type in typed else raw.reshape(*t.shape[:-1], -1)
+                tensors.append((t.name, data, t.type))
+        write_gguf(Path(out), kv_raw, tensors)
     seconds = time.perf_counter() - start - exact_seconds
     size = Path(out).stat().st_size
     queue.put(
@@ -167,7 +163,9 @@ def main() -> None:
         src_bytes = sum(f.stat().st_size for f in (root / "src").iterdir())
         print(f"scale {args.scale}: source {src_bytes:,} bytes, donor {(root / 'donor.gguf').stat().st_size:,} bytes "
               f"(made in {time.perf_counter() - tick:.0f} s) in {root}", file=sys.stderr)  # fmt: skip
-        rows = [child(run_repack, root / "donor.gguf", root / "src", root / "repacked.gguf", args.workers)]
+        rows = [
+            run_repack(root / "donor.gguf", root / "src", root / "repacked.gguf", root / "report.json", args.workers)
+        ]
         (root / "repacked.gguf").unlink()
         if not args.skip_published:
             rows.append(child(run_published, root / "donor.gguf", root / "src", root / "published.gguf", args.workers))
@@ -182,8 +180,9 @@ def main() -> None:
         f"{'method':22} {'values':>13} {'seconds':>8} {'CPU s':>7} {'M values/s':>11} {'bit-exact':>10} {'peak RSS MiB':>13} {'output bytes':>14}"
     )
     for name, values, seconds, cpu, exact, rss, size, _ in rows:
+        cpu_text = "-" if cpu is None else f"{cpu:.2f}"
         print(
-            f"{name:22} {values:>13,} {seconds:>8.2f} {cpu:>7.2f} {values / seconds / 1e6:>11.1f} {exact:>10.4%} {rss:>13.0f} {size:>14,}"
+            f"{name:22} {values:>13,} {seconds:>8.2f} {cpu_text:>7} {values / seconds / 1e6:>11.1f} {exact:>10.4%} {rss:>13.0f} {size:>14,}"
         )
     for name, *_, extra in rows:
         print(f"  {name}: {extra}")

@@ -219,25 +219,9 @@ def test_moe_output_loads_in_llama_cpp(tmp_path):
 def q8_0_drafter(folder: Path, target: Path, out: Path) -> Path:
     """A gemma4-assistant drafter stored as Q8_0, as llama.cpp's converter writes it
     (``--outtype q8_0``): matrices Q8_0, norms F32, the target's tokenizer."""
-    from gguf_exact.drafter.convert import drafter_jobs, drafter_kv
-    from gguf_exact.formats.gguf_file import encode
-    from gguf_exact.formats.gguf_stream import write_gguf
-    from gguf_exact.formats.vocab import read_target
-    from gguf_exact.gemma4.assistant import AssistantConfig
+    from gguf_exact.tiny.peers import float_drafter_gguf
 
-    with Checkpoint(folder) as ckpt:
-        cfg = AssistantConfig.from_hf(ckpt.config)
-        jobs = drafter_jobs(ckpt, cfg)
-    tensors = []
-    for j in jobs:
-        if j.data is not None:
-            tensors.append((j.entry.name, j.data.view(np.float32).reshape(j.entry.shape), F32))
-            continue
-        values = j.source.read(0, j.entry.rows).reshape(j.entry.shape)
-        qtype = Q8_0 if j.entry.type == Q4_0 else F32
-        tensors.append((j.entry.name, encode(values, qtype), qtype))
-    write_gguf(out, drafter_kv(cfg, read_target(target), [Q8_0] * 23), tensors)
-    return out
+    return float_drafter_gguf(folder, target, out, Q8_0)
 
 
 def test_gemma4_assistant_donor_gives_the_converters_q4_0(tiny, tmp_path):

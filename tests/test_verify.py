@@ -12,16 +12,15 @@ from gguf import GGMLQuantizationType
 
 from gguf_exact.cli import main
 from gguf_exact.core import q4_0
-from gguf_exact.drafter.convert import convert_drafter, drafter_jobs, drafter_kv
+from gguf_exact.drafter.convert import convert_drafter
 from gguf_exact.drafter.verify import verify_gguf
 from gguf_exact.errors import GgufExactError
 from gguf_exact.formats.checkpoint import Checkpoint
 from gguf_exact.formats.gguf_file import encode
 from gguf_exact.formats.gguf_reader import open_gguf
 from gguf_exact.formats.gguf_stream import write_gguf
-from gguf_exact.formats.vocab import read_target
-from gguf_exact.gemma4.assistant import AssistantConfig
 from gguf_exact.tiny.models import drafter_config, drafter_tensors, write_checkpoint
+from gguf_exact.tiny.peers import float_drafter_gguf
 
 Q4_0, F32, F16, BF16 = (GGMLQuantizationType[n] for n in ("Q4_0", "F32", "F16", "BF16"))
 TYPED = {F32: np.float32, F16: np.float16}
@@ -169,35 +168,11 @@ def test_missing_extra_reshaped_retyped_and_generated_tensors_fail(converted, ti
     )
 
 
-def bf16_gguf(source, target, out):
-    """The drafter's tensors as a BF16 GGUF (norms F32), as llama.cpp's converter writes
-    `--outtype bf16`: what llama-quantize starts from."""
-    with Checkpoint(source) as ckpt:
-        cfg = AssistantConfig.from_hf(ckpt.config)
-        jobs = drafter_jobs(ckpt, cfg)
-    tensors = []
-    for j in jobs:
-        if j.data is not None:
-            tensors.append((j.entry.name, j.data.view(np.float32).reshape(j.entry.shape), F32))
-            continue
-        values = j.source.read(0, j.entry.rows).reshape(j.entry.shape)
-        qtype = BF16 if j.entry.type == Q4_0 else F32
-        tensors.append(
-            (
-                j.entry.name,
-                encode(values, qtype).reshape(*j.entry.shape[:-1], -1) if qtype == BF16 else encode(values, qtype),
-                qtype,
-            )
-        )
-    write_gguf(out, drafter_kv(cfg, read_target(target), [BF16] * 23), tensors)
-    return out
-
-
 def test_llama_quantize_q4_0_of_the_same_source_fails(tiny, tmp_path):
     from _llama_server import server_binary
 
     quantize = server_binary().with_name("llama-quantize")
-    src = bf16_gguf(tiny / "drafter-fp32", tiny / "target.gguf", tmp_path / "bf16.gguf")
+    src = float_drafter_gguf(tiny / "drafter-fp32", tiny / "target.gguf", tmp_path / "bf16.gguf", BF16)
     out = tmp_path / "llama-quantize-q4_0.gguf"
     done = subprocess.run([str(quantize), "--pure", str(src), str(out), "Q4_0", "2"], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr[-2000:]
