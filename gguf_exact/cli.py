@@ -655,7 +655,7 @@ def pin(recipe: str, revision: str | None, what: str) -> None:
     type=click.Choice(["sample", "all"]),
     default="sample",
     show_default=True,
-    help="Measure the donor against the source on every 8th chunk of re-packed tensors, or on all.",
+    help="Measure the donor against the source on every 32nd chunk of re-packed tensors, or on all.",
 )
 @click.option("--workers", type=int, help="Worker threads (default: 2, or fewer CPUs).")
 def repack(

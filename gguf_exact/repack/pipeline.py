@@ -90,7 +90,7 @@ def repack_model(
     ``off_grid``: what to do with a QAT matrix that has blocks off the grid: None
     stops (nothing written), ``keep`` copies the donor's tensor, ``q8_0``/``f16``/
     ``bf16`` store the source in that type. ``donor_stats``: ``sample`` measures the
-    donor against the source on every 8th chunk of re-packed tensors, ``all`` on all.
+    donor against the source on every 32nd chunk of re-packed tensors, ``all`` on all.
     ``workers`` (default 2, or fewer CPUs) run chunks on threads (``worker_kind``:
     ``thread``, or ``process`` for forked workers).
     """

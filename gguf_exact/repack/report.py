@@ -4,7 +4,7 @@ Pure functions over :class:`gguf_exact.repack.pipeline.RepackResult`. One row pe
 (``token_embd``, ``per_layer_token_embd``, ``per_layer_model_proj``, layer
 matrices, expert banks, router, norms...): types and bytes in the donor and in the
 output, and the bit-exact share against the source, the donor's beside ours. The
-donor's figure is measured on a sample of chunks (every 8th, see ``sampled``),
+donor's figure is measured on a sample of chunks (every 32nd, see ``sampled``),
 ours on every value.
 """
 

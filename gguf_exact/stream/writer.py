@@ -34,7 +34,7 @@ from gguf_exact.stream.chunk_pool import chunk_pool
 from gguf_exact.stream.jobs import DATA, ENCODE, PROBE, TensorJob
 
 CHUNK_VALUES = 1 << 18
-DONOR_SAMPLE_EVERY = 8  # donor figures from every 8th chunk of re-packed tensors (all: every chunk)
+DONOR_SAMPLE_EVERY = 32  # donor figures from every 32nd chunk of re-packed tensors (all: every chunk)
 FLOAT_TYPES = (GGMLQuantizationType.F32, GGMLQuantizationType.F16, GGMLQuantizationType.BF16)
 # Largest relative difference between a donor tensor and its source for "same model":
 # float copies must match (norms are copied from the donor), quantized ones roughly.
