@@ -36,7 +36,9 @@ def demo_pairs(out: Path, random_target: Path, random_drafter: Path) -> dict[str
 def run_generate_step(out: Path, random_target: Path, random_drafter: Path, console: Console) -> dict:
     """Generate with and without each drafter; print a table; return the figures."""
     prompt = load_prompts(["code"])["code"]
-    table = Table(title=f"greedy generation, {N_PREDICT} tokens, n-max {N_MAX}, prompt gguf_exact/speculative/prompts/code.txt")
+    table = Table(
+        title=f"greedy generation, {N_PREDICT} tokens, n-max {N_MAX}, prompt gguf_exact/speculative/prompts/code.txt"
+    )
     for col in ("pair", "target alone", "with drafter", "acceptance", "mean len", "tokens/pass", "identical"):
         table.add_column(col, justify="left" if col == "pair" else "right")
     figures = {}

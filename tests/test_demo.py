@@ -1,12 +1,8 @@
 """`make demo` end to end: the figures it prints are the real ones."""
 
-import pytest
+from rich.console import Console
 
-pytest.importorskip("llama_cpp")
-
-from rich.console import Console  # noqa: E402
-
-from gguf_exact.demo import run_demo  # noqa: E402
+from gguf_exact.demo import run_demo
 
 
 def test_demo_runs_the_whole_job(tmp_path):

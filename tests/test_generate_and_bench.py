@@ -3,27 +3,25 @@
 from __future__ import annotations
 
 import json
+import re
 import threading
 from http.server import BaseHTTPRequestHandler, HTTPServer
 from pathlib import Path
 
 import pytest
+from click.testing import CliRunner
 from conftest import GENERATION_JSON_KEYS
 
-pytest.importorskip("llama_cpp")
-
-from click.testing import CliRunner  # noqa: E402
-
-from gguf_exact.cli import main  # noqa: E402
-from gguf_exact.errors import GgufExactError  # noqa: E402
-from gguf_exact.speculative.bench import (  # noqa: E402
+from gguf_exact.cli import main
+from gguf_exact.errors import GgufExactError
+from gguf_exact.speculative.bench import (
     Arm,
     alternating_order,
     bench_servers,
     parse_server_arm,
 )
-from gguf_exact.speculative.prompt_set import load_prompts, prompt_names  # noqa: E402
-from gguf_exact.tiny.pairs import write_runner_pairs  # noqa: E402
+from gguf_exact.speculative.prompt_set import load_prompts, prompt_names
+from gguf_exact.tiny.pairs import write_runner_pairs
 
 
 @pytest.fixture(scope="module")
@@ -80,9 +78,9 @@ def test_generate_text_and_errors(pairs, tmp_path):
         main, ["generate", "--model", str(target), "--draft", str(drafter), "--prompt", "hello", "--n-predict", "8"]
     )
     assert res.exit_code == 0
-    assert (
-        "8 tokens" in res.output and "target passes" in res.output
-    )  # the counters line (stderr, mixed in by CliRunner)
+    # the counters line (stderr, mixed in by CliRunner); llama-cpp-python may run past
+    # --n-predict to finish a character split over byte tokens, as this random model makes
+    assert re.search(r"\n\d+ tokens, \d+ target passes \(", res.output), res.output
     res = CliRunner().invoke(main, ["generate", "--model", str(target), "--n-predict", "8"])
     assert res.exit_code == 1 and "exactly one of --prompt" in res.output
     res = CliRunner().invoke(main, ["generate", "--model", str(target), "--prompt", "abc " * 200, "--n-ctx", "256"])
