@@ -90,7 +90,9 @@ def openai_generate(
     ``timings.predicted_per_second``; ``target_seconds`` and ``drafter_seconds``
     are the Python engine's decode times (0 for llama-server)."""
     base = url.rstrip("/")
-    body: dict = {"prompt": prompt, "max_tokens": n_predict, "temperature": temperature}
+    # cache_prompt false: llama-server would otherwise restore a prompt it has seen from its
+    # cache and skip the prefill (llama-cpp-python only reuses the previous request's prefix).
+    body: dict = {"prompt": prompt, "max_tokens": n_predict, "temperature": temperature, "cache_prompt": False}
     if seed is not None:
         body["seed"] = seed
     if model is not None:

@@ -184,6 +184,8 @@ def free_port(host: str = DEFAULT_HOST) -> int:
 def port_in_use(host: str, port: int) -> bool:
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     with socket.socket(family, socket.SOCK_STREAM) as s:
+        # as the servers bind: a port left in TIME_WAIT by a stopped server is free to them
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             s.bind((host, port))
         except OSError:

@@ -120,7 +120,8 @@ class LlamaDrafter:
 
         stack.callback(free)
         self.batch = batch
-        self._embd = np.ctypeslib.as_array(batch.embd, shape=(self.n_embd,))
+        self._embd_bytes = self.n_embd * ctypes.sizeof(ctypes.c_float)
+        self._logits: dict[int, np.ndarray] = {}  # numpy views of llama.cpp's logits rows, by address
         batch.n_seq_id[0] = 1
         batch.seq_id[0][0] = 0
         batch.logits[0] = 1
@@ -130,10 +131,10 @@ class LlamaDrafter:
     def draft(self, token: int, pos: int, n: int, h: Any) -> list[int]:
         """Up to ``n`` greedy draft tokens after ``token`` at ``pos``; ``h`` points to the
         target's hidden state (``n_embd`` floats) of the row that produced ``token``."""
-        b, ctx, n_embd, n_vocab = self.batch, self.ctx, self.n_embd, self.n_vocab
+        b, ctx = self.batch, self.ctx
         out: list[int] = []
         for step in range(n):
-            self._embd[:] = np.ctypeslib.as_array(h, shape=(n_embd,))
+            ctypes.memmove(b.embd, h, self._embd_bytes)
             b.token[0] = token
             b.pos[0] = pos  # shared KV: every draft step sits at the same position
             t = time.perf_counter()
@@ -141,16 +142,25 @@ class LlamaDrafter:
             self.seconds += time.perf_counter() - t
             if rc != 0:
                 raise GgufExactError(f"drafter decode failed with code {rc} at draft step {step}")
-            ptr = llama_cpp.llama_get_logits_ith(ctx, 0)
-            if not ptr:
-                raise GgufExactError("drafter: llama.cpp returned no logits")
-            token = int(np.ctypeslib.as_array(ptr, shape=(n_vocab,)).argmax())
+            token = int(self._logits_row().argmax())
             out.append(token)
             if step + 1 < n:
                 h = llama_cpp_ext.llama_get_embeddings_nextn_ith(ctx, 0)
                 if not h:
                     raise GgufExactError(f"drafter: llama.cpp returned no nextn hidden state at step {step}")
         return out
+
+    def _logits_row(self) -> np.ndarray:
+        # llama.cpp keeps its output buffer between decodes: one numpy view per address
+        # instead of a new one per step (a few microseconds each, per draft token).
+        ptr = llama_cpp.llama_get_logits_ith(self.ctx, 0)
+        if not ptr:
+            raise GgufExactError("drafter: llama.cpp returned no logits")
+        address = ctypes.cast(ptr, ctypes.c_void_p).value
+        view = self._logits.get(address)  # type: ignore[arg-type]
+        if view is None:
+            view = self._logits[address] = np.ctypeslib.as_array(ptr, shape=(self.n_vocab,))  # type: ignore[index]
+        return view
 
 
 __all__ = ["LlamaDrafter", "TargetSide", "check_compatible", "token_text"]

@@ -53,6 +53,7 @@ from gguf_exact.errors import GgufExactError
 from gguf_exact.speculative.bindings import TARGET_ARCH, _meta_str, errors_only_logs
 from gguf_exact.speculative.drafter import LlamaDrafter, TargetSide
 from gguf_exact.speculative.generation import Generation
+from gguf_exact.speculative.tokenizer import PieceCache
 
 _NO_DRAFTS = np.zeros(0, dtype=np.intc)
 _live_contexts = 0
@@ -361,6 +362,8 @@ class MtpLlama(llama_cpp.Llama):
             quiet.close()
             raise GgufExactError(f"target model {path}: {e}") from None
         self._stack.push(quiet)  # the log callback is restored last, after every free
+        if "tokenizer" not in kwargs:
+            self.tokenizer_ = PieceCache(self)
         try:
             _count_contexts(self, 1)
             if draft_path is not None:
