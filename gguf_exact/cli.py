@@ -902,7 +902,7 @@ def chat(
     try:
         chat_session(
             llm,
-            lines=iter(click.get_text_stream("stdin").readline, ""),
+            lines=iter(sys.stdin.readline, ""),
             write=lambda text: (click.echo(text, nl=False), sys.stdout.flush()),
             note=lambda text: err.print(text, markup=False, soft_wrap=True),
             sampling=sampling,

@@ -97,6 +97,19 @@ class RequestChecks:
         max_tokens = body.get("max_tokens")
         if max_tokens is not None and (isinstance(max_tokens, bool) or not isinstance(max_tokens, int)):
             return 400, f"max_tokens must be an integer, got {max_tokens!r}", None, "max_tokens"
+        if isinstance(max_tokens, int) and max_tokens < 0:
+            return (
+                400,
+                f"max_tokens must be >= 0 (0 or none: up to the end of the context), got {max_tokens}",
+                None,
+                "max_tokens",
+            )
+        for key in ("n", "best_of"):
+            if body.get(key) not in (None, 1):
+                return 400, f"{key} = {body[key]!r}: this server answers with one choice (n = 1)", None, key
+        bad_field = self.field_problem(path, body)
+        if bad_field is not None:
+            return 400, bad_field[0], None, bad_field[1]
         try:
             if path == "/v1/chat/completions":
                 messages = body.get("messages")
@@ -121,6 +134,27 @@ class RequestChecks:
             return 400, text, code, "messages" if "messages" in body else "prompt"
         except Exception as e:  # a chat template that fails on these messages, a bad field type
             return 400, f"cannot read the request: {e}", None, None
+        return None
+
+    @staticmethod
+    def field_problem(path: str, body: dict) -> tuple[str, str] | None:
+        """Checked against llama-cpp-python's own request models, which its routes would
+        otherwise report as HTTP 500 (its error handler catches validation errors)."""
+        import pydantic
+        from llama_cpp.server.types import CreateChatCompletionRequest, CreateCompletionRequest
+
+        model = CreateChatCompletionRequest if path == "/v1/chat/completions" else CreateCompletionRequest
+        try:
+            model.model_validate(body)
+        except pydantic.ValidationError as e:
+            err = e.errors()[0]
+            loc = [str(x) for x in err["loc"]]
+            if loc[0] == "messages" and len(loc) > 1:
+                return (
+                    f"messages[{loc[1]}] is not a chat message: it needs a role (system, user, assistant, tool) and its content",
+                    "messages",
+                )
+            return f"{'.'.join(loc)}: {err['msg']}", loc[0]
         return None
 
     async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
