@@ -235,7 +235,7 @@ def test_demo_generation_step(pairs, tmp_path):
     console = Console(record=True, width=160)
     target, drafter = pairs["random"]
     figures = run_generate_step(tmp_path, target, drafter, console)
-    assert set(figures) == {"random", "agreeing", "mixed"}
+    assert set(figures) == {"random", "agreeing", "mixed", "hidden"}
     assert all(f["identical"] for f in figures.values())
     assert figures["agreeing"]["with_drafter"]["acceptance_rate"] == 1.0
     assert figures["random"]["with_drafter"]["drafts_accepted"] == 0
