@@ -302,3 +302,11 @@ def test_bench_engines_over_http(pairs, tmp_path, monkeypatch):
     assert [r["engine"] for r in d["runs"] if r["n_max"] == 1] == ["python", "llama-server", "llama-server", "python"]
     assert (out / "bench-engines.md").read_text().startswith("| n-max | engine |")
     assert not list((tmp_path / "run").glob("*/server.pid"))  # every server stopped
+
+
+def test_same_text_allows_only_how_invalid_utf8_is_rendered():
+    from gguf_exact.speculative.bench_engines import same_text
+
+    assert same_text("ab\x02c", "a\ufffdb\x02c")  # llama-server's U+FFFD for a byte that is not UTF-8
+    assert same_text("abcd", "abc")  # llama-cpp-python ran on to finish a character
+    assert not same_text("abd", "abc") and not same_text("ab", "abc") and not same_text("ab", None)

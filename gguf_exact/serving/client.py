@@ -92,7 +92,14 @@ def openai_generate(
     base = url.rstrip("/")
     # cache_prompt false: llama-server would otherwise restore a prompt it has seen from its
     # cache and skip the prefill (llama-cpp-python only reuses the previous request's prefix).
-    body: dict = {"prompt": prompt, "max_tokens": n_predict, "temperature": temperature, "cache_prompt": False}
+    # repeat_penalty 1: llama-server's default; llama-cpp-python's server defaults to 1.1.
+    body: dict = {
+        "prompt": prompt,
+        "max_tokens": n_predict,
+        "temperature": temperature,
+        "repeat_penalty": 1.0,
+        "cache_prompt": False,
+    }
     if seed is not None:
         body["seed"] = seed
     if model is not None:
