@@ -270,12 +270,20 @@ def compare(source: Path, gguf_paths: tuple[Path, ...]) -> None:
     show_default=True,
     help="Precision of the simulated training step.",
 )
-def make_tiny(out_dir: Path, seed: int, step_kind: str) -> None:
+@click.option(
+    "--pairs",
+    "with_pairs",
+    is_flag=True,
+    help="Also write the speculation pairs (random, agreeing, mixed, hidden) as OUT_DIR/pairs/NAME/{target,drafter}.gguf.",
+)
+def make_tiny(out_dir: Path, seed: int, step_kind: str, with_pairs: bool) -> None:
     """Write a tiny gemma4 target GGUF and a tiny QAT drafter checkpoint.
 
     OUT_DIR/target.gguf and OUT_DIR/drafter-hf/ are a pair that llama.cpp runs
     together: the demo's inputs, and a quick way to try every command offline.
-    (Python: gguf_exact.tiny.models)
+    --pairs adds the target + drafter GGUF pairs the tests and benchmarks
+    speculate with, e.g. `hidden`, whose drafter reads only the target's hidden
+    state. (Python: gguf_exact.tiny.models, gguf_exact.tiny.pairs.write_runner_pairs)
     """
     from gguf_exact.tiny.models import write_tiny_drafter, write_tiny_target
 
@@ -283,6 +291,11 @@ def make_tiny(out_dir: Path, seed: int, step_kind: str) -> None:
     write_tiny_target(out_dir / "target.gguf", seed=seed)
     write_tiny_drafter(out_dir / "drafter-hf", seed=seed, step_kind=step_kind)
     out.print(f"wrote {out_dir / 'target.gguf'} and {out_dir / 'drafter-hf'}/")
+    if with_pairs:
+        from gguf_exact.tiny.pairs import write_runner_pairs
+
+        for name, (target, drafter) in write_runner_pairs(out_dir / "pairs", seed=seed).items():
+            out.print(f"pair {name:<9} {target}  {drafter}", markup=False, soft_wrap=True)
 
 
 @main.command()

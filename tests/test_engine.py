@@ -238,7 +238,7 @@ def test_engine_options_follow_the_profiles():
     assert engine_options(load_profile("gtx1650ti"))[0].n_max == 1
     cpu = load_profile("cpu").with_overrides(["ctx-size=512", "threads=1", "spec-draft-n-max=3", "mlock=true"])
     opts, ignored = engine_options(cpu)
-    assert (opts.n_ctx, opts.n_threads, opts.n_max, opts.n_gpu_layers) == (512, 1, 3, 0)
+    assert (opts.n_ctx, opts.n_threads, opts.n_threads_batch, opts.n_max, opts.n_gpu_layers) == (512, 1, 1, 3, 0)
     assert ignored == ["mlock"]
     with pytest.raises(GgufExactError, match="drafts with the MTP drafter only"):
         engine_options(load_profile("cpu").with_overrides(["spec-type=ngram-simple"]))

@@ -171,6 +171,8 @@ def engine_options(profile: Any, with_draft: bool = True) -> tuple[EngineOptions
                     opts[name] = convert(key, value)
             elif key not in _NOT_APPLICABLE:
                 ignored.append(key)
+    if "n_threads" in opts:
+        opts.setdefault("n_threads_batch", opts["n_threads"])  # as llama-server's --threads-batch default
     return EngineOptions(**opts), ignored
 
 
