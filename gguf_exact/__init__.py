@@ -10,7 +10,8 @@ Subpackages, from the bottom:
 - :mod:`.repack` - main models re-packed from a donor GGUF, streamed in row chunks
 - :mod:`.hub` - recipes, checksums, pinned ``fetch``, ``pin``, reproducible ``build``
 - :mod:`.serving` - llama-server build, profiles, ``serve`` / ``status`` / ``stop``
-- :mod:`.speculative` - in-process draft-mtp on the bindings: ``generate``, ``bench``
+- :mod:`.speculative` - in-process draft-mtp on llama-cpp-python: :func:`load_with_drafter`,
+  ``chat``, ``generate``, ``bench``
 - :mod:`.tiny` - tiny models and synthetic QAT data for tests, the demo, benchmarks
 
 :mod:`.cli` is the ``gguf-exact`` command; :mod:`.demo` is ``make demo``.
@@ -26,6 +27,16 @@ from gguf_exact.drafter.verify import verify_gguf  # noqa: E402
 from gguf_exact.errors import GgufExactError, OffGridError  # noqa: E402
 from gguf_exact.repack.pipeline import repack_model  # noqa: E402
 
+
+def __getattr__(name: str):
+    # load_with_drafter imports llama_cpp (the `llama` extra); only when asked for.
+    if name == "load_with_drafter":
+        from gguf_exact.speculative.engine import load_with_drafter
+
+        return load_with_drafter
+    raise AttributeError(f"module 'gguf_exact' has no attribute {name!r}")
+
+
 __all__ = [
     "GgufExactError",
     "MatrixPlan",
@@ -33,6 +44,7 @@ __all__ = [
     "compare_files",
     "convert_drafter",
     "inspect_checkpoint",
+    "load_with_drafter",
     "plan_matrix",
     "repack_model",
     "verify_gguf",

@@ -247,6 +247,9 @@ def test_engine_options_follow_the_profiles():
 
 
 def test_load_with_drafter_takes_the_profile(pairs):
+    import gguf_exact
+
+    assert gguf_exact.load_with_drafter is load_with_drafter  # the package's entry point
     target, drafter = pairs["hidden"]
     llm = load_with_drafter(target, drafter, profile="cpu", overrides=["ctx-size=768"])
     try:
