@@ -326,8 +326,12 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     config = uvicorn.Config(app, host=args.host, port=args.port, log_config=None, access_log=True)
     server = uvicorn.Server(config)
-    server.run()
-    llm.close()
+    try:
+        server.run()
+    except KeyboardInterrupt:  # Ctrl-C in the foreground: uvicorn has shut down and re-raises it
+        pass
+    finally:
+        llm.close()
     return 0 if server.started else 1
 
 

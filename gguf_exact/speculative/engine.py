@@ -390,8 +390,11 @@ class MtpLlama(llama_cpp.Llama):
             self.close()
             raise
         draft.llm = self
-        self.chat_formatter = self._gguf_chat_formatter() if not kwargs.get("chat_handler") else None
-        if self.chat_formatter is not None and not kwargs.get("chat_format"):
+        # The GGUF's template, formatted here as Llama would: kept to count a chat prompt's
+        # tokens before it streams. A chat_format or chat_handler given instead is used as is.
+        own_format = kwargs.get("chat_handler") or kwargs.get("chat_format")
+        self.chat_formatter = None if own_format else self._gguf_chat_formatter()
+        if self.chat_formatter is not None:
             self.chat_handler = self.chat_formatter.to_chat_handler()
 
     def close(self) -> None:
