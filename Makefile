@@ -32,6 +32,12 @@ bench: setup
 bench-runner: setup
 	$(BIN)/python scripts/bench_runner.py
 
+# The Python engine (serve --engine python) beside llama-server, both over HTTP, on tiny models:
+# tokens/s and their ratio, tokens per target pass, acceptance, Python time per pass.
+.PHONY: bench-engines
+bench-engines: setup llama-server
+	$(BIN)/python scripts/bench_engines.py
+
 clean:
 	rm -rf build $(VENV)
 

@@ -10,7 +10,8 @@ Subpackages, from the bottom:
 - :mod:`.repack` - main models re-packed from a donor GGUF, streamed in row chunks
 - :mod:`.hub` - recipes, checksums, pinned ``fetch``, ``pin``, reproducible ``build``
 - :mod:`.serving` - llama-server build, profiles, ``serve`` / ``status`` / ``stop``
-- :mod:`.speculative` - in-process draft-mtp on the bindings: ``generate``, ``bench``
+- :mod:`.speculative` - in-process draft-mtp on llama-cpp-python: :func:`load_with_drafter`,
+  ``chat``, ``generate``, ``bench``
 - :mod:`.tiny` - tiny models and synthetic QAT data for tests, the demo, benchmarks
 
 :mod:`.cli` is the ``gguf-exact`` command; :mod:`.demo` is ``make demo``.
@@ -20,8 +21,9 @@ __version__ = "0.1.0"
 
 from gguf_exact.errors import GgufExactError, OffGridError  # noqa: E402
 
-# The public API, imported on first use: `gguf-exact serve` or `status` should not pay
-# for numba's start-up (a quarter of a second) that only the packers need.
+# The public API, imported on first use: `gguf-exact serve` or `status` should not pay for
+# numba's start-up (a quarter of a second) that only the packers need, and load_with_drafter
+# needs llama_cpp (the `llama` extra).
 _LAZY = {
     "MatrixPlan": "gguf_exact.core.exact",
     "plan_matrix": "gguf_exact.core.exact",
@@ -30,6 +32,7 @@ _LAZY = {
     "inspect_checkpoint": "gguf_exact.drafter.inspect_qat",
     "verify_gguf": "gguf_exact.drafter.verify",
     "repack_model": "gguf_exact.repack.pipeline",
+    "load_with_drafter": "gguf_exact.speculative.engine",
 }
 
 

@@ -275,12 +275,20 @@ def compare(source: Path, gguf_paths: tuple[Path, ...]) -> None:
     show_default=True,
     help="Precision of the simulated training step.",
 )
-def make_tiny(out_dir: Path, seed: int, step_kind: str) -> None:
+@click.option(
+    "--pairs",
+    "with_pairs",
+    is_flag=True,
+    help="Also write the speculation pairs (random, agreeing, mixed, hidden) as OUT_DIR/pairs/NAME/{target,drafter}.gguf.",
+)
+def make_tiny(out_dir: Path, seed: int, step_kind: str, with_pairs: bool) -> None:
     """Write a tiny gemma4 target GGUF and a tiny QAT drafter checkpoint.
 
     OUT_DIR/target.gguf and OUT_DIR/drafter-hf/ are a pair that llama.cpp runs
     together: the demo's inputs, and a quick way to try every command offline.
-    (Python: gguf_exact.tiny.models)
+    --pairs adds the target + drafter GGUF pairs the tests and benchmarks
+    speculate with, e.g. `hidden`, whose drafter reads only the target's hidden
+    state. (Python: gguf_exact.tiny.models, gguf_exact.tiny.pairs.write_runner_pairs)
     """
     from gguf_exact.tiny.models import write_tiny_drafter, write_tiny_target
 
@@ -288,6 +296,11 @@ def make_tiny(out_dir: Path, seed: int, step_kind: str) -> None:
     write_tiny_target(out_dir / "target.gguf", seed=seed)
     write_tiny_drafter(out_dir / "drafter-hf", seed=seed, step_kind=step_kind)
     out.print(f"wrote {out_dir / 'target.gguf'} and {out_dir / 'drafter-hf'}/")
+    if with_pairs:
+        from gguf_exact.tiny.pairs import write_runner_pairs
+
+        for name, (target, drafter) in write_runner_pairs(out_dir / "pairs", seed=seed).items():
+            out.print(f"pair {name:<9} {target}  {drafter}", markup=False, soft_wrap=True)
 
 
 @main.command()
@@ -365,6 +378,16 @@ def doctor() -> None:
 @click.option("--detach", is_flag=True, help="Run in the background (pid file and log in the run directory).")
 @click.option("--dry-run", is_flag=True, help="Check the files and print the command; start nothing.")
 @click.option("--timeout", default=600.0, show_default=True, help="Seconds to wait for /health.")
+@click.option(
+    "--engine",
+    type=click.Choice(["llama-server", "python"]),
+    default="llama-server",
+    show_default=True,
+    help="llama-server (llama.cpp's draft-mtp), or python: llama-cpp-python's OpenAI-compatible server with the MTP drafter (same profile, same /metrics names).",
+)
+@click.option(
+    "--logprobs", is_flag=True, help="--engine python: keep every row's logits so requests may ask for logprobs."
+)
 @click.argument("extra", nargs=-1, type=click.UNPROCESSED, metavar="[-- LLAMA_SERVER_ARGS...]")
 def serve(
     target: Path,
@@ -377,20 +400,37 @@ def serve(
     detach: bool,
     dry_run: bool,
     timeout: float,
+    engine: str,
+    logprobs: bool,
     extra: tuple[str, ...],
 ) -> None:
-    """Serve a Gemma 4 target with its MTP drafter in llama-server (draft-mtp).
+    """Serve a Gemma 4 target with its MTP drafter (draft-mtp) over HTTP.
 
     Checks first: both files GGUF, target gemma4, drafter gemma4-assistant with
     embedding_length_out equal to the target's width, the same vocabulary, and
-    sha256 against checksums/ for listed files. Prints the exact llama-server
-    command and the weight bytes, starts it with --metrics on 127.0.0.1, waits for
-    /health and stays in the foreground (Ctrl-C stops it) unless --detach.
-    (Python: gguf_exact.serving.server.plan_launch, start_server)
+    sha256 against checksums/ for listed files. Prints the exact server command and
+    the weight bytes, starts it on 127.0.0.1 (llama-server with --metrics), waits
+    for /health and stays in the foreground (Ctrl-C stops it) unless --detach.
+    --engine python serves /v1/chat/completions, /v1/completions, /v1/models,
+    /health and /metrics from llama-cpp-python instead, with the same profile
+    (context, GPU layers, n-max). (Python: gguf_exact.serving.server.plan_launch,
+    start_server; the python engine: gguf_exact.serving.openai_server)
     """
     from gguf_exact.serving.server import plan_launch, serve_foreground, start_server
 
-    launch = plan_launch(target, drafter, profile, overrides, host, port, server_bin, extra, check_port=not dry_run)
+    launch = plan_launch(
+        target,
+        drafter,
+        profile,
+        overrides,
+        host,
+        port,
+        server_bin,
+        extra,
+        check_port=not dry_run,
+        engine=engine,
+        logprobs=logprobs,
+    )
     pair = launch.pair
     for role, m in (("target", pair.target), ("drafter", pair.drafter)):
         if m is not None:
@@ -410,7 +450,8 @@ def serve(
         return
     proc, seconds = start_server(launch, detach, timeout)
     out.print(
-        f"ready at {launch.url} in {seconds:.1f} s (pid {proc.pid}); log {launch.run_dir / 'server.log'}", markup=False
+        f"{launch.label} ready at {launch.url} in {seconds:.1f} s (pid {proc.pid}); log {launch.run_dir / 'server.log'}",
+        markup=False,
     )
     if detach:
         out.print(
@@ -441,6 +482,7 @@ def status(port: int | None, last: int, as_json: bool) -> None:
         s = st.state
         state = "up" if st.up else ("down: process not running (exited or killed)" if not st.running else st.health)
         out.print(f"server       {s['url']}  pid {st.pid or s['pid']}  {state}", markup=False)
+        out.print(f"engine       {s.get('engine', 'llama-server')}", markup=False)
         out.print(f"health       {st.health}", markup=False)
         out.print(f"target       {s['target']}", markup=False)
         out.print(f"drafter      {s.get('drafter') or '-'}", markup=False)
@@ -746,6 +788,28 @@ def repack(
     )
 
 
+def sampling_options(command):
+    """--temperature --top-k --top-p --min-p --repeat-penalty --seed (llama-cpp-python's sampler)."""
+    for opt in reversed(
+        [
+            click.option("--temperature", default=0.0, show_default=True, help="0 is greedy; above 0 samples."),
+            click.option("--top-k", default=40, show_default=True),
+            click.option("--top-p", default=0.95, show_default=True),
+            click.option("--min-p", default=0.05, show_default=True),
+            click.option("--repeat-penalty", default=1.0, show_default=True, help="1.0 is off."),
+            click.option("--seed", type=int, help="Sampler seed: the same seed gives the same text, drafter or not."),
+        ]
+    ):
+        command = opt(command)
+    return command
+
+
+def _sampling(temperature: float, top_k: int, top_p: float, min_p: float, repeat_penalty: float, seed: int | None):
+    from gguf_exact.speculative.runner import Sampling
+
+    return Sampling(temperature, top_k, top_p, min_p, repeat_penalty, seed)
+
+
 @main.command()
 @target_and_draft_options
 @click.option("--prompt", help="The prompt text (BOS is added).")
@@ -761,6 +825,9 @@ def repack(
     show_default=True,
     help="Most tokens to generate (fewer when an end-of-generation token comes).",
 )
+@sampling_options
+@click.option("--stop", "stops", multiple=True, help="Stop before this text (repeatable).")
+@click.option("--chat", is_flag=True, help="Send the prompt as one user message through the GGUF's chat template.")
 @click.option("--n-ctx", default=4096, show_default=True, help="Context size: prompt plus generated tokens.")
 @click.option("--threads", default=2, show_default=True)
 @click.option("--json", "as_json", is_flag=True, help="Print token ids, text and counters as JSON.")
@@ -771,17 +838,26 @@ def generate(
     prompt_file: Path | None,
     n_max: int,
     n_predict: int,
+    temperature: float,
+    top_k: int,
+    top_p: float,
+    min_p: float,
+    repeat_penalty: float,
+    seed: int | None,
+    stops: tuple[str, ...],
+    chat: bool,
     n_ctx: int,
     threads: int,
     as_json: bool,
 ) -> None:
-    """Greedy generation in-process, with the MTP drafter when --draft is given.
+    """Generate in-process, with the MTP drafter when --draft is given.
 
     The drafter proposes up to --n-max tokens from the target's hidden state, the
-    target checks them in one pass, the agreeing prefix and the target's own next
-    token are kept: the output is the target's greedy output. Prints the text,
-    and counters on stderr (--json: everything on stdout). (Python:
-    gguf_exact.speculative.runner.Runner.generate)
+    target checks them in one pass with the request's sampler, the agreeing prefix
+    and the target's own next token are kept: with the same --seed the text is the
+    target's own, drafter or not (greedy at --temperature 0). Prints the text, and
+    counters on stderr (--json: everything on stdout). (Python:
+    gguf_exact.speculative.runner.Runner.complete, on gguf_exact.load_with_drafter's engine)
     """
     from gguf_exact.speculative.runner import Runner
 
@@ -791,24 +867,82 @@ def generate(
         if not prompt_file.is_file():
             raise GgufExactError(f"--prompt-file {prompt_file}: no such file")
         prompt = prompt_file.read_text(encoding="utf-8").removesuffix("\n")
+    sampling = _sampling(temperature, top_k, top_p, min_p, repeat_penalty, seed)
     with Runner(target, drafter, n_ctx=n_ctx, n_threads=threads) as r:
-        g = r.generate(prompt, n_predict, n_max if drafter else 0)
+        g = r.complete(prompt, n_predict, n_max if drafter else 0, sampling, stops, chat)  # type: ignore[arg-type]
     if as_json:
         click.echo(
             json.dumps({"model": str(target), "draft": str(drafter) if drafter else None} | g.as_dict(), indent=2)
         )
         return
     click.echo(g.text)
+    err.print(generation_line(g), markup=False, soft_wrap=True)
+
+
+def generation_line(g) -> str:
     acc = (
         ""
         if g.acceptance_rate is None
         else f"; drafts {g.drafts_accepted}/{g.drafts_generated} accepted ({g.acceptance_rate:.1%}), mean length {g.mean_accepted_length:.2f}"
     )
+    return f"{g.n_tokens} tokens, {g.target_passes} target passes ({g.tokens_per_target_pass:.2f} tokens/pass){acc}; {g.tokens_per_second:.1f} tokens/s"
+
+
+@main.command()
+@target_and_draft_options
+@click.option("--profile", help="rtx3050, gtx1650ti, cpu, or a .toml file: context, GPU layers, n-max as for serve.")
+@click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE", help="Override a profile value.")
+@click.option("--n-max", type=int, help="Most draft tokens per target pass (default: the profile's, else 2).")
+@sampling_options
+@click.option("--max-tokens", default=512, show_default=True, help="Most tokens per reply.")
+@click.option("--system", help="A system message to start the conversation with.")
+def chat(
+    target: Path,
+    drafter: Path | None,
+    profile: str | None,
+    overrides: tuple[str, ...],
+    n_max: int | None,
+    temperature: float,
+    top_k: int,
+    top_p: float,
+    min_p: float,
+    repeat_penalty: float,
+    seed: int | None,
+    max_tokens: int,
+    system: str | None,
+) -> None:
+    """Chat in the terminal, in-process, with the MTP drafter; text streams as it is accepted.
+
+    Each line you type is a user message; the reply uses the GGUF's chat template
+    and the sampler options. /stats shows acceptance, tokens per target pass and
+    tokens/s so far; /reset starts over; /exit (or Ctrl-D) ends and prints the
+    same figures. (Python: gguf_exact.speculative.chat.chat_session on
+    gguf_exact.load_with_drafter)
+    """
+    from gguf_exact.speculative.chat import chat_session, stats_line
+    from gguf_exact.speculative.engine import load_with_drafter
+
+    llm = load_with_drafter(target, drafter, n_max, profile, overrides)
+    sampling = _sampling(temperature, top_k, top_p, min_p, repeat_penalty, seed)
     err.print(
-        f"{g.n_tokens} tokens, {g.target_passes} target passes ({g.tokens_per_target_pass:.2f} tokens/pass){acc}; {g.tokens_per_second:.1f} tokens/s",
+        f"{target.name}{' + ' + drafter.name if drafter else ''}: n-max {llm.n_max}, context {llm.n_ctx()} tokens. "
+        "/stats, /reset, /exit",
         markup=False,
         soft_wrap=True,
     )
+    try:
+        chat_session(
+            llm,
+            lines=iter(sys.stdin.readline, ""),
+            write=lambda text: (click.echo(text, nl=False), sys.stdout.flush()),
+            note=lambda text: err.print(text, markup=False, soft_wrap=True),
+            sampling=sampling,
+            max_tokens=max_tokens,
+            system=system,
+        )
+    finally:
+        err.print(stats_line(llm.totals), markup=False, soft_wrap=True)
+        llm.close()
 
 
 @main.command()
@@ -844,6 +978,14 @@ def generate(
 @click.option("--n-ctx", default=4096, show_default=True)
 @click.option("--threads", default=2, show_default=True)
 @click.option("--no-plot", is_flag=True, help="Skip the PNG.")
+@click.option(
+    "--engines",
+    help="python,llama-server: start a server per engine at each n-max and compare them over HTTP (/v1/completions).",
+)
+@click.option("--profile", default="cpu", show_default=True, help="--engines: the serving profile for both servers.")
+@click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE", help="--engines: profile overrides.")
+@click.option("--temperature", default=0.0, show_default=True, help="--engines: sampling temperature (0: greedy).")
+@click.option("--seed", default=1, show_default=True, help="--engines: the sampler seed sent with every request.")
 def bench(
     target: Path | None,
     drafter: Path | None,
@@ -856,13 +998,22 @@ def bench(
     n_ctx: int,
     threads: int,
     no_plot: bool,
+    engines: str | None,
+    profile: str,
+    overrides: tuple[str, ...],
+    temperature: float,
+    seed: int,
 ) -> None:
     """The target alone against the drafter at each n-max, over the shipped prompts.
 
-    In-process (--model, --draft) or against running llama-servers (--server,
-    reading each answer's timings). Writes JSON, a Markdown table and a PNG of
-    tokens/s and tokens per target pass against n-max. (Python:
-    gguf_exact.speculative.bench.bench_runner, bench_servers)
+    In-process (--model, --draft), against running llama-servers (--server,
+    reading each answer's timings), or --engines python,llama-server: both
+    engines' servers started here at each n-max on the same pair, prompts and
+    seed, over HTTP, A B B A (tokens/s and their ratio, tokens per target pass,
+    acceptance, the Python engine's time per pass). Writes JSON and a Markdown
+    table (and, in-process or --server, a PNG of tokens/s and tokens per target
+    pass against n-max). (Python: gguf_exact.speculative.bench.bench_runner,
+    bench_servers; gguf_exact.speculative.bench_engines.bench_engines)
     """
     from gguf_exact.speculative.bench import (
         bench_runner,
@@ -873,6 +1024,36 @@ def bench(
 
     prompts = load_prompts([p.strip() for p in prompt_list.split(",")] if prompt_list else None)
     progress = (lambda s: err.print(s, markup=False)) if err.is_terminal else (lambda s: None)
+    if engines:
+        from gguf_exact.speculative.bench_engines import bench_engines
+
+        if target is None or drafter is None or servers:
+            raise GgufExactError(
+                "bench --engines: give --model and --draft (the servers are started here), no --server"
+            )
+        try:
+            n_values = [int(x) for x in n_max_list.split(",") if x.strip()]
+        except ValueError:
+            raise GgufExactError(f"--n-max {n_max_list}: expected comma-separated integers, e.g. 1,2,3") from None
+        sets = [f"ctx-size={n_ctx}", f"threads={threads}", f"threads-batch={threads}", *overrides]
+        report = bench_engines(
+            target,
+            drafter,
+            n_values,
+            prompts,
+            n_predict,
+            rounds,
+            [e.strip() for e in engines.split(",") if e.strip()],
+            profile,
+            sets,
+            temperature,
+            seed,
+            progress,
+        )
+        paths = report.write(out_dir)
+        out.print(report.markdown(), markup=False, soft_wrap=True)
+        out.print("wrote " + ", ".join(str(p) for p in paths.values()), markup=False, soft_wrap=True)
+        return
     if servers:
         if target or drafter:
             raise GgufExactError("bench: give either --server URLs or --model/--draft, not both")

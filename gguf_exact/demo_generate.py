@@ -1,11 +1,12 @@
 """The demo's generation step: each tiny pair with and without its drafter.
 
 Pairs (:mod:`gguf_exact.tiny.pairs`): the demo's own random target and converted drafter
-(acceptance 0), the agreeing pair (acceptance 1) and the mixed target beside the
-agreeing drafter (acceptance in between). For each, greedy generation of the
-shipped ``code`` prompt by the target alone and with the drafter, in-process
-(:class:`.Runner`): acceptance, tokens per target pass, tokens/s, and whether
-the two outputs are identical token for token.
+(acceptance 0), the agreeing pair (acceptance 1), the mixed target beside the
+agreeing drafter (acceptance in between) and the hidden-state pair (the drafter
+reads only the target's hidden state: acceptance 1 only if it gets the right row).
+For each, greedy generation of the shipped ``code`` prompt by the target alone and
+with the drafter, in-process (:class:`.Runner` on the engine): acceptance, tokens
+per target pass, tokens/s, and whether the two outputs are identical token for token.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from rich.table import Table
 from gguf_exact.drafter.convert import convert_drafter
 from gguf_exact.speculative.prompt_set import load_prompts
 from gguf_exact.speculative.runner import Runner
+from gguf_exact.tiny.hidden_pair import write_hidden_state_pair
 from gguf_exact.tiny.models import write_agreeing_pair
 from gguf_exact.tiny.pairs import write_mixed_target
 
@@ -26,11 +28,17 @@ N_MAX = 3
 
 
 def demo_pairs(out: Path, random_target: Path, random_drafter: Path) -> dict[str, tuple[Path, Path]]:
-    """The three pairs, the random one being the demo's own converted drafter."""
+    """The four pairs, the random one being the demo's own converted drafter."""
     a_target, a_hf = write_agreeing_pair(out / "agreeing")
     a_drafter = convert_drafter(a_hf, out / "agreeing" / "drafter-q4_0-exact.gguf", a_target).path
     mixed = write_mixed_target(out / "mixed-target.gguf")
-    return {"random": (random_target, random_drafter), "agreeing": (a_target, a_drafter), "mixed": (mixed, a_drafter)}
+    hidden = write_hidden_state_pair(out / "hidden")
+    return {
+        "random": (random_target, random_drafter),
+        "agreeing": (a_target, a_drafter),
+        "mixed": (mixed, a_drafter),
+        "hidden": hidden,
+    }
 
 
 def run_generate_step(out: Path, random_target: Path, random_drafter: Path, console: Console) -> dict:

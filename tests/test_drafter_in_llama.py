@@ -4,12 +4,10 @@ from pathlib import Path
 
 import pytest
 
-pytest.importorskip("llama_cpp")
-
-from gguf_exact.drafter.convert import convert_drafter  # noqa: E402
-from gguf_exact.errors import GgufExactError  # noqa: E402
-from gguf_exact.speculative.runner import Runner, live_contexts  # noqa: E402
-from gguf_exact.tiny.models import TinyTarget, write_tiny_drafter, write_tiny_target  # noqa: E402
+from gguf_exact.drafter.convert import convert_drafter
+from gguf_exact.errors import GgufExactError
+from gguf_exact.speculative.runner import Runner, live_contexts
+from gguf_exact.tiny.models import TinyTarget, write_tiny_drafter, write_tiny_target
 
 N_VOCAB = TinyTarget().n_vocab
 

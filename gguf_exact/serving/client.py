@@ -1,20 +1,28 @@
-"""A greedy ``/completion`` against a running llama-server, as a :class:`.Generation`.
+"""Requests to a running server, as :class:`.Generation` s.
 
-llama-server reports ``timings`` per request: ``predicted_n``, ``predicted_ms``,
-``predicted_per_second`` (generation after the prompt) and, when it drafted,
-``draft_n`` / ``draft_n_accepted``. Target passes are not reported; they follow
-from the identity the in-process runner also keeps (every pass yields one token
-of its own plus the drafts it accepts): passes = tokens - accepted.
+- :func:`server_generate`: a greedy ``/completion`` against llama-server, which
+  reports ``timings`` per request: ``predicted_n``, ``predicted_ms``,
+  ``predicted_per_second`` (generation after the prompt) and, when it drafted,
+  ``draft_n`` / ``draft_n_accepted``.
+- :func:`openai_generate`: a ``/v1/completions`` request to either engine
+  (llama-server or ``serve --engine python``), timed by the client, with the
+  server's draft counters read from ``/metrics`` before and after (the servers run
+  one request at a time, so the difference is this request's).
+
+Target passes are not reported; they follow from the identity the engine keeps
+(every pass yields one token of its own plus the drafts it accepts): passes =
+tokens - accepted.
 """
 
 from __future__ import annotations
 
 import json
+import time
 import urllib.error
 import urllib.request
 
 from gguf_exact.errors import GgufExactError
-from gguf_exact.speculative.loop import Generation
+from gguf_exact.speculative.generation import Generation
 
 
 def post_json(url: str, body: dict, timeout: float = 600.0) -> dict:
@@ -55,4 +63,71 @@ def server_generate(url: str, prompt: str, n_predict: int) -> Generation:
     return gen
 
 
-__all__ = ["post_json", "server_generate"]
+def get_metrics(url: str) -> dict[str, float]:
+    """``/metrics`` of a server, parsed (:func:`gguf_exact.serving.stats.parse_metrics`)."""
+    from gguf_exact.serving.stats import parse_metrics
+
+    try:
+        with urllib.request.urlopen(url.rstrip("/") + "/metrics", timeout=30) as r:
+            return parse_metrics(r.read().decode("utf-8", "replace"))
+    except (urllib.error.URLError, OSError) as e:
+        raise GgufExactError(f"{url}/metrics: no answer ({e}); start the server with metrics on") from None
+
+
+def _delta(after: dict[str, float], before: dict[str, float], name: str) -> float:
+    return after.get(name, 0.0) - before.get(name, 0.0)
+
+
+def openai_generate(
+    url: str, prompt: str, n_predict: int, temperature: float = 0.0, seed: int | None = None, model: str | None = None
+) -> Generation:
+    """One ``/v1/completions`` request: text and client-side wall time from the
+    answer, tokens and draft counters from the ``/metrics`` difference around it.
+
+    ``wall_seconds`` is the whole request as the client saw it; ``prefill_seconds``
+    is set so that ``tokens_per_second`` is the server's own generation-phase rate
+    (``llamacpp:tokens_predicted_seconds_total``), as for llama-server's
+    ``timings.predicted_per_second``; ``target_seconds`` and ``drafter_seconds``
+    are the Python engine's decode times (0 for llama-server)."""
+    base = url.rstrip("/")
+    # cache_prompt false: llama-server would otherwise restore a prompt it has seen from its
+    # cache and skip the prefill (llama-cpp-python only reuses the previous request's prefix).
+    # repeat_penalty 1: llama-server's default; llama-cpp-python's server defaults to 1.1.
+    body: dict = {
+        "prompt": prompt,
+        "max_tokens": n_predict,
+        "temperature": temperature,
+        "repeat_penalty": 1.0,
+        "cache_prompt": False,
+    }
+    if seed is not None:
+        body["seed"] = seed
+    if model is not None:
+        body["model"] = model
+    before = get_metrics(base)
+    t0 = time.perf_counter()
+    res = post_json(base + "/v1/completions", body)
+    wall = time.perf_counter() - t0
+    after = get_metrics(base)
+    choices = res.get("choices")
+    if not isinstance(choices, list) or not choices:
+        raise GgufExactError(f"{url}: the answer has no choices; is this an OpenAI-compatible server?")
+    d = lambda name: _delta(after, before, "llamacpp:" + name)  # noqa: E731
+    n = int(d("tokens_predicted_total"))
+    gen = Generation(tokens=[-1] * n, n_prompt=int((res.get("usage") or {}).get("prompt_tokens", 0)), n_max=-1)
+    gen.text = choices[0].get("text", "")
+    gen.drafts_generated = int(d("spec_decode_num_draft_tokens_total"))
+    gen.drafts_accepted = int(d("spec_decode_num_accepted_tokens_total"))
+    gen.draft_rounds = int(d("spec_decode_num_drafts_total"))
+    gen.target_passes = n - gen.drafts_accepted
+    gen.wall_seconds = wall
+    gen.prefill_seconds = max(0.0, wall - d("tokens_predicted_seconds_total"))
+    gen.target_seconds = _delta(after, before, "gguf_exact:target_decode_seconds_total")
+    gen.drafter_seconds = _delta(after, before, "gguf_exact:draft_decode_seconds_total")
+    if "gguf_exact:generate_seconds_total" in after:
+        spent = _delta(after, before, "gguf_exact:generate_seconds_total")
+        gen.server_python_seconds = max(0.0, spent - gen.target_seconds - gen.drafter_seconds)
+    return gen
+
+
+__all__ = ["get_metrics", "openai_generate", "post_json", "server_generate"]

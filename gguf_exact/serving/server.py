@@ -1,13 +1,18 @@
-"""Launch llama-server with a Gemma 4 target and its MTP drafter, report on it, stop it.
+"""Launch a server for a Gemma 4 target and its MTP drafter, report on it, stop it.
 
-:func:`plan_launch` checks the models (:mod:`.checks`), reads the profile
-(:mod:`.profiles`), finds the llama-server build (:mod:`.llama_build`) and returns the
-exact command line; nothing is started. :func:`start_server` starts it with
-``--metrics`` and ``--log-file``, waits for ``/health`` and then either stays with it
+Two engines: ``llama-server`` (the default; llama.cpp's own draft-mtp) and
+``python`` (llama-cpp-python's OpenAI-compatible server on
+:mod:`gguf_exact.speculative.engine`, :mod:`.openai_server`). :func:`plan_launch`
+checks the models (:mod:`.checks`), reads the profile (:mod:`.profiles`), finds the
+llama-server build (:mod:`.llama_build`) and returns the exact command line;
+nothing is started. :func:`start_server` starts it (llama-server with ``--metrics``
+and ``--log-file``), waits for ``/health`` and then either stays with it
 (:func:`serve_foreground`) or leaves it running (``detach``). Each server has a run
 directory, ``<cache>/run/<port>/``: ``server.pid``, ``server.json`` (how it was
-started), ``server.log`` (llama-server's log) and, when detached, ``console.log``.
-:func:`server_status` and :func:`stop_server` work from that directory.
+started, and the process's start time), ``server.log`` (the server's log) and, when
+detached, ``console.log``. :func:`server_status` and :func:`stop_server` work from
+that directory; they recognise the process by its pid *and* its start time, so a
+pid the system has since given to another process is never taken for the server.
 """
 
 import json
@@ -16,6 +21,7 @@ import shlex
 import signal
 import socket
 import subprocess
+import sys
 import time
 import urllib.error
 import urllib.request
@@ -39,6 +45,8 @@ DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8080
 STATE_FILE, PID_FILE, LOG_FILE, CONSOLE_FILE = "server.json", "server.pid", "server.log", "console.log"
 SERVER_BIN_ENV = "GGUF_EXACT_LLAMA_SERVER"
+ENGINES = ("llama-server", "python")
+LOG_TAIL_BYTES = 64 * 1024  # status reads at most this much of a server log
 
 Log = Callable[[str], None]
 
@@ -59,6 +67,7 @@ class Launch:
     run_dir: Path
     pair: ServePair
     profile: Profile
+    engine: str = "llama-server"
 
     @property
     def url(self) -> str:
@@ -66,8 +75,17 @@ class Launch:
         return f"http://{host}:{self.port}"
 
     @property
+    def label(self) -> str:
+        return server_label(self.engine)
+
+    @property
     def command_line(self) -> str:
         return shlex.join(self.command)
+
+
+def server_label(engine: str | None) -> str:
+    """How messages name a server of ``engine``."""
+    return "llama-server" if engine in (None, "llama-server") else f"{engine} engine server"
 
 
 def resolve_server_binary(profile: Profile, server_bin: str | Path | None = None) -> Path:
@@ -108,19 +126,46 @@ def plan_launch(
     extra_args: list[str] | tuple[str, ...] = (),
     checksums: dict[str, str] | None = None,
     check_port: bool = True,
+    engine: str = "llama-server",
+    logprobs: bool = False,
 ) -> Launch:
     """Check everything (the port too, unless ``check_port`` is false) and build the
-    llama-server command line; start nothing."""
+    server's command line; start nothing. ``engine="python"`` runs
+    :mod:`.openai_server` (llama-cpp-python) with the same profile instead of llama-server."""
+    if engine not in ENGINES:
+        raise GgufExactError(f"--engine {engine}: expected one of {', '.join(ENGINES)}")
     prof = profile if isinstance(profile, Profile) else load_profile(profile)
     prof = prof.with_overrides(list(overrides)) if overrides else prof
     _extra_args_check(list(extra_args))
     if not 0 < int(port) < 65536:
         raise GgufExactError(f"--port {port}: expected 1-65535")
+    if engine == "python":
+        if server_bin or extra_args:
+            raise GgufExactError("--engine python runs in Python: --server-bin and llama-server arguments do not apply")
+        if logprobs is False and any(k == "logprobs" for k in prof.server):
+            logprobs = True
+    elif logprobs:
+        raise GgufExactError("--logprobs is for --engine python (llama-server always returns them on request)")
     pair = check_pair(target, drafter, checksums)
+    rdir = run_root() / str(port)
+    if engine == "python":
+        from gguf_exact.speculative.engine import engine_options  # checks the profile before anything starts
+
+        engine_options(prof, with_draft=pair.drafter is not None)
+        if check_port:
+            _check_port_free(host, int(port))
+        cmd = [sys.executable, "-m", "gguf_exact.serving.openai_server", "--model", str(pair.target.path.resolve())]
+        if pair.drafter is not None:
+            cmd += ["--draft", str(pair.drafter.path.resolve())]
+        cmd += ["--profile", str(prof.path or prof.name)]
+        for pair_ in list(overrides):
+            cmd += ["--set", pair_]
+        cmd += ["--host", host, "--port", str(port), "--log-file", str(rdir / LOG_FILE)]
+        cmd += ["--logprobs"] if logprobs else []
+        return Launch(cmd, host, int(port), rdir, pair, prof, engine)
     binary = resolve_server_binary(prof, server_bin)
     if check_port:
         _check_port_free(host, int(port))
-    rdir = run_root() / str(port)
     cmd = [str(binary), "--model", str(pair.target.path.resolve())]
     if pair.drafter is not None:
         cmd += ["--model-draft", str(pair.drafter.path.resolve())]
@@ -129,9 +174,18 @@ def plan_launch(
     return Launch(cmd, host, int(port), rdir, pair, prof)
 
 
+def free_port(host: str = DEFAULT_HOST) -> int:
+    """A port the system says is free now (for benchmarks and tests)."""
+    with socket.socket() as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
 def port_in_use(host: str, port: int) -> bool:
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     with socket.socket(family, socket.SOCK_STREAM) as s:
+        # as the servers bind: a port left in TIME_WAIT by a stopped server is free to them
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             s.bind((host, port))
         except OSError:
@@ -163,17 +217,43 @@ def health(url: str) -> str:
     return {200: "ok", 503: "loading", 0: "down"}.get(code, f"http {code}")
 
 
-def _tail(path: Path, n: int = 3) -> str:
-    if not path.is_file():
+def read_tail(path: Path, max_bytes: int = LOG_TAIL_BYTES) -> str:
+    """The last ``max_bytes`` of a text file (from its first whole line); "" if absent.
+    A server log grows without bound: only its end is read."""
+    try:
+        with open(path, "rb") as f:
+            size = f.seek(0, os.SEEK_END)
+            start = max(0, size - max_bytes)
+            f.seek(start)
+            data = f.read(size - start)
+    except OSError:
         return ""
-    lines = [ln.strip() for ln in path.read_text(errors="replace").splitlines() if ln.strip()]
+    if start > 0:
+        data = data.partition(b"\n")[2]
+    return data.decode("utf-8", "replace")
+
+
+def _tail(path: Path, n: int = 3) -> str:
+    lines = [ln.strip() for ln in read_tail(path).splitlines() if ln.strip()]
     return " | ".join(lines[-n:])
+
+
+def process_start_time(pid: int) -> int | None:
+    """When the process started (clock ticks since boot, /proc/PID/stat field 22), or
+    None where /proc cannot tell. A pid can be reused; a (pid, start time) pair cannot."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+        return int(stat.rsplit(")", 1)[1].split()[19])
+    except (OSError, ValueError, IndexError):
+        return None
 
 
 def _write_state(launch: Launch, pid: int, detached: bool) -> None:
     launch.run_dir.mkdir(parents=True, exist_ok=True)
     state = {
         "pid": pid,
+        "start_time": process_start_time(pid),
+        "engine": launch.engine,
         "host": launch.host,
         "port": launch.port,
         "url": launch.url,
@@ -196,14 +276,14 @@ def wait_healthy(launch: Launch, proc: subprocess.Popen, timeout: float) -> floa
         if code is not None:
             tail = _tail(launch.run_dir / CONSOLE_FILE) or _tail(launch.run_dir / LOG_FILE)
             raise GgufExactError(
-                f"llama-server exited with code {code} while starting ({tail or 'no output'}); log: {launch.run_dir / LOG_FILE}"
+                f"{launch.label} exited with code {code} while starting ({tail or 'no output'}); log: {launch.run_dir / LOG_FILE}"
             )
         if health(launch.url) == "ok":
             return time.monotonic() - t0
         if time.monotonic() - t0 > timeout:
-            _terminate(proc.pid)
+            _terminate(proc.pid, process_start_time(proc.pid))
             raise GgufExactError(
-                f"llama-server at {launch.url} not healthy after {timeout:.0f} s; stopped it; log: {launch.run_dir / LOG_FILE}"
+                f"{launch.label} at {launch.url} not healthy after {timeout:.0f} s; stopped it; log: {launch.run_dir / LOG_FILE}"
             )
         time.sleep(0.2)
 
@@ -216,9 +296,9 @@ def start_server(launch: Launch, detach: bool = False, timeout: float = 600.0) -
     """
     _check_port_free(launch.host, launch.port)
     old = _read_pid(launch.run_dir)
-    if old and _is_llama_server(old):
+    if old and is_server_process(old, _read_state(launch.run_dir)):
         raise GgufExactError(
-            f"{launch.run_dir / PID_FILE}: llama-server pid {old} is still running for port {launch.port}; `gguf-exact stop --port {launch.port}` first"
+            f"{launch.run_dir / PID_FILE}: server pid {old} is still running for port {launch.port}; `gguf-exact stop --port {launch.port}` first"
         )
     launch.run_dir.mkdir(parents=True, exist_ok=True)
     for name in (LOG_FILE, CONSOLE_FILE):
@@ -239,7 +319,7 @@ def start_server(launch: Launch, detach: bool = False, timeout: float = 600.0) -
         seconds = wait_healthy(launch, proc, timeout)
     except BaseException:
         if proc.poll() is None:
-            _terminate(proc.pid)
+            _terminate(proc.pid, process_start_time(proc.pid))
         (launch.run_dir / PID_FILE).unlink(missing_ok=True)
         raise
     return proc, seconds
@@ -272,39 +352,52 @@ def _read_pid(run_dir: Path) -> int | None:
         return None
 
 
-def _is_llama_server(pid: int) -> bool:
-    """Alive, and (where /proc exists) really a llama-server, not a reused pid."""
+def _read_state(run_dir: Path) -> dict:
+    try:
+        return json.loads((run_dir / STATE_FILE).read_text())
+    except (OSError, ValueError):
+        return {}
+
+
+def _alive(pid: int, start_time: int | None) -> bool:
+    """The process ``pid`` exists, has not exited (no zombie) and, where /proc tells
+    and ``start_time`` is known, started at ``start_time``: not a reused pid."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
     except PermissionError:
         pass
-    proc = Path(f"/proc/{pid}")
-    if proc.is_dir():
-        try:
-            if (proc / "stat").read_text().split(")")[-1].split()[0] == "Z":
-                return False  # a zombie: it has exited
-            return b"llama-server" in (proc / "cmdline").read_bytes()
-        except OSError:
-            return False
-    return True
+    try:
+        if Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z":
+            return False  # a zombie: it has exited
+    except (OSError, IndexError):
+        pass
+    now = process_start_time(pid)
+    return start_time is None or now is None or now == start_time
 
 
-def _terminate(pid: int, timeout: float = 15.0) -> None:
+def is_server_process(pid: int, state: dict) -> bool:
+    """``pid`` (from the pid file) is the server described by ``state`` (server.json),
+    judged by its start time, whatever the executable is called (``--server-bin``)."""
+    return bool(state) and pid == state.get("pid") and _alive(pid, state.get("start_time"))
+
+
+def _terminate(pid: int, start_time: int | None, timeout: float = 15.0) -> None:
     try:
         os.kill(pid, signal.SIGTERM)
     except ProcessLookupError:
         return
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        if not _is_llama_server(pid):
+        if not _alive(pid, start_time):
             return
         time.sleep(0.1)
-    try:
-        os.kill(pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
+    if _alive(pid, start_time):
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
 
 
 def find_run_dir(port: int | None = None, root: Path | None = None) -> Path:
@@ -356,14 +449,14 @@ def server_status(port: int | None = None, root: Path | None = None, last: int =
     rdir = find_run_dir(port, root)
     state = json.loads((rdir / STATE_FILE).read_text())
     pid = _read_pid(rdir)
-    running = bool(pid) and _is_llama_server(pid)
+    running = bool(pid) and is_server_process(pid, state)  # type: ignore[arg-type]
     url = state["url"]
     st = ServerStatus(rdir, state, pid, running, health(url) if running else "down")
-    log = rdir / LOG_FILE
-    if log.is_file():
-        st.recent = parse_acceptance(log.read_text(errors="replace"), last)
+    st.recent = parse_acceptance(read_tail(rdir / LOG_FILE), last)
     if not running or st.health == "down":
         return st
+    if state.get("engine") == "python":
+        st.speculative = bool(state.get("drafter"))  # no /slots: drafting is on whenever a drafter is loaded
     code, body = _http(url + "/v1/models")
     if code == 200:
         try:
@@ -388,12 +481,13 @@ def stop_server(port: int | None = None, root: Path | None = None, timeout: floa
     rdir = find_run_dir(port, root)
     state = json.loads((rdir / STATE_FILE).read_text())
     pid = _read_pid(rdir)
-    where = f"llama-server on port {state['port']}"
+    where = f"{server_label(state.get('engine'))} on port {state['port']}"
     if pid is None:
         return f"{where} is not running (no pid file in {rdir})"
-    if not _is_llama_server(pid):
+    if not is_server_process(pid, state):
         (rdir / PID_FILE).unlink(missing_ok=True)
-        return f"{where} (pid {pid}) is not running: it exited or was killed; removed its pid file"
-    _terminate(pid, timeout)
+        reused = " (that pid now belongs to another process, left alone)" if _alive(pid, None) else ""
+        return f"{where} (pid {pid}) is not running: it exited or was killed{reused}; removed its pid file"
+    _terminate(pid, state.get("start_time"), timeout)
     (rdir / PID_FILE).unlink(missing_ok=True)
     return f"stopped {where} (pid {pid})"

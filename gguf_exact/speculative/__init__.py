@@ -1,6 +1,9 @@
-"""In-process draft-mtp on the llama-cpp-python bindings.
+"""In-process draft-mtp on llama-cpp-python.
 
-``bindings`` (the llama.cpp call sequence and shared helpers), ``target`` and ``drafter``
-(the two llama.cpp sides), ``loop`` (the speculative loop, pure Python), ``runner``
-(the public API), ``bench`` and ``bench_plot``, ``prompt_set`` (``prompts/``).
+``engine`` (the one engine: ``Llama`` with the MTP drafter as its draft model,
+``load_with_drafter``), ``bindings`` and ``drafter`` (the drafter's llama.cpp side),
+``tokenizer`` (cached token pieces), ``generation`` (the counters every engine
+reports), ``runner`` (token-level runs for ``generate``, ``bench``, the demo and the
+tests), ``chat`` (``gguf-exact chat``), ``bench``, ``bench_engines`` and ``bench_plot``,
+``prompt_set`` (``prompts/``).
 """

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Callable
 
 from gguf_exact.errors import GgufExactError
-from gguf_exact.speculative.loop import Generation
+from gguf_exact.speculative.generation import Generation
 
 TARGET = "target"
 

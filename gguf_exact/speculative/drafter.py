@@ -1,11 +1,11 @@
-"""A ``gemma4-assistant`` MTP drafter in llama.cpp, as the loop's :class:`~.speculative.Drafter`.
+"""A ``gemma4-assistant`` MTP drafter in llama.cpp, beside a target context.
 
 The drafter context is built with ``ctx_type = LLAMA_CONTEXT_TYPE_MTP`` and
 ``ctx_other`` = the target context: it has no K/V projections and attends to
 the target's KV cache. Each step decodes one row ``(token, pos, h)``: the first
-``h`` is the target's hidden state of the position before ``pos``
-(:meth:`.LlamaTarget.hidden`), later ones the drafter's own projected-back
-state. As upstream does for Gemma 4 assistants (``common/speculative.cpp``,
+``h`` is the target's hidden state of the position before ``pos`` (the row that
+produced ``token``; :mod:`.engine` finds it), later ones the drafter's own
+projected-back state. As upstream does for Gemma 4 assistants (``common/speculative.cpp``,
 ``is_mem_shared``), every step of a draft sits at the same position ``pos``.
 
 :func:`check_compatible` refuses a drafter that does not fit the target
@@ -17,6 +17,7 @@ from __future__ import annotations
 import ctypes
 import time
 from contextlib import ExitStack
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -31,10 +32,26 @@ from gguf_exact.speculative.bindings import (
     _meta_str,
     _new_context,
 )
-from gguf_exact.speculative.target import LlamaTarget, token_text
 
 
-def check_compatible(target: LlamaTarget, drafter_model: Any, path: Path) -> None:
+@dataclass(frozen=True)
+class TargetSide:
+    """What the drafter needs of the target: its context, vocabulary and sizes."""
+
+    path: Path
+    ctx: Any  # llama_context_p, with nextn hidden states on
+    vocab: Any  # llama_vocab_p
+    n_ctx: int
+    n_embd: int
+    n_vocab: int
+
+
+def token_text(vocab: Any, token: int) -> bytes:
+    """The vocabulary's stored text of ``token`` (raw bytes)."""
+    return llama_cpp.llama_vocab_get_text(vocab, token) or b""
+
+
+def check_compatible(target: TargetSide, drafter_model: Any, path: Path) -> None:
     """Raise :class:`GgufExactError` unless the drafter fits the target."""
     arch = _meta_str(drafter_model, "general.architecture")
     if arch != ASSISTANT_ARCH:
@@ -69,7 +86,7 @@ class LlamaDrafter:
     """An MTP drafter context on ``target``, owned by ``stack``."""
 
     def __init__(
-        self, stack: ExitStack, path: str | Path, target: LlamaTarget, n_threads: int, n_gpu_layers: int | None
+        self, stack: ExitStack, path: str | Path, target: TargetSide, n_threads: int, n_gpu_layers: int | None
     ) -> None:
         self.path = Path(path)
         self.target = target
@@ -103,19 +120,21 @@ class LlamaDrafter:
 
         stack.callback(free)
         self.batch = batch
-        self._embd = np.ctypeslib.as_array(batch.embd, shape=(self.n_embd,))
+        self._embd_bytes = self.n_embd * ctypes.sizeof(ctypes.c_float)
+        self._logits: dict[int, np.ndarray] = {}  # numpy views of llama.cpp's logits rows, by address
         batch.n_seq_id[0] = 1
         batch.seq_id[0][0] = 0
         batch.logits[0] = 1
         batch.n_tokens = 1
         self.seconds = 0.0  # time inside llama_decode
 
-    def draft(self, token: int, pos: int, n: int) -> list[int]:
-        b, ctx, n_embd, n_vocab = self.batch, self.ctx, self.n_embd, self.n_vocab
-        h = self.target.hidden()
+    def draft(self, token: int, pos: int, n: int, h: Any) -> list[int]:
+        """Up to ``n`` greedy draft tokens after ``token`` at ``pos``; ``h`` points to the
+        target's hidden state (``n_embd`` floats) of the row that produced ``token``."""
+        b, ctx = self.batch, self.ctx
         out: list[int] = []
         for step in range(n):
-            self._embd[:] = np.ctypeslib.as_array(h, shape=(n_embd,))
+            ctypes.memmove(b.embd, h, self._embd_bytes)
             b.token[0] = token
             b.pos[0] = pos  # shared KV: every draft step sits at the same position
             t = time.perf_counter()
@@ -123,10 +142,7 @@ class LlamaDrafter:
             self.seconds += time.perf_counter() - t
             if rc != 0:
                 raise GgufExactError(f"drafter decode failed with code {rc} at draft step {step}")
-            ptr = llama_cpp.llama_get_logits_ith(ctx, 0)
-            if not ptr:
-                raise GgufExactError("drafter: llama.cpp returned no logits")
-            token = int(np.ctypeslib.as_array(ptr, shape=(n_vocab,)).argmax())
+            token = int(self._logits_row().argmax())
             out.append(token)
             if step + 1 < n:
                 h = llama_cpp_ext.llama_get_embeddings_nextn_ith(ctx, 0)
@@ -134,5 +150,17 @@ class LlamaDrafter:
                     raise GgufExactError(f"drafter: llama.cpp returned no nextn hidden state at step {step}")
         return out
 
+    def _logits_row(self) -> np.ndarray:
+        # llama.cpp keeps its output buffer between decodes: one numpy view per address
+        # instead of a new one per step (a few microseconds each, per draft token).
+        ptr = llama_cpp.llama_get_logits_ith(self.ctx, 0)
+        if not ptr:
+            raise GgufExactError("drafter: llama.cpp returned no logits")
+        address = ctypes.cast(ptr, ctypes.c_void_p).value
+        view = self._logits.get(address)  # type: ignore[arg-type]
+        if view is None:
+            view = self._logits[address] = np.ctypeslib.as_array(ptr, shape=(self.n_vocab,))  # type: ignore[index]
+        return view
 
-__all__ = ["LlamaDrafter", "check_compatible"]
+
+__all__ = ["LlamaDrafter", "TargetSide", "check_compatible", "token_text"]

@@ -1,55 +1,70 @@
-"""In-process draft-mtp generation on the llama-cpp-python bindings.
+"""Token-level generation on the engine, for ``generate``, ``bench``, the demo and the tests.
 
 >>> from gguf_exact.speculative.runner import Runner
 >>> with Runner("gemma-4-E2B-it.gguf", draft="assistant-q4_0-exact.gguf") as r:
 ...     g = r.generate("def fib(n):", n_predict=64, n_max=2)
 ...     print(g.text, g.acceptance_rate, g.tokens_per_target_pass)
 
-:class:`Runner` loads the target (:class:`.LlamaTarget`) and, when given, the
-drafter as an MTP context on it (:class:`.LlamaDrafter`), and runs the greedy
-draft / verify / accept / roll-back loop of :func:`.speculative.speculate`.
-Everything llama.cpp allocates is owned by one :class:`~contextlib.ExitStack`
-and freed, in reverse order, by :meth:`Runner.close` (or leaving the ``with``).
-:func:`live_contexts` counts the llama.cpp contexts open in this process.
+:class:`Runner` holds one :class:`.engine.MtpLlama` (the target, and the drafter
+when given) and consumes its generate loop token by token: up to ``n_predict``
+tokens or the first stop token, greedy unless a temperature is given, each run
+from a clean cache. The figures come from the engine's own count of the call
+(:attr:`.engine.MtpLlama.last_generation`), the same that the servers report.
+:func:`run_completion` goes through ``create_completion`` /
+``create_chat_completion`` instead (stop strings, chat template), for ``gguf-exact
+generate``.
 """
 
 from __future__ import annotations
 
-import ctypes
-from contextlib import ExitStack
+from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
-from typing import Sequence
+from typing import Any, Sequence
 
 import llama_cpp
 
 from gguf_exact.errors import GgufExactError
-from gguf_exact.speculative.bindings import _backend_init, quiet_logs
-from gguf_exact.speculative.drafter import LlamaDrafter
-from gguf_exact.speculative.loop import Generation, speculate
-from gguf_exact.speculative.target import LlamaTarget
-
-_live_contexts = 0
+from gguf_exact.speculative.engine import MtpLlama, live_contexts
+from gguf_exact.speculative.generation import Generation
 
 
-def live_contexts() -> int:
-    """llama.cpp contexts opened by :class:`Runner` and not yet freed."""
-    return _live_contexts
+@dataclass(frozen=True)
+class Sampling:
+    """llama-cpp-python's sampler settings; ``temperature`` 0 is greedy."""
+
+    temperature: float = 0.0
+    top_k: int = 40
+    top_p: float = 0.95
+    min_p: float = 0.05
+    repeat_penalty: float = 1.0
+    seed: int | None = None
+
+    def generate_kwargs(self) -> dict[str, Any]:
+        return {
+            "temp": self.temperature,
+            "top_k": self.top_k,
+            "top_p": self.top_p,
+            "min_p": self.min_p,
+            "repeat_penalty": self.repeat_penalty,
+        }
+
+    def completion_kwargs(self) -> dict[str, Any]:
+        return {
+            "temperature": self.temperature,
+            "top_k": self.top_k,
+            "top_p": self.top_p,
+            "min_p": self.min_p,
+            "repeat_penalty": self.repeat_penalty,
+            "seed": self.seed,
+        }
 
 
-def _count_context(stack: ExitStack) -> None:
-    global _live_contexts
-    _live_contexts += 1
-
-    def release() -> None:
-        global _live_contexts
-        _live_contexts -= 1
-
-    stack.callback(release)
+GREEDY = Sampling()
 
 
 class Runner:
-    """A target and an optional MTP drafter, ready to generate greedily.
+    """A target and an optional MTP drafter, on the engine.
 
     ``n_ctx`` bounds prompt plus generated tokens; ``n_batch`` is the largest
     prompt chunk decoded at once. Use as a context manager.
@@ -64,32 +79,30 @@ class Runner:
         n_threads: int = 2,
         n_batch: int = 512,
         n_gpu_layers: int | None = None,
-        quiet: bool = True,
+        **llama_kwargs: Any,
     ) -> None:
-        self._stack = ExitStack()
-        try:
-            _backend_init()
-            if quiet:
-                quiet_logs(self._stack)
-            self.target = LlamaTarget(self._stack, model, n_ctx, n_threads, n_batch, n_gpu_layers)
-            _count_context(self._stack)
-            self.drafter: LlamaDrafter | None = None
-            if draft is not None:
-                self.drafter = LlamaDrafter(self._stack, draft, self.target, n_threads, n_gpu_layers)
-                _count_context(self._stack)
-        except BaseException:
-            self._stack.close()
-            raise
-        vocab = self.target.vocab
-        self.n_vocab = self.target.n_vocab
-        self.n_ctx = self.target.n_ctx
+        self.llm = MtpLlama(
+            model,
+            draft,
+            n_ctx=n_ctx,
+            n_threads=n_threads,
+            n_threads_batch=n_threads,
+            n_batch=n_batch,
+            n_ubatch=n_batch,
+            n_gpu_layers=n_gpu_layers or 0,
+            **llama_kwargs,
+        )
+        self.drafter = self.llm.drafter
+        self.n_vocab = self.llm.n_vocab()
+        self.n_ctx = self.llm.n_ctx()
+        vocab = self.llm._model.vocab
         self.stop_tokens = frozenset(t for t in range(self.n_vocab) if llama_cpp.llama_vocab_is_eog(vocab, t))
 
     # lifetime
 
     def close(self) -> None:
         """Free every llama.cpp object (idempotent)."""
-        self._stack.close()
+        self.llm.close()
 
     def __enter__(self) -> Runner:
         return self
@@ -102,31 +115,14 @@ class Runner:
     # text
 
     def tokenize(self, text: str, add_bos: bool = True) -> list[int]:
-        """Token ids of ``text`` (BOS first when ``add_bos``)."""
-        data = text.encode("utf-8")
-        vocab = self.target.vocab
-        cap = len(data) + 8
-        for _ in range(2):
-            buf = (llama_cpp.llama_token * cap)()
-            n = llama_cpp.llama_tokenize(vocab, data, len(data), buf, cap, add_bos, False)
-            if n >= 0:
-                return list(buf[:n])
-            cap = -n
-        raise GgufExactError(f"tokenize: llama.cpp failed on {text[:40]!r}")
+        """Token ids of ``text`` (BOS first when ``add_bos``), as ``create_completion`` reads a prompt."""
+        ids = self.llm.prompt_tokens(text)
+        bos = self.llm.token_bos()
+        return ids if add_bos or not ids or ids[0] != bos else ids[1:]
 
     def detokenize(self, ids: Sequence[int]) -> str:
         """Text of ``ids`` (special tokens left out)."""
-        if not ids:
-            return ""
-        arr = (llama_cpp.llama_token * len(ids))(*ids)
-        cap = 8 * len(ids) + 16
-        for _ in range(2):
-            buf = ctypes.create_string_buffer(cap)
-            n = llama_cpp.llama_detokenize(self.target.vocab, arr, len(ids), buf, cap, True, False)
-            if n >= 0:
-                return buf.raw[:n].decode("utf-8", "replace")
-            cap = -n
-        raise GgufExactError("detokenize: llama.cpp failed")
+        return self.llm.detokenize(list(ids)).decode("utf-8", "replace")
 
     # generation
 
@@ -148,30 +144,68 @@ class Runner:
         return ids
 
     def generate(
-        self, prompt: str | Sequence[int], n_predict: int = 128, n_max: int = 3, record_margins: bool = False
+        self,
+        prompt: str | Sequence[int],
+        n_predict: int = 128,
+        n_max: int = 3,
+        record_margins: bool = False,
+        sampling: Sampling = GREEDY,
     ) -> Generation:
-        """Greedy generation of up to ``n_predict`` tokens from ``prompt`` (text,
-        tokenized with BOS, or token ids), drafting up to ``n_max`` tokens per
-        target pass; ``n_max=0`` or no drafter runs the target alone. Stops at
-        the first end-of-generation token (it is included in ``tokens``).
-        ``record_margins`` also keeps, per token, the gap between the target's
-        two highest logits (``Generation.margins``: how near a tie each was)."""
+        """Up to ``n_predict`` tokens from ``prompt`` (text, tokenized with BOS, or
+        token ids), drafting up to ``n_max`` tokens per target pass; ``n_max=0`` or
+        no drafter runs the target alone. Stops after the first token in
+        :attr:`stop_tokens` (end-of-generation tokens; it is included in ``tokens``).
+        ``record_margins`` also keeps, per token, the gap between the target's two
+        highest logits (``Generation.margins``: how near a tie each was)."""
         if n_max < 0:
             raise GgufExactError(f"n_max must be >= 0, got {n_max}")
         ids = self._prompt_ids(prompt, n_predict)
-        target = self.target
-        t0 = target.seconds
-        d0 = self.drafter.seconds if self.drafter else 0.0
-        target.record_margins, target.margins = record_margins, []
+        llm = self.llm
+        llm.n_max = n_max
+        llm.reset()  # every run from a clean cache: runs are independent
+        if sampling.seed is not None:
+            llm.set_seed(sampling.seed)
+        llm.record_margins = record_margins
+        out: list[int] = []
+        stream = llm.generate(ids, max_new_tokens=n_predict, **sampling.generate_kwargs())
         try:
-            gen = speculate(target, self.drafter if n_max > 0 else None, ids, n_predict, n_max, self.stop_tokens)
+            if n_predict > 0:
+                for token in stream:
+                    out.append(token)
+                    if token in self.stop_tokens or len(out) >= n_predict:
+                        break
         finally:
-            target.record_margins = False
-        gen.target_seconds = target.seconds - t0
-        gen.drafter_seconds = (self.drafter.seconds - d0) if self.drafter else 0.0
-        gen.margins = target.margins[: gen.n_tokens] if record_margins else None
-        gen.text = self.detokenize(gen.tokens)
-        return gen
+            stream.close()
+            llm.record_margins = False
+        g = llm.last_generation
+        if g is None or n_predict <= 0:
+            g = Generation(tokens=[], n_prompt=len(ids), n_max=llm.n_max)
+        g.stopped = bool(out) and out[-1] in self.stop_tokens
+        g.text = self.detokenize(g.tokens)
+        return g
+
+    def complete(
+        self,
+        prompt: str,
+        n_predict: int = 128,
+        n_max: int = 3,
+        sampling: Sampling = GREEDY,
+        stop: Sequence[str] = (),
+        chat: bool = False,
+    ) -> Generation:
+        """:func:`run_completion` on this runner's engine (``create_completion``, or with
+        ``chat`` the GGUF's chat template), checked against the context first."""
+        if n_max < 0:
+            raise GgufExactError(f"n_max must be >= 0, got {n_max}")
+        if chat:
+            if self.llm.chat_formatter is None:
+                raise GgufExactError(f"{self.llm.model_path}: no tokenizer.chat_template in the GGUF; drop --chat")
+            ids = self.llm.chat_prompt_tokens([{"role": "user", "content": prompt}]) or []
+            self._prompt_ids(ids, n_predict)
+        else:
+            self._prompt_ids(prompt, n_predict)
+        self.llm.n_max = n_max
+        return run_completion(self.llm, prompt, n_predict, sampling, stop, chat)
 
     def target_greedy(
         self, prompt: str | Sequence[int], n_predict: int = 128, record_margins: bool = False
@@ -180,17 +214,42 @@ class Runner:
         return self.generate(prompt, n_predict, n_max=0, record_margins=record_margins)
 
 
+def run_completion(
+    llm: MtpLlama,
+    prompt: str,
+    n_predict: int,
+    sampling: Sampling = GREEDY,
+    stop: Sequence[str] = (),
+    chat: bool = False,
+) -> Generation:
+    """One ``create_completion`` (or, with ``chat``, a one-message
+    ``create_chat_completion`` through the GGUF's chat template) on a clean cache:
+    the engine's figures, with the answer's text."""
+    llm.reset()
+    args = sampling.completion_kwargs() | {"max_tokens": n_predict, "stop": list(stop) or None}
+    if chat:
+        res = llm.create_chat_completion(messages=[{"role": "user", "content": prompt}], **args)
+        text = res["choices"][0]["message"]["content"] or ""
+    else:
+        res = llm.create_completion(prompt, **args)
+        text = res["choices"][0]["text"]
+    g = llm.last_generation
+    assert g is not None
+    g.text = text
+    return g
+
+
 def generate(
     model: str | Path,
     prompt: str | Sequence[int],
     draft: str | Path | None = None,
     n_predict: int = 128,
     n_max: int = 3,
-    **runner_options,
+    **runner_options: Any,
 ) -> Generation:
     """Load, generate once, free: ``Runner(model, draft, **runner_options).generate(...)``."""
     with Runner(model, draft, **runner_options) as r:
         return r.generate(prompt, n_predict, n_max)
 
 
-__all__ = ["Generation", "Runner", "generate", "live_contexts"]
+__all__ = ["GREEDY", "Generation", "Runner", "Sampling", "generate", "live_contexts", "run_completion"]

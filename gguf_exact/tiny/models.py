@@ -22,6 +22,15 @@ from gguf_exact.gemma4.hparams import SLIDING
 from gguf_exact.gemma4.sizes import AssistantShape, TextShape
 from gguf_exact.tiny.synthetic import norm_vector, qat_matrix, random_matrix
 
+# Gemma-style turns (as Gemma's own template lays them out, without its system-prompt and tool
+# handling), so chat through llama-cpp-python's Jinja formatter is exercised on the tiny targets.
+CHAT_TEMPLATE = (
+    "{{ bos_token }}{% for message in messages %}"
+    "{% set role = 'model' if message['role'] == 'assistant' else message['role'] %}"
+    "<start_of_turn>{{ role }}\n{{ message['content'] | trim }}<end_of_turn>\n"
+    "{% endfor %}{% if add_generation_prompt %}<start_of_turn>model\n{% endif %}"
+)
+
 FILLER = ["▁", "▁the", "▁a", "▁of", "▁and", "▁to", "▁in", "▁is", "▁it", "▁on", "th", "he", "in", "er", "an"]
 FILLER += [chr(c) for c in range(ord("a"), ord("z") + 1)] + [str(d) for d in range(10)]
 FILLER += ["▁def", "▁return", "▁x", "(", ")", ":", ",", ".", "=", "+", "▁print", "▁if", "▁for", "▁1", "▁0"]
@@ -155,6 +164,7 @@ def write_tiny_target(
         w.add_eos_token_id(2)
         w.add_add_bos_token(True)
         w.add_add_eos_token(False)
+        w.add_chat_template(CHAT_TEMPLATE)
 
     def t(name, *shape, scale=0.05):
         w.add_tensor(name, (rng.normal(0, scale, shape)).astype(np.float32))

@@ -8,6 +8,9 @@
 - ``mixed``: :func:`write_mixed_target` beside the agreeing drafter. The target's
   output depends on the context (runs of a repeated token broken by changes), so
   the drafter is right part of the time.
+- ``hidden``: :func:`.tiny.hidden_pair.write_hidden_state_pair`. The target walks a
+  cycle of tokens and the drafter reads only the target's hidden state: acceptance 1
+  when it is fed the right row, about 0 otherwise.
 
 The plain random target repeats itself because its input embedding (scale 0.5,
 times sqrt(width) as Gemma scales it) dominates the residual stream. Scaling
@@ -23,6 +26,7 @@ from pathlib import Path
 from gguf import GGUFReader
 
 from gguf_exact.drafter.convert import convert_drafter
+from gguf_exact.tiny.hidden_pair import write_hidden_state_pair
 from gguf_exact.tiny.models import (
     write_agreeing_pair,
     write_tiny_drafter,
@@ -30,7 +34,7 @@ from gguf_exact.tiny.models import (
 )
 
 MIXED_EMBD_SCALE = 0.1
-PAIRS = ("random", "agreeing", "mixed")
+PAIRS = ("random", "agreeing", "mixed", "hidden")
 
 
 def write_mixed_target(path: str | Path, seed: int = 0, embd_scale: float = MIXED_EMBD_SCALE) -> Path:
@@ -46,7 +50,7 @@ def write_mixed_target(path: str | Path, seed: int = 0, embd_scale: float = MIXE
 
 
 def write_runner_pairs(folder: str | Path, seed: int = 0) -> dict[str, tuple[Path, Path]]:
-    """Write the three pairs under ``folder``: ``{name: (target.gguf, drafter.gguf)}``."""
+    """Write the pairs of :data:`PAIRS` under ``folder``: ``{name: (target.gguf, drafter.gguf)}``."""
     root = Path(folder)
     (root / "random").mkdir(parents=True, exist_ok=True)
     target = write_tiny_target(root / "random" / "target.gguf", seed=seed)
@@ -56,7 +60,13 @@ def write_runner_pairs(folder: str | Path, seed: int = 0) -> dict[str, tuple[Pat
     a_drafter = convert_drafter(a_hf, root / "agreeing" / "drafter.gguf", a_target).path
     (root / "mixed").mkdir(exist_ok=True)
     mixed = write_mixed_target(root / "mixed" / "target.gguf", seed=seed)
-    return {"random": (target, drafter), "agreeing": (a_target, a_drafter), "mixed": (mixed, a_drafter)}
+    hidden = write_hidden_state_pair(root / "hidden", seed=seed)
+    return {
+        "random": (target, drafter),
+        "agreeing": (a_target, a_drafter),
+        "mixed": (mixed, a_drafter),
+        "hidden": hidden,
+    }
 
 
 __all__ = ["MIXED_EMBD_SCALE", "PAIRS", "write_mixed_target", "write_runner_pairs"]

@@ -53,7 +53,9 @@ def vocab_target(path: str | Path, vocab: Vocabulary, embedding_length: int) -> 
     return Path(path)
 
 
-def float_drafter_gguf(source: str | Path, target: str | Path, out: str | Path, matrix_type: GGMLQuantizationType) -> Path:
+def float_drafter_gguf(
+    source: str | Path, target: str | Path, out: str | Path, matrix_type: GGMLQuantizationType
+) -> Path:
     """The drafter at ``source`` as llama.cpp's converter writes it: every matrix in
     ``matrix_type`` (BF16, F16 or Q8_0), norms F32, the keys and tokenizer ``convert``
     writes (so only the tensor types differ)."""
@@ -71,7 +73,9 @@ def float_drafter_gguf(source: str | Path, target: str | Path, out: str | Path, 
         values = j.source.read(0, j.entry.rows).reshape(shape)
         qtype = matrix_type if j.entry.type == Q4_0 else F32
         data = encode(values, qtype)
-        tensors.append((j.entry.name, data if qtype == F32 or data.dtype != np.uint8 else data.reshape(*shape[:-1], -1), qtype))
+        tensors.append(
+            (j.entry.name, data if qtype == F32 or data.dtype != np.uint8 else data.reshape(*shape[:-1], -1), qtype)
+        )
     n_matrices = sum(j.entry.type == Q4_0 for j in jobs)
     write_gguf(Path(out), drafter_kv(cfg, read_target(target), [matrix_type] * n_matrices), tensors)
     return Path(out)

@@ -1,0 +1,339 @@
+"""``gguf-exact serve --engine python``: llama-cpp-python's OpenAI-compatible server on the engine.
+
+The routes are llama-cpp-python's own (``llama_cpp.server.app.router``:
+``/v1/completions`` and ``/v1/chat/completions``, streaming or not, ``/v1/models``,
+``/v1/embeddings``, ``/extras/*``), serving one :class:`~gguf_exact.speculative.engine.MtpLlama`
+(the target with its MTP drafter). Added here:
+
+- ``/health`` (``{"status": "ok"}``, as llama-server answers once loaded) and
+  ``/metrics`` in Prometheus text with llama-server's names where it has them
+  (``llamacpp:spec_decode_num_draft_tokens_total``, ``..._accepted_tokens_total``,
+  ``..._drafts_total``, ``..._accepted_tokens_per_pos_total{position=}``,
+  ``llamacpp:n_decode_total``, ``tokens_predicted_total`` ...) and ``gguf_exact:``
+  names where it has none (acceptance rate, tokens per target pass, Python time);
+- :class:`RequestChecks`, which answers malformed JSON, an unknown model, a
+  negative ``max_tokens``, a prompt that does not fit the context and unsupported
+  logprobs with HTTP 4xx and an OpenAI-style ``{"error": {...}}`` *before* the
+  request reaches the route (a streamed answer has sent its 200 by the time the
+  model would notice);
+- one request at a time: llama-cpp-python's lock queues the others, and
+  ``interrupt_requests`` is off so a waiting request never cuts a stream short;
+- per request, llama-server's log line ``draft acceptance = ... (A accepted / G
+  generated), mean len = ...``, which ``gguf-exact status`` reads.
+
+Why not ``llama_cpp.server.app.create_app``: it always builds its own ``Llama``
+from ``ModelSettings``; :func:`build_app` does what it does (same middleware,
+same router, same settings object) around the engine that is already loaded.
+
+Run as ``python -m gguf_exact.serving.openai_server --model T --draft D ...`` by
+:func:`gguf_exact.serving.server.start_server`, which checks the files and the
+port first and keeps the pid file and log like a llama-server's.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+import threading
+from pathlib import Path
+from typing import Any
+
+from gguf_exact.errors import GgufExactError
+from gguf_exact.speculative.engine import MtpLlama
+
+log = logging.getLogger("gguf_exact.server")
+
+COMPLETION_PATHS = ("/v1/completions", "/v1/chat/completions")
+
+
+class SingleModel:
+    """The model proxy the upstream routes call (``llama_proxy(body.model)``): one engine, one name."""
+
+    def __init__(self, llm: MtpLlama, alias: str) -> None:
+        self.llm = llm
+        self.alias = alias
+
+    def __call__(self, model: str | None = None) -> MtpLlama:
+        return self.llm  # RequestChecks has refused other names already
+
+    def __iter__(self):
+        yield self.alias
+
+    def __getitem__(self, model: str) -> dict:
+        return {"model": str(self.llm.model_path), "model_alias": self.alias}
+
+    def free(self) -> None:
+        self.llm.close()
+
+
+def error_body(status: int, message: str, code: str | None = None, param: str | None = None) -> bytes:
+    kind = "invalid_request_error" if status < 500 else "server_error"
+    return json.dumps({"error": {"message": message, "type": kind, "param": param, "code": code}}).encode()
+
+
+class RequestChecks:
+    """ASGI middleware: refuse a completion request that cannot be served, before it starts."""
+
+    def __init__(self, app: Any, llm: MtpLlama, names: set[str], stats: dict) -> None:
+        self.app = app
+        self.llm = llm
+        self.names = names
+        self.stats = stats
+
+    def problem(self, path: str, raw: bytes) -> tuple[int, str, str | None, str | None] | None:
+        """(status, message, code, param) for a request to refuse, else None."""
+        try:
+            body = json.loads(raw or b"null")
+        except (ValueError, UnicodeDecodeError) as e:
+            return 400, f"the request body is not valid JSON: {e}", "invalid_json", None
+        if not isinstance(body, dict):
+            return 400, "the request body must be a JSON object", "invalid_json", None
+        model = body.get("model")
+        if model is not None and model not in self.names:
+            names = ", ".join(sorted(self.names))
+            return 404, f"the model {model!r} does not exist; this server serves {names}", "model_not_found", "model"
+        max_tokens = body.get("max_tokens")
+        if max_tokens is not None and (isinstance(max_tokens, bool) or not isinstance(max_tokens, int)):
+            return 400, f"max_tokens must be an integer, got {max_tokens!r}", None, "max_tokens"
+        if isinstance(max_tokens, int) and max_tokens < 0:
+            return (
+                400,
+                f"max_tokens must be >= 0 (0 or none: up to the end of the context), got {max_tokens}",
+                None,
+                "max_tokens",
+            )
+        for key in ("n", "best_of"):
+            if body.get(key) not in (None, 1):
+                return 400, f"{key} = {body[key]!r}: this server answers with one choice (n = 1)", None, key
+        bad_field = self.field_problem(path, body)
+        if bad_field is not None:
+            return 400, bad_field[0], None, bad_field[1]
+        try:
+            if path == "/v1/chat/completions":
+                messages = body.get("messages")
+                if not isinstance(messages, list) or not messages:
+                    return 400, "messages must be a non-empty list", None, "messages"
+                kwargs = {k: body[k] for k in ("tools", "tool_choice") if body.get(k) is not None}
+                prompt = self.llm.chat_prompt_tokens(messages, **kwargs)
+                logprobs = body.get("logprobs") or None
+            else:
+                p = body.get("prompt", "")
+                if isinstance(p, list) and len(p) == 1 and isinstance(p[0], str):
+                    p = p[0]
+                if not (isinstance(p, str) or (isinstance(p, list) and all(isinstance(t, int) for t in p))):
+                    return 400, "prompt must be a string or a list of token ids", None, "prompt"
+                prompt = self.llm.prompt_tokens(p)
+                logprobs = body.get("logprobs")
+            n_prompt = len(prompt) if prompt is not None else 0
+            self.llm.check_request(n_prompt, max_tokens, logprobs)
+        except ValueError as e:
+            text = str(e)
+            code = "context_length_exceeded" if "context window" in text else None
+            return 400, text, code, "messages" if "messages" in body else "prompt"
+        except Exception as e:  # a chat template that fails on these messages, a bad field type
+            return 400, f"cannot read the request: {e}", None, None
+        return None
+
+    @staticmethod
+    def field_problem(path: str, body: dict) -> tuple[str, str] | None:
+        """Checked against llama-cpp-python's own request models, which its routes would
+        otherwise report as HTTP 500 (its error handler catches validation errors)."""
+        import pydantic
+        from llama_cpp.server.types import CreateChatCompletionRequest, CreateCompletionRequest
+
+        model = CreateChatCompletionRequest if path == "/v1/chat/completions" else CreateCompletionRequest
+        try:
+            model.model_validate(body)
+        except pydantic.ValidationError as e:
+            err = e.errors()[0]
+            loc = [str(x) for x in err["loc"]]
+            if loc[0] == "messages" and len(loc) > 1:
+                return (
+                    f"messages[{loc[1]}] is not a chat message: it needs a role (system, user, assistant, tool) and its content",
+                    "messages",
+                )
+            return f"{'.'.join(loc)}: {err['msg']}", loc[0]
+        return None
+
+    async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
+        if scope["type"] != "http" or scope["method"] != "POST" or scope["path"] not in COMPLETION_PATHS:
+            await self.app(scope, receive, send)
+            return
+        chunks, more = [], True
+        while more:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                return
+            chunks.append(message.get("body", b""))
+            more = message.get("more_body", False)
+        raw = b"".join(chunks)
+        bad = self.problem(scope["path"], raw)
+        if bad is not None:
+            status, message, code, param = bad
+            log.info("refused %s: HTTP %d %s", scope["path"], status, message)
+            body = error_body(status, message, code, param)
+            headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
+            await send({"type": "http.response.start", "status": status, "headers": headers})
+            await send({"type": "http.response.body", "body": body})
+            return
+        replayed = False
+
+        async def replay() -> dict:
+            nonlocal replayed
+            if not replayed:
+                replayed = True
+                return {"type": "http.request", "body": raw, "more_body": False}
+            return await receive()
+
+        with self.stats["lock"]:
+            self.stats["waiting"] += 1
+        try:
+            await self.app(scope, replay, send)
+        finally:
+            with self.stats["lock"]:
+                self.stats["waiting"] -= 1
+
+
+def metrics_text(llm: MtpLlama, in_flight: int) -> str:
+    """Prometheus text: llama-server's metric names where it has them, ``gguf_exact:`` otherwise."""
+    t = llm.totals
+
+    def item(kind: str, name: str, help_: str, value: float) -> str:
+        return f"# HELP {name} {help_}\n# TYPE {name} {kind}\n{name} {value:g}\n"
+
+    out = [
+        item("counter", "llamacpp:prompt_tokens_total", "Number of prompt tokens processed", t.prompt_tokens),
+        item("counter", "llamacpp:tokens_predicted_total", "Number of generation tokens processed (end-of-generation tokens included)", t.tokens),
+        item("counter", "llamacpp:tokens_predicted_seconds_total", "Total time spent generating tokens (after the first of each request)", t.generation_seconds),
+        item("counter", "llamacpp:prompt_seconds_total", "Total time spent processing prompts (up to the first token)", t.prefill_seconds),
+        item("counter", "llamacpp:n_decode_total", "Total number of target llama_decode() calls (target passes; a chunked prompt counts once)", t.target_passes),
+        item("counter", "llamacpp:spec_decode_num_draft_tokens_total", "Speculative: Total draft tokens generated", t.draft_tokens),
+        item("counter", "llamacpp:spec_decode_num_accepted_tokens_total", "Speculative: Total draft tokens accepted by the target model", t.accepted_tokens),
+        item("counter", "llamacpp:spec_decode_num_drafts_total", "Speculative: Total speculative decoding verification steps", t.drafts),
+        item("counter", "gguf_exact:requests_total", "Completed generation calls", t.requests),
+        item("counter", "gguf_exact:target_decode_seconds_total", "Time inside the target's llama_decode", t.target_seconds),
+        item("counter", "gguf_exact:draft_decode_seconds_total", "Time inside the drafter's llama_decode", t.drafter_seconds),
+        item("counter", "gguf_exact:generate_seconds_total", "Time inside generate calls (prompt included)", t.wall_seconds),
+        item("gauge", "llamacpp:predicted_tokens_seconds", "Average generation throughput in tokens/s", t.tokens_per_second or 0.0),
+        item("gauge", "llamacpp:requests_processing", "Number of requests processing or waiting", in_flight),
+        item("gauge", "gguf_exact:spec_decode_acceptance_rate", "Accepted share of draft tokens", t.acceptance_rate or 0.0),
+        item("gauge", "gguf_exact:tokens_per_target_pass", "Generated tokens per target pass", t.tokens_per_target_pass or 0.0),
+        item("gauge", "gguf_exact:python_us_per_target_pass", "Time inside generate but outside llama_decode, per target pass (us)", t.python_us_per_pass or 0.0),
+        item("gauge", "gguf_exact:spec_draft_n_max", "Most draft tokens per target pass", llm.n_max),
+    ]  # fmt: skip
+    if t.accepted_per_position:
+        name = "llamacpp:spec_decode_num_accepted_tokens_per_pos_total"
+        out.append(f"# HELP {name} Accepted tokens per draft position\n# TYPE {name} counter\n")
+        out += [f'{name}{{position="{i}"}} {n}\n' for i, n in enumerate(t.accepted_per_position)]
+    return "".join(out)
+
+
+def acceptance_line(g: Any) -> str:
+    """llama-server's per-request line (``gguf_exact.serving.stats.parse_acceptance`` reads it)."""
+    rate = g.drafts_accepted / g.drafts_generated
+    return (
+        f"draft acceptance = {rate:.5f} ({g.drafts_accepted:5d} accepted / {g.drafts_generated:5d} generated), "
+        f"mean len = {g.mean_accepted_length:5.2f}"
+    )
+
+
+def build_app(llm: MtpLlama, alias: str, api_key: str | None = None) -> Any:
+    """The FastAPI app: llama-cpp-python's router on ``llm``, plus /health, /metrics and the checks."""
+    from fastapi import FastAPI
+    from fastapi.middleware import Middleware
+    from fastapi.middleware.cors import CORSMiddleware
+    from fastapi.responses import JSONResponse, PlainTextResponse
+    from llama_cpp.server import app as upstream
+    from llama_cpp.server.settings import ServerSettings
+    from starlette_context.middleware import RawContextMiddleware
+    from starlette_context.plugins import RequestIdPlugin
+
+    upstream.set_server_settings(ServerSettings(api_key=api_key, interrupt_requests=False))
+    upstream._llama_proxy = SingleModel(llm, alias)  # the routes read this module global
+    app = FastAPI(
+        middleware=[Middleware(RawContextMiddleware, plugins=(RequestIdPlugin(),))],
+        title="gguf-exact: llama-cpp-python with an MTP drafter",
+    )
+    app.add_middleware(CORSMiddleware, allow_origins=["*"], allow_methods=["*"], allow_headers=["*"])
+    app.include_router(upstream.router)
+    stats = {"lock": threading.Lock(), "waiting": 0}
+
+    @app.get("/health")
+    async def health() -> JSONResponse:
+        return JSONResponse({"status": "ok"})
+
+    @app.get("/metrics")
+    async def metrics() -> PlainTextResponse:
+        return PlainTextResponse(metrics_text(llm, stats["waiting"]), media_type="text/plain; version=0.0.4")
+
+    def on_generation(g: Any) -> None:
+        if g.drafts_generated:
+            log.info("%s", acceptance_line(g))
+
+    llm.on_generation = on_generation
+    names = {alias, str(llm.model_path), Path(llm.model_path).name}
+    return RequestChecks(app, llm, names, stats)
+
+
+def default_alias(target: str | Path) -> str:
+    """The model name clients send: the target file's name without ``.gguf``."""
+    return Path(target).name.removesuffix(".gguf")
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m gguf_exact.serving.openai_server", description=__doc__.splitlines()[0])
+    ap.add_argument("--model", required=True)
+    ap.add_argument("--draft")
+    ap.add_argument("--profile", default="cpu")
+    ap.add_argument("--set", dest="overrides", action="append", default=[])
+    ap.add_argument("--host", default="127.0.0.1")
+    ap.add_argument("--port", type=int, default=8080)
+    ap.add_argument("--log-file")
+    ap.add_argument("--alias")
+    ap.add_argument("--api-key")
+    ap.add_argument("--logprobs", action="store_true")
+    args = ap.parse_args(argv)
+    handlers: list[logging.Handler] = [logging.StreamHandler(sys.stderr)]
+    if args.log_file:
+        Path(args.log_file).parent.mkdir(parents=True, exist_ok=True)
+        handlers.append(logging.FileHandler(args.log_file))
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s", handlers=handlers)
+    try:
+        import uvicorn
+
+        from gguf_exact.serving.profiles import load_profile
+        from gguf_exact.speculative.engine import engine_options, load_with_drafter
+
+        profile = load_profile(args.profile).with_overrides(args.overrides)
+        opts, ignored = engine_options(profile, with_draft=args.draft is not None)
+        if ignored:
+            log.info("profile %s: not used by the Python engine: %s", profile.name, ", ".join(ignored))
+        llm = load_with_drafter(args.model, args.draft, profile=profile, logits_all=args.logprobs)
+        alias = args.alias or default_alias(args.model)
+        log.info(
+            "engine python: %s%s, n_ctx %d, n-max %d, alias %s",
+            args.model,
+            f" + drafter {args.draft}" if args.draft else "",
+            llm.n_ctx(),
+            llm.n_max,
+            alias,
+        )
+        app = build_app(llm, alias, args.api_key)
+    except GgufExactError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    config = uvicorn.Config(app, host=args.host, port=args.port, log_config=None, access_log=True)
+    server = uvicorn.Server(config)
+    try:
+        server.run()
+    except KeyboardInterrupt:  # Ctrl-C in the foreground: uvicorn has shut down and re-raises it
+        pass
+    finally:
+        llm.close()
+    return 0 if server.started else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,80 @@
+"""``gguf-exact chat``: a conversation in the terminal on the engine, streamed as tokens are accepted.
+
+The conversation is a list of messages sent whole with every turn through
+``create_chat_completion`` (the GGUF's chat template); llama-cpp-python keeps the
+common prefix in the KV cache, so only the new turn is decoded. Commands:
+``/stats`` (the figures so far), ``/reset`` (forget the conversation), ``/exit``.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Iterator
+
+from gguf_exact.speculative.engine import MtpLlama, SpecTotals
+from gguf_exact.speculative.runner import GREEDY, Sampling
+
+COMMANDS = ("/stats", "/reset", "/exit", "/quit")
+
+
+def stats_line(t: SpecTotals) -> str:
+    """Replies, tokens, acceptance, tokens per target pass and tokens/s so far."""
+    if not t.requests:
+        return "no replies yet"
+    acc = "-" if t.acceptance_rate is None else f"{t.acceptance_rate:.1%} ({t.accepted_tokens}/{t.draft_tokens})"
+    tps = "-" if t.tokens_per_second is None else f"{t.tokens_per_second:.1f}"
+    per_pass = "-" if t.tokens_per_target_pass is None else f"{t.tokens_per_target_pass:.2f}"
+    return (
+        f"{t.requests} replies, {t.tokens} tokens; acceptance {acc}; {per_pass} tokens per target pass; "
+        f"{tps} tokens/s (after each reply's first token)"
+    )
+
+
+def chat_session(
+    llm: MtpLlama,
+    lines: Iterator[str],
+    write: Callable[[str], None],
+    note: Callable[[str], None],
+    sampling: Sampling = GREEDY,
+    max_tokens: int = 512,
+    system: str | None = None,
+) -> list[dict]:
+    """Read user lines from ``lines`` until it ends or ``/exit``; stream each reply
+    with ``write``; ``note`` gets prompts, figures and problems. Returns the conversation."""
+    start = [{"role": "system", "content": system}] if system else []
+    messages: list[dict] = list(start)
+    while True:
+        write("\n> ")
+        line = next(lines, None)
+        if line is None:
+            return messages
+        text = line.strip()
+        if text in ("/exit", "/quit"):
+            return messages
+        if text == "/stats":
+            note(stats_line(llm.totals))
+            continue
+        if text == "/reset":
+            messages = list(start)
+            note("conversation reset")
+            continue
+        if not text:
+            continue
+        messages.append({"role": "user", "content": text})
+        try:
+            chunks = llm.create_chat_completion(
+                messages=messages, stream=True, max_tokens=max_tokens, **sampling.completion_kwargs()
+            )
+            reply = []
+            for chunk in chunks:
+                piece = chunk["choices"][0]["delta"].get("content") or ""
+                if piece:
+                    reply.append(piece)
+                    write(piece)
+        except ValueError as e:  # the conversation no longer fits the context
+            messages.pop()
+            note(f"error: {e}; /reset to start over")
+            continue
+        messages.append({"role": "assistant", "content": "".join(reply)})
+
+
+__all__ = ["chat_session", "stats_line"]

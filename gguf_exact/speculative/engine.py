@@ -1,0 +1,652 @@
+"""The one speculative engine: llama-cpp-python's ``Llama`` with an MTP drafter as its draft model.
+
+>>> from gguf_exact import load_with_drafter
+>>> llm = load_with_drafter("gemma-4-E2B-it.gguf", "assistant-q4_0-exact.gguf", n_max=2, profile="rtx3050")
+>>> for chunk in llm.create_chat_completion(messages=[{"role": "user", "content": "Hi"}], stream=True):
+...     print(chunk["choices"][0]["delta"].get("content", ""), end="")
+>>> llm.totals.acceptance_rate, llm.totals.tokens_per_target_pass
+
+``Llama.generate`` (llama-cpp-python's own loop) already does speculative decoding
+with any ``draft_model``: before each target pass it asks the draft model for tokens
+after the newest one, decodes ``[newest, drafts...]`` in one batch, samples every
+row with the request's sampler and keeps a draft only while it equals the token the
+sampler picked; on a mismatch it drops the rest from the KV cache. Each emitted
+token is sampled once, from the target's logits, with the same sampler state as
+without drafts: with the same seed and settings the output is the target's own
+(greedy or sampled), up to floating-point differences between batched and
+single-token passes (README, "Lossless, and where floating point gets in").
+
+:class:`MtpLlama` is that ``Llama`` with three things added:
+
+- :class:`MtpDraftModel`, the draft model: the gemma4-assistant drafter
+  (:class:`.drafter.LlamaDrafter`, an MTP context sharing the target's KV cache) fed
+  the target's hidden state of the row that produced the newest token;
+- ``eval`` that asks for logits on every row only for verification batches (a
+  prompt gets them on its last row, as without a drafter), keeps rows' logits in
+  ``scores`` only when ``logits_all=True`` (logprobs), and records where the last
+  batch started, so the draft model finds its hidden-state row;
+- counters: each call of ``generate`` becomes a :class:`.Generation`
+  (:attr:`MtpLlama.last_generation`: target passes, drafts generated and
+  accepted, timings) and is added to :attr:`MtpLlama.totals` (what ``/metrics``
+  serves).
+
+Everything else (``create_completion``, ``create_chat_completion`` with the GGUF's
+chat template, streaming, stop strings, samplers, grammars, logprobs) is
+llama-cpp-python's.
+"""
+
+from __future__ import annotations
+
+import inspect
+import time
+from contextlib import ExitStack
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any, Callable, Iterator, Sequence
+
+import llama_cpp
+import numpy as np
+from llama_cpp import llama_chat_format, llama_cpp_ext
+from llama_cpp.llama_speculative import LlamaDraftModel
+
+from gguf_exact.errors import GgufExactError
+from gguf_exact.speculative.bindings import TARGET_ARCH, _meta_str, errors_only_logs
+from gguf_exact.speculative.drafter import LlamaDrafter, TargetSide
+from gguf_exact.speculative.generation import Generation
+from gguf_exact.speculative.tokenizer import PieceCache
+
+_NO_DRAFTS = np.zeros(0, dtype=np.intc)
+_live_contexts = 0
+
+
+def live_contexts() -> int:
+    """llama.cpp contexts (targets and drafters) opened by :class:`MtpLlama` and not yet freed."""
+    return _live_contexts
+
+
+def _count_contexts(llm: MtpLlama, n: int) -> None:
+    global _live_contexts
+    _live_contexts += n
+
+    def release() -> None:
+        global _live_contexts
+        _live_contexts -= n
+
+    llm._stack.callback(release)
+
+
+# --- options from a serving profile ----------------------------------------------------
+
+
+@dataclass(frozen=True)
+class EngineOptions:
+    """What a serving profile (``serve/*.toml``) means for the Python engine."""
+
+    n_ctx: int = 4096
+    n_max: int = 2
+    n_gpu_layers: int = 0
+    n_gpu_layers_draft: int | None = None  # None: as the target
+    flash_attn: bool = True  # llama-server's auto
+    n_threads: int | None = None
+    n_threads_batch: int | None = None
+    n_batch: int = 512
+    n_ubatch: int = 512
+
+    def llama_kwargs(self) -> dict[str, Any]:
+        return {
+            "n_ctx": self.n_ctx,
+            "n_gpu_layers": self.n_gpu_layers,
+            "flash_attn": self.flash_attn,
+            "n_threads": self.n_threads,
+            "n_threads_batch": self.n_threads_batch,
+            "n_batch": self.n_batch,
+            "n_ubatch": self.n_ubatch,
+        }
+
+
+def _layers(key: str, value: Any) -> int:
+    if str(value).lower() in ("all", "auto"):
+        return -1  # llama.cpp: a negative count offloads every layer
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        raise GgufExactError(f"profile: {key} = {value!r}: expected a number of layers or 'all'") from None
+
+
+def _flag(key: str, value: Any) -> bool:
+    text = str(value).lower()
+    if text in ("true", "on", "1", "enabled", "auto"):
+        return True  # "auto": llama-server turns it on where the backend has it (CPU, CUDA)
+    if text in ("false", "off", "0", "disabled"):
+        return False
+    raise GgufExactError(f"profile: {key} = {value!r}: expected on, off or auto")
+
+
+# llama-server long option (and short aliases) -> (EngineOptions field, converter)
+_PROFILE_KEYS: dict[str, tuple[str, Callable[[str, Any], Any]]] = {
+    "ctx-size": ("n_ctx", lambda k, v: int(v)),
+    "c": ("n_ctx", lambda k, v: int(v)),
+    "n-gpu-layers": ("n_gpu_layers", _layers),
+    "ngl": ("n_gpu_layers", _layers),
+    "gpu-layers": ("n_gpu_layers", _layers),
+    "n-gpu-layers-draft": ("n_gpu_layers_draft", _layers),
+    "ngld": ("n_gpu_layers_draft", _layers),
+    "flash-attn": ("flash_attn", _flag),
+    "fa": ("flash_attn", _flag),
+    "threads": ("n_threads", lambda k, v: int(v)),
+    "t": ("n_threads", lambda k, v: int(v)),
+    "threads-batch": ("n_threads_batch", lambda k, v: int(v)),
+    "batch-size": ("n_batch", lambda k, v: int(v)),
+    "b": ("n_batch", lambda k, v: int(v)),
+    "ubatch-size": ("n_ubatch", lambda k, v: int(v)),
+    "ub": ("n_ubatch", lambda k, v: int(v)),
+    "spec-draft-n-max": ("n_max", lambda k, v: int(v)),
+    "draft-max": ("n_max", lambda k, v: int(v)),
+}
+# llama-server options with nothing to do in one in-process engine serving one request at a time.
+_NOT_APPLICABLE = {"parallel", "np", "metrics", "no-warmup", "cont-batching", "spec-draft-threads", "jinja"}
+
+
+def engine_options(profile: Any, with_draft: bool = True) -> tuple[EngineOptions, list[str]]:
+    """A :class:`~gguf_exact.serving.profiles.Profile`'s values for the Python engine,
+    and the keys it does not apply (llama-server-only options), for a note."""
+    opts: dict[str, Any] = {}
+    ignored: list[str] = []
+    tables = [profile.server] + ([profile.draft] if with_draft else [])
+    for table in tables:
+        for key, value in table.items():
+            if key == "spec-type":
+                if with_draft and str(value) != "draft-mtp":
+                    raise GgufExactError(
+                        f"profile {profile.name}: spec-type = {value!r}; the Python engine drafts with the MTP drafter only (draft-mtp)"
+                    )
+                continue
+            if key == "parallel" and int(value) > 1:
+                raise GgufExactError(
+                    f"profile {profile.name}: parallel = {value}; the Python engine serves one request at a time (others queue), use parallel = 1"
+                )
+            if key in _PROFILE_KEYS:
+                name, convert = _PROFILE_KEYS[key]
+                if value is not False:
+                    opts[name] = convert(key, value)
+            elif key not in _NOT_APPLICABLE:
+                ignored.append(key)
+    if "n_threads" in opts:
+        opts.setdefault("n_threads_batch", opts["n_threads"])  # as llama-server's --threads-batch default
+    return EngineOptions(**opts), ignored
+
+
+# --- counters -------------------------------------------------------------------------
+
+
+@dataclass
+class SpecTotals:
+    """Counters since the engine was loaded (``/metrics``, ``chat``'s ``/stats``)."""
+
+    requests: int = 0
+    prompt_tokens: int = 0
+    tokens: int = 0  # sampled tokens, an end-of-generation token included (as llama-server counts them)
+    target_passes: int = 0
+    drafts: int = 0  # target passes that carried a draft (llama-server's drafts / verification steps)
+    draft_tokens: int = 0
+    accepted_tokens: int = 0
+    accepted_per_position: list[int] = field(default_factory=list)
+    prefill_seconds: float = 0.0
+    generation_seconds: float = 0.0  # after the first token, as llama-server's predicted time
+    target_seconds: float = 0.0
+    drafter_seconds: float = 0.0
+    wall_seconds: float = 0.0
+
+    def add(self, g: Generation) -> None:
+        self.requests += 1
+        self.prompt_tokens += g.n_prompt
+        self.tokens += g.n_tokens
+        self.target_passes += g.target_passes
+        self.drafts += g.draft_rounds
+        self.draft_tokens += g.drafts_generated
+        self.accepted_tokens += g.drafts_accepted
+        for a in g.accepted_per_round:
+            if len(self.accepted_per_position) < a:
+                self.accepted_per_position += [0] * (a - len(self.accepted_per_position))
+            for i in range(a):
+                self.accepted_per_position[i] += 1
+        self.prefill_seconds += g.prefill_seconds
+        self.generation_seconds += max(0.0, g.wall_seconds - g.prefill_seconds)
+        self.target_seconds += g.target_seconds
+        self.drafter_seconds += g.drafter_seconds
+        self.wall_seconds += g.wall_seconds
+
+    @property
+    def acceptance_rate(self) -> float | None:
+        return self.accepted_tokens / self.draft_tokens if self.draft_tokens else None
+
+    @property
+    def tokens_per_target_pass(self) -> float | None:
+        return self.tokens / self.target_passes if self.target_passes else None
+
+    @property
+    def tokens_per_second(self) -> float | None:
+        """Tokens after the first over the time after the first (generation phase)."""
+        return (self.tokens - self.requests) / self.generation_seconds if self.generation_seconds > 0 else None
+
+    @property
+    def python_seconds(self) -> float:
+        """Time inside generate calls but outside llama_decode: the Python side."""
+        return max(0.0, self.wall_seconds - self.target_seconds - self.drafter_seconds)
+
+    @property
+    def python_us_per_pass(self) -> float | None:
+        return 1e6 * self.python_seconds / self.target_passes if self.target_passes else None
+
+
+@dataclass
+class _Call:
+    """Book-keeping of one ``generate`` call."""
+
+    n_prompt: int
+    n_max: int
+    budget: int  # most tokens this call may emit (drafts never run past it)
+    t0: float
+    drafter_s0: float
+    t_first: float | None = None
+    tokens: list[int] = field(default_factory=list)
+    pass_drafts: list[int] = field(default_factory=list)  # drafts carried by each target pass
+    pass_emitted: list[int] = field(default_factory=list)  # tokens emitted from each target pass
+    pending_drafts: int = 0
+    target_seconds: float = 0.0
+    logits: dict[int, np.ndarray] | None = None  # position -> the target's logits there (record_margins)
+
+    def remaining(self) -> int:
+        return self.budget - len(self.tokens)
+
+
+# --- the draft model ---------------------------------------------------------------
+
+
+class MtpDraftModel(LlamaDraftModel):
+    """llama-cpp-python's draft-model hook, drafting with a gemma4-assistant MTP drafter.
+
+    ``Llama.generate`` calls it with every token so far; the last one is the newest,
+    at position ``len(input_ids) - 1``, not yet decoded. The drafter starts from the
+    target's hidden state of the position before it, which is row
+    ``pos - 1 - batch_start`` of the target's last decode. ``n_max`` may be changed
+    between calls; 0 (or no drafter) drafts nothing: the target alone.
+    """
+
+    def __init__(self, n_max: int) -> None:
+        self.n_max = n_max
+        self.drafter: LlamaDrafter | None = None
+        self.llm: MtpLlama | None = None
+
+    def hidden(self, pos: int) -> Any:
+        """The target's hidden state for a draft at ``pos``: that of position ``pos - 1``,
+        row ``pos - 1 - batch_start`` of the target's last decode (a pointer to
+        ``n_embd`` floats)."""
+        llm = self.llm
+        h = llama_cpp_ext.llama_get_embeddings_nextn_ith(llm.ctx, pos - 1 - llm._batch_start)  # type: ignore[union-attr]
+        if not h:
+            raise GgufExactError(f"target: llama.cpp returned no hidden state for position {pos - 1}")
+        return h
+
+    def __call__(self, input_ids: np.ndarray, /, **kwargs: Any) -> np.ndarray:
+        llm = self.llm
+        assert llm is not None
+        llm._verify_next = True  # the next eval is a verification pass: logits on every row
+        call = llm._call
+        pos = len(input_ids) - 1
+        k = self.n_max if self.drafter is not None else 0
+        if call is not None:
+            k = min(k, call.remaining() - 1)  # a pass yields at most k + 1 tokens
+        k = min(k, llm._n_ctx - pos - 2)  # leave room in the context, as llama-server does
+        if k <= 0:
+            return _NO_DRAFTS
+        drafts = self.drafter.draft(int(input_ids[-1]), pos, k, self.hidden(pos))  # type: ignore[union-attr]
+        if call is not None:
+            call.pending_drafts = len(drafts)
+        return np.asarray(drafts, dtype=np.intc)
+
+
+# --- the engine ---------------------------------------------------------------------
+
+
+class MtpLlama(llama_cpp.Llama):
+    """A ``llama_cpp.Llama`` on a gemma4 target whose draft model is its MTP drafter.
+
+    ``draft_path=None`` gives the target alone (same engine, same counters).
+    ``logits_all=True`` keeps every row's logits (``n_ctx x n_vocab`` floats) for
+    ``logprobs``; without it a request for logprobs is refused. Other keyword
+    arguments go to ``Llama``; ``verbose`` defaults to False and ``swa_full`` is on
+    (a rolled-back position must not have left the sliding-window cache).
+    """
+
+    def __init__(
+        self,
+        model_path: str | Path,
+        draft_path: str | Path | None = None,
+        *,
+        n_max: int = 2,
+        n_gpu_layers_draft: int | None = None,
+        logits_all: bool = False,
+        verbose: bool = False,
+        **kwargs: Any,
+    ) -> None:
+        path = Path(model_path)
+        if not path.is_file():
+            raise GgufExactError(f"target model {path}: no such file")
+        if draft_path is not None and not Path(draft_path).is_file():
+            raise GgufExactError(f"drafter model {draft_path}: no such file")
+        if n_max < 0:
+            raise GgufExactError(f"n_max must be >= 0, got {n_max}")
+        kwargs.setdefault("swa_full", True)
+        # llama-server's default (flash attention "auto") turns it on for CPU and CUDA; without it
+        # llama.cpp pads Gemma 4's V cache to the widest head and the drafter's view of it differs.
+        kwargs.setdefault("flash_attn", True)
+        self._keep_scores = logits_all
+        self._verify_next = False
+        self._batch_start = 0
+        self._call: _Call | None = None
+        self._pending_max_tokens: int | None = None
+        self._sample_idx: int | None = None
+        self.record_margins = False  # keep the target's logits of every emitted token (diagnostics)
+        self.last_logits: list[np.ndarray | None] = []  # with record_margins: the logits behind each token
+        self.last_generation: Generation | None = None
+        self.totals = SpecTotals()
+        self.on_generation: Callable[[Generation], None] | None = None  # e.g. a server's log line
+        self.draft_path = Path(draft_path) if draft_path is not None else None
+        self.target_seconds = 0.0  # inside the target's llama_decode, since load
+        draft = MtpDraftModel(n_max)
+        quiet = ExitStack()
+        if not verbose:
+            errors_only_logs(quiet)
+        try:
+            super().__init__(str(path), draft_model=draft, logits_all=logits_all, verbose=verbose, **kwargs)
+        except ValueError as e:
+            quiet.close()
+            raise GgufExactError(f"target model {path}: {e}") from None
+        self._stack.push(quiet)  # the log callback is restored last, after every free
+        if "tokenizer" not in kwargs:
+            self.tokenizer_ = PieceCache(self)
+        try:
+            _count_contexts(self, 1)
+            if draft_path is not None:
+                arch = _meta_str(self.model, "general.architecture")
+                if arch != TARGET_ARCH:
+                    raise GgufExactError(
+                        f"target model {path}: architecture is {arch!r}; MTP drafting needs a {TARGET_ARCH!r} target"
+                    )
+                llama_cpp_ext.llama_set_embeddings_nextn(self.ctx, True, False)
+                side = TargetSide(
+                    path=path,
+                    ctx=self.ctx,
+                    vocab=self._model.vocab,
+                    n_ctx=self._n_ctx,
+                    n_embd=int(llama_cpp.llama_model_n_embd(self.model)),
+                    n_vocab=self._n_vocab,
+                )
+                layers = kwargs.get("n_gpu_layers", 0) if n_gpu_layers_draft is None else n_gpu_layers_draft
+                draft.drafter = LlamaDrafter(self._stack, draft_path, side, self.n_threads, layers)
+                _count_contexts(self, 1)
+        except BaseException:
+            self.close()
+            raise
+        draft.llm = self
+        # The GGUF's template, formatted here as Llama would: kept to count a chat prompt's
+        # tokens before it streams. A chat_format or chat_handler given instead is used as is.
+        own_format = kwargs.get("chat_handler") or kwargs.get("chat_format")
+        self.chat_formatter = None if own_format else self._gguf_chat_formatter()
+        if self.chat_formatter is not None:
+            self.chat_handler = self.chat_formatter.to_chat_handler()
+
+    def close(self) -> None:
+        """Free the drafter, then the target (idempotent)."""
+        if hasattr(self, "_stack"):  # not when the constructor stopped before Llama's
+            super().close()
+
+    # --- configuration ---
+
+    @property
+    def drafter(self) -> LlamaDrafter | None:
+        return self.draft_model.drafter  # type: ignore[union-attr]
+
+    @property
+    def n_max(self) -> int:
+        """Most draft tokens per target pass (0: the target alone)."""
+        return self.draft_model.n_max if self.drafter is not None else 0  # type: ignore[union-attr]
+
+    @n_max.setter
+    def n_max(self, value: int) -> None:
+        if value < 0:
+            raise GgufExactError(f"n_max must be >= 0, got {value}")
+        self.draft_model.n_max = value  # type: ignore[union-attr]
+
+    def _gguf_chat_formatter(self) -> llama_chat_format.Jinja2ChatFormatter | None:
+        """The GGUF's own ``tokenizer.chat_template``, formatted as ``Llama`` itself would;
+        kept so that a request's prompt length can be checked before it streams."""
+        template = self.metadata.get("tokenizer.chat_template")
+        if not template:
+            return None
+        eos, bos = self.token_eos(), self.token_bos()
+        return llama_chat_format.Jinja2ChatFormatter(
+            template=template,
+            eos_token=self._model.token_get_text(eos) if eos != -1 else "",
+            bos_token=self._model.token_get_text(bos) if bos != -1 else "",
+            stop_token_ids=[eos],
+        )
+
+    # --- the hooks into llama-cpp-python's loop ---
+
+    def eval(self, tokens: Sequence[int]) -> None:
+        """Decode ``tokens`` after the cached ones (llama-cpp-python's ``eval``, with
+        logits on every row only for verification passes and the timings and
+        hidden-state row kept; why it is re-written rather than wrapped: upstream
+        copies every row's logits into ``scores``, which needs ``n_ctx x n_vocab``
+        floats once a draft model is set)."""
+        self._ctx.kv_cache_seq_rm(-1, self.n_tokens, -1)
+        verify, self._verify_next = self._verify_next, False
+        if not len(tokens):
+            return
+        all_rows = verify or self._keep_scores
+        call = self._call
+        for i in range(0, len(tokens), self.n_batch):
+            batch = tokens[i : i + self.n_batch]
+            n_past, n = self.n_tokens, len(batch)
+            self._batch.set_batch(batch=batch, n_past=n_past, logits_all=all_rows)
+            t = time.perf_counter()
+            self._ctx.decode(self._batch)
+            dt = time.perf_counter() - t
+            self.target_seconds += dt
+            self.input_ids[n_past : n_past + n] = batch
+            if self._keep_scores:
+                logits = np.ctypeslib.as_array(self._ctx.get_logits(), shape=(n * self._n_vocab,))
+                self.scores[n_past : n_past + n, :].reshape(-1)[::] = logits
+            if call is not None:
+                call.target_seconds += dt
+                if call.logits is not None:
+                    self._record_logits(call.logits, n_past, n, all_rows)
+            self._batch_start = n_past
+            self.n_tokens += n
+            self._requires_eval = False
+        if call is not None:
+            call.pass_drafts.append(call.pending_drafts)
+            call.pass_emitted.append(0)
+            call.pending_drafts = 0
+
+    def _record_logits(self, kept: dict[int, np.ndarray], n_past: int, n: int, all_rows: bool) -> None:
+        rows = n if all_rows else 1
+        logits = np.ctypeslib.as_array(llama_cpp.llama_get_logits(self.ctx), shape=(rows, self._n_vocab))
+        for r in range(rows):
+            kept[n_past + n - rows + r] = logits[r].copy()
+
+    @property
+    def _input_ids(self) -> np.ndarray:
+        # While a row is sampled, logits processors see the tokens up to that row only,
+        # not the drafts decoded after it (upstream hands them everything decoded).
+        end = self.n_tokens if self._sample_idx is None else self._sample_idx + 1
+        return self.input_ids[:end]
+
+    def sample(self, *args: Any, idx: int | None = None, **kwargs: Any) -> int:
+        self._sample_idx = idx
+        try:
+            return super().sample(*args, idx=idx, **kwargs)
+        finally:
+            self._sample_idx = None
+
+    def generate(
+        self, tokens: Sequence[int], *args: Any, max_new_tokens: int | None = None, **kwargs: Any
+    ) -> Iterator[int]:
+        """llama-cpp-python's generate loop (drafting with the MTP drafter), counted:
+        when the caller stops, :attr:`last_generation` holds the call's figures.
+        ``max_new_tokens`` (or the ``max_tokens`` of the ``create_completion`` that
+        calls it) keeps drafts from running past the tokens the caller will take."""
+        n_prompt = len(tokens)
+        room = self._n_ctx - n_prompt
+        wanted = max_new_tokens if max_new_tokens is not None else self._pending_max_tokens
+        self._pending_max_tokens = None
+        budget = room if wanted is None or wanted <= 0 else min(wanted, room)
+        drafter_s0 = self.drafter.seconds if self.drafter is not None else 0.0
+        call = _Call(n_prompt, self.n_max, budget, time.perf_counter(), drafter_s0)
+        if self.record_margins:
+            call.logits = {}
+        self._call, self._verify_next = call, False
+        inner = super().generate(tokens, *args, **kwargs)
+        try:
+            sent = None
+            while True:
+                try:
+                    token = inner.send(sent)
+                except StopIteration:
+                    return
+                if call.t_first is None:
+                    call.t_first = time.perf_counter()
+                call.tokens.append(token)
+                if call.pass_emitted:
+                    call.pass_emitted[-1] += 1
+                sent = yield token
+        finally:
+            inner.close()
+            if self._call is call:
+                self._call = None
+            self._finish(call)
+
+    def _finish(self, call: _Call) -> None:
+        now = time.perf_counter()
+        rounds = [e - 1 for d, e in zip(call.pass_drafts, call.pass_emitted) if d > 0 and e > 0]
+        drafts = [d for d in call.pass_drafts if d > 0]
+        g = Generation(tokens=list(call.tokens), n_prompt=call.n_prompt, n_max=call.n_max)
+        g.target_passes = len(call.pass_drafts)
+        g.draft_rounds = len(drafts)
+        g.drafts_generated = sum(drafts)
+        g.accepted_per_round = rounds
+        g.drafts_accepted = sum(rounds)
+        g.stopped = bool(call.tokens) and bool(llama_cpp.llama_vocab_is_eog(self._model.vocab, call.tokens[-1]))
+        g.wall_seconds = now - call.t0
+        g.prefill_seconds = (call.t_first or now) - call.t0
+        g.target_seconds = call.target_seconds
+        g.drafter_seconds = (self.drafter.seconds - call.drafter_s0) if self.drafter is not None else 0.0
+        if call.logits is not None:
+            rows = [call.logits.get(call.n_prompt - 1 + i) for i in range(len(call.tokens))]
+            self.last_logits = rows
+            g.margins = [float(np.diff(np.partition(r, -2)[-2:])[0]) if r is not None else float("nan") for r in rows]
+        self.last_generation = g
+        self.totals.add(g)
+        if self.on_generation is not None:
+            self.on_generation(g)
+
+    # --- requests ---
+
+    def prompt_tokens(self, prompt: str | list[int]) -> list[int]:
+        """The tokens ``create_completion`` decodes for ``prompt`` (no suffix)."""
+        if not isinstance(prompt, str):
+            return [int(t) for t in prompt]
+        bos = self.token_bos()
+        head = [bos] if self._model.add_bos_token() and bos != -1 else []
+        body = self.tokenize(prompt.encode("utf-8"), add_bos=False, special=True) if prompt else []
+        return head + body
+
+    def chat_prompt_tokens(self, messages: list[dict], **kwargs: Any) -> list[int] | None:
+        """The prompt tokens of a chat request with the GGUF's template (None without one)."""
+        f = self.chat_formatter
+        if f is None:
+            return None
+        result = f(messages=messages, **kwargs)
+        return self.tokenize(result.prompt.encode("utf-8"), add_bos=not result.added_special, special=True)
+
+    def check_request(self, n_prompt: int, max_tokens: int | None, logprobs: Any = None) -> None:
+        """Refuse, with llama-cpp-python's own wording for the context (the server maps
+        it to HTTP 400), what would fail or misbehave once generation has started."""
+        if max_tokens is not None and max_tokens < 0:
+            raise ValueError(f"max_tokens must be >= 0 (0 or none: up to the end of the context), got {max_tokens}")
+        if n_prompt >= self._n_ctx:
+            raise ValueError(f"Requested tokens ({n_prompt}) exceed context window of {self._n_ctx}")
+        if logprobs not in (None, False) and not self._keep_scores:
+            raise ValueError(
+                "logprobs need every row's logits kept: load the model with logits_all=True (serve: --logprobs)"
+            )
+
+    def create_completion(self, *args: Any, **kwargs: Any) -> Any:
+        """``Llama.create_completion``, checked first (prompt length, ``max_tokens``,
+        logprobs) so that a streamed request fails before its first chunk."""
+        bound = _COMPLETION_SIGNATURE.bind(self, *args, **kwargs)
+        bound.apply_defaults()
+        a = bound.arguments
+        self.check_request(len(self.prompt_tokens(a["prompt"])), a["max_tokens"], a["logprobs"])
+        call_kwargs = {k: v for k, v in a.items() if k != "self"}
+        if not a["stream"]:
+            self._pending_max_tokens = a["max_tokens"]
+            try:
+                return super().create_completion(**call_kwargs)
+            finally:
+                self._pending_max_tokens = None
+        return self._stream(super().create_completion(**call_kwargs), a["max_tokens"])
+
+    def _stream(self, chunks: Iterator[Any], max_tokens: int | None) -> Iterator[Any]:
+        self._pending_max_tokens = max_tokens  # read when the first chunk starts generate
+        try:
+            yield from chunks
+        finally:
+            self._pending_max_tokens = None
+
+
+_COMPLETION_SIGNATURE = inspect.signature(llama_cpp.Llama.create_completion)
+
+
+def load_with_drafter(
+    target: str | Path,
+    drafter: str | Path | None,
+    n_max: int | None = None,
+    profile: str | Path | Any | None = None,
+    overrides: Sequence[str] = (),
+    **llama_kwargs: Any,
+) -> MtpLlama:
+    """Load a gemma4 target with its gemma4-assistant MTP drafter as a ``llama_cpp.Llama``.
+
+    ``profile`` (a name in ``serve/`` such as ``"rtx3050"``, a ``.toml`` path, or a
+    :class:`~gguf_exact.serving.profiles.Profile`) sets the context size, GPU layers
+    (target and drafter), flash attention, threads, batch sizes and n-max as it does
+    for ``gguf-exact serve``; ``overrides`` are its ``KEY=VALUE`` pairs; ``n_max``
+    and ``llama_kwargs`` (any ``Llama`` argument) win over both. Without a profile:
+    a context of 4096 tokens and n-max 2. ``drafter=None``: the target alone.
+    """
+    opts = EngineOptions()
+    if profile is not None or overrides:
+        from gguf_exact.serving.profiles import Profile, load_profile
+
+        prof = profile if isinstance(profile, Profile) else load_profile(profile or "cpu")
+        if overrides:
+            prof = prof.with_overrides(list(overrides))
+        opts, _ = engine_options(prof, with_draft=drafter is not None)
+    if n_max is not None:
+        opts = replace(opts, n_max=n_max)
+    kwargs = {k: v for k, v in opts.llama_kwargs().items() if v is not None} | llama_kwargs
+    return MtpLlama(target, drafter, n_max=opts.n_max, n_gpu_layers_draft=opts.n_gpu_layers_draft, **kwargs)
+
+
+__all__ = [
+    "EngineOptions",
+    "MtpDraftModel",
+    "MtpLlama",
+    "SpecTotals",
+    "engine_options",
+    "live_contexts",
+    "load_with_drafter",
+]
