@@ -79,4 +79,5 @@ def test_drafter_and_target_vocabularies_compare_as_bytes(vocab_gguf, tmp_path):
     with open_gguf(vocab_gguf) as a, open_gguf(other) as b:
         ta, tb = tokenizer_of(a), tokenizer_of(b)
     assert ta.first_difference(ta) is None
-    assert ta.first_difference(tb) == "token list"
+    assert ta.first_difference(tb) == f"token 4321 is {tb.tokens()[4321]!r}, not {ta.tokens()[4321]!r}"
+    assert tb.tokens()[4321] == ta.tokens()[4321] + b"x" and len(ta.tokens()) == 5000

@@ -8,6 +8,7 @@ copy it or to compare two of them.
 """
 
 import hashlib
+import struct
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -34,9 +35,30 @@ class Tokenizer:
         return (self.model, self.bos, self.eos, self.n_tokens, self.tokens_sha256)
 
     def first_difference(self, other: "Tokenizer") -> str | None:
-        """The first way ``other`` differs from this one, in words; None when they match."""
+        """The first way ``other`` differs from this one, in words (a token list that
+        differs names the first token, ``other``'s text first); None when they match."""
         names = ("tokenizer model", "BOS id", "EOS id", "token count", "token list")
-        return next((n for n, a, b in zip(names, self.identity, other.identity) if a != b), None)
+        which = next((n for n, a, b in zip(names, self.identity, other.identity) if a != b), None)
+        if which == "token list":  # only now are tokens read one by one, to name the first
+            ours, theirs = self.tokens(), other.tokens()
+            i = next(i for i, (a, b) in enumerate(zip(ours, theirs)) if a != b)
+            which = f"token {i} is {theirs[i]!r}, not {ours[i]!r}"
+        return which
+
+    def tokens(self) -> list[bytes]:
+        """The token texts, as bytes (a Python object each: for error messages, not checks)."""
+        pair = next((p for p in self.pairs if p[8 : 8 + len(TOKENS_KEY)] == TOKENS_KEY.encode()), None)
+        if pair is None:
+            return []
+        pos = 8 + len(TOKENS_KEY) + 4 + 4  # key, type (array), element type (string)
+        (count,) = struct.unpack_from("<Q", pair, pos)
+        pos += 8
+        out = []
+        for _ in range(count):
+            (n,) = struct.unpack_from("<Q", pair, pos)
+            out.append(pair[pos + 8 : pos + 8 + n])
+            pos += 8 + n
+        return out
 
 
 def tokenizer_of(gguf: GgufFile) -> Tokenizer:

@@ -355,6 +355,13 @@ class MtpLlama(llama_cpp.Llama):
         self.draft_path = Path(draft_path) if draft_path is not None else None
         self.target_seconds = 0.0  # inside the target's llama_decode, since load
         draft = MtpDraftModel(n_max)
+        if draft_path is not None:
+            # Architecture, widths and the two vocabularies (as bytes) from the GGUF headers,
+            # before llama.cpp loads anything: a 262,144-token vocabulary costs 0.2 s here
+            # against a ctypes call per token after loading.
+            from gguf_exact.serving.checks import check_pair
+
+            check_pair(path, draft_path, checksums={})
         quiet = ExitStack()
         if not verbose:
             errors_only_logs(quiet)
