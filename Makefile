@@ -23,8 +23,11 @@ test: setup llama-server
 demo: setup
 	$(BIN)/gguf-exact demo build/demo
 
-bench: setup
+# convert against llama-quantize (full E2B drafter, 262,144-token vocabulary), then every
+# command's GGUF checks on that vocabulary: the tables in README's Benchmarks.
+bench: setup llama-server
 	$(BIN)/python scripts/bench_convert.py
+	$(BIN)/python scripts/bench_checks.py
 
 # In-process draft-mtp runner against llama-server on tiny models (tokens/s ratio, Python
 # overhead per step); without a built llama-server it prints the runner's figures only.

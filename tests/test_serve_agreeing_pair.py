@@ -57,7 +57,7 @@ def test_agreeing_drafter_is_accepted(served):
     assert get_json(served["url"] + "/health") == {"status": "ok"}
     r = complete(served["url"], "the quick brown fox", n_predict=24)
     t = r["timings"]
-    assert t["draft_n"] > 0 and t["draft_n_accepted"] > 0
+    assert t["draft_n"] > 0 and t["draft_n_accepted"] == t["draft_n"]  # every draft accepted
     # the target repeats its last token, and so does the drafter
     assert len(set(r["tokens"])) == 1
 
