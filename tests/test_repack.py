@@ -523,3 +523,33 @@ def test_verify_command_on_a_main_model_agrees_with_the_repack_report(model):
     assert dchecks["per_layer_token_embd.weight"].exact_fraction < 0.5 < embd["exact_fraction"]
     total = v["total"]
     assert total["exact_values"] == sum(t["exact_values"] for t in v["tensors"])
+
+
+def test_verify_fails_on_a_main_model_block_with_other_levels(model, tmp_path):
+    from click.testing import CliRunner
+
+    from gguf_exact.cli import main
+    from gguf_exact.formats.gguf_reader import open_gguf
+
+    out = tmp_path / "flipped.gguf"
+    raw = bytearray((model / "out.gguf").read_bytes())
+    with open_gguf(model / "out.gguf") as g:
+        t = g.tensor("blk.1.ffn_up.weight")
+        at = g.header.data_start + t.offset + 9 * 18 + 2 + 3  # block 9, the byte of values 3 and 19
+    raw[at] ^= 0x10  # value 19's level moves by one
+    out.write_bytes(bytes(raw))
+    result = CliRunner().invoke(main, ["verify", str(out), "--source", str(model / "src")])
+    assert result.exit_code == 1, result.output
+    assert "verification failed: tensor blk.1.ffn_up.weight: Q4_0 block 9 " in result.stderr
+    assert "not the source grid's" in result.stderr
+
+
+def test_outputs_have_ordinary_permissions(model, tmp_path):
+    import os
+
+    mask = os.umask(0o022)
+    try:
+        repack_model(model / "donor.gguf", model / "src", tmp_path / "r.gguf")
+    finally:
+        os.umask(mask)
+    assert (tmp_path / "r.gguf").stat().st_mode & 0o777 == 0o644  # not mkstemp's 0600
