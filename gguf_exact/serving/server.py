@@ -174,7 +174,7 @@ def plan_launch(
     except GgufExactError as e:
         if require_build or server_bin or os.environ.get(SERVER_BIN_ENV):
             raise
-        binary, note = install_dir(prof.build) / "bin" / "llama-server", f"not built yet: {e}"
+        binary, note = install_dir(prof.build) / "bin" / "llama-server", str(e)
     if check_port:
         _check_port_free(host, int(port))
     cmd = [str(binary), "--model", str(pair.target.path.resolve())]
