@@ -553,7 +553,11 @@ def serve(
         f"{launch.label} ready at {launch.url} in {seconds:.1f} s (pid {proc.pid}); log {launch.run_dir / 'server.log'}"
     )
     if pair.drafter is not None and not no_probe:
-        verdict = server_status(launch.port, launch.run_dir.parent, probe_request=True).speculation
+        try:
+            verdict = server_status(launch.port, launch.run_dir.parent, probe_request=True).speculation
+        except GgufExactError as e:  # the server is up: say so, and keep serving
+            verdict = None
+            err.print(f"[yellow]warning:[/] draft-mtp not checked: {escape(str(e))}", soft_wrap=True)
         if verdict is not None:
             if verdict.state == "off":
                 err.print(f"[yellow]warning:[/] draft-mtp {escape(verdict.line)}", soft_wrap=True)
