@@ -225,3 +225,18 @@ def test_serve_and_chat_cli(models, hub, tmp_path):
     assert chat.exit_code == 0, chat.output
     assert f"drafter {models['tiny-drafter']} (a gemma4-assistant GGUF for this target" in chat.output
     assert "target.gguf + drafter.gguf: n-max 2" in chat.output
+
+
+def test_check_pair_refuses_a_drafter_reading_other_kv_widths(models):
+    """Width and vocabulary agree (128, 320 tokens) but E4B's assistant has two KV heads: its
+    layers would view E2B's one-head cache rows at twice their width."""
+    from gguf_exact.serving.checks import check_pair
+
+    with pytest.raises(GgufExactError) as e:
+        check_pair(models["s-E2B"], models["s-E4B-drafter"])
+    assert str(e.value) == (
+        f"drafter {models['s-E4B-drafter']}: layer 0 (sliding) reads the target's layer 33 KV cache, whose K rows "
+        f"are 32 wide, with K rows 64 wide (head_count_kv x key/value length) ({models['s-E2B']}); use the assistant "
+        "made for this target size"
+    )
+    assert check_pair(models["s-E4B"], models["s-E4B-drafter"]).drafter is not None

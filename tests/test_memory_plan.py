@@ -92,6 +92,32 @@ def test_real_e2b_and_e4b_kv_bytes(full):
     assert [c.bytes for c in d] == [0, 0]
 
 
+def test_structural_kv_bytes(tmp_path):
+    """Every size's structure at tiny widths (head dims / 8: 32 sliding, 64 full), context 4096,
+    ubatch 512, one slot, flash attention on, as the cpu profile runs them."""
+    s = Settings.from_profile(load_profile("cpu").with_overrides(["ctx-size=4096"]), with_draft=True)
+    e2b = kv_caches(geometry(write_structural_pair(tmp_path / "E2B", "E2B").target), s)
+    # 35 layers, 20 KV-shared: full at 4, 9, 14; one KV head; window 512: pad256(512 + 512) cells
+    assert [(c.cells, c.layers, c.bytes) for c in e2b] == [
+        (4096, 3, 4096 * 3 * 64 * F16 * 2),
+        (1024, 12, 1024 * 12 * 32 * F16 * 2),
+    ]
+    a4b = geometry(write_structural_pair(tmp_path / "26B-A4B", "26B-A4B").target)
+    # 30 layers, none shared, full at 5, 11, 17, 23, 29 with 2 KV heads (K = V), sliding with 8;
+    # window 1024: pad256(1024 + 512) = 1536 cells
+    assert [(c.cells, c.layers, c.k_bytes, c.v_bytes) for c in kv_caches(a4b, s)] == [
+        (4096, 5, 4096 * 5 * 2 * 64 * F16, 4096 * 5 * 2 * 64 * F16),
+        (1536, 25, 1536 * 25 * 8 * 32 * F16, 1536 * 25 * 8 * 32 * F16),
+    ]
+    assert a4b.n_head_kv == tuple(2 if (i + 1) % 6 == 0 else 8 for i in range(30))  # a per-layer array
+    assert a4b.swa == tuple((i + 1) % 6 != 0 for i in range(30))
+    # flash attention off: the full layers' V rows padded to the sliding layers' 8 x 32 = 256
+    off = kv_caches(
+        a4b, Settings.from_profile(load_profile("cpu").with_overrides(["ctx-size=4096", "flash-attn=off"]), True)
+    )
+    assert [c.v_bytes for c in off] == [4096 * 5 * 256 * F16, 1536 * 25 * 256 * F16]
+
+
 def test_weight_split(full):
     with open_gguf(full["E2B"]) as g:
         tensors = list(g.tensors)
@@ -132,6 +158,19 @@ def test_plan_lines_and_warning(full):
     # a CPU plan is all RAM and never warns about a card
     cpu = plan_memory(full["E2B"], None, load_profile("cpu"))
     assert cpu.device_bytes == 0 and cpu.warning(1) is None
+
+
+def test_broken_headers_are_one_line(tmp_path):
+    from gguf_exact.tiny.full_size import write_sparse
+    from gguf_exact.tiny.main_model import TINY, donor_kv
+
+    kv = donor_kv(TINY)
+    no_pattern = [raw for raw in kv if b"sliding_window_pattern" not in raw]
+    with pytest.raises(GgufExactError, match="sliding_window_pattern must have one entry per layer"):
+        geometry(write_sparse(tmp_path / "a.gguf", no_pattern, []))
+    no_layers = [raw for raw in kv if b"gemma4.block_count" not in raw]
+    with pytest.raises(GgufExactError, match="no gemma4.block_count; cannot plan memory for it"):
+        geometry(write_sparse(tmp_path / "b.gguf", no_layers, []))
 
 
 def test_bad_settings_are_one_line(full):
