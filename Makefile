@@ -66,8 +66,9 @@ CUDA ?=
 llama-server: setup
 	scripts/build-llama-cpp.sh $(if $(CUDA),--cuda $(CUDA))
 
-# make serve PROFILE=rtx3050 MODEL=target.gguf DRAFT=drafter.gguf [PORT=8080] [ARGS='--detach']
-PROFILE ?= cpu
+# make serve MODEL=target.gguf [DRAFT=drafter.gguf] [PROFILE=auto|rtx3050|...] [PORT=8080] [ARGS=--detach]
+# (without DRAFT serve finds the drafter; ARGS=--fetch-draft fetches it)
+PROFILE ?= auto
 PORT    ?= 8080
 serve: setup
 	$(BIN)/gguf-exact serve --profile $(PROFILE) --model $(MODEL) $(if $(DRAFT),--draft $(DRAFT)) --port $(PORT) $(ARGS)

@@ -3,6 +3,7 @@ of the Python API (named in its help), so scripts and the Makefile can do the sa
 
 import contextlib
 import json
+import shlex
 import sys
 from pathlib import Path
 
@@ -55,17 +56,79 @@ def tensor_progress(label: str, total: int, enabled: bool = True):
         yield lambda name: progress.update(task, advance=1, description=name)
 
 
-def target_and_draft_options(command):
-    """``--model TARGET.gguf [--draft DRAFTER.gguf]``, shared by serve and generate."""
-    command = click.option(
-        "--draft",
-        "drafter",
-        type=click.Path(path_type=Path),
-        help="Its gemma4-assistant MTP drafter GGUF (speculation on).",
-    )(command)
-    return click.option(
-        "--model", "target", required=True, type=click.Path(path_type=Path), help="The gemma4 target GGUF."
-    )(command)
+MODELS_DIR_HELP = "Where files are placed, as MODELS_DIR/<repo>/<file> (the paths in checksums/RECIPE.sha256)."
+
+
+def target_and_draft_options(auto: bool):
+    """``--model TARGET.gguf [--draft DRAFTER.gguf|auto] [--no-draft] [--fetch-draft]
+    [--models-dir DIR]``, shared by serve, chat, generate and tune. With ``auto`` no
+    ``--draft`` means ``--draft auto`` (serve, chat); else the target alone (generate)."""
+    default = " (the default)" if auto else ""
+    draft_help = (
+        "The gemma4-assistant MTP drafter GGUF, or auto" + default + ": the target's size is read from its "
+        "header and its exact drafter looked for in --models-dir (where `gguf-exact fetch` puts it) and beside the target."
+    )
+
+    def decorate(command):
+        for opt in reversed(
+            [
+                click.option(
+                    "--model", "target", required=True, type=click.Path(path_type=Path), help="The gemma4 target GGUF."
+                ),
+                click.option("--draft", "drafter", metavar="FILE|auto", help=draft_help),
+                click.option("--no-draft", is_flag=True, help="The target alone: no drafter, no speculation."),
+                click.option(
+                    "--fetch-draft",
+                    is_flag=True,
+                    help="When no drafter is found, fetch the one the recipes in convert/ name for the target's size "
+                    "(pinned commit, sha256 checked) into --models-dir. $GGUF_EXACT_RECIPES: another recipes folder.",
+                ),
+                click.option(
+                    "--models-dir",
+                    type=click.Path(path_type=Path),
+                    default=Path("models"),
+                    show_default=True,
+                    help=MODELS_DIR_HELP + " Searched for the drafter.",
+                ),
+            ]
+        ):
+            command = opt(command)
+        return command
+
+    return decorate
+
+
+def resolve_draft(
+    target: Path, drafter: str | None, no_draft: bool, fetch_draft: bool, models_dir: Path, auto: bool
+) -> tuple[Path | None, str | None]:
+    """The drafter the draft options name (:func:`gguf_exact.serving.drafter_lookup.resolve_drafter`),
+    and how it was found (None when given as a file)."""
+    from gguf_exact.serving.drafter_lookup import resolve_drafter
+
+    found = resolve_drafter(target, drafter, no_draft, models_dir, fetch_draft, default_auto=auto)
+    return found.path, (None if found.how == "--draft" else found.how)
+
+
+def resolve_profile_option(name: str):
+    """``--profile NAME|auto|FILE`` as (Profile, what ``auto`` chose and why, or None)."""
+    from gguf_exact.serving.profile_choice import resolve_profile
+
+    return resolve_profile(name)
+
+
+def profile_line(prof, choice) -> str:
+    """``profile  NAME (description), build B`` and, for ``auto``, why that one."""
+    from gguf_exact.serving.profiles import PROFILE_DIR
+
+    why = f"; --profile auto: {choice.reason}" if choice is not None else ""
+    where = f", from {prof.path}" if prof.path and prof.path.parent.resolve() != PROFILE_DIR.resolve() else ""
+    return f"profile  {prof.name} ({prof.description}), build {prof.build}{where}{why}"
+
+
+PROFILE_HELP = (
+    "auto (from nvidia-smi's GPU name and memory; cpu without one), rtx3050, gtx1650ti, cpu, a name "
+    "in ~/.config/gguf-exact/profiles (read first: where `gguf-exact tune` writes), or a .toml file."
+)
 
 
 def pct(x: float | None) -> str:
@@ -361,8 +424,8 @@ def doctor() -> None:
 
 
 @main.command()
-@target_and_draft_options
-@click.option("--profile", default="cpu", show_default=True, help="rtx3050, gtx1650ti, cpu, or a .toml file.")
+@target_and_draft_options(auto=True)
+@click.option("--profile", default="auto", show_default=True, help=PROFILE_HELP)
 @click.option(
     "--set",
     "overrides",
@@ -376,8 +439,15 @@ def doctor() -> None:
     "--server-bin", type=click.Path(path_type=Path), help="A llama-server to run instead of the cached build."
 )
 @click.option("--detach", is_flag=True, help="Run in the background (pid file and log in the run directory).")
-@click.option("--dry-run", is_flag=True, help="Check the files and print the command; start nothing.")
+@click.option(
+    "--dry-run",
+    is_flag=True,
+    help="Check the files, print the memory plan and the command (even before the build exists); start nothing.",
+)
 @click.option("--timeout", default=600.0, show_default=True, help="Seconds to wait for /health.")
+@click.option(
+    "--no-probe", is_flag=True, help="Skip the short request that confirms draft-mtp is drafting after launch."
+)
 @click.option(
     "--engine",
     type=click.Choice(["llama-server", "python"]),
@@ -391,7 +461,10 @@ def doctor() -> None:
 @click.argument("extra", nargs=-1, type=click.UNPROCESSED, metavar="[-- LLAMA_SERVER_ARGS...]")
 def serve(
     target: Path,
-    drafter: Path | None,
+    drafter: str | None,
+    no_draft: bool,
+    fetch_draft: bool,
+    models_dir: Path,
     profile: str,
     overrides: tuple[str, ...],
     host: str,
@@ -400,28 +473,43 @@ def serve(
     detach: bool,
     dry_run: bool,
     timeout: float,
+    no_probe: bool,
     engine: str,
     logprobs: bool,
     extra: tuple[str, ...],
 ) -> None:
     """Serve a Gemma 4 target with its MTP drafter (draft-mtp) over HTTP.
 
-    Checks first: both files GGUF, target gemma4, drafter gemma4-assistant with
-    embedding_length_out equal to the target's width, the same vocabulary, and
-    sha256 against checksums/ for listed files. Prints the exact server command and
-    the weight bytes, starts it on 127.0.0.1 (llama-server with --metrics), waits
-    for /health and stays in the foreground (Ctrl-C stops it) unless --detach.
-    --engine python serves /v1/chat/completions, /v1/completions, /v1/models,
-    /health and /metrics from llama-cpp-python instead, with the same profile
-    (context, GPU layers, n-max). (Python: gguf_exact.serving.server.plan_launch,
-    start_server; the python engine: gguf_exact.serving.openai_server)
-    """
-    from gguf_exact.serving.server import plan_launch, serve_foreground, start_server
+    \b
+    Without --draft the drafter is found: the target's size is read from its
+    header, then the recipes' exact drafter is looked for in --models-dir (as
+    `gguf-exact fetch` places it) and any fitting gemma4-assistant GGUF there or
+    beside the target; --fetch-draft fetches it, pinned and hash-checked. None
+    found: one line says how to get one (or --no-draft serves the target alone).
+    --profile auto (the default) reads nvidia-smi's GPU name and memory.
 
+    Checks the pair (gemma4 target, gemma4-assistant drafter of the target's width,
+    same vocabulary, sha256 against checksums/ for listed files), prints the weight
+    bytes, the memory plan (weights, KV cache at the profile's context, drafter,
+    compute buffers; a warning when it exceeds the card) and the exact server
+    command, starts it on 127.0.0.1 (llama-server with --metrics), waits for
+    /health, sends one short probe request and says whether draft-mtp is drafting
+    (or that llama.cpp left speculation off), then stays in the foreground (Ctrl-C
+    stops it) unless --detach. --engine python serves /v1/chat/completions,
+    /v1/completions, /v1/models, /health and /metrics from llama-cpp-python
+    instead, with the same profile. (Python: gguf_exact.serving.server.plan_launch,
+    start_server; drafter_lookup.resolve_drafter; memory_plan.plan_memory;
+    profile_choice.resolve_profile; the python engine: gguf_exact.serving.openai_server)
+    """
+    from gguf_exact.serving.memory_plan import plan_memory
+    from gguf_exact.serving.server import plan_launch, serve_foreground, server_status, start_server
+
+    prof, choice = resolve_profile_option(profile)
+    found_drafter, how = resolve_draft(target, drafter, no_draft, fetch_draft, models_dir, auto=True)
     launch = plan_launch(
         target,
-        drafter,
-        profile,
+        found_drafter,
+        prof,
         overrides,
         host,
         port,
@@ -430,52 +518,89 @@ def serve(
         check_port=not dry_run,
         engine=engine,
         logprobs=logprobs,
+        require_build=not dry_run,
     )
     pair = launch.pair
+
+    def say(line: str) -> None:
+        out.print(line, soft_wrap=True, markup=False)
+
     for role, m in (("target", pair.target), ("drafter", pair.drafter)):
         if m is not None:
             listed = ", sha256 matches checksums/" if m.sha256 else ""
-            out.print(
-                f"{role:<8} {m.path}  {m.architecture}, {m.weight_bytes:,} bytes of weights in {m.n_tensors} tensors{listed}",
-                soft_wrap=True,
-                markup=False,
+            say(
+                f"{role:<8} {m.path}  {m.architecture}, {m.weight_bytes:,} bytes of weights in {m.n_tensors} tensors{listed}"
             )
+    if how:
+        say(f"{'':<8} drafter: {how}")
     if pair.drafter is not None:
-        out.print(f"{'total':<8} {pair.target.weight_bytes + pair.drafter.weight_bytes:,} bytes of weights")
-    out.print(
-        f"profile  {launch.profile.name} ({launch.profile.description}), build {launch.profile.build}", markup=False
-    )
-    out.print(launch.command_line, soft_wrap=True, markup=False)
+        say(f"{'total':<8} {pair.target.weight_bytes + pair.drafter.weight_bytes:,} bytes of weights")
+    say(profile_line(launch.profile, choice))
+    plan = plan_memory(pair.target.path, pair.drafter.path if pair.drafter else None, launch.profile)
+    say(f"memory plan ({'GPU' if plan.gpu else 'CPU'}, estimated from the GGUF headers as llama.cpp sizes them):")
+    for line in plan.lines():
+        say(line)
+    warning = plan.warning(*_card_memory(launch.profile, choice))
+    if warning:
+        err.print(f"[yellow]warning:[/] {escape(warning)}", soft_wrap=True)
+    say(launch.command_line)
+    if launch.note:
+        say(f"note: {launch.note}")
     if dry_run:
         return
     proc, seconds = start_server(launch, detach, timeout)
-    out.print(
-        f"{launch.label} ready at {launch.url} in {seconds:.1f} s (pid {proc.pid}); log {launch.run_dir / 'server.log'}",
-        markup=False,
+    say(
+        f"{launch.label} ready at {launch.url} in {seconds:.1f} s (pid {proc.pid}); log {launch.run_dir / 'server.log'}"
     )
+    if pair.drafter is not None and not no_probe:
+        try:
+            verdict = server_status(launch.port, launch.run_dir.parent, probe_request=True).speculation
+        except GgufExactError as e:  # the server is up: say so, and keep serving
+            verdict = None
+            err.print(f"[yellow]warning:[/] draft-mtp not checked: {escape(str(e))}", soft_wrap=True)
+        if verdict is not None:
+            if verdict.state == "off":
+                err.print(f"[yellow]warning:[/] draft-mtp {escape(verdict.line)}", soft_wrap=True)
+            else:
+                say(f"draft-mtp {verdict.line}")
     if detach:
-        out.print(
-            f"detached; `gguf-exact status --port {port}` reports on it, `gguf-exact stop --port {port}` ends it",
-            markup=False,
-        )
+        say(f"detached; `gguf-exact status --port {port}` reports on it, `gguf-exact stop --port {port}` ends it")
         return
     sys.exit(serve_foreground(launch, proc))
+
+
+def _card_memory(profile, choice) -> tuple[int | None, str]:
+    """The GPU memory the plan must fit: nvidia-smi's first GPU, else the profile's ``memory_mib``."""
+    gpu = choice.gpu if choice is not None else None
+    if gpu is None and profile.build != "cpu":
+        from gguf_exact.serving.gpus import query_gpus
+
+        gpus, _ = query_gpus()
+        gpu = gpus[0] if gpus else None
+    if gpu is not None:
+        return gpu.memory_mib, f"the {gpu.name} (nvidia-smi)"
+    return profile.memory_mib, f"profile {profile.name}'s card"
 
 
 @main.command()
 @click.option("--port", type=int, help="The server's port (default: the last one started).")
 @click.option("--last", default=5, show_default=True, help="How many per-request acceptance lines to show.")
 @click.option("--json", "as_json", is_flag=True, help="Print the status as JSON.")
-def status(port: int | None, last: int, as_json: bool) -> None:
+@click.option("--probe", is_flag=True, help="Send one short request first, to see whether it drafts.")
+def status(port: int | None, last: int, as_json: bool, probe: bool) -> None:
     """Health, models, speculation and draft acceptance of a served model.
 
     Draft counters come from /metrics (drafts, draft tokens, accepted tokens, the
     accepted share); the last requests' `draft acceptance` lines from the server
-    log. Exits 1 when the server is down. (Python: gguf_exact.serving.server.server_status)
+    log. The draft-mtp line says whether the server is really drafting: active
+    (draft tokens since start, or in the --probe request), OFF (a drafter was
+    given but llama-server is not speculating, and why: no --spec-type draft-mtp,
+    or what llama.cpp logged), or not yet confirmed. Exits 1 when the server is
+    down. (Python: gguf_exact.serving.server.server_status, speculation.judge)
     """
     from gguf_exact.serving.server import server_status
 
-    st = server_status(port, last=last)
+    st = server_status(port, last=last, probe_request=probe)
     if as_json:
         click.echo(json.dumps(st.as_dict(), indent=2, default=str))
     else:
@@ -490,6 +615,8 @@ def status(port: int | None, last: int, as_json: bool) -> None:
             out.print(f"models       {', '.join(st.models) or '-'}", markup=False)
             spec = "-" if st.speculative is None else ("on" if st.speculative else "off")
             out.print(f"speculation  {spec}", markup=False)
+            if st.speculation is not None:
+                out.print(f"draft-mtp    {st.speculation.line}", markup=False, soft_wrap=True)
             c = st.counters
             if c is not None:
                 rate = "-" if c.rate is None else f"{c.rate:.2%}"
@@ -524,9 +651,104 @@ def stop(port: int | None) -> None:
     out.print(stop_server(port), markup=False)
 
 
-# --- Recipes: pinned fetch, pin, reproducible build (gguf_exact.hub.fetch / .pin / .build) ---
+@main.command()
+@target_and_draft_options(auto=True)
+@click.option("--profile", default="auto", show_default=True, help=PROFILE_HELP)
+@click.option(
+    "--set", "overrides", multiple=True, metavar="KEY=VALUE", help="Override a profile value while measuring."
+)
+@click.option(
+    "--n-max", "n_max_list", default="1,2,3,4", show_default=True, help="Comma-separated n-max values to try."
+)
+@click.option("--prompts", "prompt_list", help="Comma-separated names from the shipped prompt set (default: all).")
+@click.option("--n-predict", default=64, show_default=True, help="Tokens per prompt and run.")
+@click.option("--rounds", default=1, show_default=True, help="Rounds; each visits the arms forward then backward.")
+@click.option(
+    "--server-bin", type=click.Path(path_type=Path), help="A llama-server to run instead of the cached build."
+)
+@click.option(
+    "--out",
+    "out_dir",
+    type=click.Path(path_type=Path),
+    default=Path("build/tune"),
+    show_default=True,
+    help="Where bench.json and bench.md of the measurement go.",
+)
+@click.option("--no-write", is_flag=True, help="Measure and print; write no profile.")
+def tune(
+    target: Path,
+    drafter: str | None,
+    no_draft: bool,
+    fetch_draft: bool,
+    models_dir: Path,
+    profile: str,
+    overrides: tuple[str, ...],
+    n_max_list: str,
+    prompt_list: str | None,
+    n_predict: int,
+    rounds: int,
+    server_bin: Path | None,
+    out_dir: Path,
+    no_write: bool,
+) -> None:
+    """Measure tokens/s at each n-max on this machine; keep the best in a local profile.
 
-MODELS_DIR_HELP = "Where files are placed, as MODELS_DIR/<repo>/<file> (the paths in checksums/RECIPE.sha256)."
+    Starts llama-server with the profile once per arm (the target alone, then
+    n-max 1, 2, 3, 4; one server at a time, arms forward then backward), runs the
+    shipped prompts against each and prints the table. The best n-max goes into a
+    copy of the profile in the user's profile folder ($GGUF_EXACT_PROFILES, else
+    ~/.config/gguf-exact/profiles/NAME.toml, the measurement in a comment at its
+    top); `--profile NAME` (and auto) read that copy before the project's
+    serve/NAME.toml, which is never written. Delete the copy to go back.
+    (Python: gguf_exact.serving.tune.tune_n_max, write_tuned_profile)
+    """
+    from gguf_exact.serving.tune import tune_n_max, write_tuned_profile
+    from gguf_exact.speculative.prompt_set import load_prompts
+
+    if no_draft:
+        raise GgufExactError("tune measures the drafter's n-max: --no-draft leaves nothing to tune")
+    prof, choice = resolve_profile_option(profile)
+    drafter, how = resolve_draft(target, drafter, False, fetch_draft, models_dir, auto=True)
+    if how:
+        err.print(f"drafter {drafter} ({how})", markup=False, soft_wrap=True)
+    err.print(profile_line(prof, choice), markup=False, soft_wrap=True)
+    try:
+        n_values = [int(x) for x in n_max_list.split(",") if x.strip()]
+    except ValueError:
+        raise GgufExactError(f"--n-max {n_max_list}: expected comma-separated integers, e.g. 1,2,3,4") from None
+    prompts = load_prompts([p.strip() for p in prompt_list.split(",")] if prompt_list else None)
+    progress = (lambda s: err.print(s, markup=False)) if err.is_terminal else (lambda s: None)
+    result = tune_n_max(
+        target, drafter, prof, n_values, prompts, n_predict, rounds, overrides, server_bin, progress=progress
+    )
+    paths = result.report.write(out_dir, plot=False)
+    out.print(result.report.markdown(), markup=False, soft_wrap=True)
+    base = result.target_tokens_per_second
+    vs = f"; the target alone {base:.1f} tokens/s" if base else ""
+    out.print(
+        f"best: n-max {result.best_n_max} at {result.best_tokens_per_second:.1f} tokens/s (median run){vs}",
+        markup=False,
+        soft_wrap=True,
+    )
+    if base and result.best_tokens_per_second < base:
+        out.print("drafting is slower than the target alone on this machine (noisy if it is busy)", markup=False)
+    out.print("wrote " + ", ".join(str(p) for p in paths.values()), markup=False, soft_wrap=True)
+    if no_write:
+        return
+    args = ["--model", str(target), "--draft", str(drafter), "--profile", profile, "--n-max", n_max_list]
+    args += ["--n-predict", str(n_predict), "--rounds", str(rounds)] + (
+        ["--prompts", prompt_list] if prompt_list else []
+    )
+    command = shlex.join(["gguf-exact", "tune", *args, *(a for o in overrides for a in ("--set", o))])
+    dest = write_tuned_profile(prof, result, command)
+    out.print(
+        f"wrote {dest}: spec-draft-n-max = {result.best_n_max}; `--profile {prof.name}` now reads it",
+        markup=False,
+        soft_wrap=True,
+    )
+
+
+# --- Recipes: pinned fetch, pin, reproducible build (gguf_exact.hub.fetch / .pin / .build) ---
 
 
 @main.command()
@@ -811,7 +1033,7 @@ def _sampling(temperature: float, top_k: int, top_p: float, min_p: float, repeat
 
 
 @main.command()
-@target_and_draft_options
+@target_and_draft_options(auto=False)
 @click.option("--prompt", help="The prompt text (BOS is added).")
 @click.option(
     "--prompt-file", type=click.Path(path_type=Path), help="Read the prompt from this file (one final newline dropped)."
@@ -833,7 +1055,10 @@ def _sampling(temperature: float, top_k: int, top_p: float, min_p: float, repeat
 @click.option("--json", "as_json", is_flag=True, help="Print token ids, text and counters as JSON.")
 def generate(
     target: Path,
-    drafter: Path | None,
+    drafter: str | None,
+    no_draft: bool,
+    fetch_draft: bool,
+    models_dir: Path,
     prompt: str | None,
     prompt_file: Path | None,
     n_max: int,
@@ -850,7 +1075,7 @@ def generate(
     threads: int,
     as_json: bool,
 ) -> None:
-    """Generate in-process, with the MTP drafter when --draft is given.
+    """Generate in-process, with the MTP drafter when --draft is given (--draft auto finds it as serve does).
 
     The drafter proposes up to --n-max tokens from the target's hidden state, the
     target checks them in one pass with the request's sampler, the agreeing prefix
@@ -868,6 +1093,9 @@ def generate(
             raise GgufExactError(f"--prompt-file {prompt_file}: no such file")
         prompt = prompt_file.read_text(encoding="utf-8").removesuffix("\n")
     sampling = _sampling(temperature, top_k, top_p, min_p, repeat_penalty, seed)
+    drafter, how = resolve_draft(target, drafter, no_draft, fetch_draft, models_dir, auto=False)
+    if how and drafter is not None:
+        err.print(f"drafter {drafter} ({how})", markup=False, soft_wrap=True)
     with Runner(target, drafter, n_ctx=n_ctx, n_threads=threads) as r:
         g = r.complete(prompt, n_predict, n_max if drafter else 0, sampling, stops, chat)  # type: ignore[arg-type]
     if as_json:
@@ -889,8 +1117,10 @@ def generation_line(g) -> str:
 
 
 @main.command()
-@target_and_draft_options
-@click.option("--profile", help="rtx3050, gtx1650ti, cpu, or a .toml file: context, GPU layers, n-max as for serve.")
+@target_and_draft_options(auto=True)
+@click.option(
+    "--profile", help="Context, GPU layers, n-max as for serve: " + PROFILE_HELP + " Default: 4096 tokens, n-max 2."
+)
 @click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE", help="Override a profile value.")
 @click.option("--n-max", type=int, help="Most draft tokens per target pass (default: the profile's, else 2).")
 @sampling_options
@@ -898,7 +1128,10 @@ def generation_line(g) -> str:
 @click.option("--system", help="A system message to start the conversation with.")
 def chat(
     target: Path,
-    drafter: Path | None,
+    drafter: str | None,
+    no_draft: bool,
+    fetch_draft: bool,
+    models_dir: Path,
     profile: str | None,
     overrides: tuple[str, ...],
     n_max: int | None,
@@ -913,6 +1146,9 @@ def chat(
 ) -> None:
     """Chat in the terminal, in-process, with the MTP drafter; text streams as it is accepted.
 
+    Without --draft the drafter is found as for serve (--fetch-draft, --models-dir,
+    --no-draft for the target alone).
+
     Each line you type is a user message; the reply uses the GGUF's chat template
     and the sampler options. /stats shows acceptance, tokens per target pass and
     tokens/s so far; /reset starts over; /exit (or Ctrl-D) ends and prints the
@@ -922,7 +1158,14 @@ def chat(
     from gguf_exact.speculative.chat import chat_session, stats_line
     from gguf_exact.speculative.engine import load_with_drafter
 
-    llm = load_with_drafter(target, drafter, n_max, profile, overrides)
+    drafter, how = resolve_draft(target, drafter, no_draft, fetch_draft, models_dir, auto=True)
+    if how and drafter is not None:
+        err.print(f"drafter {drafter} ({how})", markup=False, soft_wrap=True)
+    prof = None
+    if profile:
+        prof, choice = resolve_profile_option(profile)
+        err.print(profile_line(prof, choice), markup=False, soft_wrap=True)
+    llm = load_with_drafter(target, drafter, n_max, prof, overrides)
     sampling = _sampling(temperature, top_k, top_p, min_p, repeat_penalty, seed)
     err.print(
         f"{target.name}{' + ' + drafter.name if drafter else ''}: n-max {llm.n_max}, context {llm.n_ctx()} tokens. "
@@ -947,7 +1190,12 @@ def chat(
 
 @main.command()
 @click.option("--model", "target", type=click.Path(path_type=Path), help="The gemma4 target GGUF (in-process runs).")
-@click.option("--draft", "drafter", type=click.Path(path_type=Path), help="Its MTP drafter GGUF (in-process runs).")
+@click.option(
+    "--draft",
+    "drafter",
+    metavar="FILE|auto",
+    help="Its MTP drafter GGUF, or auto: found as serve finds it (in models/).",
+)
 @click.option(
     "--n-max",
     "n_max_list",
@@ -988,7 +1236,7 @@ def chat(
 @click.option("--seed", default=1, show_default=True, help="--engines: the sampler seed sent with every request.")
 def bench(
     target: Path | None,
-    drafter: Path | None,
+    drafter: str | None,
     n_max_list: str,
     servers: tuple[str, ...],
     prompt_list: str | None,
@@ -1024,6 +1272,8 @@ def bench(
 
     prompts = load_prompts([p.strip() for p in prompt_list.split(",")] if prompt_list else None)
     progress = (lambda s: err.print(s, markup=False)) if err.is_terminal else (lambda s: None)
+    if drafter is not None and target is not None:
+        drafter = resolve_draft(target, drafter, False, False, Path("models"), auto=False)[0]
     if engines:
         from gguf_exact.speculative.bench_engines import bench_engines
 

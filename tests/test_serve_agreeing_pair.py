@@ -51,6 +51,7 @@ def test_serve_prints_command_and_weight_bytes(served):
     assert "bytes of weights" in out and "gemma4-assistant" in out
     assert "--spec-type draft-mtp" in out and "--metrics" in out and f"--port {served['port']}" in out
     assert f"ready at {served['url']}" in out and "detached" in out
+    assert "memory plan (CPU" in out and "draft-mtp active: " in out  # the probe request drafted
 
 
 def test_agreeing_drafter_is_accepted(served):

@@ -34,6 +34,7 @@ _SCALAR = {
     GGUFValueType.FLOAT32: "<f", GGUFValueType.BOOL: "<?", GGUFValueType.UINT64: "<Q",
     GGUFValueType.INT64: "<q", GGUFValueType.FLOAT64: "<d",
 }  # fmt: skip
+SCALAR_FORMATS = _SCALAR  # struct formats of the scalar value types, for readers of arrays
 
 
 class LayoutError(ValueError):

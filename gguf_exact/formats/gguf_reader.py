@@ -17,6 +17,7 @@ overlapping another. Nothing reads past the file's size.
 
 import mmap
 import os
+import struct
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -24,7 +25,7 @@ from typing import Any
 import numpy as np
 
 from gguf_exact.errors import GgufExactError
-from gguf_exact.formats.gguf_layout import Header, LayoutError, TensorEntry, parse_header, row_bytes
+from gguf_exact.formats.gguf_layout import SCALAR_FORMATS, Header, LayoutError, TensorEntry, parse_header, row_bytes
 
 MIN_FILE_BYTES = 24  # magic, version, tensor count, key count
 
@@ -63,6 +64,22 @@ class GgufFile:
         """Element count of an array value; None when the key is absent or not an array."""
         value = self.header.value(key)
         return value[1] if isinstance(value, tuple) else None
+
+    def numbers(self, key: str) -> list | None:
+        """A numeric or bool value as a list: a scalar as one element, an array element
+        by element (per-layer hyperparameters such as ``attention.head_count_kv``).
+        None when the key is absent or holds strings."""
+        kv = self.header.fields.get(key)
+        if kv is None:
+            return None
+        if not isinstance(kv.value, tuple):
+            return None if isinstance(kv.value, str) else [kv.value]
+        sub, count = kv.value
+        fmt = SCALAR_FORMATS.get(sub)
+        if fmt is None:
+            return None
+        values = kv.raw[len(kv.raw) - count * struct.calcsize(fmt) :]  # the elements end the pair
+        return list(struct.unpack(f"<{count}{fmt[1:]}", values))
 
     def tensor(self, name: str) -> TensorEntry:
         for t in self.header.tensors:

@@ -8,7 +8,9 @@ A recipe names up to three parts, each a Hub repository, a revision and its file
 - ``[target]``: the target model's GGUF whose ``tokenizer.*`` keys the drafter copies
   (``--vocab-from``).
 
-File entries are names or ``fnmatch`` patterns (``model*.safetensors*``). The hashes
+A drafter recipe may say which Gemma 4 size it serves (``size = "E2B"``, a key of
+:data:`gguf_exact.gemma4.sizes.SIZES`): ``gguf-exact serve`` then finds or fetches it for
+a target of that size. File entries are names or ``fnmatch`` patterns (``model*.safetensors*``). The hashes
 and the commit each revision resolved to live in the recipe's checksum file
 (``checksums/<name>.sha256``, see :mod:`.checksums`), written by ``gguf-exact pin``.
 :func:`parse_recipe` is pure; :func:`load_recipe` reads the file.
@@ -56,6 +58,7 @@ class Recipe:
     output: str  # file name of the exact GGUF this recipe makes
     parts: dict[str, RepoPart]
     checksums: Path
+    size: str | None = None  # the Gemma 4 size whose target this drafter serves
 
     def part(self, role: str) -> RepoPart:
         if role not in self.parts:
@@ -102,8 +105,14 @@ def parse_recipe(data: dict, path: Path) -> Recipe:
         raise GgufExactError(
             f'{path}: checksums = {checksums!r} must be a relative path to a .sha256 file, e.g. "../checksums/{name}.sha256"'
         )
+    size = data.get("size")
+    if size is not None:
+        from gguf_exact.gemma4.sizes import SIZES
+
+        if size not in SIZES:
+            raise GgufExactError(f"{path}: size = {size!r}; expected one of {', '.join(SIZES)}")
     return Recipe(
-        name, path, kind, str(data.get("description", "")), output, parts, (path.parent / checksums).resolve()
+        name, path, kind, str(data.get("description", "")), output, parts, (path.parent / checksums).resolve(), size
     )
 
 

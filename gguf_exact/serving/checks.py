@@ -2,9 +2,10 @@
 
 Each failure is one line that names the file and field: both files must be GGUF, the
 target ``gemma4`` and the drafter ``gemma4-assistant``, the drafter's
-``embedding_length_out`` equal to the target's ``embedding_length``, their
-vocabularies the same, and each file's sha256 equal to the one in ``checksums/``
-when its name is listed there.
+``embedding_length_out`` equal to the target's ``embedding_length``, each drafter
+layer's K and V rows as wide as the target cache it reads (llama.cpp views it
+unchecked), their vocabularies the same, and each file's sha256 equal to the one in
+``checksums/`` when its name is listed there.
 """
 
 from dataclasses import dataclass
@@ -80,6 +81,29 @@ def check_listed_sha256(model: ModelFile, role: str, listed: dict[str, str]) -> 
     return ModelFile(**{**model.__dict__, "sha256": actual})
 
 
+def kv_mismatch(target: Path, drafter: Path) -> str | None:
+    """Where the drafter would read the target's KV cache with rows of another width, or
+    None. llama.cpp gives each ``gemma4-assistant`` sliding layer the target's layer
+    ``n_layer - 2`` cache and each full layer ``n_layer - 1``'s (``llama-model.cpp``, the
+    ``share`` callback) and views it with the drafter's own K/V widths."""
+    from gguf_exact.serving.memory_plan import Geometry
+
+    with open_gguf(target, "target") as g:
+        tg = Geometry.from_gguf(g)
+    with open_gguf(drafter, "drafter") as g:
+        dg = Geometry.from_gguf(g)
+    for il in range(dg.n_layer):
+        src = tg.n_layer - (2 if dg.swa[il] else 1)
+        kind = "sliding" if dg.swa[il] else "full-attention"
+        for what, mine, theirs in (("K", dg.k_width(il), tg.k_width(src)), ("V", dg.v_width(il), tg.v_width(src))):
+            if mine != theirs:
+                return (
+                    f"layer {il} ({kind}) reads the target's layer {src} KV cache, whose {what} rows are {theirs} wide, "
+                    f"with {what} rows {mine} wide (head_count_kv x key/value length)"
+                )
+    return None
+
+
 def check_pair(
     target: str | Path, drafter: str | Path | None = None, checksums: dict[str, str] | None = None
 ) -> ServePair:
@@ -109,6 +133,9 @@ def check_pair(
             f"drafter {d.path}: {DRAFTER_ARCH}.embedding_length_out is {d.embedding_length_out} but the target's "
             f"{TARGET_ARCH}.embedding_length is {t.embedding_length} ({t.path}); use the assistant made for this target size"
         )
+    mismatch = kv_mismatch(t.path, d.path)
+    if mismatch is not None:
+        raise GgufExactError(f"drafter {d.path}: {mismatch} ({t.path}); use the assistant made for this target size")
     which = t.tokenizer.first_difference(d.tokenizer)
     if which is not None:
         raise GgufExactError(

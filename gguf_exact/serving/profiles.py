@@ -4,6 +4,9 @@ A profile names the llama.cpp build it needs (``build = "cuda86"``) and two tabl
 llama-server long options without their ``--``: ``[server]`` always, ``[draft]`` only
 when a drafter is given. ``true`` is a bare flag, ``false`` leaves the flag out.
 :meth:`Profile.with_overrides` applies ``KEY=VALUE`` pairs from the command line.
+A GPU profile also says which cards it is for: ``cards`` (parts of the name
+``nvidia-smi`` prints) and ``memory_mib`` (the card's memory), read by ``--profile
+auto`` (:mod:`.profile_choice`) and by the memory plan's warning.
 """
 
 import os
@@ -45,6 +48,8 @@ class Profile:
     build: str = "cpu"
     server: dict[str, Value] = field(default_factory=dict)
     draft: dict[str, Value] = field(default_factory=dict)
+    cards: tuple[str, ...] = ()  # parts of nvidia-smi's GPU name this profile is for
+    memory_mib: int | None = None  # the card's memory
 
     def args(self, with_draft: bool) -> list[str]:
         """llama-server arguments, in file order: [server], then [draft] if ``with_draft``."""
@@ -135,6 +140,12 @@ def profile_dirs() -> list[Path]:
     return dirs
 
 
+def user_profile_dir() -> Path:
+    """Where ``gguf-exact tune`` writes its copies: the first of :func:`profile_dirs`,
+    which ``--profile NAME`` reads before the project's ``serve/``."""
+    return profile_dirs()[0]
+
+
 def available_profiles() -> list[str]:
     names = {p.stem for d in profile_dirs() if d.is_dir() for p in d.glob("*.toml")}
     return sorted(names)
@@ -162,11 +173,16 @@ def load_profile(name_or_path: str | Path = "cpu") -> Profile:
         data = tomllib.loads(path.read_text())
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
         raise GgufExactError(f"profile {path}: not valid TOML ({e})") from None
-    unknown = set(data) - {"description", "build", "server", "draft"}
+    unknown = set(data) - {"description", "build", "cards", "memory_mib", "server", "draft"}
     if unknown:
         raise GgufExactError(
-            f"profile {path}: unknown top-level key {sorted(unknown)[0]!r}; expected description, build, [server], [draft]"
+            f"profile {path}: unknown top-level key {sorted(unknown)[0]!r}; expected description, build, cards, memory_mib, [server], [draft]"
         )
+    cards, memory = data.get("cards", []), data.get("memory_mib")
+    if not isinstance(cards, list) or not all(isinstance(c, str) and c.strip() for c in cards):
+        raise GgufExactError(f'profile {path}: cards must be a list of GPU names, e.g. cards = ["RTX 3050"]')
+    if memory is not None and (not isinstance(memory, int) or isinstance(memory, bool) or memory <= 0):
+        raise GgufExactError(f"profile {path}: memory_mib = {memory!r}: expected the card's memory in MiB, e.g. 8192")
     for table in ("server", "draft"):
         if not isinstance(data.get(table, {}), dict):
             raise GgufExactError(f"profile {path}: {table} must be a [{table}] table")
@@ -177,5 +193,7 @@ def load_profile(name_or_path: str | Path = "cpu") -> Profile:
         build=str(data.get("build", "cpu")),
         server=dict(data.get("server", {})),
         draft=dict(data.get("draft", {})),
+        cards=tuple(cards),
+        memory_mib=memory,
     )
     return _checked(profile, f"profile {path}")

@@ -31,8 +31,9 @@ from typing import Callable
 
 from gguf_exact.errors import GgufExactError
 from gguf_exact.serving.checks import ServePair, check_pair
-from gguf_exact.serving.llama_build import cache_root, find_build
+from gguf_exact.serving.llama_build import cache_root, find_build, install_dir
 from gguf_exact.serving.profiles import Profile, load_profile, refuse_no_mmap
+from gguf_exact.serving.speculation import Verdict, judge, probe
 from gguf_exact.serving.stats import (
     Acceptance,
     DraftCounters,
@@ -68,6 +69,7 @@ class Launch:
     pair: ServePair
     profile: Profile
     engine: str = "llama-server"
+    note: str | None = None  # e.g. the build is not there yet (a dry run)
 
     @property
     def url(self) -> str:
@@ -128,10 +130,13 @@ def plan_launch(
     check_port: bool = True,
     engine: str = "llama-server",
     logprobs: bool = False,
+    require_build: bool = True,
 ) -> Launch:
     """Check everything (the port too, unless ``check_port`` is false) and build the
     server's command line; start nothing. ``engine="python"`` runs
-    :mod:`.openai_server` (llama-cpp-python) with the same profile instead of llama-server."""
+    :mod:`.openai_server` (llama-cpp-python) with the same profile instead of llama-server.
+    ``require_build=False`` (a dry run) plans with the path the profile's build will
+    have once built, and says how to build it in :attr:`Launch.note`."""
     if engine not in ENGINES:
         raise GgufExactError(f"--engine {engine}: expected one of {', '.join(ENGINES)}")
     prof = profile if isinstance(profile, Profile) else load_profile(profile)
@@ -163,7 +168,13 @@ def plan_launch(
         cmd += ["--host", host, "--port", str(port), "--log-file", str(rdir / LOG_FILE)]
         cmd += ["--logprobs"] if logprobs else []
         return Launch(cmd, host, int(port), rdir, pair, prof, engine)
-    binary = resolve_server_binary(prof, server_bin)
+    note = None
+    try:
+        binary = resolve_server_binary(prof, server_bin)
+    except GgufExactError as e:
+        if require_build or server_bin or os.environ.get(SERVER_BIN_ENV):
+            raise
+        binary, note = install_dir(prof.build) / "bin" / "llama-server", str(e)
     if check_port:
         _check_port_free(host, int(port))
     cmd = [str(binary), "--model", str(pair.target.path.resolve())]
@@ -171,7 +182,7 @@ def plan_launch(
         cmd += ["--model-draft", str(pair.drafter.path.resolve())]
     cmd += ["--host", host, "--port", str(port), "--metrics", "--log-file", str(rdir / LOG_FILE)]
     cmd += prof.args(with_draft=pair.drafter is not None) + list(extra_args)
-    return Launch(cmd, host, int(port), rdir, pair, prof)
+    return Launch(cmd, host, int(port), rdir, pair, prof, note=note)
 
 
 def free_port(host: str = DEFAULT_HOST) -> int:
@@ -428,6 +439,7 @@ class ServerStatus:
     speculative: bool | None = None
     counters: DraftCounters | None = None
     recent: list[Acceptance] = field(default_factory=list)
+    speculation: Verdict | None = None  # is draft-mtp drafting? (:mod:`.speculation`)
 
     @property
     def up(self) -> bool:
@@ -443,9 +455,13 @@ class ServerStatus:
         return d
 
 
-def server_status(port: int | None = None, root: Path | None = None, last: int = 5) -> ServerStatus:
+def server_status(
+    port: int | None = None, root: Path | None = None, last: int = 5, probe_request: bool = False
+) -> ServerStatus:
     """Health, models, speculation, draft counters (``/metrics``) and the last
-    ``last`` per-request ``draft acceptance`` lines of a server started by :func:`start_server`."""
+    ``last`` per-request ``draft acceptance`` lines of a server started by :func:`start_server`;
+    whether draft-mtp is drafting (:func:`.speculation.judge`), over one probe request
+    when ``probe_request``."""
     rdir = find_run_dir(port, root)
     state = json.loads((rdir / STATE_FILE).read_text())
     pid = _read_pid(rdir)
@@ -472,7 +488,30 @@ def server_status(port: int | None = None, root: Path | None = None, last: int =
     code, body = _http(url + "/metrics")
     if code == 200:
         st.counters = draft_counters(parse_metrics(body))
+    st.speculation = speculation_verdict(st, probe_request)
     return st
+
+
+def speculation_verdict(st: ServerStatus, probe_request: bool = False) -> Verdict:
+    """Whether a running server is drafting: from a probe request's draft tokens, or the
+    counters since start, ``/slots`` and the log (:func:`.speculation.judge`)."""
+    state = st.state
+    engine = state.get("engine") or "llama-server"
+    drafted = accepted = None
+    if probe_request:
+        drafted, accepted = probe(state["url"])
+    elif st.counters is not None:
+        drafted, accepted = st.counters.draft_tokens, st.counters.accepted_tokens
+    return judge(
+        drafter=bool(state.get("drafter")),
+        command=list(state.get("command") or []),
+        slots_speculative=st.speculative if engine == "llama-server" else None,
+        draft_tokens=drafted,
+        accepted_tokens=accepted,
+        log_text=read_tail(st.run_dir / LOG_FILE),
+        probed=probe_request,
+        engine=engine,
+    )
 
 
 def stop_server(port: int | None = None, root: Path | None = None, timeout: float = 15.0) -> str:

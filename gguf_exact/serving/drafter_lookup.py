@@ -1,0 +1,240 @@
+"""Find the MTP drafter for a target: ``serve``, ``chat``, ``generate`` and ``bench``
+without ``--draft`` (or with ``--draft auto``).
+
+1. The target's size, from its header (:func:`identify_size`): its structure (layer
+   count, sliding/full pattern, KV-shared layers, query and per-layer KV heads) is
+   compared with every size in :data:`gguf_exact.gemma4.sizes.SIZES`, then its widths.
+   A file with a size's structure at other widths (the tiny structural fixtures) is
+   that size "in structure"; llama.cpp itself tells the sizes apart by layer count.
+2. The drafter recipes for that size (``convert/*.toml`` with ``size = "E2B"``): their
+   published exact file where ``gguf-exact fetch`` puts it, ``MODELS_DIR/<repo>/<file>``,
+   checked against the recipe's pinned sha256.
+3. Any other ``gemma4-assistant`` GGUF under ``MODELS_DIR`` or beside the target.
+4. With ``fetch``: the recipe's exact file, fetched pinned and hash-checked
+   (:func:`gguf_exact.hub.fetch.fetch_recipe`).
+
+Every candidate must pass the serving checks against the target
+(:func:`gguf_exact.serving.checks.check_pair`: width, vocabulary). When none does,
+one line says why and what to do: fetch it, pass ``--draft FILE``, or serve the
+target alone with ``--no-draft``.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from gguf_exact.errors import GgufExactError
+from gguf_exact.formats.gguf_file import sha256_file
+from gguf_exact.formats.gguf_reader import open_gguf
+from gguf_exact.gemma4.hparams import TextHparams
+from gguf_exact.gemma4.sizes import SIZES
+from gguf_exact.serving.checks import DRAFTER_ARCH, check_pair
+from gguf_exact.serving.memory_plan import Geometry
+
+RECIPES_ENV = "GGUF_EXACT_RECIPES"  # another recipes folder than the project's convert/ (tests)
+AUTO = "auto"
+
+
+@dataclass(frozen=True)
+class SizeMatch:
+    """Which Gemma 4 size a target is, if any."""
+
+    name: str | None
+    summary: str  # "35 layers, width 1536"
+    differences: tuple[str, ...] = ()  # widths that differ from the real size's
+
+    @property
+    def exact(self) -> bool:
+        return self.name is not None and not self.differences
+
+    @property
+    def label(self) -> str:
+        if self.name is None:
+            return f"no Gemma 4 size ({self.summary})"
+        if self.exact:
+            return f"Gemma 4 {self.name}"
+        more = f"; {len(self.differences) - 1} more widths differ" if len(self.differences) > 1 else ""
+        return f"Gemma 4 {self.name} in structure at other widths: {self.differences[0]}{more}"
+
+
+def _expected(size_name: str) -> TextHparams:
+    return TextHparams.from_hf(SIZES[size_name].target.text_config())
+
+
+def identify_size(geom: Geometry) -> SizeMatch:
+    """The size whose structure ``geom`` (a gemma4 target's) has; see the module doc."""
+    summary = f"{geom.n_layer} layers, width {geom.n_embd}"
+    for name in SIZES:
+        hp = _expected(name)
+        structure = (
+            geom.n_layer == hp.n_layer
+            and geom.swa == hp.swa_layers
+            and geom.n_kv_shared == hp.n_kv_shared
+            and geom.n_head == (hp.n_head,) * hp.n_layer
+            and geom.n_head_kv == hp.n_head_kv
+        )
+        if not structure:
+            continue
+        widths = (
+            ("embedding_length", geom.n_embd, hp.n_embd),
+            ("key_length", geom.head_k_full, hp.head_dim_full),
+            ("key_length_swa", geom.head_k_swa, hp.head_dim_swa),
+            ("feed_forward_length", geom.n_ff[0], hp.n_ff[0]),
+            ("vocabulary", geom.n_vocab, SIZES[name].target.vocab_size),
+        )
+        return SizeMatch(name, summary, tuple(f"{k} {got}, not {want}" for k, got, want in widths if got != want))
+    return SizeMatch(None, summary)
+
+
+def drafter_recipes(size: str | None, recipes_dir: Path | None = None) -> list:
+    """The drafter recipes whose ``size`` is ``size``, by name."""
+    from gguf_exact.hub.recipes import RECIPES_DIR, load_recipe, recipe_names
+
+    if size is None:
+        return []
+    folder = Path(recipes_dir or os.environ.get(RECIPES_ENV) or RECIPES_DIR)
+    recipes = [load_recipe(n, folder) for n in recipe_names(folder)]
+    return [r for r in recipes if r.kind == "drafter" and r.size == size]
+
+
+@dataclass(frozen=True)
+class DrafterFound:
+    path: Path | None  # None: the target alone (--no-draft)
+    how: str  # one phrase: where it was found, or why there is none
+    size: SizeMatch | None = None
+
+
+def _published_path(recipe, models_dir: Path) -> tuple[Path, str | None]:
+    """Where ``gguf-exact fetch RECIPE`` places the exact file, and its pinned sha256."""
+    from gguf_exact.hub import checksums
+
+    part = recipe.part("exact")
+    pins = checksums.read(recipe.checksums) if recipe.checksums.is_file() else None
+    name = part.files[0]
+    sha = pins.sha256(f"{part.repo}/{name}") if pins else None
+    return Path(models_dir) / part.repo / name, sha
+
+
+def _fits(target: Path, candidate: Path) -> str | None:
+    """None when ``candidate`` serves beside ``target``, else why not (one phrase)."""
+    try:
+        check_pair(target, candidate)
+    except GgufExactError as e:
+        return str(e)
+    return None
+
+
+def _local_candidates(target: Path, models_dir: Path, width: int) -> list[Path]:
+    """``gemma4-assistant`` GGUFs of the target's width under ``models_dir`` and beside the target."""
+    found: list[Path] = []
+    places = sorted(Path(models_dir).rglob("*.gguf")) if Path(models_dir).is_dir() else []
+    places += sorted(target.parent.glob("*.gguf"))
+    seen = set()
+    for p in places:
+        key = p.resolve()
+        if key in seen or key == target.resolve() or not p.is_file():
+            continue
+        seen.add(key)
+        try:
+            with open_gguf(p) as g:
+                if g.architecture == DRAFTER_ARCH and g.arch_value("embedding_length_out") == width:
+                    found.append(p)
+        except GgufExactError:
+            continue  # not a GGUF we can read: not a candidate
+    return found
+
+
+def find_drafter(
+    target: str | Path,
+    models_dir: str | Path = "models",
+    fetch: bool = False,
+    recipes_dir: str | Path | None = None,
+    config=None,
+    progress: bool = True,
+) -> DrafterFound:
+    """The drafter for ``target`` (see the module doc); raises one line when there is none."""
+    target = Path(target)
+    models_dir = Path(models_dir)
+    check_pair(target)  # a target at all: one line for a drafter or other file passed as --model
+    with open_gguf(target, "target") as g:
+        geom = Geometry.from_gguf(g)
+    size = identify_size(geom)
+    recipes = drafter_recipes(size.name, Path(recipes_dir) if recipes_dir else None)
+    for r in recipes:
+        path, sha = _published_path(r, models_dir)
+        if path.is_file():
+            if sha is not None and sha256_file(path) != sha:
+                continue  # not the pinned file: `fetch` replaces it
+            why = _fits(target, path)
+            if why is None:
+                pinned = ", sha256 as pinned" if sha else ""
+                return DrafterFound(path, f"recipe {r.name}'s exact drafter in {models_dir}/{pinned}", size)
+    for path in _local_candidates(target, models_dir, geom.n_embd):
+        if _fits(target, path) is None:
+            return DrafterFound(path, f"a gemma4-assistant GGUF for this target, found in {path.parent}/", size)
+    if fetch and recipes:
+        from gguf_exact.hub.fetch import fetch_recipe
+
+        for r in recipes:
+            got = fetch_recipe(r, "exact", models_dir, config, progress)
+            path = got[0].path
+            why = _fits(target, path)
+            if why is not None:
+                raise GgufExactError(f"recipe {r.name}: fetched {path}, but it does not serve beside {target}: {why}")
+            return DrafterFound(path, f"recipe {r.name}: {got[0].how}, sha256 as pinned", size)
+    raise GgufExactError(no_drafter_message(target, size, recipes, models_dir, fetch))
+
+
+def no_drafter_message(target: Path, size: SizeMatch, recipes: list, models_dir: Path, fetched: bool) -> str:
+    """The one line said when no drafter is found: why, and the ways on."""
+    where = f"no MTP drafter for {target} ({size.label}) in {models_dir}/ or beside it"
+    alone = "or serve the target alone with --no-draft"
+    if recipes:
+        names = ", ".join(r.name for r in recipes)
+        return (
+            f"{where}; fetch it with --fetch-draft (recipe {names}, pinned and hash-checked) or "
+            f"`gguf-exact fetch {recipes[0].name}`, pass --draft FILE, {alone}"
+        )
+    if size.name is not None:
+        return f"{where}; no recipe in convert/ makes one for {size.name}: convert one with `gguf-exact convert` and pass --draft FILE, {alone}"
+    return f"{where}; no recipe can fetch one for it: pass --draft FILE, {alone}"
+
+
+def resolve_drafter(
+    target: str | Path,
+    draft: str | Path | None,
+    no_draft: bool = False,
+    models_dir: str | Path = "models",
+    fetch: bool = False,
+    default_auto: bool = True,
+    config=None,
+) -> DrafterFound:
+    """What ``--draft``/``--no-draft``/``--fetch-draft`` mean, for every command: a path
+    is used as given; ``auto`` (or nothing, where ``default_auto``) searches; ``--no-draft``
+    serves the target alone."""
+    if no_draft:
+        if draft is not None and str(draft) != AUTO:
+            raise GgufExactError("give --draft FILE or --no-draft, not both")
+        return DrafterFound(None, "--no-draft: the target alone")
+    if draft is not None and str(draft) != AUTO:
+        if fetch:
+            raise GgufExactError("--fetch-draft looks for the drafter itself: give it without --draft FILE")
+        return DrafterFound(Path(draft), "--draft")
+    if draft is None and not default_auto and not fetch:
+        return DrafterFound(None, "no --draft: the target alone")
+    return find_drafter(target, models_dir, fetch, config=config)
+
+
+__all__ = [
+    "AUTO",
+    "DrafterFound",
+    "RECIPES_ENV",
+    "SizeMatch",
+    "drafter_recipes",
+    "find_drafter",
+    "identify_size",
+    "no_drafter_message",
+    "resolve_drafter",
+]

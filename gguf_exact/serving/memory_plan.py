@@ -1,0 +1,433 @@
+"""How much memory llama-server will take for a Gemma 4 pair, from the GGUF headers alone.
+
+llama.cpp's ``--fit`` (``common/fit.cpp``) asks each device for three figures (model
+weights, the context's KV cache, the compute buffers) by loading the model without
+allocating; that needs llama.cpp and the whole file. This module reasons the same way
+from the header (hyperparameters and the tensor table) and the profile's options,
+following llama.cpp 0c1e57098:
+
+- **KV cache** (``src/llama-kv-cache*.cpp``, ``llama_model::create_memory``): Gemma 4 has
+  two caches, ``non-SWA`` for the full-attention layers with ``n_ctx_seq`` cells and
+  ``SWA`` for the sliding layers with ``pad256(min(n_ctx_seq, n_swa * (unified ?
+  n_seq : 1) + n_ubatch))`` cells (all ``n_ctx_seq`` with ``--swa-full``). Layers past
+  ``block_count - shared_kv_layers`` reuse an earlier layer's cache and have none. Each
+  layer's K row is ``head_count_kv[il] * key_length(il)`` wide (``key_length_swa`` on
+  sliding layers), V likewise, except that without flash attention V is stored
+  transposed and every layer's V row is the widest layer's. ``n_ctx`` is padded to 256;
+  one stream per slot unless the cache is unified. The MTP drafter
+  (``gemma4-assistant``) reads the target's cache (its layers share the target's last
+  sliding and last full layer) and allocates none.
+- **Weights** (``llama_model::load_tensors``): layer ``il`` is on the GPU when
+  ``il >= block_count + 1 - n_gpu_layers``, the output layer (index ``block_count``)
+  too; ``token_embd`` and ``per_layer_token_embd`` are input-layer tensors and stay in
+  host memory (memory-mapped; Gemma 4 pages ``per_layer_token_embd`` in lazily). A tied
+  output head is a second copy of ``token_embd`` on the output layer's device.
+- **Compute buffers**: llama.cpp measures them by building the worst-case graph
+  (``n_ubatch`` tokens against a full cache); here they are estimated from the graph's
+  largest live tensors (:func:`compute_estimate`): an upper-end guess, not a
+  measurement. Its formula is in the function's doc.
+
+Every function here is pure: header data and numbers in, bytes out.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
+
+from gguf_exact.errors import GgufExactError
+from gguf_exact.formats.gguf_layout import TensorEntry
+
+MIB = 1024 * 1024
+KV_PAD = 256  # llama.cpp pads n_ctx and the SWA cache to 256 cells
+INPUT_TENSORS = ("token_embd.weight", "per_layer_token_embd.weight")  # LLM_TENSOR_LAYER_INPUT: host memory
+KV_CACHE_TYPES = ("f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "iq4_nl", "q5_0", "q5_1")  # common/arg.cpp
+DRAFTER_ARCH = "gemma4-assistant"
+
+
+def pad(n: int, to: int = KV_PAD) -> int:
+    return -(-n // to) * to
+
+
+def row_bytes(type_name: str, n: int) -> int:
+    """``ggml_row_size``: bytes of ``n`` values of a cache type (``f16``, ``q8_0``, ...)."""
+    if type_name not in KV_CACHE_TYPES:
+        raise GgufExactError(f"cache type {type_name!r}: expected one of {', '.join(KV_CACHE_TYPES)}")
+    block, size = GGML_QUANT_SIZES[GGMLQuantizationType[type_name.upper()]]
+    return n // block * size
+
+
+@dataclass(frozen=True)
+class Geometry:
+    """A Gemma 4 text stack as llama.cpp sizes its cache and graph (per layer where it varies)."""
+
+    arch: str
+    n_layer: int
+    n_embd: int
+    n_head: tuple[int, ...]
+    n_head_kv: tuple[int, ...]
+    head_k_full: int
+    head_v_full: int
+    head_k_swa: int
+    head_v_swa: int
+    swa: tuple[bool, ...]
+    n_swa: int
+    n_kv_shared: int
+    n_ff: tuple[int, ...]
+    n_embd_per_layer: int
+    n_vocab: int
+    n_ctx_train: int
+
+    @classmethod
+    def from_gguf(cls, gguf) -> Geometry:
+        """From an open :class:`~gguf_exact.formats.gguf_reader.GgufFile` (gemma4 or gemma4-assistant)."""
+        arch = gguf.architecture
+        where = f"{gguf.path}"
+
+        def num(key: str, default: int | None = None) -> int:
+            v = gguf.numbers(f"{arch}.{key}")
+            if v is None:
+                if default is None:
+                    raise GgufExactError(f"{where}: no {arch}.{key}; cannot plan memory for it")
+                return default
+            return int(v[0])
+
+        n_layer = num("block_count")
+
+        def per_layer(key: str, default: int | None = None) -> tuple[int, ...]:
+            v = gguf.numbers(f"{arch}.{key}")
+            if v is None:
+                return (num(key, default),) * n_layer
+            if len(v) == 1:
+                return (int(v[0]),) * n_layer
+            if len(v) != n_layer:
+                raise GgufExactError(f"{where}: {arch}.{key} has {len(v)} entries for {n_layer} layers")
+            return tuple(int(x) for x in v)
+
+        swa = gguf.numbers(f"{arch}.attention.sliding_window_pattern")
+        if swa is None or len(swa) != n_layer:
+            raise GgufExactError(f"{where}: {arch}.attention.sliding_window_pattern must have one entry per layer")
+        n_embd = num("embedding_length")
+        n_head = per_layer("attention.head_count")
+        head_k = num("attention.key_length", n_embd // n_head[0])
+        head_v = num("attention.value_length", head_k)
+        return cls(
+            arch=arch,
+            n_layer=n_layer,
+            n_embd=n_embd,
+            n_head=n_head,
+            n_head_kv=per_layer("attention.head_count_kv", n_head[0]),
+            head_k_full=head_k,
+            head_v_full=head_v,
+            head_k_swa=num("attention.key_length_swa", head_k),
+            head_v_swa=num("attention.value_length_swa", head_v),
+            swa=tuple(bool(s) for s in swa),
+            n_swa=num("attention.sliding_window", 0),
+            n_kv_shared=num("attention.shared_kv_layers", 0),
+            n_ff=per_layer("feed_forward_length", 0),
+            n_embd_per_layer=num("embedding_length_per_layer_input", 0),
+            n_vocab=gguf.array_length("tokenizer.ggml.tokens") or 0,
+            n_ctx_train=num("context_length", 0),
+        )
+
+    def has_own_kv(self, il: int) -> bool:
+        """Whether layer ``il`` allocates cache rows (``llama_hparams::has_kv``; a
+        drafter's layers all read its target's cache)."""
+        return self.arch != DRAFTER_ARCH and il < self.n_layer - self.n_kv_shared
+
+    def k_width(self, il: int) -> int:
+        return self.n_head_kv[il] * (self.head_k_swa if self.swa[il] else self.head_k_full)
+
+    def v_width(self, il: int) -> int:
+        return self.n_head_kv[il] * (self.head_v_swa if self.swa[il] else self.head_v_full)
+
+
+@dataclass(frozen=True)
+class Settings:
+    """The llama-server options memory depends on, resolved as llama.cpp resolves them."""
+
+    n_ctx: int = 0  # --ctx-size; 0: the model's context_length
+    n_parallel: int = -1  # --parallel; -1: auto (4 slots, unified cache)
+    kv_unified: bool = False
+    n_batch: int = 2048
+    n_ubatch: int = 512
+    type_k: str = "f16"
+    type_v: str = "f16"
+    flash_attn: str = "auto"  # on / off / auto (auto starts on; only a device without it turns it off)
+    swa_full: bool = False
+    n_gpu_layers: int = -1  # -1: auto (as many as fit: all, for the plan); <= -2: all
+    n_gpu_layers_draft: int = -1
+    kv_offload: bool = True
+    n_draft_max: int = 3  # --spec-draft-n-max
+    gpu: bool = False  # a GPU build (the profile's build is not cpu)
+
+    @classmethod
+    def from_profile(cls, profile, with_draft: bool) -> Settings:
+        """From a :class:`~gguf_exact.serving.profiles.Profile`'s [server] (and [draft]) values."""
+        opts = dict(profile.server) | (dict(profile.draft) if with_draft else {})
+
+        def get(*names, default=None):
+            for n in names:
+                if n in opts and opts[n] is not False:
+                    return opts[n]
+            return default
+
+        def layers(value) -> int:
+            text = str(value)
+            if text == "auto":
+                return -1
+            if text == "all":
+                return -2
+            try:
+                return int(text)
+            except ValueError:
+                raise GgufExactError(
+                    f"profile {profile.name}: GPU layers {value!r}: expected a number, auto or all"
+                ) from None
+
+        fa = get("flash-attn", "fa", default="auto")
+        fa = {True: "on", "1": "on", "0": "off"}.get(fa, str(fa))
+        return cls(
+            n_ctx=int(get("ctx-size", "c", default=0)),
+            n_parallel=int(get("parallel", "np", default=-1)),
+            kv_unified=bool(get("kv-unified", "kvu", default=False)),
+            n_batch=int(get("batch-size", "b", default=2048)),
+            n_ubatch=int(get("ubatch-size", "ub", default=512)),
+            type_k=str(get("cache-type-k", "ctk", default="f16")),
+            type_v=str(get("cache-type-v", "ctv", default="f16")),
+            flash_attn=fa,
+            swa_full=bool(get("swa-full", default=False)),
+            n_gpu_layers=layers(get("n-gpu-layers", "ngl", "gpu-layers", default="auto")),
+            n_gpu_layers_draft=layers(get("n-gpu-layers-draft", "ngld", "gpu-layers-draft", default="auto")),
+            kv_offload=not bool(get("no-kv-offload", "nkvo", default=False)),
+            n_draft_max=int(get("spec-draft-n-max", default=3)) if with_draft else 0,
+            gpu=profile.build != "cpu",
+        )
+
+    @property
+    def n_seq(self) -> int:
+        return 4 if self.n_parallel < 0 else self.n_parallel
+
+    @property
+    def unified(self) -> bool:
+        return self.kv_unified or self.n_parallel < 0  # llama-server's auto slots share one cache
+
+    def context(self, geom: Geometry) -> tuple[int, int]:
+        """(n_ctx, n_ctx_seq) as ``llama_context`` sets them: padded to 256, split per slot."""
+        n_ctx = pad(self.n_ctx or geom.n_ctx_train)
+        if self.unified:
+            return n_ctx, n_ctx
+        per_seq = pad(n_ctx // self.n_seq)
+        return per_seq * self.n_seq, per_seq
+
+    def ubatch(self, geom: Geometry) -> int:
+        n_ctx, _ = self.context(geom)
+        return min(min(n_ctx, self.n_batch), self.n_ubatch)
+
+    @property
+    def v_transposed(self) -> bool:
+        """llama.cpp stores V transposed when flash attention is off (decided when the cache is made)."""
+        return self.flash_attn == "off"
+
+    def layers_on_gpu(self, n_layer: int, draft: bool = False) -> int:
+        """How many of the ``n_layer + 1`` layers (the output layer last) go to the GPU."""
+        if not self.gpu:
+            return 0
+        ngl = self.n_gpu_layers_draft if draft else self.n_gpu_layers
+        return n_layer + 1 if ngl < 0 else min(ngl, n_layer + 1)
+
+
+@dataclass(frozen=True)
+class KvCache:
+    """One of llama.cpp's KV caches as it logs it: ``size = ... (N cells, L layers, ...)``."""
+
+    name: str  # "non-SWA" or "SWA"
+    cells: int
+    layers: int
+    streams: int
+    k_bytes: int
+    v_bytes: int
+    device_bytes: int  # the part on the GPU
+
+    @property
+    def bytes(self) -> int:
+        return self.k_bytes + self.v_bytes
+
+
+def kv_caches(geom: Geometry, s: Settings) -> list[KvCache]:
+    """The non-SWA and SWA caches a context for ``geom`` allocates (none for a drafter)."""
+    _, n_ctx_seq = s.context(geom)
+    n_ubatch = s.ubatch(geom)
+    streams = 1 if s.unified else s.n_seq
+    swa_cells = n_ctx_seq if s.swa_full else pad(min(n_ctx_seq, geom.n_swa * (s.n_seq if s.unified else 1) + n_ubatch))
+    v_max = max(geom.v_width(il) for il in range(geom.n_layer))
+    gpu_from = geom.n_layer + 1 - s.layers_on_gpu(geom.n_layer)
+    out = []
+    for name, is_swa, cells in (("non-SWA", False, n_ctx_seq), ("SWA", True, swa_cells)):
+        layers = [il for il in range(geom.n_layer) if geom.has_own_kv(il) and geom.swa[il] == is_swa]
+        k = v = dev = 0
+        for il in layers:
+            lk = row_bytes(s.type_k, geom.k_width(il)) * cells * streams
+            lv = row_bytes(s.type_v, v_max if s.v_transposed else geom.v_width(il)) * cells * streams
+            k, v = k + lk, v + lv
+            if s.kv_offload and il >= gpu_from:
+                dev += lk + lv
+        out.append(KvCache(name, cells, len(layers), streams, k, v, dev))
+    return out
+
+
+def _layer_of(name: str) -> int | None:
+    if name.startswith("blk."):
+        try:
+            return int(name.split(".", 2)[1])
+        except ValueError:
+            return None
+    return None
+
+
+def weight_split(tensors: list[TensorEntry], n_layer: int, gpu_layers: int) -> tuple[int, int]:
+    """(bytes on the GPU, bytes in host memory) of a model's weights with ``gpu_layers``
+    of its ``n_layer + 1`` layers offloaded (the output layer is the last)."""
+    gpu_from = n_layer + 1 - gpu_layers
+    names = {t.name for t in tensors}
+    device = host = 0
+    for t in tensors:
+        if t.name in INPUT_TENSORS:
+            host += t.nbytes
+            if t.name == "token_embd.weight" and "output.weight" not in names and n_layer >= gpu_from:
+                device += t.nbytes  # the tied output head: a copy on the output layer's device
+            continue
+        il = _layer_of(t.name)
+        if il is None:  # output norm and head: the output layer; rope_freqs, per_layer_*: with layer 0
+            il = n_layer if t.name.startswith("output") else 0
+        if il >= gpu_from:
+            device += t.nbytes
+        else:
+            host += t.nbytes
+    return device, host
+
+
+def compute_estimate(geom: Geometry, s: Settings, mask_cells: list[int], n_outputs: int) -> int:
+    """Bytes of the compute buffer of ``geom``'s worst-case graph: ``n_ubatch`` tokens
+    against full caches of ``mask_cells`` cells each, ``n_outputs`` rows of logits (an
+    estimate, meant to err high).
+
+    llama.cpp's allocator reuses memory as tensors die, so the peak is what one step
+    keeps alive: the attention masks (one row of cells per token and cache, F32, plus an
+    F16 copy with flash attention while the F32 one is cast), the token and Gemma 4's
+    per-layer embeddings, four hidden-state rows of ``n_embd``, and the largest of: the
+    attention scores (``n_head x cells`` per token, twice: scores and softmax; with flash
+    attention only Q and the output, ``n_head x head_k`` each), the feed-forward
+    activations (gate, up and their product, ``n_ff`` per token), or the logits
+    (``n_vocab`` per output row). All F32 but the F16 masks.
+    """
+    t = s.ubatch(geom)
+    f32 = 4
+    fa = s.flash_attn != "off"
+    masks = t * sum(mask_cells) * (2 if fa else f32) + (f32 * t * max(mask_cells) if fa else 0)
+    inputs = f32 * t * (geom.n_embd + geom.n_embd_per_layer * geom.n_layer)
+    hidden = f32 * 4 * geom.n_embd * t
+    n_head, head = max(geom.n_head), max(geom.head_k_full, geom.head_k_swa)
+    attention = f32 * 2 * n_head * t * (head if fa else max(mask_cells))
+    ffn = f32 * 3 * max(geom.n_ff) * t
+    logits = f32 * geom.n_vocab * n_outputs
+    return masks + inputs + hidden + max(attention, ffn, logits)
+
+
+@dataclass(frozen=True)
+class PlanItem:
+    what: str
+    device_bytes: int
+    host_bytes: int
+    note: str = ""
+
+
+@dataclass
+class MemoryPlan:
+    """What llama-server will hold, per item, on the GPU and in host memory."""
+
+    items: list[PlanItem]
+    gpu: bool
+    n_ctx: int
+    kv: list[KvCache] = field(default_factory=list)
+
+    @property
+    def device_bytes(self) -> int:
+        return sum(i.device_bytes for i in self.items)
+
+    @property
+    def host_bytes(self) -> int:
+        return sum(i.host_bytes for i in self.items)
+
+    def lines(self) -> list[str]:
+        where = "GPU" if self.gpu else "RAM"
+        out = []
+        for i in self.items:
+            host = f" + {mib(i.host_bytes)} in RAM" if self.gpu and i.host_bytes else ""
+            fig = mib(i.device_bytes if self.gpu else i.host_bytes)
+            out.append(f"  {i.what:<18} {fig:>12} {where}{host}" + (f"  ({i.note})" if i.note else ""))
+        total = self.device_bytes if self.gpu else self.host_bytes
+        host = f" + {mib(self.host_bytes)} in RAM (memory-mapped)" if self.gpu and self.host_bytes else ""
+        out.append(f"  {'total':<18} {mib(total):>12} {where}{host}")
+        return out
+
+    def warning(self, card_mib: int | None, card: str = "the card") -> str | None:
+        """One line when the GPU part exceeds ``card_mib``; None when it fits or there is no card."""
+        if not self.gpu or not card_mib or self.device_bytes <= card_mib * MIB:
+            return None
+        return (
+            f"the plan needs {mib(self.device_bytes)} on the GPU but {card} has {card_mib:,} MiB: llama-server "
+            "may fail to load or run out of memory; lower ctx-size (--set ctx-size=N) or n-gpu-layers"
+        )
+
+
+def mib(n: int) -> str:
+    return f"{n / MIB:,.2f} MiB"
+
+
+def plan_memory(target: str | Path, drafter: str | Path | None, profile) -> MemoryPlan:
+    """The memory plan for serving ``target`` (and ``drafter``) with ``profile``."""
+    from gguf_exact.formats.gguf_reader import open_gguf
+
+    s = Settings.from_profile(profile, with_draft=drafter is not None)
+    with open_gguf(target, "target") as g:
+        tgeom = Geometry.from_gguf(g)
+        tdev, thost = weight_split(g.tensors, tgeom.n_layer, s.layers_on_gpu(tgeom.n_layer))
+    n_ctx, _ = s.context(tgeom)
+    caches = kv_caches(tgeom, s)
+    kv_total = sum(c.bytes for c in caches)
+    kv_dev = sum(c.device_bytes for c in caches)
+    layout = ", ".join(f"{c.name} {c.cells:,} cells x {c.layers} layers" for c in caches)
+    n_outputs = max(1, min(s.n_batch, s.n_seq * (1 + s.n_draft_max)))  # llama-server's output rows
+    cells = [c.cells for c in caches]
+    items = [
+        PlanItem("target weights", tdev, thost, "token embeddings stay in RAM" if s.gpu else ""),
+        PlanItem("KV cache", kv_dev, kv_total - kv_dev, f"context {n_ctx:,}: {layout}"),
+    ]
+    comp = compute_estimate(tgeom, s, cells, n_outputs)
+    if drafter is not None:
+        with open_gguf(drafter, "drafter") as d:
+            dgeom = Geometry.from_gguf(d)
+            ddev, dhost = weight_split(d.tensors, dgeom.n_layer, s.layers_on_gpu(dgeom.n_layer, draft=True))
+        items.append(PlanItem("drafter weights", ddev, dhost))
+        items.append(PlanItem("drafter KV cache", 0, 0, "none: it reads the target's"))
+        comp += compute_estimate(dgeom, s, cells, s.n_seq)  # the MTP context: one output per slot
+    on_gpu = s.gpu and s.layers_on_gpu(tgeom.n_layer) > 0
+    items.append(PlanItem("compute buffers", comp if on_gpu else 0, 0 if on_gpu else comp, "estimate"))
+    return MemoryPlan(items, s.gpu, n_ctx, caches)
+
+
+__all__ = [
+    "Geometry",
+    "KvCache",
+    "MemoryPlan",
+    "PlanItem",
+    "Settings",
+    "compute_estimate",
+    "kv_caches",
+    "mib",
+    "plan_memory",
+    "weight_split",
+]

@@ -1,0 +1,170 @@
+"""``gguf-exact tune``: measure n-max 1..4 on this machine and keep the best in a local profile.
+
+llama-server fixes ``--spec-draft-n-max`` at start-up, so each arm is its own server,
+started with the profile and ``spec-draft-n-max=N`` (:func:`.server.plan_launch`,
+``start_server``) and measured over HTTP by the bench machinery
+(:func:`gguf_exact.speculative.bench.bench_servers`: a warm-up request, then the
+shipped prompts, timings from llama-server itself). One server runs at a time (a
+small card holds one model), the arms in alternating order, each round forward then
+backward (the target alone first and last), so slow drift of the machine falls on
+every arm alike. The arm with the highest median tokens/s over its runs wins.
+
+:func:`write_tuned_profile` copies the profile's file into the user's profile folder
+(:func:`.profiles.user_profile_dir`: ``$GGUF_EXACT_PROFILES``, else
+``~/.config/gguf-exact/profiles``) with ``spec-draft-n-max`` set and the measurement
+in a comment at the top; ``--profile NAME`` then reads that copy before ``serve/NAME.toml``.
+The project's ``serve/`` is never written.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Sequence
+
+from gguf_exact.errors import GgufExactError
+from gguf_exact.formats.gguf_file import atomic_output
+from gguf_exact.serving.profiles import PROFILE_DIR, Profile, load_profile, user_profile_dir
+from gguf_exact.speculative.bench import TARGET, Arm, BenchReport, alternating_order, bench_servers, summarize
+
+N_MAX_KEY = "spec-draft-n-max"
+TUNED_MARK = "# tuned by gguf-exact tune"
+
+
+@dataclass
+class TuneResult:
+    report: BenchReport
+    best_n_max: int
+    best_tokens_per_second: float
+    target_tokens_per_second: float | None
+
+
+def tune_n_max(
+    target: str | Path,
+    drafter: str | Path,
+    profile: Profile,
+    n_values: Sequence[int] = (1, 2, 3, 4),
+    prompts: dict[str, str] | None = None,
+    n_predict: int = 64,
+    rounds: int = 1,
+    overrides: Sequence[str] = (),
+    server_bin: str | Path | None = None,
+    with_target: bool = True,
+    progress: Callable[[str], None] = lambda s: None,
+) -> TuneResult:
+    """Tokens/s of ``profile`` at each n-max in ``n_values`` (and the target alone when
+    ``with_target``), one llama-server at a time; see the module doc."""
+    from gguf_exact.serving.server import free_port, plan_launch, start_server, stop_server
+    from gguf_exact.speculative.prompt_set import load_prompts
+
+    if not n_values or any(n < 1 for n in n_values):
+        raise GgufExactError(f"--n-max {','.join(map(str, n_values))}: give draft lengths of 1 or more")
+    prompts = prompts or load_prompts()
+    arms = ([Arm(TARGET, 0)] if with_target else []) + [Arm(f"n_max={n}", n) for n in n_values]
+    runs = []
+    for order, (rnd, arm) in enumerate(alternating_order(arms, rounds)):
+        sets = list(overrides) + ([f"{N_MAX_KEY}={arm.n_max}"] if arm.n_max else [])
+        launch = plan_launch(
+            target, drafter if arm.n_max else None, profile, sets, port=free_port(), server_bin=server_bin
+        )
+        start_server(launch, detach=True, timeout=600)
+        try:
+            one = bench_servers([Arm(arm.label, arm.n_max, launch.url)], prompts, n_predict, rounds=1)
+        finally:
+            stop_server(launch.port)
+        for r in one.runs:
+            r.round, r.order = rnd, order
+        runs += one.runs
+        progress(f"round {rnd + 1}/{rounds}: {arm.label}")
+    summary = summarize(arms, runs)
+    for s in summary:
+        s.mean_accepted_length = None  # llama-server does not report draft rounds
+    drafting = [s for s in summary if s.n_max]
+    silent = [s.label for s in drafting if s.acceptance_rate is None]
+    if silent:
+        raise GgufExactError(
+            f"profile {profile.name}: no draft tokens at {', '.join(silent)}: its [draft] table does not turn draft-mtp on "
+            '(spec-type = "draft-mtp"), so there is no n-max to tune'
+        )
+    # the median run: one slow run (a page fault, another process) must not pick the winner
+    best = max(drafting, key=lambda s: s.tokens_per_second_median)
+    base = next((s.tokens_per_second_median for s in summary if s.label == TARGET), None)
+    meta = {
+        "backend": "llama-server, one server per arm and visit",
+        "prompts": list(prompts),
+        "n_predict": n_predict,
+        "rounds": rounds,
+        "order": "each round: arms forward, then backward (A B B A), a fresh server per visit",
+        "profile": str(profile.path or profile.name),
+        "overrides": list(overrides),
+        "model": str(target),
+        "draft": str(drafter),
+        "time": time.strftime("%Y-%m-%d %H:%M:%S"),
+    }
+    return TuneResult(BenchReport(meta, runs, summary), int(best.n_max or 0), best.tokens_per_second_median, base)
+
+
+def set_n_max(toml_text: str, n_max: int, note: str = "") -> str:
+    """``toml_text`` with ``spec-draft-n-max = n_max`` in its ``[draft]`` table (the
+    line replaced, else added under ``[draft]``, else a ``[draft]`` table appended);
+    every other line, comments included, kept."""
+    lines = toml_text.splitlines()
+    comment = f"  # {note}" if note else ""
+    entry = f"{N_MAX_KEY} = {n_max}{comment}"
+    header = re.compile(r"^\s*\[([^\]]+)\]\s*(#.*)?$")
+    start = next((i for i, ln in enumerate(lines) if (m := header.match(ln)) and m.group(1).strip() == "draft"), None)
+    if start is None:
+        return "\n".join(lines).rstrip("\n") + f"\n\n[draft]\n{entry}\n"
+    end = next((i for i in range(start + 1, len(lines)) if header.match(lines[i])), len(lines))
+    key = re.compile(rf"^\s*{re.escape(N_MAX_KEY)}\s*=")
+    for i in range(start + 1, end):
+        if key.match(lines[i]):
+            lines[i] = entry
+            break
+    else:
+        lines.insert(start + 1, entry)
+    return "\n".join(lines) + "\n"
+
+
+def tuned_header(result: TuneResult, command: str) -> list[str]:
+    """The comment lines that say what was measured, by which command."""
+    rows = ", ".join(
+        f"{'target alone' if s.label == TARGET else f'n-max {s.n_max}'} {s.tokens_per_second_median:.1f}"
+        for s in result.report.summary
+    )
+    return [
+        f"{TUNED_MARK} on {result.report.meta['time']}: spec-draft-n-max = {result.best_n_max}",
+        f"# median tokens/s on this machine: {rows}",
+        f"# command: {command}",
+    ]
+
+
+def write_tuned_profile(base: Profile, result: TuneResult, command: str, folder: Path | None = None) -> Path:
+    """Write ``base`` with the best n-max to ``folder/<name>.toml`` (default: the user's
+    profile folder) and read it back; the project's ``serve/`` is refused."""
+    folder = Path(folder or user_profile_dir()).expanduser()
+    if folder.resolve() == PROFILE_DIR.resolve():
+        raise GgufExactError(
+            f"{folder}: tune writes user copies, never the project's serve/; set GGUF_EXACT_PROFILES to another folder"
+        )
+    if base.path is None:
+        raise GgufExactError(f"profile {base.name}: no file to copy")
+    body = base.path.read_text().splitlines()
+    if body and body[0].startswith(TUNED_MARK):  # a copy tuned before: its header is replaced
+        body = body[len(tuned_header(result, command)) :]
+    new = set_n_max("\n".join(tuned_header(result, command) + body), result.best_n_max, "measured by gguf-exact tune")
+    folder.mkdir(parents=True, exist_ok=True)
+    dest = folder / f"{base.name}.toml"
+    with atomic_output(dest) as tmp:
+        tmp.write_text(new)
+        written = load_profile(tmp)
+        if written.draft.get(N_MAX_KEY) != result.best_n_max:
+            raise GgufExactError(
+                f"{dest}: written with {N_MAX_KEY} = {written.draft.get(N_MAX_KEY)!r}, expected {result.best_n_max}"
+            )
+    return dest
+
+
+__all__ = ["N_MAX_KEY", "TuneResult", "set_n_max", "tune_n_max", "tuned_header", "write_tuned_profile"]

@@ -1,0 +1,96 @@
+"""`gguf-exact tune` (gguf_exact.serving.tune): n-max measured on real llama-servers, the best
+written to a user copy of the profile, which `--profile NAME` then reads."""
+
+import hashlib
+import json
+
+import pytest
+from _llama_server import server_binary
+from click.testing import CliRunner
+
+from gguf_exact.cli import main
+from gguf_exact.drafter.convert import convert_drafter
+from gguf_exact.errors import GgufExactError
+from gguf_exact.serving.profiles import PROFILE_DIR, load_profile
+from gguf_exact.serving.tune import TUNED_MARK, set_n_max, write_tuned_profile
+from gguf_exact.tiny.models import write_agreeing_pair
+
+PROFILE = """# a profile
+description = "test"
+
+[server]
+ctx-size = 512  # small
+
+[draft]
+spec-type = "draft-mtp"
+spec-draft-n-max = 2          # as on the RTX 3050
+n-gpu-layers-draft = "all"
+"""
+
+
+def test_set_n_max_keeps_everything_else():
+    out = set_n_max(PROFILE, 3, "measured")
+    assert out == PROFILE.replace(
+        "spec-draft-n-max = 2          # as on the RTX 3050", "spec-draft-n-max = 3  # measured"
+    )
+    no_key = PROFILE.replace("spec-draft-n-max = 2          # as on the RTX 3050\n", "")
+    assert set_n_max(no_key, 1).splitlines()[6:8] == ["[draft]", "spec-draft-n-max = 1"]
+    no_table = PROFILE[: PROFILE.index("[draft]")]
+    assert set_n_max(no_table, 4).endswith("\n[draft]\nspec-draft-n-max = 4\n")
+    # a key of the same name in another table is not touched
+    other = '[server]\nspec-draft-n-max = 9\n\n[draft]\nspec-type = "draft-mtp"\n'
+    assert (
+        set_n_max(other, 1)
+        == '[server]\nspec-draft-n-max = 9\n\n[draft]\nspec-draft-n-max = 1\nspec-type = "draft-mtp"\n'
+    )
+
+
+def test_never_writes_the_project_profiles(tmp_path):
+    with pytest.raises(GgufExactError, match="never the project's serve/"):
+        write_tuned_profile(load_profile("cpu"), None, "x", PROFILE_DIR)  # type: ignore[arg-type]
+
+
+@pytest.fixture(scope="module")
+def pair(tmp_path_factory):
+    root = tmp_path_factory.mktemp("tune")
+    target, hf = write_agreeing_pair(root)
+    return target, convert_drafter(hf, root / "drafter.gguf", vocab_from=target).path
+
+
+def test_tune_writes_the_best_n_max_and_serve_uses_it(pair, tmp_path, monkeypatch):
+    server_binary()
+    target, drafter = pair
+    user = tmp_path / "profiles"
+    env = {"GGUF_EXACT_PROFILES": str(user), "GGUF_EXACT_RUN_DIR": str(tmp_path / "run")}
+    shipped = hashlib.sha256((PROFILE_DIR / "cpu.toml").read_bytes()).hexdigest()
+    out = tmp_path / "tune"
+    args = ["tune", "--model", str(target), "--draft", str(drafter), "--profile", "cpu", "--prompts", "code"]
+    args += ["--n-predict", "16", "--set", "ctx-size=512", "--set", "threads=2", "--out", str(out)]
+    r = CliRunner().invoke(main, args, env=env)
+    assert r.exit_code == 0, r.output
+    report = json.loads((out / "bench.json").read_text())
+    arms = {s["label"]: s for s in report["summary"]}
+    assert set(arms) == {"target", "n_max=1", "n_max=2", "n_max=3", "n_max=4"}
+    # one fresh server per visit, forward then backward: 2 visits x 2 passes (bench's A B B A) per arm
+    assert {s["runs"] for s in arms.values()} == {4}
+    drafting = [s for s in report["summary"] if s["n_max"]]
+    assert all(s["acceptance_rate"] == 1.0 and s["same_as_target"] for s in drafting)
+    best = max(drafting, key=lambda s: s["tokens_per_second_median"])["n_max"]
+    written = user / "cpu.toml"
+    assert f"wrote {written}: spec-draft-n-max = {best}" in r.output
+    tuned = load_profile(written)
+    assert tuned.draft["spec-draft-n-max"] == best
+    text = written.read_text()
+    assert text.startswith(f"{TUNED_MARK} on ") and "--profile cpu --n-max 1,2,3,4 --n-predict 16" in text
+    assert hashlib.sha256((PROFILE_DIR / "cpu.toml").read_bytes()).hexdigest() == shipped
+    # `--profile cpu` now reads the user copy before serve/cpu.toml
+    monkeypatch.setenv("GGUF_EXACT_PROFILES", str(user))
+    assert load_profile("cpu").path == written
+    dry = CliRunner().invoke(
+        main, ["serve", "--model", str(target), "--draft", str(drafter), "--profile", "cpu", "--dry-run"], env=env
+    )
+    assert dry.exit_code == 0, dry.output
+    assert f"--spec-draft-n-max {best}" in dry.output and f"from {written}" in dry.output
+    # tuning again replaces the header, not stacks it
+    again = CliRunner().invoke(main, [*args, "--n-max", "1,2", "--no-write"], env=env)
+    assert again.exit_code == 0 and "wrote " + str(written) not in again.output
