@@ -64,6 +64,8 @@ def _fake_nvcc(bin_dir: Path, root: Path, archs: str) -> None:
 def _toolkit(root: Path) -> CudaToolkit:
     (root / "lib64").mkdir(parents=True, exist_ok=True)
     (root / "lib64" / "libcudart.so.13").write_bytes(b"")
+    (root / "include").mkdir(exist_ok=True)
+    (root / "include" / "cuda_runtime.h").write_text("/* cuda */\n")
     return CudaToolkit(root, root / "bin" / "nvcc", "13.0.88", ("75", "86"))
 
 
@@ -397,3 +399,18 @@ def test_makefile_passes_the_backend():
         cwd=Path(llama_build.__file__).parents[2],
     )
     assert out.stdout.strip() == "scripts/build-llama-cpp.sh --vulkan"
+
+
+def test_doctor_toolkit_and_vulkan_lines(tmp_path, monkeypatch):
+    root = tmp_path / "cuda-12.8"
+    _fake_nvcc(tmp_path / "bin", root, "75 86")
+    _wheel_tree(tmp_path / "w")  # a cuBLAS the toolkit ships, in its own lib64/ and include/
+    shutil.copytree(tmp_path / "w" / "nvidia" / "cu13" / "lib", root / "lib64")
+    shutil.copytree(tmp_path / "w" / "nvidia" / "cu13" / "include", root / "include")
+    monkeypatch.setenv("PATH", str(tmp_path / "bin"))
+    f = doctor.cuda()
+    assert f.ok and f.value == f"13.0.88 at {root}; sm_75 yes, sm_86 yes; cuBLAS system ({root / 'lib64'})"
+    v = doctor.vulkan()
+    assert not v.ok and v.value.startswith("glslc not found; install them (Debian: apt-get install libvulkan-dev")
+    (tmp_path / "bin" / "nvcc").unlink()
+    assert doctor.cuda() == doctor.Finding("CUDA toolkit", "nvcc not found on PATH (no --cuda builds)", False)

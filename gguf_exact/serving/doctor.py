@@ -3,12 +3,21 @@
 Each finding is a (name, value, ok) row; nothing here fails, it only reports.
 """
 
+import platform
 import shutil
 import subprocess
 from dataclasses import dataclass
-from pathlib import Path
 
-from gguf_exact.serving.gpu_toolchains import find_cuda_toolkit
+from gguf_exact.errors import GgufExactError
+from gguf_exact.hub import checksums
+from gguf_exact.serving.gpu_toolchains import (
+    CUBLAS_CHECKSUMS,
+    find_cuda_toolkit,
+    parse_wheel_pins,
+    require_vulkan_tools,
+    system_cublas,
+    wheel_pin_for,
+)
 from gguf_exact.serving.llama_build import (
     BACKEND,
     COMMIT,
@@ -94,22 +103,32 @@ def server_builds() -> list[Finding]:
 
 
 def cuda() -> Finding:
+    """The toolkit on PATH, the archs it compiles, and the cuBLAS a ``--cuda`` build would use."""
     toolkit = find_cuda_toolkit()
     if toolkit is None:
         return Finding("CUDA toolkit", "nvcc not found on PATH (no --cuda builds)", False)
     archs = f"; sm_75 {'yes' if '75' in toolkit.archs else 'no'}, sm_86 {'yes' if '86' in toolkit.archs else 'no'}"
-    return Finding("CUDA toolkit", f"{toolkit.version} at {toolkit.root}{archs if toolkit.archs else ''}", True)
+    cublas = system_cublas(toolkit)
+    if cublas is None:
+        pins = parse_wheel_pins(checksums.read(CUBLAS_CHECKSUMS).entries)
+        pin = wheel_pin_for(pins, toolkit.major, platform.machine())
+        cublas_text = (
+            f"no cuBLAS here: builds use the {pin.package}=={pin.version} wheel"
+            if pin
+            else "no cuBLAS here and no wheel pinned for it"
+        )
+    else:
+        cublas_text = f"cuBLAS {cublas.describe()}"
+    return Finding(
+        "CUDA toolkit", f"{toolkit.version} at {toolkit.root}{archs if toolkit.archs else ''}; {cublas_text}", True
+    )
 
 
 def vulkan() -> Finding:
-    glslc = shutil.which("glslc")
-    if glslc is None or not Path("/usr/include/vulkan/vulkan.h").is_file():
-        return Finding(
-            "Vulkan build tools",
-            "glslc or vulkan/vulkan.h missing (apt-get install libvulkan-dev glslc spirv-headers)",
-            False,
-        )
-    return Finding("Vulkan build tools", (_run([glslc, "--version"]) or "glslc").splitlines()[0], True)
+    try:
+        return Finding("Vulkan build tools", f"glslc: {require_vulkan_tools()}", True)
+    except GgufExactError as e:
+        return Finding("Vulkan build tools", str(e).removeprefix("--vulkan: "), False)
 
 
 def gpus() -> Finding:

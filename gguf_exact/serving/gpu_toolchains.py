@@ -21,6 +21,7 @@ import platform
 import re
 import shutil
 import subprocess
+import sys
 import tempfile
 import zipfile
 from dataclasses import dataclass
@@ -247,8 +248,6 @@ def wheel_cublas(toolkit: CudaToolkit, cache: Path, log=print, checksum_file: Pa
 
 
 def _fetch_wheel(pin: WheelPin, dest: Path, log) -> None:
-    import sys
-
     dest.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix=".wheel-", dir=dest.parent) as tmp:
         log(f"fetching {pin.package}=={pin.version} (cuBLAS) with pip")
@@ -349,4 +348,4 @@ def require_vulkan_tools() -> str:
         raise GgufExactError(
             f"--vulkan: {missing} not found; install them (Debian: apt-get install libvulkan-dev glslc spirv-headers) or the LunarG Vulkan SDK (set VULKAN_SDK)"
         )
-    return ((_output([glslc, "--version"]) or "glslc").strip().splitlines() or ["glslc"])[0]
+    return ((_output([glslc, "--version"]) or "").strip().splitlines() or ["version unknown"])[0]

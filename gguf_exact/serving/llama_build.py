@@ -229,13 +229,12 @@ def cuda_cmake_args(arch: str, cuda: CudaSetup) -> list[str]:
     headers by ``-isystem``. The RUNPATH names only the folders of libcudart and libcublas
     (not the build-local libcuda stub): the binary loads the driver's libcuda.so.1.
     """
-    args = [
-        "-DGGML_CUDA=ON",
-        f"-DCMAKE_CUDA_ARCHITECTURES={arch}",
-        f"-DCMAKE_CUDA_COMPILER={cuda.toolkit.nvcc}",
-        f"-DCUDAToolkit_ROOT={cuda.toolkit.root}",
-        f"-DCUDA_cuda_driver_LIBRARY={cuda.driver_library}",
-    ]
+    args = ["-DGGML_CUDA=ON", f"-DCMAKE_CUDA_ARCHITECTURES={arch}", f"-DCMAKE_CUDA_COMPILER={cuda.toolkit.nvcc}"]
+    if (
+        cuda.toolkit.root / "include" / "cuda_runtime.h"
+    ).is_file():  # not Debian's split layout: CMake finds that itself
+        args.append(f"-DCUDAToolkit_ROOT={cuda.toolkit.root}")
+    args.append(f"-DCUDA_cuda_driver_LIBRARY={cuda.driver_library}")
     if cuda.cublas.source == "wheel":
         args += [
             f"-DCUDA_cublas_LIBRARY={cuda.cublas.libraries[0]}",
@@ -243,7 +242,9 @@ def cuda_cmake_args(arch: str, cuda: CudaSetup) -> list[str]:
             f"-DCMAKE_CUDA_FLAGS=-isystem {cuda.cublas.include_dir}",
         ]
     rpath = ":".join(str(d) for d in cuda.runtime_dirs())
-    args += ["-DCMAKE_SKIP_BUILD_RPATH=ON", f"-DCMAKE_EXE_LINKER_FLAGS=-Wl,-rpath,{rpath}"]
+    args.append("-DCMAKE_SKIP_BUILD_RPATH=ON")
+    if rpath:
+        args.append(f"-DCMAKE_EXE_LINKER_FLAGS=-Wl,-rpath,{rpath}")
     return args
 
 
