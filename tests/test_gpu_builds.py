@@ -128,6 +128,7 @@ def test_arch_the_toolkit_cannot_compile(tmp_path, monkeypatch):
 def test_no_nvcc_and_no_glslc_are_one_line_errors(tmp_path, monkeypatch):
     (tmp_path / "empty").mkdir()
     monkeypatch.setenv("PATH", str(tmp_path / "empty"))
+    monkeypatch.delenv("VULKAN_SDK", raising=False)
     monkeypatch.setenv("GGUF_EXACT_CACHE", str(tmp_path / "cache"))  # no cached build answers first
     r = CliRunner().invoke(main, ["build-llama", "--cuda", "86"])
     assert r.exit_code == 1 and "Traceback" not in r.output
@@ -188,7 +189,17 @@ def test_cmake_arguments_for_wheel_cublas_and_vulkan(tmp_path):
         cmake_args(Path("s"), Path("b"), "cuda86")
     vk = cmake_args(Path("s"), Path("b"), "vulkan")
     assert vk[-1] == "-DGGML_VULKAN=ON" and not any("CUDA" in a for a in vk)
-    info = llama_build.toolchain_info("cuda86", setup, None)
+    tools = gpu_toolchains.VulkanTools(Path("/sdk/bin/glslc"), "shaderc 2025.2", Path("/sdk/include"), "1.4.309")
+    assert cmake_args(Path("s"), Path("b"), "vulkan", vulkan=tools)[-3:] == [
+        "-DGGML_VULKAN=ON",
+        "-DVulkan_INCLUDE_DIR=/sdk/include",
+        "-DVulkan_GLSLC_EXECUTABLE=/sdk/bin/glslc",
+    ]
+    assert llama_build.toolchain_info(None, tools) == {
+        "glslc": "shaderc 2025.2",
+        "vulkan_headers": "1.4.309 (/sdk/include)",
+    }
+    info = llama_build.toolchain_info(setup, None)
     assert info["cublas"] == {"source": "wheel", "package": "nvidia-cublas==13.1.0.3", "lib_dir": str(lib)}
     assert info["min_driver"] == "580.65.06" and info["driver_link"]["source"] == "generated stub"
 
@@ -317,8 +328,9 @@ def test_doctor_reports_what_each_build_recorded(tmp_path, monkeypatch):
     )
     system = {**cuda_info, "cublas": {"source": "system", "lib_dir": "/usr/lib/x86_64-linux-gnu"}}
     assert "cuBLAS system (/usr/lib/x86_64-linux-gnu)" in doctor.describe_build(system)
-    assert doctor.describe_build({"glslc": "shaderc 2023.2-1", "build_seconds": 900}) == (
-        "glslc: shaderc 2023.2-1, built in 900 s"
+    vk_info = {"glslc": "shaderc 2023.2-1", "vulkan_headers": "1.4.309 (/sdk/include)", "build_seconds": 900}
+    assert doctor.describe_build(vk_info) == (
+        "glslc: shaderc 2023.2-1, Vulkan headers 1.4.309 (/sdk/include), built in 900 s"
     )
 
     # a real ELF that needs a library no machine has: doctor says it is broken and how to rebuild
@@ -408,9 +420,48 @@ def test_doctor_toolkit_and_vulkan_lines(tmp_path, monkeypatch):
     shutil.copytree(tmp_path / "w" / "nvidia" / "cu13" / "lib", root / "lib64")
     shutil.copytree(tmp_path / "w" / "nvidia" / "cu13" / "include", root / "include")
     monkeypatch.setenv("PATH", str(tmp_path / "bin"))
+    monkeypatch.delenv("VULKAN_SDK", raising=False)
     f = doctor.cuda()
     assert f.ok and f.value == f"13.0.88 at {root}; sm_75 yes, sm_86 yes; cuBLAS system ({root / 'lib64'})"
     v = doctor.vulkan()
     assert not v.ok and v.value.startswith("glslc not found; install them (Debian: apt-get install libvulkan-dev")
     (tmp_path / "bin" / "nvcc").unlink()
     assert doctor.cuda() == doctor.Finding("CUDA toolkit", "nvcc not found on PATH (no --cuda builds)", False)
+
+
+VULKAN_CORE_H = """#define VK_HEADER_VERSION 309
+#define VK_HEADER_VERSION_COMPLETE VK_MAKE_API_VERSION(0, 1, 4, VK_HEADER_VERSION)
+"""
+
+
+def _vulkan_sdk(sdk: Path, extension: bool) -> None:
+    (sdk / "include" / "vulkan").mkdir(parents=True)
+    (sdk / "bin").mkdir()
+    text = VULKAN_CORE_H + ("#define VK_EXT_layer_settings 1\n" if extension else "")
+    (sdk / "include" / "vulkan" / "vulkan_core.h").write_text(text)
+    (sdk / "bin" / "glslc").write_text("#!/bin/sh\necho 'shaderc v2025.2 v2025.2'\necho 'spirv-tools v2025.1'\n")
+    (sdk / "bin" / "glslc").chmod(0o755)
+
+
+def test_vulkan_headers_checked_before_building(tmp_path, monkeypatch):
+    assert gpu_toolchains.parse_vulkan_header_version(VULKAN_CORE_H) == "1.4.309"
+    assert gpu_toolchains.parse_vulkan_header_version("#define VK_HEADER_VERSION 239\n") == "239"
+    assert gpu_toolchains.parse_vulkan_header_version("nothing") is None
+    _vulkan_sdk(tmp_path / "sdk", extension=True)
+    monkeypatch.setenv("VULKAN_SDK", str(tmp_path / "sdk"))
+    assert gpu_toolchains.require_vulkan_tools() == gpu_toolchains.VulkanTools(
+        tmp_path / "sdk" / "bin" / "glslc", "shaderc v2025.2 v2025.2", tmp_path / "sdk" / "include", "1.4.309"
+    )
+    # headers as old as Debian 12's (1.3.239): stopped with one line, before anything is fetched
+    _vulkan_sdk(tmp_path / "old", extension=False)
+    (tmp_path / "old" / "include" / "vulkan" / "vulkan_core.h").write_text(
+        VULKAN_CORE_H.replace("309", "239").replace("1, 4,", "1, 3,")
+    )
+    monkeypatch.setenv("VULKAN_SDK", str(tmp_path / "old"))
+    monkeypatch.setenv("GGUF_EXACT_CACHE", str(tmp_path / "cache"))
+    r = CliRunner().invoke(main, ["build-llama", "--vulkan"])
+    assert r.exit_code == 1 and r.output.startswith(
+        f"error: --vulkan: the Vulkan headers in {tmp_path / 'old' / 'include'} are version 1.3.239, without "
+        "VK_EXT_layer_settings, which the pinned llama.cpp's Vulkan backend uses"
+    )
+    assert not (tmp_path / "cache" / "llama.cpp").exists()

@@ -72,6 +72,8 @@ def describe_build(info: dict) -> str:
             parts.append(f"needs NVIDIA driver >= {info['min_driver']}")
     if info.get("glslc"):
         parts.append(f"glslc: {info['glslc']}")
+    if info.get("vulkan_headers"):
+        parts.append(f"Vulkan headers {info['vulkan_headers']}")
     if "build_seconds" in info:
         jobs = f" with -j{info['jobs']}" if "jobs" in info else ""
         parts.append(f"built in {info['build_seconds']:.0f} s{jobs}")
@@ -126,7 +128,10 @@ def cuda() -> Finding:
 
 def vulkan() -> Finding:
     try:
-        return Finding("Vulkan build tools", f"glslc: {require_vulkan_tools()}", True)
+        tools = require_vulkan_tools()
+        return Finding(
+            "Vulkan build tools", f"glslc: {tools.glslc}, headers {tools.header_version} ({tools.include_dir})", True
+        )
     except GgufExactError as e:
         return Finding("Vulkan build tools", str(e).removeprefix("--vulkan: "), False)
 

@@ -30,7 +30,7 @@ from gguf_exact.errors import GgufExactError
 from gguf_exact.formats.gguf_file import sha256_file
 from gguf_exact.hub import checksums
 from gguf_exact.serving import gpu_toolchains
-from gguf_exact.serving.gpu_toolchains import CudaSetup
+from gguf_exact.serving.gpu_toolchains import CudaSetup, VulkanTools
 
 VENDORED_COMMITS = {"0.3.36": "0c1e57098"}
 """llama-cpp-python version -> the llama.cpp commit its sdist vendors."""
@@ -191,8 +191,11 @@ def verify_sdist(path: Path, pin: PinnedSdist) -> Path:
     return path
 
 
-def cmake_args(src: Path, build: Path, backend: str, cuda: CudaSetup | None = None) -> list[str]:
-    """The CMake configure command line for ``backend`` (a CUDA backend needs ``cuda``)."""
+def cmake_args(
+    src: Path, build: Path, backend: str, cuda: CudaSetup | None = None, vulkan: VulkanTools | None = None
+) -> list[str]:
+    """The CMake configure command line for ``backend`` (CUDA needs ``cuda``; ``vulkan``
+    pins the headers and glslc that :func:`.gpu_toolchains.require_vulkan_tools` checked)."""
     args = [
         "cmake",
         "-S",
@@ -215,6 +218,8 @@ def cmake_args(src: Path, build: Path, backend: str, cuda: CudaSetup | None = No
     ]
     if backend == "vulkan":
         args += ["-DGGML_VULKAN=ON"]
+        if vulkan is not None:
+            args += [f"-DVulkan_INCLUDE_DIR={vulkan.include_dir}", f"-DVulkan_GLSLC_EXECUTABLE={vulkan.glslc_path}"]
     if backend.startswith("cuda"):
         if cuda is None:
             raise ValueError(f"cmake_args: backend {backend} needs a CudaSetup")
@@ -248,7 +253,7 @@ def cuda_cmake_args(arch: str, cuda: CudaSetup) -> list[str]:
     return args
 
 
-def toolchain_info(backend: str, cuda: CudaSetup | None, glslc: str | None) -> dict:
+def toolchain_info(cuda: CudaSetup | None, vulkan: VulkanTools | None) -> dict:
     """What ``build-info.json`` records about the toolchain (``doctor`` prints it)."""
     if cuda is not None:
         t, c = cuda.toolkit, cuda.cublas
@@ -258,8 +263,8 @@ def toolchain_info(backend: str, cuda: CudaSetup | None, glslc: str | None) -> d
             "driver_link": {"source": cuda.driver_source, "library": str(cuda.driver_library)},
             "min_driver": gpu_toolchains.MIN_DRIVER.get(t.major, ""),
         }
-    if backend == "vulkan":
-        return {"glslc": glslc or ""}
+    if vulkan is not None:
+        return {"glslc": vulkan.glslc, "vulkan_headers": f"{vulkan.header_version} ({vulkan.include_dir})"}
     return {}
 
 
@@ -333,7 +338,7 @@ def build_llama_cpp(
         return found
     if backend.startswith("cuda"):
         gpu_toolchains.require_cuda_toolkit(backend[4:])  # fail before fetching anything
-    glslc = gpu_toolchains.require_vulkan_tools() if backend == "vulkan" else None
+    vulkan_tools = gpu_toolchains.require_vulkan_tools() if backend == "vulkan" else None
     for tool in ("cmake", "c++"):
         if not shutil.which(tool):
             raise GgufExactError(
@@ -365,7 +370,7 @@ def build_llama_cpp(
         )
         if setup is not None:
             log(f"CUDA {setup.toolkit.version} ({setup.toolkit.root}), cuBLAS {setup.cublas.describe()}")
-        _run(cmake_args(src, build, backend, setup), logfile, log, "configure")
+        _run(cmake_args(src, build, backend, setup, vulkan_tools), logfile, log, "configure")
         _run(
             ["cmake", "--build", str(build), "--config", "Release", f"-j{jobs}", "--target", *TARGETS],
             logfile,
@@ -390,11 +395,11 @@ def build_llama_cpp(
             "backend": backend,
             "package": f"{PACKAGE}=={pin.version}",
             "sdist_sha256": pin.sha256,
-            "cmake": cmake_args(Path("SRC"), Path("BUILD"), backend, setup)[7:],
+            "cmake": cmake_args(Path("SRC"), Path("BUILD"), backend, setup, vulkan_tools)[7:],
             "targets": list(TARGETS),
             "build_seconds": round(time.monotonic() - t0, 1),
             "jobs": jobs,
-            **toolchain_info(backend, setup, glslc),
+            **toolchain_info(setup, vulkan_tools),
             "version": server_version(server)
             if not missing
             else "not run here: no libcuda.so.1 (it comes with the NVIDIA driver)",
