@@ -235,9 +235,9 @@ def cuda_cmake_args(arch: str, cuda: CudaSetup) -> list[str]:
     (not the build-local libcuda stub): the binary loads the driver's libcuda.so.1.
     """
     args = ["-DGGML_CUDA=ON", f"-DCMAKE_CUDA_ARCHITECTURES={arch}", f"-DCMAKE_CUDA_COMPILER={cuda.toolkit.nvcc}"]
-    if (
-        cuda.toolkit.root / "include" / "cuda_runtime.h"
-    ).is_file():  # not Debian's split layout: CMake finds that itself
+    # Debian's split layout (nvcc under /usr/lib/nvidia-cuda-toolkit, headers in /usr/include)
+    # is found by CMake itself; a root is given only where it holds the headers.
+    if (cuda.toolkit.root / "include" / "cuda_runtime.h").is_file():
         args.append(f"-DCUDAToolkit_ROOT={cuda.toolkit.root}")
     args.append(f"-DCUDA_cuda_driver_LIBRARY={cuda.driver_library}")
     if cuda.cublas.source == "wheel":
