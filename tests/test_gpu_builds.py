@@ -9,6 +9,7 @@ import hashlib
 import json
 import os
 import shutil
+import struct
 import subprocess
 import zipfile
 from pathlib import Path
@@ -465,3 +466,32 @@ def test_vulkan_headers_checked_before_building(tmp_path, monkeypatch):
         "VK_EXT_layer_settings, which the pinned llama.cpp's Vulkan backend uses"
     )
     assert not (tmp_path / "cache" / "llama.cpp").exists()
+
+
+def _fatbin(entries: list[tuple[int, int, bytes]]) -> bytes:
+    """A fat binary as nvcc lays it out: header, then per entry a 64-byte header and payload."""
+    body = b""
+    for kind, arch, payload in entries:
+        header = struct.pack("<HHIQIIHHIIIQQQ", kind, 0x101, 64, len(payload), 0, 0, 0, 8, arch, 0, 0, 0, 0, 0)
+        body += header.ljust(64, b"\0") + payload
+    return struct.pack("<IHHQ", gpu_toolchains.FATBIN_MAGIC, 1, 16, len(body)) + body
+
+
+def test_gpu_code_read_from_the_binary(tmp_path):
+    section = (
+        _fatbin([(2, 86, b"\x7fELF" + b"\0" * 60), (1, 86, b"ptx text" * 3)])
+        + b"\0" * 8  # padding between fat binaries
+        + _fatbin([(2, 86, b"cubin"), (1, 86, b"ptx"), (2, 75, b"cubin75")])
+    )
+    assert gpu_toolchains.fatbin_archs(section) == {"sm_86": 2, "compute_86": 2, "sm_75": 1}
+    assert gpu_toolchains.fatbin_archs(b"\0" * 64) == {}
+    # the same bytes as the .nv_fatbin section of a real ELF, found through readelf
+    (tmp_path / "m.c").write_text("int main(void) { return 0; }\n")
+    (tmp_path / "blob").write_bytes(section)
+    subprocess.run(["cc", "-o", str(tmp_path / "exe"), str(tmp_path / "m.c")], check=True)
+    subprocess.run(
+        ["objcopy", f"--add-section=.nv_fatbin={tmp_path / 'blob'}", str(tmp_path / "exe"), str(tmp_path / "gpu")],
+        check=True,
+    )
+    assert gpu_toolchains.binary_gpu_archs(tmp_path / "gpu") == {"sm_86": 2, "compute_86": 2, "sm_75": 1}
+    assert gpu_toolchains.binary_gpu_archs(tmp_path / "exe") == {}

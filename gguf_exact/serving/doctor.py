@@ -12,6 +12,7 @@ from gguf_exact.errors import GgufExactError
 from gguf_exact.hub import checksums
 from gguf_exact.serving.gpu_toolchains import (
     CUBLAS_CHECKSUMS,
+    binary_gpu_archs,
     find_cuda_toolkit,
     parse_wheel_pins,
     require_vulkan_tools,
@@ -87,6 +88,9 @@ def build_finding(backend: str) -> Finding:
     if build is None:
         return Finding(name, f"not built; run `{build_command(backend)}`", False)
     made_with = describe_build(build.info)
+    archs = binary_gpu_archs(build.binary()) if backend.startswith("cuda") else {}
+    if archs:  # read from the binary itself: the code it really carries
+        made_with = f"GPU code {', '.join(sorted(archs))}; {made_with}"
     missing = unresolved_libraries(build.binary())
     if missing == ["libcuda.so.1"]:
         return Finding(name, f"{build.binary()}  [{made_with}; runs where the NVIDIA driver is: not here]", True)

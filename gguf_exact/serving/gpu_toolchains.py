@@ -20,6 +20,7 @@ import os
 import platform
 import re
 import shutil
+import struct
 import subprocess
 import sys
 import tempfile
@@ -151,6 +152,45 @@ def wheel_pin_for(pins: list[WheelPin], cuda_major: int, machine: str) -> WheelP
 def missing_libraries(ldd_output: str) -> list[str]:
     """Names ``ldd`` could not resolve (``libfoo.so.1 => not found``)."""
     return re.findall(r"^\s*(\S+)\s+=>\s+not found", ldd_output, re.MULTILINE)
+
+
+FATBIN_MAGIC = 0xBA55ED50
+
+
+def fatbin_archs(section: bytes) -> dict[str, int]:
+    """What GPU code a binary's ``.nv_fatbin`` section holds: ``{"sm_86": 144, "compute_86": 144}``
+    (cubins per real arch, PTX per virtual arch). Each fat binary is a header (magic, version,
+    header size, payload size) and entries whose header gives kind (1 PTX, 2 cubin), sizes and,
+    at byte 28, the arch; the payloads may be compressed, the headers are not."""
+    counts: dict[str, int] = {}
+    pos = 0
+    while pos + 16 <= len(section):
+        magic, _, header, size = struct.unpack_from("<IHHQ", section, pos)
+        if magic != FATBIN_MAGIC:
+            pos += 8  # fat binaries are 8-byte aligned in the section
+            continue
+        entry, end = pos + header, pos + header + size
+        while entry + 32 <= end:
+            kind, _, entry_header, payload = struct.unpack_from("<HHIQ", section, entry)
+            arch = struct.unpack_from("<I", section, entry + 28)[0]
+            name = f"{'compute' if kind == 1 else 'sm'}_{arch}"
+            counts[name] = counts.get(name, 0) + 1
+            entry += entry_header + payload
+        pos = end
+    return counts
+
+
+def binary_gpu_archs(binary: Path) -> dict[str, int]:
+    """:func:`fatbin_archs` of ``binary``'s ``.nv_fatbin`` section ({} if none or no readelf)."""
+    out = _output(["readelf", "-S", "-W", str(binary)]) or ""
+    for line in out.splitlines():
+        if ".nv_fatbin" in line:
+            fields = line.split("]", 1)[1].split()  # name type address offset size ...
+            offset, size = int(fields[3], 16), int(fields[4], 16)
+            with open(binary, "rb") as f:
+                f.seek(offset)
+                return fatbin_archs(f.read(size))
+    return {}
 
 
 # --- discovery ----------------------------------------------------------------------
