@@ -12,8 +12,9 @@ ships as ``stubs/libcuda.so``: it is named ``libcuda.so`` with soname ``libcuda.
 so the binary asks for the driver's ``libcuda.so.1`` at run time and the stub is never
 loaded. :mod:`.llama_build` turns a :class:`CudaSetup` into CMake arguments.
 
-The ``parse_*`` functions and :func:`driver_symbols` are pure; the rest run tools or
-read the disk.
+The ``parse_*`` functions, :func:`driver_symbols`, :func:`stub_source`,
+:func:`wheel_pin_for`, :func:`missing_libraries` and :func:`fatbin_archs` are pure; the
+rest run tools or read the disk.
 """
 
 import os
