@@ -336,11 +336,12 @@ def build_llama(cuda: str | None, vulkan: bool, sdist: Path | None, force: bool)
     shows what each build used. (Python: gguf_exact.serving.llama_build.build_llama_cpp;
     also scripts/build-llama-cpp.sh)
     """
-    from gguf_exact.serving.llama_build import build_llama_cpp
+    from gguf_exact.serving.llama_build import build_llama_cpp, sigterm_as_interrupt
 
-    build = build_llama_cpp(
-        cuda, sdist, force=force, log=lambda m: err.print(m, soft_wrap=True, markup=False), vulkan=vulkan
-    )
+    with sigterm_as_interrupt():
+        build = build_llama_cpp(
+            cuda, sdist, force=force, log=lambda m: err.print(m, soft_wrap=True, markup=False), vulkan=vulkan
+        )
     click.echo(build.bin_dir)
 
 

@@ -9,8 +9,11 @@ import hashlib
 import json
 import os
 import shutil
+import signal
 import struct
 import subprocess
+import sys
+import time
 import zipfile
 from pathlib import Path
 
@@ -495,3 +498,60 @@ def test_gpu_code_read_from_the_binary(tmp_path):
     )
     assert gpu_toolchains.binary_gpu_archs(tmp_path / "gpu") == {"sm_86": 2, "compute_86": 2, "sm_75": 1}
     assert gpu_toolchains.binary_gpu_archs(tmp_path / "exe") == {}
+
+
+def test_killed_build_stops_its_tools_and_leaves_nothing(tmp_path):
+    # a real build (the CPU one, from the pinned sdist already fetched for `make test`),
+    # killed with SIGTERM while CMake runs: exit 130, no temp dir, no process left behind
+    sdist = llama_build.cache_root() / "sdist" / llama_build.pinned_sdist().filename
+    assert sdist.is_file(), f"{sdist}: missing; run `make llama-server` first"
+    env = {**os.environ, "GGUF_EXACT_CACHE": str(tmp_path / "cache")}
+    cmd = [sys.executable, "-m", "gguf_exact.serving.llama_build", "--sdist", str(sdist)]
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    log = tmp_path / "cache" / "logs" / f"llama.cpp-{COMMIT}-cpu.log"
+    deadline = time.monotonic() + 120
+    while not (log.is_file() and "$ cmake -S" in log.read_text()) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    time.sleep(1.0)  # CMake is now probing compilers in its own process group
+    proc.send_signal(signal.SIGTERM)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130 and err.strip().splitlines()[-1] == "interrupted; nothing was installed"
+    assert [p.name for p in (tmp_path / "cache" / "llama.cpp").iterdir()] == []
+    time.sleep(0.5)
+    assert _processes_naming(str(tmp_path)) == []
+
+
+def _processes_naming(marker: str) -> list[str]:
+    found = []
+    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            if marker.encode() in cmdline.read_bytes():
+                found.append(cmdline.parent.name)
+        except OSError:
+            pass
+    return found
+
+
+def test_interrupted_step_stops_grandchildren(tmp_path):
+    # as ninja runs compilers under cmake: a grandchild that would outlive a killed child
+    marker = str(tmp_path / "grandchild")
+    script = (
+        "import sys; from pathlib import Path\n"
+        "from gguf_exact.serving import llama_build\n"
+        "with llama_build.sigterm_as_interrupt():\n"
+        f"    llama_build._run(['sh', '-c', '{sys.executable} -c \"import time; time.sleep(300)\" {marker} & wait'],"
+        f" Path({str(tmp_path / 'log')!r}), print, 'build', every=0.2)\n"
+    )
+    proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    grandchild = marker + "\0"  # its last argument; in the parent's and sh's command lines a space follows
+    try:
+        deadline = time.monotonic() + 30
+        while not _processes_naming(grandchild) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert len(_processes_naming(grandchild)) == 1
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=30)
+    assert proc.returncode == -signal.SIGINT and err.strip().splitlines()[-1] == "KeyboardInterrupt"
+    time.sleep(0.3)
+    assert _processes_naming(marker) == []

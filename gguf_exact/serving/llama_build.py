@@ -13,10 +13,12 @@ Each install holds ``build-info.json``: what it was built with and how long it t
 :func:`build_llama_cpp`.
 """
 
+import contextlib
 import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import tarfile
@@ -24,7 +26,7 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Iterator
 
 from gguf_exact.errors import GgufExactError
 from gguf_exact.formats.gguf_file import sha256_file
@@ -281,18 +283,20 @@ def _run(cmd: list[str], logfile: Path, log: Log, what: str, every: float = 60.0
     with open(logfile, "a") as f:
         f.write("$ " + " ".join(cmd) + "\n")
         f.flush()
-        proc = subprocess.Popen(cmd, stdout=f, stderr=subprocess.STDOUT)
+        # A session (process group) of its own: an interrupt stops the whole tree (cmake,
+        # ninja, nvcc, cc1plus), not only cmake, which would leave ninja compiling for an hour.
+        proc = subprocess.Popen(cmd, stdout=f, stderr=subprocess.STDOUT, start_new_session=True)
         t0 = time.monotonic()
-        while True:
-            try:
-                proc.wait(timeout=every)
-                break
-            except subprocess.TimeoutExpired:
-                log(f"  {what}: {_progress(logfile) or 'running'} after {time.monotonic() - t0:.0f} s")
-            except BaseException:
-                proc.kill()
-                proc.wait()
-                raise
+        try:
+            while True:
+                try:
+                    proc.wait(timeout=every)
+                    break
+                except subprocess.TimeoutExpired:
+                    log(f"  {what}: {_progress(logfile) or 'running'} after {time.monotonic() - t0:.0f} s")
+        except BaseException:  # Ctrl-C, or SIGTERM under sigterm_as_interrupt, while waiting or logging
+            _stop_group(proc)
+            raise
     if proc.returncode != 0:
         text = logfile.read_text(errors="replace")
         for needle, advice in KNOWN_FAILURES:
@@ -302,6 +306,37 @@ def _run(cmd: list[str], logfile: Path, log: Log, what: str, every: float = 60.0
         errors = [ln for ln in lines if "error" in ln.lower() and not ln.startswith("$ ")]
         hint = (errors or lines or ["no output"])[0 if errors else -1].strip()[:200]
         raise GgufExactError(f"llama.cpp {what} failed ({hint}); full log: {logfile}")
+
+
+def _stop_group(proc: subprocess.Popen) -> None:
+    """SIGTERM to ``proc``'s process group, SIGKILL after 10 s."""
+    try:
+        os.killpg(proc.pid, signal.SIGTERM)
+        proc.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+    except ProcessLookupError:
+        proc.wait()
+
+
+@contextlib.contextmanager
+def sigterm_as_interrupt() -> Iterator[None]:
+    """Within: SIGTERM raises KeyboardInterrupt, so a killed build (``kill PID``, a CI
+    timeout) stops its compilers and removes its temp dir as Ctrl-C does."""
+
+    def interrupt(signum, frame):
+        raise KeyboardInterrupt
+
+    try:
+        previous = signal.signal(signal.SIGTERM, interrupt)
+    except ValueError:  # not the main thread: leave signals alone
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def _extract_llama_cpp(sdist: Path, dest: Path) -> Path:
@@ -451,9 +486,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("-j", "--jobs", type=int, default=2)
     args = parser.parse_args(argv)
     try:
-        b = build_llama_cpp(
-            args.cuda, args.sdist, args.jobs, args.force, log=lambda m: print(m, file=sys.stderr), vulkan=args.vulkan
-        )
+        with sigterm_as_interrupt():
+            b = build_llama_cpp(
+                args.cuda,
+                args.sdist,
+                args.jobs,
+                args.force,
+                log=lambda m: print(m, file=sys.stderr),
+                vulkan=args.vulkan,
+            )
     except GgufExactError as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
