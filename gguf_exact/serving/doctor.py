@@ -3,15 +3,30 @@
 Each finding is a (name, value, ok) row; nothing here fails, it only reports.
 """
 
+import platform
 import shutil
 import subprocess
 from dataclasses import dataclass
 
+from gguf_exact.errors import GgufExactError
+from gguf_exact.hub import checksums
+from gguf_exact.serving.gpu_toolchains import (
+    CUBLAS_CHECKSUMS,
+    binary_gpu_archs,
+    find_cuda_toolkit,
+    parse_wheel_pins,
+    require_vulkan_tools,
+    system_cublas,
+    wheel_pin_for,
+)
 from gguf_exact.serving.llama_build import (
+    BACKEND,
     COMMIT,
+    build_command,
     find_build,
     install_dir,
     server_version,
+    unresolved_libraries,
 )
 
 
@@ -44,32 +59,85 @@ def bindings() -> Finding:
     )
 
 
+def describe_build(info: dict) -> str:
+    """What a build's ``build-info.json`` says it was made with, in one line."""
+    parts = []
+    if "cuda_toolkit" in info:
+        t, c = info["cuda_toolkit"], info.get("cublas", {})
+        parts.append(f"CUDA {t.get('version', '?')} ({t.get('root', '?')})")
+        if c.get("source") == "wheel":
+            parts.append(f"cuBLAS {c.get('package', '?')} wheel ({c.get('lib_dir', '?')})")
+        elif c:
+            parts.append(f"cuBLAS system ({c.get('lib_dir', '?')})")
+        if info.get("min_driver"):
+            parts.append(f"needs NVIDIA driver >= {info['min_driver']}")
+    if info.get("glslc"):
+        parts.append(f"glslc: {info['glslc']}")
+    if info.get("vulkan_headers"):
+        parts.append(f"Vulkan headers {info['vulkan_headers']}")
+    if "build_seconds" in info:
+        jobs = f" with -j{info['jobs']}" if "jobs" in info else ""
+        parts.append(f"built in {info['build_seconds']:.0f} s{jobs}")
+    return ", ".join(parts)
+
+
+def build_finding(backend: str) -> Finding:
+    """One llama-server build: where it is, what it was built with, whether it loads here."""
+    name = f"llama-server ({backend})"
+    build = find_build(backend)
+    if build is None:
+        return Finding(name, f"not built; run `{build_command(backend)}`", False)
+    made_with = describe_build(build.info)
+    archs = binary_gpu_archs(build.binary()) if backend.startswith("cuda") else {}
+    if archs:  # read from the binary itself: the code it really carries
+        made_with = f"GPU code {', '.join(sorted(archs))}; {made_with}"
+    missing = unresolved_libraries(build.binary())
+    if missing == ["libcuda.so.1"]:
+        return Finding(name, f"{build.binary()}  [{made_with}; runs where the NVIDIA driver is: not here]", True)
+    if missing:
+        return Finding(
+            name, f"{build.binary()}: missing {', '.join(missing)}; run `{build_command(backend)} --force`", False
+        )
+    version = " ".join(server_version(build.binary()).split())
+    return Finding(name, f"{build.binary()}  [{'; '.join(x for x in (version, made_with) if x)}]", True)
+
+
 def server_builds() -> list[Finding]:
-    found = []
-    backends = sorted({p.name.split("-", 1)[1] for p in install_dir("cpu").parent.glob(f"{COMMIT}-*") if "-" in p.name})
-    for backend in backends or ["cpu"]:
-        build = find_build(backend)
-        if build is None:
-            found.append(
-                Finding(
-                    f"llama-server ({backend})",
-                    f"not built; run `gguf-exact build-llama{'' if backend == 'cpu' else ' --cuda ' + backend[4:]}`",
-                    False,
-                )
-            )
-            continue
-        version = " ".join(server_version(build.binary()).split())
-        found.append(Finding(f"llama-server ({backend})", f"{build.binary()}  [{version}]", True))
-    return found
+    folders = install_dir("cpu").parent.glob(f"{COMMIT}-*")
+    backends = sorted({p.name.split("-", 1)[1] for p in folders if BACKEND.fullmatch(p.name.split("-", 1)[-1])})
+    return [build_finding(b) for b in backends or ["cpu"]]
 
 
 def cuda() -> Finding:
-    nvcc = shutil.which("nvcc")
-    out = _run([nvcc, "--version"]) if nvcc else None
-    if out:
-        release = next((ln.strip() for ln in out.splitlines() if "release" in ln), out.splitlines()[-1])
-        return Finding("CUDA toolkit", f"{nvcc}: {release}", True)
-    return Finding("CUDA toolkit", "nvcc not found (CPU builds only)", False)
+    """The toolkit on PATH, the archs it compiles, and the cuBLAS a ``--cuda`` build would use."""
+    toolkit = find_cuda_toolkit()
+    if toolkit is None:
+        return Finding("CUDA toolkit", "nvcc not found on PATH (no --cuda builds)", False)
+    archs = f"; sm_75 {'yes' if '75' in toolkit.archs else 'no'}, sm_86 {'yes' if '86' in toolkit.archs else 'no'}"
+    cublas = system_cublas(toolkit)
+    if cublas is None:
+        pins = parse_wheel_pins(checksums.read(CUBLAS_CHECKSUMS).entries)
+        pin = wheel_pin_for(pins, toolkit.major, platform.machine())
+        cublas_text = (
+            f"no cuBLAS here: builds use the {pin.package}=={pin.version} wheel"
+            if pin
+            else "no cuBLAS here and no wheel pinned for it"
+        )
+    else:
+        cublas_text = f"cuBLAS {cublas.describe()}"
+    return Finding(
+        "CUDA toolkit", f"{toolkit.version} at {toolkit.root}{archs if toolkit.archs else ''}; {cublas_text}", True
+    )
+
+
+def vulkan() -> Finding:
+    try:
+        tools = require_vulkan_tools()
+        return Finding(
+            "Vulkan build tools", f"glslc: {tools.glslc}, headers {tools.header_version} ({tools.include_dir})", True
+        )
+    except GgufExactError as e:
+        return Finding("Vulkan build tools", str(e).removeprefix("--vulkan: "), False)
 
 
 def gpus() -> Finding:
@@ -84,4 +152,4 @@ def gpus() -> Finding:
 
 def diagnose() -> list[Finding]:
     """Every finding, in the order ``gguf-exact doctor`` prints them."""
-    return [bindings(), *server_builds(), cuda(), gpus()]
+    return [bindings(), *server_builds(), cuda(), vulkan(), gpus()]

@@ -5,16 +5,20 @@ vendors llama.cpp at :data:`COMMIT` in ``vendor/llama.cpp``. The sdist is fetche
 pip from the package registry, its sha256 checked against ``checksums/``, and the
 binaries built with CMake into a temp dir, then moved into
 ``<cache>/llama.cpp/<commit>-<backend>/bin`` only on success. A second call finds
-them there and returns at once.
+them there and returns at once. Backends: ``cpu``, ``cuda<arch>`` (``cuda75``, ``cuda86``:
+the toolkit, cuBLAS and driver library come from :mod:`.gpu_toolchains`) and ``vulkan``.
+Each install holds ``build-info.json``: what it was built with and how long it took.
 
 ``scripts/build-llama-cpp.sh`` and ``gguf-exact build-llama`` both call
 :func:`build_llama_cpp`.
 """
 
+import contextlib
 import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import tarfile
@@ -22,11 +26,13 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Iterator
 
 from gguf_exact.errors import GgufExactError
 from gguf_exact.formats.gguf_file import sha256_file
 from gguf_exact.hub import checksums
+from gguf_exact.serving import gpu_toolchains
+from gguf_exact.serving.gpu_toolchains import CudaSetup, VulkanTools
 
 VENDORED_COMMITS = {"0.3.36": "0c1e57098"}
 """llama-cpp-python version -> the llama.cpp commit its sdist vendors."""
@@ -35,6 +41,8 @@ COMMIT = VENDORED_COMMITS["0.3.36"]
 TARGETS = ("llama-server", "llama-bench", "llama-perplexity", "llama-quantize")
 CUDA_ARCHS = ("75", "86")
 """75: Turing (GTX 1650 Ti); 86: Ampere (RTX 3050). Others are accepted too."""
+BACKEND = re.compile(r"cpu|vulkan|cuda[0-9]{2,3}")
+"""Every backend name: the suffix of a build's cache folder and a profile's ``build``."""
 
 PACKAGE = "llama-cpp-python"
 CHECKSUM_FILE = checksums.CHECKSUMS_DIR / checksums.LLAMA_CPP_PYTHON
@@ -49,6 +57,11 @@ KNOWN_FAILURES = (
         "the CUDA toolkit found has no cuBLAS (cublas_v2.h); install the full toolkit (NVIDIA's cuda-toolkit package, or Debian's nvidia-cuda-toolkit) and run again",
     ),
     ("No CMAKE_CUDA_COMPILER could be found", "CMake found no nvcc; put the CUDA toolkit's bin on PATH or set CUDACXX"),
+    (
+        "Could NOT find Vulkan",
+        "CMake found no Vulkan headers, loader or glslc; install them (Debian: apt-get install libvulkan-dev glslc spirv-headers)",
+    ),
+    ("SPIRV-Headers", "CMake found no SPIRV-Headers; install them (Debian: apt-get install spirv-headers)"),
 )
 
 
@@ -84,15 +97,24 @@ def cache_root() -> Path:
     return Path(base).expanduser() / "gguf-exact"
 
 
-def backend_name(cuda: str | None) -> str:
-    """``cpu``, or ``cuda75``/``cuda86``/... for a CUDA build for that architecture."""
+def backend_name(cuda: str | None, vulkan: bool = False) -> str:
+    """``cpu``, ``vulkan``, or ``cuda75``/``cuda86``/... for a CUDA build for that architecture."""
     if cuda is None or cuda == "":
-        return "cpu"
+        return "vulkan" if vulkan else "cpu"
+    if vulkan:
+        raise GgufExactError(f"--cuda {cuda} and --vulkan: choose one backend per build")
     if not re.fullmatch(r"[0-9]{2,3}", str(cuda)):
         raise GgufExactError(
             f"--cuda {cuda}: expected a CUDA architecture number such as 75 (GTX 1650 Ti) or 86 (RTX 3050)"
         )
     return f"cuda{cuda}"
+
+
+def build_command(backend: str) -> str:
+    """The command that builds ``backend``: ``gguf-exact build-llama --cuda 75`` and so on."""
+    if backend.startswith("cuda"):
+        return f"gguf-exact build-llama --cuda {backend[4:]}"
+    return "gguf-exact build-llama" + (" --vulkan" if backend == "vulkan" else "")
 
 
 def install_dir(backend: str = "cpu", commit: str = COMMIT) -> Path:
@@ -171,8 +193,11 @@ def verify_sdist(path: Path, pin: PinnedSdist) -> Path:
     return path
 
 
-def cmake_args(src: Path, build: Path, backend: str) -> list[str]:
-    """The CMake configure command line for ``backend``."""
+def cmake_args(
+    src: Path, build: Path, backend: str, cuda: CudaSetup | None = None, vulkan: VulkanTools | None = None
+) -> list[str]:
+    """The CMake configure command line for ``backend`` (CUDA needs ``cuda``; ``vulkan``
+    pins the headers and glslc that :func:`.gpu_toolchains.require_vulkan_tools` checked)."""
     args = [
         "cmake",
         "-S",
@@ -193,9 +218,56 @@ def cmake_args(src: Path, build: Path, backend: str) -> list[str]:
         "-DLLAMA_BUILD_SERVER=ON",
         f"-DLLAMA_BUILD_COMMIT={COMMIT}",  # the sdist has no .git; --version would say 'unknown'
     ]
+    if backend == "vulkan":
+        args += ["-DGGML_VULKAN=ON"]
+        if vulkan is not None:
+            args += [f"-DVulkan_INCLUDE_DIR={vulkan.include_dir}", f"-DVulkan_GLSLC_EXECUTABLE={vulkan.glslc_path}"]
     if backend.startswith("cuda"):
-        args += ["-DGGML_CUDA=ON", f"-DCMAKE_CUDA_ARCHITECTURES={backend[4:]}"]
+        if cuda is None:
+            raise ValueError(f"cmake_args: backend {backend} needs a CudaSetup")
+        args += cuda_cmake_args(backend[4:], cuda)
     return args
+
+
+def cuda_cmake_args(arch: str, cuda: CudaSetup) -> list[str]:
+    """Point CMake's FindCUDAToolkit at exactly the toolkit, cuBLAS and libcuda of ``cuda``.
+
+    A wheel's cuBLAS sits outside the toolkit, so its libraries are given by path and its
+    headers by ``-isystem``. The RUNPATH names only the folders of libcudart and libcublas
+    (not the build-local libcuda stub): the binary loads the driver's libcuda.so.1.
+    """
+    args = ["-DGGML_CUDA=ON", f"-DCMAKE_CUDA_ARCHITECTURES={arch}", f"-DCMAKE_CUDA_COMPILER={cuda.toolkit.nvcc}"]
+    # Debian's split layout (nvcc under /usr/lib/nvidia-cuda-toolkit, headers in /usr/include)
+    # is found by CMake itself; a root is given only where it holds the headers.
+    if (cuda.toolkit.root / "include" / "cuda_runtime.h").is_file():
+        args.append(f"-DCUDAToolkit_ROOT={cuda.toolkit.root}")
+    args.append(f"-DCUDA_cuda_driver_LIBRARY={cuda.driver_library}")
+    if cuda.cublas.source == "wheel":
+        args += [
+            f"-DCUDA_cublas_LIBRARY={cuda.cublas.libraries[0]}",
+            f"-DCUDA_cublasLt_LIBRARY={cuda.cublas.libraries[1]}",
+            f"-DCMAKE_CUDA_FLAGS=-isystem {cuda.cublas.include_dir}",
+        ]
+    rpath = ":".join(str(d) for d in cuda.runtime_dirs())
+    args.append("-DCMAKE_SKIP_BUILD_RPATH=ON")
+    if rpath:
+        args.append(f"-DCMAKE_EXE_LINKER_FLAGS=-Wl,-rpath,{rpath}")
+    return args
+
+
+def toolchain_info(cuda: CudaSetup | None, vulkan: VulkanTools | None) -> dict:
+    """What ``build-info.json`` records about the toolchain (``doctor`` prints it)."""
+    if cuda is not None:
+        t, c = cuda.toolkit, cuda.cublas
+        return {
+            "cuda_toolkit": {"version": t.version, "root": str(t.root), "nvcc": str(t.nvcc)},
+            "cublas": {"source": c.source, "package": c.package, "lib_dir": str(c.lib_dir)},
+            "driver_link": {"source": cuda.driver_source, "library": str(cuda.driver_library)},
+            "min_driver": gpu_toolchains.MIN_DRIVER.get(t.major, ""),
+        }
+    if vulkan is not None:
+        return {"glslc": vulkan.glslc, "vulkan_headers": f"{vulkan.header_version} ({vulkan.include_dir})"}
+    return {}
 
 
 def _progress(logfile: Path) -> str | None:
@@ -211,18 +283,20 @@ def _run(cmd: list[str], logfile: Path, log: Log, what: str, every: float = 60.0
     with open(logfile, "a") as f:
         f.write("$ " + " ".join(cmd) + "\n")
         f.flush()
-        proc = subprocess.Popen(cmd, stdout=f, stderr=subprocess.STDOUT)
+        # A session (process group) of its own: an interrupt stops the whole tree (cmake,
+        # ninja, nvcc, cc1plus), not only cmake, which would leave ninja compiling for an hour.
+        proc = subprocess.Popen(cmd, stdout=f, stderr=subprocess.STDOUT, start_new_session=True)
         t0 = time.monotonic()
-        while True:
-            try:
-                proc.wait(timeout=every)
-                break
-            except subprocess.TimeoutExpired:
-                log(f"  {what}: {_progress(logfile) or 'running'} after {time.monotonic() - t0:.0f} s")
-            except BaseException:
-                proc.kill()
-                proc.wait()
-                raise
+        try:
+            while True:
+                try:
+                    proc.wait(timeout=every)
+                    break
+                except subprocess.TimeoutExpired:
+                    log(f"  {what}: {_progress(logfile) or 'running'} after {time.monotonic() - t0:.0f} s")
+        except BaseException:  # Ctrl-C, or SIGTERM under sigterm_as_interrupt, while waiting or logging
+            _stop_group(proc)
+            raise
     if proc.returncode != 0:
         text = logfile.read_text(errors="replace")
         for needle, advice in KNOWN_FAILURES:
@@ -232,6 +306,37 @@ def _run(cmd: list[str], logfile: Path, log: Log, what: str, every: float = 60.0
         errors = [ln for ln in lines if "error" in ln.lower() and not ln.startswith("$ ")]
         hint = (errors or lines or ["no output"])[0 if errors else -1].strip()[:200]
         raise GgufExactError(f"llama.cpp {what} failed ({hint}); full log: {logfile}")
+
+
+def _stop_group(proc: subprocess.Popen) -> None:
+    """SIGTERM to ``proc``'s process group, SIGKILL after 10 s."""
+    try:
+        os.killpg(proc.pid, signal.SIGTERM)
+        proc.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+    except ProcessLookupError:
+        proc.wait()
+
+
+@contextlib.contextmanager
+def sigterm_as_interrupt() -> Iterator[None]:
+    """Within: SIGTERM raises KeyboardInterrupt, so a killed build (``kill PID``, a CI
+    timeout) stops its compilers and removes its temp dir as Ctrl-C does."""
+
+    def interrupt(signum, frame):
+        raise KeyboardInterrupt
+
+    try:
+        previous = signal.signal(signal.SIGTERM, interrupt)
+    except ValueError:  # not the main thread: leave signals alone
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def _extract_llama_cpp(sdist: Path, dest: Path) -> Path:
@@ -248,21 +353,27 @@ def _extract_llama_cpp(sdist: Path, dest: Path) -> Path:
 
 
 def build_llama_cpp(
-    cuda: str | None = None, sdist: Path | None = None, jobs: int = 2, force: bool = False, log: Log = print
+    cuda: str | None = None,
+    sdist: Path | None = None,
+    jobs: int = 2,
+    force: bool = False,
+    log: Log = print,
+    vulkan: bool = False,
 ) -> LlamaBuild:
     """Build (once) and return ``llama-server``, ``llama-bench``, ``llama-perplexity`` and
-    ``llama-quantize`` for the CPU (``cuda=None``) or a CUDA architecture ("75", "86").
+    ``llama-quantize`` for the CPU (default), a CUDA architecture (``cuda="75"``, ``"86"``)
+    or Vulkan (``vulkan=True``).
 
     ``sdist`` is a local copy of the pinned sdist (still checked); otherwise pip fetches it.
+    CUDA needs nvcc on PATH; cuBLAS comes from the system, else from NVIDIA's pinned wheel.
     """
-    backend = backend_name(cuda)
+    backend = backend_name(cuda, vulkan)
     found = find_build(backend)
     if found and not force:
         return found
-    if backend.startswith("cuda") and not shutil.which("nvcc"):
-        raise GgufExactError(
-            f"--cuda {cuda}: nvcc not found on PATH; install the CUDA toolkit or build for the CPU (no --cuda)"
-        )
+    if backend.startswith("cuda"):
+        gpu_toolchains.require_cuda_toolkit(backend[4:])  # fail before fetching anything
+    vulkan_tools = gpu_toolchains.require_vulkan_tools() if backend == "vulkan" else None
     for tool in ("cmake", "c++"):
         if not shutil.which(tool):
             raise GgufExactError(
@@ -287,7 +398,14 @@ def build_llama_cpp(
         log(f"unpacking vendor/llama.cpp from {sdist_path.name}")
         src = _extract_llama_cpp(sdist_path, work / "src")
         build = work / "build"
-        _run(cmake_args(src, build, backend), logfile, log, "configure")
+        setup = (
+            gpu_toolchains.cuda_setup(backend[4:], work, cache_root() / "cuda", log)
+            if backend.startswith("cuda")
+            else None
+        )
+        if setup is not None:
+            log(f"CUDA {setup.toolkit.version} ({setup.toolkit.root}), cuBLAS {setup.cublas.describe()}")
+        _run(cmake_args(src, build, backend, setup, vulkan_tools), logfile, log, "configure")
         _run(
             ["cmake", "--build", str(build), "--config", "Release", f"-j{jobs}", "--target", *TARGETS],
             logfile,
@@ -301,18 +419,25 @@ def build_llama_cpp(
             if built is None:
                 raise GgufExactError(f"llama.cpp build finished without {target}; full log: {logfile}")
             shutil.copy2(built, staged / "bin" / target)
-        version = subprocess.run(
-            [str(staged / "bin" / "llama-server"), "--version"], capture_output=True, text=True, timeout=60
-        )
+        server = staged / "bin" / "llama-server"
+        missing = unresolved_libraries(server)
+        if set(missing) - {"libcuda.so.1"}:  # libcuda.so.1 is the NVIDIA driver's: absent on a machine without one
+            raise GgufExactError(
+                f"llama.cpp build: {server.name} needs {', '.join(missing)}, which the loader cannot find; full log: {logfile}"
+            )
         info = {
             "commit": COMMIT,
             "backend": backend,
             "package": f"{PACKAGE}=={pin.version}",
             "sdist_sha256": pin.sha256,
-            "cmake": cmake_args(Path("SRC"), Path("BUILD"), backend)[7:],
+            "cmake": cmake_args(Path("SRC"), Path("BUILD"), backend, setup, vulkan_tools)[7:],
             "targets": list(TARGETS),
             "build_seconds": round(time.monotonic() - t0, 1),
-            "version": (version.stdout + version.stderr).strip(),
+            "jobs": jobs,
+            **toolchain_info(setup, vulkan_tools),
+            "version": server_version(server)
+            if not missing
+            else "not run here: no libcuda.so.1 (it comes with the NVIDIA driver)",
         }
         (staged / INFO_FILE).write_text(json.dumps(info, indent=2) + "\n")
         if final.exists() and (force or find_build(backend) is None):
@@ -331,6 +456,15 @@ def build_llama_cpp(
     return result
 
 
+def unresolved_libraries(binary: Path) -> list[str]:
+    """Shared libraries of ``binary`` that the loader cannot find (``ldd``; [] without ldd)."""
+    ldd = shutil.which("ldd")
+    if ldd is None:
+        return []
+    proc = subprocess.run([ldd, str(binary)], capture_output=True, text=True)
+    return gpu_toolchains.missing_libraries(proc.stdout)
+
+
 def server_version(binary: Path) -> str:
     """``llama-server --version`` output (build number, commit, compiler, target)."""
     try:
@@ -341,17 +475,26 @@ def server_version(binary: Path) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m gguf_exact.serving.llama_build [--cuda ARCH] [--sdist PATH] [--force]``: prints the bin dir."""
+    """``python -m gguf_exact.serving.llama_build [--cuda ARCH | --vulkan] [--sdist PATH] [--force]``: prints the bin dir."""
     import argparse
 
     parser = argparse.ArgumentParser(prog="build-llama-cpp", description=build_llama_cpp.__doc__)
     parser.add_argument("--cuda", default=None)
+    parser.add_argument("--vulkan", action="store_true")
     parser.add_argument("--sdist", type=Path, default=None)
     parser.add_argument("--force", action="store_true")
     parser.add_argument("-j", "--jobs", type=int, default=2)
     args = parser.parse_args(argv)
     try:
-        b = build_llama_cpp(args.cuda, args.sdist, args.jobs, args.force, log=lambda m: print(m, file=sys.stderr))
+        with sigterm_as_interrupt():
+            b = build_llama_cpp(
+                args.cuda,
+                args.sdist,
+                args.jobs,
+                args.force,
+                log=lambda m: print(m, file=sys.stderr),
+                vulkan=args.vulkan,
+            )
     except GgufExactError as e:
         print(f"error: {e}", file=sys.stderr)
         return 1

@@ -1,6 +1,6 @@
 """Serving profiles: one TOML file per card in ``serve/`` (``rtx3050``, ``gtx1650ti``, ``cpu``).
 
-A profile names the llama.cpp build it needs (``build = "cuda86"``) and two tables of
+A profile names the llama.cpp build it needs (``build = "cuda86"``, ``"vulkan"``) and two tables of
 llama-server long options without their ``--``: ``[server]`` always, ``[draft]`` only
 when a drafter is given. ``true`` is a bare flag, ``false`` leaves the flag out.
 :meth:`Profile.with_overrides` applies ``KEY=VALUE`` pairs from the command line.
@@ -21,6 +21,7 @@ else:  # pragma: no cover
     import tomli as tomllib
 
 from gguf_exact.errors import GgufExactError
+from gguf_exact.serving.llama_build import BACKEND
 
 PROFILE_DIR = Path(__file__).resolve().parents[2] / "serve"
 Value = str | int | float | bool
@@ -111,8 +112,10 @@ def _checked(profile: Profile, where: str) -> Profile:
                     f"{where}: [{table_name}] {key} = {value!r}: values must be strings, numbers or true/false"
                 )
             refuse_no_mmap(key, value, where)
-    if not re.fullmatch(r"cpu|cuda[0-9]{2,3}", profile.build):
-        raise GgufExactError(f"{where}: build = {profile.build!r}: expected 'cpu' or 'cudaNN' (cuda75, cuda86)")
+    if not BACKEND.fullmatch(profile.build):
+        raise GgufExactError(
+            f"{where}: build = {profile.build!r}: expected 'cpu', 'vulkan' or 'cudaNN' (cuda75, cuda86)"
+        )
     return profile
 
 

@@ -31,7 +31,7 @@ from typing import Callable
 
 from gguf_exact.errors import GgufExactError
 from gguf_exact.serving.checks import ServePair, check_pair
-from gguf_exact.serving.llama_build import cache_root, find_build, install_dir
+from gguf_exact.serving.llama_build import build_command, cache_root, find_build, install_dir
 from gguf_exact.serving.profiles import Profile, load_profile, refuse_no_mmap
 from gguf_exact.serving.speculation import Verdict, judge, probe
 from gguf_exact.serving.stats import (
@@ -102,9 +102,8 @@ def resolve_server_binary(profile: Profile, server_bin: str | Path | None = None
         return path
     build = find_build(profile.build)
     if build is None:
-        cuda = f" --cuda {profile.build[4:]}" if profile.build.startswith("cuda") else ""
         raise GgufExactError(
-            f"llama-server for build {profile.build!r} (profile {profile.name}) not found; run `gguf-exact build-llama{cuda}` (or make llama-server) first"
+            f"llama-server for build {profile.build!r} (profile {profile.name}) not found; run `{build_command(profile.build)}` (or make llama-server) first"
         )
     return build.binary("llama-server")
 
