@@ -183,3 +183,29 @@ def test_build_llama_cli_rejects_bad_arch():
 
     r = CliRunner().invoke(main, ["build-llama", "--cuda", "sm_86"])
     assert r.exit_code == 1 and "expected a CUDA architecture number" in r.output
+
+
+@pytest.mark.parametrize("has_filter", [True, False])
+def test_sdist_extraction_keeps_members_inside_on_every_python_3_10(tmp_path, monkeypatch, has_filter):
+    import io
+    import tarfile
+
+    from gguf_exact.serving.llama_build import extract_data
+
+    if not has_filter:  # Python 3.10.0-3.10.11 and 3.11.0-3.11.3 have no tarfile.data_filter
+        monkeypatch.delattr(tarfile, "data_filter", raising=False)
+    archive = tmp_path / "a.tar"
+    with tarfile.open(archive, "w") as tar:
+        for name in ("pkg/vendor/llama.cpp/CMakeLists.txt", "../evil.txt"):
+            info = tarfile.TarInfo(name)
+            info.size = 2
+            tar.addfile(info, io.BytesIO(b"ok"))
+    dest = tmp_path / "out"
+    dest.mkdir()
+    with tarfile.open(archive) as tar:
+        good = [m for m in tar.getmembers() if m.name.startswith("pkg/")]
+        extract_data(tar, dest, good)
+        assert (dest / "pkg/vendor/llama.cpp/CMakeLists.txt").read_bytes() == b"ok"
+        with pytest.raises(GgufExactError, match="evil"):
+            extract_data(tar, dest, tar.getmembers())
+    assert not (tmp_path / "evil.txt").exists()

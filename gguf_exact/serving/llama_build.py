@@ -339,13 +339,31 @@ def sigterm_as_interrupt() -> Iterator[None]:
         signal.signal(signal.SIGTERM, previous)
 
 
+def extract_data(tar: tarfile.TarFile, dest: Path, members: list[tarfile.TarInfo]) -> None:
+    """``extractall`` with the "data" filter's rules: plain files and folders inside
+    ``dest`` only. Python has the filter from 3.10.12 and 3.11.4 on; on older patch
+    releases the same rules are checked here first (the project supports all of 3.10)."""
+    if hasattr(tarfile, "data_filter"):
+        try:
+            tar.extractall(dest, members=members, filter="data")
+        except tarfile.FilterError as err:
+            raise GgufExactError(f"{tar.name}: {err}") from None
+        return
+    root = dest.resolve()
+    for m in members:
+        target = (root / m.name).resolve()
+        if not (m.isfile() or m.isdir()) or Path(m.name).is_absolute() or not target.is_relative_to(root):
+            raise GgufExactError(f"{tar.name}: member {m.name!r} is not a plain file inside the archive's folder")
+    tar.extractall(dest, members=members)
+
+
 def _extract_llama_cpp(sdist: Path, dest: Path) -> Path:
     """Unpack only ``vendor/llama.cpp`` of the sdist under ``dest``; return it."""
     with tarfile.open(sdist) as tar:
         members = [m for m in tar.getmembers() if "/vendor/llama.cpp/" in m.name + "/"]
         if not members:
             raise GgufExactError(f"{sdist}: no vendor/llama.cpp inside; is it the llama-cpp-python sdist?")
-        tar.extractall(dest, members=members, filter="data")
+        extract_data(tar, dest, members)
     found = sorted(dest.glob("*/vendor/llama.cpp"))
     if not found or not (found[0] / "CMakeLists.txt").is_file():
         raise GgufExactError(f"{sdist}: vendor/llama.cpp has no CMakeLists.txt")
