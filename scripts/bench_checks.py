@@ -2,7 +2,9 @@
 """Benchmark: each command's GGUF checks on files with a Gemma-4-size vocabulary
 (262,144 tokens and 500,000 merges), beside gguf-py's GGUFReader opening the same file.
 
-Every row runs in a fresh process (its imports counted apart from the check itself):
+The files: the E2B target's real header and tensor table (its data a hole, a sparse
+file) with that vocabulary, and the E2B assistant converted against it. Every row runs
+in a fresh process (its imports counted apart from the check itself):
 - serve / generate / bench: `serving.checks.check_pair(target, drafter)` (architecture,
   widths, vocabularies compared as bytes, checksums), and the whole
   `gguf-exact serve --dry-run` process when a llama-server build is there;
@@ -80,20 +82,17 @@ def main() -> None:
     args = parser.parse_args()
 
     from gguf_exact.drafter.convert import convert_drafter
-    from gguf_exact.tiny.models import TinyDrafter, drafter_config, drafter_tensors, write_checkpoint
-    from gguf_exact.tiny.peers import vocab_target
+    from gguf_exact.tiny.peers import e2b_drafter_checkpoint, vocab_target
     from gguf_exact.tiny.vocab import gemma4_vocabulary
 
     root = Path(tempfile.mkdtemp(prefix="bench-checks-", dir=args.dir))
     try:
         tick = time.perf_counter()
         paths = {"target": root / "target.gguf", "source": root / "drafter-hf", "drafter": root / "drafter.gguf"}
-        vocab_target(paths["target"], gemma4_vocabulary(args.vocab, args.merges), 128)
-        spec = TinyDrafter(vocab_size=args.vocab)  # a small drafter that carries the same vocabulary
-        write_checkpoint(paths["source"], drafter_config(spec), drafter_tensors(spec, seed=1))
+        vocab_target(paths["target"], gemma4_vocabulary(args.vocab, args.merges), "E2B")  # real header, no data
+        e2b_drafter_checkpoint(paths["source"], vocab_size=args.vocab)  # the E2B assistant at its real shapes
         convert_drafter(paths["source"], paths["drafter"], paths["target"])
-        size = paths["target"].stat().st_size
-        print(f"inputs made in {time.perf_counter() - tick:.0f} s; target GGUF {size:,} bytes", file=sys.stderr)
+        print(f"inputs made in {time.perf_counter() - tick:.0f} s", file=sys.stderr)
         rows = {label: one(label, paths) for label in CHECKS}
         serve = None
         from gguf_exact.serving.llama_build import find_build

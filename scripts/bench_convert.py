@@ -6,8 +6,9 @@ vocabulary; then the packer's kernel alone on 1 and 2 cores.
 Inputs, made once in a temp folder:
 - the E2B assistant as a QAT checkpoint (gemma4/sizes.py shapes: 77.2 million matrix
   values, fp32 training steps);
-- a target GGUF carrying a 262,144-token vocabulary with 500,000 merges
-  (tiny/vocab.py), which `convert --vocab-from` copies;
+- the E2B target's header and tensor table (its data a hole: tiny/peers.py) carrying a
+  262,144-token vocabulary with 500,000 merges (tiny/vocab.py), which `convert
+  --vocab-from` copies;
 - the same drafter as llama.cpp's converter writes it with `--outtype bf16` (same keys
   and vocabulary): what llama-quantize starts from.
 
@@ -34,8 +35,6 @@ from measure import load, run  # noqa: E402
 
 from gguf_exact.tiny.vocab import GEMMA4_MERGES, GEMMA4_VOCAB  # noqa: E402
 
-E2B_WIDTH = 1536
-
 
 def make_inputs(root: Path, vocab: int, merges: int) -> dict[str, Path]:
     from gguf import GGMLQuantizationType
@@ -46,7 +45,7 @@ def make_inputs(root: Path, vocab: int, merges: int) -> dict[str, Path]:
     tick = time.perf_counter()
     paths = {"source": root / "drafter-hf", "target": root / "target.gguf", "bf16": root / "drafter-bf16.gguf"}
     e2b_drafter_checkpoint(paths["source"], vocab_size=vocab)
-    vocab_target(paths["target"], gemma4_vocabulary(vocab, merges), E2B_WIDTH)
+    vocab_target(paths["target"], gemma4_vocabulary(vocab, merges), "E2B")
     float_drafter_gguf(paths["source"], paths["target"], paths["bf16"], GGMLQuantizationType.BF16)
     print(f"inputs made in {time.perf_counter() - tick:.0f} s in {root}", file=sys.stderr)
     return paths

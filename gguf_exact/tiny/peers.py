@@ -2,27 +2,29 @@
 
 - :func:`e2b_drafter_checkpoint`: the E2B assistant at its real shapes
   (:data:`gguf_exact.gemma4.sizes.SIZES`), QAT on the 4-bit grid with fp32 steps;
-- :func:`vocab_target`: a ``gemma4`` GGUF that carries a vocabulary and the target's
-  width (what ``convert --vocab-from`` and the serve checks read), with token tensors
-  too small to run: a Gemma-4-size vocabulary's cost is in its metadata;
+- :func:`vocab_target`: a size's target GGUF (its real header and tensor table, the data
+  a hole) carrying a given vocabulary: a Gemma-4-size vocabulary's cost is in its
+  metadata, and that is what ``convert --vocab-from`` and the serve checks read;
 - :func:`float_drafter_gguf`: a drafter as llama.cpp's own converter writes it
   (``--outtype bf16``, ``f16`` or ``q8_0``: matrices in that type, norms F32, the
   target's tokenizer), the input ``llama-quantize`` starts from.
 """
 
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
-from gguf import GGMLQuantizationType, GGUFWriter
+from gguf import GGMLQuantizationType
 
 from gguf_exact.formats.checkpoint import Checkpoint
 from gguf_exact.formats.gguf_file import encode
+from gguf_exact.formats.gguf_layout import TensorEntry
 from gguf_exact.formats.gguf_stream import write_gguf
 from gguf_exact.formats.vocab import read_target
 from gguf_exact.gemma4.assistant import AssistantConfig
 from gguf_exact.gemma4.sizes import SIZES
 from gguf_exact.tiny.models import TinyDrafter, drafter_config, drafter_tensors, write_checkpoint
-from gguf_exact.tiny.vocab import Vocabulary, add_vocabulary
+from gguf_exact.tiny.vocab import Vocabulary
 
 F32, Q4_0 = GGMLQuantizationType.F32, GGMLQuantizationType.Q4_0
 
@@ -40,17 +42,20 @@ def e2b_drafter_checkpoint(folder: str | Path, vocab_size: int | None = None, se
     return write_checkpoint(folder, drafter_config(spec), tensors)
 
 
-def vocab_target(path: str | Path, vocab: Vocabulary, embedding_length: int) -> Path:
-    """A ``gemma4`` GGUF with ``vocab`` and the width a drafter checks, nothing to run."""
-    w = GGUFWriter(path, "gemma4")
-    w.add_uint32("gemma4.embedding_length", embedding_length)
-    add_vocabulary(w, vocab)
-    w.add_tensor("token_embd.weight", np.zeros((8, 32), np.float32))
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
-    return Path(path)
+def vocab_target(path: str | Path, vocab: Vocabulary, size: str = "E2B") -> Path:
+    """``size``'s target GGUF with ``vocab``: its real header (every key llama.cpp's
+    converter writes) and tensor table, the data a hole (a sparse file). Everything that
+    reads headers (``convert --vocab-from``, the serve checks, the memory plan) sees the
+    real thing; nothing can run it."""
+    from gguf_exact.gemma4.sizes import SIZES
+    from gguf_exact.tiny.full_size import write_sparse
+    from gguf_exact.tiny.main_model import MainSpec, donor_kv, model_tensors
+    from gguf_exact.tiny.vocab import vocabulary_pairs
+
+    spec = replace(MainSpec.from_shape(SIZES[size].target), n_vocab=len(vocab.tokens))
+    kv = [pair for pair in donor_kv(spec) if not pair[8:].startswith(b"tokenizer.")] + vocabulary_pairs(vocab)
+    tensors = [TensorEntry(t.gguf_name, tuple(reversed(t.shape)), t.donor_type) for t in model_tensors(spec)]
+    return write_sparse(path, kv, tensors)
 
 
 def float_drafter_gguf(

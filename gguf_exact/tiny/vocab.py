@@ -96,3 +96,33 @@ def add_vocabulary(writer, vocab: Vocabulary) -> None:
     writer.add_add_eos_token(False)
     if vocab.chat_template:
         writer.add_chat_template(vocab.chat_template)
+
+
+def vocabulary_pairs(vocab: Vocabulary) -> list[bytes]:
+    """``vocab`` as ``tokenizer.*`` key/value pairs, as bytes (what a GGUF header holds)."""
+    from gguf import GGUFValueType as T
+
+    from gguf_exact.formats.gguf_layout import Field
+
+    fields = [
+        Field("tokenizer.ggml.model", vocab.model, T.STRING),
+        Field("tokenizer.ggml.tokens", vocab.tokens, T.ARRAY, T.STRING),
+        Field("tokenizer.ggml.scores", vocab.scores, T.ARRAY, T.FLOAT32),
+        Field("tokenizer.ggml.token_type", vocab.types, T.ARRAY, T.INT32),
+    ]
+    if vocab.merges:
+        fields.append(Field("tokenizer.ggml.merges", vocab.merges, T.ARRAY, T.STRING))
+    fields += [
+        Field("tokenizer.ggml.unknown_token_id", vocab.unk, T.UINT32),
+        Field("tokenizer.ggml.bos_token_id", vocab.bos, T.UINT32),
+        Field("tokenizer.ggml.eos_token_id", vocab.eos, T.UINT32),
+    ]
+    if vocab.pad is not None:
+        fields.append(Field("tokenizer.ggml.padding_token_id", vocab.pad, T.UINT32))
+    fields += [
+        Field("tokenizer.ggml.add_bos_token", True, T.BOOL),
+        Field("tokenizer.ggml.add_eos_token", False, T.BOOL),
+    ]
+    if vocab.chat_template:
+        fields.append(Field("tokenizer.chat_template", vocab.chat_template, T.STRING))
+    return [f.encode() for f in fields]
