@@ -399,16 +399,16 @@ def test_gtx1650ti_has_a_vulkan_variant():
 def test_makefile_passes_the_backend():
     text = (Path(llama_build.__file__).parents[2] / "Makefile").read_text()
     out = subprocess.run(
-        ["make", "-n", "-f", "-", "llama-server", "CUDA=86"],
+        ["make", "--no-print-directory", "-n", "-f", "-", "llama-server", "CUDA=86"],
         input=text.replace("llama-server: setup", "llama-server:"),
         capture_output=True,
         text=True,
         cwd=Path(llama_build.__file__).parents[2],
-        env={**os.environ, "MAKEFLAGS": ""},
+        env={k: v for k, v in os.environ.items() if k not in ("MAKEFLAGS", "MFLAGS", "MAKELEVEL")},
     )
     assert out.stdout.strip() == "scripts/build-llama-cpp.sh --cuda 86"
     out = subprocess.run(
-        ["make", "-n", "-f", "-", "llama-server", "VULKAN=1"],
+        ["make", "--no-print-directory", "-n", "-f", "-", "llama-server", "VULKAN=1"],
         input=text.replace("llama-server: setup", "llama-server:"),
         capture_output=True,
         text=True,
