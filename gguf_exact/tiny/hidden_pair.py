@@ -37,6 +37,7 @@ from gguf_exact.tiny.models import (
     TinyTarget,
     drafter_config,
     drafter_tensors,
+    pass_through_layers,
     vocabulary,
     write_checkpoint,
     write_tiny_target,
@@ -113,18 +114,7 @@ def hidden_drafter_tensors(seed: int = 0) -> dict[str, np.ndarray]:
     t["post_projection.weight"] = post
     t["model.embed_tokens.weight"] = embed
     t["model.norm.weight"] = np.full_like(t["model.norm.weight"], one)
-    for il in range(spec.num_hidden_layers):
-        p = f"model.layers.{il}."
-        for name in ("self_attn.o_proj.weight", "mlp.down_proj.weight"):
-            t[p + name] = np.zeros_like(t[p + name])
-        for name in (
-            "input_layernorm",
-            "post_attention_layernorm",
-            "pre_feedforward_layernorm",
-            "post_feedforward_layernorm",
-        ):
-            t[p + name + ".weight"] = np.full_like(t[p + name + ".weight"], one)
-        t[p + "layer_scalar"] = np.full_like(t[p + "layer_scalar"], one)
+    pass_through_layers(t, spec.num_hidden_layers)
     return t
 
 

@@ -329,6 +329,23 @@ def snap_to_grid(values: np.ndarray) -> np.ndarray:
     return bf16.from_f32((levels * step).astype(np.float32)).reshape(x.shape)
 
 
+def pass_through_layers(tensors: dict[str, np.ndarray], n_layers: int) -> None:
+    """Make a drafter's layers pass their input through: zero attention and MLP outputs,
+    every norm and ``layer_scalar`` 1.0, so what it predicts is set by its projections and
+    tied embedding alone (the tiny agreeing and hidden-state pairs)."""
+    one = bf16.from_f32(np.ones(1, dtype=np.float32))[0]
+    for il in range(n_layers):
+        pfx = f"model.layers.{il}."
+        for name in ("self_attn.o_proj.weight", "mlp.down_proj.weight"):
+            tensors[pfx + name] = np.zeros_like(tensors[pfx + name])
+        for name in (
+            "input_layernorm", "post_attention_layernorm", "pre_feedforward_layernorm",
+            "post_feedforward_layernorm", "self_attn.q_norm",
+        ):  # fmt: skip
+            tensors[pfx + name + ".weight"] = np.full_like(tensors[pfx + name + ".weight"], one)
+        tensors[pfx + "layer_scalar"] = np.full_like(tensors[pfx + "layer_scalar"], one)
+
+
 def write_agreeing_pair(folder: str | Path, seed: int = 0) -> tuple[Path, Path]:
     """A tiny target and a drafter that agrees with it: (target.gguf, drafter HF folder).
 
@@ -369,20 +386,6 @@ def write_agreeing_pair(folder: str | Path, seed: int = 0) -> tuple[Path, Path]:
     tensors["pre_projection.weight"] = pre
     tensors["model.embed_tokens.weight"] = snap_to_grid(embd @ p.T)  # row j = P e_j
     tensors["model.norm.weight"] = ones
-    for il in range(spec.num_hidden_layers):
-        pfx = f"model.layers.{il}."
-        for name in ("self_attn.o_proj.weight", "mlp.down_proj.weight"):
-            tensors[pfx + name] = np.zeros_like(tensors[pfx + name])
-        for name in (
-            "input_layernorm",
-            "post_attention_layernorm",
-            "pre_feedforward_layernorm",
-            "post_feedforward_layernorm",
-        ):
-            tensors[pfx + name + ".weight"] = ones
-        tensors[pfx + "self_attn.q_norm.weight"] = np.full_like(
-            tensors[pfx + "self_attn.q_norm.weight"], bf16.from_f32(np.ones(1, np.float32))[0]
-        )
-        tensors[pfx + "layer_scalar"] = bf16.from_f32(np.array([1.0], dtype=np.float32))
+    pass_through_layers(tensors, spec.num_hidden_layers)
     drafter = write_checkpoint(folder / "drafter-hf", drafter_config(spec), tensors)
     return target, drafter
