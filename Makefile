@@ -1,21 +1,38 @@
 # Two commands set everything up on a fresh machine: `make demo` and `make test`.
-# Heavy builds are cached outside the repo: pip's wheel cache keeps the
-# llama-cpp-python build (about 8 minutes on 2 cores) for every clone on this machine.
+# Heavy builds are cached outside the repo, under ~/.cache/gguf-exact/ and keyed by llama.cpp
+# commit, backend and CPU features: the llama-cpp-python bindings as a wheel (wheels/, about
+# 8 minutes on 2 cores) and llama-server (llama.cpp/, about 5 minutes). A clean clone on the
+# same machine reuses both; another machine (other CPU features) builds its own.
 
 PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
+# The backend of the bindings and of llama-server: CPU, or make setup CUDA=86|75 / VULKAN=1.
+CUDA    ?=
+VULKAN  ?=
+BACKEND := $(if $(CUDA),cuda$(CUDA),$(if $(VULKAN),vulkan,cpu))
+BACKEND_FLAGS := $(strip $(if $(CUDA),--cuda $(CUDA)) $(if $(VULKAN),--vulkan))
+
 .PHONY: setup test demo bench clean parity
 
+# Everything but the bindings; pip never builds llama-cpp-python itself (its native build
+# traps on AMX CPUs at the pinned commit): the next step builds and installs it.
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q -e '.[llama,test]'
+	$(BIN)/pip install -q -e '.[server,test]'
 	touch $@
 
-setup: $(VENV)/.installed
+# The bindings for $(BACKEND), built like llama-server, probed, then installed (one stamp per backend).
+$(VENV)/.bindings-$(BACKEND): $(VENV)/.installed
+	$(BIN)/python -m gguf_exact.serving.bindings_build --install $(BACKEND_FLAGS)
+	$(BIN)/pip install -q -e '.[llama,server,test]'
+	rm -f $(VENV)/.bindings-*
+	touch $@
+
+setup: $(VENV)/.installed $(VENV)/.bindings-$(BACKEND)
 
 test: setup llama-server
 	$(BIN)/python -m pytest -q
@@ -59,14 +76,12 @@ parity: setup $(PARITY_VENV)/.installed
 	$(BIN)/python scripts/parity.py --python $(PARITY_VENV)/bin/python --work build/parity
 
 # llama-server (+ llama-bench, llama-perplexity, llama-quantize) from the pinned sdist's
-# vendor/llama.cpp, cached in ~/.cache/gguf-exact/llama.cpp/<commit>-<backend>: 5-9 min
-# once on 2 cores for the CPU build, instant afterwards. GPU builds (not part of `make test`;
-# see README "Build" for their times): make llama-server CUDA=86 (or 75), VULKAN=1
+# vendor/llama.cpp, cached in ~/.cache/gguf-exact/llama.cpp/<commit>-<backend>-<CPU features>:
+# 5-9 min once on 2 cores for the CPU build, instant afterwards. GPU builds (not part of
+# `make test`; see README "Build" for their times): make llama-server CUDA=86 (or 75), VULKAN=1
 .PHONY: llama-server serve
-CUDA   ?=
-VULKAN ?=
 llama-server: setup
-	scripts/build-llama-cpp.sh $(strip $(if $(CUDA),--cuda $(CUDA)) $(if $(VULKAN),--vulkan))
+	scripts/build-llama-cpp.sh $(BACKEND_FLAGS)
 
 # make serve MODEL=target.gguf [DRAFT=drafter.gguf] [PROFILE=auto|rtx3050|...] [PORT=8080] [ARGS=--detach]
 # (without DRAFT serve finds the drafter; ARGS=--fetch-draft fetches it)

@@ -403,15 +403,19 @@ def build_llama(cuda: str | None, vulkan: bool, sdist: Path | None, force: bool)
     """Build llama-server, llama-bench, llama-perplexity and llama-quantize.
 
     From the llama-cpp-python sdist pinned in checksums/ (fetched with pip, sha256
-    checked), so the server runs the same llama.cpp commit as the Python bindings.
-    Installs into ~/.cache/gguf-exact/llama.cpp/<commit>-<backend>/bin (backend cpu,
-    cuda75, cuda86 or vulkan) and prints that folder; a second call returns at once.
+    checked), so the server runs the same llama.cpp commit as the Python bindings
+    (`gguf-exact build-bindings`), with the same options. The CPU code uses the
+    features this CPU advertises, named one by one and never AMX (set
+    GGUF_EXACT_CPU_FEATURES=avx2,fma,... to choose others). A probe then runs a batched
+    Q4_0 product through the new binaries; a build that fails it is not installed.
+    Installs into ~/.cache/gguf-exact/llama.cpp/<commit>-<backend>-<CPU features>/bin
+    (backend cpu, cuda75, cuda86 or vulkan) and prints that folder; a second call
+    returns at once.
 
     --cuda needs nvcc on PATH (no GPU needed to build); cuBLAS comes from the toolkit,
     else from NVIDIA's pinned nvidia-cublas wheel. --vulkan needs the Vulkan headers and
     glslc (Debian: apt-get install libvulkan-dev glslc spirv-headers). `gguf-exact doctor`
-    shows what each build used. (Python: gguf_exact.serving.llama_build.build_llama_cpp;
-    also scripts/build-llama-cpp.sh)
+    shows what each build used.
     """
     from gguf_exact.serving.llama_build import build_llama_cpp, sigterm_as_interrupt
 
@@ -422,12 +426,46 @@ def build_llama(cuda: str | None, vulkan: bool, sdist: Path | None, force: bool)
     click.echo(build.bin_dir)
 
 
+@main.command("build-bindings")
+@click.option(
+    "--cuda", "cuda", metavar="ARCH", help="Bindings for CUDA with this architecture: 75 or 86. Default: CPU."
+)
+@click.option("--vulkan", is_flag=True, help="Bindings for Vulkan.")
+@click.option(
+    "--sdist",
+    type=click.Path(path_type=Path),
+    help="A local copy of the pinned llama-cpp-python sdist (its sha256 is still checked).",
+)
+@click.option("--force", is_flag=True, help="Rebuild even if the wheel is cached.")
+@click.option("--install", is_flag=True, help="Install the wheel into this Python environment.")
+def build_bindings(cuda: str | None, vulkan: bool, sdist: Path | None, force: bool, install: bool) -> None:
+    """Build the llama-cpp-python bindings (the Python engine's llama.cpp) as a wheel.
+
+    Built from the same pinned sdist, backend and CPU features as `gguf-exact
+    build-llama`, so the in-process engine (generate, chat, serve --engine python)
+    runs on the card a GPU profile names, and never traps on a CPU with AMX. A probe
+    runs a batched Q4_0 product through the wheel before it is kept in
+    ~/.cache/gguf-exact/wheels/<commit>-<backend>-<CPU features>/; a second call
+    returns at once. Prints the wheel's path; --install also installs it here,
+    replacing any other llama-cpp-python (such as pip's own native build).
+    """
+    from gguf_exact.serving.bindings_build import build_bindings as build
+    from gguf_exact.serving.bindings_build import install_bindings
+    from gguf_exact.serving.llama_build import sigterm_as_interrupt
+
+    def log(m: str) -> None:
+        err.print(m, soft_wrap=True, markup=False)
+
+    with sigterm_as_interrupt():
+        wheel = build(cuda, vulkan, sdist, force=force, log=log)
+        if install:
+            install_bindings(wheel, log)
+    click.echo(wheel.wheel)
+
+
 @main.command()
 def doctor() -> None:
-    """Report what this machine has for serving: bindings, llama-server, CUDA, GPUs.
-
-    (Python: gguf_exact.serving.doctor.diagnose)
-    """
+    """Report what this machine has for serving: CPU features, bindings, llama-server, CUDA, GPUs."""
     from gguf_exact.serving.doctor import diagnose
 
     for f in diagnose():

@@ -304,7 +304,7 @@ def test_generated_libcuda_stub(tmp_path):
 
 
 def _cached_build(cache: Path, backend: str, info: dict | None, server: str) -> Path:
-    folder = cache / "llama.cpp" / f"{COMMIT}-{backend}"
+    folder = cache / "llama.cpp" / llama_build.build_key(backend)
     (folder / "bin").mkdir(parents=True)
     for t in TARGETS:
         (folder / "bin" / t).write_text("#!/bin/sh\necho 'version: 1 (0c1e57098)'\n")
@@ -357,19 +357,20 @@ def test_doctor_reports_what_each_build_recorded(tmp_path, monkeypatch):
     subprocess.run(["cc", "-o", str(tmp_path / "srv"), str(src), f"-L{tmp_path / 'lib'}", "-lgone"], check=True)
     _cached_build(tmp_path, "cuda86", cuda_info, str(tmp_path / "srv"))
     _cached_build(tmp_path, "vulkan", {"glslc": "shaderc 2023.2-1", "build_seconds": 900, "jobs": 2}, "")
-    (tmp_path / "llama.cpp" / f"{COMMIT}-cuda75").mkdir()  # an interrupted or removed build
+    (tmp_path / "llama.cpp" / llama_build.build_key("cuda75")).mkdir()  # an interrupted or removed build
     (tmp_path / "llama.cpp" / ".build-cuda75-x1y2").mkdir()  # a build in progress is not listed
+    (tmp_path / "llama.cpp" / f"{COMMIT}-cpu-other.cpu").mkdir()  # another machine's CPU: not listed
     found = {f.name: f for f in doctor.server_builds()}
     assert list(found) == ["llama-server (cuda75)", "llama-server (cuda86)", "llama-server (vulkan)"]
     assert found["llama-server (cuda75)"].value == "not built; run `gguf-exact build-llama --cuda 75`"
     bad = found["llama-server (cuda86)"]
     assert not bad.ok and bad.value == (
-        f"{tmp_path}/llama.cpp/{COMMIT}-cuda86/bin/llama-server: missing libgguf_exact_gone.so.1; "
+        f"{tmp_path}/llama.cpp/{llama_build.build_key('cuda86')}/bin/llama-server: missing libgguf_exact_gone.so.1; "
         "run `gguf-exact build-llama --cuda 86 --force`"
     )
     vk = found["llama-server (vulkan)"]
     assert vk.ok and vk.value == (
-        f"{tmp_path}/llama.cpp/{COMMIT}-vulkan/bin/llama-server  [version: 1 (0c1e57098); glslc: shaderc 2023.2-1, built in 900 s with -j2]"
+        f"{tmp_path}/llama.cpp/{llama_build.build_key('vulkan')}/bin/llama-server  [version: 1 (0c1e57098); glslc: shaderc 2023.2-1, built in 900 s with -j2]"
     )
     # the one library allowed to be missing is the NVIDIA driver's, on a machine without one
     monkeypatch.setattr(doctor, "unresolved_libraries", lambda binary: ["libcuda.so.1"])
@@ -508,7 +509,7 @@ def test_killed_build_stops_its_tools_and_leaves_nothing(tmp_path):
     env = {**os.environ, "GGUF_EXACT_CACHE": str(tmp_path / "cache")}
     cmd = [sys.executable, "-m", "gguf_exact.serving.llama_build", "--sdist", str(sdist)]
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    log = tmp_path / "cache" / "logs" / f"llama.cpp-{COMMIT}-cpu.log"
+    log = tmp_path / "cache" / "logs" / f"llama.cpp-{llama_build.build_key('cpu')}.log"
     deadline = time.monotonic() + 120
     while not (log.is_file() and "$ cmake -S" in log.read_text()) and time.monotonic() < deadline:
         time.sleep(0.2)

@@ -9,6 +9,7 @@ from click.testing import CliRunner
 
 from gguf_exact.cli import main
 from gguf_exact.serving.gpus import Gpu, parse_gpus, query_gpus
+from gguf_exact.serving.llama_build import build_key
 from gguf_exact.serving.profile_choice import choose_profile, resolve_profile
 from gguf_exact.serving.profiles import available_profiles, load_profile
 from gguf_exact.tiny.full_size import write_full_size_drafter, write_full_size_target
@@ -102,7 +103,7 @@ def test_serve_auto_dry_run_without_the_build(pair, tmp_path, monkeypatch):
         "profile  rtx3050 (RTX 3050, 8 GB (CUDA sm_86)), build cuda86; --profile auto: NVIDIA GeForce RTX 3050, 8,192 MiB"
         in r.output
     )
-    binary = cache / "llama.cpp" / "0c1e57098-cuda86" / "bin" / "llama-server"
+    binary = cache / "llama.cpp" / build_key("cuda86") / "bin" / "llama-server"
     assert f"{binary} --model {target.resolve()} --model-draft {drafter.resolve()}" in r.output
     assert "--n-gpu-layers 99" in r.output and "--spec-type draft-mtp --spec-draft-n-max 2" in r.output
     assert "note: llama-server for build 'cuda86'" in r.output and "gguf-exact build-llama --cuda 86" in r.output

@@ -3,6 +3,7 @@
 Each finding is a (name, value, ok) row; nothing here fails, it only reports.
 """
 
+import importlib.util
 import platform
 import shutil
 import subprocess
@@ -10,6 +11,7 @@ from dataclasses import dataclass
 
 from gguf_exact.errors import GgufExactError
 from gguf_exact.hub import checksums
+from gguf_exact.serving.cpu_features import host_cpu
 from gguf_exact.serving.gpu_toolchains import (
     CUBLAS_CHECKSUMS,
     binary_gpu_archs,
@@ -45,23 +47,57 @@ def _run(cmd: list[str]) -> str | None:
     return (proc.stdout + proc.stderr).strip() if proc.returncode == 0 else None
 
 
-def bindings() -> Finding:
-    try:
-        import llama_cpp
-    except ImportError:
-        return Finding("bindings", "llama-cpp-python not installed (pip install -e '.[llama]')", False)
-    try:
-        gpu = bool(llama_cpp.llama_supports_gpu_offload())
-    except Exception:  # noqa: BLE001 - an old or broken build: report, do not fail
-        gpu = False
-    return Finding(
-        "bindings", f"llama-cpp-python {llama_cpp.__version__}, backend {'GPU offload' if gpu else 'CPU'}", True
+def bindings() -> list[Finding]:
+    """The installed llama-cpp-python: the wheel it came from, its backend and CPU features,
+    its probe; and what ``--engine python`` needs beside it (FastAPI, uvicorn)."""
+    from gguf_exact.serving.bindings_build import build_command, find_wheel, installed_bindings
+
+    found = installed_bindings()
+    if found is None:
+        return [Finding("bindings", f"llama-cpp-python not installed; run `{build_command('cpu')} --install`", False)]
+    if found.info:
+        probe = found.info.get("probe", {})
+        ok = probe.get("ok") is not False
+        value = (
+            f"llama-cpp-python {found.version}, backend {found.backend}, CPU features "
+            f"{found.info.get('cpu_features', '?')}, {PROBE_WORDS[probe.get('ok')]} ({found.wheel})"
+        )
+    else:
+        ok = False
+        value = (
+            f"llama-cpp-python {found.version} not built by gguf-exact (pip's native build traps on "
+            f"AMX CPUs); run `{build_command('cpu')} --install`"
+        )
+    rows = [Finding("bindings", value, ok)]
+    if ok and find_wheel(found.backend) is None:
+        rows.append(
+            Finding(
+                "bindings' CPU",
+                f"built for other CPU features than this machine's; run `{build_command(found.backend)} --install`",
+                False,
+            )
+        )
+    needed = ("fastapi", "uvicorn", "sse_starlette", "starlette_context")
+    missing = [m for m in needed if importlib.util.find_spec(m) is None]
+    text = (
+        f"missing {', '.join(missing)}; pip install 'llama-cpp-python[server]==0.3.36'"
+        if missing
+        else ", ".join(needed) + " present"
     )
+    rows.append(Finding("--engine python", text, not missing))
+    return rows
+
+
+PROBE_WORDS = {True: "probe passed", None: "probe not run here", False: "probe FAILED"}
 
 
 def describe_build(info: dict) -> str:
     """What a build's ``build-info.json`` says it was made with, in one line."""
     parts = []
+    if info.get("cpu_features"):
+        parts.append(f"CPU features {info['cpu_features']}")
+    if isinstance(info.get("probe"), dict):
+        parts.append(PROBE_WORDS[info["probe"].get("ok")])
     if "cuda_toolkit" in info:
         t, c = info["cuda_toolkit"], info.get("cublas", {})
         parts.append(f"CUDA {t.get('version', '?')} ({t.get('root', '?')})")
@@ -103,9 +139,17 @@ def build_finding(backend: str) -> Finding:
 
 
 def server_builds() -> list[Finding]:
-    folders = install_dir("cpu").parent.glob(f"{COMMIT}-*")
-    backends = sorted({p.name.split("-", 1)[1] for p in folders if BACKEND.fullmatch(p.name.split("-", 1)[-1])})
+    """This machine's builds (those for its CPU features), one finding per backend."""
+    tag = host_cpu().tag
+    folders = install_dir("cpu").parent.glob(f"{COMMIT}-*-{tag}")
+    names = [p.name[len(COMMIT) + 1 : -len(tag) - 1] for p in folders]
+    backends = sorted({n for n in names if BACKEND.fullmatch(n)})
     return [build_finding(b) for b in backends or ["cpu"]]
+
+
+def cpu() -> Finding:
+    """The CPU features every build here compiles in (AMX never; see cpu_features)."""
+    return Finding("CPU features", host_cpu().describe(), True)
 
 
 def cuda() -> Finding:
@@ -152,4 +196,4 @@ def gpus() -> Finding:
 
 def diagnose() -> list[Finding]:
     """Every finding, in the order ``gguf-exact doctor`` prints them."""
-    return [bindings(), *server_builds(), cuda(), vulkan(), gpus()]
+    return [cpu(), *bindings(), *server_builds(), cuda(), vulkan(), gpus()]

@@ -4,8 +4,11 @@ The server and the Python bindings then run the same llama.cpp commit: the sdist
 vendors llama.cpp at :data:`COMMIT` in ``vendor/llama.cpp``. The sdist is fetched with
 pip from the package registry, its sha256 checked against ``checksums/``, and the
 binaries built with CMake into a temp dir, then moved into
-``<cache>/llama.cpp/<commit>-<backend>/bin`` only on success. A second call finds
-them there and returns at once. Backends: ``cpu``, ``cuda<arch>`` (``cuda75``, ``cuda86``:
+``<cache>/llama.cpp/<commit>-<backend>-<cpu features>/bin`` only once the probe
+(:mod:`.build_probe`: a batched Q4_0 matmul) has run on them. A second call finds them
+there and returns at once. The CPU features are named, never ``-march=native``
+(:mod:`.cpu_features`: no AMX at the pinned commit), and are part of the folder's name,
+so a cache from another machine is never used where it would trap. Backends: ``cpu``, ``cuda<arch>`` (``cuda75``, ``cuda86``:
 the toolkit, cuBLAS and driver library come from :mod:`.gpu_toolchains`) and ``vulkan``.
 Each install holds ``build-info.json``: what it was built with and how long it took.
 
@@ -31,7 +34,8 @@ from typing import Callable, Iterator
 from gguf_exact.errors import GgufExactError
 from gguf_exact.formats.gguf_file import sha256_file
 from gguf_exact.hub import checksums
-from gguf_exact.serving import gpu_toolchains
+from gguf_exact.serving import build_probe, gpu_toolchains
+from gguf_exact.serving.cpu_features import CpuTarget, host_cpu
 from gguf_exact.serving.gpu_toolchains import CudaSetup, VulkanTools
 
 VENDORED_COMMITS = {"0.3.36": "0c1e57098"}
@@ -117,13 +121,19 @@ def build_command(backend: str) -> str:
     return "gguf-exact build-llama" + (" --vulkan" if backend == "vulkan" else "")
 
 
-def install_dir(backend: str = "cpu", commit: str = COMMIT) -> Path:
-    return cache_root() / "llama.cpp" / f"{commit}-{backend}"
+def build_key(backend: str, cpu: CpuTarget | None = None, commit: str = COMMIT) -> str:
+    """``<commit>-<backend>-<cpu tag>``: one cache entry per backend and CPU feature set."""
+    return f"{commit}-{backend}-{(cpu or host_cpu()).tag}"
 
 
-def find_build(backend: str = "cpu", commit: str = COMMIT) -> LlamaBuild | None:
-    """The installed build for ``backend``, or None if it is missing or incomplete."""
-    bin_dir = install_dir(backend, commit) / "bin"
+def install_dir(backend: str = "cpu", commit: str = COMMIT, cpu: CpuTarget | None = None) -> Path:
+    return cache_root() / "llama.cpp" / build_key(backend, cpu, commit)
+
+
+def find_build(backend: str = "cpu", commit: str = COMMIT, cpu: CpuTarget | None = None) -> LlamaBuild | None:
+    """This machine's installed build for ``backend``, or None if it is missing or incomplete."""
+    cpu = cpu or host_cpu()
+    bin_dir = install_dir(backend, commit, cpu) / "bin"
     if all(os.access(bin_dir / t, os.X_OK) for t in TARGETS):
         return LlamaBuild(commit, backend, bin_dir)
     return None
@@ -194,7 +204,12 @@ def verify_sdist(path: Path, pin: PinnedSdist) -> Path:
 
 
 def cmake_args(
-    src: Path, build: Path, backend: str, cuda: CudaSetup | None = None, vulkan: VulkanTools | None = None
+    src: Path,
+    build: Path,
+    backend: str,
+    cuda: CudaSetup | None = None,
+    vulkan: VulkanTools | None = None,
+    cpu: CpuTarget | None = None,
 ) -> list[str]:
     """The CMake configure command line for ``backend`` (CUDA needs ``cuda``; ``vulkan``
     pins the headers and glslc that :func:`.gpu_toolchains.require_vulkan_tools` checked)."""
@@ -218,6 +233,15 @@ def cmake_args(
         "-DLLAMA_BUILD_SERVER=ON",
         f"-DLLAMA_BUILD_COMMIT={COMMIT}",  # the sdist has no .git; --version would say 'unknown'
     ]
+    return args + backend_cmake_args(backend, cuda, vulkan, cpu)
+
+
+def backend_cmake_args(
+    backend: str, cuda: CudaSetup | None = None, vulkan: VulkanTools | None = None, cpu: CpuTarget | None = None
+) -> list[str]:
+    """The options that choose what the code runs on: the CPU features (every backend
+    compiles ggml's CPU code), then CUDA or Vulkan. llama-server and the bindings share them."""
+    args = (cpu or host_cpu()).cmake_args()
     if backend == "vulkan":
         args += ["-DGGML_VULKAN=ON"]
         if vulkan is not None:
@@ -370,6 +394,25 @@ def _extract_llama_cpp(sdist: Path, dest: Path) -> Path:
     return found[0]
 
 
+def prepare_sources(backend: str, sdist: Path | None, log: Log) -> tuple[PinnedSdist, Path, VulkanTools | None]:
+    """What every build of ``backend`` needs before it starts, checked first (toolchain,
+    cmake, the pin), then the verified sdist: ``sdist`` if given, else fetched with pip."""
+    if backend.startswith("cuda"):
+        gpu_toolchains.require_cuda_toolkit(backend[4:])  # fail before fetching anything
+    vulkan_tools = gpu_toolchains.require_vulkan_tools() if backend == "vulkan" else None
+    for tool in ("cmake", "c++"):
+        if not shutil.which(tool):
+            raise GgufExactError(
+                f"{tool} not found on PATH; install it (Debian: apt-get install cmake build-essential)"
+            )
+    pin = pinned_sdist()
+    if VENDORED_COMMITS.get(pin.version) != COMMIT:
+        raise GgufExactError(
+            f"{CHECKSUM_FILE}: pins llama-cpp-python {pin.version}, but llama_build.COMMIT is {COMMIT} (0.3.36); add the new version's llama.cpp commit to VENDORED_COMMITS"
+        )
+    return pin, verify_sdist(Path(sdist), pin) if sdist else fetch_sdist(pin, log=log), vulkan_tools
+
+
 def build_llama_cpp(
     cuda: str | None = None,
     sdist: Path | None = None,
@@ -386,29 +429,18 @@ def build_llama_cpp(
     CUDA needs nvcc on PATH; cuBLAS comes from the system, else from NVIDIA's pinned wheel.
     """
     backend = backend_name(cuda, vulkan)
-    found = find_build(backend)
+    cpu = host_cpu()
+    found = find_build(backend, cpu=cpu)
     if found and not force:
         return found
-    if backend.startswith("cuda"):
-        gpu_toolchains.require_cuda_toolkit(backend[4:])  # fail before fetching anything
-    vulkan_tools = gpu_toolchains.require_vulkan_tools() if backend == "vulkan" else None
-    for tool in ("cmake", "c++"):
-        if not shutil.which(tool):
-            raise GgufExactError(
-                f"{tool} not found on PATH; install it (Debian: apt-get install cmake build-essential)"
-            )
-    pin = pinned_sdist()
-    if VENDORED_COMMITS.get(pin.version) != COMMIT:
-        raise GgufExactError(
-            f"{CHECKSUM_FILE}: pins llama-cpp-python {pin.version}, but llama_build.COMMIT is {COMMIT} (0.3.36); add the new version's llama.cpp commit to VENDORED_COMMITS"
-        )
-    sdist_path = verify_sdist(Path(sdist), pin) if sdist else fetch_sdist(pin, log=log)
+    pin, sdist_path, vulkan_tools = prepare_sources(backend, sdist, log)
 
-    final = install_dir(backend)
+    final = install_dir(backend, cpu=cpu)
     final.parent.mkdir(parents=True, exist_ok=True)
     logs = cache_root() / "logs"
     logs.mkdir(parents=True, exist_ok=True)
-    logfile = logs / f"llama.cpp-{COMMIT}-{backend}.log"
+    logfile = logs / f"llama.cpp-{final.name}.log"
+    log(f"CPU features: {cpu.describe()}")
     logfile.write_text("")
     work = Path(tempfile.mkdtemp(prefix=f".build-{backend}-", dir=final.parent))
     try:
@@ -423,7 +455,7 @@ def build_llama_cpp(
         )
         if setup is not None:
             log(f"CUDA {setup.toolkit.version} ({setup.toolkit.root}), cuBLAS {setup.cublas.describe()}")
-        _run(cmake_args(src, build, backend, setup, vulkan_tools), logfile, log, "configure")
+        _run(cmake_args(src, build, backend, setup, vulkan_tools, cpu), logfile, log, "configure")
         _run(
             ["cmake", "--build", str(build), "--config", "Release", f"-j{jobs}", "--target", *TARGETS],
             logfile,
@@ -443,14 +475,25 @@ def build_llama_cpp(
             raise GgufExactError(
                 f"llama.cpp build: {server.name} needs {', '.join(missing)}, which the loader cannot find; full log: {logfile}"
             )
+        build_seconds = round(time.monotonic() - t0, 1)
+        if missing:  # no libcuda.so.1: a CUDA build made without the driver cannot run here
+            probe = {"ok": None, "what": "llama-bench", "note": "not run here: no libcuda.so.1"}
+        else:
+            log("probe: a batched Q4_0 matmul through llama-bench")
+            result = build_probe.probe_server_build(staged / "bin")
+            build_probe.require_ok(result, cpu, f"llama.cpp {final.name}", build_command(backend))
+            probe = result.record()
         info = {
             "commit": COMMIT,
             "backend": backend,
+            "cpu_features": cpu.tag,
+            "cpu": cpu.describe(),
+            "probe": probe,
             "package": f"{PACKAGE}=={pin.version}",
             "sdist_sha256": pin.sha256,
-            "cmake": cmake_args(Path("SRC"), Path("BUILD"), backend, setup, vulkan_tools)[7:],
+            "cmake": cmake_args(Path("SRC"), Path("BUILD"), backend, setup, vulkan_tools, cpu)[7:],
             "targets": list(TARGETS),
-            "build_seconds": round(time.monotonic() - t0, 1),
+            "build_seconds": build_seconds,
             "jobs": jobs,
             **toolchain_info(setup, vulkan_tools),
             "version": server_version(server)
@@ -458,17 +501,17 @@ def build_llama_cpp(
             else "not run here: no libcuda.so.1 (it comes with the NVIDIA driver)",
         }
         (staged / INFO_FILE).write_text(json.dumps(info, indent=2) + "\n")
-        if final.exists() and (force or find_build(backend) is None):
+        if final.exists() and (force or find_build(backend, cpu=cpu) is None):
             shutil.rmtree(final)  # a forced rebuild, or an install with binaries missing
         try:
             os.rename(staged, final)
         except OSError:
-            if find_build(backend) is None:  # not a concurrent build that won the race
+            if find_build(backend, cpu=cpu) is None:  # not a concurrent build that won the race
                 raise
         log(f"built {', '.join(TARGETS)} in {info['build_seconds']:.0f} s -> {final / 'bin'}")
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    result = find_build(backend)
+    result = find_build(backend, cpu=cpu)
     if result is None:
         raise GgufExactError(f"{final}: build did not install every target; full log: {logfile}")
     return result

@@ -38,6 +38,7 @@ llama-cpp-python's.
 from __future__ import annotations
 
 import inspect
+import logging
 import time
 from contextlib import ExitStack
 from dataclasses import dataclass, field, replace
@@ -54,6 +55,8 @@ from gguf_exact.speculative.bindings import TARGET_ARCH, _meta_str, errors_only_
 from gguf_exact.speculative.drafter import LlamaDrafter, TargetSide
 from gguf_exact.speculative.generation import Generation
 from gguf_exact.speculative.tokenizer import PieceCache
+
+log = logging.getLogger(__name__)
 
 _NO_DRAFTS = np.zeros(0, dtype=np.intc)
 _live_contexts = 0
@@ -617,6 +620,28 @@ class MtpLlama(llama_cpp.Llama):
 _COMPLETION_SIGNATURE = inspect.signature(llama_cpp.Llama.create_completion)
 
 
+def gpu_offload_warning(profile: str, build: str, opts: EngineOptions, supports_gpu: bool | None = None) -> str | None:
+    """One line when a profile offloads layers but these bindings can only run on the CPU
+    (``supports_gpu``: ``llama_supports_gpu_offload()`` unless given)."""
+    if opts.n_gpu_layers == 0 and not opts.n_gpu_layers_draft:
+        return None
+    if supports_gpu is None:
+        supports_gpu = bool(llama_cpp.llama_supports_gpu_offload())
+    if supports_gpu:
+        return None
+    from gguf_exact.serving.bindings_build import build_command
+
+    fix = (
+        f"`{build_command(build)} --install`"
+        if build != "cpu"
+        else "GPU bindings (`gguf-exact build-bindings --cuda 86 --install`)"
+    )
+    return (
+        f"profile {profile} offloads layers to the GPU, but these llama-cpp-python bindings are CPU-only, "
+        f"so the Python engine runs on the CPU; build {fix}, or serve with --engine llama-server"
+    )
+
+
 def load_with_drafter(
     target: str | Path,
     drafter: str | Path | None,
@@ -642,6 +667,8 @@ def load_with_drafter(
         if overrides:
             prof = prof.with_overrides(list(overrides))
         opts, _ = engine_options(prof, with_draft=drafter is not None)
+        if (warning := gpu_offload_warning(prof.name, prof.build, opts)) is not None:
+            log.warning(warning)
     if n_max is not None:
         opts = replace(opts, n_max=n_max)
     kwargs = {k: v for k, v in opts.llama_kwargs().items() if v is not None} | llama_kwargs

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import ml_dtypes  # noqa: F401  (bfloat16 dtype for safetensors)
 import numpy as np
-from gguf import GGUFWriter, TokenType
+from gguf import GGMLQuantizationType, GGUFWriter, TokenType, quants
 from safetensors.numpy import save_file
 
 from gguf_exact.core import bf16
@@ -34,6 +34,10 @@ CHAT_TEMPLATE = (
 FILLER = ["▁", "▁the", "▁a", "▁of", "▁and", "▁to", "▁in", "▁is", "▁it", "▁on", "th", "he", "in", "er", "an"]
 FILLER += [chr(c) for c in range(ord("a"), ord("z") + 1)] + [str(d) for d in range(10)]
 FILLER += ["▁def", "▁return", "▁x", "(", ")", ":", ",", ".", "=", "+", "▁print", "▁if", "▁for", "▁1", "▁0"]
+
+
+FILE_TYPES = {GGMLQuantizationType.F32: 0, GGMLQuantizationType.Q4_0: 2}
+"""The tiny target's matrix types, with llama.cpp's ``general.file_type`` (ALL_F32, MOSTLY_Q4_0)."""
 
 
 @dataclass(frozen=True)
@@ -125,8 +129,10 @@ def write_tiny_target(
     seed: int = 0,
     spec: TinyTarget = TinyTarget(),
     with_tokenizer: bool = True,
+    matrix_type: GGMLQuantizationType = GGMLQuantizationType.F32,
 ) -> Path:
-    """A random-weight F32 ``gemma4`` GGUF at ``path``."""
+    """A random-weight ``gemma4`` GGUF at ``path``: F32 throughout, or its 2-D matrices in
+    ``matrix_type`` (``Q4_0``: what reaches ggml's quantized matmul kernels)."""
     rng = np.random.default_rng(seed)
     path = Path(path)
     s = spec
@@ -152,7 +158,7 @@ def write_tiny_target(
     w.add_uint32(f"{a}.attention.value_length_swa", s.head_dim_swa)
     w.add_uint32(f"{a}.rope.dimension_count", s.head_dim_full)
     w.add_uint32(f"{a}.rope.dimension_count_swa", s.head_dim_swa)
-    w.add_uint32("general.file_type", 0)
+    w.add_uint32("general.file_type", FILE_TYPES[matrix_type])
     if with_tokenizer:
         tokens, scores, types = vocabulary(s.n_vocab)
         w.add_tokenizer_model("llama")
@@ -167,7 +173,11 @@ def write_tiny_target(
         w.add_chat_template(CHAT_TEMPLATE)
 
     def t(name, *shape, scale=0.05):
-        w.add_tensor(name, (rng.normal(0, scale, shape)).astype(np.float32))
+        values = rng.normal(0, scale, shape).astype(np.float32)
+        if matrix_type == GGMLQuantizationType.F32:
+            w.add_tensor(name, values)
+        else:
+            w.add_tensor(name, quants.quantize(values, matrix_type), raw_dtype=matrix_type)
 
     def norm(name, n):
         w.add_tensor(name, (1.0 + rng.normal(0, 0.05, n)).astype(np.float32))
