@@ -54,7 +54,7 @@ def check_input_folder(path: Path, expected: str = "a Hugging Face model folder"
     kind = what_is(path)
     if kind is not None and kind.startswith(("no such file", "cannot be read")):
         raise GgufExactError(f"{path}: no such folder (expected {expected})")
-    raise GgufExactError(f"{path}: is {kind or 'a file'}, not {expected}")
+    raise GgufExactError(f"{path}: is {kind or 'a regular file'}, not {expected}")
 
 
 def check_output_file(path: str | Path, what: str = "output") -> Path:
