@@ -41,10 +41,10 @@ def key_of(raw: bytes) -> str:
     return raw[8 : 8 + n].decode()
 
 
-def rewrite(src, dst, change=None, drop=(), add=(), kv=None, retype=None) -> Path:
+def rewrite(src, dst, change=None, drop=(), add=(), kv=None, retype=None, version=3) -> Path:
     """A copy of ``src`` at ``dst``: ``change(name, data)`` returns a tensor's new data,
     ``retype`` maps names to (new data, new type), ``drop`` names tensors to leave out,
-    ``add`` appends (name, data, type), ``kv(pairs)`` returns the new pairs."""
+    ``add`` appends (name, data, type), ``kv(pairs)`` returns the new pairs; GGUF ``version``."""
     pairs, tensors = read_all(src)
     out = []
     for name, data, qtype in tensors:
@@ -55,7 +55,7 @@ def rewrite(src, dst, change=None, drop=(), add=(), kv=None, retype=None) -> Pat
         elif change:
             data = change(name, data)
         out.append((name, data, qtype))
-    write_gguf(Path(dst), kv(pairs) if kv else pairs, out + list(add))
+    write_gguf(Path(dst), kv(pairs) if kv else pairs, out + list(add), version=version)
     return Path(dst)
 
 

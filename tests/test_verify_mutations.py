@@ -369,8 +369,9 @@ def test_drafter_header_edits_fail(drafter):
         key_mutation(drafter, "eps", lambda p: set_key(p, f"{a}.attention.layer_norm_rms_epsilon", GGUFValueType.FLOAT32, 1e-5),
                      f"key {a}.attention.layer_norm_rms_epsilon is {float(np.float32(1e-5))!r} (FLOAT32); convert "
                      f"writes {float(np.float32(1e-6))!r} (FLOAT32)"),
+        Mutation("GGUF version 2", rewrite(drafter.good, drafter.path("v2"), version=2), "GGUF version 2; convert writes version 3"),
     ]  # fmt: skip
-    assert len(mutations) == 12
+    assert len(mutations) == 13
     assert judge(drafter, mutations) == []
 
 
@@ -470,7 +471,9 @@ def test_main_model_header_edits_fail(model):
                      "key general.name is 'gemma-4-tiny-it-qat-x' (STRING); repack writes 'gemma-4-tiny-it-qat' (STRING)"),
         key_mutation(model, "bos", lambda p: set_key(p, "tokenizer.ggml.bos_token_id", U32, 2),
                      "key tokenizer.ggml.bos_token_id is 2 (UINT32); repack writes 1 (UINT32)"),
+        Mutation("GGUF version 2", rewrite(model.good, model.path("v2"), version=2), "GGUF version 2; repack writes version 3"),
     ]  # fmt: skip
+    assert len(mutations) == 7
     no_donor = {"block_count_no_donor", "freq_base_no_donor"}
     assert judge(model, [m for m in mutations if m.name not in no_donor]) == []
     alone = Case(model.root, model.good, model.args[:2], model.tensors, model.sources, "repack")

@@ -15,7 +15,7 @@ from typing import Callable
 
 from gguf import GGMLQuantizationType
 
-from gguf_exact.drafter.convert import check_target, drafter_jobs, drafter_kv
+from gguf_exact.drafter.convert import GGUF_VERSION, check_target, drafter_jobs, drafter_kv
 from gguf_exact.formats.checkpoint import Checkpoint
 from gguf_exact.formats.gguf_reader import GgufFile, open_gguf
 from gguf_exact.formats.kv_judge import KeyJudgement, judge_keys
@@ -74,4 +74,5 @@ def judge_drafter_keys(
         expected,
         "convert",
         lambda key: NO_TARGET if target is None and key.startswith("tokenizer.") else None,
+        (gguf.header.version, GGUF_VERSION),
     )

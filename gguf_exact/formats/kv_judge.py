@@ -15,6 +15,10 @@ from gguf import GGUFValueType
 
 from gguf_exact.formats.gguf_layout import KeyValue, pair_numbers, parse_pair
 
+NUMERIC = {
+    GGUFValueType.UINT8, GGUFValueType.INT8, GGUFValueType.UINT16, GGUFValueType.INT16, GGUFValueType.UINT32,
+    GGUFValueType.INT32, GGUFValueType.UINT64, GGUFValueType.INT64,
+}  # fmt: skip
 SHOWN_NAMES = 4  # key names shown in a "not judged" line
 SHOWN_ELEMENTS = 8  # array elements shown in a message
 
@@ -76,11 +80,15 @@ def judge_keys(
     expected: list[bytes],
     writer: str,
     not_judged: Callable[[str], str | None] = lambda key: None,
+    version: tuple[int, int] | None = None,
 ) -> KeyJudgement:
     """Hold ``pairs`` (the file's, in order) to ``expected`` (raw pairs as ``writer``
     would write them). A file key that is not expected fails, unless ``not_judged(key)``
-    gives a reason it cannot be judged here; keys with the same reason are one line."""
+    gives a reason it cannot be judged here; keys with the same reason are one line.
+    ``version``: (the file's GGUF version, the writer's), judged with the keys."""
     out = KeyJudgement()
+    if version is not None and version[0] != version[1]:
+        out.failures.append(f"GGUF version {version[0]}; {writer} writes version {version[1]}")
     want = {p.key: p for p in (parse_pair(raw) for raw in expected)}
     counts = Counter(kv.key for kv in pairs)
     groups: dict[str, list[str]] = {}
@@ -109,9 +117,3 @@ def judge_keys(
         out.unchecked.append(f"{len(keys)} key{'s' if len(keys) != 1 else ''} ({names}): {reason}")
         out.unchecked_keys += len(keys)
     return out
-
-
-NUMERIC = {
-    GGUFValueType.UINT8, GGUFValueType.INT8, GGUFValueType.UINT16, GGUFValueType.INT16, GGUFValueType.UINT32,
-    GGUFValueType.INT32, GGUFValueType.UINT64, GGUFValueType.INT64,
-}  # fmt: skip

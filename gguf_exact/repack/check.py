@@ -65,7 +65,8 @@ def verify_model(
                 jobs = build_map(d.path, d.architecture, d.tensors, locations, source_dir).jobs
                 if not judge:
                     return measure_tensors(gguf, jobs, progress)
-                keys = judge_keys(gguf.header.kv, output_kv(d, _written_types(gguf, jobs))[0], "repack")
+                expected = output_kv(d, _written_types(gguf, jobs))[0]
+                keys = judge_keys(gguf.header.kv, expected, "repack", version=(gguf.header.version, d.header.version))
                 return verify_tensors(gguf, jobs, keys, rule, d, "repack", source_dir, progress, workers)
         archs = config.get("architectures")
         if not isinstance(archs, list) or not any(a in gemma4_names.SUPPORTED_ARCHITECTURES for a in archs):
