@@ -533,6 +533,10 @@ def test_verify_command_on_a_main_model_agrees_with_the_repack_report(model):
     ]
     assert {t["name"]: t["note"] for t in a["tensors"]}["rope_freqs.weight"] == "generated from config.json"
     assert CliRunner().invoke(main, [*args, "--allow-unchecked"]).exit_code == 0
+    vocab = CliRunner().invoke(main, [*args, "--vocab-from", str(model / "donor.gguf")])
+    assert vocab.exit_code == 1 and vocab.stderr.splitlines() == [
+        f"error: --vocab-from {model / 'donor.gguf'}: a re-packed file carries its donor's tokenizer; give --donor instead"
+    ]
     # Google's donor fails: its max / -8 steps lose exact values; measured, its Q6_K table is far off
     donor = CliRunner().invoke(main, ["verify", str(model / "donor.gguf"), "--source", str(model / "src")])
     assert (

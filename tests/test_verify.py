@@ -146,6 +146,21 @@ def test_without_the_target_the_tokenizer_is_named_and_verify_is_incomplete(conv
     )
 
 
+def test_json_on_bad_input_is_an_object_with_the_error(converted, tiny, tmp_path):
+    (tmp_path / "folder.gguf").mkdir()
+    result = run("verify", tmp_path / "folder.gguf", "--source", tiny / "drafter-fp32", "--json")
+    message = f"{tmp_path / 'folder.gguf'}: is a directory, not a GGUF file"
+    assert result.exit_code == 1 and result.stderr.splitlines() == [f"error: {message}"]
+    assert json.loads(result.stdout) == {"ok": False, "path": str(tmp_path / "folder.gguf"), "error": message}
+
+
+def test_options_that_do_not_fit_the_file_are_refused(converted, tiny):
+    keep = run(*verify_args(converted, tiny, "--off-grid", "keep"))
+    assert keep.exit_code == 1 and keep.stderr.splitlines() == [
+        "error: --off-grid keep keeps a donor's tensor: only a re-pack (with --donor) has one"
+    ]
+
+
 def flip_nibble(name, data):
     if name == "blk.1.ffn_gate.weight":
         data.reshape(-1, q4_0.BLOCK_BYTES)[37, 2 + 5] ^= 0x01  # the level of value 5 of block 37 moves by one

@@ -200,10 +200,6 @@ class Verification:
         }
 
 
-class VerificationError(GgufExactError):
-    """The file does not hold what its source implies."""
-
-
 def _count(n: int, one: str, many: str | None = None) -> str:
     return f"{n:,} {one if n == 1 else (many or one + 's')}"
 
