@@ -586,3 +586,30 @@ def test_outputs_have_ordinary_permissions(model, tmp_path):
     finally:
         os.umask(mask)
     assert (tmp_path / "r.gguf").stat().st_mode & 0o777 == 0o644  # not mkstemp's 0600
+
+
+@pytest.mark.parametrize("split", [False, True])
+def test_verify_judges_a_moe_repack_fused_or_split(tmp_path, split):
+    """The router (off the grid here) is the donor's tensor: its bytes with --donor, named
+    as not judged without; expert banks are judged block by block either way."""
+    from gguf_exact.repack.check import verify_model
+
+    write_main_checkpoint(tmp_path / "src", TINY_MOE, seed=0)
+    write_donor(tmp_path / "donor.gguf", tmp_path / "src", TINY_MOE, split_experts=split)
+    repack_model(tmp_path / "donor.gguf", tmp_path / "src", tmp_path / "out.gguf")
+    v = verify_model(tmp_path / "out.gguf", tmp_path / "src", donor=tmp_path / "donor.gguf")
+    assert v.ok() and v.failures == [] and v.unchecked == []
+    notes = {t.name: t.note for t in v.tensors}
+    assert notes["blk.0.ffn_gate_inp.weight"] == "off the grid: the donor's bytes (router)"
+    banks = ["blk.0.ffn_gate_exps.weight", "blk.0.ffn_up_exps.weight"] if split else ["blk.0.ffn_gate_up_exps.weight"]
+    for name in banks + ["blk.0.ffn_down_exps.weight"]:
+        assert notes[name] == "exact Q4_0: every block by the block rule"
+    assert v.verdict().endswith("every block as exact as the plan; 4 matrices off the grid, stored as repack defines")
+    alone = verify_model(tmp_path / "out.gguf", tmp_path / "src")
+    assert alone.failures == [] and not alone.ok() and alone.ok(allow_unchecked=True)
+    where = "its source model.language_model.layers.{0}.router.proj.weight is off the 4-bit grid (32 blocks, first at row 0, column 0)"
+    assert alone.unchecked[1:] == [
+        f"tensor blk.{il}.ffn_gate_inp.weight: {where.format(il)}, so repack keeps the donor's tensor; "
+        "give --donor DONOR.gguf to judge it"
+        for il in range(4)
+    ]

@@ -161,7 +161,7 @@ class Verification:
             line += f" ({b.equally_exact:,} equally exact with another scale, {b.more_exact:,} more exact)"
         off = [t for t in judged if t.blocks is None and t.note.startswith("off the grid")]
         if off:
-            line += f"; {_count(len(off), 'matrix', 'matrices')} off the grid, stored as the writer defines"
+            line += f"; {_count(len(off), 'matrix', 'matrices')} off the grid, stored as {self.writer} defines"
         if not self.unchecked:
             return f"verify: PASS — {line}"
         what = "; ".join(self.unchecked)
