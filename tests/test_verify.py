@@ -379,6 +379,18 @@ def test_f32_and_f16_sources_keep_their_bits(tiny, tmp_path, norm_dtype, off_gri
     assert run(*args, "--off-grid", other).exit_code == 1
 
 
+def test_an_f32_matrix_bf16_cannot_hold_stored_as_q4_0_fails_naming_why(tiny, tmp_path):
+    src = precise_checkpoint(tmp_path / "src", np.float32)
+    out = convert_drafter(src, tmp_path / "d.gguf", tiny / "target.gguf", off_grid="f16").path
+    zeros = rewrite(out, tmp_path / "z.gguf", retype={"blk.2.ffn_up.weight": (np.zeros((128, 36), np.uint8), Q4_0)})
+    expect_failure(
+        ["verify", zeros, "--source", src, "--vocab-from", tiny / "target.gguf"],
+        "tensor blk.2.ffn_up.weight: is Q4_0, but its source model.layers.2.mlp.up_proj.weight holds F32 values that "
+        "bf16 cannot (256 blocks, first at row 0, column 0): no exact Q4_0 form; convert stores such a matrix as "
+        "Q8_0 or F16 or BF16 or F32 (--off-grid)",
+    )
+
+
 def test_a_norm_rounded_through_bf16_is_caught(tiny, tmp_path):
     src = precise_checkpoint(tmp_path / "src", np.float32)
     out = tmp_path / "d.gguf"

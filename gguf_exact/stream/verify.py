@@ -270,6 +270,7 @@ class _Chunk:
     failure: str | None = None  # the first bad block or value, with its figures
     off_grid: tuple[int, int] | None = None  # (row, column) of the first block with no exact form
     off_grid_blocks: int = 0
+    not_bf16: bool = False  # off the grid because F16/F32 source values are not bf16 values
     differs: bool = False  # bytes other than the ones compared with
 
 
@@ -408,7 +409,11 @@ class _Judge:
         """A matrix whose source has no exact Q4_0 form, stored as the file has it."""
         n_off = sum(c.off_grid_blocks for c in chunks)
         first = next(c.off_grid for c in chunks if c.off_grid)
-        where = f"its source {job.hf_name} is off the 4-bit grid ({n_off:,} blocks, first at row {first[0]}, column {first[1]})"
+        at = f"{n_off:,} blocks, first at row {first[0]}, column {first[1]}"
+        if any(c.not_bf16 for c in chunks):
+            where = f"its source {job.hf_name} holds {job.source.loc.dtype} values that bf16 cannot ({at})"
+        else:
+            where = f"its source {job.hf_name} is off the 4-bit grid ({at})"
         kept = job.role == PROBE or self.off_grid.keep
         if t.type in self.off_grid.types and job.role != PROBE:  # chunks from _fallback_chunk: bytes compared
             check.planned = t.type.name
@@ -486,6 +491,7 @@ def _plan_bits(values: np.ndarray, chunk: _Chunk, cols: int, r0: int) -> np.ndar
         first = int(lost[0])
         chunk.off_grid = (r0 + first // cols, first % cols // q4_0.BLOCK_SIZE * q4_0.BLOCK_SIZE)
         chunk.off_grid_blocks = int(np.unique(lost // q4_0.BLOCK_SIZE).size)
+        chunk.not_bf16 = True
     return bits
 
 
