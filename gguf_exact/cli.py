@@ -252,57 +252,110 @@ def convert(
 @click.option(
     "--source", "source", required=True, type=click.Path(path_type=Path), help="The HF folder the file was made from."
 )
-@click.option("--json", "as_json", is_flag=True, help="Print per-tensor results as JSON.")
-def verify(gguf_path: Path, source: Path, as_json: bool) -> None:
-    """Check an existing GGUF against the checkpoint it was made from; exit 1 if it fails.
+@click.option(
+    "--vocab-from",
+    "vocab_from",
+    type=click.Path(path_type=Path),
+    help="Drafters: the target GGUF given to convert; its tokenizer.* keys are compared as bytes.",
+)
+@click.option(
+    "--donor",
+    type=click.Path(path_type=Path),
+    help="Re-packed files: the donor GGUF given to repack; its keys and copied tensors are compared as bytes.",
+)
+@click.option(
+    "--off-grid",
+    type=click.Choice(["keep", "q8_0", "f16", "bf16", "f32"]),
+    help="The --off-grid choice the file was made with (default: the type the file records for an off-grid matrix).",
+)
+@click.option(
+    "--allow-unchecked",
+    is_flag=True,
+    help="Pass although some keys or tensors could not be judged (named in the output), e.g. without --vocab-from.",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print the verdict and per-tensor results as JSON on stdout.")
+def verify(
+    gguf_path: Path,
+    source: Path,
+    vocab_from: Path | None,
+    donor: Path | None,
+    off_grid: str | None,
+    allow_unchecked: bool,
+    as_json: bool,
+) -> None:
+    """Prove a GGUF is what convert or repack writes for its source, header to last block; exit 1 if not.
 
-    Recomputes from the source what every tensor must hold and reads the file beside
-    it in row chunks. It fails, naming the tensor and block, when a Q4_0 block holds
-    other levels than the source's 4-bit grid, or decodes further from the source
-    than the exact packer's scale (+1 bf16 ULP); when a matrix on the grid is stored
-    in another type; when a norm differs from the source; or when a tensor is
-    missing, extra or of another shape. A `llama-quantize` Q4_0 file of a QAT source
-    fails (its `max / -8` steps move values off the grid); files from `convert` and
-    `repack` pass. Prints, per tensor, the bit-exact share, the largest error in bf16
-    ULPs and the relative RMS error. Drafters (gemma4-assistant) are checked against
-    the conversion's jobs (Python: gguf_exact.verify_gguf), main models against the
-    re-pack's (Python: gguf_exact.repack.check.verify_model).
+    Recomputes the plan from the source (every key, every tensor, every Q4_0 block)
+    and reads the file beside it in row chunks. A Q4_0 block passes only if it decodes
+    at least as many values bit-exactly as the plan's block (+0 and -0 equal) and no
+    value further from the source than the plan's worst: another scale that is as exact
+    passes and is counted. Every tensor must have the planned type and shape (norms
+    F32 holding the source's bits; an off-grid matrix the bytes --off-grid defines),
+    none may be missing or extra, and the keys must be the ones the writer writes.
+    What cannot be judged (a drafter's tokenizer without --vocab-from, a re-pack's
+    donor keys without --donor) is named, and fails unless --allow-unchecked is given.
+    The last line is the verdict: `verify: PASS`, `FAIL` or `INCOMPLETE`. Drafters
+    (Python: gguf_exact.verify_gguf), main models (gguf_exact.repack.check.verify_model).
     """
     from gguf_exact.drafter.verify import verify_gguf
+    from gguf_exact.formats.checkpoint import read_config
     from gguf_exact.formats.gguf_file import sha256_file
-    from gguf_exact.gemma4.assistant import ARCH as ASSISTANT
+    from gguf_exact.formats.gguf_reader import open_gguf
+    from gguf_exact.formats.paths import check_input_folder
+    from gguf_exact.gemma4.assistant import SUPPORTED_ARCHITECTURES as DRAFTERS
     from gguf_exact.repack.check import verify_model
-    from gguf_exact.repack.donor import open_donor
 
-    with open_donor(gguf_path) as gguf:
-        arch, n = gguf.architecture, len(gguf.tensors)
-    with tensor_progress("verify", n, not as_json) as progress:
-        if arch == ASSISTANT:
-            v = verify_gguf(gguf_path, source, progress=progress)
-        else:
-            v = verify_model(gguf_path, source, progress=progress)
+    try:
+        with open_gguf(gguf_path) as gguf:
+            n = len(gguf.tensors)
+        check_input_folder(source)
+        archs = read_config(source / "config.json").get("architectures")
+        drafter = donor is None and isinstance(archs, list) and any(a in DRAFTERS for a in archs)
+        with tensor_progress("verify", n, not as_json) as progress:
+            if drafter:
+                v = verify_gguf(gguf_path, source, progress=progress, vocab_from=vocab_from, off_grid=off_grid)
+            else:
+                if vocab_from is not None:
+                    raise GgufExactError(
+                        f"--vocab-from {vocab_from}: a re-packed file carries its donor's tokenizer; give --donor instead"
+                    )
+                v = verify_model(gguf_path, source, donor=donor, off_grid=off_grid, progress=progress)
+    except GgufExactError as e:
+        if as_json:
+            click.echo(json.dumps({"ok": False, "path": str(gguf_path), "error": str(e)}, indent=2))
+        raise
     digest = sha256_file(gguf_path)
-    total = v.total
     if as_json:
-        click.echo(
-            json.dumps(
-                {
-                    "path": str(gguf_path),
-                    "sha256": digest,
-                    "total": total.as_dict(),
-                    "tensors": [t.as_dict() for t in v.tensors],
-                },
-                indent=2,
-            )
-        )
-        return
-    table = Table(title=str(gguf_path))
-    for col in ("tensor", "type", "values", "bit-exact", "max ULP", "rel. error"):
-        table.add_column(col, justify="left" if col in ("tensor", "type") else "right")
-    for t in v.tensors + [total]:
-        table.add_row(t.name, t.type, f"{t.n_values:,}", pct(t.exact_fraction), str(t.max_ulps), f"{t.rel_error:.3e}")
-    out.print(table)
-    out.print(f"sha256 {digest}")
+        click.echo(json.dumps({"sha256": digest} | v.as_dict(allow_unchecked), indent=2))
+    else:
+        table = Table(title=str(gguf_path))
+        for col in (
+            "tensor",
+            "type",
+            "judged",
+            "values",
+            "bit-exact",
+            "max ULP",
+            "rel. error",
+            "blocks as planned/equal/more/less",
+        ):
+            table.add_column(col, justify="left" if col in ("tensor", "type", "judged") else "right")
+        for t in v.tensors + [v.total]:
+            b = t.blocks
+            blocks = f"{b.as_planned:,}/{b.equally_exact:,}/{b.more_exact:,}/{b.less_exact:,}" if b else "-"
+            figures = (pct(t.exact_fraction), str(t.max_ulps), f"{t.rel_error:.3e}") if t.measured else ("-",) * 3
+            status = "" if t.name == "(all)" else t.status
+            table.add_row(t.name, t.type, status, f"{t.n_values:,}", *figures, blocks)
+        out.print(table)
+        for line in v.failures:
+            out.print(f"FAIL        {line}", markup=False, soft_wrap=True)
+        for line in v.unchecked:
+            out.print(f"not judged  {line}", markup=False, soft_wrap=True)
+        out.print(f"sha256 {digest}", markup=False)
+        out.print(v.verdict(allow_unchecked), markup=False, soft_wrap=True)
+    problem = v.error_line(allow_unchecked)
+    if problem:
+        raise GgufExactError(problem)
 
 
 @main.command()
@@ -857,15 +910,17 @@ def build(recipe: str, models_dir: Path, out_dir: Path, vocab_from: Path | None)
 
     Fetches the [source] checkpoint (and the [target] GGUF unless --vocab-from is
     given) at the pinned commit, verified; converts and verifies as `convert` does;
-    then compares the output with the [exact] file. Three outcomes: "reproduced" (same
+    then compares the output with the [exact] file. Four outcomes: "reproduced" (same
     sha256); "same levels" (every Q4_0 block holds the published file's levels, only
-    scales differ: both files' bit-exact share against the source is printed); or
-    "differs" (the first differing tensor and block, exit 1). A file made by another
-    scale rule, such as the published method, comes out "same levels".
+    scales differ, and every published block is as exact as the plan by verify's block
+    rule); "same levels, less exact" (as above, but some published blocks are less
+    exact: counted per tensor); or "differs" (the first differing tensor and block,
+    exit 1). Both files' bit-exact share against the source is printed. A file made by
+    another scale rule, such as the published method, comes out "same levels, less exact".
     (Python: gguf_exact.hub.build.build_recipe)
     """
     from gguf_exact.hub.build import build_recipe
-    from gguf_exact.hub.outcome import REPRODUCED, SAME_LEVELS
+    from gguf_exact.hub.outcome import LESS_EXACT, REPRODUCED, SAME_LEVELS
     from gguf_exact.hub.recipes import load_recipe
 
     r = load_recipe(recipe)
@@ -889,10 +944,18 @@ def build(recipe: str, models_dir: Path, out_dir: Path, vocab_from: Path | None)
     say(f"published  {res.published_sha256}  {res.published}")
     if o.metadata_keys:
         say(f"metadata   {len(o.metadata_keys)} keys differ: {', '.join(o.metadata_keys[:6])}")
-    if o.kind == SAME_LEVELS:
+    if o.kind in (SAME_LEVELS, LESS_EXACT):
+        for t in o.scales:
+            less = f", {t.less_exact:,} less exact" if t.less_exact else ""
+            say(f"  {t.name}: {t.as_exact:,} of {t.blocks:,} published blocks as exact as the plan{less}")
         say(
-            f"same levels: every Q4_0 block holds the published file's levels; "
+            f"{o.kind}: every Q4_0 block holds the published file's levels; "
             f"{o.other_scale_blocks:,} of {o.q4_0_blocks:,} blocks are stored with another scale"
+            + (
+                f", {o.less_exact_blocks:,} of them less exact than the plan"
+                if o.kind == LESS_EXACT
+                else ", none less exact than the plan"
+            )
         )
         for who, e in (("built", o.built_exact), ("published", o.published_exact)):
             say(

@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Benchmark: `gguf-exact convert` against `llama-quantize --pure Q4_0`, whole process
 against whole process, on the E2B drafter at its real shapes with a Gemma-4-size
-vocabulary; then the packer's kernel alone on 1 and 2 cores.
+vocabulary; `gguf-exact verify` of the converted file beside `convert` (its bar: under
+1.5x convert's time); then the packer's kernel alone on 1 and 2 cores.
 
 Inputs, made once in a temp folder:
 - the E2B assistant as a QAT checkpoint (gemma4/sizes.py shapes: 77.2 million matrix
@@ -12,13 +13,14 @@ Inputs, made once in a temp folder:
 - the same drafter as llama.cpp's converter writes it with `--outtype bf16` (same keys
   and vocabulary): what llama-quantize starts from.
 
-Each round runs both commands in A B B A order: `gguf-exact convert SRC OUT --vocab-from
-TARGET` (reads safetensors, packs, writes, reads back and verifies, sha256) and
-`llama-quantize --pure BF16.gguf OUT Q4_0 2`. Peak RSS is GNU time's %M (each tool is
+Each round runs the commands in A B C C B A order: `gguf-exact convert SRC OUT --vocab-from
+TARGET` (reads safetensors, packs, writes, reads back and verifies, sha256), `gguf-exact
+verify OUT --source SRC --vocab-from TARGET` (replans every block, judges every key and
+tensor, sha256) and `llama-quantize --pure BF16.gguf OUT Q4_0 2`. Peak RSS is GNU time's %M (each tool is
 one process). Bit-exact shares: ours from convert's report, llama-quantize's measured
 against the source (gguf_exact.drafter.verify, measured only). Not a test: nothing asserts.
 
-    python scripts/bench_convert.py [--rounds 2] [--vocab 262144] [--merges 500000]
+    python scripts/bench_convert.py [--rounds 2] [--vocab 262144] [--merges 500000] [--no-peer]
 """
 
 import argparse
@@ -115,11 +117,12 @@ def main() -> None:
     parser.add_argument("--merges", type=int, default=GEMMA4_MERGES)
     parser.add_argument("--llama-quantize", help="path to llama-quantize (default: the gguf-exact build cache)")
     parser.add_argument("--dir", type=Path, help="where to make the inputs (default: a temp folder)")
+    parser.add_argument("--no-peer", action="store_true", help="convert and verify only, without llama-quantize")
     args = parser.parse_args()
 
-    quantize = find_llama_quantize(args.llama_quantize)
-    if quantize is None or not quantize.exists():
-        sys.exit("llama-quantize not found: run `gguf-exact build-llama` (or pass --llama-quantize)")
+    quantize = None if args.no_peer else find_llama_quantize(args.llama_quantize)
+    if not args.no_peer and (quantize is None or not quantize.exists()):
+        sys.exit("llama-quantize not found: run `gguf-exact build-llama` (or pass --llama-quantize, or --no-peer)")
     gguf_exact = Path(sys.executable).with_name("gguf-exact")
     root = Path(tempfile.mkdtemp(prefix="bench-convert-", dir=args.dir))
     try:
@@ -127,12 +130,21 @@ def main() -> None:
         report = root / "report.json"
         ours_cmd = [str(gguf_exact), "convert", str(paths["source"]), str(root / "ours.gguf"), "--vocab-from", str(paths["target"]), "--report", str(report)]  # fmt: skip
         peer_cmd = [str(quantize), "--pure", str(paths["bf16"]), str(root / "peer.gguf"), "Q4_0", "2"]
-        runs: dict[str, list] = {"ours": [], "peer": []}
+        verify_cmd = [str(gguf_exact), "verify", str(root / "ours.gguf"), "--source", str(paths["source"]), "--vocab-from", str(paths["target"])]  # fmt: skip
+        again = root / "again.gguf"  # later converts write here: verify reads the warm-up's file, the same bytes
+        commands = {"ours": [*ours_cmd[:3], str(again), *ours_cmd[4:]], "verify": verify_cmd, "peer": peer_cmd}
+        order = (
+            ("ours", "verify", "verify", "ours")
+            if args.no_peer
+            else ("ours", "peer", "verify", "verify", "peer", "ours")
+        )
+        runs: dict[str, list] = {"ours": [], "peer": [], "verify": []}
         run(ours_cmd)  # warm-up: numba's cache, the page cache
+        run(verify_cmd)
         for _ in range(args.rounds):
-            for who in ("ours", "peer", "peer", "ours"):
-                (root / f"{who}.gguf").unlink(missing_ok=True)
-                m = run(ours_cmd if who == "ours" else peer_cmd)
+            for who in order:
+                {"ours": again, "peer": root / "peer.gguf"}.get(who, root / "none").unlink(missing_ok=True)
+                m = run(commands[who])
                 if m.returncode != 0:
                     sys.exit(f"{who} failed: {m.stderr[-2000:]}")
                 runs[who].append(m)
@@ -141,39 +153,51 @@ def main() -> None:
         matrix_values = sum(t["values"] for t in figures["tensors"] if t["type"] == "Q4_0")
         from gguf_exact.drafter.verify import verify_gguf
 
-        peer_checks = verify_gguf(root / "peer.gguf", paths["source"], judge=False).tensors
-        peer_q4 = [t for t in peer_checks if t.type == "Q4_0"]
-        peer_exact = sum(t.exact for t in peer_q4) / sum(t.n_values for t in peer_q4)
+        peer_exact = None
+        if not args.no_peer:
+            peer_checks = verify_gguf(root / "peer.gguf", paths["source"], judge=False).tensors
+            peer_q4 = [t for t in peer_checks if t.type == "Q4_0"]
+            peer_exact = sum(t.exact for t in peer_q4) / sum(t.n_values for t in peer_q4)
         ours_exact = sum(t["exact_values"] for t in figures["tensors"] if t["type"] == "Q4_0") / matrix_values
         matrices = load_matrices(paths["source"])
         rates = kernel_rates(matrices)
         published = published_method(matrices)
         del matrices
-        sizes = {w: (root / f"{w}.gguf").stat().st_size for w in ("ours", "peer")}
+        sizes = {w: (root / f"{w}.gguf").stat().st_size for w in ("ours", "peer") if (root / f"{w}.gguf").exists()}
+        verdict = runs["verify"][-1].stdout.strip().splitlines()[-1]
     finally:
         shutil.rmtree(root, ignore_errors=True)
 
     print(f"\nE2B drafter, full shapes, {args.vocab:,}-token vocabulary and {args.merges:,} merges; "
-          f"{matrix_values:,} matrix values ({values:,} with norms); {args.rounds} rounds A B B A; {load()} at the end")  # fmt: skip
+          f"{matrix_values:,} matrix values ({values:,} with norms); {args.rounds} rounds {' '.join(order)}; {load()} at the end")  # fmt: skip
     print(
         f"{'whole process':42} {'seconds (median, range)':>26} {'M values/s':>11} {'peak RSS MiB':>13} {'bit-exact':>10} {'bytes':>12}"
     )
     rows = {}
     for who, label, exact in (
         ("ours", "gguf-exact convert (verify + sha256 on)", ours_exact),
+        ("verify", "gguf-exact verify (--vocab-from)", None),
         ("peer", "llama-quantize --pure Q4_0 (from BF16)", peer_exact),
     ):
+        if not runs[who]:
+            continue
         secs = [m.seconds for m in runs[who]]
         med = statistics.median(secs)
         rows[who] = med
         rss = max(m.peak_mib for m in runs[who])
+        share = f"{exact:>10.4%}" if exact is not None else f"{'-':>10}"
+        size = f"{sizes[who]:>12,}" if who in sizes else f"{'-':>12}"
         print(
-            f"{label:42} {med:>8.2f} ({min(secs):.2f}-{max(secs):.2f}){'':>7} {matrix_values / med / 1e6:>11.1f} {rss:>13.0f} {exact:>10.4%} {sizes[who]:>12,}"
+            f"{label:42} {med:>8.2f} ({min(secs):.2f}-{max(secs):.2f}){'':>7} {matrix_values / med / 1e6:>11.1f} {rss:>13.0f} {share} {size}"
         )
     print(
-        f"gguf-exact / llama-quantize: {rows['peer'] / rows['ours']:.2f}x the values/s end to end; "
-        f"peak RSS {max(m.peak_mib for m in runs['ours']):.0f} vs {max(m.peak_mib for m in runs['peer']):.0f} MiB"
+        f"verify / convert: {rows['verify'] / rows['ours']:.2f}x the time (bar: under 1.5x); verify's verdict: {verdict}"
     )
+    if "peer" in rows:
+        print(
+            f"gguf-exact / llama-quantize: {rows['peer'] / rows['ours']:.2f}x the values/s end to end; "
+            f"peak RSS {max(m.peak_mib for m in runs['ours']):.0f} vs {max(m.peak_mib for m in runs['peer']):.0f} MiB"
+        )
     print(
         f"packer kernel alone (in memory): {rates[1]:.1f} M values/s on 1 core, {rates[2]:.1f} on 2 ({rates[2] / rates[1]:.2f}x)"
     )

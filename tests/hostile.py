@@ -292,6 +292,88 @@ GGUF = [
 ]  # fmt: skip
 
 
+# --- inputs that are not files, outputs that are not files (issue 16 §7) ---------------------
+# Each returns (the path, what the error must say it is).
+
+
+def path_directory(tmp: Path):
+    (tmp / "a-folder.gguf").mkdir()
+    return tmp / "a-folder.gguf", "is a directory, not a GGUF file"
+
+
+def path_character_device(tmp: Path):
+    return Path("/dev/null"), "is a character device, not a GGUF file"
+
+
+def path_named_pipe(tmp: Path):
+    import os
+
+    os.mkfifo(tmp / "pipe.gguf")  # opening it would block: it must be refused before
+    return tmp / "pipe.gguf", "is a named pipe, not a GGUF file"
+
+
+NOT_FILES = [path_directory, path_character_device, path_named_pipe]
+
+
+# --- server.json, as `status` and `stop` read it -----------------------------------------------
+
+
+def state_not_json(state: Path):
+    state.write_text("{pid: 12")
+    return "not a readable server state (JSONDecodeError"
+
+
+def state_not_an_object(state: Path):
+    state.write_text("[1, 2]")
+    return "a JSON list, not an object"
+
+
+def state_missing_url(state: Path):
+    data = json.loads(state.read_text())
+    del data["url"]
+    state.write_text(json.dumps(data))
+    return "field url is missing, expected a JSON string"
+
+
+def state_port_as_text(state: Path):
+    data = json.loads(state.read_text())
+    data["port"] = "8080"
+    state.write_text(json.dumps(data))
+    return "field port is '8080', expected a JSON number"
+
+
+def state_pid_as_bool(state: Path):
+    data = json.loads(state.read_text())
+    data["pid"] = True
+    state.write_text(json.dumps(data))
+    return "field pid is True, expected a JSON number"
+
+
+def state_binary(state: Path):
+    state.write_bytes(b"\xff\xfe\x00garbage")
+    return "not a readable server state (UnicodeDecodeError"
+
+
+SERVER_STATE = [
+    state_not_json,
+    state_not_an_object,
+    state_missing_url,
+    state_port_as_text,
+    state_pid_as_bool,
+    state_binary,
+]
+
+
+def good_server_state(run_dir: Path, port: int) -> Path:
+    """A run directory as `serve --detach` leaves it, for a server that has exited."""
+    rdir = run_dir / str(port)
+    rdir.mkdir(parents=True)
+    state = {"pid": 999999, "start_time": 1, "engine": "llama-server", "port": port, "url": f"http://127.0.0.1:{port}"}
+    (rdir / "server.json").write_text(json.dumps(state | {"target": "t.gguf", "drafter": None, "command": []}))
+    (rdir / "server.pid").write_text("999999\n")
+    return rdir / "server.json"
+
+
 def broken_copy(good: Path, dest: Path, case) -> tuple[Path, str]:
     """Copy ``good`` (a folder or a file) to ``dest`` and apply ``case`` to it (a folder
     case gets the folder, a safetensors case the folder's model.safetensors)."""
@@ -304,4 +386,14 @@ def broken_copy(good: Path, dest: Path, case) -> tuple[Path, str]:
     return dest, case(target)
 
 
-__all__ = ["CONFIG", "GGUF", "INDEX", "SAFETENSORS", "broken_copy", "np"]
+__all__ = [
+    "CONFIG",
+    "GGUF",
+    "INDEX",
+    "NOT_FILES",
+    "SAFETENSORS",
+    "SERVER_STATE",
+    "broken_copy",
+    "good_server_state",
+    "np",
+]

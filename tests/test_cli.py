@@ -45,10 +45,10 @@ def test_convert_verify_compare(tiny, tmp_path):
     assert result.exit_code == 0, result.output
     assert "bit-exact (100.0000%), largest error 0 bf16 ULP" in result.stdout
     digest = result.stdout.split("sha256 ")[1].split()[0]
-    verify = run("verify", out, "--source", tiny / "drafter-bf16", "--json")
+    verify = run("verify", out, "--source", tiny / "drafter-bf16", "--vocab-from", tiny / "target.gguf", "--json")
     assert verify.exit_code == 0
     v = json.loads(verify.stdout)
-    assert v["sha256"] == digest and v["total"]["exact_fraction"] == 1.0 and len(v["tensors"]) == 48
+    assert v["ok"] and v["sha256"] == digest and v["total"]["exact_fraction"] == 1.0 and len(v["tensors"]) == 49
     compare = run("compare", "--source", tiny / "drafter-bf16", out)
     assert compare.exit_code == 0 and "Q4_0 x23" in compare.stdout and "100.0000%" in compare.stdout
 

@@ -1,8 +1,10 @@
 """Every command that reads a file, fed the corpus of broken and hostile inputs in
 tests/hostile.py: one `error:` line naming the file and what is wrong, exit 1, no
-traceback, nothing left at the output path (issue 10 §4)."""
+traceback, nothing left at the output path (issue 10 §4; paths that are not files and
+corrupt server state, issue 16 §7)."""
 
 import shutil
+from pathlib import Path
 
 import hostile
 import pytest
@@ -84,3 +86,71 @@ def test_broken_gguf(good, tmp_path, case, command):
     out.parent.mkdir()
     line = expect_one_line(gguf_commands(bad, good, out)[command], [bad], [out])
     assert what in line, line
+
+
+def not_file_commands(bad, good, out):
+    return {
+        "verify": ["verify", bad, "--source", good / "src"],
+        "compare": ["compare", "--source", good / "src", bad],
+        "convert --vocab-from": ["convert", good / "src", out, "--vocab-from", bad],
+        "verify --vocab-from": ["verify", good / "drafter.gguf", "--source", good / "src", "--vocab-from", bad],
+        "verify --donor": ["verify", good / "drafter.gguf", "--source", good / "src", "--donor", bad],
+        "repack --donor": ["repack", "--donor", bad, "--source", good / "src", out],
+        "serve --model": ["serve", "--dry-run", "--model", bad],
+    }
+
+
+@pytest.mark.parametrize("command", list(not_file_commands(None, Path("."), None)))
+@pytest.mark.parametrize("case", hostile.NOT_FILES, ids=lambda c: c.__name__)
+def test_an_input_that_is_not_a_file_is_named_for_what_it_is(good, tmp_path, case, command):
+    bad, what = case(tmp_path)
+    out = tmp_path / "out" / "x.gguf"
+    out.parent.mkdir()
+    line = expect_one_line(not_file_commands(bad, good, out)[command], [bad], [out])
+    assert line.endswith(f"{bad}: {what}"), line
+
+
+def test_a_source_that_is_a_file_is_named_for_what_it_is(good, tmp_path):
+    line = expect_one_line(["verify", good / "drafter.gguf", "--source", good / "target.gguf"], [good / "target.gguf"])
+    assert line == f"error: {good / 'target.gguf'}: is a regular file, not a Hugging Face model folder", line
+
+
+@pytest.mark.parametrize("command", ["convert", "repack", "convert --report", "repack --report"])
+def test_an_output_that_is_a_directory_is_refused_before_any_work(good, tmp_path, command, monkeypatch):
+    folder = tmp_path / "already-a-folder.gguf"
+    folder.mkdir()
+    report = tmp_path / "report.json"
+    target = report if "--report" in command else folder
+    if "--report" in command:
+        report.mkdir()
+    out = tmp_path / "x.gguf" if "--report" in command else folder
+    from gguf_exact.stream import writer
+
+    def no_work(*args, **kwargs):  # the check is up front: no tensor is written
+        raise AssertionError("tensors were written before the output path was checked")
+
+    monkeypatch.setattr(writer.TensorWriter, "tensor", no_work)
+    args = {
+        "convert": ["convert", good / "src", out, "--vocab-from", good / "target.gguf"],
+        "repack": ["repack", "--donor", good / "drafter.gguf", "--source", good / "src", out],
+    }[command.split()[0]]
+    if "--report" in command:
+        args += ["--report", report]
+    what = "report" if "--report" in command else "output"
+    line = expect_one_line(args, [target])
+    assert line == f"error: {target}: the {what} path is a directory; name a file to write", line
+    left = {folder.name} | ({report.name} if "--report" in command else set())
+    assert {p.name for p in tmp_path.iterdir()} == left and list(target.iterdir()) == []
+
+
+@pytest.mark.parametrize("command", ["status", "stop"])
+@pytest.mark.parametrize("case", hostile.SERVER_STATE, ids=lambda c: c.__name__)
+def test_a_corrupt_server_state_is_one_error_line(tmp_path, case, command):
+    state = hostile.good_server_state(tmp_path / "run", 18080)
+    what = case(state)
+    result = CliRunner().invoke(main, [command, "--port", "18080"], env={"GGUF_EXACT_RUN_DIR": str(tmp_path / "run")})
+    assert result.exit_code == 1, result.output
+    assert result.exception is None or isinstance(result.exception, SystemExit), repr(result.exception)
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"error: {state}: {what}"), lines
+    assert lines[0].endswith(f"remove {state.parent} and start the server again"), lines[0]

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 from gguf import GGMLQuantizationType
+from gguf_edit import oracle_figures
 from hubserver import FakeHub
 from huggingface_hub import constants, hf_hub_download
 
@@ -197,11 +198,11 @@ def test_fetch_honours_the_pinned_commit_when_main_moved(hub, config, tmp_path, 
     )
     again = fetch_recipe(recipe, "exact", models, config, progress=False)
     assert again[0].how == "in place"
-    if shutil.which("sha256sum"):  # the checksum file checks the fetched files as it is
-        check = subprocess.run(
-            ["sha256sum", "-c", "--ignore-missing", str(recipe.checksums)], cwd=models, capture_output=True, text=True
-        )
-        assert check.returncode == 0 and check.stdout.count(": OK") == 3, check.stdout + check.stderr
+    # the checksum file checks the fetched files as it is (README's command)
+    check = subprocess.run(
+        [sha256sum(), "-c", "--ignore-missing", str(recipe.checksums)], cwd=models, capture_output=True, text=True
+    )
+    assert check.returncode == 0 and check.stdout.count(": OK") == 3, check.stdout + check.stderr
 
 
 def write_pins(recipe_path: Path, commit: str | None, sha256: str) -> None:
@@ -386,6 +387,15 @@ def test_build_reproduces_the_pinned_output(hub, tmp_path, published):
     assert hub.gets(OUTPUT) == []  # equal sha256: the published file is not needed
 
 
+def sha256sum() -> str:
+    """GNU coreutils' sha256sum, which README tells users to check files with: a machine
+    without it fails these checks rather than skipping them."""
+    found = shutil.which("sha256sum")
+    if found is None:
+        pytest.fail("sha256sum (GNU coreutils) is not on PATH; README's checksum command needs it")
+    return found
+
+
 def exact_count(q4_0_bytes: np.ndarray, bits: np.ndarray) -> int:
     """Values whose decoded bf16 bits are the source's (+0 and -0 alike), computed here
     independently of core/error_stats."""
@@ -424,6 +434,11 @@ def other_scales(tiny, tmp_path_factory) -> dict:
             expected["other_scale"] += int(np.count_nonzero((mine != data).any(axis=1)))
             expected.setdefault("published_exact", expected["exact"])
             expected["published_exact"] += exact_count(data, bits) - exact_count(mine, bits)
+            # verify's block rule, by the oracle: fewer exact values, or a value further off, than our block
+            theirs_exact, theirs_worst = oracle_figures(data, bits)
+            ours_exact, ours_worst = oracle_figures(mine, bits)
+            less = int(np.count_nonzero((theirs_exact < ours_exact) | (theirs_worst > ours_worst)))
+            expected.setdefault("tensors", []).append((t.name, len(mine), less))
             f.seek(built.header.data_start + t.offset)
             f.write(data.tobytes())
     assert 0 < expected["other_scale"] < expected["blocks"] and expected["published_exact"] < expected["exact"]
@@ -466,10 +481,16 @@ def test_build_tells_same_levels_from_differs(hub, tmp_path, other_scales):
     out = result.stdout
     assert (tmp_path / "out" / OUTPUT).read_bytes() == files["ours"]
     assert f"built      {sha(files['ours'])}" in out and f"published  {sha(files[OUTPUT])}  {EXACT}/{OUTPUT}" in out
+    less = sum(n for _, _, n in expected["tensors"])
+    assert 0 < less < expected["other_scale"]  # the published method's scales: some as exact, some less
     assert (
-        f"same levels: every Q4_0 block holds the published file's levels; "
-        f"{expected['other_scale']:,} of {expected['blocks']:,} blocks are stored with another scale"
-    ) in out
+        f"same levels, less exact: every Q4_0 block holds the published file's levels; "
+        f"{expected['other_scale']:,} of {expected['blocks']:,} blocks are stored with another scale, "
+        f"{less:,} of them less exact than the plan"
+    ) in out.splitlines()
+    for name, blocks, n in expected["tensors"]:  # per tensor, as exact as the plan or not
+        line = f"  {name}: {blocks - n:,} of {blocks:,} published blocks as exact as the plan"
+        assert (line + (f", {n:,} less exact" if n else "")) in out.splitlines(), line
     n = expected["values"]
     built = f"{expected['exact'] / n:.4%} ({expected['exact']:,} of {n:,} values)"
     theirs = f"{expected['published_exact'] / n:.4%} ({expected['published_exact']:,} of {n:,} values)"
@@ -530,11 +551,15 @@ def test_compare_with_published_names_other_differences(other_scales, tmp_path):
         data[i : i + 4] = (8192).to_bytes(4, "little")
 
     got = compare_with_published(ours, variant("meta.gguf", other_context_length), source)
-    assert (got.kind, got.metadata_keys, got.other_scale_blocks) == (
+    assert (got.kind, got.metadata_keys, got.other_scale_blocks, got.less_exact_blocks) == (
         "same levels",
         ["gemma4-assistant.context_length"],
         0,
+        0,
     )
+    assert [(t.name, t.blocks, t.as_exact) for t in got.scales] == [
+        (name, blocks, blocks) for name, blocks, _ in other_scales["expected"]["tensors"]
+    ]
     assert got.q4_0_blocks == other_scales["expected"]["blocks"]
     assert got.built_exact.exact == got.published_exact.exact == other_scales["expected"]["exact"]
 
@@ -601,14 +626,12 @@ def test_checked_in_recipes_and_checksums(tmp_path):
         checksums.expected_sha256("nothing.gguf")
     for file in sorted(checksums.CHECKSUMS_DIR.glob("*.sha256")):  # as `pin` would write them
         assert checksums.render(checksums.read(file)) == file.read_text(), file
-    if shutil.which("sha256sum"):  # every line is one sha256sum reads (files absent here)
-        for file in sorted(checksums.CHECKSUMS_DIR.glob("*.sha256")):
-            check = subprocess.run(
-                ["sha256sum", "-c", "--warn", str(file)], cwd=tmp_path, capture_output=True, text=True
-            )
-            assert "improperly formatted" not in check.stderr and "no properly formatted" not in check.stderr, (
-                check.stderr
-            )
+    for file in sorted(
+        checksums.CHECKSUMS_DIR.glob("*.sha256")
+    ):  # every line is one sha256sum reads (files absent here)
+        check = subprocess.run([sha256sum(), "-c", "--warn", str(file)], cwd=tmp_path, capture_output=True, text=True)
+        assert "improperly formatted" not in check.stderr and "no properly formatted" not in check.stderr, check.stderr
+        assert check.stderr.count("No such file or directory") == len(checksums.read(file).entries), check.stderr
 
 
 def test_checksum_text_round_trip_and_errors():

@@ -505,28 +505,56 @@ def test_verify_command_on_a_main_model_agrees_with_the_repack_report(model):
     from gguf_exact.cli import main
 
     report = json.loads((model / "report.json").read_text())
-    out = CliRunner().invoke(main, ["verify", str(model / "out.gguf"), "--source", str(model / "src"), "--json"])
+    args = ["verify", str(model / "out.gguf"), "--source", str(model / "src")]
+    out = CliRunner().invoke(main, [*args, "--donor", str(model / "donor.gguf"), "--json"])
     assert out.exit_code == 0, out.output
     v = json.loads(out.stdout)
-    assert v["sha256"] == report["sha256"]
+    assert v["ok"] and v["sha256"] == report["sha256"] and v["unchecked"] == []
     checks = {t["name"]: t for t in v["tensors"]}
-    assert "rope_freqs.weight" not in checks  # no source to compare with
+    assert (
+        checks["rope_freqs.weight"]["note"] == "the donor's bytes" and checks["rope_freqs.weight"]["status"] == "pass"
+    )
+    assert checks["blk.0.attn_norm.weight"]["note"] == "the donor's bytes"
     embd = checks["per_layer_token_embd.weight"]
     assert embd["type"] == "Q4_0" and embd["max_ulps"] <= 1 and 0.995 <= embd["exact_fraction"] < 1
-    # Google's donor fails: its max / -8 steps moved values off the grid; measured, its Q6_K table is far off
+    assert embd["blocks"]["as_planned"] == embd["blocks"]["total"] == 320 * 256 // 32
+    repacked = report["repacked"]
+    q4 = [t for t in v["tensors"] if t["type"] == "Q4_0"]
+    assert sum(t["exact_values"] for t in q4) == repacked["exact_values"]
+    assert sum(t["values"] for t in q4) == repacked["values"]
+    # without the donor: the tensors and the hyperparameters are judged from the source, the donor's own keys named
+    alone = CliRunner().invoke(main, [*args, "--json"])
+    assert alone.exit_code == 1
+    a = json.loads(alone.stdout)
+    assert (a["ok"], a["failures"], a["keys"]) == (False, [], {"judged": 22, "not_judged": 12})
+    assert a["unchecked"] == [
+        "12 keys (general.name, general.quantization_version, tokenizer.ggml.model, tokenizer.ggml.tokens, ...): "
+        "repack copies them from the donor; give --donor DONOR.gguf to compare them as bytes"
+    ]
+    assert {t["name"]: t["note"] for t in a["tensors"]}["rope_freqs.weight"] == "generated from config.json"
+    assert CliRunner().invoke(main, [*args, "--allow-unchecked"]).exit_code == 0
+    vocab = CliRunner().invoke(main, [*args, "--vocab-from", str(model / "donor.gguf")])
+    assert vocab.exit_code == 1 and vocab.stderr.splitlines() == [
+        f"error: --vocab-from {model / 'donor.gguf'}: a re-packed file carries its donor's tokenizer; give --donor instead"
+    ]
+    # Google's donor fails: its max / -8 steps lose exact values; measured, its Q6_K table is far off
     donor = CliRunner().invoke(main, ["verify", str(model / "donor.gguf"), "--source", str(model / "src")])
-    assert donor.exit_code == 1 and "verification failed: tensor " in donor.stderr, donor.output
+    assert (
+        donor.exit_code == 1
+        and "verification failed: tensor token_embd.weight: is Q6_K, but its source" in donor.stderr
+    )
     from gguf_exact.repack.check import verify_model
 
     dchecks = {t.name: t for t in verify_model(model / "donor.gguf", model / "src", judge=False).tensors}
     assert dchecks["per_layer_token_embd.weight"].type == "Q6_K"
     assert dchecks["per_layer_token_embd.weight"].exact_fraction < 0.5 < embd["exact_fraction"]
     total = v["total"]
-    assert total["exact_values"] == sum(t["exact_values"] for t in v["tensors"])
+    assert total["exact_values"] == sum(t["exact_values"] for t in v["tensors"] if "exact_values" in t)
 
 
 def test_verify_fails_on_a_main_model_block_with_other_levels(model, tmp_path):
     from click.testing import CliRunner
+    from gguf_edit import block_message
 
     from gguf_exact.cli import main
     from gguf_exact.formats.gguf_reader import open_gguf
@@ -535,13 +563,18 @@ def test_verify_fails_on_a_main_model_block_with_other_levels(model, tmp_path):
     raw = bytearray((model / "out.gguf").read_bytes())
     with open_gguf(model / "out.gguf") as g:
         t = g.tensor("blk.1.ffn_up.weight")
-        at = g.header.data_start + t.offset + 9 * 18 + 2 + 3  # block 9, the byte of values 3 and 19
-    raw[at] ^= 0x10  # value 19's level moves by one
+        at = g.header.data_start + t.offset + 9 * 18
+    plan = np.frombuffer(bytes(raw[at : at + 18]), np.uint8)
+    raw[at + 2 + 3] ^= 0x10  # value 19's level moves by one
     out.write_bytes(bytes(raw))
-    result = CliRunner().invoke(main, ["verify", str(out), "--source", str(model / "src")])
+    bits = source_bits(model / "src", "model.language_model.layers.1.mlp.up_proj.weight").reshape(-1, 32)
+    stored = np.frombuffer(bytes(raw[at : at + 18]), np.uint8)
+    expected = block_message("blk.1.ffn_up.weight", 256, 9, stored, plan, bits[9], 1, 512 * 256 // 32)
+    result = CliRunner().invoke(
+        main, ["verify", str(out), "--source", str(model / "src"), "--donor", str(model / "donor.gguf")]
+    )
     assert result.exit_code == 1, result.output
-    assert "verification failed: tensor blk.1.ffn_up.weight: Q4_0 block 9 " in result.stderr
-    assert "not the source grid's" in result.stderr
+    assert result.stderr.splitlines() == [f"error: {out}: verification failed: {expected}"]
 
 
 def test_outputs_have_ordinary_permissions(model, tmp_path):
@@ -553,3 +586,30 @@ def test_outputs_have_ordinary_permissions(model, tmp_path):
     finally:
         os.umask(mask)
     assert (tmp_path / "r.gguf").stat().st_mode & 0o777 == 0o644  # not mkstemp's 0600
+
+
+@pytest.mark.parametrize("split", [False, True])
+def test_verify_judges_a_moe_repack_fused_or_split(tmp_path, split):
+    """The router (off the grid here) is the donor's tensor: its bytes with --donor, named
+    as not judged without; expert banks are judged block by block either way."""
+    from gguf_exact.repack.check import verify_model
+
+    write_main_checkpoint(tmp_path / "src", TINY_MOE, seed=0)
+    write_donor(tmp_path / "donor.gguf", tmp_path / "src", TINY_MOE, split_experts=split)
+    repack_model(tmp_path / "donor.gguf", tmp_path / "src", tmp_path / "out.gguf")
+    v = verify_model(tmp_path / "out.gguf", tmp_path / "src", donor=tmp_path / "donor.gguf")
+    assert v.ok() and v.failures == [] and v.unchecked == []
+    notes = {t.name: t.note for t in v.tensors}
+    assert notes["blk.0.ffn_gate_inp.weight"] == "off the grid: the donor's bytes (router)"
+    banks = ["blk.0.ffn_gate_exps.weight", "blk.0.ffn_up_exps.weight"] if split else ["blk.0.ffn_gate_up_exps.weight"]
+    for name in banks + ["blk.0.ffn_down_exps.weight"]:
+        assert notes[name] == "exact Q4_0: every block by the block rule"
+    assert v.verdict().endswith("every block as exact as the plan; 4 matrices off the grid, stored as repack defines")
+    alone = verify_model(tmp_path / "out.gguf", tmp_path / "src")
+    assert alone.failures == [] and not alone.ok() and alone.ok(allow_unchecked=True)
+    where = "its source model.language_model.layers.{0}.router.proj.weight is off the 4-bit grid (32 blocks, first at row 0, column 0)"
+    assert alone.unchecked[1:] == [
+        f"tensor blk.{il}.ffn_gate_inp.weight: {where.format(il)}, so repack keeps the donor's tensor; "
+        "give --donor DONOR.gguf to judge it"
+        for il in range(4)
+    ]

@@ -26,6 +26,7 @@ from gguf_exact.formats.checkpoint import Checkpoint
 from gguf_exact.formats.gguf_file import atomic_output, encode, file_type
 from gguf_exact.formats.gguf_layout import Field, TensorEntry
 from gguf_exact.formats.gguf_stream import StreamingGGUF
+from gguf_exact.formats.paths import check_output_file
 from gguf_exact.formats.vocab import TargetInfo, read_target
 from gguf_exact.gemma4.assistant import (
     ARCH,
@@ -153,7 +154,9 @@ def convert_drafter(
     """
     if off_grid is not None and off_grid not in OFF_GRID_TYPES:
         raise GgufExactError(f"--off-grid {off_grid}: expected one of {', '.join(OFF_GRID_TYPES)}")
-    out_path = Path(out_path)
+    out_path = check_output_file(out_path)
+    if report_path is not None:
+        check_output_file(report_path, "report")
     keep_heap_blocks()
     start = time.perf_counter()
     with Checkpoint(source_dir) as ckpt:

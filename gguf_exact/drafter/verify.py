@@ -1,32 +1,78 @@
-"""``verify`` for a drafter: every tensor of a gemma4-assistant GGUF against the
-checkpoint it was made from.
+"""``verify`` for a drafter: a gemma4-assistant GGUF held to what ``convert`` writes for
+its checkpoint, header to last block.
 
-The checkpoint gives the jobs a conversion would carry out
-(:func:`gguf_exact.drafter.convert.drafter_jobs`), and
-:func:`gguf_exact.stream.verify.verify_tensors` holds the file to them: exact Q4_0
-levels and scales where the source is on the grid, norms equal to the source, the
-config's ``rope_freqs``, no tensor missing or extra. ``compare`` uses the same reading
-with ``judge=False``, to measure files made any other way.
+The checkpoint gives the plan: the tensors a conversion writes
+(:func:`gguf_exact.drafter.convert.drafter_jobs`) and every key/value pair
+(:func:`gguf_exact.drafter.convert.drafter_kv`), compared as bytes. The ``tokenizer.*``
+pairs are the target's, copied by ``--vocab-from``: with the target given they are
+compared as bytes too; without it they cannot be judged and are named as such.
+:func:`gguf_exact.stream.verify.verify_tensors` judges the tensors. ``compare`` measures
+files made any other way with ``judge=False``.
 """
 
 from pathlib import Path
 from typing import Callable
 
-from gguf_exact.drafter.convert import drafter_jobs
+from gguf import GGMLQuantizationType
+
+from gguf_exact.drafter.convert import GGUF_VERSION, check_target, drafter_jobs, drafter_kv
 from gguf_exact.formats.checkpoint import Checkpoint
-from gguf_exact.formats.gguf_reader import open_gguf
+from gguf_exact.formats.gguf_reader import GgufFile, open_gguf
+from gguf_exact.formats.kv_judge import KeyJudgement, judge_keys
+from gguf_exact.formats.vocab import TargetInfo, Tokenizer, read_target
 from gguf_exact.gemma4.assistant import AssistantConfig
-from gguf_exact.stream.verify import TensorCheck, Verification, verify_tensors
+from gguf_exact.stream.jobs import QAT, TensorJob
+from gguf_exact.stream.verify import OffGridRule, TensorCheck, Verification, measure_tensors, verify_tensors
 
 __all__ = ["TensorCheck", "Verification", "verify_gguf"]
 
+NO_TARGET = (
+    "copied from the target GGUF by convert --vocab-from; give --vocab-from TARGET.gguf to compare them as bytes"
+)
+
 
 def verify_gguf(
-    path: str | Path, source_dir: str | Path, judge: bool = True, progress: Callable[[str], None] | None = None
+    path: str | Path,
+    source_dir: str | Path,
+    judge: bool = True,
+    progress: Callable[[str], None] | None = None,
+    vocab_from: str | Path | None = None,
+    off_grid: str | None = None,
+    workers: int | None = None,
 ) -> Verification:
-    """Check (``judge``) or only measure the drafter GGUF at ``path`` against ``source_dir``."""
+    """Hold the drafter GGUF at ``path`` to what ``convert`` writes for ``source_dir``
+    (``judge=False``: only measure it, for ``compare``). ``vocab_from``: the target
+    whose tokenizer the file must carry; ``off_grid``: the ``--off-grid`` choice of the
+    conversion (None: the type the file records for an off-grid matrix)."""
+    rule = OffGridRule.of(off_grid, keep_allowed=False)
     with Checkpoint(source_dir) as ckpt:
         cfg = AssistantConfig.from_hf(ckpt.config, str(ckpt.folder / "config.json"))
         jobs = drafter_jobs(ckpt, cfg)
+    target = None
+    if vocab_from is not None:
+        target = read_target(vocab_from)
+        check_target(target, cfg, Path(vocab_from))
     with open_gguf(path) as gguf:
-        return verify_tensors(gguf, jobs, judge, progress)
+        if not judge:
+            return measure_tensors(gguf, jobs, progress)
+        keys = judge_drafter_keys(gguf, cfg, jobs, target)
+        return verify_tensors(gguf, jobs, keys, rule, None, "convert", Path(source_dir), progress, workers)
+
+
+def judge_drafter_keys(
+    gguf: GgufFile, cfg: AssistantConfig, jobs: list[TensorJob], target: TargetInfo | None
+) -> KeyJudgement:
+    """Every pair of the file against ``drafter_kv``: ``general.file_type`` from the
+    matrix types the file holds (a wrong type is the tensor check's failure), the
+    tokenizer from ``target`` when given."""
+    stored = {t.name: t.type for t in gguf.tensors}
+    matrix_types = [stored.get(j.entry.name, GGMLQuantizationType.Q4_0) for j in jobs if j.role == QAT]
+    no_vocab = TargetInfo(Path(), "", None, Tokenizer((), None, None, None, 0, ""))
+    expected = drafter_kv(cfg, target or no_vocab, matrix_types)
+    return judge_keys(
+        gguf.header.kv,
+        expected,
+        "convert",
+        lambda key: NO_TARGET if target is None and key.startswith("tokenizer.") else None,
+        (gguf.header.version, GGUF_VERSION),
+    )

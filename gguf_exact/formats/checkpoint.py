@@ -15,6 +15,7 @@ from pathlib import Path
 import numpy as np
 
 from gguf_exact.errors import GgufExactError
+from gguf_exact.formats.paths import check_input_folder
 
 SUPPORTED_DTYPES = {"BF16": 2, "F16": 2, "F32": 4, "I64": 8}
 SINGLE_FILE = "model.safetensors"
@@ -134,8 +135,7 @@ class Checkpoint:
 
     def __init__(self, folder: str | Path) -> None:
         self.folder = Path(folder)
-        if not self.folder.is_dir():
-            raise GgufExactError(f"{self.folder}: no such folder (expected a Hugging Face model folder)")
+        check_input_folder(self.folder)
         self.config: dict = read_config(self.folder / "config.json")
         self.tensors: dict[str, TensorInfo] = {}
         weight_map = self._weight_map()

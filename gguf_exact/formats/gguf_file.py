@@ -19,6 +19,7 @@ from gguf import GGMLQuantizationType, LlamaFileType, quants
 
 from gguf_exact.core import bf16, q4_0
 from gguf_exact.errors import GgufExactError
+from gguf_exact.formats.paths import check_output_file
 
 # What the CLI calls each storage type, and its GGML type.
 TYPES = {
@@ -41,10 +42,8 @@ def atomic_output(path: str | Path) -> Iterator[Path]:
     """Yield a temp path beside ``path``; if the body succeeds, fsync it, give it the
     permissions a new file gets here (0666 less the umask, not mkstemp's 0600) and
     rename it into place; otherwise remove it."""
-    path = Path(path)
+    path = check_output_file(path)
     directory = path.parent if str(path.parent) else Path(".")
-    if not directory.is_dir():
-        raise GgufExactError(f"{path}: output directory {directory} does not exist")
     try:
         fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=directory)
     except OSError as err:

@@ -226,6 +226,28 @@ def parse_header(buf: bytes) -> Header:
     return Header(version, kv, tensors, alignment, align(cur.pos, alignment), fields)
 
 
+def parse_pair(raw: bytes) -> KeyValue:
+    """One key/value pair from its stored bytes (as :attr:`KeyValue.raw` holds them)."""
+    cur = _Cursor(raw)
+    key = cur.string().decode("utf-8", errors="replace")
+    vtype = GGUFValueType(cur.unpack("<I"))
+    value = _value(cur, vtype)
+    return KeyValue(key, vtype, raw[: cur.pos], value)
+
+
+def pair_numbers(kv: KeyValue) -> list | None:
+    """A numeric or bool value as a list: a scalar as one element, an array element by
+    element. None for strings and arrays of strings."""
+    if not isinstance(kv.value, tuple):
+        return None if isinstance(kv.value, str) else [kv.value]
+    sub, count = kv.value
+    fmt = SCALAR_FORMATS.get(sub)
+    if fmt is None:
+        return None
+    values = kv.raw[len(kv.raw) - count * struct.calcsize(fmt) :]  # the elements end the pair
+    return list(struct.unpack(f"<{count}{fmt[1:]}", values))
+
+
 def encode_string(text: str) -> bytes:
     raw = text.encode("utf-8")
     return struct.pack("<Q", len(raw)) + raw

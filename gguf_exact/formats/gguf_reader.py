@@ -17,7 +17,6 @@ overlapping another. Nothing reads past the file's size.
 
 import mmap
 import os
-import struct
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -25,7 +24,8 @@ from typing import Any
 import numpy as np
 
 from gguf_exact.errors import GgufExactError
-from gguf_exact.formats.gguf_layout import SCALAR_FORMATS, Header, LayoutError, TensorEntry, parse_header, row_bytes
+from gguf_exact.formats.gguf_layout import Header, LayoutError, TensorEntry, pair_numbers, parse_header, row_bytes
+from gguf_exact.formats.paths import check_input_file
 
 MIN_FILE_BYTES = 24  # magic, version, tensor count, key count
 
@@ -70,16 +70,7 @@ class GgufFile:
         by element (per-layer hyperparameters such as ``attention.head_count_kv``).
         None when the key is absent or holds strings."""
         kv = self.header.fields.get(key)
-        if kv is None:
-            return None
-        if not isinstance(kv.value, tuple):
-            return None if isinstance(kv.value, str) else [kv.value]
-        sub, count = kv.value
-        fmt = SCALAR_FORMATS.get(sub)
-        if fmt is None:
-            return None
-        values = kv.raw[len(kv.raw) - count * struct.calcsize(fmt) :]  # the elements end the pair
-        return list(struct.unpack(f"<{count}{fmt[1:]}", values))
+        return None if kv is None else pair_numbers(kv)
 
     def tensor(self, name: str) -> TensorEntry:
         for t in self.header.tensors:
@@ -121,8 +112,7 @@ def open_gguf(path: str | Path, role: str = "") -> GgufFile:
     """Open and check a GGUF file; ``role`` ("target", "drafter", ...) prefixes errors."""
     path = Path(path)
     where = f"{role} {path}" if role else str(path)
-    if not path.is_file():
-        raise GgufExactError(f"{where}: no such file")
+    check_input_file(path, where)
     try:
         fd = os.open(path, os.O_RDONLY)
     except OSError as err:

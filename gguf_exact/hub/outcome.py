@@ -1,16 +1,21 @@
-"""How a rebuilt drafter compares with the published one: ``reproduced``, ``same levels``
-or ``differs``.
+"""How a rebuilt drafter compares with the published one: ``reproduced``, ``same levels``,
+``same levels, less exact`` or ``differs``.
 
 - ``reproduced``: the two files have the same sha256.
 - ``same levels``: the same tensors (names, types, shapes); every Q4_0 block holds the
   same levels as the published file's (proportional level vectors, see
   :mod:`gguf_exact.core.same_levels`) and only scales differ; every other tensor is
-  byte for byte the same. Both files' bit-exact share against the source is measured,
-  so the scale choices can be compared. Metadata keys that differ are listed.
+  byte for byte the same. Scales are judged too: each published block is held to the
+  rebuilt one (the plan) by ``verify``'s block rule
+  (:mod:`gguf_exact.core.block_exactness`), and every one is as exact.
+- ``same levels, less exact``: as above, but some published blocks decode fewer values
+  bit-exactly than the plan's (or a value further off): their scales are worse. Counted
+  per tensor.
 - ``differs``: anything else, named by the first differing tensor and block.
 
-A drafter published by another scale rule (the published method,
-:mod:`gguf_exact.core.published`) comes out ``same levels``, not ``reproduced``.
+Both files' bit-exact share against the source is measured; metadata keys that differ
+are listed. A drafter published by another scale rule (the published method,
+:mod:`gguf_exact.core.published`) comes out ``same levels, less exact``.
 Both files are read in row chunks with :func:`gguf_exact.repack.donor.open_donor`.
 """
 
@@ -20,7 +25,8 @@ from pathlib import Path
 import numpy as np
 from gguf import GGMLQuantizationType
 
-from gguf_exact.core import q4_0
+from gguf_exact.core import bf16, q4_0
+from gguf_exact.core.block_exactness import judge_blocks
 from gguf_exact.core.error_stats import ErrorStats, compare_chunk
 from gguf_exact.core.same_levels import same_levels
 from gguf_exact.formats.checkpoint import Checkpoint
@@ -30,12 +36,22 @@ from gguf_exact.repack.donor import Donor, open_donor
 
 CHUNK_VALUES = 1 << 22  # values read per tensor per step, from each file
 
-REPRODUCED, SAME_LEVELS, DIFFERS = "reproduced", "same levels", "differs"
+REPRODUCED, SAME_LEVELS, LESS_EXACT, DIFFERS = "reproduced", "same levels", "same levels, less exact", "differs"
+
+
+@dataclass
+class TensorScales:
+    """One Q4_0 tensor of the published file, its blocks held to the rebuilt file's."""
+
+    name: str
+    blocks: int = 0
+    as_exact: int = 0  # the plan's bytes, or as exact with another scale
+    less_exact: int = 0
 
 
 @dataclass
 class Outcome:
-    kind: str  # REPRODUCED, SAME_LEVELS or DIFFERS
+    kind: str  # REPRODUCED, SAME_LEVELS, LESS_EXACT or DIFFERS
     built: Path
     published: Path
     q4_0_blocks: int = 0  # Q4_0 blocks compared
@@ -44,6 +60,11 @@ class Outcome:
     metadata_keys: list[str] = field(default_factory=list)  # keys whose values differ, or in one file only
     built_exact: ErrorStats | None = None  # bit-exact share against the source (SAME_LEVELS)
     published_exact: ErrorStats | None = None
+    scales: list[TensorScales] = field(default_factory=list)  # per Q4_0 tensor (SAME_LEVELS, LESS_EXACT)
+
+    @property
+    def less_exact_blocks(self) -> int:
+        return sum(t.less_exact for t in self.scales)
 
 
 def compare_with_published(built: str | Path, published: str | Path, source_dir: str | Path) -> Outcome:
@@ -65,7 +86,10 @@ def compare_with_published(built: str | Path, published: str | Path, source_dir:
             if difference:
                 outcome.kind, outcome.difference = DIFFERS, difference
                 outcome.built_exact = outcome.published_exact = None
+                outcome.scales = []
                 return outcome
+    if outcome.less_exact_blocks:
+        outcome.kind = LESS_EXACT
     return outcome
 
 
@@ -102,9 +126,16 @@ def _compare_tensor(
     ta, tb = a.tensor(name), b.tensor(name)
     step = max(1, CHUNK_VALUES // max(1, ta.cols))
     per_row = ta.cols // q4_0.BLOCK_SIZE
+    scales = TensorScales(name)
+    if ta.type == GGMLQuantizationType.Q4_0:
+        outcome.scales.append(scales)
     for r0 in range(0, ta.rows, step):
         r1 = min(ta.rows, r0 + step)
         raw_a, raw_b = a.read_rows(ta, r0, r1), b.read_rows(tb, r0, r1)
+        values = None
+        if source is not None:
+            rows = slice(r0, r1) if len(ckpt.tensors[source].shape) > 1 else None
+            values = ckpt.read(source, rows)  # in the source's own precision
         if ta.type == GGMLQuantizationType.Q4_0:
             blocks_a, blocks_b = raw_a.reshape(-1, q4_0.BLOCK_BYTES), raw_b.reshape(-1, q4_0.BLOCK_BYTES)
             same = same_levels(blocks_a, blocks_b)
@@ -119,13 +150,17 @@ def _compare_tensor(
                 )
             outcome.q4_0_blocks += len(same)
             outcome.other_scale_blocks += int(np.count_nonzero((blocks_a != blocks_b).any(axis=1)))
+            bits = bf16.from_exact(values) if values is not None else None
+            if bits is not None:  # the built file is the plan: hold the published blocks to it
+                judged = judge_blocks(blocks_b, blocks_a, bits, keep=0)
+                scales.blocks += judged.n_blocks
+                scales.as_exact += judged.n_blocks - judged.less_exact
+                scales.less_exact += judged.less_exact
         elif not np.array_equal(raw_a, raw_b):
             byte = int(np.flatnonzero(raw_a.ravel() != raw_b.ravel())[0])
             row = r0 + byte // raw_a.shape[1]
             return f"tensor {name} ({ta.type.name}): row {row} differs (byte {byte % raw_a.shape[1]} of the row)"
-        if source is not None:
-            rows = slice(r0, r1) if len(ckpt.tensors[source].shape) > 1 else None
-            values = ckpt.read(source, rows)  # in the source's own precision
+        if values is not None:
             for raw, stats in ((raw_a, outcome.built_exact), (raw_b, outcome.published_exact)):
                 stats.add(compare_chunk(decode(raw, ta.type, (r1 - r0, ta.cols)), values, ulps=False))
     return None

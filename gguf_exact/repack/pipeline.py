@@ -27,6 +27,7 @@ from gguf_exact.formats.checkpoint import Checkpoint
 from gguf_exact.formats.gguf_file import atomic_output, file_type
 from gguf_exact.formats.gguf_layout import TensorEntry, encode_kv, row_bytes
 from gguf_exact.formats.gguf_stream import StreamingGGUF
+from gguf_exact.formats.paths import check_output_file
 from gguf_exact.malloc_tuning import keep_heap_blocks
 from gguf_exact.repack.donor import Donor, open_donor
 from gguf_exact.repack.tensor_map import build_map, check_same_model
@@ -57,7 +58,7 @@ class RepackResult:
     report: dict = field(default_factory=dict)
 
 
-def _output_kv(donor: Donor, tensor_types: list[tuple[TensorEntry, GGMLQuantizationType]]) -> tuple[list[bytes], int]:
+def output_kv(donor: Donor, tensor_types: list[tuple[TensorEntry, GGMLQuantizationType]]) -> tuple[list[bytes], int]:
     """The donor's key/value pairs byte for byte, ``general.file_type`` set for ours
     (appended as u32 if the donor has none); and that file type."""
     value = file_type([t for e, t in tensor_types if len(e.ne) >= 2])
@@ -98,7 +99,9 @@ def repack_model(
         raise GgufExactError(f"--off-grid {off_grid}: expected one of {', '.join(OFF_GRID_CHOICES)}")
     if donor_stats not in ("sample", "all"):
         raise GgufExactError(f"donor_stats {donor_stats}: expected sample or all")
-    out_path, source_dir = Path(out_path), Path(source_dir)
+    out_path, source_dir = check_output_file(out_path), Path(source_dir)
+    if report_path is not None:
+        check_output_file(report_path, "report")
     keep_heap_blocks()
     times: dict[str, float] = {}
     start = time.perf_counter()
@@ -113,7 +116,7 @@ def repack_model(
         mapping = build_map(donor.path, donor.architecture, donor.tensors, locations, source_dir)
         # provisional types: header room does not depend on them
         provisional = [(j.entry, Q4_0 if j.exact else j.entry.type) for j in mapping.jobs]
-        kv_raw, _ = _output_kv(donor, provisional)
+        kv_raw, _ = output_kv(donor, provisional)
         entries = [TensorEntry(e.name, e.ne, t) for e, t in provisional]
         with atomic_output(out_path) as tmp:
             writer = StreamingGGUF(tmp, donor.header.version, kv_raw, entries, donor.header.alignment)
@@ -121,7 +124,7 @@ def repack_model(
             tensors = TensorWriter(mapping.jobs, writer, donor, off_grid, every)
             try:
                 results = write_tensors(tensors, workers or min(2, os.cpu_count() or 1), worker_kind, progress)
-                final_kv, out_file_type = _output_kv(donor, [(t, t.type) for t in writer.placed])
+                final_kv, out_file_type = output_kv(donor, [(t, t.type) for t in writer.placed])
                 size = writer.finish(final_kv)
             finally:
                 tensors.close()

@@ -369,6 +369,38 @@ def _read_state(run_dir: Path) -> dict:
         return {}
 
 
+# What ``status`` and ``stop`` read from server.json, with the JSON types it must have.
+STATE_FIELDS = {"pid": int, "port": int, "url": str, "target": str}
+STATE_OPTIONAL = {"start_time": int, "engine": str, "drafter": str, "command": list}
+
+
+def read_state(run_dir: Path) -> dict:
+    """``server.json`` of a run, checked: one line naming the file and what is wrong with
+    it (not JSON, not an object, a field missing or of the wrong type)."""
+    path = run_dir / STATE_FILE
+    try:
+        state = json.loads(path.read_text())
+    except (OSError, ValueError) as err:
+        raise GgufExactError(
+            f"{path}: not a readable server state ({type(err).__name__}: {err}); remove {run_dir} and start the server again"
+        ) from None
+    if not isinstance(state, dict):
+        raise GgufExactError(
+            f"{path}: a JSON {type(state).__name__}, not an object; remove {run_dir} and start the server again"
+        )
+    for key, kind in (STATE_FIELDS | STATE_OPTIONAL).items():
+        value = state.get(key)
+        if value is None and key in STATE_OPTIONAL:
+            continue
+        if not isinstance(value, kind) or isinstance(value, bool):
+            got = "missing" if key not in state else f"{value!r}"
+            raise GgufExactError(
+                f"{path}: field {key} is {got}, expected a JSON {'number' if kind is int else kind.__name__.replace('str', 'string').replace('list', 'array')}; "
+                f"remove {run_dir} and start the server again"
+            )
+    return state
+
+
 def _alive(pid: int, start_time: int | None) -> bool:
     """The process ``pid`` exists, has not exited (no zombie) and, where /proc tells
     and ``start_time`` is known, started at ``start_time``: not a reused pid."""
@@ -462,7 +494,7 @@ def server_status(
     whether draft-mtp is drafting (:func:`.speculation.judge`), over one probe request
     when ``probe_request``."""
     rdir = find_run_dir(port, root)
-    state = json.loads((rdir / STATE_FILE).read_text())
+    state = read_state(rdir)
     pid = _read_pid(rdir)
     running = bool(pid) and is_server_process(pid, state)  # type: ignore[arg-type]
     url = state["url"]
@@ -517,7 +549,7 @@ def stop_server(port: int | None = None, root: Path | None = None, timeout: floa
     """Stop a server started by :func:`start_server` (SIGTERM, then SIGKILL after
     ``timeout``); returns what happened, in one line."""
     rdir = find_run_dir(port, root)
-    state = json.loads((rdir / STATE_FILE).read_text())
+    state = read_state(rdir)
     pid = _read_pid(rdir)
     where = f"{server_label(state.get('engine'))} on port {state['port']}"
     if pid is None:

@@ -51,6 +51,7 @@ from llama_cpp import llama_chat_format, llama_cpp_ext
 from llama_cpp.llama_speculative import LlamaDraftModel
 
 from gguf_exact.errors import GgufExactError
+from gguf_exact.formats.paths import check_input_file
 from gguf_exact.speculative.bindings import TARGET_ARCH, _meta_str, errors_only_logs
 from gguf_exact.speculative.drafter import LlamaDrafter, TargetSide
 from gguf_exact.speculative.generation import Generation
@@ -334,10 +335,9 @@ class MtpLlama(llama_cpp.Llama):
         **kwargs: Any,
     ) -> None:
         path = Path(model_path)
-        if not path.is_file():
-            raise GgufExactError(f"target model {path}: no such file")
-        if draft_path is not None and not Path(draft_path).is_file():
-            raise GgufExactError(f"drafter model {draft_path}: no such file")
+        check_input_file(path, f"target model {path}")
+        if draft_path is not None:
+            check_input_file(Path(draft_path), f"drafter model {draft_path}")
         if n_max < 0:
             raise GgufExactError(f"n_max must be >= 0, got {n_max}")
         kwargs.setdefault("swa_full", True)

@@ -1,25 +1,29 @@
-"""Checking an existing GGUF against the source its tensors must come from.
+"""Judging an existing GGUF against its plan, tensor by tensor, in row chunks.
 
-The file's tensors are matched with the jobs its source implies (the jobs a ``convert``
-or ``repack`` would carry out, :mod:`.jobs`) and read in row chunks beside the source.
-Verification fails, naming the tensor and the first bad block or value, when a tensor
+The plan is what ``convert`` (drafters) or ``repack`` (main models) would write for the
+source: one :class:`~.jobs.TensorJob` per tensor (:mod:`.jobs`), and the key/value pairs
+(judged by the caller, :mod:`gguf_exact.formats.kv_judge`). Every tensor of the file is
+held to it, and nothing is merely measured:
 
-- is missing, extra, or of another shape;
-- should be exact Q4_0 (its source matrix is on the 4-bit grid) but is stored otherwise;
-- has a Q4_0 block whose levels are not the source grid's
-  (:func:`gguf_exact.core.same_levels.same_levels`: equal up to one factor);
-- has a Q4_0 block that decodes further from the source than the exact packer's own
-  choice for that block, by more than :data:`SLACK_ULPS` bf16 ULP (so files made by
-  another exact scale rule pass, and a wrong scale does not);
-- is a float tensor (F32, F16, BF16) whose values are not the source's rounded once to
-  that type (for F32, the source itself);
-- was generated (``rope_freqs``) and differs from what the config gives.
+- the file holds exactly the planned tensors, each of the planned shape;
+- a matrix whose source is on the 4-bit grid is Q4_0, and each block follows the block
+  rule of :mod:`gguf_exact.core.block_exactness`: at least as many values bit-exact as
+  the plan's block, none further from the source than the plan's worst (no slack);
+- a matrix whose source is off the grid has no exact form: it must hold the bytes the
+  writer defines for its fallback, the source encoded as the type the file records
+  (or ``--off-grid`` names), or (``repack --off-grid keep``, the MoE router) the donor's;
+- a norm or scale is the planned type holding the source's values (drafters: F32, every
+  bit); a tensor a re-pack copies from its donor holds the donor's bytes;
+- a generated tensor (``rope_freqs``) holds what the config gives.
 
-A source matrix with blocks off the grid has no exact form: whatever the file holds
-there is measured, not judged. Every tensor with a source gets its error figures
-(:class:`TensorCheck`) whether or not it is judged.
+What cannot be judged without a donor is named in :attr:`Verification.unchecked`, never
+passed over. Chunks run on two threads: the packer's kernel, ``pread`` and most numpy
+passes release the GIL, and a file whose chunks are the plan's bytes costs the plan plus
+one comparison per chunk.
 """
 
+import os
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
@@ -28,165 +32,565 @@ import numpy as np
 from gguf import GGMLQuantizationType
 
 from gguf_exact.core import bf16, q4_0
-from gguf_exact.core.error_stats import ErrorStats, compare_chunk
+from gguf_exact.core.block_exactness import BlockJudgement, judge_blocks
+from gguf_exact.core.error_stats import ErrorStats, compare_chunk, sum_stats
 from gguf_exact.core.exact import plan_rows
 from gguf_exact.core.same_levels import same_levels
 from gguf_exact.errors import GgufExactError
-from gguf_exact.formats.gguf_file import decode, encode
+from gguf_exact.formats.gguf_file import TYPES, decode, encode
 from gguf_exact.formats.gguf_layout import TensorEntry
 from gguf_exact.formats.gguf_reader import GgufFile
-from gguf_exact.stream.jobs import DATA, TensorJob
+from gguf_exact.formats.kv_judge import KeyJudgement
+from gguf_exact.stream.jobs import COPY, DATA, ENCODE, FROM_DONOR, PROBE, TensorJob
 
-CHUNK_VALUES = 1 << 20
-SLACK_ULPS = 1
-Q4_0 = GGMLQuantizationType.Q4_0
-FLOATS = (GGMLQuantizationType.F32, GGMLQuantizationType.F16, GGMLQuantizationType.BF16)
+CHUNK_VALUES = 1 << 19  # the packer's best chunk on 2 cores (core/exact.py)
+T = GGMLQuantizationType
+Q4_0 = T.Q4_0
+FLOATS = (T.F32, T.F16, T.BF16)
+FALLBACK_TYPES = (T.Q8_0, T.F16, T.BF16, T.F32)  # what --off-grid may store an off-grid matrix as
+PASS, FAIL, NOT_JUDGED = "pass", "FAIL", "not judged"
+Progress = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class OffGridRule:
+    """How the writer stores a matrix whose source is off the grid: as one of ``types``
+    (the source encoded, from the type the file records or the one ``--off-grid``
+    names), or, with ``keep``, as the donor has it."""
+
+    types: tuple[GGMLQuantizationType, ...] = FALLBACK_TYPES
+    keep: bool = False
+    choice: str | None = None  # the --off-grid value given, for messages
+
+    @classmethod
+    def of(cls, choice: str | None, keep_allowed: bool) -> "OffGridRule":
+        if choice is None:
+            return cls(FALLBACK_TYPES, keep_allowed)
+        if choice == "keep":
+            if not keep_allowed:
+                raise GgufExactError("--off-grid keep keeps a donor's tensor: only a re-pack (with --donor) has one")
+            return cls((), True, choice)
+        if choice not in TYPES or TYPES[choice] not in FALLBACK_TYPES:
+            raise GgufExactError(f"--off-grid {choice}: expected one of q8_0, f16, bf16, f32")
+        return cls((TYPES[choice],), False, choice)
+
+    def words(self) -> str:
+        names = [t.name for t in self.types] + (["the donor's tensor (keep)"] if self.keep else [])
+        return " or ".join(names)
 
 
 @dataclass
 class TensorCheck(ErrorStats):
-    """:class:`ErrorStats` of one GGUF tensor against its source tensor."""
+    """One tensor of the file: how it was judged, its figures against the source."""
 
     name: str = ""  # GGUF name
     source: str = ""  # HF name
-    type: str = ""  # GGML type of the stored tensor
-    note: str = ""  # how it was judged
+    type: str = ""  # GGML type stored
+    planned: str = ""  # GGML type the plan stores (or what it allows)
+    status: str = PASS  # PASS, FAIL or NOT_JUDGED
+    note: str = ""  # how it was judged, or why not
+    failure: str = ""  # the first failure, with its figures
+    blocks: BlockJudgement | None = None  # Q4_0 tensors judged block by block
+    measured: bool = False  # figures against the source were taken
 
     def as_dict(self) -> dict:
-        return {"name": self.name, "source": self.source, "type": self.type, "note": self.note} | super().as_dict()
+        out = {
+            "name": self.name, "source": self.source or None, "type": self.type, "planned": self.planned,
+            "status": self.status, "note": self.note,
+        }  # fmt: skip
+        if self.failure:
+            out["failure"] = self.failure
+        if self.blocks is not None:
+            b = self.blocks
+            out["blocks"] = {
+                "total": b.n_blocks, "as_planned": b.as_planned, "equally_exact": b.equally_exact,
+                "more_exact": b.more_exact, "less_exact": b.less_exact,
+            }  # fmt: skip
+        return out | (super().as_dict() if self.measured else {})
 
 
 @dataclass
 class Verification:
+    """The file held to its plan: every tensor's check, every failure, everything that
+    could not be judged, and the header's judgement."""
+
     path: Path
-    tensors: list[TensorCheck]
-    unchecked: list[str] = field(default_factory=list)  # tensors with no source to check against
+    source: Path | None = None
+    writer: str = "convert"
+    tensors: list[TensorCheck] = field(default_factory=list)
+    failures: list[str] = field(default_factory=list)
+    unchecked: list[str] = field(default_factory=list)
+    keys: KeyJudgement = field(default_factory=KeyJudgement)
 
     @property
     def total(self) -> TensorCheck:
-        total = TensorCheck(name="(all)")
+        total = TensorCheck(name="(all)", measured=True)
         for t in self.tensors:
-            total.add(t)
+            if t.measured:
+                total.add(t)
         return total
 
+    @property
+    def blocks(self) -> BlockJudgement:
+        total = BlockJudgement()
+        for t in self.tensors:
+            if t.blocks is not None:
+                total.add(t.blocks, 0, 0)
+        return total
 
-class VerificationError(GgufExactError):
-    """The file does not hold what its source implies."""
+    def ok(self, allow_unchecked: bool = False) -> bool:
+        return not self.failures and (allow_unchecked or not self.unchecked)
+
+    def verdict(self, allow_unchecked: bool = False) -> str:
+        """The one line that ends ``verify``'s output: ``verify: PASS — ...``,
+        ``verify: FAIL — ...`` or ``verify: INCOMPLETE — ...``."""
+        name = str(self.path)
+        if self.failures:
+            more = f" ({len(self.failures) - 1} more listed)" if len(self.failures) > 1 else ""
+            return f"verify: FAIL — {name}: {_count(len(self.failures), 'failure')}; first: {self.failures[0]}{more}"
+        judged = [t for t in self.tensors if t.status == PASS]
+        q4 = [t for t in judged if t.blocks is not None]
+        values = sum_stats(t for t in q4 if t.measured) or ErrorStats()
+        b = self.blocks
+        line = (
+            f"{name}: {_count(len(judged), 'tensor')} and {_count(self.keys.judged, 'key')} judged against "
+            f"{self.source}; {_count(len(q4), 'Q4_0 matrix', 'Q4_0 matrices')}, {values.exact_fraction:.4%} of "
+            f"{values.n_values:,} values bit-exact, every block as exact as the plan"
+        )
+        if b.equally_exact or b.more_exact:
+            line += f" ({b.equally_exact:,} equally exact with another scale, {b.more_exact:,} more exact)"
+        off = [t for t in judged if t.blocks is None and t.note.startswith("off the grid")]
+        if off:
+            line += f"; {_count(len(off), 'matrix', 'matrices')} off the grid, stored as {self.writer} defines"
+        if not self.unchecked:
+            return f"verify: PASS — {line}"
+        what = "; ".join(self.unchecked)
+        if allow_unchecked:
+            return f"verify: PASS — {line}; not judged (--allow-unchecked): {what}"
+        return f"verify: INCOMPLETE — {name}: everything judged passes, but not judged: {what}; --allow-unchecked accepts that"
+
+    def error_line(self, allow_unchecked: bool = False) -> str | None:
+        """The ``error:`` message for a file that does not pass; None when it passes."""
+        if self.failures:
+            more = f" (and {_count(len(self.failures) - 1, 'more failure')})" if len(self.failures) > 1 else ""
+            return f"{self.path}: verification failed: {self.failures[0]}{more}"
+        if self.unchecked and not allow_unchecked:
+            return f"{self.path}: not verified: not judged: {'; '.join(self.unchecked)}; pass --allow-unchecked to accept that"
+        return None
+
+    def as_dict(self, allow_unchecked: bool = False) -> dict:
+        b = self.blocks
+        return {
+            "ok": self.ok(allow_unchecked),
+            "verdict": self.verdict(allow_unchecked),
+            "path": str(self.path),
+            "source": str(self.source) if self.source else None,
+            "failures": list(self.failures),
+            "unchecked": list(self.unchecked),
+            "keys": {"judged": self.keys.judged, "not_judged": self.keys.unchecked_keys},
+            "blocks": {
+                "total": b.n_blocks,
+                "as_planned": b.as_planned,
+                "equally_exact": b.equally_exact,
+                "more_exact": b.more_exact,
+                "less_exact": b.less_exact,
+            },  # fmt: skip
+            "total": self.total.as_dict(),
+            "tensors": [t.as_dict() for t in self.tensors],
+        }
+
+
+def _count(n: int, one: str, many: str | None = None) -> str:
+    return f"{n:,} {one if n == 1 else (many or one + 's')}"
+
+
+# --- judging --------------------------------------------------------------------------------
 
 
 def verify_tensors(
     gguf: GgufFile,
     jobs: list[TensorJob],
-    judge: bool = True,
-    progress: Callable[[str], None] | None = None,
+    keys: KeyJudgement,
+    off_grid: OffGridRule = OffGridRule(),
+    donor: GgufFile | None = None,
+    writer: str = "convert",
+    source: Path | None = None,
+    progress: Progress | None = None,
+    workers: int | None = None,
 ) -> Verification:
-    """Check every tensor of ``gguf`` against its job; raise :class:`VerificationError`
-    at the first failure. ``judge=False`` only measures (``compare``): tensors missing
-    on either side are skipped and nothing fails."""
-    path = gguf.path
+    """Hold every tensor of ``gguf`` to ``jobs`` (see the module docstring); the header
+    has been judged by the caller (``keys``). Never raises for a file that does not
+    pass: the failures are in the result."""
+    v = Verification(gguf.path, source, writer, keys=keys)
+    v.failures += keys.failures
+    v.unchecked += keys.unchecked
     by_name = {t.name: t for t in gguf.tensors}
     planned = {j.entry.name for j in jobs}
-    missing = [j.entry.name for j in jobs if j.entry.name not in by_name]
-    extra = [t.name for t in gguf.tensors if t.name not in planned]
-    if judge and missing:
-        raise _fail(path, f"tensor {missing[0]} is missing ({len(missing)} in all)")
-    if judge and extra:
-        raise _fail(path, f"tensor {extra[0]} has no source tensor ({len(extra)} in all)")
-    checks, unchecked = [], list(extra)
     for job in jobs:
-        t = by_name.get(job.entry.name)
-        if t is None:
-            continue
-        if t.ne != job.entry.ne:
-            raise _fail(path, f"tensor {t.name} has shape {list(t.shape)}, the source {list(job.entry.shape)}")
-        if progress:
-            progress(t.name)
-        if job.role == DATA:
-            same = t.type == job.entry.type and np.array_equal(
-                gguf.read_rows(t, 0, t.rows).reshape(-1), job.data.reshape(-1)
+        if job.entry.name not in by_name:
+            v.failures.append(f"tensor {job.entry.name} is missing; {writer} writes it ({_origin(job)})")
+    for t in gguf.tensors:
+        if t.name not in planned:
+            v.failures.append(
+                f"tensor {t.name} ({t.type.name} {list(t.shape)}) is not one {writer} writes for this source"
             )
-            if judge and not same:
-                raise _fail(path, f"tensor {t.name} differs from what the config gives ({job.note})")
-            continue
-        if job.source is None:
-            unchecked.append(t.name)
-            continue
-        checks.append(_check_tensor(gguf, t, job, judge))
-    return Verification(path, checks, unchecked)
+    judge = _Judge(gguf, donor, off_grid, writer, workers or min(2, os.cpu_count() or 1))
+    try:
+        for job in jobs:
+            t = by_name.get(job.entry.name)
+            if t is None:
+                continue
+            if progress:
+                progress(t.name)
+            check = judge.tensor(job, t)
+            v.tensors.append(check)
+            if check.status == FAIL:
+                v.failures.append(f"tensor {t.name}: {check.failure}")
+            elif check.status == NOT_JUDGED:
+                v.unchecked.append(f"tensor {t.name}: {check.note}")
+    finally:
+        judge.close()
+    return v
 
 
-def _fail(path: Path, what: str) -> VerificationError:
-    return VerificationError(f"{path}: verification failed: {what}")
+def _origin(job: TensorJob) -> str:
+    if job.hf_name:
+        return f"from the source's {job.hf_name}"
+    return "from the config" if job.role == DATA else "from the donor"
 
 
-def _check_tensor(gguf: GgufFile, t: TensorEntry, job: TensorJob, judge: bool) -> TensorCheck:
-    check = TensorCheck(name=t.name, source=job.hf_name or "", type=t.type.name)
-    step = max(1, CHUNK_VALUES // max(t.cols, 1))
-    exact_expected = job.exact and judge
-    on_grid = exact_expected
-    first_failure: str | None = None
-    for r0 in range(0, t.rows, step):
-        r1 = min(t.rows, r0 + step)
+@dataclass
+class _Chunk:
+    """What one chunk of rows tells about its tensor."""
+
+    r0: int
+    r1: int
+    stats: ErrorStats | None = None
+    blocks: BlockJudgement | None = None
+    failure: str | None = None  # the first bad block or value, with its figures
+    off_grid: tuple[int, int] | None = None  # (row, column) of the first block with no exact form
+    off_grid_blocks: int = 0
+    not_bf16: bool = False  # off the grid because F16/F32 source values are not bf16 values
+    differs: bool = False  # bytes other than the ones compared with
+
+
+class _Judge:
+    """Judges tensors chunk by chunk on a pool of threads."""
+
+    def __init__(self, gguf: GgufFile, donor: GgufFile | None, off_grid: OffGridRule, writer: str, workers: int):
+        self.gguf, self.donor, self.off_grid, self.writer = gguf, donor, off_grid, writer
+        self.pool = ThreadPoolExecutor(max_workers=workers)
+
+    def close(self) -> None:
+        self.pool.shutdown()
+
+    def _chunks(self, t: TensorEntry, fn) -> list[_Chunk]:
+        step = max(1, CHUNK_VALUES // max(t.cols, 1))
+        return list(self.pool.map(lambda r0: fn(r0, min(t.rows, r0 + step)), range(0, t.rows, step)))
+
+    def tensor(self, job: TensorJob, t: TensorEntry) -> TensorCheck:
+        check = TensorCheck(name=t.name, source=job.hf_name or "", type=t.type.name, planned=job.entry.type.name)
+        if t.ne != job.entry.ne:
+            return _failed(
+                check, f"shape {list(t.shape)}; {self.writer} writes {list(job.entry.shape)} ({_origin(job)})"
+            )
+        if job.role == DATA:
+            return self._data(job, t, check)
+        if job.exact:
+            return self._exact(job, t, check)
+        if job.role == ENCODE:
+            return self._encoded(
+                job, t, check, job.entry.type, f"{job.entry.type.name}: the source's values, every bit"
+            )
+        if job.role in FROM_DONOR and self.donor is not None:
+            return self._donor_bytes(job, t, check, "the donor's bytes")
+        if job.role == COPY and job.source is not None:  # a re-pack without its donor: as upstream writes norms
+            return self._encoded(
+                job, t, check, T.F32, "F32: the source's values (as llama.cpp's converter writes norms)",
+                hint="; give --donor DONOR.gguf to compare with the donor's bytes",
+            )  # fmt: skip
+        return self._not_judged(job, t, check, "repack copies it from the donor; give --donor DONOR.gguf to judge it")
+
+    # -- kinds of tensors -------------------------------------------------------------------
+
+    def _data(self, job: TensorJob, t: TensorEntry, check: TensorCheck) -> TensorCheck:
+        check.note = "generated from config.json"
+        if t.type != job.entry.type:
+            return _failed(
+                check, f"is {t.type.name}; {self.writer} writes {job.entry.type.name}, generated from config.json"
+            )
+        raw = self.gguf.read_rows(t, 0, t.rows).reshape(-1)
+        want = job.data.reshape(-1)
+        if not np.array_equal(raw, want):
+            got, exp = decode(raw, t.type, (t.n_values,)), decode(want, t.type, (t.n_values,))
+            i = int(np.flatnonzero(got.view(np.uint32) != exp.view(np.uint32))[0]) if t.type == T.F32 else 0
+            return _failed(check, f"value {i} is {float(got[i])!r}; config.json gives {float(exp[i])!r}")
+        return check
+
+    def _encoded(
+        self,
+        job: TensorJob,
+        t: TensorEntry,
+        check: TensorCheck,
+        planned: GGMLQuantizationType,
+        note: str,
+        hint: str = "",
+    ) -> TensorCheck:
+        """The source stored as ``planned``, compared as bytes."""
+        check.planned, check.note = planned.name, note
+        if t.type != planned:
+            return _failed(
+                check, f"is {t.type.name}; {self.writer} writes {planned.name}, {note.split(': ', 1)[1]}{hint}"
+            )
+        chunks = self._chunks(t, lambda r0, r1: self._encoded_chunk(job, t, r0, r1))
+        return _finish(check, chunks)
+
+    def _encoded_chunk(self, job: TensorJob, t: TensorEntry, r0: int, r1: int) -> _Chunk:
         values = job.source.read(r0, r1)
-        raw = gguf.read_rows(t, r0, r1)
-        check.add(compare_chunk(decode(raw, t.type, (r1 - r0, t.cols)), values))
-        if exact_expected and on_grid:
-            bits = bf16.from_exact(values)
-            plan = plan_rows(bits, r0, histogram=False, score_partial=False) if bits is not None else None
-            if plan is None or plan.data is None:
-                on_grid = False  # no exact form: measured, not judged
-            elif first_failure is None and t.type == Q4_0:
-                first_failure = _q4_0_failure(t, r0, raw, plan.data, bits)
-        elif judge and not job.exact and t.type in FLOATS and first_failure is None:
-            first_failure = _float_failure(t, r0, raw, values)
-    if exact_expected and on_grid and t.type != Q4_0:
-        raise _fail(
-            gguf.path,
-            f"tensor {t.name} is {t.type.name}, but its source {job.hf_name} is on the 4-bit grid: exact Q4_0 expected",
+        raw = self.gguf.read_rows(t, r0, r1)
+        want = np.ascontiguousarray(encode(values, t.type)).view(np.uint8).reshape(raw.shape)
+        chunk = _Chunk(r0, r1, stats=compare_chunk(decode(raw, t.type, values.shape), values))
+        if not np.array_equal(raw, want):
+            chunk.differs, chunk.failure = True, _value_failure(t, r0, raw, want)
+        return chunk
+
+    def _donor_bytes(self, job: TensorJob, t: TensorEntry, check: TensorCheck, note: str) -> TensorCheck:
+        d = job.entry  # the donor's own entry
+        check.planned, check.note = d.type.name, note
+        if t.type != d.type:
+            return _failed(check, f"is {t.type.name}; the donor's is {d.type.name} (repack copies it byte for byte)")
+
+        def chunk(r0: int, r1: int) -> _Chunk:
+            raw, want = self.gguf.read_rows(t, r0, r1), self.donor.read_rows(d, r0, r1)
+            c = _Chunk(r0, r1, stats=_measure(raw, t, job, r0, r1))
+            if not np.array_equal(raw, want):
+                row = int(np.flatnonzero((raw != want).any(axis=1))[0])
+                byte = int(np.flatnonzero(raw[row] != want[row])[0])
+                c.differs, c.failure = True, f"row {r0 + row} differs from the donor's (byte {byte} of the row)"
+            return c
+
+        return _finish(check, self._chunks(t, chunk))
+
+    def _not_judged(self, job: TensorJob, t: TensorEntry, check: TensorCheck, why: str) -> TensorCheck:
+        check.status, check.note = NOT_JUDGED, why
+        if job.source is not None:
+            parts = self._chunks(
+                t, lambda r0, r1: _Chunk(r0, r1, stats=_measure(self.gguf.read_rows(t, r0, r1), t, job, r0, r1))
+            )
+            _add_stats(check, parts)
+        return check
+
+    def _exact(self, job: TensorJob, t: TensorEntry, check: TensorCheck) -> TensorCheck:
+        """A matrix planned as exact Q4_0: Q4_0 blocks by the block rule where the source
+        is on the grid; where it is not, the writer's fallback."""
+        check.planned = Q4_0.name
+        if t.type == Q4_0:
+            chunks = self._chunks(t, lambda r0, r1: self._q4_0_chunk(job, t, r0, r1))
+            if not any(c.off_grid for c in chunks):
+                check.note = "exact Q4_0: every block by the block rule"
+                check.blocks = BlockJudgement()
+                for c in chunks:
+                    check.blocks.add(c.blocks, 0, 0)
+                done = _finish(check, chunks)
+                if done.status == FAIL:
+                    n, total = check.blocks.less_exact, check.blocks.n_blocks
+                    done.failure += f"; {n:,} of {total:,} blocks of this tensor {'is' if n == 1 else 'are'} less exact"
+                return done
+            return self._off_grid(job, t, check, chunks)
+        chunks = self._chunks(t, lambda r0, r1: self._fallback_chunk(job, t, r0, r1))
+        if not any(c.off_grid for c in chunks):
+            _add_stats(check, chunks)
+            return _failed(
+                check, f"is {t.type.name}, but its source {job.hf_name} is on the 4-bit grid: exact Q4_0 expected"
+            )
+        return self._off_grid(job, t, check, chunks)
+
+    def _off_grid(self, job: TensorJob, t: TensorEntry, check: TensorCheck, chunks: list[_Chunk]) -> TensorCheck:
+        """A matrix whose source has no exact Q4_0 form, stored as the file has it."""
+        n_off = sum(c.off_grid_blocks for c in chunks)
+        first = next(c.off_grid for c in chunks if c.off_grid)
+        at = f"{n_off:,} blocks, first at row {first[0]}, column {first[1]}"
+        if any(c.not_bf16 for c in chunks):
+            where = f"its source {job.hf_name} holds {job.source.loc.dtype} values that bf16 cannot ({at})"
+        else:
+            where = f"its source {job.hf_name} is off the 4-bit grid ({at})"
+        kept = job.role == PROBE or self.off_grid.keep
+        if t.type in self.off_grid.types and job.role != PROBE:  # chunks from _fallback_chunk: bytes compared
+            check.planned = t.type.name
+            check.note = f"off the grid: the source as {t.type.name}, as --off-grid {t.type.name.lower()} writes it"
+            return _finish(check, chunks)
+        if kept and self.donor is not None:
+            return self._donor_bytes(
+                job,
+                t,
+                check,
+                f"off the grid: the donor's bytes ({'router' if job.role == PROBE else '--off-grid keep'})",
+            )
+        if kept:
+            return self._not_judged(
+                job, t, check, f"{where}, so repack keeps the donor's tensor; give --donor DONOR.gguf to judge it"
+            )
+        allowed = self.off_grid.words()
+        return _failed(
+            check,
+            f"is {t.type.name}, but {where}: no exact Q4_0 form; {self.writer} stores such a matrix as {allowed} (--off-grid)",
         )
-    if first_failure is not None and (on_grid or not exact_expected):
-        raise _fail(gguf.path, f"tensor {t.name}: {first_failure}")
-    if not judge:
-        check.note = "measured only"
-    elif exact_expected:
-        check.note = "exact Q4_0: levels and scales checked" if on_grid else "source off the grid: measured only"
-    else:
-        check.note = "values checked" if t.type in FLOATS else "measured only"
+
+    def _q4_0_chunk(self, job: TensorJob, t: TensorEntry, r0: int, r1: int) -> _Chunk:
+        values = job.source.read(r0, r1)
+        raw = self.gguf.read_rows(t, r0, r1)
+        chunk = _Chunk(r0, r1)
+        bits = _plan_bits(values, chunk, t.cols, r0)
+        if bits is None:
+            return chunk
+        plan = plan_rows(bits, r0, histogram=False, score_partial=False)
+        if plan.data is None:
+            _mark_off_grid(chunk, plan.first_off_grid, plan.off_grid_blocks)
+            return chunk
+        chunk.blocks = judge_blocks(raw, plan.data, bits)
+        if chunk.blocks.as_planned == chunk.blocks.n_blocks:
+            chunk.stats = (
+                plan.stats
+                if values.dtype == np.uint16
+                else compare_chunk(decode(plan.data, Q4_0, values.shape), values)
+            )
+            return chunk
+        chunk.differs = True
+        chunk.stats = compare_chunk(decode(raw, Q4_0, values.shape), values)
+        if chunk.blocks.less_exact:
+            chunk.failure = _block_failure(t, r0, raw, plan.data, chunk.blocks)
+        return chunk
+
+    def _fallback_chunk(self, job: TensorJob, t: TensorEntry, r0: int, r1: int) -> _Chunk:
+        """A chunk of a matrix stored in another type than Q4_0: is its source off the
+        grid, and do its bytes equal the source encoded as that type?"""
+        values = job.source.read(r0, r1)
+        raw = self.gguf.read_rows(t, r0, r1)
+        chunk = _Chunk(r0, r1, stats=_measure(raw, t, job, r0, r1, values))
+        bits = _plan_bits(values, chunk, t.cols, r0)
+        if bits is not None:
+            plan = plan_rows(bits, r0, histogram=False, score_partial=False)
+            if plan.data is None:
+                _mark_off_grid(chunk, plan.first_off_grid, plan.off_grid_blocks)
+        if t.type in FALLBACK_TYPES:
+            want = np.ascontiguousarray(encode(values, t.type)).view(np.uint8).reshape(raw.shape)
+            if not np.array_equal(raw, want):
+                chunk.differs, chunk.failure = True, _value_failure(t, r0, raw, want)
+        return chunk
+
+
+def _plan_bits(values: np.ndarray, chunk: _Chunk, cols: int, r0: int) -> np.ndarray | None:
+    """The chunk's bf16 bits; None (and the chunk marked off the grid) for F16/F32 values
+    bf16 cannot hold, which have no exact Q4_0 form."""
+    bits = bf16.from_exact(values)
+    if bits is None:
+        wide = np.asarray(values, dtype=np.float32)
+        lost = np.flatnonzero(
+            bf16.to_f32(bf16.from_f32(wide)).view(np.uint32).reshape(-1) != wide.view(np.uint32).reshape(-1)
+        )
+        first = int(lost[0])
+        chunk.off_grid = (r0 + first // cols, first % cols // q4_0.BLOCK_SIZE * q4_0.BLOCK_SIZE)
+        chunk.off_grid_blocks = int(np.unique(lost // q4_0.BLOCK_SIZE).size)
+        chunk.not_bf16 = True
+    return bits
+
+
+def _mark_off_grid(chunk: _Chunk, first: list, n: int) -> None:
+    chunk.off_grid = (first[0][0], first[0][1]) if first else (chunk.r0, 0)
+    chunk.off_grid_blocks = n
+
+
+def _measure(
+    raw: np.ndarray, t: TensorEntry, job: TensorJob, r0: int, r1: int, values: np.ndarray | None = None
+) -> ErrorStats | None:
+    """The stored chunk against its source; None without a source or a decoder."""
+    if job.source is None:
+        return None
+    values = job.source.read(r0, r1) if values is None else values
+    try:
+        return compare_chunk(decode(raw, t.type, (r1 - r0, t.cols)), values)
+    except NotImplementedError:
+        return None
+
+
+def _add_stats(check: TensorCheck, chunks: list[_Chunk]) -> None:
+    stats = sum_stats(c.stats for c in chunks)
+    if stats is not None:
+        check.add(stats)
+        check.measured = True
+
+
+def _finish(check: TensorCheck, chunks: list[_Chunk]) -> TensorCheck:
+    _add_stats(check, chunks)
+    bad = next((c for c in chunks if c.failure), None)
+    if bad is not None:
+        check.status, check.failure = FAIL, bad.failure
     return check
 
 
-def _q4_0_failure(t: TensorEntry, r0: int, raw: np.ndarray, planned: np.ndarray, bits: np.ndarray) -> str | None:
-    """The first block of a chunk that holds other levels than the plan's, or decodes
-    further from the source than the plan (plus the slack); None when all agree."""
-    if np.array_equal(raw, planned):
-        return None
-    file_blocks, plan_blocks = raw.reshape(-1, q4_0.BLOCK_BYTES), planned.reshape(-1, q4_0.BLOCK_BYTES)
-    source = bits.reshape(-1, q4_0.BLOCK_SIZE)
+def _failed(check: TensorCheck, what: str) -> TensorCheck:
+    check.status, check.failure = FAIL, what
+    return check
+
+
+def _block_failure(t: TensorEntry, r0: int, raw: np.ndarray, planned: np.ndarray, judgement: BlockJudgement) -> str:
+    """The first less exact block of a chunk, with its true figures."""
+    b = judgement.first_less_exact[0]
     per_row = t.cols // q4_0.BLOCK_SIZE
-    same = same_levels(plan_blocks, file_blocks)
+    stored = raw.reshape(-1, q4_0.BLOCK_BYTES)[b.index : b.index + 1]
+    plan = planned.reshape(-1, q4_0.BLOCK_BYTES)[b.index : b.index + 1]
+    column = b.index % per_row * q4_0.BLOCK_SIZE
+    where = f"Q4_0 block {r0 * per_row + b.index} (row {r0 + b.index // per_row}, columns {column}..{column + 31})"
+    figures = (
+        f"{b.exact} of 32 values bit-exact, the plan's {b.plan_exact}; "
+        f"worst {b.worst} bf16 ULP from the source, the plan's {b.plan_worst}"
+    )
+    if same_levels(stored, plan)[0]:
+        d, plan_d = float(q4_0.unpack(stored)[1][0]), float(q4_0.unpack(plan)[1][0])
+        how = f"same levels, scale {d!r}, the plan's {plan_d!r}"
+    else:
+        levels, plan_levels = q4_0.effective_levels(stored)[0].tolist(), q4_0.effective_levels(plan)[0].tolist()
+        how = f"levels {levels} are not the source grid's {plan_levels}"
+    return f"{where} is less exact than the plan: {figures}; {how}"
 
-    def ulps(blocks: np.ndarray) -> np.ndarray:
-        return bf16.ulp_distance(bf16.from_f32(q4_0.dequantize(blocks)), source).max(axis=1)
 
-    too_far = ulps(file_blocks) > np.maximum(ulps(plan_blocks), SLACK_ULPS)
-    bad = np.flatnonzero(~same | too_far)
-    if not bad.size:
-        return None
-    b = int(bad[0])
-    where = f"Q4_0 block {r0 * per_row + b} (row {r0 + b // per_row}, column {b % per_row * q4_0.BLOCK_SIZE})"
-    if not same[b]:
-        return f"{where} holds levels {q4_0.effective_levels(file_blocks[b : b + 1])[0].tolist()}, not the source grid's {q4_0.effective_levels(plan_blocks[b : b + 1])[0].tolist()}"
-    return f"{where} decodes up to {int(ulps(file_blocks[b : b + 1])[0])} bf16 ULP from the source; the exact packer's scale gives {int(ulps(plan_blocks[b : b + 1])[0])}"
-
-
-def _float_failure(t: TensorEntry, r0: int, raw: np.ndarray, values: np.ndarray) -> str | None:
-    """The first value of a float tensor that is not the source rounded once to its type."""
-    want = np.ascontiguousarray(encode(values, t.type)).view(np.uint8).reshape(raw.shape)
-    if np.array_equal(raw, want):
-        return None
+def _value_failure(t: TensorEntry, r0: int, raw: np.ndarray, want: np.ndarray) -> str:
+    """The first stored value (or block) that differs from the bytes planned for it."""
+    if t.type not in FLOATS:
+        row = int(np.flatnonzero((raw != want).any(axis=1))[0])
+        byte = int(np.flatnonzero(raw[row] != want[row])[0])
+        return f"row {r0 + row} differs from the source encoded as {t.type.name} (byte {byte} of the row)"
     item = raw.shape[1] // t.cols
     first = int(np.flatnonzero((raw != want).reshape(-1))[0]) // item
     row, col = r0 + first // t.cols, first % t.cols
     got = float(decode(raw.reshape(-1)[first * item : (first + 1) * item], t.type, (1,))[0])
     expected = float(decode(want.reshape(-1)[first * item : (first + 1) * item], t.type, (1,))[0])
-    return f"value at row {row}, column {col} is {got!r}, the source's is {expected!r} ({t.type.name} holds it {'exactly' if t.type == GGMLQuantizationType.F32 else 'rounded once'})"
+    held = "exactly" if t.type == T.F32 else "rounded once"
+    return f"value at row {row}, column {col} is {got!r}; the source's, {held} as {t.type.name}, is {expected!r}"
+
+
+# --- measuring (compare) ---------------------------------------------------------------------
+
+
+def measure_tensors(gguf: GgufFile, jobs: list[TensorJob], progress: Progress | None = None) -> Verification:
+    """Every tensor of ``gguf`` that has a source, measured against it and not judged
+    (``compare``: files made any other way, a Q8_0 or bf16 drafter)."""
+    v = Verification(gguf.path)
+    by_name = {t.name: t for t in gguf.tensors}
+    for job in jobs:
+        t = by_name.get(job.entry.name)
+        if t is None or job.source is None or t.ne != job.entry.ne:
+            continue
+        if progress:
+            progress(t.name)
+        check = TensorCheck(
+            name=t.name, source=job.hf_name or "", type=t.type.name, status=NOT_JUDGED, note="measured only"
+        )
+        step = max(1, CHUNK_VALUES // max(t.cols, 1))
+        parts = [
+            _Chunk(r0, min(t.rows, r0 + step), stats=_measure(gguf.read_rows(t, r0, min(t.rows, r0 + step)), t, job, r0, min(t.rows, r0 + step)))
+            for r0 in range(0, t.rows, step)
+        ]  # fmt: skip
+        _add_stats(check, parts)
+        v.tensors.append(check)
+    return v
