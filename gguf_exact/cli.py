@@ -765,6 +765,32 @@ def tune(
 # --- Recipes: pinned fetch, pin, reproducible build (gguf_exact.hub.fetch / .pin / .build) ---
 
 
+@main.command("recipes")
+def recipes_command() -> None:
+    """List the recipes `fetch`, `pin` and `build` know, and what is pinned.
+
+    Per recipe: what it makes, its parts (exact: the published GGUF; source: the
+    checkpoint; target: the GGUF whose vocabulary a drafter copies), each with its
+    repository and whether `fetch RECIPE --what PART` can run or `pin` must come
+    first. Recipes are read from $GGUF_EXACT_RECIPES, ~/.config/gguf-exact/recipes,
+    then the ones shipped with gguf-exact. (Python: gguf_exact.hub.recipes.all_recipes)
+    """
+    from gguf_exact.hub.fetch import pin_state
+    from gguf_exact.hub.recipes import ROLES, all_recipes
+
+    found = all_recipes()
+    if not found:
+        raise GgufExactError("no recipes found; write one as convert/<name>.toml (README, 'Recipes')")
+    for r in found:
+        what = f"drafter for {r.size} targets" if r.kind == "drafter" and r.size else r.kind
+        out.print(f"{r.name}  ({what}) {r.description}", markup=False, soft_wrap=True)
+        for role in ROLES:
+            if role in r.parts:
+                out.print(f"  {role:<7} {r.parts[role].repo}", markup=False, soft_wrap=True)
+                out.print(f"  {'':<7} {pin_state(r, role)}", markup=False, soft_wrap=True)
+        out.print(f"  file    {r.path}", markup=False, soft_wrap=True)
+
+
 @main.command()
 @click.argument("recipe")
 @click.option(
@@ -780,7 +806,10 @@ def tune(
 def fetch(recipe: str, models_dir: Path, what: str) -> None:
     """Download the files a recipe pins, each checked against its sha256.
 
-    RECIPE is a name in convert/ (e.g. e2b-assistant) or a path to a .toml file. The
+    RECIPE is a name from `gguf-exact recipes` (e.g. e2b-assistant) or a path to a
+    .toml file. --what exact (the default) gets the published exact GGUF, source the
+    checkpoint, target the GGUF whose vocabulary a drafter copies; a part whose files
+    are not pinned yet needs `gguf-exact pin RECIPE --what PART` first. The
     files come from the commit pinned in checksums/RECIPE.sha256, through
     huggingface_hub and its cache (HF_HUB_CACHE). A file whose sha256 differs is
     refused and nothing is left at its final path; an interrupted download resumes on
@@ -886,15 +915,19 @@ def pin(recipe: str, revision: str | None, what: str) -> None:
     Reads the Hub's file metadata (model info with files_metadata): LFS files are not
     downloaded; small git files such as config.json are read, checked against their
     git id and size, and hashed. Names, commits and hashes in the Hub's answer are
-    checked before use. Rewrites
-    checksums/RECIPE.sha256 and shows any sha256 that changed. (Python:
-    gguf_exact.hub.pin.pin_recipe)
+    checked before use. Rewrites checksums/RECIPE.sha256 in a checkout of
+    gguf-exact (commit it); an installed gguf-exact keeps its own files and writes
+    ~/.config/gguf-exact/checksums/RECIPE.sha256 ($GGUF_EXACT_CHECKSUMS) instead,
+    which fetch, build and serve then read first. Shows any sha256 that changed.
+    (Python: gguf_exact.hub.pin.pin_recipe)
     """
+    from gguf_exact.hub.checksums import CHECKSUMS_DIR, user_checksums_dir
     from gguf_exact.hub.pin import pin_recipe
     from gguf_exact.hub.recipes import load_recipe
 
     r = load_recipe(recipe)
     report = pin_recipe(r, None if what == "all" else [what], revision)
+    user_copy = report.checksums.parent == user_checksums_dir()
     for p in report.parts:
         out.print(
             f"[{p.role}] {p.pin.repo} revision {p.pin.revision} -> commit {p.pin.commit}", markup=False, soft_wrap=True
@@ -903,6 +936,13 @@ def pin(recipe: str, revision: str | None, what: str) -> None:
             changed = f"  CHANGED, was {e.previous}" if e.previous not in (None, e.sha256) else ""
             out.print(f"  {e.sha256}  {e.path}  ({e.how}){changed}", markup=False, soft_wrap=True)
     out.print(f"wrote {report.checksums}", markup=False, soft_wrap=True)
+    if user_copy:
+        out.print(
+            f"(gguf-exact's own {CHECKSUMS_DIR / report.checksums.name} is not written here: "
+            "fetch, build and serve read this copy first; delete it to go back)",
+            markup=False,
+            soft_wrap=True,
+        )
 
 
 @main.command()

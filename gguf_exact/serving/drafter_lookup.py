@@ -21,7 +21,6 @@ target alone with ``--no-draft``.
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -30,10 +29,10 @@ from gguf_exact.formats.gguf_file import sha256_file
 from gguf_exact.formats.gguf_reader import open_gguf
 from gguf_exact.gemma4.hparams import TextHparams
 from gguf_exact.gemma4.sizes import SIZES
+from gguf_exact.hub.recipes import RECIPES_ENV  # a recipes folder searched first (tests: a loopback Hub's)
 from gguf_exact.serving.checks import DRAFTER_ARCH, check_pair
 from gguf_exact.serving.memory_plan import Geometry
 
-RECIPES_ENV = "GGUF_EXACT_RECIPES"  # another recipes folder than the project's convert/ (tests)
 AUTO = "auto"
 
 
@@ -90,12 +89,11 @@ def identify_size(geom: Geometry) -> SizeMatch:
 
 def drafter_recipes(size: str | None, recipes_dir: Path | None = None) -> list:
     """The drafter recipes whose ``size`` is ``size``, by name."""
-    from gguf_exact.hub.recipes import RECIPES_DIR, load_recipe, recipe_names
+    from gguf_exact.hub.recipes import all_recipes
 
     if size is None:
         return []
-    folder = Path(recipes_dir or os.environ.get(RECIPES_ENV) or RECIPES_DIR)
-    recipes = [load_recipe(n, folder) for n in recipe_names(folder)]
+    recipes = all_recipes(Path(recipes_dir) if recipes_dir else None)
     return [r for r in recipes if r.kind == "drafter" and r.size == size]
 
 
