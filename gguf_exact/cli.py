@@ -4,9 +4,11 @@ of the Python API (named in its help), so scripts and the Makefile can do the sa
 import contextlib
 import json
 import os
+import re
 import shlex
 import sys
 from pathlib import Path
+from typing import Callable
 
 import click
 from rich.console import Console
@@ -23,8 +25,20 @@ from rich.table import Table
 from gguf_exact import __version__
 from gguf_exact.errors import GgufExactError
 
-# Off a terminal (pipes, CI logs) rich would wrap tables at 80 columns; tensor names need more.
-out = Console(highlight=False, width=None if sys.stdout.isatty() else 160)
+
+
+def _width() -> int | None:
+    """The terminal's width on a terminal; off one (pipes, CI logs) ``$COLUMNS`` when set,
+    else 160, so logs keep whole tensor names."""
+    if sys.stdout.isatty():
+        return None
+    try:
+        return max(40, int(os.environ.get("COLUMNS", "")))
+    except ValueError:
+        return 160
+
+
+out = Console(highlight=False, width=_width())
 err = Console(stderr=True, highlight=False)
 
 
@@ -100,13 +114,20 @@ def target_and_draft_options(auto: bool):
 
 
 def resolve_draft(
-    target: Path, drafter: str | None, no_draft: bool, fetch_draft: bool, models_dir: Path, auto: bool
+    target: Path,
+    drafter: str | None,
+    no_draft: bool,
+    fetch_draft: bool,
+    models_dir: Path,
+    auto: bool,
+    dry_run: bool = False,
 ) -> tuple[Path | None, str | None]:
     """The drafter the draft options name (:func:`gguf_exact.serving.drafter_lookup.resolve_drafter`),
-    and how it was found (None when given as a file)."""
+    and how it was found (None when given as a file). ``dry_run``: nothing is downloaded
+    (the path is then None and ``how`` says where it would go)."""
     from gguf_exact.serving.drafter_lookup import resolve_drafter
 
-    found = resolve_drafter(target, drafter, no_draft, models_dir, fetch_draft, default_auto=auto)
+    found = resolve_drafter(target, drafter, no_draft, models_dir, fetch_draft, default_auto=auto, dry_run=dry_run)
     return found.path, (None if found.how == "--draft" else found.how)
 
 
@@ -132,8 +153,73 @@ PROFILE_HELP = (
 )
 
 
-def pct(x: float | None) -> str:
-    return "-" if x is None else f"{x:.4%}"
+def results_dir(kind: str) -> Path:
+    """``<cache>/<kind>/<date-time>``: where ``bench`` and ``tune`` write without ``--out``
+    (not the folder the command happens to run in)."""
+    import time
+
+    from gguf_exact.serving.llama_build import cache_root
+
+    return cache_root() / kind / time.strftime("%Y%m%d-%H%M%S")
+
+
+def common_prefix(names: list[str]) -> str:
+    """The longest dotted prefix (``model.language_model.``) that at least 80% of the
+    names share, or "" when none is worth taking out."""
+    counts: dict[str, int] = {}
+    for name in names:
+        for i, ch in enumerate(name[:-1]):
+            if ch == ".":
+                counts[name[: i + 1]] = counts.get(name[: i + 1], 0) + 1
+    shared = [p for p, n in counts.items() if n >= max(2, 0.8 * len(names)) and len(p) >= 6]
+    return max(shared, key=len, default="")
+
+
+def fitted_table(
+    title: str, columns: list[tuple[str, str]], rows: Callable[[bool], list[list[str]]], wrap: tuple[int, ...] = (0,)
+) -> Table:
+    """A table under ``columns`` ((header, justify) pairs) that fits the console.
+
+    ``rows(compact)`` gives the cells, the first column a name. As it is when it fits;
+    else compact: figures as ``rows(True)`` gives them (fewer digits), no vertical
+    rules, the prefix most names share shown once in the title and as "…" in them, and
+    the names (and the columns in ``wrap``) wrapped, never cut short."""
+    from rich import box
+
+    def build(compact: bool) -> Table:
+        cells = rows(compact)
+        names = [r[0] for r in cells]
+        prefix = common_prefix(names) if compact else ""
+        caption = f"{title} (… = {prefix})" if prefix else title
+        table = Table(
+            title=caption,
+            box=box.SIMPLE_HEAD if compact else box.HEAVY_HEAD,
+            pad_edge=not compact,
+            collapse_padding=compact,
+            show_edge=not compact,
+        )
+        for i, (header, justify) in enumerate(columns):
+            table.add_column(header, justify=justify, overflow="fold", no_wrap=i not in wrap)
+        for name, row in zip(names, cells):
+            table.add_row("…" + name[len(prefix) :] if prefix and name.startswith(prefix) else name, *row[1:])
+        return table
+
+    table = build(False)
+    if table.__rich_measure__(out, out.options).maximum <= out.width:
+        return table
+    return build(True)
+
+
+def human_size(n: int) -> str:
+    """``46,080`` -> ``45.0 KiB``; ``2,415,919,104`` -> ``2.25 GiB``."""
+    for unit, size in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n >= size:
+            return f"{n / size:,.2f} {unit}" if unit == "GiB" else f"{n / size:,.1f} {unit}"
+    return f"{n:,} B"
+
+
+def pct(x: float | None, digits: int = 4) -> str:
+    return "-" if x is None else f"{x:.{digits}%}"
 
 
 @click.group(cls=Group)
@@ -175,20 +261,18 @@ def inspect(src_dir: Path, as_json: bool) -> None:
     if as_json:
         click.echo(json.dumps(report.as_dict(), indent=2))
         return
-    table = Table(title=str(src_dir))
-    for col in ("tensor", "shape", "dtype", "blocks", "on grid", "bit-exact", "planned"):
-        table.add_column(col, justify="right" if col in ("blocks", "on grid", "bit-exact") else "left")
-    for t in report.tensors:
-        table.add_row(
-            t.name,
-            "x".join(map(str, t.shape)) or "scalar",
-            t.dtype,
-            str(t.blocks or "-"),
-            pct(t.on_grid_fraction),
-            pct(t.exact_fraction),
-            t.planned,
-        )
-    out.print(table)
+    columns = [("tensor", "left"), ("shape", "left"), ("dtype", "left"), ("blocks", "right")]
+    columns += [("on grid", "right"), ("bit-exact", "right"), ("planned", "left")]
+
+    def rows(compact: bool) -> list[list[str]]:
+        d = 2 if compact else 4
+        return [
+            [t.name, "x".join(map(str, t.shape)) or "scalar", t.dtype, str(t.blocks or "-")]
+            + [pct(t.on_grid_fraction, d), pct(t.exact_fraction, d), t.planned]
+            for t in report.tensors
+        ]
+
+    out.print(fitted_table(str(src_dir), columns, rows))
     out.print(("[green]" if report.is_qat else "[yellow]") + report.verdict)
 
 
@@ -206,7 +290,7 @@ def inspect(src_dir: Path, as_json: bool) -> None:
 @click.option("--expect-sha256", help="Fail, leaving no output, unless the file has this sha256.")
 @click.option(
     "--off-grid",
-    type=click.Choice(["q8_0", "f16", "bf16"]),
+    type=click.Choice(["q8_0", "f16", "bf16", "f32"]),
     help="Store matrices that are off the grid in this type instead of stopping.",
 )
 def convert(
@@ -311,21 +395,26 @@ def verify(gguf_path: Path, source: Path, as_json: bool) -> None:
 )
 @click.argument("gguf_paths", nargs=-1, required=True, type=click.Path(path_type=Path))
 def compare(source: Path, gguf_paths: tuple[Path, ...]) -> None:
-    """Put drafter GGUFs side by side: size, type mix, error against the source.
+    """Put GGUF files made from one checkpoint side by side: size, type mix, error.
 
-    For example the exact Q4_0 file beside a Q8_0 or bf16 one made by llama.cpp's
-    converter. (Python: gguf_exact.compare_files)
+    Drafters (e.g. the exact Q4_0 file beside a Q8_0 or bf16 one made by llama.cpp's
+    converter) or main models (e.g. Google's QAT GGUF beside its `repack`), each
+    measured against SOURCE, not judged. (Python: gguf_exact.compare_files)
     """
     from gguf_exact.drafter.compare import compare_files
 
-    rows = compare_files(source, list(gguf_paths))
-    table = Table()
-    for col in ("file", "bytes", "types", "bit-exact", "rel. error", "max ULP"):
-        table.add_column(col, justify="left" if col in ("file", "types") else "right")
-    for r in rows:
-        mix = ", ".join(f"{k} x{v}" for k, v in sorted(r.type_mix.items()))
-        table.add_row(r.path, f"{r.bytes:,}", mix, pct(r.exact_fraction), f"{r.rel_error:.3e}", str(r.max_ulps))
-    out.print(table)
+    found = compare_files(source, list(gguf_paths))
+    columns = [("file", "left"), ("bytes", "right"), ("types", "left"), ("bit-exact", "right")]
+    columns += [("rel. error", "right"), ("max ULP", "right")]
+
+    def rows(compact: bool) -> list[list[str]]:
+        return [
+            [r.path, f"{r.bytes:,}", ", ".join(f"{k} x{v}" for k, v in sorted(r.type_mix.items()))]
+            + [pct(r.exact_fraction, 2 if compact else 4), f"{r.rel_error:.3e}", str(r.max_ulps)]
+            for r in found
+        ]
+
+    out.print(fitted_table(f"against {source}", columns, rows, wrap=(0, 2)))
 
 
 @main.command("make-tiny")
@@ -346,25 +435,43 @@ def compare(source: Path, gguf_paths: tuple[Path, ...]) -> None:
     help="Also write the speculation pairs (random, agreeing, mixed, hidden) as OUT_DIR/pairs/NAME/{target,drafter}.gguf.",
 )
 def make_tiny(out_dir: Path, seed: int, step_kind: str, with_pairs: bool) -> None:
-    """Write a tiny gemma4 target GGUF and a tiny QAT drafter checkpoint.
+    """Write tiny models to try every command offline, in a second.
 
-    OUT_DIR/target.gguf and OUT_DIR/drafter-hf/ are a pair that llama.cpp runs
-    together: the demo's inputs, and a quick way to try every command offline.
+    \b
+    OUT_DIR/target.gguf      a tiny gemma4 target GGUF
+    OUT_DIR/drafter-hf/      a tiny QAT drafter checkpoint for it (convert it
+                             with --vocab-from OUT_DIR/target.gguf)
+    OUT_DIR/main-hf/         a tiny QAT main-model checkpoint (E2B's structure)
+    OUT_DIR/main-q4_0.gguf   its GGUF as Google's QAT GGUFs are made: the donor
+                             that `repack --donor ... --source OUT_DIR/main-hf`
+                             re-packs as exact Q4_0
+
     --pairs adds the target + drafter GGUF pairs the tests and benchmarks
     speculate with, e.g. `hidden`, whose drafter reads only the target's hidden
-    state. (Python: gguf_exact.tiny.models, gguf_exact.tiny.pairs.write_runner_pairs)
+    state. (Python: gguf_exact.tiny.models, gguf_exact.tiny.main_model.write_main_checkpoint
+    and write_donor, gguf_exact.tiny.pairs.write_runner_pairs)
     """
+    from gguf_exact.tiny.main_model import TINY, write_donor, write_main_checkpoint
     from gguf_exact.tiny.models import write_tiny_drafter, write_tiny_target
 
     out_dir.mkdir(parents=True, exist_ok=True)
     write_tiny_target(out_dir / "target.gguf", seed=seed)
     write_tiny_drafter(out_dir / "drafter-hf", seed=seed, step_kind=step_kind)
-    out.print(f"wrote {out_dir / 'target.gguf'} and {out_dir / 'drafter-hf'}/")
+    write_main_checkpoint(out_dir / "main-hf", TINY, seed=seed, step_kind=step_kind)
+    write_donor(out_dir / "main-q4_0.gguf", out_dir / "main-hf", TINY)
+
+    def say(line: str) -> None:
+        out.print(line, markup=False, soft_wrap=True)
+
+    say(f"wrote {out_dir / 'target.gguf'}      a tiny gemma4 target")
+    say(f"      {out_dir / 'drafter-hf'}/      its QAT drafter checkpoint: `gguf-exact convert`")
+    say(f"      {out_dir / 'main-hf'}/         a QAT main-model checkpoint")
+    say(f"      {out_dir / 'main-q4_0.gguf'}   its Google-style Q4_0 GGUF: `gguf-exact repack --donor`")
     if with_pairs:
         from gguf_exact.tiny.pairs import write_runner_pairs
 
         for name, (target, drafter) in write_runner_pairs(out_dir / "pairs", seed=seed).items():
-            out.print(f"pair {name:<9} {target}  {drafter}", markup=False, soft_wrap=True)
+            say(f"pair {name:<9} {target}  {drafter}")
 
 
 @main.command()
@@ -456,7 +563,8 @@ def doctor() -> None:
 @click.option(
     "--dry-run",
     is_flag=True,
-    help="Check the files, print the memory plan and the command (even before the build exists); start nothing.",
+    help="Check the files, print the memory plan and the command (even before the build exists); start nothing, "
+    "download nothing (with --fetch-draft it says where the drafter would go).",
 )
 @click.option("--timeout", default=600.0, show_default=True, help="Seconds to wait for /health.")
 @click.option(
@@ -519,7 +627,7 @@ def serve(
     from gguf_exact.serving.server import plan_launch, serve_foreground, server_status, start_server
 
     prof, choice = resolve_profile_option(profile)
-    found_drafter, how = resolve_draft(target, drafter, no_draft, fetch_draft, models_dir, auto=True)
+    found_drafter, how = resolve_draft(target, drafter, no_draft, fetch_draft, models_dir, auto=True, dry_run=dry_run)
     launch = plan_launch(
         target,
         found_drafter,
@@ -550,8 +658,9 @@ def serve(
     if pair.drafter is not None:
         say(f"{'total':<8} {pair.target.weight_bytes + pair.drafter.weight_bytes:,} bytes of weights")
     say(profile_line(launch.profile, choice))
-    plan = plan_memory(pair.target.path, pair.drafter.path if pair.drafter else None, launch.profile)
-    say(f"memory plan ({'GPU' if plan.gpu else 'CPU'}, estimated from the GGUF headers as llama.cpp sizes them):")
+    plan = plan_memory(pair.target.path, pair.drafter.path if pair.drafter else None, launch.profile, engine)
+    sized = "llama.cpp sizes them" + (" for the python engine (one sequence, whole SWA cache)" if engine == "python" else "")
+    say(f"memory plan ({'GPU' if plan.gpu else 'CPU'}, estimated from the GGUF headers as {sized}):")
     for line in plan.lines():
         say(line)
     warning = plan.warning(*_card_memory(launch.profile, choice))
@@ -560,6 +669,8 @@ def serve(
     say(launch.command_line)
     if launch.note:
         say(f"note: {launch.note}")
+    if dry_run and found_drafter is None and how and "would be fetched" in how:
+        say("note: the plan and command above are the target's alone until the drafter is there; run without --dry-run to fetch it")
     if dry_run:
         return
     proc, seconds = start_server(launch, detach, timeout)
@@ -684,9 +795,8 @@ def stop(port: int | None) -> None:
     "--out",
     "out_dir",
     type=click.Path(path_type=Path),
-    default=Path("build/tune"),
-    show_default=True,
-    help="Where bench.json and bench.md of the measurement go.",
+    help="Where bench.json and bench.md of the measurement go (default: a new folder "
+    "~/.cache/gguf-exact/tune/DATE-TIME, named at the end).",
 )
 @click.option("--no-write", is_flag=True, help="Measure and print; write no profile.")
 def tune(
@@ -702,7 +812,7 @@ def tune(
     n_predict: int,
     rounds: int,
     server_bin: Path | None,
-    out_dir: Path,
+    out_dir: Path | None,
     no_write: bool,
 ) -> None:
     """Measure tokens/s at each n-max on this machine; keep the best in a local profile.
@@ -735,7 +845,7 @@ def tune(
     result = tune_n_max(
         target, drafter, prof, n_values, prompts, n_predict, rounds, overrides, server_bin, progress=progress
     )
-    paths = result.report.write(out_dir, plot=False)
+    paths = result.report.write(out_dir or results_dir("tune"), plot=False)
     out.print(result.report.markdown(), markup=False, soft_wrap=True)
     base = result.target_tokens_per_second
     vs = f"; the target alone {base:.1f} tokens/s" if base else ""
@@ -963,7 +1073,7 @@ def pin(recipe: str, revision: str | None, what: str) -> None:
 @click.argument("out_gguf", type=click.Path(path_type=Path))
 @click.option(
     "--off-grid",
-    type=click.Choice(["keep", "q8_0", "f16", "bf16"]),
+    type=click.Choice(["keep", "q8_0", "f16", "bf16", "f32"]),
     help="For QAT matrices with blocks off the grid: keep the donor's tensor, or store the source in this type (default: stop).",
 )
 @click.option("--expect-sha256", help="Fail, leaving no output, unless the file has this sha256.")
@@ -1007,27 +1117,26 @@ def repack(
             donor, source, out_gguf, off_grid, expect_sha256, report_path, workers, donor_stats, progress
         )
     r = result.report
-    table = Table(title=f"{donor.name} -> {out_gguf.name}")
-    for col in (
-        "kind",
-        "tensors",
-        "donor type",
-        "donor bytes",
-        "output type",
-        "output bytes",
-        "donor bit-exact",
-        "bit-exact",
-        "donor rel. err",
-        "rel. err",
-    ):
-        table.add_column(col, justify="left" if col in ("kind", "donor type", "output type") else "right")
-    for k in r["kinds"]:
-        err_ = lambda x: "-" if x is None else f"{x:.2e}"  # noqa: E731
-        table.add_row(
-            k["kind"], str(k["tensors"]), k["donor_types"], f"{k['donor_bytes']:,}", k["output_types"], f"{k['output_bytes']:,}",
-            pct(k["donor_exact_fraction"]), pct(k["exact_fraction"]), err_(k["donor_rel_error"]), err_(k["rel_error"]),
-        )  # fmt: skip
-    out.print(table)
+    columns = [("kind", "left"), ("n", "right"), ("type", "left"), ("size (of donor)", "right")]
+    columns += [("bit-exact", "right")]
+
+    def rows(compact: bool) -> list[list[str]]:
+        def types(mix: str) -> str:
+            return "+".join(t.split(" x")[0] for t in mix.split(", "))
+
+        return [
+            [
+                k["kind"],
+                str(k["tensors"]),
+                f"{types(k['donor_types'])} → {types(k['output_types'])}",
+                f"{human_size(k['output_bytes'])} ({k['output_bytes'] / max(1, k['donor_bytes']):.0%})",
+                f"{pct(k['donor_exact_fraction'], 2)} → {pct(k['exact_fraction'], 2)}",
+            ]
+            for k in r["kinds"]
+        ]
+
+    title = f"{donor.name} → {out_gguf.name}, per kind of tensor (donor → output)"
+    out.print(fitted_table(title, columns, rows, wrap=(0, 2)))
     rep, don = r["repacked"], r["donor_on_repacked"]
     sizes = f"{result.size:,} bytes; donor {result.donor_size:,}, {result.size / result.donor_size:.1%}"
     out.print(
@@ -1093,7 +1202,7 @@ def _sampling(temperature: float, top_k: int, top_p: float, min_p: float, repeat
     "--prompt-file", type=click.Path(path_type=Path), help="Read the prompt from this file (one final newline dropped)."
 )
 @click.option(
-    "--n-max", default=3, show_default=True, help="Most draft tokens per target pass; 0 runs the target alone."
+    "--n-max", default=2, show_default=True, help="Most draft tokens per target pass; 0 runs the target alone."
 )
 @click.option(
     "--n-predict",
@@ -1102,7 +1211,13 @@ def _sampling(temperature: float, top_k: int, top_p: float, min_p: float, repeat
     help="Most tokens to generate (fewer when an end-of-generation token comes).",
 )
 @sampling_options
-@click.option("--stop", "stops", multiple=True, help="Stop before this text (repeatable).")
+@click.option(
+    "--stop",
+    "stops",
+    multiple=True,
+    help=r"Stop before this text (repeatable). \n, \t, \r and \\ are read as newline, tab, return and "
+    r"backslash: --stop '\n\n' stops at the first blank line.",
+)
 @click.option("--chat", is_flag=True, help="Send the prompt as one user message through the GGUF's chat template.")
 @click.option("--n-ctx", default=4096, show_default=True, help="Context size: prompt plus generated tokens.")
 @click.option("--threads", default=2, show_default=True)
@@ -1147,6 +1262,7 @@ def generate(
             raise GgufExactError(f"--prompt-file {prompt_file}: no such file")
         prompt = prompt_file.read_text(encoding="utf-8").removesuffix("\n")
     sampling = _sampling(temperature, top_k, top_p, min_p, repeat_penalty, seed)
+    stops = tuple(unescape(s) for s in stops)
     drafter, how = resolve_draft(target, drafter, no_draft, fetch_draft, models_dir, auto=False)
     if how and drafter is not None:
         err.print(f"drafter {drafter} ({how})", markup=False, soft_wrap=True)
@@ -1159,6 +1275,12 @@ def generate(
         return
     click.echo(g.text)
     err.print(generation_line(g), markup=False, soft_wrap=True)
+
+
+def unescape(text: str) -> str:
+    """``\\n``, ``\\t``, ``\\r`` and ``\\\\`` typed on a command line as the characters they
+    name (a shell passes ``"\\n"`` as a backslash and an n); any other backslash is kept."""
+    return re.sub(r"\\([ntr\\])", lambda m: {"n": "\n", "t": "\t", "r": "\r", "\\": "\\"}[m.group(1)], text)
 
 
 def generation_line(g) -> str:
@@ -1273,9 +1395,8 @@ def chat(
     "--out",
     "out_dir",
     type=click.Path(path_type=Path),
-    default=Path("build/bench"),
-    show_default=True,
-    help="Where bench.json, bench.md and bench.png go.",
+    help="Where bench.json, bench.md and bench.png go (default: a new folder "
+    "~/.cache/gguf-exact/bench/DATE-TIME, named at the end).",
 )
 @click.option("--n-ctx", default=4096, show_default=True)
 @click.option("--threads", default=2, show_default=True)
@@ -1296,7 +1417,7 @@ def bench(
     prompt_list: str | None,
     n_predict: int,
     rounds: int,
-    out_dir: Path,
+    out_dir: Path | None,
     n_ctx: int,
     threads: int,
     no_plot: bool,
@@ -1354,7 +1475,7 @@ def bench(
             seed,
             progress,
         )
-        paths = report.write(out_dir)
+        paths = report.write(out_dir or results_dir("bench"))
         out.print(report.markdown(), markup=False, soft_wrap=True)
         out.print("wrote " + ", ".join(str(p) for p in paths.values()), markup=False, soft_wrap=True)
         return
@@ -1372,7 +1493,7 @@ def bench(
         report = bench_runner(
             target, drafter, n_values, prompts, n_predict, rounds, progress, n_ctx=n_ctx, n_threads=threads
         )
-    paths = report.write(out_dir, plot=not no_plot)
+    paths = report.write(out_dir or results_dir("bench"), plot=not no_plot)
     out.print(report.markdown(), markup=False, soft_wrap=True)
     out.print("wrote " + ", ".join(str(p) for p in paths.values()), markup=False, soft_wrap=True)
 

@@ -206,5 +206,10 @@ def recipe_names(directory: Path | None = None) -> list[str]:
 
 
 def all_recipes(directory: Path | None = None) -> list[Recipe]:
-    """Every recipe by name (a user's recipe shadows the project's of the same name)."""
-    return [load_recipe(n, directory) for n in recipe_names(directory)]
+    """Every recipe, the first folder of :func:`recipe_dirs` first (a user's recipe
+    shadows the project's of the same name)."""
+    dirs = [Path(directory)] if directory is not None else recipe_dirs()
+    names: list[str] = []
+    for d in dirs:
+        names += [p.stem for p in sorted(d.glob("*.toml")) if p.stem not in names]
+    return [load_recipe(n, directory) for n in names]
