@@ -74,10 +74,11 @@ def tensor_progress(label: str, total: int, enabled: bool = True):
 MODELS_DIR_HELP = "Where files are placed, as MODELS_DIR/<repo>/<file> (the paths in checksums/RECIPE.sha256)."
 
 
-def target_and_draft_options(auto: bool):
+def target_and_draft_options(auto: bool, no_draft: bool = True):
     """``--model TARGET.gguf [--draft DRAFTER.gguf|auto] [--no-draft] [--fetch-draft]
     [--models-dir DIR]``, shared by serve, chat, generate and tune. With ``auto`` no
-    ``--draft`` means ``--draft auto`` (serve, chat); else the target alone (generate)."""
+    ``--draft`` means ``--draft auto`` (serve, chat); else the target alone (generate).
+    ``no_draft=False`` leaves ``--no-draft`` out (tune: nothing to tune without a drafter)."""
     default = " (the default)" if auto else ""
     draft_help = (
         "The gemma4-assistant MTP drafter GGUF, or auto" + default + ": the target's size is read from its "
@@ -91,7 +92,11 @@ def target_and_draft_options(auto: bool):
                     "--model", "target", required=True, type=click.Path(path_type=Path), help="The gemma4 target GGUF."
                 ),
                 click.option("--draft", "drafter", metavar="FILE|auto", help=draft_help),
-                click.option("--no-draft", is_flag=True, help="The target alone: no drafter, no speculation."),
+                *(
+                    [click.option("--no-draft", is_flag=True, help="The target alone: no drafter, no speculation.")]
+                    if no_draft
+                    else []
+                ),
                 click.option(
                     "--fetch-draft",
                     is_flag=True,
@@ -148,8 +153,8 @@ def profile_line(prof, choice) -> str:
 
 
 PROFILE_HELP = (
-    "auto (from nvidia-smi's GPU name and memory; cpu without one), rtx3050, gtx1650ti, cpu, a name "
-    "in ~/.config/gguf-exact/profiles (read first: where `gguf-exact tune` writes), or a .toml file."
+    "auto (from nvidia-smi's GPU name and memory; cpu without one), rtx3050, gtx1650ti, gtx1650ti-vulkan, cpu, "
+    "a name in ~/.config/gguf-exact/profiles (where `gguf-exact tune` writes, e.g. cpu-tuned), or a .toml file."
 )
 
 
@@ -554,8 +559,26 @@ def doctor() -> None:
     metavar="KEY=VALUE",
     help="Override a profile value, e.g. --set ctx-size=4096 --set spec-draft-n-max=1.",
 )
-@click.option("--host", default="127.0.0.1", show_default=True)
+@click.option(
+    "--host",
+    default="127.0.0.1",
+    show_default=True,
+    help="The address to listen on. Anything but this machine's own (127.0.0.1, ::1, localhost), "
+    "such as 0.0.0.0 for a laptop on the same network, needs --api-key (or --insecure).",
+)
 @click.option("--port", default=8080, show_default=True, type=int)
+@click.option(
+    "--api-key",
+    envvar="GGUF_EXACT_API_KEY",
+    metavar="KEY",
+    help="Clients must send this key (OpenAI clients: api_key=KEY; curl: -H 'Authorization: Bearer KEY'); "
+    "without it every request but /health gets HTTP 401. Both engines. Prefer the environment variable "
+    "$GGUF_EXACT_API_KEY: the key is passed to the server in its environment and never written to "
+    "the run folder or its logs.",
+)
+@click.option(
+    "--insecure", is_flag=True, help="Serve a --host other machines can reach without an API key: anyone may use it."
+)
 @click.option(
     "--server-bin", type=click.Path(path_type=Path), help="A llama-server to run instead of the cached build."
 )
@@ -591,6 +614,8 @@ def serve(
     overrides: tuple[str, ...],
     host: str,
     port: int,
+    api_key: str | None,
+    insecure: bool,
     server_bin: Path | None,
     detach: bool,
     dry_run: bool,
@@ -624,7 +649,7 @@ def serve(
     profile_choice.resolve_profile; the python engine: gguf_exact.serving.openai_server)
     """
     from gguf_exact.serving.memory_plan import plan_memory
-    from gguf_exact.serving.server import plan_launch, serve_foreground, server_status, start_server
+    from gguf_exact.serving.server import is_loopback, plan_launch, serve_foreground, server_status, start_server
 
     prof, choice = resolve_profile_option(profile)
     found_drafter, how = resolve_draft(target, drafter, no_draft, fetch_draft, models_dir, auto=True, dry_run=dry_run)
@@ -641,6 +666,8 @@ def serve(
         engine=engine,
         logprobs=logprobs,
         require_build=not dry_run,
+        api_key=api_key,
+        insecure=insecure,
     )
     pair = launch.pair
 
@@ -671,6 +698,10 @@ def serve(
         say(f"note: {launch.note}")
     if dry_run and found_drafter is None and how and "would be fetched" in how:
         say("note: the plan and command above are the target's alone until the drafter is there; run without --dry-run to fetch it")
+    if launch.api_key:
+        say("api key  required from clients (given to the server in its environment, not shown above)")
+    elif not is_loopback(host):
+        err.print(f"[yellow]warning:[/] --insecure: anyone who can reach {escape(host)} may use this server", soft_wrap=True)
     if dry_run:
         return
     proc, seconds = start_server(launch, detach, timeout)
@@ -679,7 +710,7 @@ def serve(
     )
     if pair.drafter is not None and not no_probe:
         try:
-            verdict = server_status(launch.port, launch.run_dir.parent, probe_request=True).speculation
+            verdict = server_status(launch.port, launch.run_dir.parent, probe_request=True, api_key=launch.api_key).speculation
         except GgufExactError as e:  # the server is up: say so, and keep serving
             verdict = None
             err.print(f"[yellow]warning:[/] draft-mtp not checked: {escape(str(e))}", soft_wrap=True)
@@ -689,7 +720,8 @@ def serve(
             else:
                 say(f"draft-mtp {verdict.line}")
     if detach:
-        say(f"detached; `gguf-exact status --port {port}` reports on it, `gguf-exact stop --port {port}` ends it")
+        key = " (with GGUF_EXACT_API_KEY set)" if launch.api_key else ""
+        say(f"detached; `gguf-exact status --port {port}`{key} reports on it, `gguf-exact stop --port {port}` ends it")
         return
     sys.exit(serve_foreground(launch, proc))
 
@@ -712,7 +744,13 @@ def _card_memory(profile, choice) -> tuple[int | None, str]:
 @click.option("--last", default=5, show_default=True, help="How many per-request acceptance lines to show.")
 @click.option("--json", "as_json", is_flag=True, help="Print the status as JSON.")
 @click.option("--probe", is_flag=True, help="Send one short request first, to see whether it drafts.")
-def status(port: int | None, last: int, as_json: bool, probe: bool) -> None:
+@click.option(
+    "--api-key",
+    envvar="GGUF_EXACT_API_KEY",
+    metavar="KEY",
+    help="The key of a server started with --api-key (default: $GGUF_EXACT_API_KEY); without it only health is read.",
+)
+def status(port: int | None, last: int, as_json: bool, probe: bool, api_key: str | None) -> None:
     """Health, models, speculation and draft acceptance of a served model.
 
     Draft counters come from /metrics (drafts, draft tokens, accepted tokens, the
@@ -725,7 +763,7 @@ def status(port: int | None, last: int, as_json: bool, probe: bool) -> None:
     """
     from gguf_exact.serving.server import server_status
 
-    st = server_status(port, last=last, probe_request=probe)
+    st = server_status(port, last=last, probe_request=probe, api_key=api_key)
     if as_json:
         click.echo(json.dumps(st.as_dict(), indent=2, default=str))
     else:
@@ -736,7 +774,9 @@ def status(port: int | None, last: int, as_json: bool, probe: bool) -> None:
         out.print(f"health       {st.health}", markup=False)
         out.print(f"target       {s['target']}", markup=False)
         out.print(f"drafter      {s.get('drafter') or '-'}", markup=False)
-        if st.running:
+        if st.needs_key:
+            out.print("api key      the server wants its API key: set GGUF_EXACT_API_KEY or pass --api-key", markup=False)
+        elif st.running:
             out.print(f"models       {', '.join(st.models) or '-'}", markup=False)
             spec = "-" if st.speculative is None else ("on" if st.speculative else "off")
             out.print(f"speculation  {spec}", markup=False)
@@ -777,8 +817,15 @@ def stop(port: int | None) -> None:
 
 
 @main.command()
-@target_and_draft_options(auto=True)
-@click.option("--profile", default="auto", show_default=True, help=PROFILE_HELP)
+@target_and_draft_options(auto=True, no_draft=False)
+@click.option("--profile", default="auto", show_default=True, help="The profile to start from: " + PROFILE_HELP)
+@click.option(
+    "--as",
+    "save_as",
+    metavar="NAME",
+    help="The name to save the tuned profile under (default: PROFILE-tuned, e.g. cpu-tuned). "
+    "Naming a profile shipped with gguf-exact (cpu, rtx3050, ...) replaces it for every later serve.",
+)
 @click.option(
     "--set", "overrides", multiple=True, metavar="KEY=VALUE", help="Override a profile value while measuring."
 )
@@ -802,10 +849,10 @@ def stop(port: int | None) -> None:
 def tune(
     target: Path,
     drafter: str | None,
-    no_draft: bool,
     fetch_draft: bool,
     models_dir: Path,
     profile: str,
+    save_as: str | None,
     overrides: tuple[str, ...],
     n_max_list: str,
     prompt_list: str | None,
@@ -815,23 +862,25 @@ def tune(
     out_dir: Path | None,
     no_write: bool,
 ) -> None:
-    """Measure tokens/s at each n-max on this machine; keep the best in a local profile.
+    """Measure tokens/s at each n-max on this machine; keep the best in a profile of its own.
 
     Starts llama-server with the profile once per arm (the target alone, then
     n-max 1, 2, 3, 4; one server at a time, arms forward then backward), runs the
-    shipped prompts against each and prints the table. The best n-max goes into a
-    copy of the profile in the user's profile folder ($GGUF_EXACT_PROFILES, else
-    ~/.config/gguf-exact/profiles/NAME.toml, the measurement in a comment at its
-    top); `--profile NAME` (and auto) read that copy before the project's
-    serve/NAME.toml, which is never written. Delete the copy to go back.
-    (Python: gguf_exact.serving.tune.tune_n_max, write_tuned_profile)
+    shipped prompts against each and prints the table. Its servers' run folders
+    are temporary: `status` never shows them. The best n-max goes into a copy
+    of the profile named PROFILE-tuned (cpu-tuned, rtx3050-tuned; --as NAME for
+    another) in the user's profile folder ($GGUF_EXACT_PROFILES, else
+    ~/.config/gguf-exact/profiles), the measurement in a comment at its top:
+    serve with `--profile cpu-tuned`. The profiles shipped with gguf-exact (and
+    what --profile auto picks) stay as they are unless --as names one. Delete
+    the copy to go back. (Python: gguf_exact.serving.tune.tune_n_max,
+    write_tuned_profile)
     """
-    from gguf_exact.serving.tune import tune_n_max, write_tuned_profile
+    from gguf_exact.serving.tune import shadows_builtin, tune_n_max, tuned_name, write_tuned_profile
     from gguf_exact.speculative.prompt_set import load_prompts
 
-    if no_draft:
-        raise GgufExactError("tune measures the drafter's n-max: --no-draft leaves nothing to tune")
     prof, choice = resolve_profile_option(profile)
+    name = tuned_name(prof, save_as)  # a bad --as stops here, before any measuring
     drafter, how = resolve_draft(target, drafter, False, fetch_draft, models_dir, auto=True)
     if how:
         err.print(f"drafter {drafter} ({how})", markup=False, soft_wrap=True)
@@ -863,13 +912,21 @@ def tune(
     args += ["--n-predict", str(n_predict), "--rounds", str(rounds)] + (
         ["--prompts", prompt_list] if prompt_list else []
     )
+    args += ["--as", save_as] if save_as else []
     command = shlex.join(["gguf-exact", "tune", *args, *(a for o in overrides for a in ("--set", o))])
-    dest = write_tuned_profile(prof, result, command)
+    dest = write_tuned_profile(prof, result, command, name=name)
     out.print(
-        f"wrote {dest}: spec-draft-n-max = {result.best_n_max}; `--profile {prof.name}` now reads it",
+        f"wrote {dest}: spec-draft-n-max = {result.best_n_max}; serve with `--profile {name}`",
         markup=False,
         soft_wrap=True,
     )
+    if shadows_builtin(name):
+        out.print(
+            f"note: it replaces the {name} profile shipped with gguf-exact for every later serve, chat and "
+            f"--profile auto; delete {dest} to go back",
+            markup=False,
+            soft_wrap=True,
+        )
 
 
 # --- Recipes: pinned fetch, pin, reproducible build (gguf_exact.hub.fetch / .pin / .build) ---
@@ -1174,14 +1231,22 @@ def repack(
 
 
 def sampling_options(command):
-    """--temperature --top-k --top-p --min-p --repeat-penalty --seed (llama-cpp-python's sampler)."""
+    """--temperature --top-k --top-p --min-p --repeat-penalty --seed (llama-cpp-python's sampler),
+    defaulting to llama-server's values except the temperature (greedy here)."""
+    from gguf_exact.serving.sampling_defaults import SERVER_SAMPLING as d
+
     for opt in reversed(
         [
-            click.option("--temperature", default=0.0, show_default=True, help="0 is greedy; above 0 samples."),
-            click.option("--top-k", default=40, show_default=True),
-            click.option("--top-p", default=0.95, show_default=True),
-            click.option("--min-p", default=0.05, show_default=True),
-            click.option("--repeat-penalty", default=1.0, show_default=True, help="1.0 is off."),
+            click.option(
+                "--temperature",
+                default=0.0,
+                show_default=True,
+                help=f"0 is greedy; above 0 samples (both servers default to {d['temperature']}).",
+            ),
+            click.option("--top-k", default=d["top_k"], show_default=True),
+            click.option("--top-p", default=d["top_p"], show_default=True),
+            click.option("--min-p", default=d["min_p"], show_default=True),
+            click.option("--repeat-penalty", default=d["repeat_penalty"], show_default=True, help="1.0 is off."),
             click.option("--seed", type=int, help="Sampler seed: the same seed gives the same text, drafter or not."),
         ]
     ):

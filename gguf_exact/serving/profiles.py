@@ -38,6 +38,8 @@ RESERVED = {
     "port": "--port",
     "metrics": "(always on)",
     "log-file": "(the run directory)",
+    "api-key": "--api-key or $GGUF_EXACT_API_KEY (kept out of the run folder)",
+    "api-key-file": "--api-key or $GGUF_EXACT_API_KEY (kept out of the run folder)",
 }
 _KEY = re.compile(r"[a-z0-9][a-z0-9-]*")
 

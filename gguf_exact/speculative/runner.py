@@ -25,19 +25,21 @@ from typing import Any, Sequence
 import llama_cpp
 
 from gguf_exact.errors import GgufExactError
+from gguf_exact.serving.sampling_defaults import SERVER_SAMPLING
 from gguf_exact.speculative.engine import MtpLlama, live_contexts
 from gguf_exact.speculative.generation import Generation
 
 
 @dataclass(frozen=True)
 class Sampling:
-    """llama-cpp-python's sampler settings; ``temperature`` 0 is greedy."""
+    """llama-cpp-python's sampler settings; ``temperature`` 0 is greedy. The others
+    default to llama-server's (:data:`gguf_exact.serving.sampling_defaults.SERVER_SAMPLING`)."""
 
     temperature: float = 0.0
-    top_k: int = 40
-    top_p: float = 0.95
-    min_p: float = 0.05
-    repeat_penalty: float = 1.0
+    top_k: int = int(SERVER_SAMPLING["top_k"])
+    top_p: float = SERVER_SAMPLING["top_p"]
+    min_p: float = SERVER_SAMPLING["min_p"]
+    repeat_penalty: float = SERVER_SAMPLING["repeat_penalty"]
     seed: int | None = None
 
     def generate_kwargs(self) -> dict[str, Any]:
