@@ -237,10 +237,14 @@ def main() -> None:
     level, with scales chosen so values decode to the source bits.
 
     \b
-    Typical use:
-      gguf-exact inspect ./gemma-4-E2B-it-qat-q4_0-unquantized-assistant
-      gguf-exact convert ./assistant drafter.gguf --vocab-from gemma-4-E2B-it.gguf
-      gguf-exact compare --source ./assistant drafter.gguf drafter-q8_0.gguf
+    Try it offline on tiny models:
+      gguf-exact make-tiny build/tiny
+      gguf-exact convert build/tiny/drafter-hf build/tiny/drafter.gguf --vocab-from build/tiny/target.gguf
+      gguf-exact repack --donor build/tiny/main-q4_0.gguf --source build/tiny/main-hf build/tiny/main-exact.gguf
+    Real models:
+      gguf-exact recipes                      what fetch, pin and build know
+      gguf-exact fetch e2b-assistant          the published exact E2B drafter
+      gguf-exact serve --model gemma-4-E2B_q4_0-it.gguf --fetch-draft
     """
 
 

@@ -1,7 +1,7 @@
 """Token-level generation on the engine, for ``generate``, ``bench``, the demo and the tests.
 
 >>> from gguf_exact.speculative.runner import Runner
->>> with Runner("gemma-4-E2B-it.gguf", draft="assistant-q4_0-exact.gguf") as r:
+>>> with Runner("gemma-4-E2B_q4_0-it.gguf", draft="gemma-4-E2B-it-qat-assistant-q4_0-exact.gguf") as r:
 ...     g = r.generate("def fib(n):", n_predict=64, n_max=2)
 ...     print(g.text, g.acceptance_rate, g.tokens_per_target_pass)
 
