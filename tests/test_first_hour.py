@@ -336,3 +336,36 @@ def test_status_json_of_the_readme_names_no_key(tmp_path):
     _write_state(launch, 1, True)
     state = json.loads((tmp_path / "run" / "server.json").read_text())
     assert state["api_key"] is True and "s3cret" not in (tmp_path / "run" / "server.json").read_text()
+
+
+# --- in-process generation (the llama extra) ------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def agreeing(tmp_path_factory) -> tuple[Path, Path]:
+    """The agreeing pair: the target repeats its last token, the drafter says so too."""
+    from gguf_exact.drafter.convert import convert_drafter
+    from gguf_exact.tiny.models import write_agreeing_pair
+
+    target, hf = write_agreeing_pair(tmp_path_factory.mktemp("agreeing"))
+    return target, convert_drafter(hf, hf.parent / "drafter.gguf", target).path
+
+
+def test_generate_stop_at_a_blank_line_as_the_readme_writes_it(agreeing):
+    """`--stop "\\n\\n"` reaches the command as backslash-n twice (what a shell passes):
+    it stops at the first blank line. The agreeing target repeats a prompt's final newline."""
+    target, drafter = agreeing
+    base = ["generate", "--model", target, "--draft", drafter, "--prompt", "x y\n", "--n-predict", 8, "--json"]
+    free = json.loads(run(*base).stdout)
+    assert free["text"] == "\n" * 8 and len(free["tokens"]) == 8
+    assert free["n_max"] == 2 and free["drafts_accepted"] > 0  # the default n-max, as chat and the cpu profile
+    stopped = json.loads(run(*base, "--stop", r"\n\n").stdout)
+    assert stopped["text"] == "" and stopped["tokens"] == free["tokens"][:2]
+
+
+def test_chat_stats_say_one_reply():
+    from gguf_exact.speculative.chat import stats_line
+    from gguf_exact.speculative.engine import SpecTotals
+
+    assert stats_line(SpecTotals(requests=1, tokens=1)).startswith("1 reply, 1 token; ")
+    assert stats_line(SpecTotals(requests=2, tokens=40)).startswith("2 replies, 40 tokens; ")

@@ -274,7 +274,7 @@ def test_chat_command_streams_and_reports(pairs):
     assert res.exit_code == 0, res.output
     assert "n-max 2, context 512 tokens" in res.output
     assert res.output.count("acceptance 100.0%") == 2  # /stats and the closing figures
-    assert "1 replies, 16 tokens" in res.output and "2 replies, 32 tokens" in res.output
+    assert "1 reply, 16 tokens" in res.output and "2 replies, 32 tokens" in res.output
     assert "tokens per target pass" in res.output and "tokens/s" in res.output
 
 
