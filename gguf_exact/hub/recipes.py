@@ -211,5 +211,5 @@ def all_recipes(directory: Path | None = None) -> list[Recipe]:
     dirs = [Path(directory)] if directory is not None else recipe_dirs()
     names: list[str] = []
     for d in dirs:
-        names += [p.stem for p in sorted(d.glob("*.toml")) if p.stem not in names]
+        names += [s for s in sorted(p.stem for p in d.glob("*.toml")) if s not in names]
     return [load_recipe(n, directory) for n in names]
