@@ -26,7 +26,6 @@ from gguf_exact import __version__
 from gguf_exact.errors import GgufExactError
 
 
-
 def _width() -> int | None:
     """The terminal's width on a terminal; off one (pipes, CI logs) ``$COLUMNS`` when set,
     else 160, so logs keep whole tensor names."""
@@ -690,7 +689,9 @@ def serve(
         say(f"{'total':<8} {pair.target.weight_bytes + pair.drafter.weight_bytes:,} bytes of weights")
     say(profile_line(launch.profile, choice))
     plan = plan_memory(pair.target.path, pair.drafter.path if pair.drafter else None, launch.profile, engine)
-    sized = "llama.cpp sizes them" + (" for the python engine (one sequence, whole SWA cache)" if engine == "python" else "")
+    sized = "llama.cpp sizes them" + (
+        " for the python engine (one sequence, whole SWA cache)" if engine == "python" else ""
+    )
     say(f"memory plan ({'GPU' if plan.gpu else 'CPU'}, estimated from the GGUF headers as {sized}):")
     for line in plan.lines():
         say(line)
@@ -701,11 +702,15 @@ def serve(
     if launch.note:
         say(f"note: {launch.note}")
     if dry_run and found_drafter is None and how and "would be fetched" in how:
-        say("note: the plan and command above are the target's alone until the drafter is there; run without --dry-run to fetch it")
+        say(
+            "note: the plan and command above are the target's alone until the drafter is there; run without --dry-run to fetch it"
+        )
     if launch.api_key:
         say("api key  required from clients (given to the server in its environment, not shown above)")
     elif not is_loopback(host):
-        err.print(f"[yellow]warning:[/] --insecure: anyone who can reach {escape(host)} may use this server", soft_wrap=True)
+        err.print(
+            f"[yellow]warning:[/] --insecure: anyone who can reach {escape(host)} may use this server", soft_wrap=True
+        )
     if dry_run:
         return
     proc, seconds = start_server(launch, detach, timeout)
@@ -714,7 +719,9 @@ def serve(
     )
     if pair.drafter is not None and not no_probe:
         try:
-            verdict = server_status(launch.port, launch.run_dir.parent, probe_request=True, api_key=launch.api_key).speculation
+            verdict = server_status(
+                launch.port, launch.run_dir.parent, probe_request=True, api_key=launch.api_key
+            ).speculation
         except GgufExactError as e:  # the server is up: say so, and keep serving
             verdict = None
             err.print(f"[yellow]warning:[/] draft-mtp not checked: {escape(str(e))}", soft_wrap=True)
@@ -779,7 +786,9 @@ def status(port: int | None, last: int, as_json: bool, probe: bool, api_key: str
         out.print(f"target       {s['target']}", markup=False)
         out.print(f"drafter      {s.get('drafter') or '-'}", markup=False)
         if st.needs_key:
-            out.print("api key      the server wants its API key: set GGUF_EXACT_API_KEY or pass --api-key", markup=False)
+            out.print(
+                "api key      the server wants its API key: set GGUF_EXACT_API_KEY or pass --api-key", markup=False
+            )
         elif st.running:
             out.print(f"models       {', '.join(st.models) or '-'}", markup=False)
             spec = "-" if st.speculative is None else ("on" if st.speculative else "off")

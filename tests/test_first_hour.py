@@ -70,7 +70,9 @@ def test_readme_offline_loop_runs_as_written(tmp_path, monkeypatch):
     assert "QAT 4-bit: all 23 weight matrices are on the Q4_0 grid" in results["inspect"][0]
     assert "67 tensors re-packed as exact Q4_0, 63 copied" in results["repack"][0]
     # compare on main models (it refused them before): the donor and the re-pack, measured
-    rows = {n: ln for ln in results["compare"][0].splitlines() for n in ("main-q4_0.gguf", "main-exact.gguf") if n in ln}
+    rows = {
+        n: ln for ln in results["compare"][0].splitlines() for n in ("main-q4_0.gguf", "main-exact.gguf") if n in ln
+    }
     size = {n: (tiny / n).stat().st_size for n in ("main-q4_0.gguf", "main-exact.gguf")}
     assert f"{size['main-q4_0.gguf']:,}" in rows["main-q4_0.gguf"]
     assert "60.6091%" in rows["main-q4_0.gguf"] and "Q6_K x2" in rows["main-q4_0.gguf"]
@@ -81,9 +83,11 @@ def test_readme_offline_loop_runs_as_written(tmp_path, monkeypatch):
 def test_readme_repack_table_is_what_repack_prints(tmp_path, narrow):
     """The per-kind table in README ("Re-pack a main model") is the command's own output at 80 columns."""
     assert run("make-tiny", tmp_path).exit_code == 0
-    r = run("repack", "--donor", tmp_path / "main-q4_0.gguf", "--source", tmp_path / "main-hf", tmp_path / "main-exact.gguf")
+    r = run(
+        "repack", "--donor", tmp_path / "main-q4_0.gguf", "--source", tmp_path / "main-hf", tmp_path / "main-exact.gguf"
+    )
     assert r.exit_code == 0, r.output
-    start = README.index("The tiny main model of \"Try it offline\", on an 80-column terminal")
+    start = README.index('The tiny main model of "Try it offline", on an 80-column terminal')
     block = re.search(r"```\n(.*?)```", README[start:], re.S).group(1)
     expected = [ln.removeprefix("  ").rstrip() for ln in block.splitlines() if ln.strip()]
     printed = [ln.rstrip() for ln in r.stdout.splitlines()]
@@ -120,7 +124,9 @@ def test_inspect_fits_80_columns_and_keeps_every_name(tiny, tmp_path, narrow):
         assert r.exit_code == 0, r.output
         assert max(len(ln) for ln in r.stdout.splitlines()) <= 80
         prefix = re.search(r"\(… =\s+(\S+)\)", r.stdout).group(1)  # the title may wrap
-        shown = [n.replace("…", prefix, 1) if n.startswith("…") else n for n in wrapped_first_column(r.stdout, "tensor")]
+        shown = [
+            n.replace("…", prefix, 1) if n.startswith("…") else n for n in wrapped_first_column(r.stdout, "tensor")
+        ]
         with Checkpoint(src) as ckpt:
             assert shown == sorted(ckpt.tensors)  # every name whole: nothing cut with an ellipsis
     assert prefix == "model.language_model.layers."
@@ -271,7 +277,10 @@ def test_memory_plan_of_the_python_engine(tmp_path):
     same = plan_memory(t, d, rtx.with_overrides(["swa-full=true", "parallel=1", "batch-size=512"]))
     assert [c.bytes for c in same.kv] == [c.bytes for c in python.kv]
     readme = " ".join(README.split())
-    assert "`KV cache 144.00 MiB GPU (context 8,192: non-SWA 8,192 cells x 3 layers, SWA 8,192 cells x 12 layers)`" in readme
+    assert (
+        "`KV cache 144.00 MiB GPU (context 8,192: non-SWA 8,192 cells x 3 layers, SWA 8,192 cells x 12 layers)`"
+        in readme
+    )
 
 
 # --- serving safety: --host off loopback needs a key ----------------------------------------

@@ -98,7 +98,9 @@ def test_the_wheel_runs_outside_the_checkout(installed, work):
     r = gguf_exact(installed, work, "fetch", "nope")
     assert r.returncode == 1 and "known recipes: e2b, e2b-assistant, e4b, e4b-assistant" in r.stderr
     # make-tiny -> convert -> verify
-    r = gguf_exact(installed, work, "convert", "tiny/drafter-hf", "tiny/drafter.gguf", "--vocab-from", "tiny/target.gguf")
+    r = gguf_exact(
+        installed, work, "convert", "tiny/drafter-hf", "tiny/drafter.gguf", "--vocab-from", "tiny/target.gguf"
+    )
     assert r.returncode == 0, r.stderr
     assert "verified: " in r.stdout and "largest error 1 bf16 ULP" in r.stdout
     digest = r.stdout.split("sha256 ")[1].split()[0]
@@ -112,8 +114,13 @@ def test_pin_writes_the_user_folder_and_fetch_reads_it(installed, work):
     """`fetch --what target` needs the target pinned; an installed gguf-exact's `pin` writes
     ~/.config/gguf-exact/checksums/, which fetch then reads (a loopback Hub)."""
     package = Path(
-        subprocess.run([installed / "python", "-c", "import gguf_exact; print(gguf_exact.__file__)"],
-                       cwd=work, capture_output=True, text=True, check=True).stdout.strip()  # fmt: skip
+        subprocess.run(
+            [installed / "python", "-c", "import gguf_exact; print(gguf_exact.__file__)"],
+            cwd=work,
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()  # fmt: skip
     ).parent
     shipped = package / "_data" / "checksums" / "e2b-assistant.sha256"
     before = shipped.read_bytes()

@@ -29,8 +29,8 @@ else:  # pragma: no cover
     import tomli as tomllib
 
 from gguf_exact.errors import GgufExactError
-from gguf_exact.hub.names import check_repo_id, check_revision, relative_path_problem
 from gguf_exact.hub.checksums import user_checksums_dir
+from gguf_exact.hub.names import check_repo_id, check_revision, relative_path_problem
 from gguf_exact.resources import is_installed_data, shipped_dir, user_config_dir
 
 RECIPES_DIR = shipped_dir("convert")  # the project's convert/ (a wheel carries a copy)

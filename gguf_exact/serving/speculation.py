@@ -102,7 +102,9 @@ def probe(url: str, timeout: float = 120.0, api_key: str | None = None) -> tuple
     before = get_metrics(base, api_key)
     body = {"prompt": PROBE_PROMPT, "max_tokens": PROBE_TOKENS, "temperature": 0.0}
     req = urllib.request.Request(
-        base + "/v1/completions", json.dumps(body).encode(), {"Content-Type": "application/json"} | auth_headers(api_key)
+        base + "/v1/completions",
+        json.dumps(body).encode(),
+        {"Content-Type": "application/json"} | auth_headers(api_key),
     )
     try:
         with urllib.request.urlopen(req, timeout=timeout) as r:

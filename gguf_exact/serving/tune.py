@@ -70,7 +70,13 @@ def tune_n_max(
         for order, (rnd, arm) in enumerate(alternating_order(arms, rounds)):
             sets = list(overrides) + ([f"{N_MAX_KEY}={arm.n_max}"] if arm.n_max else [])
             launch = plan_launch(
-                target, drafter if arm.n_max else None, profile, sets, port=free_port(), server_bin=server_bin, runs=root
+                target,
+                drafter if arm.n_max else None,
+                profile,
+                sets,
+                port=free_port(),
+                server_bin=server_bin,
+                runs=root,
             )
             start_server(launch, detach=True, timeout=600)
             try:
@@ -155,7 +161,9 @@ def tuned_name(base: Profile, name: str | None = None) -> str:
     if name is None:
         return base.name if base.name.endswith(TUNED_SUFFIX) else base.name + TUNED_SUFFIX
     if not _NAME.fullmatch(name) or name.endswith(".toml"):
-        raise GgufExactError(f"--as {name!r}: a profile name is letters, digits, '.', '_' and '-' (no .toml), e.g. cpu-tuned")
+        raise GgufExactError(
+            f"--as {name!r}: a profile name is letters, digits, '.', '_' and '-' (no .toml), e.g. cpu-tuned"
+        )
     return name
 
 
