@@ -689,10 +689,10 @@ def serve(
         say(f"{'total':<8} {pair.target.weight_bytes + pair.drafter.weight_bytes:,} bytes of weights")
     say(profile_line(launch.profile, choice))
     plan = plan_memory(pair.target.path, pair.drafter.path if pair.drafter else None, launch.profile, engine)
-    sized = "llama.cpp sizes them" + (
-        " for the python engine (one sequence, whole SWA cache)" if engine == "python" else ""
+    engine_note = "python engine: one sequence, the whole SWA cache; " if engine == "python" else ""
+    say(
+        f"memory plan ({'GPU' if plan.gpu else 'CPU'}, {engine_note}estimated from the GGUF headers as llama.cpp sizes them):"
     )
-    say(f"memory plan ({'GPU' if plan.gpu else 'CPU'}, estimated from the GGUF headers as {sized}):")
     for line in plan.lines():
         say(line)
     warning = plan.warning(*_card_memory(launch.profile, choice))

@@ -276,6 +276,14 @@ def test_memory_plan_of_the_python_engine(tmp_path):
     # the same caches llama-server would make with the python engine's settings
     same = plan_memory(t, d, rtx.with_overrides(["swa-full=true", "parallel=1", "batch-size=512"]))
     assert [c.bytes for c in same.kv] == [c.bytes for c in python.kv]
+    # what serve prints for each engine
+    base = ["serve", "--model", t, "--draft", d, "--profile", "rtx3050", "--dry-run"]
+    env = {"GGUF_EXACT_RUN_DIR": str(tmp_path / "run")}
+    for engine, mib in (("llama-server", "60.00"), ("python", "144.00")):
+        r = run(*base, "--engine", engine, env=env)
+        assert r.exit_code == 0, r.output
+        assert re.search(rf"\n  KV cache +{mib} MiB GPU  \(context 8,192", r.stdout), r.stdout
+    assert "memory plan (GPU, python engine: one sequence, the whole SWA cache; estimated from the GGUF" in r.stdout
     readme = " ".join(README.split())
     assert (
         "`KV cache 144.00 MiB GPU (context 8,192: non-SWA 8,192 cells x 3 layers, SWA 8,192 cells x 12 layers)`"
