@@ -99,8 +99,8 @@ def target_and_draft_options(auto: bool, no_draft: bool = True):
                 click.option(
                     "--fetch-draft",
                     is_flag=True,
-                    help="When no drafter is found, fetch the one the recipes in convert/ name for the target's size "
-                    "(pinned commit, sha256 checked) into --models-dir. $GGUF_EXACT_RECIPES: another recipes folder.",
+                    help="When no drafter is found, fetch the exact one a recipe (`gguf-exact recipes`) names for the "
+                    "target's size (pinned commit, sha256 checked) into --models-dir; with --dry-run, only say where.",
                 ),
                 click.option(
                     "--models-dir",
@@ -642,8 +642,8 @@ def serve(
     same vocabulary, sha256 against checksums/ for listed files), prints the weight
     bytes, the memory plan (weights, KV cache at the profile's context, drafter,
     compute buffers; a warning when it exceeds the card) and the exact server
-    command, starts it on 127.0.0.1 (llama-server with --metrics), waits for
-    /health, sends one short probe request and says whether draft-mtp is drafting
+    command, starts it on 127.0.0.1 (llama-server with --metrics; another --host
+    needs --api-key or --insecure), waits for /health, sends one short probe request and says whether draft-mtp is drafting
     (or that llama.cpp left speculation off), then stays in the foreground (Ctrl-C
     stops it) unless --detach. --engine python serves /v1/chat/completions,
     /v1/completions, /v1/models, /health and /metrics from llama-cpp-python
