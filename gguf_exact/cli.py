@@ -4,9 +4,11 @@ of the Python API (named in its help), so scripts and the Makefile can do the sa
 import contextlib
 import json
 import os
+import re
 import shlex
 import sys
 from pathlib import Path
+from typing import Callable
 
 import click
 from rich.console import Console
@@ -23,8 +25,19 @@ from rich.table import Table
 from gguf_exact import __version__
 from gguf_exact.errors import GgufExactError
 
-# Off a terminal (pipes, CI logs) rich would wrap tables at 80 columns; tensor names need more.
-out = Console(highlight=False, width=None if sys.stdout.isatty() else 160)
+
+def _width() -> int | None:
+    """The terminal's width on a terminal; off one (pipes, CI logs) ``$COLUMNS`` when set,
+    else 160, so logs keep whole tensor names."""
+    if sys.stdout.isatty():
+        return None
+    try:
+        return max(40, int(os.environ.get("COLUMNS", "")))
+    except ValueError:
+        return 160
+
+
+out = Console(highlight=False, width=_width())
 err = Console(stderr=True, highlight=False)
 
 
@@ -60,10 +73,11 @@ def tensor_progress(label: str, total: int, enabled: bool = True):
 MODELS_DIR_HELP = "Where files are placed, as MODELS_DIR/<repo>/<file> (the paths in checksums/RECIPE.sha256)."
 
 
-def target_and_draft_options(auto: bool):
+def target_and_draft_options(auto: bool, no_draft: bool = True):
     """``--model TARGET.gguf [--draft DRAFTER.gguf|auto] [--no-draft] [--fetch-draft]
     [--models-dir DIR]``, shared by serve, chat, generate and tune. With ``auto`` no
-    ``--draft`` means ``--draft auto`` (serve, chat); else the target alone (generate)."""
+    ``--draft`` means ``--draft auto`` (serve, chat); else the target alone (generate).
+    ``no_draft=False`` leaves ``--no-draft`` out (tune: nothing to tune without a drafter)."""
     default = " (the default)" if auto else ""
     draft_help = (
         "The gemma4-assistant MTP drafter GGUF, or auto" + default + ": the target's size is read from its "
@@ -77,12 +91,16 @@ def target_and_draft_options(auto: bool):
                     "--model", "target", required=True, type=click.Path(path_type=Path), help="The gemma4 target GGUF."
                 ),
                 click.option("--draft", "drafter", metavar="FILE|auto", help=draft_help),
-                click.option("--no-draft", is_flag=True, help="The target alone: no drafter, no speculation."),
+                *(
+                    [click.option("--no-draft", is_flag=True, help="The target alone: no drafter, no speculation.")]
+                    if no_draft
+                    else []
+                ),
                 click.option(
                     "--fetch-draft",
                     is_flag=True,
-                    help="When no drafter is found, fetch the one the recipes in convert/ name for the target's size "
-                    "(pinned commit, sha256 checked) into --models-dir. $GGUF_EXACT_RECIPES: another recipes folder.",
+                    help="When no drafter is found, fetch the exact one a recipe (`gguf-exact recipes`) names for the "
+                    "target's size (pinned commit, sha256 checked) into --models-dir; with --dry-run, only say where.",
                 ),
                 click.option(
                     "--models-dir",
@@ -100,13 +118,20 @@ def target_and_draft_options(auto: bool):
 
 
 def resolve_draft(
-    target: Path, drafter: str | None, no_draft: bool, fetch_draft: bool, models_dir: Path, auto: bool
+    target: Path,
+    drafter: str | None,
+    no_draft: bool,
+    fetch_draft: bool,
+    models_dir: Path,
+    auto: bool,
+    dry_run: bool = False,
 ) -> tuple[Path | None, str | None]:
     """The drafter the draft options name (:func:`gguf_exact.serving.drafter_lookup.resolve_drafter`),
-    and how it was found (None when given as a file)."""
+    and how it was found (None when given as a file). ``dry_run``: nothing is downloaded
+    (the path is then None and ``how`` says where it would go)."""
     from gguf_exact.serving.drafter_lookup import resolve_drafter
 
-    found = resolve_drafter(target, drafter, no_draft, models_dir, fetch_draft, default_auto=auto)
+    found = resolve_drafter(target, drafter, no_draft, models_dir, fetch_draft, default_auto=auto, dry_run=dry_run)
     return found.path, (None if found.how == "--draft" else found.how)
 
 
@@ -127,13 +152,78 @@ def profile_line(prof, choice) -> str:
 
 
 PROFILE_HELP = (
-    "auto (from nvidia-smi's GPU name and memory; cpu without one), rtx3050, gtx1650ti, cpu, a name "
-    "in ~/.config/gguf-exact/profiles (read first: where `gguf-exact tune` writes), or a .toml file."
+    "auto (from nvidia-smi's GPU name and memory; cpu without one), rtx3050, gtx1650ti, gtx1650ti-vulkan, cpu, "
+    "a name in ~/.config/gguf-exact/profiles (where `gguf-exact tune` writes, e.g. cpu-tuned), or a .toml file."
 )
 
 
-def pct(x: float | None) -> str:
-    return "-" if x is None else f"{x:.4%}"
+def results_dir(kind: str) -> Path:
+    """``<cache>/<kind>/<date-time>``: where ``bench`` and ``tune`` write without ``--out``
+    (not the folder the command happens to run in)."""
+    import time
+
+    from gguf_exact.serving.llama_build import cache_root
+
+    return cache_root() / kind / time.strftime("%Y%m%d-%H%M%S")
+
+
+def common_prefix(names: list[str]) -> str:
+    """The longest dotted prefix (``model.language_model.``) that at least 80% of the
+    names share, or "" when none is worth taking out."""
+    counts: dict[str, int] = {}
+    for name in names:
+        for i, ch in enumerate(name[:-1]):
+            if ch == ".":
+                counts[name[: i + 1]] = counts.get(name[: i + 1], 0) + 1
+    shared = [p for p, n in counts.items() if n >= max(2, 0.8 * len(names)) and len(p) >= 6]
+    return max(shared, key=len, default="")
+
+
+def fitted_table(
+    title: str, columns: list[tuple[str, str]], rows: Callable[[bool], list[list[str]]], wrap: tuple[int, ...] = (0,)
+) -> Table:
+    """A table under ``columns`` ((header, justify) pairs) that fits the console.
+
+    ``rows(compact)`` gives the cells, the first column a name. As it is when it fits;
+    else compact: figures as ``rows(True)`` gives them (fewer digits), no vertical
+    rules, the prefix most names share shown once in the title and as "…" in them, and
+    the names (and the columns in ``wrap``) wrapped, never cut short."""
+    from rich import box
+
+    def build(compact: bool) -> Table:
+        cells = rows(compact)
+        names = [r[0] for r in cells]
+        prefix = common_prefix(names) if compact else ""
+        caption = f"{title} (… = {prefix})" if prefix else title
+        table = Table(
+            title=caption,
+            box=box.SIMPLE_HEAD if compact else box.HEAVY_HEAD,
+            pad_edge=not compact,
+            collapse_padding=compact,
+            show_edge=not compact,
+        )
+        for i, (header, justify) in enumerate(columns):
+            table.add_column(header, justify=justify, overflow="fold", no_wrap=i not in wrap)
+        for name, row in zip(names, cells):
+            table.add_row("…" + name[len(prefix) :] if prefix and name.startswith(prefix) else name, *row[1:])
+        return table
+
+    table = build(False)
+    if table.__rich_measure__(out, out.options).maximum <= out.width:
+        return table
+    return build(True)
+
+
+def human_size(n: int) -> str:
+    """``46,080`` -> ``45.0 KiB``; ``2,415,919,104`` -> ``2.25 GiB``."""
+    for unit, size in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n >= size:
+            return f"{n / size:,.2f} {unit}" if unit == "GiB" else f"{n / size:,.1f} {unit}"
+    return f"{n:,} B"
+
+
+def pct(x: float | None, digits: int = 4) -> str:
+    return "-" if x is None else f"{x:.{digits}%}"
 
 
 @click.group(cls=Group)
@@ -146,10 +236,14 @@ def main() -> None:
     level, with scales chosen so values decode to the source bits.
 
     \b
-    Typical use:
-      gguf-exact inspect ./gemma-4-E2B-it-qat-q4_0-unquantized-assistant
-      gguf-exact convert ./assistant drafter.gguf --vocab-from gemma-4-E2B-it.gguf
-      gguf-exact compare --source ./assistant drafter.gguf drafter-q8_0.gguf
+    Try it offline on tiny models:
+      gguf-exact make-tiny build/tiny
+      gguf-exact convert build/tiny/drafter-hf build/tiny/drafter.gguf --vocab-from build/tiny/target.gguf
+      gguf-exact repack --donor build/tiny/main-q4_0.gguf --source build/tiny/main-hf build/tiny/main-exact.gguf
+    Real models:
+      gguf-exact recipes                      what fetch, pin and build know
+      gguf-exact fetch e2b-assistant          the published exact E2B drafter
+      gguf-exact serve --model gemma-4-E2B_q4_0-it.gguf --fetch-draft
     """
 
 
@@ -175,20 +269,18 @@ def inspect(src_dir: Path, as_json: bool) -> None:
     if as_json:
         click.echo(json.dumps(report.as_dict(), indent=2))
         return
-    table = Table(title=str(src_dir))
-    for col in ("tensor", "shape", "dtype", "blocks", "on grid", "bit-exact", "planned"):
-        table.add_column(col, justify="right" if col in ("blocks", "on grid", "bit-exact") else "left")
-    for t in report.tensors:
-        table.add_row(
-            t.name,
-            "x".join(map(str, t.shape)) or "scalar",
-            t.dtype,
-            str(t.blocks or "-"),
-            pct(t.on_grid_fraction),
-            pct(t.exact_fraction),
-            t.planned,
-        )
-    out.print(table)
+    columns = [("tensor", "left"), ("shape", "left"), ("dtype", "left"), ("blocks", "right")]
+    columns += [("on grid", "right"), ("bit-exact", "right"), ("planned", "left")]
+
+    def rows(compact: bool) -> list[list[str]]:
+        d = 2 if compact else 4
+        return [
+            [t.name, "x".join(map(str, t.shape)) or "scalar", t.dtype, str(t.blocks or "-")]
+            + [pct(t.on_grid_fraction, d), pct(t.exact_fraction, d), t.planned]
+            for t in report.tensors
+        ]
+
+    out.print(fitted_table(str(src_dir), columns, rows))
     out.print(("[green]" if report.is_qat else "[yellow]") + report.verdict)
 
 
@@ -206,7 +298,7 @@ def inspect(src_dir: Path, as_json: bool) -> None:
 @click.option("--expect-sha256", help="Fail, leaving no output, unless the file has this sha256.")
 @click.option(
     "--off-grid",
-    type=click.Choice(["q8_0", "f16", "bf16"]),
+    type=click.Choice(["q8_0", "f16", "bf16", "f32"]),
     help="Store matrices that are off the grid in this type instead of stopping.",
 )
 def convert(
@@ -364,21 +456,26 @@ def verify(
 )
 @click.argument("gguf_paths", nargs=-1, required=True, type=click.Path(path_type=Path))
 def compare(source: Path, gguf_paths: tuple[Path, ...]) -> None:
-    """Put drafter GGUFs side by side: size, type mix, error against the source.
+    """Put GGUF files made from one checkpoint side by side: size, type mix, error.
 
-    For example the exact Q4_0 file beside a Q8_0 or bf16 one made by llama.cpp's
-    converter. (Python: gguf_exact.compare_files)
+    Drafters (e.g. the exact Q4_0 file beside a Q8_0 or bf16 one made by llama.cpp's
+    converter) or main models (e.g. Google's QAT GGUF beside its `repack`), each
+    measured against SOURCE, not judged. (Python: gguf_exact.compare_files)
     """
     from gguf_exact.drafter.compare import compare_files
 
-    rows = compare_files(source, list(gguf_paths))
-    table = Table()
-    for col in ("file", "bytes", "types", "bit-exact", "rel. error", "max ULP"):
-        table.add_column(col, justify="left" if col in ("file", "types") else "right")
-    for r in rows:
-        mix = ", ".join(f"{k} x{v}" for k, v in sorted(r.type_mix.items()))
-        table.add_row(r.path, f"{r.bytes:,}", mix, pct(r.exact_fraction), f"{r.rel_error:.3e}", str(r.max_ulps))
-    out.print(table)
+    found = compare_files(source, list(gguf_paths))
+    columns = [("file", "left"), ("bytes", "right"), ("types", "left"), ("bit-exact", "right")]
+    columns += [("rel. error", "right"), ("max ULP", "right")]
+
+    def rows(compact: bool) -> list[list[str]]:
+        return [
+            [r.path, f"{r.bytes:,}", ", ".join(f"{k} x{v}" for k, v in sorted(r.type_mix.items()))]
+            + [pct(r.exact_fraction, 2 if compact else 4), f"{r.rel_error:.3e}", str(r.max_ulps)]
+            for r in found
+        ]
+
+    out.print(fitted_table(f"against {source}", columns, rows, wrap=(0, 2)))
 
 
 @main.command("make-tiny")
@@ -399,25 +496,43 @@ def compare(source: Path, gguf_paths: tuple[Path, ...]) -> None:
     help="Also write the speculation pairs (random, agreeing, mixed, hidden) as OUT_DIR/pairs/NAME/{target,drafter}.gguf.",
 )
 def make_tiny(out_dir: Path, seed: int, step_kind: str, with_pairs: bool) -> None:
-    """Write a tiny gemma4 target GGUF and a tiny QAT drafter checkpoint.
+    """Write tiny models to try every command offline, in a second.
 
-    OUT_DIR/target.gguf and OUT_DIR/drafter-hf/ are a pair that llama.cpp runs
-    together: the demo's inputs, and a quick way to try every command offline.
+    \b
+    OUT_DIR/target.gguf      a tiny gemma4 target GGUF
+    OUT_DIR/drafter-hf/      a tiny QAT drafter checkpoint for it (convert it
+                             with --vocab-from OUT_DIR/target.gguf)
+    OUT_DIR/main-hf/         a tiny QAT main-model checkpoint (E2B's structure)
+    OUT_DIR/main-q4_0.gguf   its GGUF as Google's QAT GGUFs are made: the donor
+                             that `repack --donor ... --source OUT_DIR/main-hf`
+                             re-packs as exact Q4_0
+
     --pairs adds the target + drafter GGUF pairs the tests and benchmarks
     speculate with, e.g. `hidden`, whose drafter reads only the target's hidden
-    state. (Python: gguf_exact.tiny.models, gguf_exact.tiny.pairs.write_runner_pairs)
+    state. (Python: gguf_exact.tiny.models, gguf_exact.tiny.main_model.write_main_checkpoint
+    and write_donor, gguf_exact.tiny.pairs.write_runner_pairs)
     """
+    from gguf_exact.tiny.main_model import TINY, write_donor, write_main_checkpoint
     from gguf_exact.tiny.models import write_tiny_drafter, write_tiny_target
 
     out_dir.mkdir(parents=True, exist_ok=True)
     write_tiny_target(out_dir / "target.gguf", seed=seed)
     write_tiny_drafter(out_dir / "drafter-hf", seed=seed, step_kind=step_kind)
-    out.print(f"wrote {out_dir / 'target.gguf'} and {out_dir / 'drafter-hf'}/")
+    write_main_checkpoint(out_dir / "main-hf", TINY, seed=seed, step_kind=step_kind)
+    write_donor(out_dir / "main-q4_0.gguf", out_dir / "main-hf", TINY)
+
+    def say(line: str) -> None:
+        out.print(line, markup=False, soft_wrap=True)
+
+    say(f"wrote {out_dir / 'target.gguf'}      a tiny gemma4 target")
+    say(f"      {out_dir / 'drafter-hf'}/      its QAT drafter checkpoint: `gguf-exact convert`")
+    say(f"      {out_dir / 'main-hf'}/         a QAT main-model checkpoint")
+    say(f"      {out_dir / 'main-q4_0.gguf'}   its Google-style Q4_0 GGUF: `gguf-exact repack --donor`")
     if with_pairs:
         from gguf_exact.tiny.pairs import write_runner_pairs
 
         for name, (target, drafter) in write_runner_pairs(out_dir / "pairs", seed=seed).items():
-            out.print(f"pair {name:<9} {target}  {drafter}", markup=False, soft_wrap=True)
+            say(f"pair {name:<9} {target}  {drafter}")
 
 
 @main.command()
@@ -538,8 +653,26 @@ def doctor() -> None:
     metavar="KEY=VALUE",
     help="Override a profile value, e.g. --set ctx-size=4096 --set spec-draft-n-max=1.",
 )
-@click.option("--host", default="127.0.0.1", show_default=True)
+@click.option(
+    "--host",
+    default="127.0.0.1",
+    show_default=True,
+    help="The address to listen on. Anything but this machine's own (127.0.0.1, ::1, localhost), "
+    "such as 0.0.0.0 for a laptop on the same network, needs --api-key (or --insecure).",
+)
 @click.option("--port", default=8080, show_default=True, type=int)
+@click.option(
+    "--api-key",
+    envvar="GGUF_EXACT_API_KEY",
+    metavar="KEY",
+    help="Clients must send this key (OpenAI clients: api_key=KEY; curl: -H 'Authorization: Bearer KEY'); "
+    "without it every request but /health gets HTTP 401. Both engines. Prefer the environment variable "
+    "$GGUF_EXACT_API_KEY: the key is passed to the server in its environment and never written to "
+    "the run folder or its logs.",
+)
+@click.option(
+    "--insecure", is_flag=True, help="Serve a --host other machines can reach without an API key: anyone may use it."
+)
 @click.option(
     "--server-bin", type=click.Path(path_type=Path), help="A llama-server to run instead of the cached build."
 )
@@ -547,7 +680,8 @@ def doctor() -> None:
 @click.option(
     "--dry-run",
     is_flag=True,
-    help="Check the files, print the memory plan and the command (even before the build exists); start nothing.",
+    help="Check the files, print the memory plan and the command (even before the build exists); start nothing, "
+    "download nothing (with --fetch-draft it says where the drafter would go).",
 )
 @click.option("--timeout", default=600.0, show_default=True, help="Seconds to wait for /health.")
 @click.option(
@@ -574,6 +708,8 @@ def serve(
     overrides: tuple[str, ...],
     host: str,
     port: int,
+    api_key: str | None,
+    insecure: bool,
     server_bin: Path | None,
     detach: bool,
     dry_run: bool,
@@ -597,8 +733,8 @@ def serve(
     same vocabulary, sha256 against checksums/ for listed files), prints the weight
     bytes, the memory plan (weights, KV cache at the profile's context, drafter,
     compute buffers; a warning when it exceeds the card) and the exact server
-    command, starts it on 127.0.0.1 (llama-server with --metrics), waits for
-    /health, sends one short probe request and says whether draft-mtp is drafting
+    command, starts it on 127.0.0.1 (llama-server with --metrics; another --host
+    needs --api-key or --insecure), waits for /health, sends one short probe request and says whether draft-mtp is drafting
     (or that llama.cpp left speculation off), then stays in the foreground (Ctrl-C
     stops it) unless --detach. --engine python serves /v1/chat/completions,
     /v1/completions, /v1/models, /health and /metrics from llama-cpp-python
@@ -607,10 +743,10 @@ def serve(
     profile_choice.resolve_profile; the python engine: gguf_exact.serving.openai_server)
     """
     from gguf_exact.serving.memory_plan import plan_memory
-    from gguf_exact.serving.server import plan_launch, serve_foreground, server_status, start_server
+    from gguf_exact.serving.server import is_loopback, plan_launch, serve_foreground, server_status, start_server
 
     prof, choice = resolve_profile_option(profile)
-    found_drafter, how = resolve_draft(target, drafter, no_draft, fetch_draft, models_dir, auto=True)
+    found_drafter, how = resolve_draft(target, drafter, no_draft, fetch_draft, models_dir, auto=True, dry_run=dry_run)
     launch = plan_launch(
         target,
         found_drafter,
@@ -624,6 +760,8 @@ def serve(
         engine=engine,
         logprobs=logprobs,
         require_build=not dry_run,
+        api_key=api_key,
+        insecure=insecure,
     )
     pair = launch.pair
 
@@ -641,8 +779,11 @@ def serve(
     if pair.drafter is not None:
         say(f"{'total':<8} {pair.target.weight_bytes + pair.drafter.weight_bytes:,} bytes of weights")
     say(profile_line(launch.profile, choice))
-    plan = plan_memory(pair.target.path, pair.drafter.path if pair.drafter else None, launch.profile)
-    say(f"memory plan ({'GPU' if plan.gpu else 'CPU'}, estimated from the GGUF headers as llama.cpp sizes them):")
+    plan = plan_memory(pair.target.path, pair.drafter.path if pair.drafter else None, launch.profile, engine)
+    engine_note = "python engine: one sequence, the whole SWA cache; " if engine == "python" else ""
+    say(
+        f"memory plan ({'GPU' if plan.gpu else 'CPU'}, {engine_note}estimated from the GGUF headers as llama.cpp sizes them):"
+    )
     for line in plan.lines():
         say(line)
     warning = plan.warning(*_card_memory(launch.profile, choice))
@@ -651,6 +792,16 @@ def serve(
     say(launch.command_line)
     if launch.note:
         say(f"note: {launch.note}")
+    if dry_run and found_drafter is None and how and "would be fetched" in how:
+        say(
+            "note: the plan and command above are the target's alone until the drafter is there; run without --dry-run to fetch it"
+        )
+    if launch.api_key:
+        say("api key  required from clients (given to the server in its environment, not shown above)")
+    elif not is_loopback(host):
+        err.print(
+            f"[yellow]warning:[/] --insecure: anyone who can reach {escape(host)} may use this server", soft_wrap=True
+        )
     if dry_run:
         return
     proc, seconds = start_server(launch, detach, timeout)
@@ -659,7 +810,9 @@ def serve(
     )
     if pair.drafter is not None and not no_probe:
         try:
-            verdict = server_status(launch.port, launch.run_dir.parent, probe_request=True).speculation
+            verdict = server_status(
+                launch.port, launch.run_dir.parent, probe_request=True, api_key=launch.api_key
+            ).speculation
         except GgufExactError as e:  # the server is up: say so, and keep serving
             verdict = None
             err.print(f"[yellow]warning:[/] draft-mtp not checked: {escape(str(e))}", soft_wrap=True)
@@ -669,7 +822,8 @@ def serve(
             else:
                 say(f"draft-mtp {verdict.line}")
     if detach:
-        say(f"detached; `gguf-exact status --port {port}` reports on it, `gguf-exact stop --port {port}` ends it")
+        key = " (with GGUF_EXACT_API_KEY set)" if launch.api_key else ""
+        say(f"detached; `gguf-exact status --port {port}`{key} reports on it, `gguf-exact stop --port {port}` ends it")
         return
     sys.exit(serve_foreground(launch, proc))
 
@@ -692,7 +846,13 @@ def _card_memory(profile, choice) -> tuple[int | None, str]:
 @click.option("--last", default=5, show_default=True, help="How many per-request acceptance lines to show.")
 @click.option("--json", "as_json", is_flag=True, help="Print the status as JSON.")
 @click.option("--probe", is_flag=True, help="Send one short request first, to see whether it drafts.")
-def status(port: int | None, last: int, as_json: bool, probe: bool) -> None:
+@click.option(
+    "--api-key",
+    envvar="GGUF_EXACT_API_KEY",
+    metavar="KEY",
+    help="The key of a server started with --api-key (default: $GGUF_EXACT_API_KEY); without it only health is read.",
+)
+def status(port: int | None, last: int, as_json: bool, probe: bool, api_key: str | None) -> None:
     """Health, models, speculation and draft acceptance of a served model.
 
     Draft counters come from /metrics (drafts, draft tokens, accepted tokens, the
@@ -705,7 +865,7 @@ def status(port: int | None, last: int, as_json: bool, probe: bool) -> None:
     """
     from gguf_exact.serving.server import server_status
 
-    st = server_status(port, last=last, probe_request=probe)
+    st = server_status(port, last=last, probe_request=probe, api_key=api_key)
     if as_json:
         click.echo(json.dumps(st.as_dict(), indent=2, default=str))
     else:
@@ -716,7 +876,11 @@ def status(port: int | None, last: int, as_json: bool, probe: bool) -> None:
         out.print(f"health       {st.health}", markup=False)
         out.print(f"target       {s['target']}", markup=False)
         out.print(f"drafter      {s.get('drafter') or '-'}", markup=False)
-        if st.running:
+        if st.needs_key:
+            out.print(
+                "api key      the server wants its API key: set GGUF_EXACT_API_KEY or pass --api-key", markup=False
+            )
+        elif st.running:
             out.print(f"models       {', '.join(st.models) or '-'}", markup=False)
             spec = "-" if st.speculative is None else ("on" if st.speculative else "off")
             out.print(f"speculation  {spec}", markup=False)
@@ -757,8 +921,15 @@ def stop(port: int | None) -> None:
 
 
 @main.command()
-@target_and_draft_options(auto=True)
-@click.option("--profile", default="auto", show_default=True, help=PROFILE_HELP)
+@target_and_draft_options(auto=True, no_draft=False)
+@click.option("--profile", default="auto", show_default=True, help="The profile to start from: " + PROFILE_HELP)
+@click.option(
+    "--as",
+    "save_as",
+    metavar="NAME",
+    help="The name to save the tuned profile under (default: PROFILE-tuned, e.g. cpu-tuned). "
+    "Naming a profile shipped with gguf-exact (cpu, rtx3050, ...) replaces it for every later serve.",
+)
 @click.option(
     "--set", "overrides", multiple=True, metavar="KEY=VALUE", help="Override a profile value while measuring."
 )
@@ -775,44 +946,45 @@ def stop(port: int | None) -> None:
     "--out",
     "out_dir",
     type=click.Path(path_type=Path),
-    default=Path("build/tune"),
-    show_default=True,
-    help="Where bench.json and bench.md of the measurement go.",
+    help="Where bench.json and bench.md of the measurement go (default: a new folder "
+    "~/.cache/gguf-exact/tune/DATE-TIME, named at the end).",
 )
 @click.option("--no-write", is_flag=True, help="Measure and print; write no profile.")
 def tune(
     target: Path,
     drafter: str | None,
-    no_draft: bool,
     fetch_draft: bool,
     models_dir: Path,
     profile: str,
+    save_as: str | None,
     overrides: tuple[str, ...],
     n_max_list: str,
     prompt_list: str | None,
     n_predict: int,
     rounds: int,
     server_bin: Path | None,
-    out_dir: Path,
+    out_dir: Path | None,
     no_write: bool,
 ) -> None:
-    """Measure tokens/s at each n-max on this machine; keep the best in a local profile.
+    """Measure tokens/s at each n-max on this machine; keep the best in a profile of its own.
 
     Starts llama-server with the profile once per arm (the target alone, then
     n-max 1, 2, 3, 4; one server at a time, arms forward then backward), runs the
-    shipped prompts against each and prints the table. The best n-max goes into a
-    copy of the profile in the user's profile folder ($GGUF_EXACT_PROFILES, else
-    ~/.config/gguf-exact/profiles/NAME.toml, the measurement in a comment at its
-    top); `--profile NAME` (and auto) read that copy before the project's
-    serve/NAME.toml, which is never written. Delete the copy to go back.
-    (Python: gguf_exact.serving.tune.tune_n_max, write_tuned_profile)
+    shipped prompts against each and prints the table. Its servers' run folders
+    are temporary: `status` never shows them. The best n-max goes into a copy
+    of the profile named PROFILE-tuned (cpu-tuned, rtx3050-tuned; --as NAME for
+    another) in the user's profile folder ($GGUF_EXACT_PROFILES, else
+    ~/.config/gguf-exact/profiles), the measurement in a comment at its top:
+    serve with `--profile cpu-tuned`. The profiles shipped with gguf-exact (and
+    what --profile auto picks) stay as they are unless --as names one. Delete
+    the copy to go back. (Python: gguf_exact.serving.tune.tune_n_max,
+    write_tuned_profile)
     """
-    from gguf_exact.serving.tune import tune_n_max, write_tuned_profile
+    from gguf_exact.serving.tune import shadows_builtin, tune_n_max, tuned_name, write_tuned_profile
     from gguf_exact.speculative.prompt_set import load_prompts
 
-    if no_draft:
-        raise GgufExactError("tune measures the drafter's n-max: --no-draft leaves nothing to tune")
     prof, choice = resolve_profile_option(profile)
+    name = tuned_name(prof, save_as)  # a bad --as stops here, before any measuring
     drafter, how = resolve_draft(target, drafter, False, fetch_draft, models_dir, auto=True)
     if how:
         err.print(f"drafter {drafter} ({how})", markup=False, soft_wrap=True)
@@ -826,7 +998,7 @@ def tune(
     result = tune_n_max(
         target, drafter, prof, n_values, prompts, n_predict, rounds, overrides, server_bin, progress=progress
     )
-    paths = result.report.write(out_dir, plot=False)
+    paths = result.report.write(out_dir or results_dir("tune"), plot=False)
     out.print(result.report.markdown(), markup=False, soft_wrap=True)
     base = result.target_tokens_per_second
     vs = f"; the target alone {base:.1f} tokens/s" if base else ""
@@ -844,16 +1016,50 @@ def tune(
     args += ["--n-predict", str(n_predict), "--rounds", str(rounds)] + (
         ["--prompts", prompt_list] if prompt_list else []
     )
+    args += ["--as", save_as] if save_as else []
     command = shlex.join(["gguf-exact", "tune", *args, *(a for o in overrides for a in ("--set", o))])
-    dest = write_tuned_profile(prof, result, command)
+    dest = write_tuned_profile(prof, result, command, name=name)
     out.print(
-        f"wrote {dest}: spec-draft-n-max = {result.best_n_max}; `--profile {prof.name}` now reads it",
+        f"wrote {dest}: spec-draft-n-max = {result.best_n_max}; serve with `--profile {name}`",
         markup=False,
         soft_wrap=True,
     )
+    if shadows_builtin(name):
+        out.print(
+            f"note: it replaces the {name} profile shipped with gguf-exact for every later serve, chat and "
+            f"--profile auto; delete {dest} to go back",
+            markup=False,
+            soft_wrap=True,
+        )
 
 
 # --- Recipes: pinned fetch, pin, reproducible build (gguf_exact.hub.fetch / .pin / .build) ---
+
+
+@main.command("recipes")
+def recipes_command() -> None:
+    """List the recipes `fetch`, `pin` and `build` know, and what is pinned.
+
+    Per recipe: what it makes, its parts (exact: the published GGUF; source: the
+    checkpoint; target: the GGUF whose vocabulary a drafter copies), each with its
+    repository and whether `fetch RECIPE --what PART` can run or `pin` must come
+    first. Recipes are read from $GGUF_EXACT_RECIPES, ~/.config/gguf-exact/recipes,
+    then the ones shipped with gguf-exact. (Python: gguf_exact.hub.recipes.all_recipes)
+    """
+    from gguf_exact.hub.fetch import pin_state
+    from gguf_exact.hub.recipes import ROLES, all_recipes
+
+    found = all_recipes()
+    if not found:
+        raise GgufExactError("no recipes found; write one as convert/<name>.toml (README, 'Recipes')")
+    for r in found:
+        what = f"drafter for {r.size} targets" if r.kind == "drafter" and r.size else r.kind
+        out.print(f"{r.name}  ({what}) {r.description}", markup=False, soft_wrap=True)
+        for role in ROLES:
+            if role in r.parts:
+                out.print(f"  {role:<7} {r.parts[role].repo}", markup=False, soft_wrap=True)
+                out.print(f"  {'':<7} {pin_state(r, role)}", markup=False, soft_wrap=True)
+        out.print(f"  file    {r.path}", markup=False, soft_wrap=True)
 
 
 @main.command()
@@ -871,7 +1077,10 @@ def tune(
 def fetch(recipe: str, models_dir: Path, what: str) -> None:
     """Download the files a recipe pins, each checked against its sha256.
 
-    RECIPE is a name in convert/ (e.g. e2b-assistant) or a path to a .toml file. The
+    RECIPE is a name from `gguf-exact recipes` (e.g. e2b-assistant) or a path to a
+    .toml file. --what exact (the default) gets the published exact GGUF, source the
+    checkpoint, target the GGUF whose vocabulary a drafter copies; a part whose files
+    are not pinned yet needs `gguf-exact pin RECIPE --what PART` first. The
     files come from the commit pinned in checksums/RECIPE.sha256, through
     huggingface_hub and its cache (HF_HUB_CACHE). A file whose sha256 differs is
     refused and nothing is left at its final path; an interrupted download resumes on
@@ -987,15 +1196,19 @@ def pin(recipe: str, revision: str | None, what: str) -> None:
     Reads the Hub's file metadata (model info with files_metadata): LFS files are not
     downloaded; small git files such as config.json are read, checked against their
     git id and size, and hashed. Names, commits and hashes in the Hub's answer are
-    checked before use. Rewrites
-    checksums/RECIPE.sha256 and shows any sha256 that changed. (Python:
-    gguf_exact.hub.pin.pin_recipe)
+    checked before use. Rewrites checksums/RECIPE.sha256 in a checkout of
+    gguf-exact (commit it); an installed gguf-exact keeps its own files and writes
+    ~/.config/gguf-exact/checksums/RECIPE.sha256 ($GGUF_EXACT_CHECKSUMS) instead,
+    which fetch, build and serve then read first. Shows any sha256 that changed.
+    (Python: gguf_exact.hub.pin.pin_recipe)
     """
+    from gguf_exact.hub.checksums import CHECKSUMS_DIR, user_checksums_dir
     from gguf_exact.hub.pin import pin_recipe
     from gguf_exact.hub.recipes import load_recipe
 
     r = load_recipe(recipe)
     report = pin_recipe(r, None if what == "all" else [what], revision)
+    user_copy = report.checksums.parent == user_checksums_dir()
     for p in report.parts:
         out.print(
             f"[{p.role}] {p.pin.repo} revision {p.pin.revision} -> commit {p.pin.commit}", markup=False, soft_wrap=True
@@ -1004,6 +1217,13 @@ def pin(recipe: str, revision: str | None, what: str) -> None:
             changed = f"  CHANGED, was {e.previous}" if e.previous not in (None, e.sha256) else ""
             out.print(f"  {e.sha256}  {e.path}  ({e.how}){changed}", markup=False, soft_wrap=True)
     out.print(f"wrote {report.checksums}", markup=False, soft_wrap=True)
+    if user_copy:
+        out.print(
+            f"(gguf-exact's own {CHECKSUMS_DIR / report.checksums.name} is not written here: "
+            "fetch, build and serve read this copy first; delete it to go back)",
+            markup=False,
+            soft_wrap=True,
+        )
 
 
 @main.command()
@@ -1024,7 +1244,7 @@ def pin(recipe: str, revision: str | None, what: str) -> None:
 @click.argument("out_gguf", type=click.Path(path_type=Path))
 @click.option(
     "--off-grid",
-    type=click.Choice(["keep", "q8_0", "f16", "bf16"]),
+    type=click.Choice(["keep", "q8_0", "f16", "bf16", "f32"]),
     help="For QAT matrices with blocks off the grid: keep the donor's tensor, or store the source in this type (default: stop).",
 )
 @click.option("--expect-sha256", help="Fail, leaving no output, unless the file has this sha256.")
@@ -1068,27 +1288,26 @@ def repack(
             donor, source, out_gguf, off_grid, expect_sha256, report_path, workers, donor_stats, progress
         )
     r = result.report
-    table = Table(title=f"{donor.name} -> {out_gguf.name}")
-    for col in (
-        "kind",
-        "tensors",
-        "donor type",
-        "donor bytes",
-        "output type",
-        "output bytes",
-        "donor bit-exact",
-        "bit-exact",
-        "donor rel. err",
-        "rel. err",
-    ):
-        table.add_column(col, justify="left" if col in ("kind", "donor type", "output type") else "right")
-    for k in r["kinds"]:
-        err_ = lambda x: "-" if x is None else f"{x:.2e}"  # noqa: E731
-        table.add_row(
-            k["kind"], str(k["tensors"]), k["donor_types"], f"{k['donor_bytes']:,}", k["output_types"], f"{k['output_bytes']:,}",
-            pct(k["donor_exact_fraction"]), pct(k["exact_fraction"]), err_(k["donor_rel_error"]), err_(k["rel_error"]),
-        )  # fmt: skip
-    out.print(table)
+    columns = [("kind", "left"), ("n", "right"), ("type", "left"), ("size (of donor)", "right")]
+    columns += [("bit-exact", "right")]
+
+    def rows(compact: bool) -> list[list[str]]:
+        def types(mix: str) -> str:
+            return "+".join(t.split(" x")[0] for t in mix.split(", "))
+
+        return [
+            [
+                k["kind"],
+                str(k["tensors"]),
+                f"{types(k['donor_types'])} → {types(k['output_types'])}",
+                f"{human_size(k['output_bytes'])} ({k['output_bytes'] / max(1, k['donor_bytes']):.0%})",
+                f"{pct(k['donor_exact_fraction'], 2)} → {pct(k['exact_fraction'], 2)}",
+            ]
+            for k in r["kinds"]
+        ]
+
+    title = f"{donor.name} → {out_gguf.name}, per kind of tensor (donor → output)"
+    out.print(fitted_table(title, columns, rows, wrap=(0, 2)))
     rep, don = r["repacked"], r["donor_on_repacked"]
     sizes = f"{result.size:,} bytes; donor {result.donor_size:,}, {result.size / result.donor_size:.1%}"
     out.print(
@@ -1126,14 +1345,22 @@ def repack(
 
 
 def sampling_options(command):
-    """--temperature --top-k --top-p --min-p --repeat-penalty --seed (llama-cpp-python's sampler)."""
+    """--temperature --top-k --top-p --min-p --repeat-penalty --seed (llama-cpp-python's sampler),
+    defaulting to llama-server's values except the temperature (greedy here)."""
+    from gguf_exact.serving.sampling_defaults import SERVER_SAMPLING as d
+
     for opt in reversed(
         [
-            click.option("--temperature", default=0.0, show_default=True, help="0 is greedy; above 0 samples."),
-            click.option("--top-k", default=40, show_default=True),
-            click.option("--top-p", default=0.95, show_default=True),
-            click.option("--min-p", default=0.05, show_default=True),
-            click.option("--repeat-penalty", default=1.0, show_default=True, help="1.0 is off."),
+            click.option(
+                "--temperature",
+                default=0.0,
+                show_default=True,
+                help=f"0 is greedy; above 0 samples (both servers default to {d['temperature']}).",
+            ),
+            click.option("--top-k", default=d["top_k"], show_default=True),
+            click.option("--top-p", default=d["top_p"], show_default=True),
+            click.option("--min-p", default=d["min_p"], show_default=True),
+            click.option("--repeat-penalty", default=d["repeat_penalty"], show_default=True, help="1.0 is off."),
             click.option("--seed", type=int, help="Sampler seed: the same seed gives the same text, drafter or not."),
         ]
     ):
@@ -1154,7 +1381,7 @@ def _sampling(temperature: float, top_k: int, top_p: float, min_p: float, repeat
     "--prompt-file", type=click.Path(path_type=Path), help="Read the prompt from this file (one final newline dropped)."
 )
 @click.option(
-    "--n-max", default=3, show_default=True, help="Most draft tokens per target pass; 0 runs the target alone."
+    "--n-max", default=2, show_default=True, help="Most draft tokens per target pass; 0 runs the target alone."
 )
 @click.option(
     "--n-predict",
@@ -1163,7 +1390,13 @@ def _sampling(temperature: float, top_k: int, top_p: float, min_p: float, repeat
     help="Most tokens to generate (fewer when an end-of-generation token comes).",
 )
 @sampling_options
-@click.option("--stop", "stops", multiple=True, help="Stop before this text (repeatable).")
+@click.option(
+    "--stop",
+    "stops",
+    multiple=True,
+    help=r"Stop before this text (repeatable). \n, \t, \r and \\ are read as newline, tab, return and "
+    r"backslash: --stop '\n\n' stops at the first blank line.",
+)
 @click.option("--chat", is_flag=True, help="Send the prompt as one user message through the GGUF's chat template.")
 @click.option("--n-ctx", default=4096, show_default=True, help="Context size: prompt plus generated tokens.")
 @click.option("--threads", default=2, show_default=True)
@@ -1208,6 +1441,7 @@ def generate(
             raise GgufExactError(f"--prompt-file {prompt_file}: no such file")
         prompt = prompt_file.read_text(encoding="utf-8").removesuffix("\n")
     sampling = _sampling(temperature, top_k, top_p, min_p, repeat_penalty, seed)
+    stops = tuple(unescape(s) for s in stops)
     drafter, how = resolve_draft(target, drafter, no_draft, fetch_draft, models_dir, auto=False)
     if how and drafter is not None:
         err.print(f"drafter {drafter} ({how})", markup=False, soft_wrap=True)
@@ -1220,6 +1454,12 @@ def generate(
         return
     click.echo(g.text)
     err.print(generation_line(g), markup=False, soft_wrap=True)
+
+
+def unescape(text: str) -> str:
+    """``\\n``, ``\\t``, ``\\r`` and ``\\\\`` typed on a command line as the characters they
+    name (a shell passes ``"\\n"`` as a backslash and an n); any other backslash is kept."""
+    return re.sub(r"\\([ntr\\])", lambda m: {"n": "\n", "t": "\t", "r": "\r", "\\": "\\"}[m.group(1)], text)
 
 
 def generation_line(g) -> str:
@@ -1334,9 +1574,8 @@ def chat(
     "--out",
     "out_dir",
     type=click.Path(path_type=Path),
-    default=Path("build/bench"),
-    show_default=True,
-    help="Where bench.json, bench.md and bench.png go.",
+    help="Where bench.json, bench.md and bench.png go (default: a new folder "
+    "~/.cache/gguf-exact/bench/DATE-TIME, named at the end).",
 )
 @click.option("--n-ctx", default=4096, show_default=True)
 @click.option("--threads", default=2, show_default=True)
@@ -1357,7 +1596,7 @@ def bench(
     prompt_list: str | None,
     n_predict: int,
     rounds: int,
-    out_dir: Path,
+    out_dir: Path | None,
     n_ctx: int,
     threads: int,
     no_plot: bool,
@@ -1415,7 +1654,7 @@ def bench(
             seed,
             progress,
         )
-        paths = report.write(out_dir)
+        paths = report.write(out_dir or results_dir("bench"))
         out.print(report.markdown(), markup=False, soft_wrap=True)
         out.print("wrote " + ", ".join(str(p) for p in paths.values()), markup=False, soft_wrap=True)
         return
@@ -1433,7 +1672,7 @@ def bench(
         report = bench_runner(
             target, drafter, n_values, prompts, n_predict, rounds, progress, n_ctx=n_ctx, n_threads=threads
         )
-    paths = report.write(out_dir, plot=not no_plot)
+    paths = report.write(out_dir or results_dir("bench"), plot=not no_plot)
     out.print(report.markdown(), markup=False, soft_wrap=True)
     out.print("wrote " + ", ".join(str(p) for p in paths.values()), markup=False, soft_wrap=True)
 

@@ -1,9 +1,23 @@
+import os
 import shutil
 from pathlib import Path
 
 import pytest
 
 from gguf_exact.tiny.models import write_tiny_drafter, write_tiny_target
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _own_user_config(tmp_path_factory):
+    """The user's ~/.config/gguf-exact (tuned profiles, recipes, pins) never reaches a test:
+    every test, and every command it starts, sees an empty config folder of its own."""
+    old = os.environ.get("XDG_CONFIG_HOME")
+    os.environ["XDG_CONFIG_HOME"] = str(tmp_path_factory.mktemp("xdg-config"))
+    yield
+    if old is None:
+        os.environ.pop("XDG_CONFIG_HOME", None)
+    else:
+        os.environ["XDG_CONFIG_HOME"] = old
 
 
 @pytest.fixture(scope="session")

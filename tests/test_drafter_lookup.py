@@ -209,11 +209,18 @@ def test_serve_and_chat_cli(models, hub, tmp_path):
     assert r.exit_code == 1
     line = r.output.strip().splitlines()[-1]
     assert line.startswith("error: no MTP drafter for") and "--fetch-draft" in line and "--no-draft" in line
-    r = CliRunner().invoke(main, [*base, "--fetch-draft"], env=env)
+    r = CliRunner().invoke(main, [*base, "--fetch-draft"], env=env)  # a dry run downloads nothing
     assert r.exit_code == 0, r.output
     placed = tmp_path / "models" / REPO / FILE
+    assert f"drafter: recipe e2b-test: would be fetched to {placed} (pinned, sha256 checked)" in r.output
+    assert "--model-draft" not in r.output and "run without --dry-run to fetch it" in r.output
+    assert not placed.exists() and not (tmp_path / "hf-cache").exists() and hub.gets(FILE) == []
+    config = HubConfig(hub.url, tmp_path / "hf-cache", token=False)
+    found = find_drafter(lonely, tmp_path / "models", fetch=True, recipes_dir=recipes, config=config, progress=False)
+    assert found.path == placed and found.how == "recipe e2b-test: downloaded, sha256 as pinned"
+    r = CliRunner().invoke(main, [*base, "--fetch-draft"], env=env)  # now it is there: found, not fetched
+    assert r.exit_code == 0, r.output
     assert f"drafter  {placed}  gemma4-assistant" in r.output
-    assert "drafter: recipe e2b-test: downloaded, sha256 as pinned" in r.output
     assert f"--model-draft {placed.resolve()}" in r.output
     alone = CliRunner().invoke(main, [*base, "--no-draft"], env=env)
     assert alone.exit_code == 0 and "--model-draft" not in alone.output

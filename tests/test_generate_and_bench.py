@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+import tempfile
 import threading
 from http.server import BaseHTTPRequestHandler, HTTPServer
 from pathlib import Path
@@ -274,7 +275,7 @@ def test_chat_command_streams_and_reports(pairs):
     assert res.exit_code == 0, res.output
     assert "n-max 2, context 512 tokens" in res.output
     assert res.output.count("acceptance 100.0%") == 2  # /stats and the closing figures
-    assert "1 replies, 16 tokens" in res.output and "2 replies, 32 tokens" in res.output
+    assert "1 reply, 16 tokens" in res.output and "2 replies, 32 tokens" in res.output
     assert "tokens per target pass" in res.output and "tokens/s" in res.output
 
 
@@ -285,6 +286,7 @@ def test_bench_engines_over_http(pairs, tmp_path, monkeypatch):
     monkeypatch.setenv("GGUF_EXACT_RUN_DIR", str(tmp_path / "run"))
     target, drafter = pairs["hidden"]
     out = tmp_path / "bench"
+    temp_roots = set(Path(tempfile.gettempdir()).glob("gguf-exact-bench-*"))
     res = invoke(
         "bench", "--model", target, "--draft", drafter, "--engines", "python,llama-server", "--n-max", "1,2",
         "--prompts", "code", "--n-predict", 16, "--rounds", 1, "--n-ctx", 512, "--threads", 1, "--out", out,
@@ -301,7 +303,9 @@ def test_bench_engines_over_http(pairs, tmp_path, monkeypatch):
         assert py["runs"] == ls["runs"] == 2  # A B B A, one prompt
     assert [r["engine"] for r in d["runs"] if r["n_max"] == 1] == ["python", "llama-server", "llama-server", "python"]
     assert (out / "bench-engines.md").read_text().startswith("| n-max | engine |")
-    assert not list((tmp_path / "run").glob("*/server.pid"))  # every server stopped
+    # every server stopped, and its run folder gone: none in the user's run root, none left in /tmp
+    assert not (tmp_path / "run").exists() or list((tmp_path / "run").iterdir()) == []
+    assert set(Path(tempfile.gettempdir()).glob("gguf-exact-bench-*")) == temp_roots
 
 
 def test_same_text_allows_only_how_invalid_utf8_is_rendered():

@@ -1,8 +1,11 @@
 """`gguf-exact tune` (gguf_exact.serving.tune): n-max measured on real llama-servers, the best
-written to a user copy of the profile, which `--profile NAME` then reads."""
+written to a user copy of the profile under a name of its own (cpu-tuned), which
+`--profile cpu-tuned` then reads; the shipped `cpu` stays as it is."""
 
 import hashlib
 import json
+import tempfile
+from pathlib import Path
 
 import pytest
 from _llama_server import server_binary
@@ -61,11 +64,13 @@ def test_tune_writes_the_best_n_max_and_serve_uses_it(pair, tmp_path, monkeypatc
     server_binary()
     target, drafter = pair
     user = tmp_path / "profiles"
-    env = {"GGUF_EXACT_PROFILES": str(user), "GGUF_EXACT_RUN_DIR": str(tmp_path / "run")}
+    run = tmp_path / "run"
+    env = {"GGUF_EXACT_PROFILES": str(user), "GGUF_EXACT_RUN_DIR": str(run)}
     shipped = hashlib.sha256((PROFILE_DIR / "cpu.toml").read_bytes()).hexdigest()
     out = tmp_path / "tune"
     args = ["tune", "--model", str(target), "--draft", str(drafter), "--profile", "cpu", "--prompts", "code"]
     args += ["--n-predict", "16", "--set", "ctx-size=512", "--set", "threads=2", "--out", str(out)]
+    temp_roots = set(Path(tempfile.gettempdir()).glob("gguf-exact-tune-*"))
     r = CliRunner().invoke(main, args, env=env)
     assert r.exit_code == 0, r.output
     report = json.loads((out / "bench.json").read_text())
@@ -76,21 +81,33 @@ def test_tune_writes_the_best_n_max_and_serve_uses_it(pair, tmp_path, monkeypatc
     drafting = [s for s in report["summary"] if s["n_max"]]
     assert all(s["acceptance_rate"] == 1.0 and s["same_as_target"] for s in drafting)
     best = max(drafting, key=lambda s: s["tokens_per_second_median"])["n_max"]
-    written = user / "cpu.toml"
-    assert f"wrote {written}: spec-draft-n-max = {best}" in r.output
+    # ten servers started and stopped, and no run folder left: not in the user's run root, not in /tmp
+    assert not run.exists() or list(run.iterdir()) == []
+    assert set(Path(tempfile.gettempdir()).glob("gguf-exact-tune-*")) == temp_roots
+    written = user / "cpu-tuned.toml"
+    assert f"wrote {written}: spec-draft-n-max = {best}; serve with `--profile cpu-tuned`" in r.output
+    assert sorted(p.name for p in user.iterdir()) == ["cpu-tuned.toml"]  # never cpu.toml: no shadowing
     tuned = load_profile(written)
-    assert tuned.draft["spec-draft-n-max"] == best
+    assert tuned.draft["spec-draft-n-max"] == best and tuned.name == "cpu-tuned"
     text = written.read_text()
     assert text.startswith(f"{TUNED_MARK} on ") and "--profile cpu --n-max 1,2,3,4 --n-predict 16" in text
     assert hashlib.sha256((PROFILE_DIR / "cpu.toml").read_bytes()).hexdigest() == shipped
-    # `--profile cpu` now reads the user copy before serve/cpu.toml
     monkeypatch.setenv("GGUF_EXACT_PROFILES", str(user))
-    assert load_profile("cpu").path == written
+    assert load_profile("cpu").path == PROFILE_DIR / "cpu.toml"  # --profile cpu (and auto on a CPU) unchanged
+    assert load_profile("cpu-tuned").path == written
     dry = CliRunner().invoke(
-        main, ["serve", "--model", str(target), "--draft", str(drafter), "--profile", "cpu", "--dry-run"], env=env
+        main, ["serve", "--model", str(target), "--draft", str(drafter), "--profile", "cpu-tuned", "--dry-run"], env=env
     )
     assert dry.exit_code == 0, dry.output
     assert f"--spec-draft-n-max {best}" in dry.output and f"from {written}" in dry.output
-    # tuning again replaces the header, not stacks it
+    # tuning again measures without writing (--no-write); --as names the copy, and naming a shipped
+    # profile says what it does
     again = CliRunner().invoke(main, [*args, "--n-max", "1,2", "--no-write"], env=env)
     assert again.exit_code == 0 and "wrote " + str(written) not in again.output
+    named = CliRunner().invoke(main, [*args, "--n-max", "1", "--as", "cpu"], env=env)
+    assert named.exit_code == 0, named.output
+    assert f"wrote {user / 'cpu.toml'}: spec-draft-n-max = 1; serve with `--profile cpu`" in named.output
+    assert "note: it replaces the cpu profile shipped with gguf-exact for every later serve" in named.output
+    assert load_profile("cpu").path == user / "cpu.toml"
+    bad = CliRunner().invoke(main, [*args, "--as", "../cpu"], env=env)
+    assert bad.exit_code == 1 and bad.stderr.startswith("error: --as '../cpu': a profile name is letters")

@@ -1,8 +1,10 @@
-"""``compare``: several GGUF drafters side by side against one source checkpoint.
+"""``compare``: several GGUF files side by side against one source checkpoint.
 
-Each file is measured, not judged (:func:`gguf_exact.drafter.verify.verify_gguf` with
-``judge=False``), so a Q8_0 or bf16 drafter from llama.cpp's converter can stand beside
-the exact Q4_0 one.
+Each file is measured, not judged: a drafter (``gemma4-assistant``) with
+:func:`gguf_exact.drafter.verify.verify_gguf`, a main model (``gemma4``) with
+:func:`gguf_exact.repack.check.verify_model`, both with ``judge=False``. So a Q8_0 or
+bf16 drafter from llama.cpp's converter stands beside the exact Q4_0 one, and Google's
+QAT GGUF of a main model beside its ``repack``.
 """
 
 from collections import Counter
@@ -25,12 +27,20 @@ class FileSummary:
 
 
 def summarize(path: str | Path, source: str | Path) -> FileSummary:
+    from gguf_exact.gemma4.assistant import ARCH as ASSISTANT
+
     mix, size = Counter(), Counter()
     with open_gguf(path) as gguf:
+        arch = gguf.architecture
         for t in gguf.tensors:
             mix[t.type.name] += 1
             size[t.type.name] += t.nbytes
-    total = verify_gguf(path, source, judge=False).total
+    if arch == ASSISTANT:
+        total = verify_gguf(path, source, judge=False).total
+    else:
+        from gguf_exact.repack.check import verify_model
+
+        total = verify_model(path, source, judge=False).total
     return FileSummary(
         str(path),
         Path(path).stat().st_size,

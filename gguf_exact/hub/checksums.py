@@ -23,8 +23,10 @@ from pathlib import Path
 from gguf_exact.errors import GgufExactError
 from gguf_exact.formats.gguf_file import atomic_output
 from gguf_exact.hub.names import COMMIT
+from gguf_exact.resources import shipped_dir, user_dir
 
-CHECKSUMS_DIR = Path(__file__).resolve().parents[2] / "checksums"
+CHECKSUMS_DIR = shipped_dir("checksums")  # the project's checksums/ (a wheel carries a copy)
+CHECKSUMS_ENV = "GGUF_EXACT_CHECKSUMS"  # the user's checksums folder (default ~/.config/gguf-exact/checksums)
 LLAMA_CPP_PYTHON = "llama-cpp-python.sha256"  # the sdist pin that the llama.cpp build reads
 
 _LINE = re.compile(r"([0-9a-fA-F]{64}) [ *](\S.*)")
@@ -123,6 +125,24 @@ def write(path: str | Path, cs: Checksums) -> None:
     """Write ``cs`` to ``path`` atomically (temp file beside it, then rename)."""
     with atomic_output(path) as tmp:
         tmp.write_text(render(cs))
+
+
+def user_checksums_dir() -> Path:
+    """Where ``gguf-exact pin`` writes when the project's checksum files are read-only
+    (an installed package): ``$GGUF_EXACT_CHECKSUMS``, else ``~/.config/gguf-exact/checksums``."""
+    return user_dir("checksums", CHECKSUMS_ENV)
+
+
+def checksum_files(directory: str | Path | None = None) -> list[Path]:
+    """The ``*.sha256`` files of ``directory``; by default the project's, each replaced by
+    the user's copy of the same name where there is one, then the user's others."""
+    if directory is not None:
+        return sorted(Path(directory).glob("*.sha256"))
+    user = user_checksums_dir()
+    files = {p.name: p for p in sorted(CHECKSUMS_DIR.glob("*.sha256"))}
+    if user.is_dir():
+        files |= {p.name: p for p in sorted(user.glob("*.sha256"))}
+    return [files[n] for n in sorted(files)]
 
 
 def expected_sha256(name: str, directory: str | Path = CHECKSUMS_DIR) -> str:

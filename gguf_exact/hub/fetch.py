@@ -20,7 +20,7 @@ from gguf_exact.formats.gguf_file import atomic_output, sha256_file
 from gguf_exact.hub import checksums
 from gguf_exact.hub.client import cached_file, cached_sha256, download
 from gguf_exact.hub.names import check_relative_path, check_revision
-from gguf_exact.hub.recipes import Recipe, RepoPart, is_pattern
+from gguf_exact.hub.recipes import ROLES, Recipe, RepoPart, is_pattern
 from gguf_exact.hub.session import HubConfig
 
 
@@ -74,6 +74,16 @@ def pinned_files(recipe: Recipe, role: str, pins: checksums.Checksums) -> list[P
     return [PinnedFile(part.repo, f, sha, revision, pin.commit if pin else None) for f, sha in sorted(chosen.items())]
 
 
+def pin_state(recipe: Recipe, role: str) -> str:
+    """One phrase: whether ``fetch RECIPE --what ROLE`` can run (every file has a pinned
+    sha256), and if not what to run first."""
+    try:
+        files = pinned_files(recipe, role, checksums.read(recipe.checksums))
+    except GgufExactError:
+        return f"not pinned: `gguf-exact pin {recipe.name} --what {role}` first"
+    return f"pinned, {len(files)} file{'s' if len(files) != 1 else ''}"
+
+
 def part_dir(models_dir: str | Path, part: RepoPart) -> Path:
     """Where a part's files are placed: ``MODELS_DIR/<repo>``."""
     return Path(models_dir) / part.repo
@@ -104,6 +114,12 @@ def fetch_recipe(
     recipe: Recipe, role: str, models_dir: str | Path, config: HubConfig | None = None, progress: bool = True
 ) -> list[Fetched]:
     """Fetch every file of one part (``exact``, ``source`` or ``target``) of ``recipe``."""
+    if role not in recipe.parts:
+        have = [r for r in ROLES if r in recipe.parts]
+        raise GgufExactError(
+            f"recipe {recipe.name} has no {role} section ({recipe.path}), so there is no {role} file to fetch; "
+            f"it has {', '.join(have)}: `gguf-exact fetch {recipe.name} --what {have[0]}`"
+        )
     config = config or HubConfig.from_env()
     files = pinned_files(recipe, role, checksums.read(recipe.checksums))
     root = part_dir(models_dir, recipe.part(role))

@@ -68,7 +68,8 @@ def pin_recipe(
         )
     current = checksums.read(recipe.checksums)
     updated = current if current.header else checksums.Checksums(default_header(recipe), current.pins, current.entries)
-    report = PinReport(recipe.checksums, [])
+    dest = recipe.pin_destination  # the recipe's own file, or the user's copy where that is read-only
+    report = PinReport(dest, [])
     for part in parts:
         listing = repo_listing(part.repo, revision or part.revision, config)
         entries = [pin_entry(part, listing, name, current, config) for name in select(part, listing)]
@@ -81,8 +82,8 @@ def pin_recipe(
         merged = [e for p in earlier for e in p.entries] + entries
         updated = updated.with_repo(pin, [Entry(e.sha256, e.path) for e in merged])
         report.parts.append(PartPin(part.role, pin, entries))
-    recipe.checksums.parent.mkdir(parents=True, exist_ok=True)
-    checksums.write(recipe.checksums, updated)
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    checksums.write(dest, updated)
     return report
 
 

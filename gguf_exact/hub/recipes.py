@@ -16,6 +16,7 @@ and the commit each revision resolved to live in the recipe's checksum file
 :func:`parse_recipe` is pure; :func:`load_recipe` reads the file.
 """
 
+import os
 import re
 import sys
 from dataclasses import dataclass
@@ -28,9 +29,12 @@ else:  # pragma: no cover
     import tomli as tomllib
 
 from gguf_exact.errors import GgufExactError
+from gguf_exact.hub.checksums import user_checksums_dir
 from gguf_exact.hub.names import check_repo_id, check_revision, relative_path_problem
+from gguf_exact.resources import is_installed_data, shipped_dir, user_config_dir
 
-RECIPES_DIR = Path(__file__).resolve().parents[2] / "convert"
+RECIPES_DIR = shipped_dir("convert")  # the project's convert/ (a wheel carries a copy)
+RECIPES_ENV = "GGUF_EXACT_RECIPES"  # a recipes folder searched first
 ROLES = ("source", "exact", "target")
 KINDS = ("drafter", "model")
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,99}")  # recipe names become checksums/<name>.sha256
@@ -59,6 +63,16 @@ class Recipe:
     parts: dict[str, RepoPart]
     checksums: Path
     size: str | None = None  # the Gemma 4 size whose target this drafter serves
+
+    @property
+    def pin_destination(self) -> Path:
+        """Where ``gguf-exact pin`` writes this recipe's checksum file: the file it reads
+        when that can be written (a checkout, the user's own recipe), else the user's
+        checksums folder (``$GGUF_EXACT_CHECKSUMS``, else ``~/.config/gguf-exact/checksums``),
+        which :func:`load_recipe` reads first from then on. An installed package's data is never written."""
+        if not is_installed_data(self.checksums) and _writable(self.checksums):
+            return self.checksums
+        return user_checksums_dir() / self.checksums.name
 
     def part(self, role: str) -> RepoPart:
         if role not in self.parts:
@@ -111,9 +125,28 @@ def parse_recipe(data: dict, path: Path) -> Recipe:
 
         if size not in SIZES:
             raise GgufExactError(f"{path}: size = {size!r}; expected one of {', '.join(SIZES)}")
-    return Recipe(
-        name, path, kind, str(data.get("description", "")), output, parts, (path.parent / checksums).resolve(), size
-    )
+    declared = (path.parent / checksums).resolve()
+    return Recipe(name, path, kind, str(data.get("description", "")), output, parts, _checksums_to_read(declared), size)
+
+
+def _checksums_to_read(declared: Path) -> Path:
+    """The user's copy of a project checksum file (written by ``pin`` where the project's
+    is read-only) when there is one, else the declared file."""
+    if declared.parent == shipped_dir("checksums").resolve():
+        user = user_checksums_dir() / declared.name
+        if user.is_file():
+            return user
+    return declared
+
+
+def _writable(path: Path) -> bool:
+    """``path`` can be (re)written: the file is writable, or its nearest existing folder is."""
+    if path.exists():
+        return os.access(path, os.W_OK) and os.access(path.parent, os.W_OK)
+    folder = path.parent
+    while not folder.exists() and folder != folder.parent:
+        folder = folder.parent
+    return os.access(folder, os.W_OK)
 
 
 def parse_part(role: str, table: object, path: Path) -> RepoPart:
@@ -134,20 +167,31 @@ def parse_part(role: str, table: object, path: Path) -> RepoPart:
     return RepoPart(role, repo, revision, tuple(files))
 
 
-def recipe_path(name_or_path: str | Path, directory: Path = RECIPES_DIR) -> Path:
-    """``convert/<name>.toml`` for a name; a path to a ``.toml`` file as it is."""
+def recipe_dirs() -> list[Path]:
+    """Where recipes are looked up by name, first match wins: ``$GGUF_EXACT_RECIPES``,
+    ``~/.config/gguf-exact/recipes``, then the project's ``convert/``."""
+    dirs = [Path(os.environ[RECIPES_ENV]).expanduser()] if os.environ.get(RECIPES_ENV) else []
+    return dirs + [user_config_dir() / "recipes", RECIPES_DIR]
+
+
+def recipe_path(name_or_path: str | Path, directory: Path | None = None) -> Path:
+    """``<folder>/<name>.toml`` for a name (the first of :func:`recipe_dirs` that has it, or
+    ``directory``); a path to a ``.toml`` file as it is."""
     text = str(name_or_path)
     if text.endswith(".toml") or "/" in text:
         return Path(text)
-    return directory / f"{text}.toml"
+    dirs = [Path(directory)] if directory is not None else recipe_dirs()
+    return next((d / f"{text}.toml" for d in dirs if (d / f"{text}.toml").is_file()), dirs[-1] / f"{text}.toml")
 
 
-def load_recipe(name_or_path: str | Path, directory: Path = RECIPES_DIR) -> Recipe:
+def load_recipe(name_or_path: str | Path, directory: Path | None = None) -> Recipe:
     """Load a recipe by name (``e2b-assistant``) or path (``convert/e2b-assistant.toml``)."""
     path = recipe_path(name_or_path, directory)
     if not path.is_file():
         known = ", ".join(recipe_names(directory)) or "none"
-        raise GgufExactError(f"recipe {name_or_path}: no file {path}; known recipes: {known}")
+        raise GgufExactError(
+            f"recipe {name_or_path}: no file {path}; known recipes: {known} (`gguf-exact recipes` lists them)"
+        )
     try:
         data = tomllib.loads(path.read_text())
     except tomllib.TOMLDecodeError as err:
@@ -155,5 +199,17 @@ def load_recipe(name_or_path: str | Path, directory: Path = RECIPES_DIR) -> Reci
     return parse_recipe(data, path)
 
 
-def recipe_names(directory: Path = RECIPES_DIR) -> list[str]:
-    return sorted(p.stem for p in Path(directory).glob("*.toml"))
+def recipe_names(directory: Path | None = None) -> list[str]:
+    """Names of the recipes in ``directory``, or in every folder of :func:`recipe_dirs`."""
+    dirs = [Path(directory)] if directory is not None else recipe_dirs()
+    return sorted({p.stem for d in dirs for p in d.glob("*.toml")})
+
+
+def all_recipes(directory: Path | None = None) -> list[Recipe]:
+    """Every recipe, the first folder of :func:`recipe_dirs` first (a user's recipe
+    shadows the project's of the same name)."""
+    dirs = [Path(directory)] if directory is not None else recipe_dirs()
+    names: list[str] = []
+    for d in dirs:
+        names += [s for s in sorted(p.stem for p in d.glob("*.toml")) if s not in names]
+    return [load_recipe(n, directory) for n in names]

@@ -59,9 +59,10 @@ def read_model(path: str | Path, role: str) -> ModelFile:
 def listed_checksums(checksum_dir: Path | None = None) -> dict[str, str]:
     """File name -> sha256 from every ``*.sha256`` file in ``checksums/`` (read with
     :mod:`gguf_exact.hub.checksums`; entries are ``<repo>/<file>`` or bare names, matched by base name)."""
-    checksum_dir = CHECKSUM_DIR if checksum_dir is None else checksum_dir
+    checksum_dir = CHECKSUM_DIR if checksum_dir is None else Path(checksum_dir)
     listed: dict[str, str] = {}
-    for file in sorted(Path(checksum_dir).glob("*.sha256")):
+    # the project's folder comes with the user's pins (`gguf-exact pin` of an installed gguf-exact)
+    for file in pins.checksum_files(None if checksum_dir == pins.CHECKSUMS_DIR else checksum_dir):
         for entry in pins.read(file).entries:
             listed[entry.path.rsplit("/", 1)[-1]] = entry.sha256
     return listed

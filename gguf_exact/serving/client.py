@@ -63,13 +63,25 @@ def server_generate(url: str, prompt: str, n_predict: int) -> Generation:
     return gen
 
 
-def get_metrics(url: str) -> dict[str, float]:
+def auth_headers(api_key: str | None) -> dict[str, str]:
+    """The ``Authorization`` header a server started with ``--api-key`` wants (none without a key)."""
+    return {"Authorization": f"Bearer {api_key}"} if api_key else {}
+
+
+def get_metrics(url: str, api_key: str | None = None) -> dict[str, float]:
     """``/metrics`` of a server, parsed (:func:`gguf_exact.serving.stats.parse_metrics`)."""
     from gguf_exact.serving.stats import parse_metrics
 
+    req = urllib.request.Request(url.rstrip("/") + "/metrics", headers=auth_headers(api_key))
     try:
-        with urllib.request.urlopen(url.rstrip("/") + "/metrics", timeout=30) as r:
+        with urllib.request.urlopen(req, timeout=30) as r:
             return parse_metrics(r.read().decode("utf-8", "replace"))
+    except urllib.error.HTTPError as e:
+        if e.code == 401:
+            raise GgufExactError(
+                f"{url}/metrics: HTTP 401: the server wants its API key; set GGUF_EXACT_API_KEY (or --api-key)"
+            ) from None
+        raise GgufExactError(f"{url}/metrics: HTTP {e.code}; start the server with metrics on") from None
     except (urllib.error.URLError, OSError) as e:
         raise GgufExactError(f"{url}/metrics: no answer ({e}); start the server with metrics on") from None
 

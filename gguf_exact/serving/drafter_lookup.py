@@ -21,7 +21,6 @@ target alone with ``--no-draft``.
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -30,10 +29,10 @@ from gguf_exact.formats.gguf_file import sha256_file
 from gguf_exact.formats.gguf_reader import open_gguf
 from gguf_exact.gemma4.hparams import TextHparams
 from gguf_exact.gemma4.sizes import SIZES
+from gguf_exact.hub.recipes import RECIPES_ENV  # a recipes folder searched first (tests: a loopback Hub's)
 from gguf_exact.serving.checks import DRAFTER_ARCH, check_pair
 from gguf_exact.serving.memory_plan import Geometry
 
-RECIPES_ENV = "GGUF_EXACT_RECIPES"  # another recipes folder than the project's convert/ (tests)
 AUTO = "auto"
 
 
@@ -90,20 +89,20 @@ def identify_size(geom: Geometry) -> SizeMatch:
 
 def drafter_recipes(size: str | None, recipes_dir: Path | None = None) -> list:
     """The drafter recipes whose ``size`` is ``size``, by name."""
-    from gguf_exact.hub.recipes import RECIPES_DIR, load_recipe, recipe_names
+    from gguf_exact.hub.recipes import all_recipes
 
     if size is None:
         return []
-    folder = Path(recipes_dir or os.environ.get(RECIPES_ENV) or RECIPES_DIR)
-    recipes = [load_recipe(n, folder) for n in recipe_names(folder)]
+    recipes = all_recipes(Path(recipes_dir) if recipes_dir else None)
     return [r for r in recipes if r.kind == "drafter" and r.size == size]
 
 
 @dataclass(frozen=True)
 class DrafterFound:
-    path: Path | None  # None: the target alone (--no-draft)
+    path: Path | None  # None: the target alone (--no-draft), or not fetched yet (a dry run)
     how: str  # one phrase: where it was found, or why there is none
     size: SizeMatch | None = None
+    would_fetch: Path | None = None  # a dry run: where fetching would place it (nothing downloaded)
 
 
 def _published_path(recipe, models_dir: Path) -> tuple[Path, str | None]:
@@ -153,8 +152,11 @@ def find_drafter(
     recipes_dir: str | Path | None = None,
     config=None,
     progress: bool = True,
+    dry_run: bool = False,
 ) -> DrafterFound:
-    """The drafter for ``target`` (see the module doc); raises one line when there is none."""
+    """The drafter for ``target`` (see the module doc); raises one line when there is none.
+    ``dry_run``: where ``fetch`` would download it, say so and download nothing
+    (:attr:`DrafterFound.would_fetch`)."""
     target = Path(target)
     models_dir = Path(models_dir)
     check_pair(target)  # a target at all: one line for a drafter or other file passed as --model
@@ -174,6 +176,11 @@ def find_drafter(
     for path in _local_candidates(target, models_dir, geom.n_embd):
         if _fits(target, path) is None:
             return DrafterFound(path, f"a gemma4-assistant GGUF for this target, found in {path.parent}/", size)
+    if fetch and recipes and dry_run:
+        r = recipes[0]
+        path, _ = _published_path(r, models_dir)
+        how = f"recipe {r.name}: would be fetched to {path} (pinned, sha256 checked); a dry run downloads nothing"
+        return DrafterFound(None, how, size, would_fetch=path)
     if fetch and recipes:
         from gguf_exact.hub.fetch import fetch_recipe
 
@@ -210,6 +217,7 @@ def resolve_drafter(
     fetch: bool = False,
     default_auto: bool = True,
     config=None,
+    dry_run: bool = False,
 ) -> DrafterFound:
     """What ``--draft``/``--no-draft``/``--fetch-draft`` mean, for every command: a path
     is used as given; ``auto`` (or nothing, where ``default_auto``) searches; ``--no-draft``
@@ -224,7 +232,7 @@ def resolve_drafter(
         return DrafterFound(Path(draft), "--draft")
     if draft is None and not default_auto and not fetch:
         return DrafterFound(None, "no --draft: the target alone")
-    return find_drafter(target, models_dir, fetch, config=config)
+    return find_drafter(target, models_dir, fetch, config=config, dry_run=dry_run)
 
 
 __all__ = [

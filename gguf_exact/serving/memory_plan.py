@@ -32,7 +32,7 @@ Every function here is pure: header data and numbers in, bytes out.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
@@ -164,8 +164,35 @@ class Settings:
     gpu: bool = False  # a GPU build (the profile's build is not cpu)
 
     @classmethod
-    def from_profile(cls, profile, with_draft: bool) -> Settings:
-        """From a :class:`~gguf_exact.serving.profiles.Profile`'s [server] (and [draft]) values."""
+    def from_profile(cls, profile, with_draft: bool, engine: str = "llama-server") -> Settings:
+        """From a :class:`~gguf_exact.serving.profiles.Profile`'s [server] (and [draft]) values,
+        as ``engine`` applies them: llama-server, or ``python`` (``serve --engine python``,
+        :func:`gguf_exact.speculative.engine.engine_options`), which serves one sequence,
+        keeps the whole sliding-window cache (``swa_full``: a rolled-back draft must not
+        have lost cells), batches 512 tokens, and runs 4096 tokens of context and no GPU
+        layers unless the profile says otherwise."""
+        s = cls._from_profile(profile, with_draft)
+        if engine != "python":
+            return s
+        opts = dict(profile.server) | (dict(profile.draft) if with_draft else {})
+        given = lambda *names: any(n in opts and opts[n] is not False for n in names)  # noqa: E731
+        ngl = s.n_gpu_layers if given("n-gpu-layers", "ngl", "gpu-layers") else 0
+        ngld = s.n_gpu_layers_draft if given("n-gpu-layers-draft", "ngld", "gpu-layers-draft") else ngl
+        return replace(
+            s,
+            n_ctx=s.n_ctx or 4096,
+            n_parallel=1,
+            kv_unified=False,
+            n_batch=s.n_batch if given("batch-size", "b") else 512,
+            flash_attn="off" if s.flash_attn == "off" else "on",
+            swa_full=True,
+            n_gpu_layers=-2 if ngl < 0 else ngl,
+            n_gpu_layers_draft=-2 if ngld < 0 else ngld,
+            n_draft_max=int(opts.get("spec-draft-n-max", opts.get("draft-max", 2))) if with_draft else 0,
+        )
+
+    @classmethod
+    def _from_profile(cls, profile, with_draft: bool) -> Settings:
         opts = dict(profile.server) | (dict(profile.draft) if with_draft else {})
 
         def get(*names, default=None):
@@ -387,11 +414,12 @@ def mib(n: int) -> str:
     return f"{n / MIB:,.2f} MiB"
 
 
-def plan_memory(target: str | Path, drafter: str | Path | None, profile) -> MemoryPlan:
-    """The memory plan for serving ``target`` (and ``drafter``) with ``profile``."""
+def plan_memory(target: str | Path, drafter: str | Path | None, profile, engine: str = "llama-server") -> MemoryPlan:
+    """The memory plan for serving ``target`` (and ``drafter``) with ``profile`` on
+    ``engine`` (``llama-server`` or ``python``: see :meth:`Settings.from_profile`)."""
     from gguf_exact.formats.gguf_reader import open_gguf
 
-    s = Settings.from_profile(profile, with_draft=drafter is not None)
+    s = Settings.from_profile(profile, with_draft=drafter is not None, engine=engine)
     with open_gguf(target, "target") as g:
         tgeom = Geometry.from_gguf(g)
         tdev, thost = weight_split(g.tensors, tgeom.n_layer, s.layers_on_gpu(tgeom.n_layer))
@@ -399,7 +427,7 @@ def plan_memory(target: str | Path, drafter: str | Path | None, profile) -> Memo
     caches = kv_caches(tgeom, s)
     kv_total = sum(c.bytes for c in caches)
     kv_dev = sum(c.device_bytes for c in caches)
-    layout = ", ".join(f"{c.name} {c.cells:,} cells x {c.layers} layers" for c in caches)
+    layout = ", ".join(f"{c.name} {c.cells:,} cells x {c.layers} layer{'' if c.layers == 1 else 's'}" for c in caches)
     n_outputs = max(1, min(s.n_batch, s.n_seq * (1 + s.n_draft_max)))  # llama-server's output rows
     cells = [c.cells for c in caches]
     items = [

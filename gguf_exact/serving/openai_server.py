@@ -19,7 +19,10 @@ The routes are llama-cpp-python's own (``llama_cpp.server.app.router``:
 - one request at a time: llama-cpp-python's lock queues the others, and
   ``interrupt_requests`` is off so a waiting request never cuts a stream short;
 - per request, llama-server's log line ``draft acceptance = ... (A accepted / G
-  generated), mean len = ...``, which ``gguf-exact status`` reads.
+  generated), mean len = ...``, which ``gguf-exact status`` reads;
+- llama-server's sampling defaults for requests that name none
+  (:func:`with_server_defaults`), and :class:`ApiKeyCheck` when started with an API key
+  (``$GGUF_EXACT_API_KEY``): 401 for every request without it but ``/health``.
 
 Why not ``llama_cpp.server.app.create_app``: it always builds its own ``Llama``
 from ``ModelSettings``; :func:`build_app` does what it does (same middleware,
@@ -35,6 +38,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import sys
 import threading
 from pathlib import Path
@@ -170,6 +174,8 @@ class RequestChecks:
             more = message.get("more_body", False)
         raw = b"".join(chunks)
         bad = self.problem(scope["path"], raw)
+        if bad is None:
+            raw = with_server_defaults(scope["path"], raw)
         if bad is not None:
             status, message, code, param = bad
             log.info("refused %s: HTTP %d %s", scope["path"], status, message)
@@ -194,6 +200,50 @@ class RequestChecks:
         finally:
             with self.stats["lock"]:
                 self.stats["waiting"] -= 1
+
+
+class ApiKeyCheck:
+    """ASGI middleware: with an API key, every request but ``/health`` must carry it
+    (``Authorization: Bearer KEY``, as the OpenAI clients send it, or ``X-Api-Key``),
+    else HTTP 401 with llama-server's own error body. Checked before anything else
+    reads the request."""
+
+    PUBLIC = ("/health", "/v1/health")
+
+    def __init__(self, app: Any, api_key: str) -> None:
+        self.app = app
+        self.key = api_key.encode()
+
+    def allowed(self, headers: list[tuple[bytes, bytes]]) -> bool:
+        import hmac
+
+        given = dict((k.lower(), v) for k, v in headers)
+        value = given.get(b"authorization") or given.get(b"x-api-key") or b""
+        value = value[7:] if value[:7].lower() == b"bearer " else value
+        return hmac.compare_digest(value.strip(), self.key)
+
+    async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
+        if scope["type"] != "http" or scope["path"] in self.PUBLIC or self.allowed(scope.get("headers", [])):
+            await self.app(scope, receive, send)
+            return
+        body = json.dumps({"error": {"message": "Invalid API Key", "type": "authentication_error", "code": 401}})
+        headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
+        await send({"type": "http.response.start", "status": 401, "headers": headers})
+        await send({"type": "http.response.body", "body": body.encode()})
+
+
+def with_server_defaults(path: str, raw: bytes) -> bytes:
+    """The request body with llama-server's sampling defaults
+    (:data:`gguf_exact.serving.sampling_defaults.SERVER_SAMPLING`) where it names none,
+    and, for ``/v1/completions`` without ``max_tokens``, no limit but the context, as
+    llama-server answers (llama-cpp-python's own: ``repeat_penalty`` 1.1, 16 tokens)."""
+    from gguf_exact.serving.sampling_defaults import SERVER_SAMPLING
+
+    body = json.loads(raw)
+    filled = {k: v for k, v in SERVER_SAMPLING.items() if body.get(k) is None}
+    if path == "/v1/completions" and "max_tokens" not in body:
+        filled["max_tokens"] = None
+    return json.dumps(body | filled).encode() if filled else raw
 
 
 def metrics_text(llm: MtpLlama, in_flight: int) -> str:
@@ -274,7 +324,8 @@ def build_app(llm: MtpLlama, alias: str, api_key: str | None = None) -> Any:
 
     llm.on_generation = on_generation
     names = {alias, str(llm.model_path), Path(llm.model_path).name}
-    return RequestChecks(app, llm, names, stats)
+    checked = RequestChecks(app, llm, names, stats)
+    return ApiKeyCheck(checked, api_key) if api_key else checked
 
 
 def default_alias(target: str | Path) -> str:
@@ -292,7 +343,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--port", type=int, default=8080)
     ap.add_argument("--log-file")
     ap.add_argument("--alias")
-    ap.add_argument("--api-key")
+    ap.add_argument("--api-key", help="prefer $GGUF_EXACT_API_KEY: an argument shows in ps")
     ap.add_argument("--logprobs", action="store_true")
     args = ap.parse_args(argv)
     handlers: list[logging.Handler] = [logging.StreamHandler(sys.stderr)]
@@ -320,7 +371,7 @@ def main(argv: list[str] | None = None) -> int:
             llm.n_max,
             alias,
         )
-        app = build_app(llm, alias, args.api_key)
+        app = build_app(llm, alias, args.api_key or os.environ.get("GGUF_EXACT_API_KEY") or None)
     except GgufExactError as e:
         print(f"error: {e}", file=sys.stderr)
         return 1

@@ -21,9 +21,10 @@ else:  # pragma: no cover
     import tomli as tomllib
 
 from gguf_exact.errors import GgufExactError
+from gguf_exact.resources import shipped_dir, user_config_dir
 from gguf_exact.serving.llama_build import BACKEND
 
-PROFILE_DIR = Path(__file__).resolve().parents[2] / "serve"
+PROFILE_DIR = shipped_dir("serve")  # the project's serve/ (a wheel carries a copy)
 Value = str | int | float | bool
 
 # Options that gguf-exact sets itself, from its own arguments.
@@ -37,6 +38,8 @@ RESERVED = {
     "port": "--port",
     "metrics": "(always on)",
     "log-file": "(the run directory)",
+    "api-key": "--api-key or $GGUF_EXACT_API_KEY (kept out of the run folder)",
+    "api-key-file": "--api-key or $GGUF_EXACT_API_KEY (kept out of the run folder)",
 }
 _KEY = re.compile(r"[a-z0-9][a-z0-9-]*")
 
@@ -138,8 +141,7 @@ def profile_dirs() -> list[Path]:
     dirs = []
     if os.environ.get("GGUF_EXACT_PROFILES"):
         dirs.append(Path(os.environ["GGUF_EXACT_PROFILES"]).expanduser())
-    config = Path(os.environ.get("XDG_CONFIG_HOME") or Path.home() / ".config")
-    dirs += [config / "gguf-exact" / "profiles", PROFILE_DIR]
+    dirs += [user_config_dir() / "profiles", PROFILE_DIR]
     return dirs
 
 

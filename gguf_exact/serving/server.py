@@ -15,19 +15,22 @@ that directory; they recognise the process by its pid *and* its start time, so a
 pid the system has since given to another process is never taken for the server.
 """
 
+import contextlib
 import json
 import os
 import shlex
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.error
 import urllib.request
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Iterator
 
 from gguf_exact.errors import GgufExactError
 from gguf_exact.serving.checks import ServePair, check_pair
@@ -46,6 +49,8 @@ DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8080
 STATE_FILE, PID_FILE, LOG_FILE, CONSOLE_FILE = "server.json", "server.pid", "server.log", "console.log"
 SERVER_BIN_ENV = "GGUF_EXACT_LLAMA_SERVER"
+API_KEY_ENV = "GGUF_EXACT_API_KEY"  # serve --api-key / status --api-key, from the environment
+LLAMA_SERVER_KEY_ENV = "LLAMA_API_KEY"  # llama-server reads its --api-key from this variable
 ENGINES = ("llama-server", "python")
 LOG_TAIL_BYTES = 64 * 1024  # status reads at most this much of a server log
 
@@ -56,6 +61,22 @@ def run_root() -> Path:
     """``$GGUF_EXACT_RUN_DIR``, else ``<cache>/run``."""
     env = os.environ.get("GGUF_EXACT_RUN_DIR")
     return Path(env).expanduser() if env else cache_root() / "run"
+
+
+@contextlib.contextmanager
+def scratch_run_root(purpose: str) -> Iterator[Path]:
+    """A run-folder root of its own for the servers a command starts and stops itself
+    (``tune``, ``bench --engines``): ``status`` never sees them, and the folder is removed
+    when the command is done. Kept when a server failed (the error names its log)."""
+    root = Path(tempfile.mkdtemp(prefix=f"gguf-exact-{purpose}-"))
+    try:
+        yield root
+    except GgufExactError:
+        raise
+    except BaseException:
+        shutil.rmtree(root, ignore_errors=True)
+        raise
+    shutil.rmtree(root, ignore_errors=True)
 
 
 @dataclass(frozen=True)
@@ -70,6 +91,8 @@ class Launch:
     profile: Profile
     engine: str = "llama-server"
     note: str | None = None  # e.g. the build is not there yet (a dry run)
+    # Given to the server in its environment, never on its command line, in server.json or a log.
+    api_key: str | None = field(default=None, repr=False, compare=False)
 
     @property
     def url(self) -> str:
@@ -114,6 +137,36 @@ def _extra_args_check(extra: list[str]) -> None:
         value = extra[i + 1] if i + 1 < len(extra) and not extra[i + 1].startswith("-") else True
         key, eq, inline = key.partition("=")
         refuse_no_mmap(key, inline if eq else value, "llama-server arguments")
+        if key in ("api-key", "api-key-file"):
+            raise GgufExactError(
+                f"llama-server arguments: --{key} would be kept in the run folder's server.json and shown by ps; "
+                f"give the key with serve's --api-key or ${API_KEY_ENV} instead"
+            )
+
+
+def is_loopback(host: str) -> bool:
+    """True for ``localhost`` and loopback addresses (127.0.0.0/8, ::1): nothing but this
+    machine can reach a server bound there."""
+    import ipaddress
+
+    if host.lower() in ("localhost", "localhost.localdomain"):
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False  # a name that may resolve to any interface
+
+
+def check_exposure(host: str, api_key: str | None, insecure: bool) -> None:
+    """A server reachable from other machines needs an API key, unless ``insecure``."""
+    if api_key is not None and not api_key.strip():
+        raise GgufExactError(f"--api-key (or ${API_KEY_ENV}) is empty; give a key, e.g. from `openssl rand -hex 24`")
+    if not is_loopback(host) and not api_key and not insecure:
+        raise GgufExactError(
+            f"--host {host} lets other machines reach the server, which answers anyone without a key: "
+            f"give one with --api-key KEY (or ${API_KEY_ENV}; clients send it as the OpenAI api_key), "
+            "or pass --insecure to serve without one"
+        )
 
 
 def plan_launch(
@@ -130,17 +183,25 @@ def plan_launch(
     engine: str = "llama-server",
     logprobs: bool = False,
     require_build: bool = True,
+    runs: Path | None = None,
+    api_key: str | None = None,
+    insecure: bool = False,
 ) -> Launch:
     """Check everything (the port too, unless ``check_port`` is false) and build the
     server's command line; start nothing. ``engine="python"`` runs
     :mod:`.openai_server` (llama-cpp-python) with the same profile instead of llama-server.
     ``require_build=False`` (a dry run) plans with the path the profile's build will
-    have once built, and says how to build it in :attr:`Launch.note`."""
+    have once built, and says how to build it in :attr:`Launch.note`. ``runs``: the
+    root of the run folder (default :func:`run_root`; :func:`scratch_run_root` for servers
+    a command starts for itself). ``api_key``: clients must send it (both engines; given
+    to the server in its environment, kept out of the command line and the run folder);
+    a ``host`` other machines can reach needs one unless ``insecure``."""
     if engine not in ENGINES:
         raise GgufExactError(f"--engine {engine}: expected one of {', '.join(ENGINES)}")
     prof = profile if isinstance(profile, Profile) else load_profile(profile)
     prof = prof.with_overrides(list(overrides)) if overrides else prof
     _extra_args_check(list(extra_args))
+    check_exposure(host, api_key, insecure)
     if not 0 < int(port) < 65536:
         raise GgufExactError(f"--port {port}: expected 1-65535")
     if engine == "python":
@@ -151,7 +212,7 @@ def plan_launch(
     elif logprobs:
         raise GgufExactError("--logprobs is for --engine python (llama-server always returns them on request)")
     pair = check_pair(target, drafter, checksums)
-    rdir = run_root() / str(port)
+    rdir = (runs or run_root()) / str(port)
     if engine == "python":
         from gguf_exact.speculative.engine import engine_options  # checks the profile before anything starts
 
@@ -166,7 +227,7 @@ def plan_launch(
             cmd += ["--set", pair_]
         cmd += ["--host", host, "--port", str(port), "--log-file", str(rdir / LOG_FILE)]
         cmd += ["--logprobs"] if logprobs else []
-        return Launch(cmd, host, int(port), rdir, pair, prof, engine)
+        return Launch(cmd, host, int(port), rdir, pair, prof, engine, api_key=api_key or None)
     note = None
     try:
         binary = resolve_server_binary(prof, server_bin)
@@ -181,7 +242,7 @@ def plan_launch(
         cmd += ["--model-draft", str(pair.drafter.path.resolve())]
     cmd += ["--host", host, "--port", str(port), "--metrics", "--log-file", str(rdir / LOG_FILE)]
     cmd += prof.args(with_draft=pair.drafter is not None) + list(extra_args)
-    return Launch(cmd, host, int(port), rdir, pair, prof, note=note)
+    return Launch(cmd, host, int(port), rdir, pair, prof, note=note, api_key=api_key or None)
 
 
 def free_port(host: str = DEFAULT_HOST) -> int:
@@ -210,10 +271,12 @@ def _check_port_free(host: str, port: int) -> None:
         )
 
 
-def _http(url: str, timeout: float = 3.0) -> tuple[int, str]:
+def _http(url: str, timeout: float = 3.0, api_key: str | None = None) -> tuple[int, str]:
     """(status, body); status 0 when nothing answers."""
+    from gguf_exact.serving.client import auth_headers
+
     try:
-        with urllib.request.urlopen(url, timeout=timeout) as r:
+        with urllib.request.urlopen(urllib.request.Request(url, headers=auth_headers(api_key)), timeout=timeout) as r:
             return r.status, r.read().decode("utf-8", "replace")
     except urllib.error.HTTPError as e:
         return e.code, e.read().decode("utf-8", "replace")
@@ -270,6 +333,7 @@ def _write_state(launch: Launch, pid: int, detached: bool) -> None:
         "detached": detached,
         "started": time.time(),
         "profile": launch.profile.name,
+        "api_key": bool(launch.api_key),  # whether clients need one; the key itself is never written
         "command": launch.command,
         "target": str(launch.pair.target.path.resolve()),
         "drafter": str(launch.pair.drafter.path.resolve()) if launch.pair.drafter else None,
@@ -313,6 +377,7 @@ def start_server(launch: Launch, detach: bool = False, timeout: float = 600.0) -
     launch.run_dir.mkdir(parents=True, exist_ok=True)
     for name in (LOG_FILE, CONSOLE_FILE):
         (launch.run_dir / name).unlink(missing_ok=True)
+    env = server_env(launch)
     if detach:
         with open(launch.run_dir / CONSOLE_FILE, "wb") as console:
             proc = subprocess.Popen(
@@ -321,9 +386,10 @@ def start_server(launch: Launch, detach: bool = False, timeout: float = 600.0) -
                 stdout=console,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
+                env=env,
             )
     else:
-        proc = subprocess.Popen(launch.command, stdin=subprocess.DEVNULL)
+        proc = subprocess.Popen(launch.command, stdin=subprocess.DEVNULL, env=env)
     _write_state(launch, proc.pid, detach)
     try:
         seconds = wait_healthy(launch, proc, timeout)
@@ -333,6 +399,17 @@ def start_server(launch: Launch, detach: bool = False, timeout: float = 600.0) -
         (launch.run_dir / PID_FILE).unlink(missing_ok=True)
         raise
     return proc, seconds
+
+
+def server_env(launch: Launch) -> dict[str, str]:
+    """The server's environment: this one, with the API key where its engine reads it
+    (llama-server: ``LLAMA_API_KEY``; the python engine: ``GGUF_EXACT_API_KEY``) and no
+    key at all when none was given (a key in the caller's environment is not inherited
+    by the servers ``tune`` and ``bench`` start for themselves)."""
+    env = {k: v for k, v in os.environ.items() if k not in (API_KEY_ENV, LLAMA_SERVER_KEY_ENV)}
+    if launch.api_key:
+        env[LLAMA_SERVER_KEY_ENV if launch.engine == "llama-server" else API_KEY_ENV] = launch.api_key
+    return env
 
 
 def serve_foreground(launch: Launch, proc: subprocess.Popen) -> int:
@@ -471,6 +548,7 @@ class ServerStatus:
     counters: DraftCounters | None = None
     recent: list[Acceptance] = field(default_factory=list)
     speculation: Verdict | None = None  # is draft-mtp drafting? (:mod:`.speculation`)
+    needs_key: bool = False  # the server wants an API key this call did not have (HTTP 401)
 
     @property
     def up(self) -> bool:
@@ -487,12 +565,18 @@ class ServerStatus:
 
 
 def server_status(
-    port: int | None = None, root: Path | None = None, last: int = 5, probe_request: bool = False
+    port: int | None = None,
+    root: Path | None = None,
+    last: int = 5,
+    probe_request: bool = False,
+    api_key: str | None = None,
 ) -> ServerStatus:
     """Health, models, speculation, draft counters (``/metrics``) and the last
     ``last`` per-request ``draft acceptance`` lines of a server started by :func:`start_server`;
     whether draft-mtp is drafting (:func:`.speculation.judge`), over one probe request
-    when ``probe_request``."""
+    when ``probe_request``. ``api_key`` (default ``$GGUF_EXACT_API_KEY``): for a server
+    started with one; without it only ``/health`` answers (:attr:`ServerStatus.needs_key`)."""
+    api_key = api_key or os.environ.get(API_KEY_ENV) or None
     rdir = find_run_dir(port, root)
     state = read_state(rdir)
     pid = _read_pid(rdir)
@@ -504,33 +588,36 @@ def server_status(
         return st
     if state.get("engine") == "python":
         st.speculative = bool(state.get("drafter"))  # no /slots: drafting is on whenever a drafter is loaded
-    code, body = _http(url + "/v1/models")
+    code, body = _http(url + "/v1/models", api_key=api_key)
+    if code == 401:
+        st.needs_key = True
+        return st
     if code == 200:
         try:
             st.models = [m.get("id", "?") for m in json.loads(body).get("data", [])]
         except (ValueError, AttributeError):
             pass
-    code, body = _http(url + "/slots")
+    code, body = _http(url + "/slots", api_key=api_key)
     if code == 200:
         try:
             st.speculative = any(bool(s.get("speculative")) for s in json.loads(body))
         except (ValueError, AttributeError):
             pass
-    code, body = _http(url + "/metrics")
+    code, body = _http(url + "/metrics", api_key=api_key)
     if code == 200:
         st.counters = draft_counters(parse_metrics(body))
-    st.speculation = speculation_verdict(st, probe_request)
+    st.speculation = speculation_verdict(st, probe_request, api_key)
     return st
 
 
-def speculation_verdict(st: ServerStatus, probe_request: bool = False) -> Verdict:
+def speculation_verdict(st: ServerStatus, probe_request: bool = False, api_key: str | None = None) -> Verdict:
     """Whether a running server is drafting: from a probe request's draft tokens, or the
     counters since start, ``/slots`` and the log (:func:`.speculation.judge`)."""
     state = st.state
     engine = state.get("engine") or "llama-server"
     drafted = accepted = None
     if probe_request:
-        drafted, accepted = probe(state["url"])
+        drafted, accepted = probe(state["url"], api_key=api_key)
     elif st.counters is not None:
         drafted, accepted = st.counters.draft_tokens, st.counters.accepted_tokens
     return judge(

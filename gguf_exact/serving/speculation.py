@@ -92,24 +92,26 @@ def judge(
     )
 
 
-def probe(url: str, timeout: float = 120.0) -> tuple[int, int]:
+def probe(url: str, timeout: float = 120.0, api_key: str | None = None) -> tuple[int, int]:
     """Send one short greedy completion and return (draft tokens, accepted tokens) it
     added to ``/metrics`` (the servers answer one request at a time)."""
-    from gguf_exact.serving.client import get_metrics
+    from gguf_exact.serving.client import auth_headers, get_metrics
 
     base = url.rstrip("/")
     names = ("llamacpp:spec_decode_num_draft_tokens_total", "llamacpp:spec_decode_num_accepted_tokens_total")
-    before = get_metrics(base)
+    before = get_metrics(base, api_key)
     body = {"prompt": PROBE_PROMPT, "max_tokens": PROBE_TOKENS, "temperature": 0.0}
     req = urllib.request.Request(
-        base + "/v1/completions", json.dumps(body).encode(), {"Content-Type": "application/json"}
+        base + "/v1/completions",
+        json.dumps(body).encode(),
+        {"Content-Type": "application/json"} | auth_headers(api_key),
     )
     try:
         with urllib.request.urlopen(req, timeout=timeout) as r:
             r.read()
     except (urllib.error.URLError, OSError) as e:
         raise GgufExactError(f"{base}: the probe request failed ({e})") from None
-    after = get_metrics(base)
+    after = get_metrics(base, api_key)
     drafted, accepted = (int(after.get(n, 0.0) - before.get(n, 0.0)) for n in names)
     return drafted, accepted
 

@@ -11,9 +11,11 @@ every arm alike. The arm with the highest median tokens/s over its runs wins.
 
 :func:`write_tuned_profile` copies the profile's file into the user's profile folder
 (:func:`.profiles.user_profile_dir`: ``$GGUF_EXACT_PROFILES``, else
-``~/.config/gguf-exact/profiles``) with ``spec-draft-n-max`` set and the measurement
-in a comment at the top; ``--profile NAME`` then reads that copy before ``serve/NAME.toml``.
-The project's ``serve/`` is never written.
+``~/.config/gguf-exact/profiles``) under a name of its own, ``<profile>-tuned``
+(``cpu-tuned``; ``--as NAME`` picks another), with ``spec-draft-n-max`` set and the
+measurement in a comment at the top; ``--profile cpu-tuned`` then serves with it. A
+profile shipped with gguf-exact (``cpu``, ``rtx3050``, ...; what ``--profile auto``
+picks) is shadowed only when ``--as`` names it. The project's ``serve/`` is never written.
 """
 
 from __future__ import annotations
@@ -56,7 +58,7 @@ def tune_n_max(
 ) -> TuneResult:
     """Tokens/s of ``profile`` at each n-max in ``n_values`` (and the target alone when
     ``with_target``), one llama-server at a time; see the module doc."""
-    from gguf_exact.serving.server import free_port, plan_launch, start_server, stop_server
+    from gguf_exact.serving.server import free_port, plan_launch, scratch_run_root, start_server, stop_server
     from gguf_exact.speculative.prompt_set import load_prompts
 
     if not n_values or any(n < 1 for n in n_values):
@@ -64,20 +66,27 @@ def tune_n_max(
     prompts = prompts or load_prompts()
     arms = ([Arm(TARGET, 0)] if with_target else []) + [Arm(f"n_max={n}", n) for n in n_values]
     runs = []
-    for order, (rnd, arm) in enumerate(alternating_order(arms, rounds)):
-        sets = list(overrides) + ([f"{N_MAX_KEY}={arm.n_max}"] if arm.n_max else [])
-        launch = plan_launch(
-            target, drafter if arm.n_max else None, profile, sets, port=free_port(), server_bin=server_bin
-        )
-        start_server(launch, detach=True, timeout=600)
-        try:
-            one = bench_servers([Arm(arm.label, arm.n_max, launch.url)], prompts, n_predict, rounds=1)
-        finally:
-            stop_server(launch.port)
-        for r in one.runs:
-            r.round, r.order = rnd, order
-        runs += one.runs
-        progress(f"round {rnd + 1}/{rounds}: {arm.label}")
+    with scratch_run_root("tune") as root:  # its servers' run folders: not the user's, removed after
+        for order, (rnd, arm) in enumerate(alternating_order(arms, rounds)):
+            sets = list(overrides) + ([f"{N_MAX_KEY}={arm.n_max}"] if arm.n_max else [])
+            launch = plan_launch(
+                target,
+                drafter if arm.n_max else None,
+                profile,
+                sets,
+                port=free_port(),
+                server_bin=server_bin,
+                runs=root,
+            )
+            start_server(launch, detach=True, timeout=600)
+            try:
+                one = bench_servers([Arm(arm.label, arm.n_max, launch.url)], prompts, n_predict, rounds=1)
+            finally:
+                stop_server(launch.port, root)
+            for r in one.runs:
+                r.round, r.order = rnd, order
+            runs += one.runs
+            progress(f"round {rnd + 1}/{rounds}: {arm.label}")
     summary = summarize(arms, runs)
     for s in summary:
         s.mean_accepted_length = None  # llama-server does not report draft rounds
@@ -141,9 +150,34 @@ def tuned_header(result: TuneResult, command: str) -> list[str]:
     ]
 
 
-def write_tuned_profile(base: Profile, result: TuneResult, command: str, folder: Path | None = None) -> Path:
+TUNED_SUFFIX = "-tuned"
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,99}")
+
+
+def tuned_name(base: Profile, name: str | None = None) -> str:
+    """The name a tuned copy of ``base`` is written under: ``name``, else ``<base>-tuned``
+    (``cpu`` -> ``cpu-tuned``; a tuned profile tuned again keeps its name), so the
+    profiles shipped with gguf-exact are never shadowed unless a name says so."""
+    if name is None:
+        return base.name if base.name.endswith(TUNED_SUFFIX) else base.name + TUNED_SUFFIX
+    if not _NAME.fullmatch(name) or name.endswith(".toml"):
+        raise GgufExactError(
+            f"--as {name!r}: a profile name is letters, digits, '.', '_' and '-' (no .toml), e.g. cpu-tuned"
+        )
+    return name
+
+
+def shadows_builtin(name: str) -> bool:
+    """True when ``name`` is one of the profiles shipped with gguf-exact (``serve/NAME.toml``)."""
+    return (PROFILE_DIR / f"{name}.toml").is_file()
+
+
+def write_tuned_profile(
+    base: Profile, result: TuneResult, command: str, folder: Path | None = None, name: str | None = None
+) -> Path:
     """Write ``base`` with the best n-max to ``folder/<name>.toml`` (default: the user's
-    profile folder) and read it back; the project's ``serve/`` is refused."""
+    profile folder, ``<base>-tuned``, see :func:`tuned_name`) and read it back; the
+    project's ``serve/`` is refused."""
     folder = Path(folder or user_profile_dir()).expanduser()
     if folder.resolve() == PROFILE_DIR.resolve():
         raise GgufExactError(
@@ -156,7 +190,7 @@ def write_tuned_profile(base: Profile, result: TuneResult, command: str, folder:
         body = body[len(tuned_header(result, command)) :]
     new = set_n_max("\n".join(tuned_header(result, command) + body), result.best_n_max, "measured by gguf-exact tune")
     folder.mkdir(parents=True, exist_ok=True)
-    dest = folder / f"{base.name}.toml"
+    dest = folder / f"{tuned_name(base, name)}.toml"
     with atomic_output(dest) as tmp:
         tmp.write_text(new)
         written = load_profile(tmp)
@@ -167,4 +201,13 @@ def write_tuned_profile(base: Profile, result: TuneResult, command: str, folder:
     return dest
 
 
-__all__ = ["N_MAX_KEY", "TuneResult", "set_n_max", "tune_n_max", "tuned_header", "write_tuned_profile"]
+__all__ = [
+    "N_MAX_KEY",
+    "TuneResult",
+    "set_n_max",
+    "shadows_builtin",
+    "tune_n_max",
+    "tuned_header",
+    "tuned_name",
+    "write_tuned_profile",
+]

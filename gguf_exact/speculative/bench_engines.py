@@ -185,33 +185,34 @@ def bench_engines(
 ) -> EngineReport:
     """Start each engine's server at each n-max, run the prompts over HTTP, stop them."""
     from gguf_exact.serving.client import openai_generate
-    from gguf_exact.serving.server import free_port, plan_launch, start_server, stop_server
+    from gguf_exact.serving.server import free_port, plan_launch, scratch_run_root, start_server, stop_server
 
     bad = [e for e in engines if e not in ENGINES]
     if bad or not engines:
         raise GgufExactError(f"--engines {','.join(engines)}: expected one or both of {', '.join(ENGINES)}")
     runs: list[EngineRun] = []
     first = next(iter(prompts.values()))
-    for n_max in n_max_list:
-        launches = {}
-        try:
-            for engine in engines:
-                sets = list(overrides) + ([f"spec-draft-n-max={n_max}"] if n_max > 0 else [])
-                launch = plan_launch(
-                    model, draft if n_max > 0 else None, profile, sets, port=free_port(), engine=engine
-                )
-                start_server(launch, detach=True, timeout=300)
-                launches[engine] = launch
-                openai_generate(launch.url, first, min(n_predict, 8), temperature, seed)  # warm-up
-            for rnd in range(rounds):
-                for engine in list(engines) + list(reversed(engines)):  # A B B A
-                    for name, text in prompts.items():
-                        g = openai_generate(launches[engine].url, text, n_predict, temperature, seed)
-                        runs.append(_run(g, engine, n_max, name, rnd))
-                progress(f"n-max {n_max}: round {rnd + 1}/{rounds}")
-        finally:
-            for launch in launches.values():
-                stop_server(launch.port)
+    with scratch_run_root("bench") as root:  # its servers' run folders: not the user's, removed after
+        for n_max in n_max_list:
+            launches = {}
+            try:
+                for engine in engines:
+                    sets = list(overrides) + ([f"spec-draft-n-max={n_max}"] if n_max > 0 else [])
+                    launch = plan_launch(
+                        model, draft if n_max > 0 else None, profile, sets, port=free_port(), engine=engine, runs=root
+                    )
+                    start_server(launch, detach=True, timeout=300)
+                    launches[engine] = launch
+                    openai_generate(launch.url, first, min(n_predict, 8), temperature, seed)  # warm-up
+                for rnd in range(rounds):
+                    for engine in list(engines) + list(reversed(engines)):  # A B B A
+                        for name, text in prompts.items():
+                            g = openai_generate(launches[engine].url, text, n_predict, temperature, seed)
+                            runs.append(_run(g, engine, n_max, name, rnd))
+                    progress(f"n-max {n_max}: round {rnd + 1}/{rounds}")
+            finally:
+                for launch in launches.values():
+                    stop_server(launch.port, root)
     meta = {
         "model": str(model),
         "draft": str(draft),

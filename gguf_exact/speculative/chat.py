@@ -24,7 +24,8 @@ def stats_line(t: SpecTotals) -> str:
     tps = "-" if t.tokens_per_second is None else f"{t.tokens_per_second:.1f}"
     per_pass = "-" if t.tokens_per_target_pass is None else f"{t.tokens_per_target_pass:.2f}"
     return (
-        f"{t.requests} replies, {t.tokens} tokens; acceptance {acc}; {per_pass} tokens per target pass; "
+        f"{t.requests} {'reply' if t.requests == 1 else 'replies'}, {t.tokens} token{'' if t.tokens == 1 else 's'}; "
+        f"acceptance {acc}; {per_pass} tokens per target pass; "
         f"{tps} tokens/s (after each reply's first token)"
     )
 

@@ -1,7 +1,7 @@
 """The one speculative engine: llama-cpp-python's ``Llama`` with an MTP drafter as its draft model.
 
 >>> from gguf_exact import load_with_drafter
->>> llm = load_with_drafter("gemma-4-E2B-it.gguf", "assistant-q4_0-exact.gguf", n_max=2, profile="rtx3050")
+>>> llm = load_with_drafter("gemma-4-E2B_q4_0-it.gguf", "gemma-4-E2B-it-qat-assistant-q4_0-exact.gguf", n_max=2, profile="rtx3050")
 >>> for chunk in llm.create_chat_completion(messages=[{"role": "user", "content": "Hi"}], stream=True):
 ...     print(chunk["choices"][0]["delta"].get("content", ""), end="")
 >>> llm.totals.acceptance_rate, llm.totals.tokens_per_target_pass

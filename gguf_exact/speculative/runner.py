@@ -1,7 +1,7 @@
 """Token-level generation on the engine, for ``generate``, ``bench``, the demo and the tests.
 
 >>> from gguf_exact.speculative.runner import Runner
->>> with Runner("gemma-4-E2B-it.gguf", draft="assistant-q4_0-exact.gguf") as r:
+>>> with Runner("gemma-4-E2B_q4_0-it.gguf", draft="gemma-4-E2B-it-qat-assistant-q4_0-exact.gguf") as r:
 ...     g = r.generate("def fib(n):", n_predict=64, n_max=2)
 ...     print(g.text, g.acceptance_rate, g.tokens_per_target_pass)
 
@@ -25,19 +25,21 @@ from typing import Any, Sequence
 import llama_cpp
 
 from gguf_exact.errors import GgufExactError
+from gguf_exact.serving.sampling_defaults import SERVER_SAMPLING
 from gguf_exact.speculative.engine import MtpLlama, live_contexts
 from gguf_exact.speculative.generation import Generation
 
 
 @dataclass(frozen=True)
 class Sampling:
-    """llama-cpp-python's sampler settings; ``temperature`` 0 is greedy."""
+    """llama-cpp-python's sampler settings; ``temperature`` 0 is greedy. The others
+    default to llama-server's (:data:`gguf_exact.serving.sampling_defaults.SERVER_SAMPLING`)."""
 
     temperature: float = 0.0
-    top_k: int = 40
-    top_p: float = 0.95
-    min_p: float = 0.05
-    repeat_penalty: float = 1.0
+    top_k: int = int(SERVER_SAMPLING["top_k"])
+    top_p: float = SERVER_SAMPLING["top_p"]
+    min_p: float = SERVER_SAMPLING["min_p"]
+    repeat_penalty: float = SERVER_SAMPLING["repeat_penalty"]
     seed: int | None = None
 
     def generate_kwargs(self) -> dict[str, Any]:

@@ -1,0 +1,155 @@
+"""An installed wheel works outside the checkout: it carries the profiles, recipes and
+checksums (setup.py copies serve/, convert/ and checksums/ into gguf_exact/_data), and
+`pin` writes the user's folder, never the installed package's data.
+
+The wheel is built from a copy of the source (`pip wheel --no-deps --no-build-isolation`:
+offline, with the test venv's setuptools) and installed with `--no-deps` into a fresh venv
+whose only other packages are the test venv's, reached through a path file (not its
+editable install of gguf-exact). Every command runs there, from a folder outside the checkout.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import subprocess
+import sys
+import sysconfig
+from pathlib import Path
+
+import pytest
+from hubserver import FakeHub
+
+ROOT = Path(__file__).resolve().parents[1]
+SOURCE = ("pyproject.toml", "setup.py", "MANIFEST.in", "README.md", "gguf_exact", "serve", "convert", "checksums")
+TARGET_REPO, TARGET_FILE = "google/gemma-4-E2B-it-qat-q4_0-gguf", "gemma-4-E2B_q4_0-it.gguf"
+
+
+@pytest.fixture(scope="module")
+def installed(tmp_path_factory) -> Path:
+    """The venv with the wheel installed; returns its bin folder."""
+    root = tmp_path_factory.mktemp("wheel")
+    src = root / "src"
+    src.mkdir()
+    for name in SOURCE:
+        item = ROOT / name
+        if item.is_dir():
+            shutil.copytree(item, src / name, ignore=shutil.ignore_patterns("__pycache__", "*.pyc", "_data"))
+        else:
+            shutil.copy2(item, src / name)
+    env = dict(os.environ, PIP_NO_INDEX="1", PIP_DISABLE_PIP_VERSION_CHECK="1")
+    pip = [sys.executable, "-m", "pip"]
+    subprocess.run([*pip, "wheel", "-q", "--no-deps", "--no-build-isolation", "-w", str(root / "dist"), str(src)],
+                   check=True, env=env, cwd=root)  # fmt: skip
+    wheel = next((root / "dist").glob("gguf_exact-*.whl"))
+    venv = root / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    py = venv / "bin" / "python"
+    subprocess.run([*pip, "--python", str(py), "install", "-q", "--no-deps", str(wheel)], check=True, env=env)
+    site = subprocess.run([py, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                          check=True, capture_output=True, text=True).stdout.strip()  # fmt: skip
+    deps = {sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]}
+    (Path(site) / "_test_venv_packages.pth").write_text("\n".join(sorted(deps)) + "\n")
+    return venv / "bin"
+
+
+@pytest.fixture
+def work(tmp_path) -> Path:
+    d = tmp_path / "work"
+    d.mkdir()
+    return d
+
+
+def gguf_exact(bin_dir: Path, work: Path, *args, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    base = {k: v for k, v in os.environ.items() if not k.startswith(("GGUF_EXACT_", "HF_", "PYTHON"))}
+    full = base | {"XDG_CONFIG_HOME": str(work / "config"), "GGUF_EXACT_RUN_DIR": str(work / "run")} | (env or {})
+    return subprocess.run([str(bin_dir / "gguf-exact"), *map(str, args)], cwd=work, env=full,
+                          capture_output=True, text=True, timeout=300)  # fmt: skip
+
+
+def test_the_wheel_runs_outside_the_checkout(installed, work):
+    where = subprocess.run(
+        [installed / "python", "-c", "import gguf_exact, gguf_exact.resources as r; "
+         "print(gguf_exact.__file__); print(r.in_checkout()); print(r.shipped_dir('serve'))"],
+        cwd=work, capture_output=True, text=True, check=True,
+    ).stdout.split()  # fmt: skip
+    package = Path(where[0]).parent
+    assert package.parent.name == "site-packages" and ROOT not in package.parents
+    assert where[1:] == ["False", str(package / "_data" / "serve")]
+    assert sorted(p.name for p in (package / "_data" / "serve").iterdir()) == sorted(
+        p.name for p in (ROOT / "serve").glob("*.toml")
+    )
+
+    r = gguf_exact(installed, work, "make-tiny", "tiny")
+    assert r.returncode == 0, r.stderr
+    # a profile from the installed data (before: "profile 'rtx3050' not found")
+    r = gguf_exact(installed, work, "serve", "--model", "tiny/target.gguf", "--no-draft", "--profile", "rtx3050",
+                   "--dry-run")  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    assert "profile  rtx3050 (" in r.stdout and "build cuda86" in r.stdout
+    assert "--n-gpu-layers 99 --flash-attn on --ctx-size 8192" in r.stdout
+    # the recipes (before: "known recipes: none")
+    r = gguf_exact(installed, work, "recipes")
+    assert r.returncode == 0, r.stderr
+    names = [ln.split()[0] for ln in r.stdout.splitlines() if not ln.startswith(" ")]
+    assert names == ["e2b", "e2b-assistant", "e4b", "e4b-assistant"]
+    assert f"  file    {package / '_data' / 'convert' / 'e2b-assistant.toml'}" in r.stdout
+    r = gguf_exact(installed, work, "fetch", "nope")
+    assert r.returncode == 1 and "known recipes: e2b, e2b-assistant, e4b, e4b-assistant" in r.stderr
+    # make-tiny -> convert -> verify
+    r = gguf_exact(
+        installed, work, "convert", "tiny/drafter-hf", "tiny/drafter.gguf", "--vocab-from", "tiny/target.gguf"
+    )
+    assert r.returncode == 0, r.stderr
+    assert "verified: " in r.stdout and "largest error 1 bf16 ULP" in r.stdout
+    digest = r.stdout.split("sha256 ")[1].split()[0]
+    assert hashlib.sha256((work / "tiny" / "drafter.gguf").read_bytes()).hexdigest() == digest
+    r = gguf_exact(installed, work, "verify", "tiny/drafter.gguf", "--source", "tiny/drafter-hf")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert digest in r.stdout
+
+
+def test_pin_writes_the_user_folder_and_fetch_reads_it(installed, work):
+    """`fetch --what target` needs the target pinned; an installed gguf-exact's `pin` writes
+    ~/.config/gguf-exact/checksums/, which fetch then reads (a loopback Hub)."""
+    package = Path(
+        subprocess.run(
+            [installed / "python", "-c", "import gguf_exact; print(gguf_exact.__file__)"],
+            cwd=work,
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()  # fmt: skip
+    ).parent
+    shipped = package / "_data" / "checksums" / "e2b-assistant.sha256"
+    before = shipped.read_bytes()
+    data = (ROOT / "README.md").read_bytes()[:4096] + b"GGUF stand-in for the E2B target"
+    with FakeHub(lifetime=120) as hub:
+        commit = hub.commit(TARGET_REPO, {TARGET_FILE: data})
+        env = {
+            "HF_ENDPOINT": hub.url,
+            "HF_HUB_CACHE": str(work / "hf-cache"),
+            "HF_HOME": str(work / "hf-home"),
+            "HF_HUB_DISABLE_XET": "1",
+        }
+        r = gguf_exact(installed, work, "fetch", "e2b-assistant", "--what", "target", env=env)
+        assert r.returncode == 1 and "run `gguf-exact pin e2b-assistant --what target`" in r.stderr
+        r = gguf_exact(installed, work, "pin", "e2b-assistant", "--what", "target", env=env)
+        assert r.returncode == 0, r.stderr
+        user = work / "config" / "gguf-exact" / "checksums" / "e2b-assistant.sha256"
+        assert f"wrote {user}" in r.stdout and "is not written here" in r.stdout
+        assert shipped.read_bytes() == before  # the installed data is never written
+        text = user.read_text()
+        assert f"# pin {TARGET_REPO} revision=main commit={commit}" in text
+        assert f"{hashlib.sha256(data).hexdigest()}  {TARGET_REPO}/{TARGET_FILE}" in text
+        assert before.decode().splitlines()[-1] in text  # the published drafter's pin is kept
+        r = gguf_exact(installed, work, "fetch", "e2b-assistant", "--what", "target", "--models-dir", "models", env=env)
+        assert r.returncode == 0, r.stderr
+        placed = work / "models" / TARGET_REPO / TARGET_FILE
+        assert placed.read_bytes() == data
+        assert f"verified: sha256 as pinned in {user}" in r.stdout
+        r = gguf_exact(installed, work, "recipes", env=env)
+        lines = r.stdout.splitlines()
+        at = lines.index(f"  target  {TARGET_REPO}")
+        assert lines[at + 1] == "          pinned, 1 file"
