@@ -4,6 +4,11 @@ from pathlib import Path
 
 import pytest
 
+# pytest-xdist sets COLUMNS and LINES in its worker to the controller's terminal size, before
+# the commands' console is made; commands read COLUMNS off a terminal, so a test sets it itself.
+os.environ.pop("COLUMNS", None)
+os.environ.pop("LINES", None)
+
 from gguf_exact.tiny.models import write_tiny_drafter, write_tiny_target
 
 

@@ -105,9 +105,19 @@ def test_the_wheel_runs_outside_the_checkout(installed, work):
     assert "verified: " in r.stdout and "largest error 1 bf16 ULP" in r.stdout
     digest = r.stdout.split("sha256 ")[1].split()[0]
     assert hashlib.sha256((work / "tiny" / "drafter.gguf").read_bytes()).hexdigest() == digest
-    r = gguf_exact(installed, work, "verify", "tiny/drafter.gguf", "--source", "tiny/drafter-hf")
+    r = gguf_exact(
+        installed,
+        work,
+        "verify",
+        "tiny/drafter.gguf",
+        "--source",
+        "tiny/drafter-hf",
+        "--vocab-from",
+        "tiny/target.gguf",
+    )
     assert r.returncode == 0, r.stdout + r.stderr
     assert digest in r.stdout
+    assert r.stdout.splitlines()[-1].startswith("verify: PASS — tiny/drafter.gguf: 49 tensors and 34 keys judged")
 
 
 def test_pin_writes_the_user_folder_and_fetch_reads_it(installed, work):
