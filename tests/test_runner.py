@@ -187,33 +187,36 @@ def test_seeded_sampling_with_penalties_equals_the_target_alone(pairs):
                 assert r.generate(text, N_PREDICT, n_max, sampling=sampling).tokens == alone.tokens
 
 
-def first_unchosen(r: Runner, g: Generation, sampling: Sampling = GREEDY) -> int:
-    chosen = choose_along(r, r.llm.last_logits, sampling)
-    return next(j for j, (a, b) in enumerate(zip(g.tokens, chosen)) if a != b)
+def run_broken_engine(pairs, monkeypatch, broken_sample) -> tuple[Generation, str | None, int, float, int]:
+    """A greedy run on the mixed pair with ``MtpLlama.sample`` replaced by ``broken_sample``
+    (given the real one), checked: (the run, the check's answer, the first token the
+    sampler does not choose, its logit gap to the target's own choice, that choice)."""
+    target, drafter = pairs["mixed"]
+    text = PROMPTS["prose"]
+    original = MtpLlama.sample
+    with Runner(target, drafter, n_ctx=512) as r:
+        with monkeypatch.context() as m:
+            m.setattr(MtpLlama, "sample", lambda self, *a, **k: broken_sample(original, self, *a, **k))
+            bad = r.generate(text, N_PREDICT, 2, record_margins=True)
+        rows = r.llm.last_logits
+        chosen = choose_along(r, rows, GREEDY)
+        j = next(j for j, (a, b) in enumerate(zip(bad.tokens, chosen)) if a != b)
+        want = int(np.argmax(rows[j]))  # greedy: the target's own choice
+        gap = float(rows[j][want] - rows[j][bad.tokens[j]])
+        return bad, check_lossless(r, text, bad, rows), j, gap, want
 
 
 def test_lossless_check_catches_a_wrong_acceptance(pairs, monkeypatch):
     """An engine that takes a draft token without sampling that row: the sampler, given
     the logits the run computed, chooses otherwise at the first such token."""
-    target, drafter = pairs["mixed"]
-    text = PROMPTS["prose"]
 
-    def take_the_draft(self, *args, idx=None, **kwargs):
+    def take_the_draft(original, self, *args, idx=None, **kwargs):
         sampled = original(self, *args, idx=idx, **kwargs)
         return int(self.input_ids[idx + 1]) if idx is not None and idx + 1 < self.n_tokens else sampled
 
-    original = MtpLlama.sample
-    with Runner(target, drafter, n_ctx=512) as r:
-        with monkeypatch.context() as m:
-            m.setattr(MtpLlama, "sample", take_the_draft)
-            bad = r.generate(text, N_PREDICT, 2, record_margins=True)
-        rows = r.llm.last_logits
-        assert bad.acceptance_rate == 1.0
-        j = first_unchosen(r, bad)
-        want = int(np.argmax(rows[j]))  # greedy: the target's own choice
-        gap = float(rows[j][want] - rows[j][bad.tokens[j]])
-        assert gap > 0.5  # far from a near-tie: a wrong token, not batch noise
-        why = check_lossless(r, text, bad, rows)
+    bad, why, j, gap, want = run_broken_engine(pairs, monkeypatch, take_the_draft)
+    assert bad.acceptance_rate == 1.0
+    assert gap > 0.5  # far from a near-tie: a wrong token, not batch noise
     assert (
         why
         == f"token {j}: {bad.tokens[j]}, but the sampler chose {want} from the target's logits there (logit gap {gap:.4g})"
@@ -223,23 +226,12 @@ def test_lossless_check_catches_a_wrong_acceptance(pairs, monkeypatch):
 def test_lossless_check_catches_a_wrong_row(pairs, monkeypatch):
     """An engine that samples a verification pass's next row instead of the right one
     (an off-by-one in the batch): caught though it accepts drafts by sampling."""
-    target, drafter = pairs["mixed"]
-    text = PROMPTS["prose"]
 
-    def next_row(self, *args, idx=None, **kwargs):
+    def next_row(original, self, *args, idx=None, **kwargs):
         shifted = idx + 1 if idx is not None and idx + 1 < self.n_tokens else idx
         return original(self, *args, idx=shifted, **kwargs)
 
-    original = MtpLlama.sample
-    with Runner(target, drafter, n_ctx=512) as r:
-        with monkeypatch.context() as m:
-            m.setattr(MtpLlama, "sample", next_row)
-            bad = r.generate(text, N_PREDICT, 2, record_margins=True)
-        rows = r.llm.last_logits
-        j = first_unchosen(r, bad)
-        want = int(np.argmax(rows[j]))
-        gap = float(rows[j][want] - rows[j][bad.tokens[j]])
-        why = check_lossless(r, text, bad, rows)
+    bad, why, j, gap, want = run_broken_engine(pairs, monkeypatch, next_row)
     assert bad.drafts_generated > 0
     assert (
         why

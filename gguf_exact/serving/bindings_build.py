@@ -42,9 +42,9 @@ from gguf_exact.serving.llama_build import (
     backend_cmake_args,
     backend_name,
     build_key,
+    build_main,
     cache_root,
     prepare_sources,
-    sigterm_as_interrupt,
     toolchain_info,
 )
 
@@ -274,33 +274,14 @@ def install_bindings(wheel: BindingsWheel, log: Log = print) -> InstalledBinding
 
 def main(argv: list[str] | None = None) -> int:
     """``python -m gguf_exact.serving.bindings_build [--cuda ARCH | --vulkan] [--install]``: prints the wheel."""
-    import argparse
 
-    parser = argparse.ArgumentParser(prog="build-bindings", description=build_bindings.__doc__)
-    parser.add_argument("--cuda", default=None)
-    parser.add_argument("--vulkan", action="store_true")
-    parser.add_argument("--sdist", type=Path, default=None)
-    parser.add_argument("--force", action="store_true")
-    parser.add_argument("--install", action="store_true", help="install the wheel into this environment")
-    parser.add_argument("-j", "--jobs", type=int, default=2)
-    args = parser.parse_args(argv)
+    def build(a, log: Log) -> Path:
+        built = build_bindings(a.cuda or None, a.vulkan, a.sdist, a.jobs, a.force, log)
+        if a.install:
+            install_bindings(built, log)
+        return built.wheel
 
-    def log(m: str) -> None:
-        print(m, file=sys.stderr)
-
-    try:
-        with sigterm_as_interrupt():
-            built = build_bindings(args.cuda or None, args.vulkan, args.sdist, args.jobs, args.force, log)
-            if args.install:
-                install_bindings(built, log)
-    except GgufExactError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 1
-    except KeyboardInterrupt:
-        print("interrupted; nothing was installed", file=sys.stderr)
-        return 130
-    print(built.wheel)
-    return 0
+    return build_main(argv, "build-bindings", build_bindings.__doc__, build, install_flag=True)
 
 
 if __name__ == "__main__":

@@ -535,35 +535,45 @@ def server_version(binary: Path) -> str:
     return (proc.stdout + proc.stderr).strip()
 
 
-def main(argv: list[str] | None = None) -> int:
-    """``python -m gguf_exact.serving.llama_build [--cuda ARCH | --vulkan] [--sdist PATH] [--force]``: prints the bin dir."""
+def build_main(argv: list[str] | None, prog: str, description: str | None, build, install_flag: bool = False) -> int:
+    """The command line of a build module: ``[--cuda ARCH | --vulkan] [--sdist PATH] [--force]
+    [-j N]`` (and ``--install``), ``build(args, log)`` under :func:`sigterm_as_interrupt`,
+    its result printed; an error is one line (exit 1), an interrupt exit 130."""
     import argparse
 
-    parser = argparse.ArgumentParser(prog="build-llama-cpp", description=build_llama_cpp.__doc__)
+    parser = argparse.ArgumentParser(prog=prog, description=description)
     parser.add_argument("--cuda", default=None)
     parser.add_argument("--vulkan", action="store_true")
     parser.add_argument("--sdist", type=Path, default=None)
     parser.add_argument("--force", action="store_true")
     parser.add_argument("-j", "--jobs", type=int, default=2)
+    if install_flag:
+        parser.add_argument("--install", action="store_true", help="install the result into this environment")
     args = parser.parse_args(argv)
+
+    def log(m: str) -> None:
+        print(m, file=sys.stderr)
+
     try:
         with sigterm_as_interrupt():
-            b = build_llama_cpp(
-                args.cuda,
-                args.sdist,
-                args.jobs,
-                args.force,
-                log=lambda m: print(m, file=sys.stderr),
-                vulkan=args.vulkan,
-            )
+            result = build(args, log)
     except GgufExactError as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         print("interrupted; nothing was installed", file=sys.stderr)
         return 130
-    print(b.bin_dir)
+    print(result)
     return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m gguf_exact.serving.llama_build [--cuda ARCH | --vulkan] [--sdist PATH] [--force]``: prints the bin dir."""
+
+    def build(a, log: Log) -> Path:
+        return build_llama_cpp(a.cuda, a.sdist, a.jobs, a.force, log=log, vulkan=a.vulkan).bin_dir
+
+    return build_main(argv, "build-llama-cpp", build_llama_cpp.__doc__, build)
 
 
 if __name__ == "__main__":
