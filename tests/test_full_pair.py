@@ -173,3 +173,31 @@ def test_make_pair_refuses_bad_input_in_one_line(tmp_path):
     r = runner.invoke(main, ["make-pair", str(tmp_path / "f"), "--shape", "e2b", "--kind", "hidden"])
     assert (r.exit_code, r.output) == (1, f"error: {tmp_path / 'f'}: exists and is not a folder\n")
     assert not (tmp_path / "p").exists()
+
+
+def test_memory_plan_equals_llama_server_log_at_real_shape(pair, tmp_path, monkeypatch):
+    """The plan's weights (memory-mapped span plus the CPU's repacked Q4_0 copies), KV cache
+    and compute buffers against what llama-server logs for the full-size E2B pair."""
+    from gguf_exact.serving.logged_buffers import compare, logged_buffers
+    from gguf_exact.serving.memory_plan import plan_memory
+    from gguf_exact.serving.server import LOG_FILE
+
+    server_binary()
+    p, _ = pair
+    monkeypatch.setenv("GGUF_EXACT_RUN_DIR", str(tmp_path / "run"))
+    profile = load_profile("cpu").with_overrides(["threads=2", "no-warmup=true", "log-verbosity=4"])
+    plan = plan_memory(p.target, p.drafter, profile)
+    launch = plan_launch(p.target, p.drafter, profile, port=free_port())
+    start_server(launch, detach=True, timeout=300)
+    try:
+        log = (launch.run_dir / LOG_FILE).read_text()
+    finally:
+        stop_server(launch.port)
+    models = logged_buffers(log)
+    assert models[0].weights == {"CPU_Mapped": 3179.26, "CPU_REPACK": 999.42}  # the layer matrices, twice
+    assert models[0].kv == {"CPU": 36.0}  # 4096 cells x 3 full layers + 1024 x 12 sliding, 512 / 256 wide
+    rows = {r.what: r for r in compare(plan, models)}
+    assert list(rows) == ["target weights", "drafter weights", "KV cache", "compute buffers"]
+    for what in ("target weights", "drafter weights", "KV cache"):
+        assert abs(rows[what].ratio - 1) < 0.001, rows[what]
+    assert abs(rows["compute buffers"].ratio - 1) < 0.10, rows["compute buffers"]
