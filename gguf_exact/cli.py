@@ -371,7 +371,7 @@ def make_tiny(out_dir: Path, seed: int, step_kind: str, with_pairs: bool) -> Non
 @main.command("make-pair")
 @click.argument("out_dir", type=click.Path(path_type=Path))
 @click.option("--shape", required=True, help="e2b or e4b: the real model's structure (gemma4/sizes.py).")
-@click.option("--kind", required=True, help="hidden (acceptance about 100%) or mixed (about 50% at n-max 1).")
+@click.option("--kind", required=True, help="hidden (acceptance about 100%) or mixed (about 50% at n-max 1 and 2).")
 def make_pair(out_dir: Path, shape: str, kind: str) -> None:
     """Write a full-size target + drafter pair: OUT_DIR/target.gguf and OUT_DIR/drafter.gguf.
 

@@ -103,7 +103,8 @@ def shape_run(shape: str, args, prompts: list[str]) -> dict:
     if args.parallel:
         many = []
         kind, n_max = "hidden", int(args.parallel_n_max)
-        clients_prompts = [prompts[i % len(prompts)] for i in range(max(int(p) for p in args.parallel.split(",")))]
+        # distinct prompts: no client can reuse another's prefix
+        clients_prompts = [PROMPTS[i % len(PROMPTS)] for i in range(max(int(p) for p in args.parallel.split(",")))]
         single = concurrent_arm(target, pairs[kind][1], "llama-server", n_max, 1, clients_prompts[:1], args.n_predict, sets, args.profile)
         many.append(single.as_dict())
         for p in (int(x) for x in args.parallel.split(",")):
@@ -166,7 +167,15 @@ def table(result: dict) -> str:
             "Python engine / llama-server, generation tokens/s: "
             + ", ".join(f"{k} n-max {n}: {r:.2f}x" for k, n, r in ratios)
         )
+    serial = {(m.get("kind", "hidden"), m["clients"]): m for m in result.get("concurrent", []) if m.get("serial")}
     for m in result.get("concurrent", []):
+        ref = serial.get((m.get("kind", "hidden"), m["clients"])) if m["parallel"] > 1 else None
+        same = (
+            ""
+            if ref is None
+            else "; token ids equal to one slot's: "
+            + ("yes" if [r.get("tokens") for r in m["per_request"]] == [r.get("tokens") for r in ref["per_request"]] else "**no**")
+        )
         acc = [
             f"{r['draft_n_accepted']}/{r['draft_n']}" for r in m["per_request"] if "draft_n" in r
         ]
@@ -174,6 +183,7 @@ def table(result: dict) -> str:
             f"- {m['engine']} --parallel {m['parallel']}, {m['clients']} clients{' (serial)' if m.get('serial') else ''}, "
             f"{m.get('kind', 'hidden')} n-max {m['n_max']}: {m['aggregate_tokens_per_second']:.2f} tokens/s aggregate"
             + (f", per-request accepted/drafted {', '.join(acc)}" if acc else "")
+            + same
         )
     return "\n".join(lines) + "\n"
 

@@ -145,7 +145,7 @@ def test_llama_server_same_text_and_acceptance(pair, tmp_path, monkeypatch):
     half = serve(tmp_path, monkeypatch, p.target, mixed, 1)
     assert half["tokens"] == alone["tokens"]
     t = half["timings"]
-    # n-max 1 drafts once per target pass: right on 6 of the 12 axes
+    # n-max 1: right on 8 of the 12 axes, two axes per accepted draft: 1/2 in the steady state
     assert t["draft_n"] >= 6 and 0.3 <= t["draft_n_accepted"] / t["draft_n"] <= 0.7
 
 

@@ -33,6 +33,7 @@ from typing import Any, Iterator, Sequence
 
 ENGINES = ("llama-server", "python")
 HEAD_NODE = "result_output"  # the drafter's tied output head (gemma4-assistant.cpp)
+TTFT_PROMPT = "Time to first token, measured on a prompt of its own: " * 2
 NAME_OFFSET = 256  # offsetof(struct ggml_tensor, name) in ggml 0c1e57098 (x86-64)
 
 
@@ -120,7 +121,9 @@ def serve_arm(
     extra = [f"spec-draft-n-max={n_max}"] if n_max else []
     with running(target, drafter if n_max else None, engine, [*sets, *extra], profile) as (launch, proc, load):
         openai_generate(launch.url, prompts[0], 2, 0.0, 1)  # warm-up: pages the weights in
-        ttft = openai_generate(launch.url, prompts[0], 1, 0.0, 1).wall_seconds
+        # a prompt no request before or after shares a prefix with: llama-cpp-python reuses
+        # the previous request's prefix, llama-server (cache_prompt off) does not
+        ttft = openai_generate(launch.url, TTFT_PROMPT, 1, 0.0, 1).wall_seconds
         gens = [openai_generate(launch.url, p, n_predict, 0.0, 1) for p in prompts]
         rss = peak_rss_mib(proc.pid)
     n = sum(g.n_tokens for g in gens)
