@@ -360,8 +360,10 @@ def compute_estimate(geom: Geometry, s: Settings, mask_cells: list[int], n_outpu
     llama.cpp's allocator reuses memory as tensors die, so the peak is what one step
     keeps alive: the attention masks (without flash attention one F32 row of cells per
     token and cache; with it, the largest cache's F32 mask and the smallest one's F16
-    copy: at full E2B/E4B size llama-server's compute buffers grow by exactly
-    ``4 x n_ubatch`` bytes per cell of context), the token and Gemma 4's
+    copy. At full E2B/E4B size llama-server's target and drafter compute buffers each
+    grow by ``2 x n_ubatch`` bytes per cell of context, the estimate's by twice that: it
+    is 2% over at 4,096 cells and 7% over at 8,192 for E2B, 2.5% under and 3% over for
+    E4B, ``scripts/memory_real.py``), the token and Gemma 4's
     per-layer embeddings, four hidden-state rows of ``n_embd``, and the largest of: the
     attention scores (``n_head x cells`` per token, twice: scores and softmax; with flash
     attention only Q and the output, ``n_head x head_k`` each), the feed-forward
