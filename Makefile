@@ -108,3 +108,20 @@ build-draft: setup
 SCALE ?= 0.02
 bench-repack: setup
 	$(BIN)/python scripts/bench_repack.py --scale $(SCALE)
+
+# Speculation at the real models' size (scripts/bench_real.py): full-size E2B and E4B pairs made
+# on the spot (gguf-exact make-pair, 3.4 + 5.2 GB under build/real-pairs, deleted after), the target
+# alone and n-max 1..4 in llama-server and the Python engine over HTTP, --parallel 2 and 4; prints
+# the tables, writes build/bench-real/bench-real.{json,md}. Hours on 2 CPU cores; a short run:
+#   make bench-real BENCH_REAL_ARGS="--shapes e2b --n-max 1,3 --n-predict 16 --prompts 1 --parallel 2"
+.PHONY: bench-real memory-real
+BENCH_REAL_ARGS ?=
+bench-real: setup llama-server
+	$(BIN)/python scripts/bench_real.py $(BENCH_REAL_ARGS)
+
+# The memory plan against llama-server's logged buffers for the full-size pairs at the cpu,
+# rtx3050 and gtx1650ti profiles' settings (scripts/memory_real.py); pairs kept in build/real-pairs.
+memory-real: setup llama-server
+	@for s in e2b e4b; do test -f build/real-pairs/$$s/drafter.gguf || \
+		$(BIN)/gguf-exact make-pair build/real-pairs/$$s --shape $$s --kind hidden || exit 1; done
+	$(BIN)/python scripts/memory_real.py build/real-pairs/e2b build/real-pairs/e4b --out build/memory-real.json

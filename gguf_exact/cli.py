@@ -7,6 +7,7 @@ import os
 import re
 import shlex
 import sys
+import time
 from pathlib import Path
 from typing import Callable
 
@@ -533,6 +534,34 @@ def make_tiny(out_dir: Path, seed: int, step_kind: str, with_pairs: bool) -> Non
 
         for name, (target, drafter) in write_runner_pairs(out_dir / "pairs", seed=seed).items():
             say(f"pair {name:<9} {target}  {drafter}")
+
+
+@main.command("make-pair")
+@click.argument("out_dir", type=click.Path(path_type=Path))
+@click.option("--shape", required=True, help="e2b or e4b: the real model's structure (gemma4/sizes.py).")
+@click.option("--kind", required=True, help="hidden (acceptance about 100%) or mixed (about 50% at n-max 1 and 2).")
+def make_pair(out_dir: Path, shape: str, kind: str) -> None:
+    """Write a full-size target + drafter pair: OUT_DIR/target.gguf and OUT_DIR/drafter.gguf.
+
+    Every tensor at the real E2B or E4B shape and type (Q4_0 matrices, Q6_K
+    embeddings, 262,144-token vocabulary), almost all weights zero, so llama.cpp
+    does all of a real model's work; the target walks a 12-token cycle and the
+    drafter reads only its hidden state. For benchmarks at the real size without
+    the download. (Python: gguf_exact.tiny.full_pair.write_pair)
+    """
+    from gguf_exact.tiny.full_pair import KINDS, SHAPES, write_pair
+
+    if shape.lower() not in SHAPES:
+        raise GgufExactError(f"--shape {shape}: expected one of {', '.join(SHAPES)}")
+    if kind not in KINDS:
+        raise GgufExactError(f"--kind {kind}: expected one of {', '.join(KINDS)}")
+    if out_dir.exists() and not out_dir.is_dir():
+        raise GgufExactError(f"{out_dir}: exists and is not a folder")
+    start = time.perf_counter()
+    pair = write_pair(out_dir, shape.lower(), kind, progress=lambda m: out.print(m, markup=False))
+    for path in (pair.target, pair.drafter):
+        out.print(f"wrote {path}  {path.stat().st_size:,} bytes", markup=False, soft_wrap=True)
+    out.print(f"cycle: {' '.join(pair.cycle_text)}  ({time.perf_counter() - start:.1f} s)", markup=False)
 
 
 @main.command()

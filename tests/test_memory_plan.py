@@ -235,7 +235,7 @@ def test_compute_estimate_formula(full):
     s = Settings.from_profile(load_profile("rtx3050"), with_draft=True)
     g = geometry(full["E2B"])
     t = 512
-    masks = t * (8192 + 1024) * 2 + 4 * t * 8192  # F16 masks, and the F32 one being cast
+    masks = 4 * t * 8192 + 2 * t * 1024  # the full-attention cache's F32 mask, the SWA one's F16 copy
     inputs = 4 * t * (1536 + 256 * 35)  # token and per-layer embeddings
     hidden = 4 * 4 * 1536 * t
     ffn = 4 * 3 * 12288 * t  # the double-wide MLP of the KV-shared layers

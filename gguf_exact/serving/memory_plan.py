@@ -22,6 +22,12 @@ following llama.cpp 0c1e57098:
   too; ``token_embd`` and ``per_layer_token_embd`` are input-layer tensors and stay in
   host memory (memory-mapped; Gemma 4 pages ``per_layer_token_embd`` in lazily). A tied
   output head is a second copy of ``token_embd`` on the output layer's device.
+  On a CPU (``ggml-cpu/repack.cpp``), every Q4_0 matrix that a matmul reads is copied
+  into an interleaved layout (``CPU_REPACK``: 8 rows at a time with AVX2, 4 on ARM
+  with dot-product instructions), the tied Q4_0 head of a drafter included; what
+  stays memory-mapped (``CPU_Mapped``) is the span of the file from the first to the
+  last tensor not repacked (:func:`cpu_weight_buffers`). A CPU serving a full-size
+  E2B holds its ~1 GB of layer matrices twice: mapped, and repacked.
 - **Compute buffers**: llama.cpp measures them by building the worst-case graph
   (``n_ubatch`` tokens against a full cache); here they are estimated from the graph's
   largest live tensors (:func:`compute_estimate`): an upper-end guess, not a
@@ -336,14 +342,55 @@ def weight_split(tensors: list[TensorEntry], n_layer: int, gpu_layers: int) -> t
     return device, host
 
 
+def q4_0_repack_rows(cpu) -> int | None:
+    """Row multiple of the Q4_0 matrices llama.cpp's CPU backend repacks on ``cpu`` (a
+    :class:`~gguf_exact.serving.cpu_features.CpuTarget`), None when it repacks none
+    (``ggml_repack_get_optimal_repack_type``: AVX2 -> 8x8, ARM dot product -> 4x4 / 4x8)."""
+    if "avx2" in cpu.features:
+        return 8
+    if cpu.native and ({"asimddp", "i8mm"} & set(cpu.features)):
+        return 4
+    return None
+
+
+def cpu_weight_buffers(tensors: list[TensorEntry], repack_rows: int | None) -> tuple[int, int]:
+    """(``CPU_Mapped`` bytes, ``CPU_REPACK`` bytes) llama.cpp logs for a model whose weights
+    all stay on the CPU, repacking Q4_0 matrices with rows a multiple of ``repack_rows``.
+
+    Repacked: each 2-D Q4_0 matmul weight (not the input embeddings, which are read a
+    row at a time), and a second copy of a Q4_0 ``token_embd`` when it is also the tied
+    output head. Mapped: the file from the first to the last tensor not repacked."""
+    names = {t.name for t in tensors}
+
+    def repacks(t: TensorEntry) -> bool:
+        return (
+            repack_rows is not None
+            and t.type == GGMLQuantizationType.Q4_0
+            and len(t.ne) == 2
+            and t.ne[1] % repack_rows == 0
+        )
+
+    repacked = sum(t.nbytes for t in tensors if t.name not in INPUT_TENSORS and repacks(t))
+    embd = next((t for t in tensors if t.name == "token_embd.weight"), None)
+    if embd is not None and "output.weight" not in names and repacks(embd):
+        repacked += embd.nbytes  # the tied head's copy
+    kept = sorted((t for t in tensors if t.name in INPUT_TENSORS or not repacks(t)), key=lambda t: t.offset)
+    mapped = kept[-1].offset + kept[-1].nbytes - kept[0].offset if kept else 0
+    return mapped, repacked
+
+
 def compute_estimate(geom: Geometry, s: Settings, mask_cells: list[int], n_outputs: int) -> int:
     """Bytes of the compute buffer of ``geom``'s worst-case graph: ``n_ubatch`` tokens
     against full caches of ``mask_cells`` cells each, ``n_outputs`` rows of logits (an
     estimate, meant to err high).
 
     llama.cpp's allocator reuses memory as tensors die, so the peak is what one step
-    keeps alive: the attention masks (one row of cells per token and cache, F32, plus an
-    F16 copy with flash attention while the F32 one is cast), the token and Gemma 4's
+    keeps alive: the attention masks (without flash attention one F32 row of cells per
+    token and cache; with it, the largest cache's F32 mask and the smallest one's F16
+    copy. At full E2B/E4B size llama-server's target and drafter compute buffers each
+    grow by ``2 x n_ubatch`` bytes per cell of context, the estimate's by twice that: it
+    is 2% over at 4,096 cells and 7% over at 8,192 for E2B, 2.5% under and 3% over for
+    E4B, ``scripts/memory_real.py``), the token and Gemma 4's
     per-layer embeddings, four hidden-state rows of ``n_embd``, and the largest of: the
     attention scores (``n_head x cells`` per token, twice: scores and softmax; with flash
     attention only Q and the output, ``n_head x head_k`` each), the feed-forward
@@ -353,7 +400,7 @@ def compute_estimate(geom: Geometry, s: Settings, mask_cells: list[int], n_outpu
     t = s.ubatch(geom)
     f32 = 4
     fa = s.flash_attn != "off"
-    masks = t * sum(mask_cells) * (2 if fa else f32) + (f32 * t * max(mask_cells) if fa else 0)
+    masks = f32 * t * max(mask_cells) + 2 * t * min(mask_cells) if fa else f32 * t * sum(mask_cells)
     inputs = f32 * t * (geom.n_embd + geom.n_embd_per_layer * geom.n_layer)
     hidden = f32 * 4 * geom.n_embd * t
     n_head, head = max(geom.n_head), max(geom.head_k_full, geom.head_k_swa)
@@ -414,15 +461,32 @@ def mib(n: int) -> str:
     return f"{n / MIB:,.2f} MiB"
 
 
-def plan_memory(target: str | Path, drafter: str | Path | None, profile, engine: str = "llama-server") -> MemoryPlan:
+def plan_memory(
+    target: str | Path, drafter: str | Path | None, profile, engine: str = "llama-server", cpu=None
+) -> MemoryPlan:
     """The memory plan for serving ``target`` (and ``drafter``) with ``profile`` on
-    ``engine`` (``llama-server`` or ``python``: see :meth:`Settings.from_profile`)."""
+    ``engine`` (``llama-server`` or ``python``: see :meth:`Settings.from_profile`); ``cpu``
+    (a :class:`~gguf_exact.serving.cpu_features.CpuTarget`, default this machine's) says
+    which Q4_0 matrices a CPU-only build repacks."""
     from gguf_exact.formats.gguf_reader import open_gguf
 
     s = Settings.from_profile(profile, with_draft=drafter is not None, engine=engine)
+    if cpu is None and not s.gpu:
+        from gguf_exact.serving.cpu_features import host_cpu
+
+        cpu = host_cpu()
+    repack_rows = None if s.gpu or cpu is None else q4_0_repack_rows(cpu)
+
+    def split(tensors: list[TensorEntry], n_layer: int, draft: bool) -> tuple[int, int, str]:
+        if s.layers_on_gpu(n_layer, draft):
+            return (*weight_split(tensors, n_layer, s.layers_on_gpu(n_layer, draft)), "")
+        mapped, repacked = cpu_weight_buffers(tensors, repack_rows)
+        note = f"{mib(mapped)} memory-mapped + {mib(repacked)} of Q4_0 matrices repacked" if repacked else ""
+        return 0, mapped + repacked, note
+
     with open_gguf(target, "target") as g:
         tgeom = Geometry.from_gguf(g)
-        tdev, thost = weight_split(g.tensors, tgeom.n_layer, s.layers_on_gpu(tgeom.n_layer))
+        tdev, thost, tnote = split(g.tensors, tgeom.n_layer, False)
     n_ctx, _ = s.context(tgeom)
     caches = kv_caches(tgeom, s)
     kv_total = sum(c.bytes for c in caches)
@@ -431,15 +495,15 @@ def plan_memory(target: str | Path, drafter: str | Path | None, profile, engine:
     n_outputs = max(1, min(s.n_batch, s.n_seq * (1 + s.n_draft_max)))  # llama-server's output rows
     cells = [c.cells for c in caches]
     items = [
-        PlanItem("target weights", tdev, thost, "token embeddings stay in RAM" if s.gpu else ""),
+        PlanItem("target weights", tdev, thost, "token embeddings stay in RAM" if s.gpu else tnote),
         PlanItem("KV cache", kv_dev, kv_total - kv_dev, f"context {n_ctx:,}: {layout}"),
     ]
     comp = compute_estimate(tgeom, s, cells, n_outputs)
     if drafter is not None:
         with open_gguf(drafter, "drafter") as d:
             dgeom = Geometry.from_gguf(d)
-            ddev, dhost = weight_split(d.tensors, dgeom.n_layer, s.layers_on_gpu(dgeom.n_layer, draft=True))
-        items.append(PlanItem("drafter weights", ddev, dhost))
+            ddev, dhost, dnote = split(d.tensors, dgeom.n_layer, True)
+        items.append(PlanItem("drafter weights", ddev, dhost, dnote))
         items.append(PlanItem("drafter KV cache", 0, 0, "none: it reads the target's"))
         comp += compute_estimate(dgeom, s, cells, s.n_seq)  # the MTP context: one output per slot
     on_gpu = s.gpu and s.layers_on_gpu(tgeom.n_layer) > 0
@@ -454,8 +518,10 @@ __all__ = [
     "PlanItem",
     "Settings",
     "compute_estimate",
+    "cpu_weight_buffers",
     "kv_caches",
     "mib",
     "plan_memory",
+    "q4_0_repack_rows",
     "weight_split",
 ]

@@ -1,0 +1,344 @@
+"""Speculation at the real models' size (``make bench-real``): what one and many users get.
+
+On a full-size pair (:mod:`gguf_exact.tiny.full_pair`), per engine (llama-server and
+the Python engine, both over HTTP with the same requests) and n-max (0 = the target
+alone):
+
+- :func:`serve_arm`: load time (start to ``/health`` 200), time to first token (a
+  1-token request after a warm-up), then the prompts: tokens/s (client wall and the
+  server's generation phase), acceptance, tokens per target pass, and the server
+  process's peak RSS (``VmHWM``: its memory-mapped weights it touched included).
+- :func:`concurrent_arm`: ``clients`` requests at once on a server with ``--parallel``
+  slots: each request's tokens and acceptance (llama-server's own ``timings``) and the
+  aggregate tokens/s.
+- :func:`target_pass_seconds` and :func:`drafter_profile`, in-process (the bindings,
+  same threads): what a target pass costs at 1 and at n-max + 1 rows (logits for every
+  row, as verification asks), what a drafter step costs, and how much of that step
+  its 262,144-row output head takes (per graph node, timed through llama.cpp's
+  ``cb_eval`` hook).
+- :func:`predicted_speedup`: the speed-up those costs predict for a measured number
+  of tokens per target pass, to set beside the measured one.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import statistics
+import threading
+import time
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterator, Sequence
+
+ENGINES = ("llama-server", "python")
+HEAD_NODE = "result_output"  # the drafter's tied output head (gemma4-assistant.cpp)
+TTFT_PROMPT = "Time to first token, measured on a prompt of its own: " * 2
+NAME_OFFSET = 256  # offsetof(struct ggml_tensor, name) in ggml 0c1e57098 (x86-64)
+
+
+@dataclass
+class ArmResult:
+    engine: str
+    n_max: int
+    load_seconds: float
+    ttft_seconds: float
+    tokens: int
+    wall_seconds: float
+    generation_seconds: float
+    target_passes: int
+    drafts_generated: int
+    drafts_accepted: int
+    peak_rss_mib: float
+    texts: list[str] = field(default_factory=list, repr=False)
+
+    @property
+    def tokens_per_second(self) -> float:
+        return self.tokens / self.wall_seconds if self.wall_seconds else 0.0
+
+    @property
+    def generation_tokens_per_second(self) -> float:
+        return self.tokens / self.generation_seconds if self.generation_seconds else 0.0
+
+    @property
+    def acceptance(self) -> float | None:
+        return self.drafts_accepted / self.drafts_generated if self.drafts_generated else None
+
+    @property
+    def tokens_per_pass(self) -> float:
+        return self.tokens / self.target_passes if self.target_passes else 0.0
+
+    def as_dict(self) -> dict:
+        d = {k: v for k, v in self.__dict__.items()}
+        d |= {
+            "tokens_per_second": self.tokens_per_second,
+            "generation_tokens_per_second": self.generation_tokens_per_second,
+            "acceptance": self.acceptance,
+            "tokens_per_pass": self.tokens_per_pass,
+        }
+        return d
+
+
+def peak_rss_mib(pid: int) -> float:
+    """``VmHWM`` of a running process, in MiB (0 when it is gone)."""
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return 0.0
+
+
+@contextmanager
+def running(
+    target: Path, drafter: Path | None, engine: str, sets: Sequence[str], profile: str = "cpu"
+) -> Iterator[tuple[Any, Any, float]]:
+    """A started server (launch, process, seconds to healthy), stopped on exit."""
+    from gguf_exact.serving.server import free_port, plan_launch, start_server, stop_server
+
+    launch = plan_launch(target, drafter, profile, list(sets), port=free_port(), engine=engine)
+    proc, seconds = start_server(launch, detach=True, timeout=900)
+    try:
+        yield launch, proc, seconds
+    finally:
+        stop_server(launch.port)
+
+
+def serve_arm(
+    target: Path,
+    drafter: Path | None,
+    engine: str,
+    n_max: int,
+    prompts: Sequence[str],
+    n_predict: int,
+    sets: Sequence[str],
+    profile: str = "cpu",
+) -> ArmResult:
+    """One engine at one n-max (0: the target alone) over ``/v1/completions``."""
+    from gguf_exact.serving.client import openai_generate
+
+    extra = [f"spec-draft-n-max={n_max}"] if n_max else []
+    with running(target, drafter if n_max else None, engine, [*sets, *extra], profile) as (launch, proc, load):
+        openai_generate(launch.url, prompts[0], 2, 0.0, 1)  # warm-up: pages the weights in
+        # a prompt no request before or after shares a prefix with: llama-cpp-python reuses
+        # the previous request's prefix, llama-server (cache_prompt off) does not
+        ttft = openai_generate(launch.url, TTFT_PROMPT, 1, 0.0, 1).wall_seconds
+        gens = [openai_generate(launch.url, p, n_predict, 0.0, 1) for p in prompts]
+        rss = peak_rss_mib(proc.pid)
+    n = sum(g.n_tokens for g in gens)
+    return ArmResult(
+        engine=engine,
+        n_max=n_max,
+        load_seconds=load,
+        ttft_seconds=ttft,
+        tokens=n,
+        wall_seconds=sum(g.wall_seconds for g in gens),
+        generation_seconds=sum(g.wall_seconds - g.prefill_seconds for g in gens),
+        target_passes=sum(g.target_passes for g in gens),
+        drafts_generated=sum(g.drafts_generated for g in gens),
+        drafts_accepted=sum(g.drafts_accepted for g in gens),
+        peak_rss_mib=rss,
+        texts=[g.text for g in gens],
+    )
+
+
+@dataclass
+class ConcurrentResult:
+    engine: str
+    n_max: int
+    parallel: int
+    clients: int
+    wall_seconds: float
+    tokens: int
+    per_request: list[dict]  # tokens, text, draft_n, draft_n_accepted (llama-server)
+
+    @property
+    def aggregate_tokens_per_second(self) -> float:
+        return self.tokens / self.wall_seconds if self.wall_seconds else 0.0
+
+    def as_dict(self) -> dict:
+        return self.__dict__ | {"aggregate_tokens_per_second": self.aggregate_tokens_per_second}
+
+
+def concurrent_arm(
+    target: Path,
+    drafter: Path | None,
+    engine: str,
+    n_max: int,
+    parallel: int,
+    prompts: Sequence[str],
+    n_predict: int,
+    sets: Sequence[str],
+    profile: str = "cpu",
+) -> ConcurrentResult:
+    """``len(prompts)`` clients at once, one request each, on ``parallel`` slots.
+
+    llama-server: native ``/completion`` (per-request token ids and draft counters).
+    The Python engine: ``/v1/completions`` (its server runs one request at a time)."""
+    from gguf_exact.serving.client import openai_generate, server_generate
+
+    extra = [f"spec-draft-n-max={n_max}"] if n_max else []
+    slots = [f"parallel={parallel}"] if engine == "llama-server" else []
+    results: list[dict] = [{} for _ in prompts]
+    with running(target, drafter if n_max else None, engine, [*sets, *slots, *extra], profile) as (launch, _p, _l):
+        openai_generate(launch.url, prompts[0], 2, 0.0, 1)
+
+        def one(i: int) -> None:
+            if engine == "llama-server":
+                g = server_generate(launch.url, prompts[i], n_predict)
+                results[i] = {
+                    "tokens": g.tokens,
+                    "text": g.text,
+                    "draft_n": g.drafts_generated,
+                    "draft_n_accepted": g.drafts_accepted,
+                }
+            else:
+                g = openai_generate(launch.url, prompts[i], n_predict, 0.0, 1)
+                results[i] = {"n_tokens": g.n_tokens, "text": g.text}
+
+        threads = [threading.Thread(target=one, args=(i,)) for i in range(len(prompts))]
+        t0 = time.perf_counter()
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        wall = time.perf_counter() - t0
+    tokens = sum(len(r.get("tokens", [])) or r.get("n_tokens", 0) for r in results)
+    return ConcurrentResult(engine, n_max, parallel, len(prompts), wall, tokens, results)
+
+
+# --- in-process costs -------------------------------------------------------------------------
+
+
+def target_pass_seconds(
+    target: Path, rows: Sequence[int], threads: int, repeats: int = 3, gpu_layers: int = 0
+) -> dict[int, float]:
+    """Median seconds of one target decode of ``k`` rows (logits for each), for each ``k``,
+    after a 32-token prefix; the prefix's cache is kept and the rows re-decoded."""
+    import llama_cpp
+
+    llm = llama_cpp.Llama(
+        str(target), n_ctx=512, n_batch=64, n_ubatch=64, n_threads=threads, n_threads_batch=threads,
+        logits_all=True, verbose=False, n_gpu_layers=gpu_layers,
+    )  # fmt: skip
+    try:
+        prefix = list(range(300, 332))
+        llm.eval(prefix)
+        llm.eval([400])  # pages the weights in
+        out = {}
+        for k in rows:
+            times = []
+            for i in range(repeats + 1):  # the first, discarded, pages in what k rows touch
+                llm.n_tokens = len(prefix)
+                t = time.perf_counter()
+                llm.eval(list(range(500, 500 + k)))
+                if i:
+                    times.append(time.perf_counter() - t)
+            out[k] = statistics.median(times)
+        return out
+    finally:
+        llm.close()
+
+
+@dataclass
+class DrafterProfile:
+    step_seconds: float  # one drafter decode (one draft token), no hook attached
+    head_seconds: float  # its output head node, timed node by node
+    profiled_step_seconds: float  # the whole step, timed node by node
+    nodes: int
+
+    @property
+    def head_share(self) -> float:
+        return self.head_seconds / self.profiled_step_seconds if self.profiled_step_seconds else 0.0
+
+    def as_dict(self) -> dict:
+        return self.__dict__ | {"head_share": self.head_share}
+
+
+def drafter_profile(target: Path, drafter: Path, threads: int, steps: int = 10, gpu_layers: int = 0) -> DrafterProfile:
+    """The drafter's step time in the engine, and its output head's share of it.
+
+    A second drafter context on the same target carries an eval callback that asks
+    to see every graph node, so llama.cpp computes them one by one and calls back after
+    each: the time between calls is that node's."""
+    import llama_cpp
+
+    from gguf_exact.speculative.drafter import LlamaDrafter
+    from gguf_exact.speculative.runner import Runner
+
+    seen: list[tuple[str, float]] = []
+
+    def callback(tensor: int, ask: bool, _user: Any) -> bool:
+        if not ask:
+            name = ctypes.string_at(tensor + NAME_OFFSET).decode("utf-8", "replace")
+            seen.append((name, time.perf_counter()))
+        return True
+
+    hook = llama_cpp.ggml_backend_sched_eval_callback(callback)
+    with Runner(target, drafter, n_ctx=512, n_threads=threads, n_gpu_layers=gpu_layers) as r:
+        r.generate(list(range(300, 332)), 2, 1)  # a target cache for the drafter to read
+        pos = r.llm.n_tokens  # llama.cpp wants the draft right after the cache's last position
+        plain = r.drafter
+        h = (ctypes.c_float * plain.n_embd)()
+        for _ in range(5):  # the first steps page the head in (0.4 s each on a full-size E2B)
+            plain.draft(400, pos, 1, h)
+        times = []
+        for _ in range(steps):
+            plain.seconds = 0.0
+            plain.draft(400, pos, 1, h)
+            times.append(plain.seconds)
+        step = statistics.median(times)
+        defaults = llama_cpp.llama_context_default_params
+
+        def with_hook():
+            p = defaults()
+            p.cb_eval = hook
+            p.cb_eval_user_data = None
+            return p
+
+        with ExitStack() as stack:
+            llama_cpp.llama_context_default_params = with_hook
+            try:
+                timed = LlamaDrafter(stack, drafter, plain.target, threads, gpu_layers or None)
+            finally:
+                llama_cpp.llama_context_default_params = defaults
+            for _ in range(3):
+                timed.draft(400, pos, 1, h)
+            heads, totals = [], []
+            for _ in range(steps):
+                seen.clear()
+                t0 = time.perf_counter()
+                timed.draft(400, pos, 1, h)
+                last, head = t0, 0.0
+                for name, t in seen:
+                    if name == HEAD_NODE:
+                        head += t - last
+                    last = t
+                heads.append(head)
+                totals.append(last - t0)
+            nodes = len(seen)
+    return DrafterProfile(step, statistics.median(heads), statistics.median(totals), nodes)
+
+
+def predicted_speedup(
+    tokens_per_pass: float, pass_1: float, pass_verify: float, draft_step: float, n_max: int
+) -> float:
+    """Speed-up over the target alone that the measured costs predict: each target pass
+    yields ``tokens_per_pass`` tokens and costs one verification of n-max + 1 rows plus
+    n-max drafter steps; the target alone yields one token per ``pass_1``."""
+    return tokens_per_pass * pass_1 / (pass_verify + n_max * draft_step)
+
+
+__all__ = [
+    "ENGINES",
+    "ArmResult",
+    "ConcurrentResult",
+    "DrafterProfile",
+    "concurrent_arm",
+    "drafter_profile",
+    "peak_rss_mib",
+    "predicted_speedup",
+    "serve_arm",
+    "target_pass_seconds",
+]

@@ -1,0 +1,290 @@
+#!/usr/bin/env python3
+"""Speculation at the real models' size: `make bench-real` (one run, JSON and a Markdown table).
+
+For each shape (E2B, E4B) it makes the full-size pair (`gguf-exact make-pair`: the
+`hidden` drafter, then the `mixed` one beside the same target) under --work, then:
+
+1. in-process costs (the bindings, --threads): a target pass at 1 and at n-max + 1 rows,
+   a drafter step and its output head's share, and the speed-up they predict;
+2. per kind, engine (llama-server, the Python engine; both over HTTP, the same prompts,
+   greedy) and n-max (0 = the target alone, shared by both kinds): tokens/s, acceptance,
+   tokens per target pass, time to first token, load time, peak RSS, and whether the
+   text equals the target alone's;
+3. many users: llama-server with --parallel P and P concurrent clients (per-request
+   acceptance and text against one slot, aggregate tokens/s), and the Python engine
+   with the same clients (it queues them).
+
+    .venv/bin/python scripts/bench_real.py                      # the full run
+    .venv/bin/python scripts/bench_real.py --shapes e2b --n-max 1,3 --n-predict 16 --prompts 1   # a short one
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import shutil
+import sys
+import time
+from pathlib import Path
+
+from gguf_exact.speculative.bench_real import (
+    ENGINES,
+    concurrent_arm,
+    drafter_profile,
+    predicted_speedup,
+    serve_arm,
+    target_pass_seconds,
+)
+from gguf_exact.tiny.full_pair import write_drafter, write_pair
+
+# Text the made-up vocabulary splits into a few dozen tokens; the target's next token
+# depends only on the last one, so each prompt starts the cycle somewhere else.
+PROMPTS = (
+    "The quick brown fox jumps over the lazy dog.",
+    "def add(a, b):\n    return a + b\n",
+    "Once upon a time there was a small village by the sea",
+    "SELECT name, count(*) FROM users GROUP BY name;",
+)
+
+
+def log(msg: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
+
+
+def make_pairs(work: Path, shape: str) -> dict[str, tuple[Path, Path]]:
+    folder = work / shape
+    hidden = folder / "drafter.gguf"
+    mixed = folder / "mixed-drafter.gguf"
+    if not (folder / "target.gguf").is_file() or not hidden.is_file():
+        log(f"{shape}: make-pair")
+        p = write_pair(folder, shape, "hidden")
+        cycle = list(p.cycle)
+    else:
+        from gguf_exact.tiny.full_pair import cycle_ids
+        from gguf_exact.tiny.vocab import gemma4_vocabulary
+
+        cycle = cycle_ids(gemma4_vocabulary())
+    if not mixed.is_file():
+        write_drafter(mixed, shape.upper(), "mixed", cycle, folder / "target.gguf")
+    return {"hidden": (folder / "target.gguf", hidden), "mixed": (folder / "target.gguf", mixed)}
+
+
+def costs(target: Path, drafter: Path, n_max_list: list[int], threads: int, gpu_layers: int) -> dict:
+    rows = sorted({1, *(n + 1 for n in n_max_list)})
+    log("target pass times at " + ", ".join(map(str, rows)) + " rows")
+    passes = target_pass_seconds(target, rows, threads, gpu_layers=gpu_layers)
+    log("drafter step and its head")
+    prof = drafter_profile(target, drafter, threads, gpu_layers=gpu_layers)
+    return {"target_pass_seconds": {str(k): v for k, v in passes.items()}, "drafter": prof.as_dict()}
+
+
+def shape_run(shape: str, args, prompts: list[str]) -> dict:
+    pairs = make_pairs(args.work, shape)
+    n_max_list = [int(x) for x in args.n_max.split(",")]
+    sets = [f"threads={args.threads}", f"threads-batch={args.threads}", f"ctx-size={args.ctx}", "no-warmup=true"]
+    sets += args.set
+    out: dict = {"shape": shape, "files": {k: [str(p) for p in v] for k, v in pairs.items()}}
+    out["costs"] = costs(*pairs["hidden"], n_max_list, args.threads, args.gpu_layers)
+    arms = []
+    engines = args.engines.split(",")
+    target = pairs["hidden"][0]
+    for engine in engines:
+        log(f"{shape}: {engine}, target alone")
+        arms.append(
+            {"kind": "none"} | serve_arm(target, None, engine, 0, prompts, args.n_predict, sets, args.profile).as_dict()
+        )
+    for kind in args.kinds.split(","):
+        for n_max in n_max_list:
+            for engine in engines:
+                log(f"{shape}: {engine}, {kind}, n-max {n_max}")
+                r = serve_arm(target, pairs[kind][1], engine, n_max, prompts, args.n_predict, sets, args.profile)
+                arms.append({"kind": kind} | r.as_dict())
+    out["arms"] = arms
+    if args.parallel:
+        many = []
+        kind, n_max = "hidden", int(args.parallel_n_max)
+        # distinct prompts: no client can reuse another's prefix
+        clients_prompts = [PROMPTS[i % len(PROMPTS)] for i in range(max(int(p) for p in args.parallel.split(",")))]
+        single = concurrent_arm(
+            target, pairs[kind][1], "llama-server", n_max, 1, clients_prompts[:1], args.n_predict, sets, args.profile
+        )
+        many.append(single.as_dict())
+        for p in (int(x) for x in args.parallel.split(",")):
+            for k in ("hidden", "mixed"):
+                log(f"{shape}: llama-server --parallel {p}, {p} clients, {k}, n-max {n_max}")
+                many.append(
+                    {"kind": k}
+                    | concurrent_arm(
+                        target,
+                        pairs[k][1],
+                        "llama-server",
+                        n_max,
+                        p,
+                        clients_prompts[:p],
+                        args.n_predict,
+                        sets,
+                        args.profile,
+                    ).as_dict()
+                )
+                log(f"{shape}: llama-server --parallel 1, {p} clients one at a time, {k}")
+                many.append(
+                    {"kind": k, "serial": True}
+                    | concurrent_arm(
+                        target,
+                        pairs[k][1],
+                        "llama-server",
+                        n_max,
+                        1,
+                        clients_prompts[:p],
+                        args.n_predict,
+                        sets,
+                        args.profile,
+                    ).as_dict()
+                )
+            if "python" in engines:
+                log(f"{shape}: python engine, {p} clients, n-max {n_max}")
+                many.append(
+                    {"kind": kind}
+                    | concurrent_arm(
+                        target,
+                        pairs[kind][1],
+                        "python",
+                        n_max,
+                        1,
+                        clients_prompts[:p],
+                        args.n_predict,
+                        sets,
+                        args.profile,
+                    ).as_dict()
+                )
+        out["concurrent"] = many
+    return out
+
+
+def table(result: dict) -> str:
+    """The README's table for one shape."""
+    c = result["costs"]
+    passes = {int(k): v for k, v in c["target_pass_seconds"].items()}
+    draft = c["drafter"]["step_seconds"]
+    alone = {a["engine"]: a for a in result["arms"] if a["n_max"] == 0}
+    base_text = {e: a["texts"] for e, a in alone.items()}
+    lines = [
+        f"**{result['shape'].upper()}**: target pass {1e3 * passes[1]:.0f} ms at 1 row, "
+        + ", ".join(f"{1e3 * v:.0f} ms at {k}" for k, v in passes.items() if k > 1)
+        + f"; drafter step {1e3 * draft:.1f} ms, its output head {100 * c['drafter']['head_share']:.0f}% of it",
+        "",
+        "| kind | n-max | engine | tokens/s | generation tokens/s | speed-up | predicted | acceptance | tokens/pass "
+        "| TTFT s | load s | peak RSS MiB | same text |",
+        "|" + "---|" * 13,
+    ]
+    for a in result["arms"]:
+        base = alone.get(a["engine"])
+        speed = a["generation_tokens_per_second"] / base["generation_tokens_per_second"] if base else None
+        pred = (
+            predicted_speedup(a["tokens_per_pass"], passes[1], passes[a["n_max"] + 1], draft, a["n_max"])
+            if a["n_max"]
+            else None
+        )
+        same = all(t == b for t, b in zip(a["texts"], base_text.get(a["engine"], [])))
+        acc = "-" if a["acceptance"] is None else f"{a['acceptance']:.3f}"
+        lines.append(
+            f"| {a['kind']} | {a['n_max']} | {a['engine']} | {a['tokens_per_second']:.2f} | "
+            f"{a['generation_tokens_per_second']:.2f} | {speed:.2f}x | {'-' if pred is None else f'{pred:.2f}x'} | "
+            f"{acc} | {a['tokens_per_pass']:.2f} | {a['ttft_seconds']:.2f} | {a['load_seconds']:.1f} | "
+            f"{a['peak_rss_mib']:,.0f} | {'yes' if same else '**no**'} |"
+        )
+    ratios = []
+    for a in result["arms"]:
+        if a["engine"] == "python":
+            other = next(
+                (
+                    b
+                    for b in result["arms"]
+                    if b["engine"] == "llama-server" and b["kind"] == a["kind"] and b["n_max"] == a["n_max"]
+                ),
+                None,
+            )
+            if other and other["generation_tokens_per_second"]:
+                ratios.append(
+                    (a["kind"], a["n_max"], a["generation_tokens_per_second"] / other["generation_tokens_per_second"])
+                )
+    if ratios:
+        lines.append("")
+        lines.append(
+            "Python engine / llama-server, generation tokens/s: "
+            + ", ".join(f"{k} n-max {n}: {r:.2f}x" for k, n, r in ratios)
+        )
+    serial = {(m.get("kind", "hidden"), m["clients"]): m for m in result.get("concurrent", []) if m.get("serial")}
+    for m in result.get("concurrent", []):
+        ref = serial.get((m.get("kind", "hidden"), m["clients"])) if m["parallel"] > 1 else None
+        same = (
+            ""
+            if ref is None
+            else "; token ids equal to one slot's: "
+            + (
+                "yes"
+                if [r.get("tokens") for r in m["per_request"]] == [r.get("tokens") for r in ref["per_request"]]
+                else "**no**"
+            )
+        )
+        acc = [f"{r['draft_n_accepted']}/{r['draft_n']}" for r in m["per_request"] if "draft_n" in r]
+        lines.append(
+            f"- {m['engine']} --parallel {m['parallel']}, {m['clients']} clients{' (serial)' if m.get('serial') else ''}, "
+            f"{m.get('kind', 'hidden')} n-max {m['n_max']}: {m['aggregate_tokens_per_second']:.2f} tokens/s aggregate"
+            + (f", per-request accepted/drafted {', '.join(acc)}" if acc else "")
+            + same
+        )
+    return "\n".join(lines) + "\n"
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--shapes", default="e2b,e4b")
+    ap.add_argument("--kinds", default="hidden,mixed")
+    ap.add_argument("--engines", default=",".join(ENGINES))
+    ap.add_argument("--n-max", default="1,2,3,4")
+    ap.add_argument("--n-predict", type=int, default=48)
+    ap.add_argument("--prompts", type=int, default=2, help="how many of the prompts per arm")
+    ap.add_argument("--threads", type=int, default=os.cpu_count() or 2)
+    ap.add_argument("--ctx", type=int, default=1024)
+    ap.add_argument("--parallel", default="2,4", help="llama-server slot counts for the many-users runs ('' skips)")
+    ap.add_argument("--parallel-n-max", default="2")
+    ap.add_argument("--profile", default="cpu", help="serving profile (name or TOML path), e.g. a GPU card's")
+    ap.add_argument("--set", action="append", default=[], help="KEY=VALUE over the profile (repeatable)")
+    ap.add_argument("--gpu-layers", type=int, default=0, help="layers offloaded in the in-process cost runs")
+    ap.add_argument("--work", type=Path, default=Path("build/real-pairs"))
+    ap.add_argument("--out", type=Path, default=Path("build/bench-real"))
+    ap.add_argument("--keep", action="store_true", help="keep the pairs under --work (several GB)")
+    args = ap.parse_args()
+    prompts = list(PROMPTS[: args.prompts])
+    t0 = time.time()
+    results = []
+    with open("/proc/loadavg") as f:
+        load_before = f.read().split()[:3]
+    for shape in args.shapes.split(","):
+        r = shape_run(shape, args, prompts)
+        results.append(r)
+        print(table(r), flush=True)
+        if not args.keep:
+            shutil.rmtree(args.work / shape, ignore_errors=True)
+    with open("/proc/loadavg") as f:
+        load_after = f.read().split()[:3]
+    meta = {
+        "args": {k: str(v) for k, v in vars(args).items()},
+        "machine": platform.platform(),
+        "cpus": os.cpu_count(),
+        "load_average_before": load_before,
+        "load_average_after": load_after,
+        "seconds": time.time() - t0,
+    }
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "bench-real.json").write_text(json.dumps({"meta": meta, "shapes": results}, indent=1) + "\n")
+    (args.out / "bench-real.md").write_text("\n".join(table(r) for r in results))
+    print(f"load average before {' '.join(load_before)}, after {' '.join(load_after)}; {time.time() - t0:.0f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

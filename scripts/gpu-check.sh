@@ -1,0 +1,78 @@
+#!/usr/bin/env bash
+# The real-size speculation benchmark on this machine's NVIDIA GPU, in one go:
+#   1. finds the card (nvidia-smi: name, compute capability, memory),
+#   2. builds the CUDA bindings and llama-server for that architecture (cached under
+#      ~/.cache/gguf-exact/, keyed by commit, backend and CPU features; make setup / make llama-server),
+#   3. writes a serving profile for the card (every layer on the GPU, flash attention on),
+#   4. runs scripts/bench_real.py with it: full-size E2B and E4B pairs (make-pair), target alone
+#      and n-max 1..4 in llama-server and the Python engine, --parallel 2 and 4,
+#   5. writes one JSON: $OUT/gpu-check.json (the card, the commands, every figure) and
+#      $OUT/bench-real.md (the README's table).
+#
+#   scripts/gpu-check.sh                      # everything (about 30-40 min with the builds)
+#   QUICK=1 scripts/gpu-check.sh              # E2B only, n-max 1,2, 32 tokens (about 10 min after the builds)
+#   OUT=build/gpu-check WORK=/tmp/gpu-pairs scripts/gpu-check.sh
+#
+# Bad environment: one `error:` line, exit 1. Nothing here needs the network once the
+# sdist is cached (make setup fetches it through pip otherwise).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+die() { echo "error: $*" >&2; exit 1; }
+
+command -v nvidia-smi >/dev/null 2>&1 || die "nvidia-smi not found: this script needs an NVIDIA GPU and its driver"
+CARD=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -n1)
+CAP=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader | head -n1 | tr -d ' .')
+MEM_MIB=$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits | head -n1 | tr -d ' ')
+DRIVER=$(nvidia-smi --query-gpu=driver_version --format=csv,noheader | head -n1)
+[[ "$CAP" =~ ^[0-9]{2,3}$ ]] || die "could not read the card's compute capability (got '$CAP')"
+
+OUT=${OUT:-build/gpu-check}
+WORK=${WORK:-build/gpu-pairs}
+THREADS=${THREADS:-$(nproc)}
+mkdir -p "$OUT"
+echo "card: $CARD (sm_$CAP, $MEM_MIB MiB, driver $DRIVER); out: $OUT"
+
+# 2. builds (cached: instant the second time)
+make setup CUDA="$CAP"
+make llama-server CUDA="$CAP"
+
+# 3. a profile for this card: the rtx3050 profile's choices, with this card's build and memory
+PROFILE="$OUT/gpu.toml"
+cat > "$PROFILE" <<EOF
+description = "$CARD (CUDA sm_$CAP), written by scripts/gpu-check.sh"
+build = "cuda$CAP"
+cards = ["$CARD"]
+memory_mib = $MEM_MIB
+[server]
+n-gpu-layers = 99
+flash-attn = "on"
+ctx-size = 8192
+parallel = 1
+[draft]
+spec-type = "draft-mtp"
+spec-draft-n-max = 2
+n-gpu-layers-draft = "all"
+EOF
+
+# 4. the benchmark
+ARGS=(--profile "$PROFILE" --gpu-layers 99 --threads "$THREADS" --ctx 8192 --work "$WORK" --out "$OUT")
+if [[ -n "${QUICK:-}" ]]; then
+    ARGS+=(--shapes e2b --n-max 1,2 --n-predict 32 --prompts 2 --parallel 2)
+else
+    ARGS+=(--shapes e2b,e4b --n-max 1,2,3,4 --n-predict 64 --prompts 4 --parallel 2,4)
+fi
+START=$(date -u +%Y-%m-%dT%H:%M:%SZ)
+.venv/bin/python scripts/bench_real.py "${ARGS[@]}" | tee "$OUT/bench-real.txt"
+
+# 5. one JSON: the card and the run around bench_real's own
+.venv/bin/python - "$OUT" "$CARD" "$CAP" "$MEM_MIB" "$DRIVER" "$START" "${ARGS[*]}" <<'EOF'
+import json, sys
+from pathlib import Path
+out, card, cap, mem, driver, start, args = sys.argv[1:]
+bench = json.loads((Path(out) / "bench-real.json").read_text())
+result = {"card": card, "compute_capability": cap, "memory_mib": int(mem), "driver": driver,
+          "started": start, "command": f"scripts/bench_real.py {args}", "bench": bench}
+(Path(out) / "gpu-check.json").write_text(json.dumps(result, indent=1) + "\n")
+print(f"wrote {out}/gpu-check.json and {out}/bench-real.md ({card})")
+EOF

@@ -1,0 +1,201 @@
+"""``make-pair``: a full-size E2B pair with weights (gguf_exact.tiny.full_pair).
+
+The files carry E2B's real structure (every key against gemma4/sizes.py, every tensor
+at its real shape and type, the Gemma-size vocabulary), the target walks its cycle in
+llama-server and in the in-process engine with and without the drafter, and the
+acceptance is what the kinds promise on a short run (12 tokens: a full-size pass costs
+about a second on two shared cores).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+from _llama_server import TEST_SETTINGS, complete, free_port, server_binary
+from click.testing import CliRunner
+from gguf import GGMLQuantizationType
+from gguf.quants import dequantize
+
+from gguf_exact.cli import main
+from gguf_exact.formats.gguf_reader import open_gguf
+from gguf_exact.gemma4.sizes import SIZES
+from gguf_exact.serving.profiles import load_profile
+from gguf_exact.serving.server import plan_launch, start_server, stop_server
+from gguf_exact.speculative.runner import Runner
+from gguf_exact.tiny.full_pair import N_AXES, next_token, write_drafter, write_pair
+from gguf_exact.tiny.main_model import MainSpec, model_tensors
+
+N_PREDICT = 12
+PROMPT = "hello world"
+E2B = SIZES["E2B"]
+
+
+@pytest.fixture(scope="module")
+def pair(tmp_path_factory):
+    root = tmp_path_factory.mktemp("full-pair")
+    p = write_pair(root, "e2b", "hidden")
+    mixed = write_drafter(root / "mixed-drafter.gguf", "E2B", "mixed", list(p.cycle), p.target)
+    return p, mixed
+
+
+class Keys:
+    """A GGUF's values by key: numbers as a number or a per-layer list, arrays' lengths, strings."""
+
+    def __init__(self, g) -> None:
+        self.g = g
+
+    def __getitem__(self, key: str):
+        nums = self.g.numbers(key)
+        if nums is not None and self.g.array_length(key) is None:
+            return nums[0]
+        return nums if nums is not None else self.g.value(key)
+
+
+def header(path: Path) -> tuple[Keys, dict]:
+    g = open_gguf(path)
+    return Keys(g), {t.name: (tuple(t.ne), t.type) for t in g.tensors}
+
+
+def test_target_has_e2b_structure(pair):
+    p, _ = pair
+    f, tensors = header(p.target)
+    t = E2B.target
+    assert f["general.architecture"] == "gemma4"
+    assert (f["gemma4.block_count"], f["gemma4.embedding_length"]) == (t.num_hidden_layers, t.hidden_size)
+    assert (f["gemma4.attention.head_count"], f["gemma4.attention.head_count_kv"]) == (8, 1)
+    assert (f["gemma4.attention.key_length"], f["gemma4.attention.key_length_swa"]) == (512, 256)
+    assert (f["gemma4.attention.shared_kv_layers"], f["gemma4.attention.sliding_window"]) == (20, 512)
+    assert f["gemma4.embedding_length_per_layer_input"] == 256
+    # double-wide MLP in the 20 KV-shared layers
+    assert list(f["gemma4.feed_forward_length"]) == [6144] * 15 + [12288] * 20
+    pattern = [bool(x) for x in f["gemma4.attention.sliding_window_pattern"]]
+    assert pattern == [(i + 1) % 5 != 0 and i != 34 for i in range(35)]
+    lengths = (f.g.array_length("tokenizer.ggml.tokens"), f.g.array_length("tokenizer.ggml.merges"))
+    assert lengths == (262_144, 500_000)
+    assert f["tokenizer.ggml.model"] == "gemma4"
+    expected = {m.gguf_name: (tuple(reversed(m.shape)), m.donor_type) for m in model_tensors(MainSpec.from_shape(t))}
+    assert {k: v for k, v in tensors.items() if k != "rope_freqs.weight"} == expected
+    assert len(tensors) == 541 and tensors["rope_freqs.weight"] == ((256,), GGMLQuantizationType.F32)
+    assert tensors["blk.20.ffn_gate.weight"] == ((1536, 12288), GGMLQuantizationType.Q4_0)
+    assert "blk.20.attn_k.weight" not in tensors and "blk.14.attn_k.weight" in tensors
+
+
+def test_drafter_has_e2b_assistant_structure(pair):
+    p, _ = pair
+    f, tensors = header(p.drafter)
+    a = E2B.assistant
+    assert f["general.architecture"] == "gemma4-assistant"
+    key = "gemma4-assistant."
+    assert (f[key + "embedding_length"], f[key + "embedding_length_out"]) == (256, a.backbone_hidden_size)
+    assert (f[key + "block_count"], f[key + "feed_forward_length"], f[key + "attention.head_count"]) == (4, 2048, 4)
+    assert tensors["token_embd.weight"] == ((256, 262_144), GGMLQuantizationType.Q4_0)  # the full tied head
+    assert tensors["nextn.pre_projection.weight"] == ((2 * 1536, 256), GGMLQuantizationType.Q4_0)
+    assert tensors["blk.3.attn_q.weight"] == ((256, 4 * 512), GGMLQuantizationType.Q4_0)
+    assert len(tensors) == 49
+    assert p.drafter.stat().st_size == 66_154_144  # the size `convert` gives the E2B assistant
+
+
+def test_target_weights_make_the_cycle(pair):
+    p, _ = pair
+    with open_gguf(p.target) as g:
+        embd = g.tensor("token_embd.weight")
+        picked = np.concatenate([g.read_rows(embd, r, r + 1) for r in (p.cycle[0], p.cycle[1], 1000)])
+        down = g.read_rows(g.tensor("blk.0.ffn_down.weight"), 0, N_AXES)
+    rows = dequantize(picked, GGMLQuantizationType.Q6_K)
+    assert rows[0, 0] == 0.5 and rows[1, 1] == 0.5 and rows[2, 1000 % N_AXES] == 0.25
+    assert np.count_nonzero(rows) == 3
+    first = dequantize(down, GGMLQuantizationType.Q4_0)[:, :N_AXES]
+    assert first[1, 0] == 1.0 and first[0, 0] == -1.0 and first[0, N_AXES - 1] == 1.0
+    assert np.count_nonzero(first) == 2 * N_AXES
+
+
+def expected_walk(first_next: int, cycle: list[int], n: int) -> list[int]:
+    out = [first_next]
+    while len(out) < n:
+        out.append(next_token(out[-1], cycle))
+    return out
+
+
+def serve(tmp_path, monkeypatch, target, drafter, n_max):
+    monkeypatch.setenv("GGUF_EXACT_RUN_DIR", str(tmp_path / f"run-{n_max}"))
+    profile = load_profile("cpu").with_overrides([*TEST_SETTINGS, "threads=2", f"spec-draft-n-max={max(n_max, 1)}"])
+    launch = plan_launch(target, drafter, profile, port=free_port())
+    start_server(launch, detach=True, timeout=300)
+    try:
+        return complete(f"http://127.0.0.1:{launch.port}", PROMPT, N_PREDICT)
+    finally:
+        stop_server(launch.port)
+
+
+def test_llama_server_same_text_and_acceptance(pair, tmp_path, monkeypatch):
+    server_binary()
+    p, mixed = pair
+    cycle = list(p.cycle)
+    alone = serve(tmp_path, monkeypatch, p.target, None, 0)
+    assert alone["tokens"] == expected_walk(alone["tokens"][0], cycle, N_PREDICT)
+    assert alone["tokens"][0] in cycle
+    hidden = serve(tmp_path, monkeypatch, p.target, p.drafter, 3)
+    assert hidden["tokens"] == alone["tokens"] and hidden["content"] == alone["content"]
+    t = hidden["timings"]
+    assert t["draft_n"] >= 6 and t["draft_n_accepted"] >= 0.9 * t["draft_n"]
+    half = serve(tmp_path, monkeypatch, p.target, mixed, 1)
+    assert half["tokens"] == alone["tokens"]
+    t = half["timings"]
+    # n-max 1: right on 8 of the 12 axes, two axes per accepted draft: 1/2 in the steady state
+    assert t["draft_n"] >= 6 and 0.3 <= t["draft_n_accepted"] / t["draft_n"] <= 0.7
+
+
+def test_engine_same_text_and_acceptance(pair):
+    p, mixed = pair
+    cycle = list(p.cycle)
+    with Runner(p.target, None, n_ctx=512) as r:
+        alone = r.generate(PROMPT, N_PREDICT, 0).tokens
+    assert alone == expected_walk(alone[0], cycle, N_PREDICT)
+    with Runner(p.target, p.drafter, n_ctx=512) as r:
+        g = r.generate(PROMPT, N_PREDICT, 3)
+    assert g.tokens == alone and g.drafts_accepted >= 0.9 * g.drafts_generated >= 5
+    with Runner(p.target, mixed, n_ctx=512) as r:
+        g = r.generate(PROMPT, N_PREDICT, 1)
+    assert g.tokens == alone and 0.3 <= g.drafts_accepted / g.drafts_generated <= 0.7
+
+
+def test_make_pair_refuses_bad_input_in_one_line(tmp_path):
+    runner = CliRunner()
+    r = runner.invoke(main, ["make-pair", str(tmp_path / "p"), "--shape", "e3b", "--kind", "hidden"])
+    assert (r.exit_code, r.output) == (1, "error: --shape e3b: expected one of e2b, e4b\n")
+    r = runner.invoke(main, ["make-pair", str(tmp_path / "p"), "--shape", "e2b", "--kind", "half"])
+    assert (r.exit_code, r.output) == (1, "error: --kind half: expected one of hidden, mixed\n")
+    (tmp_path / "f").write_text("x")
+    r = runner.invoke(main, ["make-pair", str(tmp_path / "f"), "--shape", "e2b", "--kind", "hidden"])
+    assert (r.exit_code, r.output) == (1, f"error: {tmp_path / 'f'}: exists and is not a folder\n")
+    assert not (tmp_path / "p").exists()
+
+
+def test_memory_plan_equals_llama_server_log_at_real_shape(pair, tmp_path, monkeypatch):
+    """The plan's weights (memory-mapped span plus the CPU's repacked Q4_0 copies), KV cache
+    and compute buffers against what llama-server logs for the full-size E2B pair."""
+    from gguf_exact.serving.logged_buffers import compare, logged_buffers
+    from gguf_exact.serving.memory_plan import plan_memory
+    from gguf_exact.serving.server import LOG_FILE
+
+    server_binary()
+    p, _ = pair
+    monkeypatch.setenv("GGUF_EXACT_RUN_DIR", str(tmp_path / "run"))
+    profile = load_profile("cpu").with_overrides(["threads=2", "no-warmup=true", "log-verbosity=4"])
+    plan = plan_memory(p.target, p.drafter, profile)
+    launch = plan_launch(p.target, p.drafter, profile, port=free_port())
+    start_server(launch, detach=True, timeout=300)
+    try:
+        log = (launch.run_dir / LOG_FILE).read_text()
+    finally:
+        stop_server(launch.port)
+    models = logged_buffers(log)
+    assert models[0].weights == {"CPU_Mapped": 3179.26, "CPU_REPACK": 999.42}  # the layer matrices, twice
+    assert models[0].kv == {"CPU": 36.0}  # 4096 cells x 3 full layers + 1024 x 12 sliding, 512 / 256 wide
+    rows = {r.what: r for r in compare(plan, models)}
+    assert list(rows) == ["target weights", "drafter weights", "KV cache", "compute buffers"]
+    for what in ("target weights", "drafter weights", "KV cache"):
+        assert abs(rows[what].ratio - 1) < 0.001, rows[what]
+    assert abs(rows["compute buffers"].ratio - 1) < 0.10, rows["compute buffers"]
