@@ -13,7 +13,6 @@ import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
 
 import numpy as np
 from gguf import GGMLQuantizationType, GGUFValueType
@@ -40,6 +39,7 @@ from gguf_exact.gemma4.assistant import (
 )
 from gguf_exact.gemma4.names import tensor_kind
 from gguf_exact.malloc_tuning import keep_heap_blocks
+from gguf_exact.progress import Progress
 from gguf_exact.stream.jobs import DATA, ENCODE, QAT, TensorJob
 from gguf_exact.stream.readback import verify_written
 from gguf_exact.stream.source_rows import RowSource, locate
@@ -48,7 +48,6 @@ from gguf_exact.stream.writer import TensorResult, TensorWriter, write_tensors
 OFF_GRID_TYPES = ("q8_0", "f16", "bf16", "f32")
 GGUF_VERSION, ALIGNMENT = 3, 32
 F32, Q4_0 = GGMLQuantizationType.F32, GGMLQuantizationType.Q4_0
-Progress = Callable[[str], None]
 
 
 @dataclass
@@ -64,6 +63,19 @@ class ConvertResult:
     def total(self) -> ErrorStats:
         """Every tensor with a source, against it."""
         return sum_stats(t.ours for t in self.tensors) or ErrorStats()
+
+    @property
+    def type_counts(self) -> dict[str, int]:
+        """How many tensors of each GGUF type the file holds."""
+        counts: dict[str, int] = {}
+        for t in self.tensors:
+            counts[t.out_type] = counts.get(t.out_type, 0) + 1
+        return counts
+
+    @property
+    def off_grid_tensors(self) -> list[str]:
+        """The matrices stored in the off-grid type, not Q4_0."""
+        return [t.name for t in self.tensors if t.note.startswith("off grid")]
 
 
 def hf_shape(shape: tuple[int, ...]) -> tuple[int, ...]:
@@ -227,7 +239,7 @@ def build_report(result: ConvertResult, source: Path) -> dict:
         "exact_fraction": total.exact_fraction,
         "max_ulps": total.max_ulps,
         "rel_error": total.rel_error,
-        "off_grid_tensors": [t.name for t in result.tensors if t.note.startswith("off grid")],
+        "off_grid_tensors": result.off_grid_tensors,
         "seconds": result.seconds,
         "tensors": tensors,
     }

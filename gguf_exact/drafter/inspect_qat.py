@@ -20,6 +20,7 @@ from gguf_exact.errors import GgufExactError
 from gguf_exact.formats.checkpoint import Checkpoint
 from gguf_exact.gemma4 import assistant, names
 from gguf_exact.malloc_tuning import keep_heap_blocks
+from gguf_exact.progress import announce
 
 
 @dataclass
@@ -137,6 +138,7 @@ def inspect_checkpoint(folder: str | Path, progress: Callable[[str], None] | Non
             text = ckpt.config.get("text_config", ckpt.config)
             assistant.check_types(ckpt.config, text, str(ckpt.folder / "config.json"))
         role_of = tensor_roles(ckpt.config)
+        announce(progress, len(ckpt.tensors))
         for name in sorted(ckpt.tensors):
             if progress:
                 progress(name)

@@ -15,11 +15,12 @@ implausible counts, a tensor of unknown type, outside the file, misaligned or
 overlapping another. Nothing reads past the file's size.
 """
 
+import contextlib
 import mmap
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 import numpy as np
 
@@ -125,6 +126,18 @@ def open_gguf(path: str | Path, role: str = "") -> GgufFile:
     except BaseException:
         os.close(fd)
         raise
+
+
+@contextlib.contextmanager
+def opened(gguf: "str | Path | GgufFile", role: str = "") -> Iterator[GgufFile]:
+    """``gguf`` open for the ``with`` block: a :class:`GgufFile` as it is (whoever opened it
+    closes it), a path opened here and closed after. Lets a caller that has parsed a
+    header pass it along instead of the path, so the header is read once."""
+    if isinstance(gguf, GgufFile):
+        yield gguf
+        return
+    with open_gguf(gguf, role) as g:
+        yield g
 
 
 def _parse(fd: int, size: int, where: str) -> Header:

@@ -26,7 +26,7 @@ from gguf_exact.errors import GgufExactError
 from gguf_exact.formats.checkpoint import Checkpoint
 from gguf_exact.formats.gguf_file import file_type
 from gguf_exact.formats.gguf_layout import TensorEntry, encode_kv
-from gguf_exact.formats.gguf_reader import GgufFile, open_gguf
+from gguf_exact.formats.gguf_reader import GgufFile, opened
 from gguf_exact.formats.kv_judge import NUMERIC, KeyJudgement, judge_keys
 from gguf_exact.formats.vocab import TOKENS_KEY
 from gguf_exact.gemma4 import names as gemma4_names
@@ -43,7 +43,7 @@ NO_DONOR = "repack copies them from the donor; give --donor DONOR.gguf to compar
 
 
 def verify_model(
-    path: str | Path,
+    path: str | Path | GgufFile,
     source_dir: str | Path,
     judge: bool = True,
     progress: Callable[[str], None] | None = None,
@@ -51,11 +51,11 @@ def verify_model(
     off_grid: str | None = None,
     workers: int | None = None,
 ) -> Verification:
-    """Hold the GGUF at ``path`` to what ``repack`` writes from ``source_dir`` (and
+    """Hold the GGUF at ``path`` (or open as a :class:`GgufFile`) to what ``repack`` writes from ``source_dir`` (and
     ``donor`` when given); ``judge=False`` only measures the tensors that have a source."""
     source_dir = Path(source_dir)
     rule = OffGridRule.of(off_grid, keep_allowed=True)
-    with open_gguf(path) as gguf, Checkpoint(source_dir) as ckpt:
+    with opened(path) as gguf, Checkpoint(source_dir) as ckpt:
         config_path = ckpt.folder / "config.json"
         locations = locate(ckpt)
         config = ckpt.config

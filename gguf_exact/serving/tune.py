@@ -115,6 +115,80 @@ def tune_n_max(
     return TuneResult(BenchReport(meta, runs, summary), int(best.n_max or 0), best.tokens_per_second_median, base)
 
 
+@dataclass(frozen=True)
+class TuneRequest:
+    """What to tune: a pair, the profile to start from, the arms and the prompts; and the
+    name the tuned copy is saved under (:func:`tuned_name`)."""
+
+    target: Path
+    drafter: Path
+    profile: Profile
+    profile_arg: str  # the profile as the user named it ("auto", "cpu", a file): recorded in the command
+    n_values: tuple[int, ...] = (1, 2, 3, 4)
+    prompt_names: tuple[str, ...] | None = None  # None: every shipped prompt
+    n_predict: int = 64
+    rounds: int = 1
+    overrides: tuple[str, ...] = ()
+    server_bin: Path | None = None
+    save_as: str | None = None
+
+    @property
+    def name(self) -> str:
+        """The tuned profile's name; a bad ``save_as`` raises here, before any measuring."""
+        return tuned_name(self.profile, self.save_as)
+
+    @property
+    def command(self) -> str:
+        """The ``gguf-exact tune`` command that makes this request, for the tuned profile's header."""
+        import shlex
+
+        args = ["--model", str(self.target), "--draft", str(self.drafter), "--profile", self.profile_arg]
+        args += ["--n-max", ",".join(map(str, self.n_values)), "--n-predict", str(self.n_predict)]
+        args += ["--rounds", str(self.rounds)]
+        args += ["--prompts", ",".join(self.prompt_names)] if self.prompt_names else []
+        args += ["--as", self.save_as] if self.save_as else []
+        return shlex.join(["gguf-exact", "tune", *args, *(a for o in self.overrides for a in ("--set", o))])
+
+
+@dataclass
+class Tuned:
+    """What :func:`tune_profile` measured, wrote and saved."""
+
+    request: TuneRequest
+    result: TuneResult
+    report_files: dict[str, Path]  # bench.json, bench.md
+    profile_file: Path | None = None  # None: measured only
+    replaces_builtin: bool = False  # the saved name is a profile shipped with gguf-exact
+
+
+def tune_profile(
+    request: TuneRequest, out_dir: Path, write: bool = True, progress: Callable[[str], None] = lambda s: None
+) -> Tuned:
+    """Measure ``request`` (:func:`tune_n_max`), write the measurement to ``out_dir`` and,
+    with ``write``, save the best n-max as a profile of its own (:func:`write_tuned_profile`)."""
+    from gguf_exact.speculative.prompt_set import load_prompts
+
+    name = request.name
+    prompts = load_prompts(list(request.prompt_names) if request.prompt_names is not None else None)
+    result = tune_n_max(
+        request.target,
+        request.drafter,
+        request.profile,
+        request.n_values,
+        prompts,
+        request.n_predict,
+        request.rounds,
+        request.overrides,
+        request.server_bin,
+        progress=progress,
+    )
+    tuned = Tuned(request, result, result.report.write(out_dir, plot=False))
+    if write:
+        tuned.profile_file = write_tuned_profile(request.profile, result, request.command, name=name)
+        tuned.replaces_builtin = shadows_builtin(name)
+    return tuned
+
+
 def set_n_max(toml_text: str, n_max: int, note: str = "") -> str:
     """``toml_text`` with ``spec-draft-n-max = n_max`` in its ``[draft]`` table (the
     line replaced, else added under ``[draft]``, else a ``[draft]`` table appended);
@@ -203,10 +277,13 @@ def write_tuned_profile(
 
 __all__ = [
     "N_MAX_KEY",
+    "TuneRequest",
     "TuneResult",
+    "Tuned",
     "set_n_max",
     "shadows_builtin",
     "tune_n_max",
+    "tune_profile",
     "tuned_header",
     "tuned_name",
     "write_tuned_profile",

@@ -21,9 +21,9 @@ import platform
 import statistics
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Sequence
 
-from gguf_exact.errors import GgufExactError
+from gguf_exact.errors import ArgumentError, GgufExactError, Param
 from gguf_exact.speculative.generation import Generation
 
 TARGET = "target"
@@ -269,6 +269,64 @@ def bench_servers(
     return BenchReport(meta, runs, summary)
 
 
+def run_bench(
+    target: str | Path | None,
+    draft: str | Path | None,
+    n_values: Sequence[int] = (1, 2, 3, 4),
+    servers: Sequence[str] = (),
+    prompt_names: Sequence[str] | None = None,
+    n_predict: int = 64,
+    rounds: int = 2,
+    n_ctx: int = 4096,
+    threads: int = 2,
+    engines: Sequence[str] = (),
+    profile: str = "cpu",
+    overrides: Sequence[str] = (),
+    temperature: float = 0.0,
+    seed: int | None = 1,
+    progress: Progress = lambda s: None,
+):
+    """``bench`` as one call: in-process (``target``, ``draft``: :func:`bench_runner`),
+    against running llama-servers (``servers``: ``[LABEL=]URL`` each, :func:`bench_servers`),
+    or both engines' servers started here (``engines``:
+    :func:`gguf_exact.speculative.bench_engines.bench_engines`, with ``profile``,
+    ``overrides``, ``temperature`` and ``seed``). ``draft`` may be ``auto``: found as
+    ``serve`` finds it. Returns the report, which writes its own files."""
+    from gguf_exact.speculative.prompt_set import load_prompts
+
+    prompts = load_prompts(list(prompt_names) if prompt_names is not None else None)
+    if draft is not None and target is not None:
+        from gguf_exact.serving.drafter_lookup import resolve_drafter
+
+        draft = resolve_drafter(target, draft, False, "models", False, default_auto=False).path
+    if engines:
+        from gguf_exact.speculative.bench_engines import bench_engines
+
+        if target is None or draft is None or servers:
+            raise ArgumentError(
+                "bench ", Param("engines"), ": give ", Param("target"), " and ", Param("draft"),
+                " (the servers are started here), no ", Param("servers"),
+            )  # fmt: skip
+        sets = [f"ctx-size={n_ctx}", f"threads={threads}", f"threads-batch={threads}", *overrides]
+        return bench_engines(
+            target, draft, list(n_values), prompts, n_predict, rounds, list(engines), profile, sets, temperature, seed,
+            progress,
+        )  # fmt: skip
+    if servers:
+        if target or draft:
+            raise ArgumentError(
+                "bench: give either ", Param("servers"), " URLs or ", Param("target"), "/", Param("draft"), ", not both"
+            )
+        return bench_servers([parse_server_arm(s) for s in servers], prompts, n_predict, rounds, progress)
+    if target is None:
+        raise ArgumentError(
+            "bench: give ", Param("target"), " (and ", Param("draft"), "), or ", Param("servers"), " URLs"
+        )
+    return bench_runner(
+        target, draft, list(n_values), prompts, n_predict, rounds, progress, n_ctx=n_ctx, n_threads=threads
+    )
+
+
 def _meta(backend: str, prompts: dict[str, str], n_predict: int, rounds: int) -> dict:
     return {
         "backend": backend,
@@ -290,5 +348,6 @@ __all__ = [
     "bench_runner",
     "bench_servers",
     "parse_server_arm",
+    "run_bench",
     "summarize",
 ]

@@ -102,7 +102,9 @@ class EngineReport:
         )
         return "\n".join(rows) + "\n" + note
 
-    def write(self, out_dir: str | Path) -> dict[str, Path]:
+    def write(self, out_dir: str | Path, plot: bool = False) -> dict[str, Path]:
+        """Write ``bench-engines.json`` and ``bench-engines.md``; returns the paths written
+        (no plot: ``plot`` is accepted as :meth:`BenchReport.write` takes it)."""
         out = Path(out_dir)
         out.mkdir(parents=True, exist_ok=True)
         paths = {"json": out / "bench-engines.json", "markdown": out / "bench-engines.md"}

@@ -16,7 +16,6 @@ memory is then the whole story). :mod:`.chunk_pool` can also fork worker process
 
 import os
 import zlib
-from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -30,6 +29,7 @@ from gguf_exact.formats.gguf_file import TYPES, decode, encode
 from gguf_exact.formats.gguf_layout import TensorEntry
 from gguf_exact.formats.gguf_reader import GgufFile
 from gguf_exact.formats.gguf_stream import StreamingGGUF, pwrite_all
+from gguf_exact.progress import Progress, announce
 from gguf_exact.stream.chunk_pool import chunk_pool
 from gguf_exact.stream.jobs import DATA, ENCODE, PROBE, TensorJob
 
@@ -40,7 +40,6 @@ FLOAT_TYPES = (GGMLQuantizationType.F32, GGMLQuantizationType.F16, GGMLQuantizat
 # float copies must match (norms are copied from the donor), quantized ones roughly.
 SAME_MODEL_FLOAT, SAME_MODEL_QUANTIZED = 1e-2, 0.5
 Q4_0 = GGMLQuantizationType.Q4_0
-Progress = Callable[[str], None]
 
 
 def crc(data: np.ndarray) -> int:
@@ -286,6 +285,7 @@ def write_tensors(
 ) -> list[TensorResult]:
     """Every job of ``tensors``, in order, on ``workers`` workers."""
     results = []
+    announce(progress, len(tensors.jobs))
     with chunk_pool(tensors, workers, worker_kind) as tensors.pool:
         for j, job in enumerate(tensors.jobs):
             if progress:
