@@ -12,8 +12,7 @@ from click.testing import CliRunner
 from gguf import GGMLQuantizationType, GGUFReader
 from rich.console import Console
 
-from gguf_exact import cli
-from gguf_exact.cli import main
+from gguf_exact.cli import console, main, options
 from gguf_exact.core import bf16
 from gguf_exact.formats.checkpoint import Checkpoint
 from gguf_exact.tiny.models import drafter_config, drafter_tensors, write_checkpoint
@@ -37,7 +36,7 @@ def readme_block(heading: str, lang: str = "sh") -> str:
 @pytest.fixture
 def narrow(monkeypatch):
     """The CLI's console as an 80-column terminal prints to (what CliRunner captures)."""
-    monkeypatch.setattr(cli, "out", Console(highlight=False, width=80))
+    monkeypatch.setattr(console, "out", Console(highlight=False, width=80))
 
 
 # --- the offline loop, as README's "Try it offline" writes it -------------------------
@@ -139,9 +138,9 @@ def test_wide_console_keeps_the_full_table(tiny):
 
 def test_console_width_off_a_terminal(monkeypatch):
     monkeypatch.setenv("COLUMNS", "80")
-    assert cli._width() == 80
+    assert console.width() == 80
     monkeypatch.delenv("COLUMNS")
-    assert cli._width() == 160
+    assert console.width() == 160
 
 
 # --- README and CLI agree ---------------------------------------------------------------
@@ -177,7 +176,7 @@ def test_off_grid_f32_as_the_readme_says(tiny, tmp_path):
 
 
 def test_stop_escapes():
-    from gguf_exact.cli import unescape
+    from gguf_exact.cli.inprocess import unescape
 
     assert unescape(r"\n\n") == "\n\n" and unescape(r"a\tb\r") == "a\tb\r"
     assert unescape(r"\\n") == "\\n" and unescape(r"C:\q") == r"C:\q"
@@ -236,7 +235,7 @@ def test_tuned_names():
 def test_bench_and_tune_write_under_the_cache(monkeypatch, tmp_path):
     monkeypatch.setenv("GGUF_EXACT_CACHE", str(tmp_path))
     for kind in ("bench", "tune"):
-        d = cli.results_dir(kind)
+        d = options.results_dir(kind)
         assert d.parent == tmp_path / kind and re.fullmatch(r"\d{8}-\d{6}", d.name)
     for command in ("bench", "tune"):
         out = next(p for p in main.commands[command].params if p.name == "out_dir")

@@ -103,6 +103,7 @@ class DrafterFound:
     how: str  # one phrase: where it was found, or why there is none
     size: SizeMatch | None = None
     would_fetch: Path | None = None  # a dry run: where fetching would place it (nothing downloaded)
+    given: bool = False  # the caller named the file: nothing was looked for
 
 
 def _published_path(recipe, models_dir: Path) -> tuple[Path, str | None]:
@@ -229,7 +230,7 @@ def resolve_drafter(
     if draft is not None and str(draft) != AUTO:
         if fetch:
             raise GgufExactError("--fetch-draft looks for the drafter itself: give it without --draft FILE")
-        return DrafterFound(Path(draft), "--draft")
+        return DrafterFound(Path(draft), "given as a file", given=True)
     if draft is None and not default_auto and not fetch:
         return DrafterFound(None, "no --draft: the target alone")
     return find_drafter(target, models_dir, fetch, config=config, dry_run=dry_run)
