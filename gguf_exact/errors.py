@@ -28,17 +28,32 @@ from typing import Callable
 
 @dataclass(frozen=True)
 class Param:
-    """A parameter named in an error message. ``aside``: named only where a front end
-    spells it differently, in parentheses after what the message already says (``raise
-    n_ctx (--n-ctx)``); the API's own text leaves it out."""
+    """A parameter named in an error message, by its Python name.
+
+    ``api``: how the Python API's message says it, when not by its name (``fetch=True``;
+    "" leaves it out). ``aside``: a front end adds it in these words, ``{}`` its own
+    spelling (``"({})"`` after "raise n_ctx" gives the CLI's "raise n_ctx (--n-ctx)"),
+    and the API's message leaves it out."""
 
     name: str
-    aside: bool = False
+    api: str | None = None
+    aside: str | None = None
+
+    @property
+    def python(self) -> str:
+        """How the Python API's message says it."""
+        if self.aside is not None:
+            return ""
+        return self.name if self.api is None else self.api
+
+    def spelled(self, flag: str) -> str:
+        """How a front end whose spelling of the parameter is ``flag`` says it."""
+        return self.aside.format(flag) if self.aside is not None else flag
 
 
 def param_name(p: Param) -> str:
-    """How the Python API spells a parameter: its name."""
-    return "" if p.aside else p.name
+    """How the Python API spells a parameter (:attr:`Param.python`)."""
+    return p.python
 
 
 class GgufExactError(Exception):

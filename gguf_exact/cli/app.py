@@ -15,10 +15,16 @@ import click
 
 from gguf_exact import __version__
 from gguf_exact.cli import console
-from gguf_exact.errors import GgufExactError, Param
+from gguf_exact.errors import GgufExactError
 
 # API parameter names that no option of the command spells (the options take another name).
-FLAGS = {"draft": "--draft", "fetch": "--fetch-draft", "n_values": "--n-max", "extra_args": "llama-server arguments"}
+FLAGS = {
+    "draft": "--draft",
+    "fetch": "--fetch-draft",
+    "n_values": "--n-max",
+    "roles": "--what",
+    "extra_args": "llama-server arguments",
+}
 
 
 def flag(command: click.Command | None, name: str) -> str:
@@ -37,11 +43,7 @@ def message(e: GgufExactError, command: click.Command | None = None) -> str:
         ctx = click.get_current_context(silent=True)
         command = ctx.command if ctx is not None else None
 
-    def spell(p: Param) -> str:
-        name = flag(command, p.name)
-        return f" ({name})" if p.aside else name
-
-    return e.render(spell)
+    return e.render(lambda p: p.spelled(flag(command, p.name)))
 
 
 class Group(click.Group):

@@ -22,7 +22,7 @@ from typing import Callable
 import numpy as np
 from gguf import GGMLQuantizationType, GGUFValueType
 
-from gguf_exact.errors import GgufExactError
+from gguf_exact.errors import InputError, Param
 from gguf_exact.formats.checkpoint import Checkpoint
 from gguf_exact.formats.gguf_file import file_type
 from gguf_exact.formats.gguf_layout import TensorEntry, encode_kv
@@ -70,10 +70,12 @@ def verify_model(
                 return verify_tensors(gguf, jobs, keys, rule, d, "repack", source_dir, progress, workers)
         archs = config.get("architectures")
         if not isinstance(archs, list) or not any(a in gemma4_names.SUPPORTED_ARCHITECTURES for a in archs):
-            raise GgufExactError(
+            raise InputError(
                 f"{config_path}: architectures {archs} is not supported; expected one of "
                 f"{', '.join(gemma4_names.SUPPORTED_ARCHITECTURES)} (a drafter is verified as convert writes it, "
-                "or with --donor as repack writes it)"
+                "or with ",
+                Param("donor"),
+                " as repack writes it)",
             )
         hp = TextHparams.from_hf(_text(config), str(config_path))
         entries = planned_entries(gguf, locations)

@@ -22,7 +22,7 @@ from gguf import GGMLQuantizationType, GGUFValueType
 from gguf_exact.core import bf16, q4_0
 from gguf_exact.core.error_stats import ErrorStats, sum_stats
 from gguf_exact.core.exact import plan_rows
-from gguf_exact.errors import GgufExactError
+from gguf_exact.errors import ArgumentError, NotExactError, Param
 from gguf_exact.formats.checkpoint import Checkpoint
 from gguf_exact.formats.gguf_file import atomic_output, file_type
 from gguf_exact.formats.gguf_layout import TensorEntry, encode_kv, row_bytes
@@ -127,9 +127,9 @@ def repack_model(
     ``thread``, or ``process`` for forked workers).
     """
     if off_grid is not None and off_grid not in OFF_GRID_CHOICES:
-        raise GgufExactError(f"--off-grid {off_grid}: expected one of {', '.join(OFF_GRID_CHOICES)}")
+        raise ArgumentError(Param("off_grid"), f" {off_grid}: expected one of {', '.join(OFF_GRID_CHOICES)}")
     if donor_stats not in ("sample", "all"):
-        raise GgufExactError(f"donor_stats {donor_stats}: expected sample or all")
+        raise ArgumentError(f"donor_stats {donor_stats}: expected sample or all")
     out_path, source_dir = check_output_file(out_path), Path(source_dir)
     if report_path is not None:
         check_output_file(report_path, "report")
@@ -138,7 +138,7 @@ def repack_model(
     start = time.perf_counter()
     with open_donor(donor_path) as donor:
         if out_path.resolve() == donor.path.resolve():
-            raise GgufExactError(f"{out_path}: is the donor itself; write the re-packed file elsewhere")
+            raise ArgumentError(f"{out_path}: is the donor itself; write the re-packed file elsewhere")
         with Checkpoint(source_dir) as ckpt:
             check_same_model(
                 donor.path, donor.header.value, donor.architecture, ckpt.config, ckpt.folder / "config.json"
@@ -164,7 +164,7 @@ def repack_model(
             digest = verify_written(tmp, writer.header, writer.placed, results, _replanner(donor, mapping.jobs))
             times["verify"] = time.perf_counter() - start - times["write"]
             if expect_sha256 and digest != expect_sha256.lower():
-                raise GgufExactError(f"{out_path}: sha256 {digest} does not match the expected {expect_sha256.lower()}")
+                raise NotExactError(f"{out_path}: sha256 {digest} does not match the expected {expect_sha256.lower()}")
         donor_ft = donor.header.value("general.file_type")
         result = RepackResult(
             out_path, digest, size, donor.path, donor.size, source_dir, donor.architecture, results,

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Sequence
 
-from gguf_exact.errors import GgufExactError
+from gguf_exact.errors import ArgumentError, InputError, NotExactError, Param
 from gguf_exact.formats.gguf_file import atomic_output
 from gguf_exact.serving.profiles import PROFILE_DIR, Profile, load_profile, user_profile_dir
 from gguf_exact.speculative.bench import TARGET, Arm, BenchReport, alternating_order, bench_servers, summarize
@@ -62,7 +62,7 @@ def tune_n_max(
     from gguf_exact.speculative.prompt_set import load_prompts
 
     if not n_values or any(n < 1 for n in n_values):
-        raise GgufExactError(f"--n-max {','.join(map(str, n_values))}: give draft lengths of 1 or more")
+        raise ArgumentError(Param("n_values"), f" {','.join(map(str, n_values))}: give draft lengths of 1 or more")
     prompts = prompts or load_prompts()
     arms = ([Arm(TARGET, 0)] if with_target else []) + [Arm(f"n_max={n}", n) for n in n_values]
     runs = []
@@ -93,7 +93,7 @@ def tune_n_max(
     drafting = [s for s in summary if s.n_max]
     silent = [s.label for s in drafting if s.acceptance_rate is None]
     if silent:
-        raise GgufExactError(
+        raise InputError(
             f"profile {profile.name}: no draft tokens at {', '.join(silent)}: its [draft] table does not turn draft-mtp on "
             '(spec-type = "draft-mtp"), so there is no n-max to tune'
         )
@@ -228,17 +228,18 @@ TUNED_SUFFIX = "-tuned"
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,99}")
 
 
-def tuned_name(base: Profile, name: str | None = None) -> str:
-    """The name a tuned copy of ``base`` is written under: ``name``, else ``<base>-tuned``
+def tuned_name(base: Profile, save_as: str | None = None) -> str:
+    """The name a tuned copy of ``base`` is written under: ``save_as``, else ``<base>-tuned``
     (``cpu`` -> ``cpu-tuned``; a tuned profile tuned again keeps its name), so the
     profiles shipped with gguf-exact are never shadowed unless a name says so."""
-    if name is None:
+    if save_as is None:
         return base.name if base.name.endswith(TUNED_SUFFIX) else base.name + TUNED_SUFFIX
-    if not _NAME.fullmatch(name) or name.endswith(".toml"):
-        raise GgufExactError(
-            f"--as {name!r}: a profile name is letters, digits, '.', '_' and '-' (no .toml), e.g. cpu-tuned"
+    if not _NAME.fullmatch(save_as) or save_as.endswith(".toml"):
+        raise ArgumentError(
+            Param("save_as"),
+            f" {save_as!r}: a profile name is letters, digits, '.', '_' and '-' (no .toml), e.g. cpu-tuned",
         )
-    return name
+    return save_as
 
 
 def shadows_builtin(name: str) -> bool:
@@ -254,11 +255,11 @@ def write_tuned_profile(
     project's ``serve/`` is refused."""
     folder = Path(folder or user_profile_dir()).expanduser()
     if folder.resolve() == PROFILE_DIR.resolve():
-        raise GgufExactError(
+        raise ArgumentError(
             f"{folder}: tune writes user copies, never the project's serve/; set GGUF_EXACT_PROFILES to another folder"
         )
     if base.path is None:
-        raise GgufExactError(f"profile {base.name}: no file to copy")
+        raise InputError(f"profile {base.name}: no file to copy")
     body = base.path.read_text().splitlines()
     if body and body[0].startswith(TUNED_MARK):  # a copy tuned before: its header is replaced
         body = body[len(tuned_header(result, command)) :]
@@ -269,7 +270,7 @@ def write_tuned_profile(
         tmp.write_text(new)
         written = load_profile(tmp)
         if written.draft.get(N_MAX_KEY) != result.best_n_max:
-            raise GgufExactError(
+            raise NotExactError(
                 f"{dest}: written with {N_MAX_KEY} = {written.draft.get(N_MAX_KEY)!r}, expected {result.best_n_max}"
             )
     return dest

@@ -209,7 +209,7 @@ def bench_runner(
     from gguf_exact.speculative.runner import Runner
 
     if draft is None and any(n > 0 for n in n_max_list):
-        raise GgufExactError("bench: n-max > 0 needs a drafter (--draft)")
+        raise ArgumentError("bench: n-max > 0 needs a drafter", Param("draft", aside=" ({})"))
     arms = [Arm(TARGET, 0)] + [Arm(f"n_max={n}", n) for n in n_max_list if n > 0]
     runs: list[BenchRun] = []
     with Runner(model, draft, **runner_options) as r:
@@ -239,7 +239,9 @@ def parse_server_arm(spec: str) -> Arm:
         return Arm(TARGET, 0, url)
     if label.isdigit():
         return Arm(f"n_max={int(label)}", int(label), url)
-    raise GgufExactError(f"--server {spec}: expected URL, target=URL or N=URL (N the server's --spec-draft-n-max)")
+    raise ArgumentError(
+        Param("servers"), f" {spec}: expected URL, target=URL or N=URL (N the server's --spec-draft-n-max)"
+    )
 
 
 def bench_servers(
@@ -253,7 +255,7 @@ def bench_servers(
     from gguf_exact.serving.client import server_generate
 
     if len({a.label for a in servers}) != len(servers):
-        raise GgufExactError("bench: two --server arms have the same label")
+        raise ArgumentError("bench: two ", Param("servers"), " arms have the same label")
     for arm in servers:  # warm-up
         server_generate(arm.url, next(iter(prompts.values())), min(n_predict, 8))  # type: ignore[arg-type]
     runs: list[BenchRun] = []

@@ -23,7 +23,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable, Sequence
 
-from gguf_exact.errors import GgufExactError
+from gguf_exact.errors import ArgumentError, Param
 from gguf_exact.speculative.generation import Generation
 
 ENGINES = ("python", "llama-server")
@@ -191,7 +191,7 @@ def bench_engines(
 
     bad = [e for e in engines if e not in ENGINES]
     if bad or not engines:
-        raise GgufExactError(f"--engines {','.join(engines)}: expected one or both of {', '.join(ENGINES)}")
+        raise ArgumentError(Param("engines"), f" {','.join(engines)}: expected one or both of {', '.join(ENGINES)}")
     runs: list[EngineRun] = []
     first = next(iter(prompts.values()))
     with scratch_run_root("bench") as root:  # its servers' run folders: not the user's, removed after

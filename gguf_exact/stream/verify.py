@@ -35,7 +35,7 @@ from gguf_exact.core.block_exactness import BlockJudgement, judge_blocks
 from gguf_exact.core.error_stats import ErrorStats, compare_chunk, sum_stats
 from gguf_exact.core.exact import plan_rows
 from gguf_exact.core.same_levels import same_levels
-from gguf_exact.errors import GgufExactError
+from gguf_exact.errors import ArgumentError, Param
 from gguf_exact.formats.gguf_file import TYPES, decode, encode
 from gguf_exact.formats.gguf_layout import TensorEntry
 from gguf_exact.formats.gguf_reader import GgufFile
@@ -67,10 +67,15 @@ class OffGridRule:
             return cls(FALLBACK_TYPES, keep_allowed)
         if choice == "keep":
             if not keep_allowed:
-                raise GgufExactError("--off-grid keep keeps a donor's tensor: only a re-pack (with --donor) has one")
+                raise ArgumentError(
+                    Param("off_grid"),
+                    " keep keeps a donor's tensor: only a re-pack (with ",
+                    Param("donor"),
+                    ") has one",
+                )
             return cls((), True, choice)
         if choice not in TYPES or TYPES[choice] not in FALLBACK_TYPES:
-            raise GgufExactError(f"--off-grid {choice}: expected one of q8_0, f16, bf16, f32")
+            raise ArgumentError(Param("off_grid"), f" {choice}: expected one of q8_0, f16, bf16, f32")
         return cls((TYPES[choice],), False, choice)
 
     def words(self) -> str:
