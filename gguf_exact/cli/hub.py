@@ -27,7 +27,7 @@ def recipes_command() -> None:
 
     found = all_recipes()
     if not found:
-        raise HubError("no recipes found; write one as convert/<name>.toml (README, 'Recipes')")
+        raise HubError("no recipes found; write one as convert/<name>.toml (docs/recipes.md)")
     for r in found:
         what = f"drafter for {r.size} targets" if r.kind == "drafter" and r.size else r.kind
         say(f"{r.name}  ({what}) {r.description}")

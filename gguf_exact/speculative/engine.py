@@ -14,7 +14,7 @@ sampler picked; on a mismatch it drops the rest from the KV cache. Each emitted
 token is sampled once, from the target's logits, with the same sampler state as
 without drafts: with the same seed and settings the output is the target's own
 (greedy or sampled), up to floating-point differences between batched and
-single-token passes (README, "Lossless, and where floating point gets in").
+single-token passes (docs/python-engine.md, "Lossless, and where floating point gets in").
 
 :class:`MtpLlama` is that ``Llama`` with three things added:
 
