@@ -11,7 +11,7 @@ unchecked), their vocabularies the same, and each file's sha256 equal to the one
 from dataclasses import dataclass
 from pathlib import Path
 
-from gguf_exact.errors import GgufExactError
+from gguf_exact.errors import NotExactError, PairError, Param
 from gguf_exact.formats.gguf_file import sha256_file
 from gguf_exact.formats.gguf_reader import open_gguf
 from gguf_exact.formats.vocab import Tokenizer, tokenizer_of
@@ -75,7 +75,7 @@ def check_listed_sha256(model: ModelFile, role: str, listed: dict[str, str]) -> 
         return model
     actual = sha256_file(model.path)
     if actual != expected:
-        raise GgufExactError(
+        raise NotExactError(
             f"{role} {model.path}: sha256 {actual} differs from {expected} listed in checksums/ for "
             f"{model.path.name}; the file is damaged or not the published one, download it again"
         )
@@ -112,35 +112,35 @@ def check_pair(
     listed = listed_checksums() if checksums is None else checksums
     t = read_model(target, "target")
     if t.architecture != TARGET_ARCH:
-        hint = " (that is a drafter: pass it as --draft)" if t.architecture == DRAFTER_ARCH else ""
-        raise GgufExactError(
-            f"target {t.path}: general.architecture is {t.architecture!r}, expected {TARGET_ARCH!r}{hint}"
-        )
+        hint = (" (that is a drafter: pass it as ", Param("draft"), ")") if t.architecture == DRAFTER_ARCH else ()
+        raise PairError(f"target {t.path}: general.architecture is {t.architecture!r}, expected {TARGET_ARCH!r}", *hint)
     t = check_listed_sha256(t, "target", listed)
     if drafter is None:
         return ServePair(t, None)
     d = read_model(drafter, "drafter")
     if d.architecture != DRAFTER_ARCH:
         hint = (
-            "; that is a target model, --draft takes its MTP assistant (gguf-exact convert makes one)"
+            ("; that is a target model, ", Param("draft"), " takes its MTP assistant (gguf-exact convert makes one)")
             if d.architecture == TARGET_ARCH
-            else ""
+            else ()
         )
-        raise GgufExactError(
-            f"drafter {d.path}: general.architecture is {d.architecture!r}, expected {DRAFTER_ARCH!r}{hint}"
+        raise PairError(
+            f"drafter {d.path}: general.architecture is {d.architecture!r}, expected {DRAFTER_ARCH!r}", *hint
         )
     if d.embedding_length_out != t.embedding_length:
-        raise GgufExactError(
+        raise PairError(
             f"drafter {d.path}: {DRAFTER_ARCH}.embedding_length_out is {d.embedding_length_out} but the target's "
             f"{TARGET_ARCH}.embedding_length is {t.embedding_length} ({t.path}); use the assistant made for this target size"
         )
     mismatch = kv_mismatch(t.path, d.path)
     if mismatch is not None:
-        raise GgufExactError(f"drafter {d.path}: {mismatch} ({t.path}); use the assistant made for this target size")
+        raise PairError(f"drafter {d.path}: {mismatch} ({t.path}); use the assistant made for this target size")
     which = t.tokenizer.first_difference(d.tokenizer)
     if which is not None:
-        raise GgufExactError(
-            f"drafter {d.path}: vocabulary differs from the target's ({which}); convert it again with --vocab-from {t.path}"
+        raise PairError(
+            f"drafter {d.path}: vocabulary differs from the target's ({which}); convert it again with ",
+            Param("vocab_from"),
+            f" {t.path}",
         )
     d = check_listed_sha256(d, "drafter", listed)
     return ServePair(t, d)

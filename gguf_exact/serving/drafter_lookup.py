@@ -24,7 +24,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from gguf_exact.errors import GgufExactError
+from gguf_exact.errors import ArgumentError, GgufExactError, InputError, PairError, Param
 from gguf_exact.formats.gguf_file import sha256_file
 from gguf_exact.formats.gguf_reader import open_gguf
 from gguf_exact.gemma4.hparams import TextHparams
@@ -103,6 +103,7 @@ class DrafterFound:
     how: str  # one phrase: where it was found, or why there is none
     size: SizeMatch | None = None
     would_fetch: Path | None = None  # a dry run: where fetching would place it (nothing downloaded)
+    given: bool = False  # the caller named the file: nothing was looked for
 
 
 def _published_path(recipe, models_dir: Path) -> tuple[Path, str | None]:
@@ -116,12 +117,12 @@ def _published_path(recipe, models_dir: Path) -> tuple[Path, str | None]:
     return Path(models_dir) / part.repo / name, sha
 
 
-def _fits(target: Path, candidate: Path) -> str | None:
-    """None when ``candidate`` serves beside ``target``, else why not (one phrase)."""
+def _fits(target: Path, candidate: Path) -> GgufExactError | None:
+    """None when ``candidate`` serves beside ``target``, else why not."""
     try:
         check_pair(target, candidate)
     except GgufExactError as e:
-        return str(e)
+        return e
     return None
 
 
@@ -189,24 +190,33 @@ def find_drafter(
             path = got[0].path
             why = _fits(target, path)
             if why is not None:
-                raise GgufExactError(f"recipe {r.name}: fetched {path}, but it does not serve beside {target}: {why}")
+                raise PairError(f"recipe {r.name}: fetched {path}, but it does not serve beside {target}: ", *why.parts)
             return DrafterFound(path, f"recipe {r.name}: {got[0].how}, sha256 as pinned", size)
-    raise GgufExactError(no_drafter_message(target, size, recipes, models_dir, fetch))
+    raise InputError(*no_drafter_message(target, size, recipes, models_dir, fetch))
 
 
-def no_drafter_message(target: Path, size: SizeMatch, recipes: list, models_dir: Path, fetched: bool) -> str:
-    """The one line said when no drafter is found: why, and the ways on."""
+def no_drafter_message(target: Path, size: SizeMatch, recipes: list, models_dir: Path, fetched: bool) -> tuple:
+    """The one line said when no drafter is found, why and the ways on, as
+    :class:`~gguf_exact.errors.GgufExactError` parts."""
     where = f"no MTP drafter for {target} ({size.label}) in {models_dir}/ or beside it"
-    alone = "or serve the target alone with --no-draft"
+    draft = ("pass ", Param("draft"), " FILE")
+    alone = (", or serve the target alone with ", Param("no_draft", api="no_draft=True"))
     if recipes:
         names = ", ".join(r.name for r in recipes)
         return (
-            f"{where}; fetch it with --fetch-draft (recipe {names}, pinned and hash-checked) or "
-            f"`gguf-exact fetch {recipes[0].name}`, pass --draft FILE, {alone}"
+            f"{where}; fetch it with ",
+            Param("fetch", api="fetch=True"),
+            f" (recipe {names}, pinned and hash-checked) or `gguf-exact fetch {recipes[0].name}`, ",
+            *draft,
+            *alone,
         )
     if size.name is not None:
-        return f"{where}; no recipe in convert/ makes one for {size.name}: convert one with `gguf-exact convert` and pass --draft FILE, {alone}"
-    return f"{where}; no recipe can fetch one for it: pass --draft FILE, {alone}"
+        return (
+            f"{where}; no recipe in convert/ makes one for {size.name}: convert one with `gguf-exact convert` and ",
+            *draft,
+            *alone,
+        )
+    return (f"{where}; no recipe can fetch one for it: ", *draft, *alone)
 
 
 def resolve_drafter(
@@ -224,12 +234,17 @@ def resolve_drafter(
     serves the target alone."""
     if no_draft:
         if draft is not None and str(draft) != AUTO:
-            raise GgufExactError("give --draft FILE or --no-draft, not both")
+            raise ArgumentError("give ", Param("draft"), " FILE or ", Param("no_draft"), ", not both")
         return DrafterFound(None, "--no-draft: the target alone")
     if draft is not None and str(draft) != AUTO:
         if fetch:
-            raise GgufExactError("--fetch-draft looks for the drafter itself: give it without --draft FILE")
-        return DrafterFound(Path(draft), "--draft")
+            raise ArgumentError(
+                Param("fetch", api="fetch=True"),
+                " looks for the drafter itself: give it without ",
+                Param("draft"),
+                " FILE",
+            )
+        return DrafterFound(Path(draft), "given as a file", given=True)
     if draft is None and not default_auto and not fetch:
         return DrafterFound(None, "no --draft: the target alone")
     return find_drafter(target, models_dir, fetch, config=config, dry_run=dry_run)

@@ -43,7 +43,7 @@ from pathlib import Path
 
 from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
 
-from gguf_exact.errors import GgufExactError
+from gguf_exact.errors import ArgumentError, InputError
 from gguf_exact.formats.gguf_layout import TensorEntry
 
 MIB = 1024 * 1024
@@ -60,7 +60,7 @@ def pad(n: int, to: int = KV_PAD) -> int:
 def row_bytes(type_name: str, n: int) -> int:
     """``ggml_row_size``: bytes of ``n`` values of a cache type (``f16``, ``q8_0``, ...)."""
     if type_name not in KV_CACHE_TYPES:
-        raise GgufExactError(f"cache type {type_name!r}: expected one of {', '.join(KV_CACHE_TYPES)}")
+        raise ArgumentError(f"cache type {type_name!r}: expected one of {', '.join(KV_CACHE_TYPES)}")
     block, size = GGML_QUANT_SIZES[GGMLQuantizationType[type_name.upper()]]
     return n // block * size
 
@@ -96,7 +96,7 @@ class Geometry:
             v = gguf.numbers(f"{arch}.{key}")
             if v is None:
                 if default is None:
-                    raise GgufExactError(f"{where}: no {arch}.{key}; cannot plan memory for it")
+                    raise InputError(f"{where}: no {arch}.{key}; cannot plan memory for it")
                 return default
             return int(v[0])
 
@@ -109,12 +109,12 @@ class Geometry:
             if len(v) == 1:
                 return (int(v[0]),) * n_layer
             if len(v) != n_layer:
-                raise GgufExactError(f"{where}: {arch}.{key} has {len(v)} entries for {n_layer} layers")
+                raise InputError(f"{where}: {arch}.{key} has {len(v)} entries for {n_layer} layers")
             return tuple(int(x) for x in v)
 
         swa = gguf.numbers(f"{arch}.attention.sliding_window_pattern")
         if swa is None or len(swa) != n_layer:
-            raise GgufExactError(f"{where}: {arch}.attention.sliding_window_pattern must have one entry per layer")
+            raise InputError(f"{where}: {arch}.attention.sliding_window_pattern must have one entry per layer")
         n_embd = num("embedding_length")
         n_head = per_layer("attention.head_count")
         head_k = num("attention.key_length", n_embd // n_head[0])
@@ -216,7 +216,7 @@ class Settings:
             try:
                 return int(text)
             except ValueError:
-                raise GgufExactError(
+                raise InputError(
                     f"profile {profile.name}: GPU layers {value!r}: expected a number, auto or all"
                 ) from None
 

@@ -24,7 +24,7 @@ from typing import Any, Sequence
 
 import llama_cpp
 
-from gguf_exact.errors import GgufExactError
+from gguf_exact.errors import ArgumentError, Param
 from gguf_exact.serving.sampling_defaults import SERVER_SAMPLING
 from gguf_exact.speculative.engine import MtpLlama, live_contexts
 from gguf_exact.speculative.generation import Generation
@@ -131,17 +131,21 @@ class Runner:
     def _prompt_ids(self, prompt: str | Sequence[int], n_predict: int) -> list[int]:
         ids = self.tokenize(prompt) if isinstance(prompt, str) else [int(t) for t in prompt]
         if not ids:
-            raise GgufExactError("empty prompt")
+            raise ArgumentError("empty prompt")
         bad = [t for t in ids if not 0 <= t < self.n_vocab]
         if bad:
-            raise GgufExactError(f"prompt token id {bad[0]} is outside the vocab [0, {self.n_vocab})")
+            raise ArgumentError(f"prompt token id {bad[0]} is outside the vocab [0, {self.n_vocab})")
         if len(ids) >= self.n_ctx:
-            raise GgufExactError(
-                f"the prompt is {len(ids)} tokens, longer than the context of {self.n_ctx}; raise n_ctx (--n-ctx) or shorten it"
+            raise ArgumentError(
+                f"the prompt is {len(ids)} tokens, longer than the context of {self.n_ctx}; raise n_ctx",
+                Param("n_ctx", aside=" ({})"),
+                " or shorten it",
             )
         if len(ids) + n_predict > self.n_ctx:
-            raise GgufExactError(
-                f"the prompt ({len(ids)} tokens) plus n_predict ({n_predict}) exceeds the context of {self.n_ctx}; raise n_ctx (--n-ctx) or lower n_predict"
+            raise ArgumentError(
+                f"the prompt ({len(ids)} tokens) plus n_predict ({n_predict}) exceeds the context of {self.n_ctx}; raise n_ctx",
+                Param("n_ctx", aside=" ({})"),
+                " or lower n_predict",
             )
         return ids
 
@@ -160,7 +164,7 @@ class Runner:
         ``record_margins`` also keeps, per token, the gap between the target's two
         highest logits (``Generation.margins``: how near a tie each was)."""
         if n_max < 0:
-            raise GgufExactError(f"n_max must be >= 0, got {n_max}")
+            raise ArgumentError(f"n_max must be >= 0, got {n_max}")
         ids = self._prompt_ids(prompt, n_predict)
         llm = self.llm
         llm.n_max = n_max
@@ -198,10 +202,13 @@ class Runner:
         """:func:`run_completion` on this runner's engine (``create_completion``, or with
         ``chat`` the GGUF's chat template), checked against the context first."""
         if n_max < 0:
-            raise GgufExactError(f"n_max must be >= 0, got {n_max}")
+            raise ArgumentError(f"n_max must be >= 0, got {n_max}")
         if chat:
             if self.llm.chat_formatter is None:
-                raise GgufExactError(f"{self.llm.model_path}: no tokenizer.chat_template in the GGUF; drop --chat")
+                raise ArgumentError(
+                    f"{self.llm.model_path}: no tokenizer.chat_template in the GGUF; drop ",
+                    Param("chat", api="chat=True"),
+                )
             ids = self.llm.chat_prompt_tokens([{"role": "user", "content": prompt}]) or []
             self._prompt_ids(ids, n_predict)
         else:
