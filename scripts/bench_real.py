@@ -42,10 +42,10 @@ from gguf_exact.tiny.full_pair import write_drafter, write_pair
 # Text the made-up vocabulary splits into a few dozen tokens; the target's next token
 # depends only on the last one, so each prompt starts the cycle somewhere else.
 PROMPTS = (
-    "The quick brown fox jumps over the lazy dog.",
-    "def add(a, b):\n    return a + b\n",
-    "Once upon a time there was a small village by the sea",
-    "SELECT name, count(*) FROM users GROUP BY name;",
+    "The quick brown fox",
+    "def add(a, b):",
+    "Once upon a time",
+    "SELECT name FROM users",
 )
 
 
@@ -101,18 +101,16 @@ def shape_run(shape: str, args, prompts: list[str]) -> dict:
                 log(f"{shape}: {engine}, {kind}, n-max {n_max}")
                 r = serve_arm(target, pairs[kind][1], engine, n_max, prompts, args.n_predict, sets, args.profile)
                 arms.append({"kind": kind} | r.as_dict())
+                save_partial(args.out, out | {"arms": arms})
     out["arms"] = arms
+    save_partial(args.out, out)
     if args.parallel:
         many = []
         kind, n_max = "hidden", int(args.parallel_n_max)
         # distinct prompts: no client can reuse another's prefix
         clients_prompts = [PROMPTS[i % len(PROMPTS)] for i in range(max(int(p) for p in args.parallel.split(",")))]
-        single = concurrent_arm(
-            target, pairs[kind][1], "llama-server", n_max, 1, clients_prompts[:1], args.n_predict, sets, args.profile
-        )
-        many.append(single.as_dict())
         for p in (int(x) for x in args.parallel.split(",")):
-            for k in ("hidden", "mixed"):
+            for k in args.parallel_kinds.split(","):
                 log(f"{shape}: llama-server --parallel {p}, {p} clients, {k}, n-max {n_max}")
                 many.append(
                     {"kind": k}
@@ -143,6 +141,7 @@ def shape_run(shape: str, args, prompts: list[str]) -> dict:
                         args.profile,
                     ).as_dict()
                 )
+                save_partial(args.out, out | {"concurrent": many})
             if "python" in engines:
                 log(f"{shape}: python engine, {p} clients, n-max {n_max}")
                 many.append(
@@ -161,6 +160,12 @@ def shape_run(shape: str, args, prompts: list[str]) -> dict:
                 )
         out["concurrent"] = many
     return out
+
+
+def save_partial(out_dir: Path, result: dict) -> None:
+    """What one shape has measured so far (a long run interrupted keeps its figures)."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    (out_dir / f"partial-{result['shape']}.json").write_text(json.dumps(result, indent=1) + "\n")
 
 
 def table(result: dict) -> str:
@@ -251,6 +256,7 @@ def main() -> int:
     ap.add_argument("--ctx", type=int, default=1024)
     ap.add_argument("--parallel", default="2,4", help="llama-server slot counts for the many-users runs ('' skips)")
     ap.add_argument("--parallel-n-max", default="2")
+    ap.add_argument("--parallel-kinds", default="hidden,mixed")
     ap.add_argument("--profile", default="cpu", help="serving profile (name or TOML path), e.g. a GPU card's")
     ap.add_argument("--set", action="append", default=[], help="KEY=VALUE over the profile (repeatable)")
     ap.add_argument("--gpu-layers", type=int, default=0, help="layers offloaded in the in-process cost runs")
