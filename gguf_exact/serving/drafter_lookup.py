@@ -203,7 +203,9 @@ def find_drafter(
                 fetched = path  # check_pair names what is wrong with it
             pair = _pair(t, fetched)
             if not isinstance(pair, ServePair):
-                raise PairError(f"recipe {r.name}: fetched {path}, but it does not serve beside {target}: ", *pair.parts)
+                raise PairError(
+                    f"recipe {r.name}: fetched {path}, but it does not serve beside {target}: ", *pair.parts
+                )
             return DrafterFound(path, f"recipe {r.name}: {got[0].how}, sha256 as pinned", size, pair=pair)
     raise InputError(*no_drafter_message(target, size, recipes, models_dir, fetch))
 
