@@ -113,7 +113,7 @@ def generate(
     found = drafter_from_options(target, drafter, no_draft, fetch_draft, models_dir, auto=False)
     if not found.given and found.path is not None:
         note(f"drafter {found.path} ({found.how})")
-    with Runner(target, found.path, n_ctx=n_ctx, n_threads=threads) as r:
+    with Runner(target, found.path, n_ctx=n_ctx, n_threads=threads, checked=found.pair) as r:
         g = r.complete(prompt, n_predict, n_max if found.path else 0, sampler, stops, chat)  # type: ignore[arg-type]
     if as_json:
         draft = str(found.path) if found.path else None
@@ -172,7 +172,7 @@ def chat(
     if profile:
         prof, choice = resolve_profile(profile)
         note(profile_line(prof, choice))
-    llm = load_with_drafter(target, found.path, n_max, prof, overrides)
+    llm = load_with_drafter(target, found.path, n_max, prof, overrides, checked=found.pair)
     sampler = sampling(temperature, top_k, top_p, min_p, repeat_penalty, seed)
     with_draft = f" + {found.path.name}" if found.path else ""
     note(f"{target.name}{with_draft}: n-max {llm.n_max}, context {llm.n_ctx()} tokens. /stats, /reset, /exit")

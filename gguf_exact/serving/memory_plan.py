@@ -39,7 +39,6 @@ Every function here is pure: header data and numbers in, bytes out.
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from pathlib import Path
 
 from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
 
@@ -461,14 +460,14 @@ def mib(n: int) -> str:
     return f"{n / MIB:,.2f} MiB"
 
 
-def plan_memory(
-    target: str | Path, drafter: str | Path | None, profile, engine: str = "llama-server", cpu=None
-) -> MemoryPlan:
+def plan_memory(target, drafter, profile, engine: str = "llama-server", cpu=None) -> MemoryPlan:
     """The memory plan for serving ``target`` (and ``drafter``) with ``profile`` on
-    ``engine`` (``llama-server`` or ``python``: see :meth:`Settings.from_profile`); ``cpu``
-    (a :class:`~gguf_exact.serving.cpu_features.CpuTarget`, default this machine's) says
-    which Q4_0 matrices a CPU-only build repacks."""
-    from gguf_exact.formats.gguf_reader import open_gguf
+    ``engine`` (``llama-server`` or ``python``: see :meth:`Settings.from_profile`).
+    ``target`` and ``drafter``: paths, or :class:`~gguf_exact.serving.checks.ModelFile`
+    as read before (the header is not read again). ``cpu`` (a
+    :class:`~gguf_exact.serving.cpu_features.CpuTarget`, default this machine's) says which
+    Q4_0 matrices a CPU-only build repacks."""
+    from gguf_exact.serving.checks import read_model
 
     s = Settings.from_profile(profile, with_draft=drafter is not None, engine=engine)
     if cpu is None and not s.gpu:
@@ -484,9 +483,9 @@ def plan_memory(
         note = f"{mib(mapped)} memory-mapped + {mib(repacked)} of Q4_0 matrices repacked" if repacked else ""
         return 0, mapped + repacked, note
 
-    with open_gguf(target, "target") as g:
-        tgeom = Geometry.from_gguf(g)
-        tdev, thost, tnote = split(g.tensors, tgeom.n_layer, False)
+    t = read_model(target, "target")
+    tgeom = t.geometry()
+    tdev, thost, tnote = split(t.header.tensors, tgeom.n_layer, False)
     n_ctx, _ = s.context(tgeom)
     caches = kv_caches(tgeom, s)
     kv_total = sum(c.bytes for c in caches)
@@ -500,9 +499,9 @@ def plan_memory(
     ]
     comp = compute_estimate(tgeom, s, cells, n_outputs)
     if drafter is not None:
-        with open_gguf(drafter, "drafter") as d:
-            dgeom = Geometry.from_gguf(d)
-            ddev, dhost, dnote = split(d.tensors, dgeom.n_layer, True)
+        d = read_model(drafter, "drafter")
+        dgeom = d.geometry()
+        ddev, dhost, dnote = split(d.header.tensors, dgeom.n_layer, True)
         items.append(PlanItem("drafter weights", ddev, dhost, dnote))
         items.append(PlanItem("drafter KV cache", 0, 0, "none: it reads the target's"))
         comp += compute_estimate(dgeom, s, cells, s.n_seq)  # the MTP context: one output per slot

@@ -86,9 +86,10 @@ def plan_serve(
     port is not checked, the build need not exist yet, and nothing is downloaded."""
     prof, choice = resolve_profile(str(profile))
     found = resolve_drafter(target, draft, no_draft, models_dir, fetch, default_auto=True, dry_run=dry_run)
+    read = found.pair  # the files the drafter search read and checked: not read again
     launch = plan_launch(
-        target,
-        found.path,
+        read.target if read is not None else target,
+        read.drafter if read is not None and read.drafter is not None else found.path,
         prof,
         overrides,
         host,
@@ -103,7 +104,7 @@ def plan_serve(
         insecure=insecure,
     )
     pair = launch.pair
-    memory = plan_memory(pair.target.path, pair.drafter.path if pair.drafter else None, launch.profile, engine)
+    memory = plan_memory(pair.target, pair.drafter, launch.profile, engine)
     warning = memory.warning(*card_memory(launch.profile, choice))
     return ServePlan(launch, choice, found, memory, warning, dry_run)
 

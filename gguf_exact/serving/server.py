@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Callable, Iterator
 
 from gguf_exact.errors import ArgumentError, BuildError, GgufExactError, Param, ServerError
-from gguf_exact.serving.checks import ServePair, check_pair
+from gguf_exact.serving.checks import ModelFile, ServePair, check_pair
 from gguf_exact.serving.llama_build import build_command, cache_root, find_build, install_dir
 from gguf_exact.serving.profiles import Profile, load_profile, refuse_no_mmap
 from gguf_exact.serving.speculation import Verdict, judge, probe
@@ -178,8 +178,8 @@ def check_exposure(host: str, api_key: str | None, insecure: bool) -> None:
 
 
 def plan_launch(
-    target: str | Path,
-    drafter: str | Path | None = None,
+    target: str | Path | ModelFile,
+    drafter: str | Path | ModelFile | None = None,
     profile: str | Path | Profile = "cpu",
     overrides: list[str] | tuple[str, ...] = (),
     host: str = DEFAULT_HOST,
@@ -203,7 +203,8 @@ def plan_launch(
     root of the run folder (default :func:`run_root`; :func:`scratch_run_root` for servers
     a command starts for itself). ``api_key``: clients must send it (both engines; given
     to the server in its environment, kept out of the command line and the run folder);
-    a ``host`` other machines can reach needs one unless ``insecure``."""
+    a ``host`` other machines can reach needs one unless ``insecure``. ``target`` and
+    ``drafter`` may be :class:`~.checks.ModelFile` as read before: not read again."""
     if engine not in ENGINES:
         raise ArgumentError(Param("engine"), f" {engine}: expected one of {', '.join(ENGINES)}")
     prof = profile if isinstance(profile, Profile) else load_profile(profile)

@@ -320,7 +320,9 @@ class MtpLlama(llama_cpp.Llama):
     ``logits_all=True`` keeps every row's logits (``n_ctx x n_vocab`` floats) for
     ``logprobs``; without it a request for logprobs is refused. Other keyword
     arguments go to ``Llama``; ``verbose`` defaults to False and ``swa_full`` is on
-    (a rolled-back position must not have left the sliding-window cache).
+    (a rolled-back position must not have left the sliding-window cache). ``checked``:
+    the pair as :func:`gguf_exact.serving.checks.check_pair` returned it for these files
+    (the drafter lookup does); their headers are then not read again.
     """
 
     def __init__(
@@ -332,6 +334,7 @@ class MtpLlama(llama_cpp.Llama):
         n_gpu_layers_draft: int | None = None,
         logits_all: bool = False,
         verbose: bool = False,
+        checked: Any = None,
         **kwargs: Any,
     ) -> None:
         path = Path(model_path)
@@ -358,7 +361,7 @@ class MtpLlama(llama_cpp.Llama):
         self.draft_path = Path(draft_path) if draft_path is not None else None
         self.target_seconds = 0.0  # inside the target's llama_decode, since load
         draft = MtpDraftModel(n_max)
-        if draft_path is not None:
+        if draft_path is not None and checked is None:
             # Architecture, widths and the two vocabularies (as bytes) from the GGUF headers,
             # before llama.cpp loads anything: a 262,144-token vocabulary costs 0.2 s here
             # against a ctypes call per token after loading.

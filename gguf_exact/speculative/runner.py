@@ -211,10 +211,11 @@ class Runner:
                 )
             ids = self.llm.chat_prompt_tokens([{"role": "user", "content": prompt}]) or []
             self._prompt_ids(ids, n_predict)
-        else:
-            self._prompt_ids(prompt, n_predict)
+            self.llm.n_max = n_max
+            return run_completion(self.llm, prompt, n_predict, sampling, stop, chat)
+        ids = self._prompt_ids(prompt, n_predict)  # tokenized once: create_completion gets the ids
         self.llm.n_max = n_max
-        return run_completion(self.llm, prompt, n_predict, sampling, stop, chat)
+        return run_completion(self.llm, ids, n_predict, sampling, stop)
 
     def target_greedy(
         self, prompt: str | Sequence[int], n_predict: int = 128, record_margins: bool = False
@@ -225,7 +226,7 @@ class Runner:
 
 def run_completion(
     llm: MtpLlama,
-    prompt: str,
+    prompt: str | list[int],
     n_predict: int,
     sampling: Sampling = GREEDY,
     stop: Sequence[str] = (),
@@ -233,7 +234,8 @@ def run_completion(
 ) -> Generation:
     """One ``create_completion`` (or, with ``chat``, a one-message
     ``create_chat_completion`` through the GGUF's chat template) on a clean cache:
-    the engine's figures, with the answer's text."""
+    the engine's figures, with the answer's text. ``prompt``: text, or its token ids as
+    :meth:`MtpLlama.prompt_tokens` gives them (not tokenized again); a chat takes text."""
     llm.reset()
     args = sampling.completion_kwargs() | {"max_tokens": n_predict, "stop": list(stop) or None}
     if chat:
