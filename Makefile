@@ -41,7 +41,7 @@ demo: setup
 	$(BIN)/gguf-exact demo build/demo
 
 # convert against llama-quantize (full E2B drafter, 262,144-token vocabulary), then every
-# command's GGUF checks on that vocabulary: the tables in README's Benchmarks.
+# command's GGUF checks on that vocabulary: the tables in docs/benchmarks.md.
 bench: setup llama-server
 	$(BIN)/python scripts/bench_convert.py
 	$(BIN)/python scripts/bench_checks.py
@@ -63,7 +63,7 @@ clean:
 
 # Parity with llama.cpp's own converter (not in CI): the structural tiny drafters and targets of
 # every Gemma 4 size converted by gguf-exact and by the pinned sdist's convert_hf_to_gguf.py,
-# every key, tensor name and shape and rope_freqs compared (scripts/parity.py; table in README).
+# every key, tensor name and shape and rope_freqs compared (scripts/parity.py; table in docs/sizes-and-parity.md).
 # Its own venv holds torch and transformers (the `parity` extra) and upstream's gguf-py.
 PARITY_VENV ?= build/parity-venv
 $(PARITY_VENV)/.installed: pyproject.toml
@@ -78,7 +78,7 @@ parity: setup $(PARITY_VENV)/.installed
 # llama-server (+ llama-bench, llama-perplexity, llama-quantize) from the pinned sdist's
 # vendor/llama.cpp, cached in ~/.cache/gguf-exact/llama.cpp/<commit>-<backend>-<CPU features>:
 # 5-9 min once on 2 cores for the CPU build, instant afterwards. GPU builds (not part of
-# `make test`; see README "Build" for their times): make llama-server CUDA=86 (or 75), VULKAN=1
+# `make test`; see docs/building-llama-cpp.md for their times): make llama-server CUDA=86 (or 75), VULKAN=1
 .PHONY: llama-server serve
 llama-server: setup
 	scripts/build-llama-cpp.sh $(BACKEND_FLAGS)

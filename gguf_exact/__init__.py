@@ -19,7 +19,19 @@ Subpackages, from the bottom:
 
 __version__ = "0.1.0"
 
-from gguf_exact.errors import GgufExactError, OffGridError  # noqa: E402
+from gguf_exact.errors import (  # noqa: E402
+    ArgumentError,
+    BuildError,
+    GgufExactError,
+    HubError,
+    InputError,
+    NotExactError,
+    OffGridError,
+    PairError,
+    ServerError,
+)
+
+ERRORS = (ArgumentError, BuildError, HubError, InputError, NotExactError, OffGridError, PairError, ServerError)
 
 # The public API, imported on first use: `gguf-exact serve` or `status` should not pay for
 # numba's start-up (a quarter of a second) that only the packers need, and load_with_drafter
@@ -31,6 +43,7 @@ _LAZY = {
     "convert_drafter": "gguf_exact.drafter.convert",
     "inspect_checkpoint": "gguf_exact.drafter.inspect_qat",
     "verify_gguf": "gguf_exact.drafter.verify",
+    "verify_file": "gguf_exact.verify",
     "repack_model": "gguf_exact.repack.pipeline",
     "load_with_drafter": "gguf_exact.speculative.engine",
 }
@@ -46,4 +59,4 @@ def __getattr__(name: str):
     raise AttributeError(f"module 'gguf_exact' has no attribute {name!r}")
 
 
-__all__ = ["GgufExactError", "OffGridError", *_LAZY]
+__all__ = ["GgufExactError", *(e.__name__ for e in ERRORS), *_LAZY]

@@ -139,7 +139,7 @@ def line(row: dict) -> str:
         )
         text += f"  | ratio {row['ratio_runner_over_server']:.2f}  same ids as server {'yes' if row['same_tokens_as_server'] else 'NO'}"
     if "same_tokens_as_target_alone" in row:
-        text += f", as target alone {'yes' if row['same_tokens_as_target_alone'] else 'NO (near-tie, see README)'}"
+        text += f", as target alone {'yes' if row['same_tokens_as_target_alone'] else 'NO (near-tie, see docs/python-engine.md)'}"
     return text
 
 

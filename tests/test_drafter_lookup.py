@@ -13,6 +13,7 @@ from hubserver import FakeHub
 from huggingface_hub import constants
 
 from gguf_exact.cli import main
+from gguf_exact.cli.app import message
 from gguf_exact.drafter.convert import convert_drafter
 from gguf_exact.errors import GgufExactError
 from gguf_exact.formats.gguf_reader import open_gguf
@@ -126,11 +127,13 @@ def test_no_drafter_is_one_line_that_says_what_to_do(models, tmp_path):
     os.link(models["E4B"], lonely)  # a hard link: a copy would write the sparse file's 3 GB of zeros
     with pytest.raises(GgufExactError) as e:
         find_drafter(lonely, tmp_path / "models")
-    assert str(e.value) == (
+    assert message(e.value, main.commands["serve"]) == (
         f"no MTP drafter for {lonely} (Gemma 4 E4B) in {tmp_path / 'models'}/ or beside it; fetch it with "
         "--fetch-draft (recipe e4b-assistant, pinned and hash-checked) or `gguf-exact fetch e4b-assistant`, "
         "pass --draft FILE, or serve the target alone with --no-draft"
     )
+    assert str(e.value).endswith("fetch it with fetch=True (recipe e4b-assistant, pinned and hash-checked) or "
+        "`gguf-exact fetch e4b-assistant`, pass draft FILE, or serve the target alone with no_draft=True")  # fmt: skip
     tiny = tmp_path / "alone" / "tiny.gguf"
     shutil.copy(models["tiny"], tiny)
     with pytest.raises(GgufExactError, match=r"\(no Gemma 4 size \(5 layers, width 128\)\).*no recipe can fetch"):
@@ -168,7 +171,7 @@ def test_fetch_draft_pinned_and_checked(models, hub, tmp_path):
     lonely.parent.mkdir()
     shutil.copy(target, lonely)
     models_dir = tmp_path / "models"
-    with pytest.raises(GgufExactError, match="fetch it with --fetch-draft"):
+    with pytest.raises(GgufExactError, match="fetch it with fetch=True"):
         find_drafter(lonely, models_dir, recipes_dir=recipes, config=config)
     got = find_drafter(lonely, models_dir, fetch=True, recipes_dir=recipes, config=config, progress=False)
     assert got.path == models_dir / REPO / FILE and got.path.read_bytes() == data

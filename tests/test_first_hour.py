@@ -12,14 +12,15 @@ from click.testing import CliRunner
 from gguf import GGMLQuantizationType, GGUFReader
 from rich.console import Console
 
-from gguf_exact import cli
-from gguf_exact.cli import main
+from gguf_exact.cli import console, main, options
 from gguf_exact.core import bf16
 from gguf_exact.formats.checkpoint import Checkpoint
 from gguf_exact.tiny.models import drafter_config, drafter_tensors, write_checkpoint
 
 ROOT = Path(__file__).resolve().parents[1]
 README = (ROOT / "README.md").read_text()
+# README.md and docs/*.md: where the README sends the reader for the rest
+DOCS = README + "".join(p.read_text() for p in sorted((ROOT / "docs").glob("*.md")))
 
 
 def run(*args, env=None):
@@ -37,7 +38,7 @@ def readme_block(heading: str, lang: str = "sh") -> str:
 @pytest.fixture
 def narrow(monkeypatch):
     """The CLI's console as an 80-column terminal prints to (what CliRunner captures)."""
-    monkeypatch.setattr(cli, "out", Console(highlight=False, width=80))
+    monkeypatch.setattr(console, "out", Console(highlight=False, width=80))
 
 
 # --- the offline loop, as README's "Try it offline" writes it -------------------------
@@ -81,14 +82,15 @@ def test_readme_offline_loop_runs_as_written(tmp_path, monkeypatch):
 
 
 def test_readme_repack_table_is_what_repack_prints(tmp_path, narrow):
-    """The per-kind table in README ("Re-pack a main model") is the command's own output at 80 columns."""
+    """The per-kind table in docs/repack.md is the command's own output at 80 columns."""
     assert run("make-tiny", tmp_path).exit_code == 0
     r = run(
         "repack", "--donor", tmp_path / "main-q4_0.gguf", "--source", tmp_path / "main-hf", tmp_path / "main-exact.gguf"
     )
     assert r.exit_code == 0, r.output
-    start = README.index('The tiny main model of "Try it offline", on an 80-column terminal')
-    block = re.search(r"```\n(.*?)```", README[start:], re.S).group(1)
+    repack_doc = (ROOT / "docs" / "repack.md").read_text()
+    start = repack_doc.index('The tiny main model of "Try it offline", on an 80-column terminal')
+    block = re.search(r"```\n(.*?)```", repack_doc[start:], re.S).group(1)
     expected = [ln.removeprefix("  ").rstrip() for ln in block.splitlines() if ln.strip()]
     printed = [ln.rstrip() for ln in r.stdout.splitlines()]
     assert printed[: len(expected)] == expected
@@ -139,9 +141,9 @@ def test_wide_console_keeps_the_full_table(tiny):
 
 def test_console_width_off_a_terminal(monkeypatch):
     monkeypatch.setenv("COLUMNS", "80")
-    assert cli._width() == 80
+    assert console.width() == 80
     monkeypatch.delenv("COLUMNS")
-    assert cli._width() == 160
+    assert console.width() == 160
 
 
 # --- README and CLI agree ---------------------------------------------------------------
@@ -159,7 +161,7 @@ def test_off_grid_f32_as_the_readme_says(tiny, tmp_path):
     from gguf_exact.drafter.convert import OFF_GRID_TYPES
     from gguf_exact.repack.pipeline import OFF_GRID_CHOICES
 
-    assert "`--off-grid q8_0|f16|bf16|f32`" in README and "`q8_0|f16|bf16|f32` (the source in that type)" in README
+    assert "`--off-grid q8_0|f16|bf16|f32`" in DOCS and "`q8_0|f16|bf16|f32` (the source in that type)" in DOCS
     params = {c.name: c for c in main.commands.values()}
     for command, api in (("convert", OFF_GRID_TYPES), ("repack", OFF_GRID_CHOICES)):
         choice = next(p for p in params[command].params if p.name == "off_grid").type.choices
@@ -177,20 +179,20 @@ def test_off_grid_f32_as_the_readme_says(tiny, tmp_path):
 
 
 def test_stop_escapes():
-    from gguf_exact.cli import unescape
+    from gguf_exact.cli.inprocess import unescape
 
     assert unescape(r"\n\n") == "\n\n" and unescape(r"a\tb\r") == "a\tb\r"
     assert unescape(r"\\n") == "\\n" and unescape(r"C:\q") == r"C:\q"
-    assert '--stop "\\n\\n"' in README
+    assert '--stop "\\n\\n"' in DOCS
 
 
 def test_one_file_name_per_model():
-    """README calls the E2B target by one name (the recipe's target file), the drafter by one."""
+    """README and docs/ call the E2B target by one name (the recipe's target file), the drafter by one."""
     from gguf_exact.hub.recipes import load_recipe
 
     r = load_recipe("e2b-assistant")
     target, drafter = r.part("target").files[0], r.part("exact").files[0]
-    names = set(re.findall(r"gemma-4-E2B[\w.-]*\.gguf", README))
+    names = set(re.findall(r"gemma-4-E2B[\w.-]*\.gguf", DOCS))
     assert names == {target, drafter, load_recipe("e2b").output}, names
     assert target == "gemma-4-E2B_q4_0-it.gguf"
 
@@ -236,7 +238,7 @@ def test_tuned_names():
 def test_bench_and_tune_write_under_the_cache(monkeypatch, tmp_path):
     monkeypatch.setenv("GGUF_EXACT_CACHE", str(tmp_path))
     for kind in ("bench", "tune"):
-        d = cli.results_dir(kind)
+        d = options.results_dir(kind)
         assert d.parent == tmp_path / kind and re.fullmatch(r"\d{8}-\d{6}", d.name)
     for command in ("bench", "tune"):
         out = next(p for p in main.commands[command].params if p.name == "out_dir")
@@ -254,7 +256,7 @@ def test_generate_defaults_as_chat_and_the_cpu_profile():
         assert params["temperature"] == 0.0
         assert [params[k] for k in ("top_k", "top_p", "min_p", "repeat_penalty")] == [40, 0.95, 0.05, 1.0]
     assert SERVER_SAMPLING == {"temperature": 0.8, "top_k": 40, "top_p": 0.95, "min_p": 0.05, "repeat_penalty": 1.0}
-    assert "temperature 0.8, top-k 40, top-p 0.95, min-p 0.05, repeat penalty 1.0 (off)" in README
+    assert "temperature 0.8, top-k 40, top-p 0.95, min-p 0.05, repeat penalty 1.0 (off)" in DOCS
 
 
 # --- the memory plan is the chosen engine's ------------------------------------------------
@@ -284,7 +286,7 @@ def test_memory_plan_of_the_python_engine(tmp_path):
         assert r.exit_code == 0, r.output
         assert re.search(rf"\n  KV cache +{mib} MiB GPU  \(context 8,192", r.stdout), r.stdout
     assert "memory plan (GPU, python engine: one sequence, the whole SWA cache; estimated from the GGUF" in r.stdout
-    readme = " ".join(README.split())
+    readme = " ".join(DOCS.split())
     assert (
         "`KV cache 144.00 MiB GPU (context 8,192: non-SWA 8,192 cells x 3 layers, SWA 8,192 cells x 12 layers)`"
         in readme
@@ -386,3 +388,27 @@ def test_chat_stats_say_one_reply():
 
     assert stats_line(SpecTotals(requests=1, tokens=1)).startswith("1 reply, 1 token; ")
     assert stats_line(SpecTotals(requests=2, tokens=40)).startswith("2 replies, 40 tokens; ")
+
+
+# --- README: short, its links and its Python block --------------------------------------------
+
+
+def test_readme_is_short_and_its_links_resolve():
+    assert len(README.splitlines()) <= 300
+    links = re.findall(r"\]\((docs/[\w.-]+\.md)\)", README)
+    assert links and all((ROOT / link).is_file() for link in links)
+    assert {f"docs/{p.name}" for p in (ROOT / "docs").glob("*.md")} <= set(links)  # every page is reachable
+    for page in (ROOT / "docs").glob("*.md"):
+        for link in re.findall(r"\]\(([\w./-]+\.md)(?:#[\w-]+)?\)", page.read_text()):
+            assert (page.parent / link).is_file(), (page.name, link)
+
+
+def test_readme_python_block_runs(tmp_path, monkeypatch):
+    """The README's Python API block, as written, on the offline kit's drafter and target."""
+    from gguf_exact.tiny.kit import write_tiny_kit
+
+    write_tiny_kit(tmp_path)
+    monkeypatch.chdir(tmp_path)
+    code = readme_block("## Python API", "python")
+    exec(compile(code, "README.md", "exec"), {})
+    assert (tmp_path / "drafter.gguf").is_file()

@@ -1,7 +1,7 @@
 """CUDA and Vulkan builds of llama.cpp without compiling them: toolkit discovery, the cuBLAS
 wheel, the libcuda link stub, CMake arguments, the errors, and what `doctor` reads back.
 
-The real compiles take an hour on 2 cores and are run by hand (README, "Build"); a fake
+The real compiles take an hour on 2 cores and are run by hand (docs/building-llama-cpp.md); a fake
 ``nvcc`` here is a stand-in for a toolkit, the code under test is what reads it.
 """
 

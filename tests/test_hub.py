@@ -198,7 +198,7 @@ def test_fetch_honours_the_pinned_commit_when_main_moved(hub, config, tmp_path, 
     )
     again = fetch_recipe(recipe, "exact", models, config, progress=False)
     assert again[0].how == "in place"
-    # the checksum file checks the fetched files as it is (README's command)
+    # the checksum file checks the fetched files as it is (docs/recipes.md's command)
     check = subprocess.run(
         [sha256sum(), "-c", "--ignore-missing", str(recipe.checksums)], cwd=models, capture_output=True, text=True
     )
@@ -388,11 +388,11 @@ def test_build_reproduces_the_pinned_output(hub, tmp_path, published):
 
 
 def sha256sum() -> str:
-    """GNU coreutils' sha256sum, which README tells users to check files with: a machine
+    """GNU coreutils' sha256sum, which docs/recipes.md tells users to check files with: a machine
     without it fails these checks rather than skipping them."""
     found = shutil.which("sha256sum")
     if found is None:
-        pytest.fail("sha256sum (GNU coreutils) is not on PATH; README's checksum command needs it")
+        pytest.fail("sha256sum (GNU coreutils) is not on PATH; docs/recipes.md's checksum command needs it")
     return found
 
 

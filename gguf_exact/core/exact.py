@@ -18,7 +18,7 @@ from gguf_exact.core import q4_0
 from gguf_exact.core.error_stats import ErrorStats, sum_stats
 from gguf_exact.core.grid import FINITE_MATH, GCD_BY_LEVEL_SET, fit_block
 from gguf_exact.core.scale import FP16_INF_BITS, choose_block_scale, count_exact, fp16_value
-from gguf_exact.errors import GgufExactError
+from gguf_exact.errors import InputError
 
 CHUNK_VALUES = 1 << 19  # measured best on 2 cores: smaller chunks pay numpy's per-call cost
 FIRST_OFF_GRID_SHOWN = 5
@@ -178,7 +178,7 @@ def plan_rows(bits: np.ndarray, row0: int = 0, histogram: bool = True, score_par
     """
     rows, cols = bits.shape
     if cols % q4_0.BLOCK_SIZE:
-        raise GgufExactError(f"row length {cols} is not a multiple of {q4_0.BLOCK_SIZE}")
+        raise InputError(f"row length {cols} is not a multiple of {q4_0.BLOCK_SIZE}")
     blocks = np.ascontiguousarray(bits, dtype=np.uint16).reshape(-1, q4_0.BLOCK_SIZE)
     n = blocks.shape[0]
     out = np.empty((n, q4_0.BLOCK_BYTES), np.uint8)
@@ -190,13 +190,13 @@ def plan_rows(bits: np.ndarray, row0: int = 0, histogram: bool = True, score_par
     pack_blocks(blocks, out, counters, sq, levels, off_blocks, off_residual, score_partial, histogram, GCD_BY_LEVEL_SET)
     if counters[N_NON_FINITE]:
         flat = int(counters[FIRST_NON_FINITE])
-        raise GgufExactError(
+        raise InputError(
             f"{int(counters[N_NON_FINITE])} values are NaN or Inf (first at row {row0 + flat // cols}, column {flat % cols})"
         )
     per_row = cols // q4_0.BLOCK_SIZE
     if counters[FIRST_BAD_SCALE] >= 0:
         worst = int(counters[FIRST_BAD_SCALE])
-        raise GgufExactError(
+        raise InputError(
             f"the step of the block at row {row0 + worst // per_row}, column {worst % per_row * q4_0.BLOCK_SIZE} "
             "is beyond the fp16 range of Q4_0 scales"
         )
@@ -221,7 +221,7 @@ def plan_rows(bits: np.ndarray, row0: int = 0, histogram: bool = True, score_par
 def plan_matrix(bits: np.ndarray, keep_data: bool = True, workers: int | None = None) -> MatrixPlan:
     """Plan exact Q4_0 for ``bits``, a whole (rows, cols) matrix of bf16 bits."""
     if bits.ndim != 2:
-        raise GgufExactError(f"expected a 2-D matrix, got shape {list(bits.shape)}")
+        raise InputError(f"expected a 2-D matrix, got shape {list(bits.shape)}")
     rows, cols = bits.shape
     step = max(1, CHUNK_VALUES // max(cols, 1))
     workers = workers or min(2, os.cpu_count() or 1)

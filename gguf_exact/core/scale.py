@@ -23,7 +23,7 @@ from numba import njit
 
 from gguf_exact.core import bf16
 from gguf_exact.core.grid import FINITE_MATH, max_bits
-from gguf_exact.errors import GgufExactError
+from gguf_exact.errors import InputError
 
 OFFSETS = np.array([0, -1, 1, -2, 2, -3, 3, -4, 4], dtype=np.int64)  # in trying order
 NEAR = 3  # OFFSETS[:NEAR] are always scored for a block the nearest does not settle
@@ -142,5 +142,5 @@ def choose_scales(levels: np.ndarray, source_bits: np.ndarray, step: np.ndarray)
     step = np.ascontiguousarray(step, dtype=np.float32)
     _choose_scales(np.ascontiguousarray(levels), bf16.to_f32(bits), bits, step, d_bits, exact, largest_error)
     if ((d_bits & 0x7FFF) == FP16_INF_BITS).any():
-        raise GgufExactError(f"a block step of {float(np.abs(step).max()):.6g} is beyond the fp16 range of Q4_0 scales")
+        raise InputError(f"a block step of {float(np.abs(step).max()):.6g} is beyond the fp16 range of Q4_0 scales")
     return ScaleChoice(d=d_bits.view(np.float16), exact=exact, max_error=largest_error)

@@ -30,17 +30,16 @@ def summarize(path: str | Path, source: str | Path) -> FileSummary:
     from gguf_exact.gemma4.assistant import ARCH as ASSISTANT
 
     mix, size = Counter(), Counter()
-    with open_gguf(path) as gguf:
-        arch = gguf.architecture
+    with open_gguf(path) as gguf:  # read once: the measuring below gets the open file
         for t in gguf.tensors:
             mix[t.type.name] += 1
             size[t.type.name] += t.nbytes
-    if arch == ASSISTANT:
-        total = verify_gguf(path, source, judge=False).total
-    else:
-        from gguf_exact.repack.check import verify_model
+        if gguf.architecture == ASSISTANT:
+            total = verify_gguf(gguf, source, judge=False).total
+        else:
+            from gguf_exact.repack.check import verify_model
 
-        total = verify_model(path, source, judge=False).total
+            total = verify_model(gguf, source, judge=False).total
     return FileSummary(
         str(path),
         Path(path).stat().st_size,

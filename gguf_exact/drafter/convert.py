@@ -13,7 +13,6 @@ import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
 
 import numpy as np
 from gguf import GGMLQuantizationType, GGUFValueType
@@ -21,7 +20,7 @@ from gguf import GGMLQuantizationType, GGUFValueType
 from gguf_exact.core import bf16, q4_0
 from gguf_exact.core.error_stats import ErrorStats, sum_stats
 from gguf_exact.core.exact import plan_rows
-from gguf_exact.errors import GgufExactError
+from gguf_exact.errors import ArgumentError, InputError, NotExactError, Param
 from gguf_exact.formats.checkpoint import Checkpoint
 from gguf_exact.formats.gguf_file import atomic_output, encode, file_type
 from gguf_exact.formats.gguf_layout import Field, TensorEntry
@@ -40,6 +39,7 @@ from gguf_exact.gemma4.assistant import (
 )
 from gguf_exact.gemma4.names import tensor_kind
 from gguf_exact.malloc_tuning import keep_heap_blocks
+from gguf_exact.progress import Progress
 from gguf_exact.stream.jobs import DATA, ENCODE, QAT, TensorJob
 from gguf_exact.stream.readback import verify_written
 from gguf_exact.stream.source_rows import RowSource, locate
@@ -48,7 +48,6 @@ from gguf_exact.stream.writer import TensorResult, TensorWriter, write_tensors
 OFF_GRID_TYPES = ("q8_0", "f16", "bf16", "f32")
 GGUF_VERSION, ALIGNMENT = 3, 32
 F32, Q4_0 = GGMLQuantizationType.F32, GGMLQuantizationType.Q4_0
-Progress = Callable[[str], None]
 
 
 @dataclass
@@ -64,6 +63,19 @@ class ConvertResult:
     def total(self) -> ErrorStats:
         """Every tensor with a source, against it."""
         return sum_stats(t.ours for t in self.tensors) or ErrorStats()
+
+    @property
+    def type_counts(self) -> dict[str, int]:
+        """How many tensors of each GGUF type the file holds."""
+        counts: dict[str, int] = {}
+        for t in self.tensors:
+            counts[t.out_type] = counts.get(t.out_type, 0) + 1
+        return counts
+
+    @property
+    def off_grid_tensors(self) -> list[str]:
+        """The matrices stored in the off-grid type, not Q4_0."""
+        return [t.name for t in self.tensors if t.note.startswith("off grid")]
 
 
 def hf_shape(shape: tuple[int, ...]) -> tuple[int, ...]:
@@ -83,15 +95,13 @@ def drafter_jobs(ckpt: Checkpoint, cfg: AssistantConfig) -> list[TensorJob]:
         shape = hf_shape(info.shape)
         expected = expected_shape(gguf_name, cfg)
         if expected is not None and shape != expected:
-            raise GgufExactError(
-                f"{where}: shape {list(info.shape)} does not match the config, expected {list(expected)}"
-            )
+            raise InputError(f"{where}: shape {list(info.shape)} does not match the config, expected {list(expected)}")
         if info.dtype == "I64":
-            raise GgufExactError(f"{where}: dtype I64 is not a weight")
+            raise InputError(f"{where}: dtype I64 is not a weight")
         ne = tuple(reversed(shape))
         matrix = len(shape) == 2
         if matrix and shape[1] % q4_0.BLOCK_SIZE:
-            raise GgufExactError(f"{where}: row length {shape[1]} is not a multiple of {q4_0.BLOCK_SIZE}")
+            raise InputError(f"{where}: row length {shape[1]} is not a multiple of {q4_0.BLOCK_SIZE}")
         entry = TensorEntry(gguf_name, ne, Q4_0 if matrix else F32)
         kind = tensor_kind(gguf_name, len(ne))
         role, note = (QAT, "exact q4_0") if matrix else (ENCODE, "f32")
@@ -107,7 +117,7 @@ def drafter_jobs(ckpt: Checkpoint, cfg: AssistantConfig) -> list[TensorJob]:
     for layer in range(cfg.num_hidden_layers):
         for needed in (f"blk.{layer}.attn_q.weight", f"blk.{layer}.ffn_down.weight"):
             if needed not in names:
-                raise GgufExactError(f"{ckpt.folder}: no source tensor for {needed} (layer {layer} is incomplete)")
+                raise InputError(f"{ckpt.folder}: no source tensor for {needed} (layer {layer} is incomplete)")
     return sorted(jobs, key=lambda j: tensor_order(j.entry.name))
 
 
@@ -126,11 +136,11 @@ def drafter_kv(cfg: AssistantConfig, target: TargetInfo, matrix_types: list[GGML
 
 def check_target(target: TargetInfo, cfg: AssistantConfig, vocab_from: Path) -> None:
     if target.vocab_size != cfg.vocab_size:
-        raise GgufExactError(
+        raise InputError(
             f"{vocab_from}: vocabulary has {target.vocab_size} tokens but the drafter's vocab_size is {cfg.vocab_size}"
         )
     if target.embedding_length is not None and target.embedding_length != cfg.backbone_hidden_size:
-        raise GgufExactError(
+        raise InputError(
             f"{vocab_from}: target embedding_length {target.embedding_length} differs from the drafter's "
             f"backbone_hidden_size {cfg.backbone_hidden_size}; this drafter belongs to another model"
         )
@@ -153,7 +163,7 @@ def convert_drafter(
     file read back as planned and, when given, matched ``expect_sha256``.
     """
     if off_grid is not None and off_grid not in OFF_GRID_TYPES:
-        raise GgufExactError(f"--off-grid {off_grid}: expected one of {', '.join(OFF_GRID_TYPES)}")
+        raise ArgumentError(Param("off_grid"), f" {off_grid}: expected one of {', '.join(OFF_GRID_TYPES)}")
     out_path = check_output_file(out_path)
     if report_path is not None:
         check_output_file(report_path, "report")
@@ -181,7 +191,7 @@ def convert_drafter(
         digest = verify_written(tmp, writer.header, writer.placed, results, _replanner(jobs))
         times["verify"] = time.perf_counter() - start - times["write"]
         if expect_sha256 and digest != expect_sha256.lower():
-            raise GgufExactError(f"{out_path}: sha256 {digest} does not match the expected {expect_sha256.lower()}")
+            raise NotExactError(f"{out_path}: sha256 {digest} does not match the expected {expect_sha256.lower()}")
     times["total"] = time.perf_counter() - start
     result = ConvertResult(out_path, digest, size, results, times)
     result.report = build_report(result, folder)
@@ -227,7 +237,7 @@ def build_report(result: ConvertResult, source: Path) -> dict:
         "exact_fraction": total.exact_fraction,
         "max_ulps": total.max_ulps,
         "rel_error": total.rel_error,
-        "off_grid_tensors": [t.name for t in result.tensors if t.note.startswith("off grid")],
+        "off_grid_tensors": result.off_grid_tensors,
         "seconds": result.seconds,
         "tensors": tensors,
     }

@@ -16,10 +16,11 @@ import numpy as np
 
 from gguf_exact.core import bf16
 from gguf_exact.core.exact import CHUNK_VALUES, MatrixPlan, RowPlan, combine, plan_rows
-from gguf_exact.errors import GgufExactError
+from gguf_exact.errors import GgufExactError, InputError
 from gguf_exact.formats.checkpoint import Checkpoint
 from gguf_exact.gemma4 import assistant, names
 from gguf_exact.malloc_tuning import keep_heap_blocks
+from gguf_exact.progress import announce
 
 
 @dataclass
@@ -119,7 +120,7 @@ def plan_streamed(ckpt: Checkpoint, name: str) -> MatrixPlan:
         try:
             parts.append(plan_rows(bits, i0 * rows_per_item))
         except GgufExactError as err:
-            raise GgufExactError(f"{info.file}: tensor {name}: {err}") from None
+            raise InputError(f"{info.file}: tensor {name}: {err}") from None
     return combine((items * rows_per_item, cols), parts, keep_data=False)
 
 
@@ -137,6 +138,7 @@ def inspect_checkpoint(folder: str | Path, progress: Callable[[str], None] | Non
             text = ckpt.config.get("text_config", ckpt.config)
             assistant.check_types(ckpt.config, text, str(ckpt.folder / "config.json"))
         role_of = tensor_roles(ckpt.config)
+        announce(progress, len(ckpt.tensors))
         for name in sorted(ckpt.tensors):
             if progress:
                 progress(name)

@@ -17,7 +17,7 @@ from gguf import GGMLQuantizationType
 
 from gguf_exact.drafter.convert import GGUF_VERSION, check_target, drafter_jobs, drafter_kv
 from gguf_exact.formats.checkpoint import Checkpoint
-from gguf_exact.formats.gguf_reader import GgufFile, open_gguf
+from gguf_exact.formats.gguf_reader import GgufFile, opened
 from gguf_exact.formats.kv_judge import KeyJudgement, judge_keys
 from gguf_exact.formats.vocab import TargetInfo, Tokenizer, read_target
 from gguf_exact.gemma4.assistant import AssistantConfig
@@ -32,7 +32,7 @@ NO_TARGET = (
 
 
 def verify_gguf(
-    path: str | Path,
+    path: str | Path | GgufFile,
     source_dir: str | Path,
     judge: bool = True,
     progress: Callable[[str], None] | None = None,
@@ -40,7 +40,7 @@ def verify_gguf(
     off_grid: str | None = None,
     workers: int | None = None,
 ) -> Verification:
-    """Hold the drafter GGUF at ``path`` to what ``convert`` writes for ``source_dir``
+    """Hold the drafter GGUF at ``path`` (or open as a :class:`GgufFile`) to what ``convert`` writes for ``source_dir``
     (``judge=False``: only measure it, for ``compare``). ``vocab_from``: the target
     whose tokenizer the file must carry; ``off_grid``: the ``--off-grid`` choice of the
     conversion (None: the type the file records for an off-grid matrix)."""
@@ -52,7 +52,7 @@ def verify_gguf(
     if vocab_from is not None:
         target = read_target(vocab_from)
         check_target(target, cfg, Path(vocab_from))
-    with open_gguf(path) as gguf:
+    with opened(path) as gguf:
         if not judge:
             return measure_tensors(gguf, jobs, progress)
         keys = judge_drafter_keys(gguf, cfg, jobs, target)

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
-from gguf_exact.errors import GgufExactError
+from gguf_exact.errors import InputError
 from gguf_exact.formats.paths import check_input_folder
 
 SUPPORTED_DTYPES = {"BF16": 2, "F16": 2, "F32": 4, "I64": 8}
@@ -44,21 +44,19 @@ def _read_header(path: Path) -> dict:
     with path.open("rb") as f:
         head = f.read(8)
         if len(head) < 8:
-            raise GgufExactError(f"{path}: not a safetensors file ({size} bytes, no header length)")
+            raise InputError(f"{path}: not a safetensors file ({size} bytes, no header length)")
         (n,) = struct.unpack("<Q", head)
         if n > size - 8:
-            raise GgufExactError(
-                f"{path}: truncated: header length {n:,} runs past the end of the file ({size:,} bytes)"
-            )
+            raise InputError(f"{path}: truncated: header length {n:,} runs past the end of the file ({size:,} bytes)")
         if n > MAX_HEADER_BYTES:
-            raise GgufExactError(f"{path}: header length {n:,} is over the format's limit of {MAX_HEADER_BYTES:,}")
+            raise InputError(f"{path}: header length {n:,} is over the format's limit of {MAX_HEADER_BYTES:,}")
         raw = f.read(n)
     try:
         header = json.loads(raw)
     except (UnicodeDecodeError, json.JSONDecodeError) as err:
-        raise GgufExactError(f"{path}: safetensors header is not valid JSON ({err})") from None
+        raise InputError(f"{path}: safetensors header is not valid JSON ({err})") from None
     if not isinstance(header, dict):
-        raise GgufExactError(f"{path}: safetensors header is a JSON {type(header).__name__}, not an object")
+        raise InputError(f"{path}: safetensors header is a JSON {type(header).__name__}, not an object")
     data_bytes = size - 8 - n
     spans = []
     for name, entry in header.items():
@@ -66,36 +64,36 @@ def _read_header(path: Path) -> dict:
             continue
         where = f"{path}: tensor {name}"
         if not isinstance(entry, dict):
-            raise GgufExactError(f"{where}: entry is a JSON {type(entry).__name__}, not an object")
+            raise InputError(f"{where}: entry is a JSON {type(entry).__name__}, not an object")
         dtype, shape, offsets = entry.get("dtype"), entry.get("shape"), entry.get("data_offsets")
         if dtype not in SUPPORTED_DTYPES:
-            raise GgufExactError(f"{where} has dtype {dtype}; expected one of BF16, F16, F32, I64")
+            raise InputError(f"{where} has dtype {dtype}; expected one of BF16, F16, F32, I64")
         if not isinstance(shape, list) or not all(_is_int(d) and d >= 0 for d in shape):
-            raise GgufExactError(f"{where}: shape {shape!r} is not a list of non-negative integers")
+            raise InputError(f"{where}: shape {shape!r} is not a list of non-negative integers")
         if not (isinstance(offsets, list) and len(offsets) == 2 and all(_is_int(o) for o in offsets)):
-            raise GgufExactError(f"{where}: data_offsets {offsets!r} is not a pair of integers")
+            raise InputError(f"{where}: data_offsets {offsets!r} is not a pair of integers")
         begin, end = offsets
         if not 0 <= begin <= end:
-            raise GgufExactError(f"{where}: data_offsets {offsets} run backwards")
+            raise InputError(f"{where}: data_offsets {offsets} run backwards")
         if end > data_bytes:
-            raise GgufExactError(
+            raise InputError(
                 f"{path}: truncated: tensor {name} ends at byte {end:,} of the data but the file holds {data_bytes:,}"
             )
         if end - begin != math.prod(shape) * SUPPORTED_DTYPES[dtype]:
-            raise GgufExactError(f"{where}: {end - begin:,} bytes do not match shape {shape} {dtype}")
+            raise InputError(f"{where}: {end - begin:,} bytes do not match shape {shape} {dtype}")
         if math.prod(shape) == 0:
-            raise GgufExactError(f"{where} has no values (shape {shape})")
+            raise InputError(f"{where} has no values (shape {shape})")
         spans.append((begin, end, name))
     spans.sort()
     at = 0
     for begin, end, name in spans:
         if begin < at:
-            raise GgufExactError(f"{path}: tensor {name} overlaps the tensor before it (data_offsets from {begin:,})")
+            raise InputError(f"{path}: tensor {name} overlaps the tensor before it (data_offsets from {begin:,})")
         if begin > at:
-            raise GgufExactError(f"{path}: bytes {at:,}..{begin:,} of the data belong to no tensor (before {name})")
+            raise InputError(f"{path}: bytes {at:,}..{begin:,} of the data belong to no tensor (before {name})")
         at = end
     if at != data_bytes:
-        raise GgufExactError(f"{path}: the last {data_bytes - at:,} bytes of the data belong to no tensor")
+        raise InputError(f"{path}: the last {data_bytes - at:,} bytes of the data belong to no tensor")
     return header
 
 
@@ -112,7 +110,7 @@ def check_finite_values(values: np.ndarray, where: str, row0: int = 0) -> None:
     if bad.any():
         first = int(np.flatnonzero(bad.reshape(-1))[0])
         cols = values.shape[-1] if values.ndim else 1
-        raise GgufExactError(
+        raise InputError(
             f"{where}: {int(bad.sum())} values are NaN or Inf (first at row {row0 + first // cols}, column {first % cols})"
         )
 
@@ -120,13 +118,13 @@ def check_finite_values(values: np.ndarray, where: str, row0: int = 0) -> None:
 def read_config(path: Path) -> dict:
     """``config.json`` as a JSON object, or one line saying what is wrong with it."""
     if not path.is_file():
-        raise GgufExactError(f"{path.parent}: no config.json (expected a Hugging Face model folder)")
+        raise InputError(f"{path.parent}: no config.json (expected a Hugging Face model folder)")
     try:
         config = json.loads(path.read_text())
     except (json.JSONDecodeError, UnicodeDecodeError) as err:
-        raise GgufExactError(f"{path}: not valid JSON ({err})") from None
+        raise InputError(f"{path}: not valid JSON ({err})") from None
     if not isinstance(config, dict):
-        raise GgufExactError(f"{path}: a JSON {type(config).__name__}, not an object")
+        raise InputError(f"{path}: a JSON {type(config).__name__}, not an object")
     return config
 
 
@@ -144,7 +142,7 @@ class Checkpoint:
                 if name == "__metadata__":
                     continue
                 if weight_map is not None and weight_map.get(name) != file.name:
-                    raise GgufExactError(
+                    raise InputError(
                         f"{file}: holds tensor {name}, which {INDEX_FILE} "
                         + (f"places in {weight_map[name]}" if name in weight_map else "does not list")
                     )
@@ -152,7 +150,7 @@ class Checkpoint:
         if weight_map is not None:
             missing = sorted(set(weight_map) - set(self.tensors))
             if missing:
-                raise GgufExactError(
+                raise InputError(
                     f"{self.folder / INDEX_FILE}: lists tensor {missing[0]} in {weight_map[missing[0]]}, which does not hold it"
                 )
         self._handles: dict[Path, object] = {}
@@ -165,12 +163,12 @@ class Checkpoint:
         try:
             weight_map = json.loads(index.read_text())["weight_map"]
         except (json.JSONDecodeError, UnicodeDecodeError, KeyError, TypeError) as err:
-            raise GgufExactError(f"{index}: no usable weight_map ({type(err).__name__}: {err})") from None
+            raise InputError(f"{index}: no usable weight_map ({type(err).__name__}: {err})") from None
         if not isinstance(weight_map, dict) or not all(isinstance(v, str) for v in weight_map.values()):
-            raise GgufExactError(f"{index}: weight_map is not an object of tensor name -> shard file name")
+            raise InputError(f"{index}: weight_map is not an object of tensor name -> shard file name")
         for shard in set(weight_map.values()):
             if Path(shard).name != shard or shard in ("", ".", ".."):
-                raise GgufExactError(f"{index}: shard name {shard!r} is not a file name in this folder")
+                raise InputError(f"{index}: shard name {shard!r} is not a file name in this folder")
         return weight_map
 
     def _files(self, weight_map: dict[str, str] | None) -> list[Path]:
@@ -178,13 +176,13 @@ class Checkpoint:
             files = [self.folder / f for f in sorted(set(weight_map.values()))]
             for f in files:
                 if not f.is_file():
-                    raise GgufExactError(
+                    raise InputError(
                         f"{self.folder / INDEX_FILE}: lists shard {f.name}, which is missing from {self.folder}"
                     )
             return files
         single = self.folder / SINGLE_FILE
         if not single.is_file():
-            raise GgufExactError(f"{self.folder}: neither {SINGLE_FILE} nor {INDEX_FILE} found")
+            raise InputError(f"{self.folder}: neither {SINGLE_FILE} nor {INDEX_FILE} found")
         return [single]
 
     def _handle(self, file: Path):
@@ -197,7 +195,7 @@ class Checkpoint:
             try:
                 self._handles[file] = safe_open(str(file), framework="numpy")
             except SafetensorError as err:
-                raise GgufExactError(f"{file}: cannot be read by safetensors ({err})") from None
+                raise InputError(f"{file}: cannot be read by safetensors ({err})") from None
         return self._handles[file]
 
     def read(self, name: str, rows: slice | None = None) -> np.ndarray:

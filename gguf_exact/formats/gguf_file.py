@@ -18,7 +18,7 @@ import numpy as np
 from gguf import GGMLQuantizationType, LlamaFileType, quants
 
 from gguf_exact.core import bf16, q4_0
-from gguf_exact.errors import GgufExactError
+from gguf_exact.errors import InputError
 from gguf_exact.formats.paths import check_output_file
 
 # What the CLI calls each storage type, and its GGML type.
@@ -47,7 +47,7 @@ def atomic_output(path: str | Path) -> Iterator[Path]:
     try:
         fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=directory)
     except OSError as err:
-        raise GgufExactError(f"{path}: cannot write to {directory} ({err.strerror})") from None
+        raise InputError(f"{path}: cannot write to {directory} ({err.strerror})") from None
     os.close(fd)
     tmp_path = Path(tmp)
     try:

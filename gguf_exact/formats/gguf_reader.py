@@ -15,15 +15,16 @@ implausible counts, a tensor of unknown type, outside the file, misaligned or
 overlapping another. Nothing reads past the file's size.
 """
 
+import contextlib
 import mmap
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 import numpy as np
 
-from gguf_exact.errors import GgufExactError
+from gguf_exact.errors import InputError
 from gguf_exact.formats.gguf_layout import Header, LayoutError, TensorEntry, pair_numbers, parse_header, row_bytes
 from gguf_exact.formats.paths import check_input_file
 
@@ -103,7 +104,7 @@ def pread_exact(fd: int, n: int, offset: int, path: Path) -> np.ndarray:
     while done < n:
         got = os.preadv(fd, [view[done:]], offset + done)
         if got <= 0:
-            raise GgufExactError(f"{path}: truncated: {n:,} bytes expected at offset {offset:,}, the file ends first")
+            raise InputError(f"{path}: truncated: {n:,} bytes expected at offset {offset:,}, the file ends first")
         done += got
     return out
 
@@ -116,7 +117,7 @@ def open_gguf(path: str | Path, role: str = "") -> GgufFile:
     try:
         fd = os.open(path, os.O_RDONLY)
     except OSError as err:
-        raise GgufExactError(f"{where}: cannot be read ({err.strerror})") from None
+        raise InputError(f"{where}: cannot be read ({err.strerror})") from None
     try:
         size = os.fstat(fd).st_size
         header = _parse(fd, size, where)
@@ -127,20 +128,32 @@ def open_gguf(path: str | Path, role: str = "") -> GgufFile:
         raise
 
 
+@contextlib.contextmanager
+def opened(gguf: "str | Path | GgufFile", role: str = "") -> Iterator[GgufFile]:
+    """``gguf`` open for the ``with`` block: a :class:`GgufFile` as it is (whoever opened it
+    closes it), a path opened here and closed after. Lets a caller that has parsed a
+    header pass it along instead of the path, so the header is read once."""
+    if isinstance(gguf, GgufFile):
+        yield gguf
+        return
+    with open_gguf(gguf, role) as g:
+        yield g
+
+
 def _parse(fd: int, size: int, where: str) -> Header:
     if size < MIN_FILE_BYTES:
-        raise GgufExactError(f"{where}: not a GGUF file ({size} bytes, shorter than a GGUF header)")
+        raise InputError(f"{where}: not a GGUF file ({size} bytes, shorter than a GGUF header)")
     with mmap.mmap(fd, 0, access=mmap.ACCESS_READ) as buf:
         if buf[:4] != b"GGUF":
-            raise GgufExactError(f"{where}: not a GGUF file (starts with {bytes(buf[:4])!r})")
+            raise InputError(f"{where}: not a GGUF file (starts with {bytes(buf[:4])!r})")
         try:
             return parse_header(buf)
         except EOFError:
-            raise GgufExactError(
+            raise InputError(
                 f"{where}: truncated: the GGUF header runs past the end of the file ({size:,} bytes)"
             ) from None
         except (LayoutError, UnicodeDecodeError, OverflowError, ValueError) as err:
-            raise GgufExactError(f"{where}: not a usable GGUF header ({err})") from None
+            raise InputError(f"{where}: not a usable GGUF header ({err})") from None
 
 
 def _check_tensors(header: Header, size: int, where: str) -> None:
@@ -150,18 +163,18 @@ def _check_tensors(header: Header, size: int, where: str) -> None:
         try:
             nbytes = t.nbytes
         except LayoutError as err:
-            raise GgufExactError(f"{where}: tensor {t.name}: {err}") from None
+            raise InputError(f"{where}: tensor {t.name}: {err}") from None
         if t.offset % header.alignment:
-            raise GgufExactError(
+            raise InputError(
                 f"{where}: tensor {t.name}: data offset {t.offset:,} is not a multiple of the alignment {header.alignment}"
             )
         end = header.data_start + t.offset + nbytes
         if end > size:
-            raise GgufExactError(
+            raise InputError(
                 f"{where}: truncated: tensor {t.name} ends at byte {end:,} but the file has {size:,}; download it again"
             )
         spans.append((t.offset, t.offset + nbytes, t.name))
     spans.sort()
     for (_, end_a, a), (start_b, _, b) in zip(spans, spans[1:]):
         if start_b < end_a:
-            raise GgufExactError(f"{where}: tensors {a} and {b} overlap in the file")
+            raise InputError(f"{where}: tensors {a} and {b} overlap in the file")

@@ -10,7 +10,7 @@ import os
 import stat
 from pathlib import Path
 
-from gguf_exact.errors import GgufExactError
+from gguf_exact.errors import InputError
 
 _KINDS = (
     (stat.S_ISDIR, "a directory"),
@@ -43,8 +43,8 @@ def check_input_file(path: Path, where: str, expected: str = "a GGUF file") -> N
     if kind is None:
         return
     if kind.startswith(("no such file", "cannot be read")):
-        raise GgufExactError(f"{where}: {kind}")
-    raise GgufExactError(f"{where}: is {kind}, not {expected}")
+        raise InputError(f"{where}: {kind}")
+    raise InputError(f"{where}: is {kind}, not {expected}")
 
 
 def check_input_folder(path: Path, expected: str = "a Hugging Face model folder") -> None:
@@ -53,8 +53,8 @@ def check_input_folder(path: Path, expected: str = "a Hugging Face model folder"
         return
     kind = what_is(path)
     if kind is not None and kind.startswith(("no such file", "cannot be read")):
-        raise GgufExactError(f"{path}: no such folder (expected {expected})")
-    raise GgufExactError(f"{path}: is {kind or 'a regular file'}, not {expected}")
+        raise InputError(f"{path}: no such folder (expected {expected})")
+    raise InputError(f"{path}: is {kind or 'a regular file'}, not {expected}")
 
 
 def check_output_file(path: str | Path, what: str = "output") -> Path:
@@ -63,8 +63,8 @@ def check_output_file(path: str | Path, what: str = "output") -> Path:
     path = Path(path)
     directory = path.parent if str(path.parent) else Path(".")
     if not directory.is_dir():
-        raise GgufExactError(f"{path}: {what} directory {directory} does not exist")
+        raise InputError(f"{path}: {what} directory {directory} does not exist")
     kind = what_is(path)
     if kind is not None and not kind.startswith("no such file"):
-        raise GgufExactError(f"{path}: the {what} path is {kind}; name a file to write")
+        raise InputError(f"{path}: the {what} path is {kind}; name a file to write")
     return path

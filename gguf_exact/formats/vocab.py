@@ -12,7 +12,7 @@ import struct
 from dataclasses import dataclass
 from pathlib import Path
 
-from gguf_exact.errors import GgufExactError
+from gguf_exact.errors import InputError
 from gguf_exact.formats.gguf_reader import GgufFile, open_gguf
 
 TOKENS_KEY = "tokenizer.ggml.tokens"
@@ -91,5 +91,5 @@ def read_target(path: str | Path) -> TargetInfo:
     with open_gguf(path) as gguf:
         tokenizer = tokenizer_of(gguf)
         if not tokenizer.n_tokens:
-            raise GgufExactError(f"{path}: has no tokenizer.* keys ({TOKENS_KEY}); pass the target model's GGUF")
+            raise InputError(f"{path}: has no tokenizer.* keys ({TOKENS_KEY}); pass the target model's GGUF")
         return TargetInfo(Path(path), gguf.architecture or "?", gguf.arch_value("embedding_length"), tokenizer)

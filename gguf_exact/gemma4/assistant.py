@@ -11,7 +11,7 @@ from dataclasses import dataclass
 import numpy as np
 from gguf import GGUFValueType
 
-from gguf_exact.errors import GgufExactError
+from gguf_exact.errors import InputError
 from gguf_exact.gemma4.hparams import Field, TextHparams, text_fields
 from gguf_exact.gemma4.hparams import rope_freqs as text_rope_freqs
 
@@ -62,7 +62,7 @@ def gguf_tensor_name(hf_name: str) -> str | None:
     match = _LAYER.match(name)
     if match and match.group(2) in LAYER_TENSORS:
         return f"blk.{int(match.group(1))}.{LAYER_TENSORS[match.group(2)]}.weight"
-    raise GgufExactError(f"tensor {hf_name} has no gemma4-assistant mapping")
+    raise InputError(f"tensor {hf_name} has no gemma4-assistant mapping")
 
 
 def tensor_order(gguf_name: str) -> tuple:
@@ -84,21 +84,21 @@ def check_types(config: dict, text: object, source: str) -> None:
     """One line naming the first field of the wrong JSON type (before any arithmetic
     on it would fail with a traceback)."""
     if not isinstance(text, dict):
-        raise GgufExactError(f"{source}: text_config is a JSON {type(text).__name__}, not an object")
+        raise InputError(f"{source}: text_config is a JSON {type(text).__name__}, not an object")
     for where, label in ((config, ""), (text, "text_config.")):
         for key in INT_FIELDS + FLOAT_FIELDS:
             value = where.get(key)
             ok = isinstance(value, int) or (key in FLOAT_FIELDS and isinstance(value, float))
             if value is not None and (not ok or isinstance(value, bool)):
                 kind = "a number" if key in FLOAT_FIELDS else "an integer"
-                raise GgufExactError(f"{source}: {label}{key} is {value!r}, expected {kind}")
+                raise InputError(f"{source}: {label}{key} is {value!r}, expected {kind}")
     for key, kind in (("layer_types", list), ("rope_parameters", dict)):
         if key in text and not isinstance(text[key], kind):
-            raise GgufExactError(
+            raise InputError(
                 f"{source}: text_config.{key} is {text[key]!r}, expected a JSON {'array' if kind is list else 'object'}"
             )
     if not isinstance(config.get("architectures", []), list):
-        raise GgufExactError(f"{source}: architectures is {config['architectures']!r}, expected a JSON array")
+        raise InputError(f"{source}: architectures is {config['architectures']!r}, expected a JSON array")
 
 
 @dataclass(frozen=True)
@@ -123,7 +123,7 @@ class AssistantConfig:
         archs = config.get("architectures") or []
         arch = next((a for a in archs if a in SUPPORTED_ARCHITECTURES), None)
         if arch is None:
-            raise GgufExactError(
+            raise InputError(
                 f"{source}: architectures {archs} is not supported; expected one of {', '.join(SUPPORTED_ARCHITECTURES)}"
             )
         text_config = config.get("text_config", config)
@@ -131,15 +131,15 @@ class AssistantConfig:
         text = TextHparams.from_hf(text_config, source, assistant=True)
         backbone = config.get("backbone_hidden_size", text_config.get("backbone_hidden_size"))
         if backbone is None:
-            raise GgufExactError(f"{source}: missing backbone_hidden_size")
+            raise InputError(f"{source}: missing backbone_hidden_size")
         if int(backbone) == text.n_embd:
             # llama.cpp tells the drafter's input width from embedding_length_out != embedding_length
-            raise GgufExactError(
+            raise InputError(
                 f"{source}: backbone_hidden_size {backbone} equals text_config.hidden_size; "
                 "llama.cpp's gemma4-assistant loader refuses a drafter as wide as its target"
             )
         if text_config.get("vocab_size") is None:
-            raise GgufExactError(f"{source}: missing text_config.vocab_size")
+            raise InputError(f"{source}: missing text_config.vocab_size")
         return cls(arch, int(backbone), int(text_config["vocab_size"]), text)
 
 

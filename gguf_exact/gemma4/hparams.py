@@ -27,7 +27,7 @@ from dataclasses import dataclass
 import numpy as np
 from gguf import GGUFValueType
 
-from gguf_exact.errors import GgufExactError
+from gguf_exact.errors import InputError
 from gguf_exact.formats.gguf_layout import Field
 
 SLIDING, FULL = "sliding_attention", "full_attention"
@@ -72,27 +72,25 @@ class TextHparams:
 
         def need(key: str):
             if text.get(key) is None:
-                raise GgufExactError(f"{source}: missing text_config.{key}")
+                raise InputError(f"{source}: missing text_config.{key}")
             return text[key]
 
         layer_types = tuple(need("layer_types"))
         if any(t not in (SLIDING, FULL) for t in layer_types):
-            raise GgufExactError(f"{source}: text_config.layer_types has an unknown entry: {list(layer_types)}")
+            raise InputError(f"{source}: text_config.layer_types has an unknown entry: {list(layer_types)}")
         n_layer = int(need("num_hidden_layers"))
         if len(layer_types) != n_layer:
-            raise GgufExactError(
-                f"{source}: text_config.layer_types has {len(layer_types)} entries for {n_layer} layers"
-            )
+            raise InputError(f"{source}: text_config.layer_types has {len(layer_types)} entries for {n_layer} layers")
         rope = need("rope_parameters")
         full_rope = rope.get(FULL, rope)
         sliding_rope = rope.get(SLIDING, {})
         if full_rope.get("rope_type") != FULL_ROPE_TYPE:
-            raise GgufExactError(
+            raise InputError(
                 f"{source}: text_config.rope_parameters.full_attention.rope_type is {full_rope.get('rope_type')!r}; "
                 f"llama.cpp's Gemma 4 implements only {FULL_ROPE_TYPE!r} there (rope_freqs)"
             )
         if sliding_rope.get("rope_type") not in SLIDING_ROPE_TYPES:
-            raise GgufExactError(
+            raise InputError(
                 f"{source}: text_config.rope_parameters.sliding_attention.rope_type is {sliding_rope.get('rope_type')!r}; "
                 "llama.cpp applies no rope scaling to Gemma 4's sliding layers (expected 'default')"
             )
@@ -100,7 +98,7 @@ class TextHparams:
         head_dim_swa = int(need("head_dim"))
         overrides = _full_layer_overrides(text, layer_types, source)
         if "head_dim" not in overrides:
-            raise GgufExactError(f"{source}: missing text_config.global_head_dim (the full-attention head size)")
+            raise InputError(f"{source}: missing text_config.global_head_dim (the full-attention head size)")
         head_dim_full = int(overrides["head_dim"])
         n_kv = int(need("num_key_value_heads"))
         n_kv_full = overrides.get("num_key_value_heads")
@@ -153,7 +151,7 @@ def _full_layer_overrides(text: dict, layer_types: tuple[str, ...], source: str)
         for idx, layer in sorted(per_layer.items(), key=lambda kv: int(kv[0])):
             if int(idx) < len(layer_types) and layer_types[int(idx)] == FULL:
                 return {k: layer[k] for k in ("head_dim", "num_key_value_heads") if k in layer}
-        raise GgufExactError(f"{source}: text_config.per_layer_config has no full-attention layer")
+        raise InputError(f"{source}: text_config.per_layer_config has no full-attention layer")
     out = {}
     if text.get("global_head_dim") is not None:
         out["head_dim"] = text["global_head_dim"]

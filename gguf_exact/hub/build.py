@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Callable
 
 from gguf_exact.drafter.convert import ConvertResult, convert_drafter
-from gguf_exact.errors import GgufExactError
+from gguf_exact.errors import HubError, Param
 from gguf_exact.hub import checksums
 from gguf_exact.hub.fetch import Fetched, fetch_recipe, part_dir, pinned_files
 from gguf_exact.hub.outcome import REPRODUCED, Outcome, compare_with_published
@@ -48,7 +48,7 @@ def build_recipe(
     """Fetch, convert and verify ``recipe``'s drafter into ``out_dir/<output>``, and
     compare its sha256 with the published exact file's."""
     if recipe.kind != "drafter":
-        raise GgufExactError(
+        raise HubError(
             f'{recipe.path}: recipe {recipe.name} is a {recipe.kind}; `build` makes drafters (kind = "drafter") only'
         )
     config = config or HubConfig.from_env()
@@ -57,15 +57,15 @@ def build_recipe(
     if "exact" in recipe.parts:
         files = pinned_files(recipe, "exact", pins)
         if len(files) != 1:
-            raise GgufExactError(
+            raise HubError(
                 f"{recipe.path}: the exact section must name one GGUF to compare the build with; it names {len(files)}"
             )
         published = files[0]
     pinned_files(recipe, "source", pins)  # every pin is checked before anything is downloaded
     if vocab_from is None:
         if "target" not in recipe.parts:
-            raise GgufExactError(
-                f"{recipe.path}: no target section names the target GGUF; pass --vocab-from TARGET.gguf"
+            raise HubError(
+                f"{recipe.path}: no target section names the target GGUF; pass ", Param("vocab_from"), " TARGET.gguf"
             )
         pinned_files(recipe, "target", pins)
     sources = fetch_recipe(recipe, "source", models_dir, config, download_progress)

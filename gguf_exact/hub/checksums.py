@@ -20,7 +20,7 @@ import re
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from gguf_exact.errors import GgufExactError
+from gguf_exact.errors import HubError
 from gguf_exact.formats.gguf_file import atomic_output
 from gguf_exact.hub.names import COMMIT
 from gguf_exact.resources import shipped_dir, user_dir
@@ -86,7 +86,7 @@ def parse(text: str, where: str = "checksums") -> Checksums:
             if pin:
                 repo, revision, commit = pin.groups()
                 if commit != "unknown" and not COMMIT.fullmatch(commit):
-                    raise GgufExactError(f"{where}:{number}: commit {commit!r} is not a 40-hex commit id or 'unknown'")
+                    raise HubError(f"{where}:{number}: commit {commit!r} is not a 40-hex commit id or 'unknown'")
                 cs.pins[repo] = RepoPin(repo, revision, None if commit == "unknown" else commit)
                 seen_content = True
             elif not seen_content:
@@ -94,7 +94,7 @@ def parse(text: str, where: str = "checksums") -> Checksums:
             continue
         m = _LINE.fullmatch(line)
         if not m:
-            raise GgufExactError(f"{where}:{number}: not a sha256sum line ('<sha256>  <path>'): {line[:60]!r}")
+            raise HubError(f"{where}:{number}: not a sha256sum line ('<sha256>  <path>'): {line[:60]!r}")
         cs.entries.append(Entry(m.group(1).lower(), m.group(2)))
         seen_content = True
     return cs
@@ -158,12 +158,10 @@ def expected_sha256(name: str, directory: str | Path = CHECKSUMS_DIR) -> str:
             if e.path == name or e.path.rsplit("/", 1)[-1] == name:
                 found.setdefault(e.sha256, []).append(f"{file.name}: {e.path}")
     if not found:
-        raise GgufExactError(f"{name}: no sha256 pinned for it in {directory}/*.sha256; add a '<sha256>  {name}' line")
+        raise HubError(f"{name}: no sha256 pinned for it in {directory}/*.sha256; add a '<sha256>  {name}' line")
     if len(found) > 1:
         where = "; ".join(f"{sha[:12]}... in {', '.join(places)}" for sha, places in found.items())
-        raise GgufExactError(
-            f"{name}: pinned with different sha256 in {directory}: {where}; name the file by its full path"
-        )
+        raise HubError(f"{name}: pinned with different sha256 in {directory}: {where}; name the file by its full path")
     return next(iter(found))
 
 

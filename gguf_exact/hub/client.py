@@ -24,7 +24,7 @@ from huggingface_hub.utils import WeakFileLock
 from huggingface_hub.utils.tqdm import silent_tqdm
 
 from gguf_exact import __version__
-from gguf_exact.errors import GgufExactError
+from gguf_exact.errors import HubError
 from gguf_exact.formats.gguf_file import sha256_file
 from gguf_exact.hub.messages import HUB_ERRORS, hub_error
 from gguf_exact.hub.names import (
@@ -105,15 +105,15 @@ def remote_file(repo: str, filename: str, revision: str, config: HubConfig) -> R
         raise hub_error(err, repo, revision, filename, config.endpoint) from None
     where = f"{repo}@{revision}: {filename}"
     if not meta.commit_hash or not meta.etag:
-        raise GgufExactError(
+        raise HubError(
             f"{where}: the answer from {config.endpoint} has no X-Repo-Commit or ETag header; "
             "check HF_ENDPOINT and any proxy between you and the Hub"
         )
     check_commit(meta.commit_hash, f"{where}: X-Repo-Commit")  # also checked by the hook; never trusted blindly
     if not (COMMIT.fullmatch(meta.etag) or SHA256.fullmatch(meta.etag)):
-        raise GgufExactError(f"{where}: ETag {meta.etag[:80]!r} is neither a git id nor a sha256; check HF_ENDPOINT")
+        raise HubError(f"{where}: ETag {meta.etag[:80]!r} is neither a git id nor a sha256; check HF_ENDPOINT")
     if COMMIT.fullmatch(revision) and meta.commit_hash != revision:
-        raise GgufExactError(
+        raise HubError(
             f"{where}: asked for commit {revision}, the Hub answered for commit {meta.commit_hash}; check HF_ENDPOINT"
         )
     return RemoteFile(
@@ -134,16 +134,14 @@ def repo_listing(repo: str, revision: str, config: HubConfig) -> RepoListing:
     that is not a safe relative path, a commit, git id or sha256 of another form stop
     here, before anything is written."""
     if config.offline:
-        raise GgufExactError(
-            f"{repo}@{revision}: HF_HUB_OFFLINE is set; reading the Hub's file metadata needs the network"
-        )
+        raise HubError(f"{repo}@{revision}: HF_HUB_OFFLINE is set; reading the Hub's file metadata needs the network")
     api = HfApi(endpoint=config.endpoint, token=config.token, library_name="gguf-exact", library_version=__version__)
     try:
         info = api.model_info(repo, revision=revision, files_metadata=True)
     except HUB_ERRORS as err:
         raise hub_error(err, repo, revision, None, config.endpoint, download=False) from None
     except (KeyError, TypeError, ValueError) as err:  # huggingface_hub could not parse the answer
-        raise GgufExactError(
+        raise HubError(
             f"{repo}@{revision}: the Hub's model info is malformed ({type(err).__name__}: {str(err)[:80]}); check HF_ENDPOINT"
         ) from None
     where = f"{repo}@{revision}: the Hub's listing"
@@ -152,7 +150,7 @@ def repo_listing(repo: str, revision: str, config: HubConfig) -> RepoListing:
     for s in info.siblings or []:
         problem = relative_path_problem(s.rfilename)
         if problem:
-            raise GgufExactError(
+            raise HubError(
                 f"{where} at {commit} names a file {str(s.rfilename)[:120]!r} with {problem}; nothing written: "
                 "check HF_ENDPOINT and any proxy between you and the Hub"
             )
@@ -231,7 +229,7 @@ def download(
         check_sha256(expected_sha256, where)
     remote = remote_file(repo, filename, revision, config)
     if expected_sha256 and remote.lfs and remote.etag != expected_sha256:
-        raise GgufExactError(
+        raise HubError(
             f"{where}: the Hub's file at commit {remote.commit} has sha256 {remote.etag}, the pin says {expected_sha256}; "
             "nothing downloaded: check the revision, or run `gguf-exact pin` if the new file is intended"
         )
@@ -277,12 +275,12 @@ def _check_cached(path: Path, remote: RemoteFile, expected_sha256: str | None, c
         problem = None if git_id == remote.etag else f"git id {git_id}, expected {remote.etag} (the Hub's metadata)"
     if problem:
         evict(path, remote.repo, config)
-        raise GgufExactError(
+        raise HubError(
             f"{where}: downloaded file has {problem}; removed from the Hub cache, nothing kept: "
             "run again, and if it repeats, check HF_ENDPOINT and any proxy between you and the Hub"
         )
     if expected_sha256 and digest != expected_sha256:
-        raise GgufExactError(
+        raise HubError(
             f"{where}: the Hub's file at commit {remote.commit} has sha256 {digest}, the pin says {expected_sha256}; "
             "nothing placed: check the revision, or run `gguf-exact pin` if the new file is intended"
         )
@@ -305,7 +303,7 @@ def read_small_file(repo: str, filename: str, commit: str, config: HubConfig, bl
     data = got.path.read_bytes()
     if blob_id and git_blob_id(data) != blob_id:
         evict(got.path, repo, config)
-        raise GgufExactError(
+        raise HubError(
             f"{repo}@{commit}: {filename}: content does not match its git id {blob_id} in the Hub's listing; "
             "removed from the Hub cache: run again, and if it repeats, check HF_ENDPOINT"
         )

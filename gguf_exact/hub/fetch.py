@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from fnmatch import fnmatchcase
 from pathlib import Path
 
-from gguf_exact.errors import GgufExactError
+from gguf_exact.errors import GgufExactError, HubError
 from gguf_exact.formats.gguf_file import atomic_output, sha256_file
 from gguf_exact.hub import checksums
 from gguf_exact.hub.client import cached_file, cached_sha256, download
@@ -66,7 +66,7 @@ def pinned_files(recipe: Recipe, role: str, pins: checksums.Checksums) -> list[P
     for wanted in part.files:
         matched = [f for f in entries if f == wanted or (is_pattern(wanted) and fnmatchcase(f, wanted))]
         if not matched:
-            raise GgufExactError(
+            raise HubError(
                 f"{recipe.checksums}: no sha256 pinned for {part.repo}/{wanted}; "
                 f"run `gguf-exact pin {recipe.name} --what {role}` to record it from the Hub"
             )
@@ -100,7 +100,7 @@ def fetch_file(pf: PinnedFile, dest: Path, config: HubConfig, progress: bool = T
         _place(cached, dest, pf.sha256)
         return Fetched(pf, dest, "from cache", dest.stat().st_size, pf.commit)
     if config.offline:
-        raise GgufExactError(
+        raise HubError(
             f"{pf.path}: not in the Hub cache ({config.cache_dir}) and HF_HUB_OFFLINE is set; "
             "run the same command without HF_HUB_OFFLINE=1 to download it"
         )
@@ -116,7 +116,7 @@ def fetch_recipe(
     """Fetch every file of one part (``exact``, ``source`` or ``target``) of ``recipe``."""
     if role not in recipe.parts:
         have = [r for r in ROLES if r in recipe.parts]
-        raise GgufExactError(
+        raise HubError(
             f"recipe {recipe.name} has no {role} section ({recipe.path}), so there is no {role} file to fetch; "
             f"it has {', '.join(have)}: `gguf-exact fetch {recipe.name} --what {have[0]}`"
         )
@@ -143,6 +143,6 @@ def _place(src: Path, dest: Path, sha256: str) -> None:
                 digest.update(chunk)
                 fout.write(chunk)
         if digest.hexdigest() != sha256:
-            raise GgufExactError(
+            raise HubError(
                 f"{dest}: the copy from {src} has sha256 {digest.hexdigest()}, expected {sha256}; nothing placed"
             )

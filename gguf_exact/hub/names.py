@@ -11,7 +11,7 @@ Pure functions, no I/O.
 import re
 from pathlib import PurePosixPath, PureWindowsPath
 
-from gguf_exact.errors import GgufExactError
+from gguf_exact.errors import ArgumentError, HubError, Param
 
 COMMIT = re.compile(r"[0-9a-f]{40}")  # a git commit id (also a git blob id)
 SHA256 = re.compile(r"[0-9a-f]{64}")
@@ -25,7 +25,7 @@ _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 def check_repo_id(repo: object, where: str) -> str:
     """``repo`` if it is ``owner/name`` of letters, digits, ``_``, ``.`` and ``-``."""
     if not isinstance(repo, str) or not REPO_ID.fullmatch(repo) or "--" in repo or ".." in repo:
-        raise GgufExactError(
+        raise HubError(
             f'{where}: repo = {repo!r} is not a Hub repo id like "google/gemma-4-E2B-it" '
             "(owner/name of letters, digits, '_', '.', '-')"
         )
@@ -35,14 +35,14 @@ def check_repo_id(repo: object, where: str) -> str:
 def check_commit(commit: object, where: str) -> str:
     """``commit`` if it is a full git commit id: 40 lower-case hex digits."""
     if not isinstance(commit, str) or not COMMIT.fullmatch(commit):
-        raise GgufExactError(f"{where}: commit {str(commit)[:80]!r} is not a 40-hex commit id")
+        raise HubError(f"{where}: commit {str(commit)[:80]!r} is not a 40-hex commit id")
     return commit
 
 
 def check_sha256(value: object, where: str) -> str:
     """``value`` if it is a sha256: 64 lower-case hex digits."""
     if not isinstance(value, str) or not SHA256.fullmatch(value):
-        raise GgufExactError(f"{where}: sha256 {str(value)[:80]!r} is not 64 lower-case hex digits")
+        raise HubError(f"{where}: sha256 {str(value)[:80]!r} is not 64 lower-case hex digits")
     return value
 
 
@@ -71,20 +71,21 @@ def check_relative_path(name: object, where: str) -> str:
     """``name`` if :func:`relative_path_problem` finds nothing wrong with it."""
     problem = relative_path_problem(name)
     if problem:
-        raise GgufExactError(
+        raise HubError(
             f"{where}: file name {str(name)[:120]!r} has {problem}; only relative paths inside the repository are used"
         )
     return name  # type: ignore[return-value]
 
 
-def check_revision(revision: object, where: str) -> str:
+def check_revision(revision: object, where: str | Param) -> str:
     """``revision`` if it is a commit, or a branch or tag name that is safe as
     ``refs/<revision>`` in the Hub cache (``main``, ``v1.0``, ``refs/pr/1``)."""
     problem = relative_path_problem(revision) or (
         "a space" if isinstance(revision, str) and any(c.isspace() for c in revision) else None
     )
     if problem:
-        raise GgufExactError(
-            f'{where}: revision {str(revision)[:80]!r} has {problem}; use a branch, tag or commit, e.g. revision = "main"'
+        raise ArgumentError(
+            where,
+            f': revision {str(revision)[:80]!r} has {problem}; use a branch, tag or commit, e.g. revision = "main"',
         )
     return revision  # type: ignore[return-value]

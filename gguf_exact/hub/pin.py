@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from fnmatch import fnmatchcase
 from pathlib import Path
 
-from gguf_exact.errors import GgufExactError
+from gguf_exact.errors import ArgumentError, HubError, Param
 from gguf_exact.hub import checksums
 from gguf_exact.hub.checksums import Entry, RepoPin
 from gguf_exact.hub.client import RepoListing, read_small_file, repo_listing
@@ -61,10 +61,13 @@ def pin_recipe(
         roles = [r for r in ROLES if r in recipe.parts]
     parts = [recipe.part(r) for r in roles]
     if revision is not None:
-        check_revision(revision, "--revision")
+        check_revision(revision, Param("revision"))
     if revision is not None and len(parts) != 1:
-        raise GgufExactError(
-            f"--revision {revision}: each part has its own revision; name one with --what {'|'.join(r for r in ROLES if r in recipe.parts)}"
+        raise ArgumentError(
+            Param("revision"),
+            f" {revision}: each part has its own revision; name one with ",
+            Param("roles"),
+            f" {'|'.join(r for r in ROLES if r in recipe.parts)}",
         )
     current = checksums.read(recipe.checksums)
     updated = current if current.header else checksums.Checksums(default_header(recipe), current.pins, current.entries)
@@ -76,7 +79,7 @@ def pin_recipe(
         pin = RepoPin(part.repo, revision or part.revision, listing.commit)
         earlier = [p for p in report.parts if p.pin.repo == part.repo]
         if earlier and earlier[0].pin.commit != pin.commit:
-            raise GgufExactError(
+            raise HubError(
                 f"{recipe.path}: the {earlier[0].role} and {part.role} sections use {part.repo} at different revisions; use one"
             )
         merged = [e for p in earlier for e in p.entries] + entries
@@ -94,7 +97,7 @@ def select(part: RepoPart, listing: RepoListing) -> list[str]:
         matched = sorted(f for f in listing.files if f == wanted or (is_pattern(wanted) and fnmatchcase(f, wanted)))
         if not matched:
             have = ", ".join(sorted(listing.files)[:12]) or "no files"
-            raise GgufExactError(
+            raise HubError(
                 f"{part.repo}@{listing.commit}: no file matches {wanted!r} (the repo has: {have}); fix the files of the recipe's {part.role} section"
             )
         chosen += [f for f in matched if f not in chosen]
@@ -109,18 +112,18 @@ def pin_entry(
     if entry.sha256:
         sha, how = entry.sha256.lower(), "hub metadata"
     elif entry.size is not None and entry.size > SMALL_FILE:
-        raise GgufExactError(
+        raise HubError(
             f"{path}: {entry.size:,} bytes in git without LFS metadata, so the Hub reports no sha256 for it; pin it by hand"
         )
     elif entry.blob_id is None:
-        raise GgufExactError(
+        raise HubError(
             f"{path}: the Hub's listing at {listing.commit} gives neither a sha256 nor a git id for it; "
             "nothing to check a download against: pin it by hand"
         )
     else:
         data = read_small_file(part.repo, name, listing.commit, config, entry.blob_id)
         if entry.size is not None and len(data) != entry.size:
-            raise GgufExactError(
+            raise HubError(
                 f"{path}: {len(data):,} bytes read, the Hub's listing at {listing.commit} says {entry.size:,}; check HF_ENDPOINT"
             )
         sha, how = hashlib.sha256(data).hexdigest(), "read and hashed"

@@ -28,7 +28,7 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover
     import tomli as tomllib
 
-from gguf_exact.errors import GgufExactError
+from gguf_exact.errors import HubError
 from gguf_exact.hub.checksums import user_checksums_dir
 from gguf_exact.hub.names import check_repo_id, check_revision, relative_path_problem
 from gguf_exact.resources import is_installed_data, shipped_dir, user_config_dir
@@ -77,7 +77,7 @@ class Recipe:
     def part(self, role: str) -> RepoPart:
         if role not in self.parts:
             have = ", ".join(self.parts) or "none"
-            raise GgufExactError(f"{self.path}: recipe {self.name} has no {role} section (it has: {have})")
+            raise HubError(f"{self.path}: recipe {self.name} has no {role} section (it has: {have})")
         return self.parts[role]
 
 
@@ -89,25 +89,23 @@ def parse_recipe(data: dict, path: Path) -> Recipe:
     """Check a recipe's TOML table and build the :class:`Recipe` (no I/O)."""
     name = data.get("name", path.stem)
     if not isinstance(name, str) or not _NAME.fullmatch(name) or ".." in name:
-        raise GgufExactError(
+        raise HubError(
             f'{path}: name = {name!r} must be letters, digits, ".", "_" and "-" (it names checksums/<name>.sha256)'
         )
     kind = data.get("kind", "drafter")
     if kind not in KINDS:
-        raise GgufExactError(f"{path}: kind = {kind!r}; expected one of {', '.join(KINDS)}")
+        raise HubError(f"{path}: kind = {kind!r}; expected one of {', '.join(KINDS)}")
     output = data.get("output")
     if not isinstance(output, str) or "/" in output or relative_path_problem(output) or not output.endswith(".gguf"):
-        raise GgufExactError(
-            f'{path}: output must be a file name ending in .gguf, e.g. output = "{name}-q4_0-exact.gguf"'
-        )
+        raise HubError(f'{path}: output must be a file name ending in .gguf, e.g. output = "{name}-q4_0-exact.gguf"')
     parts = {}
     for role in ROLES:
         if role in data:
             parts[role] = parse_part(role, data[role], path)
     if "source" not in parts:
-        raise GgufExactError(f"{path}: a recipe needs a source section with repo, revision and files")
+        raise HubError(f"{path}: a recipe needs a source section with repo, revision and files")
     if "target" in parts and len(parts["target"].files) != 1:
-        raise GgufExactError(
+        raise HubError(
             f"{path}: the target section names the one GGUF whose tokenizer the drafter copies; it lists {len(parts['target'].files)} files"
         )
     checksums = data.get("checksums", f"../checksums/{name}.sha256")
@@ -116,7 +114,7 @@ def parse_recipe(data: dict, path: Path) -> Recipe:
         or not checksums.endswith(".sha256")
         or relative_path_problem(checksums.removeprefix("../"))
     ):
-        raise GgufExactError(
+        raise HubError(
             f'{path}: checksums = {checksums!r} must be a relative path to a .sha256 file, e.g. "../checksums/{name}.sha256"'
         )
     size = data.get("size")
@@ -124,7 +122,7 @@ def parse_recipe(data: dict, path: Path) -> Recipe:
         from gguf_exact.gemma4.sizes import SIZES
 
         if size not in SIZES:
-            raise GgufExactError(f"{path}: size = {size!r}; expected one of {', '.join(SIZES)}")
+            raise HubError(f"{path}: size = {size!r}; expected one of {', '.join(SIZES)}")
     declared = (path.parent / checksums).resolve()
     return Recipe(name, path, kind, str(data.get("description", "")), output, parts, _checksums_to_read(declared), size)
 
@@ -152,16 +150,16 @@ def _writable(path: Path) -> bool:
 def parse_part(role: str, table: object, path: Path) -> RepoPart:
     where = f"{path}: {role} section"
     if not isinstance(table, dict):
-        raise GgufExactError(f"{where} must be a table with repo, revision and files")
+        raise HubError(f"{where} must be a table with repo, revision and files")
     repo, revision, files = table.get("repo"), table.get("revision"), table.get("files")
     check_repo_id(repo, where)
     check_revision(revision, where)
     if not isinstance(files, list) or not files or not all(isinstance(f, str) and f for f in files):
-        raise GgufExactError(f"{where}: files must be a non-empty list of file names or patterns")
+        raise HubError(f"{where}: files must be a non-empty list of file names or patterns")
     for f in files:
         problem = relative_path_problem(f) or ("a space" if any(c.isspace() for c in f) else None)
         if problem:
-            raise GgufExactError(
+            raise HubError(
                 f'{where}: file {f[:120]!r} has {problem}; name a path inside the repo, e.g. "model.safetensors"'
             )
     return RepoPart(role, repo, revision, tuple(files))
@@ -189,13 +187,13 @@ def load_recipe(name_or_path: str | Path, directory: Path | None = None) -> Reci
     path = recipe_path(name_or_path, directory)
     if not path.is_file():
         known = ", ".join(recipe_names(directory)) or "none"
-        raise GgufExactError(
+        raise HubError(
             f"recipe {name_or_path}: no file {path}; known recipes: {known} (`gguf-exact recipes` lists them)"
         )
     try:
         data = tomllib.loads(path.read_text())
     except tomllib.TOMLDecodeError as err:
-        raise GgufExactError(f"{path}: not valid TOML ({err})") from None
+        raise HubError(f"{path}: not valid TOML ({err})") from None
     return parse_recipe(data, path)
 
 

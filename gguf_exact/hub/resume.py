@@ -25,7 +25,7 @@ from huggingface_hub.file_download import http_get
 from huggingface_hub.utils import WeakFileLock
 from huggingface_hub.utils.tqdm import silent_tqdm
 
-from gguf_exact.errors import GgufExactError
+from gguf_exact.errors import GgufExactError, HubError
 from gguf_exact.formats.gguf_file import sha256_file
 from gguf_exact.hub.messages import hub_error
 from gguf_exact.hub.names import check_sha256
@@ -51,7 +51,7 @@ def fetch_lfs_blob(remote: "RemoteFile", storage: Path, config: HubConfig, progr
         digest = sha256_file(partial)
         if digest != sha:
             partial.unlink(missing_ok=True)
-            raise GgufExactError(
+            raise HubError(
                 f"{remote.repo}/{remote.filename}: downloaded file has sha256 {digest}, expected {sha}; nothing kept: "
                 "run again, and if it repeats, check the pin against the Hub"
             )
@@ -93,7 +93,7 @@ def _transfer(remote: "RemoteFile", partial: Path, config: HubConfig, progress: 
 
 def _kept(err: GgufExactError, partial: Path) -> GgufExactError:
     if partial.exists() and partial.stat().st_size:
-        return GgufExactError(
+        return HubError(
             f"{err}; {partial.stat().st_size:,} bytes are kept in {partial}: the next run resumes from there"
         )
     return err

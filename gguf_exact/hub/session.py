@@ -25,7 +25,7 @@ from huggingface_hub.utils import build_hf_headers
 from huggingface_hub.utils.tqdm import tqdm as hf_tqdm
 
 from gguf_exact import __version__
-from gguf_exact.errors import GgufExactError
+from gguf_exact.errors import HubError
 from gguf_exact.hub.names import COMMIT, SHA256, check_repo_id
 
 LARGE_FILE = 8 << 20  # files from this size on get a progress bar (on a terminal)
@@ -94,7 +94,7 @@ def check_hub_answer(response: httpx2.Response) -> None:
     where = f"{response.request.method} {response.request.url}"
     commit = response.headers.get(constants.HUGGINGFACE_HEADER_X_REPO_COMMIT)
     if commit is not None and not COMMIT.fullmatch(commit):
-        raise GgufExactError(
+        raise HubError(
             f"the answer to {where} names commit {commit[:80]!r} (X-Repo-Commit), not a 40-hex commit id; "
             "nothing written: check HF_ENDPOINT and any proxy between you and the Hub"
         )
@@ -103,7 +103,7 @@ def check_hub_answer(response: httpx2.Response) -> None:
     linked = response.headers.get(constants.HUGGINGFACE_HEADER_X_LINKED_ETAG)
     etag = _etag_value(linked if linked is not None else response.headers.get("ETag"))
     if etag is not None and not (COMMIT.fullmatch(etag) or SHA256.fullmatch(etag)):
-        raise GgufExactError(
+        raise HubError(
             f"the answer to {where} has ETag {etag[:80]!r}, neither a git id nor a sha256; "
             "nothing written: check HF_ENDPOINT and any proxy between you and the Hub"
         )

@@ -22,11 +22,11 @@ from typing import Callable
 import numpy as np
 from gguf import GGMLQuantizationType, GGUFValueType
 
-from gguf_exact.errors import GgufExactError
+from gguf_exact.errors import InputError, Param
 from gguf_exact.formats.checkpoint import Checkpoint
 from gguf_exact.formats.gguf_file import file_type
 from gguf_exact.formats.gguf_layout import TensorEntry, encode_kv
-from gguf_exact.formats.gguf_reader import GgufFile, open_gguf
+from gguf_exact.formats.gguf_reader import GgufFile, opened
 from gguf_exact.formats.kv_judge import NUMERIC, KeyJudgement, judge_keys
 from gguf_exact.formats.vocab import TOKENS_KEY
 from gguf_exact.gemma4 import names as gemma4_names
@@ -43,7 +43,7 @@ NO_DONOR = "repack copies them from the donor; give --donor DONOR.gguf to compar
 
 
 def verify_model(
-    path: str | Path,
+    path: str | Path | GgufFile,
     source_dir: str | Path,
     judge: bool = True,
     progress: Callable[[str], None] | None = None,
@@ -51,11 +51,11 @@ def verify_model(
     off_grid: str | None = None,
     workers: int | None = None,
 ) -> Verification:
-    """Hold the GGUF at ``path`` to what ``repack`` writes from ``source_dir`` (and
+    """Hold the GGUF at ``path`` (or open as a :class:`GgufFile`) to what ``repack`` writes from ``source_dir`` (and
     ``donor`` when given); ``judge=False`` only measures the tensors that have a source."""
     source_dir = Path(source_dir)
     rule = OffGridRule.of(off_grid, keep_allowed=True)
-    with open_gguf(path) as gguf, Checkpoint(source_dir) as ckpt:
+    with opened(path) as gguf, Checkpoint(source_dir) as ckpt:
         config_path = ckpt.folder / "config.json"
         locations = locate(ckpt)
         config = ckpt.config
@@ -70,10 +70,12 @@ def verify_model(
                 return verify_tensors(gguf, jobs, keys, rule, d, "repack", source_dir, progress, workers)
         archs = config.get("architectures")
         if not isinstance(archs, list) or not any(a in gemma4_names.SUPPORTED_ARCHITECTURES for a in archs):
-            raise GgufExactError(
+            raise InputError(
                 f"{config_path}: architectures {archs} is not supported; expected one of "
                 f"{', '.join(gemma4_names.SUPPORTED_ARCHITECTURES)} (a drafter is verified as convert writes it, "
-                "or with --donor as repack writes it)"
+                "or with ",
+                Param("donor"),
+                " as repack writes it)",
             )
         hp = TextHparams.from_hf(_text(config), str(config_path))
         entries = planned_entries(gguf, locations)

@@ -8,7 +8,7 @@ here only its architecture is checked: a re-pack knows the tables of ``gemma4`` 
 
 from pathlib import Path
 
-from gguf_exact.errors import GgufExactError
+from gguf_exact.errors import InputError
 from gguf_exact.formats.gguf_reader import GgufFile, open_gguf
 
 SUPPORTED_ARCHS = ("gemma4", "gemma4-assistant")
@@ -20,7 +20,7 @@ def open_donor(path: str | Path, role: str = "") -> Donor:
     gguf = open_gguf(path, role)
     if gguf.architecture not in SUPPORTED_ARCHS:
         gguf.close()
-        raise GgufExactError(
+        raise InputError(
             f"{gguf.path}: general.architecture is {gguf.architecture or 'missing'}; "
             f"expected one of {', '.join(SUPPORTED_ARCHS)}"
         )

@@ -14,21 +14,23 @@ sha256) and renames into place. On any failure nothing is left at the output.
 import json
 import os
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from gguf import GGMLQuantizationType, GGUFValueType
 
 from gguf_exact.core import bf16, q4_0
+from gguf_exact.core.error_stats import ErrorStats, sum_stats
 from gguf_exact.core.exact import plan_rows
-from gguf_exact.errors import GgufExactError
+from gguf_exact.errors import ArgumentError, NotExactError, Param
 from gguf_exact.formats.checkpoint import Checkpoint
 from gguf_exact.formats.gguf_file import atomic_output, file_type
 from gguf_exact.formats.gguf_layout import TensorEntry, encode_kv, row_bytes
 from gguf_exact.formats.gguf_stream import StreamingGGUF
 from gguf_exact.formats.paths import check_output_file
 from gguf_exact.malloc_tuning import keep_heap_blocks
+from gguf_exact.progress import Progress
+from gguf_exact.repack import report as per_kind
 from gguf_exact.repack.donor import Donor, open_donor
 from gguf_exact.repack.tensor_map import build_map, check_same_model
 from gguf_exact.stream.jobs import TensorJob
@@ -38,7 +40,6 @@ from gguf_exact.stream.writer import DONOR_SAMPLE_EVERY, TensorResult, TensorWri
 
 OFF_GRID_CHOICES = ("keep", "q8_0", "f16", "bf16", "f32")
 Q4_0 = GGMLQuantizationType.Q4_0
-Progress = Callable[[str], None]
 
 
 @dataclass
@@ -56,6 +57,36 @@ class RepackResult:
     file_type: tuple[int | None, int]  # donor's, ours
     seconds: dict[str, float] = field(default_factory=dict)
     report: dict = field(default_factory=dict)
+
+    @property
+    def repacked_tensors(self) -> int:
+        """How many tensors were re-packed as exact Q4_0."""
+        return len(per_kind.repacked(self.tensors))
+
+    @property
+    def copied_tensors(self) -> int:
+        """How many tensors hold the donor's bytes."""
+        return sum(not t.rewritten for t in self.tensors)
+
+    @property
+    def repacked_stats(self) -> ErrorStats | None:
+        """The re-packed tensors against the source (every value)."""
+        return sum_stats(t.ours for t in per_kind.repacked(self.tensors))
+
+    @property
+    def donor_stats(self) -> ErrorStats | None:
+        """The donor's bytes of the same tensors against the source (sampled chunks)."""
+        return sum_stats(t.donor for t in per_kind.repacked(self.tensors))
+
+    @property
+    def kinds(self) -> list[per_kind.KindRow]:
+        """Donor and output side by side, per kind of tensor."""
+        return per_kind.kind_rows(self.tensors)
+
+    @property
+    def off_grid(self) -> list[tuple[str, str]]:
+        """(name, what was done) for each matrix with blocks off the grid."""
+        return [(t.name, t.note) for t in self.tensors if t.note.startswith("off grid")]
 
 
 def output_kv(donor: Donor, tensor_types: list[tuple[TensorEntry, GGMLQuantizationType]]) -> tuple[list[bytes], int]:
@@ -96,9 +127,9 @@ def repack_model(
     ``thread``, or ``process`` for forked workers).
     """
     if off_grid is not None and off_grid not in OFF_GRID_CHOICES:
-        raise GgufExactError(f"--off-grid {off_grid}: expected one of {', '.join(OFF_GRID_CHOICES)}")
+        raise ArgumentError(Param("off_grid"), f" {off_grid}: expected one of {', '.join(OFF_GRID_CHOICES)}")
     if donor_stats not in ("sample", "all"):
-        raise GgufExactError(f"donor_stats {donor_stats}: expected sample or all")
+        raise ArgumentError(f"donor_stats {donor_stats}: expected sample or all")
     out_path, source_dir = check_output_file(out_path), Path(source_dir)
     if report_path is not None:
         check_output_file(report_path, "report")
@@ -107,7 +138,7 @@ def repack_model(
     start = time.perf_counter()
     with open_donor(donor_path) as donor:
         if out_path.resolve() == donor.path.resolve():
-            raise GgufExactError(f"{out_path}: is the donor itself; write the re-packed file elsewhere")
+            raise ArgumentError(f"{out_path}: is the donor itself; write the re-packed file elsewhere")
         with Checkpoint(source_dir) as ckpt:
             check_same_model(
                 donor.path, donor.header.value, donor.architecture, ckpt.config, ckpt.folder / "config.json"
@@ -133,7 +164,7 @@ def repack_model(
             digest = verify_written(tmp, writer.header, writer.placed, results, _replanner(donor, mapping.jobs))
             times["verify"] = time.perf_counter() - start - times["write"]
             if expect_sha256 and digest != expect_sha256.lower():
-                raise GgufExactError(f"{out_path}: sha256 {digest} does not match the expected {expect_sha256.lower()}")
+                raise NotExactError(f"{out_path}: sha256 {digest} does not match the expected {expect_sha256.lower()}")
         donor_ft = donor.header.value("general.file_type")
         result = RepackResult(
             out_path, digest, size, donor.path, donor.size, source_dir, donor.architecture, results,
@@ -141,9 +172,7 @@ def repack_model(
         )  # fmt: skip
     times["total"] = time.perf_counter() - start
     result.seconds = times
-    from gguf_exact.repack.report import build_report
-
-    result.report = build_report(result)
+    result.report = per_kind.build_report(result)
     if report_path:
         with atomic_output(report_path) as tmp:
             tmp.write_text(json.dumps(result.report, indent=2) + "\n")

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from gguf import GGMLQuantizationType
 
-from gguf_exact.errors import GgufExactError
+from gguf_exact.errors import GgufExactError, InputError
 from gguf_exact.formats.gguf_layout import TensorEntry
 from gguf_exact.gemma4 import assistant as gemma4_assistant
 from gguf_exact.gemma4 import names as gemma4_names
@@ -43,7 +43,7 @@ def check_same_model(donor_path: Path, header_value, arch: str, config: dict, co
         gemma4_names.SUPPORTED_ARCHITECTURES if arch == gemma4_names.ARCH else gemma4_assistant.SUPPORTED_ARCHITECTURES
     )
     if not any(a in expected for a in archs):
-        raise GgufExactError(
+        raise InputError(
             f"{config_path}: architectures {archs} do not match the donor's {arch} ({donor_path}); "
             f"expected one of {', '.join(expected)}: donor and source are different models"
         )
@@ -71,7 +71,7 @@ def check_same_model(donor_path: Path, header_value, arch: str, config: dict, co
     for key, want, hf_key in pairs:
         have = header_value(f"{arch}.{key}")
         if have is not None and want is not None and int(have) != int(want):
-            raise GgufExactError(
+            raise InputError(
                 f"{donor_path}: {arch}.{key} is {have} but {config_path} has {hf_key} {want}: donor and source are different models"
             )
 
@@ -125,7 +125,7 @@ def build_map(
                 hit, half = by_gguf[split[0]], split[1]
                 fused = locations[hit[0]].shape
                 if len(fused) != 3 or fused[1] % 2:
-                    raise GgufExactError(
+                    raise InputError(
                         f"{source_dir}: tensor {hit[0]} has shape {list(fused)}, not a fused (experts, 2 x rows, cols) bank"
                     )
                 part = (half * fused[1] // 2, fused[1] // 2, fused[1])
@@ -136,7 +136,7 @@ def build_map(
                 continue
             expected = _expected_hf_name(arch, entry.name, locations)
             if expected is not None:
-                raise GgufExactError(
+                raise InputError(
                     f"{source_dir}: no tensor {expected} for the donor's {entry.name}; "
                     f"is a shard missing, or is the source another model than {donor_path.name}?"
                 )
@@ -149,7 +149,7 @@ def build_map(
         fused = locations[hf_name].shape
         src_shape = (fused[0], part[1], *fused[2:]) if part else fused
         if not _shape_ok(entry.shape, tuple(src_shape), entry.name):
-            raise GgufExactError(
+            raise InputError(
                 f"{donor_path}: tensor {entry.name} has shape {list(entry.shape)} but the source's {hf_name} "
                 f"has {list(src_shape)}: donor and source are different models"
             )

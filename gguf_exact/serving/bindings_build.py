@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import unquote, urlparse
 
-from gguf_exact.errors import GgufExactError
+from gguf_exact.errors import BuildError
 from gguf_exact.serving import build_probe, gpu_toolchains
 from gguf_exact.serving.cpu_features import CpuTarget, host_cpu
 from gguf_exact.serving.llama_build import (
@@ -118,7 +118,7 @@ def _pip_or_fail(args: list[str], what: str, python: str = sys.executable) -> No
     proc = _pip(args, python)
     if proc.returncode != 0:
         tail = (proc.stderr or proc.stdout).strip().splitlines()[-1:] or ["no output"]
-        raise GgufExactError(f"pip {what} failed ({tail[0]})")
+        raise BuildError(f"pip {what} failed ({tail[0]})")
 
 
 def build_bindings(
@@ -159,7 +159,7 @@ def build_bindings(
             _run([*cmd, *config_settings(cmake), str(sdist_path)], logfile, log, "bindings build")
         wheels = sorted((work / "dist").glob(f"{DIST}-*.whl"))
         if len(wheels) != 1:
-            raise GgufExactError(f"bindings build left {len(wheels)} wheels instead of one; full log: {logfile}")
+            raise BuildError(f"bindings build left {len(wheels)} wheels instead of one; full log: {logfile}")
         build_seconds = round(time.monotonic() - t0, 1)
         probe = _probe_wheel(wheels[0], work, backend, cpu, log)
         staged = work / "install"
@@ -187,7 +187,7 @@ def build_bindings(
         shutil.rmtree(work, ignore_errors=True)
     result = find_wheel(backend, cpu)
     if result is None:
-        raise GgufExactError(f"{final}: the bindings wheel did not land; full log: {logfile}")
+        raise BuildError(f"{final}: the bindings wheel did not land; full log: {logfile}")
     return result
 
 
@@ -268,7 +268,7 @@ def install_bindings(wheel: BindingsWheel, log: Log = print) -> InstalledBinding
     _pip_or_fail(["install", "-q", f"{wheel.wheel}[server]"], "install of llama_cpp.server's requirements")
     done = installed_bindings()
     if done is None or done.wheel != wheel.wheel:
-        raise GgufExactError(f"{wheel.wheel}: installed, but this environment's llama-cpp-python is another one")
+        raise BuildError(f"{wheel.wheel}: installed, but this environment's llama-cpp-python is another one")
     return done
 
 

@@ -19,7 +19,7 @@ import tempfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from gguf_exact.errors import GgufExactError
+from gguf_exact.errors import BuildError
 from gguf_exact.serving.cpu_features import OVERRIDE_ENV, X86_FEATURES, CpuTarget
 
 PROMPT_TOKENS = 64
@@ -120,5 +120,5 @@ def failure_message(result: ProbeResult, cpu: CpuTarget, build: str, rebuild: st
 
 def require_ok(result: ProbeResult, cpu: CpuTarget, build: str, rebuild: str) -> ProbeResult:
     if not result.ok:
-        raise GgufExactError(failure_message(result, cpu, build, rebuild))
+        raise BuildError(failure_message(result, cpu, build, rebuild))
     return result

@@ -8,12 +8,12 @@ unchecked), their vocabularies the same, and each file's sha256 equal to the one
 ``checksums/`` when its name is listed there.
 """
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from gguf_exact.errors import GgufExactError
+from gguf_exact.errors import NotExactError, PairError, Param
 from gguf_exact.formats.gguf_file import sha256_file
-from gguf_exact.formats.gguf_reader import open_gguf
+from gguf_exact.formats.gguf_reader import GgufFile, open_gguf
 from gguf_exact.formats.vocab import Tokenizer, tokenizer_of
 from gguf_exact.hub import checksums as pins
 
@@ -24,7 +24,9 @@ CHECKSUM_DIR = pins.CHECKSUMS_DIR
 
 @dataclass(frozen=True)
 class ModelFile:
-    """What serving needs to know about one GGUF (read from its header alone)."""
+    """What serving needs to know about one GGUF, read from its header once; pass it
+    along (:func:`check_pair`, :func:`~gguf_exact.serving.memory_plan.plan_memory`) instead
+    of the path, and the header is not read again."""
 
     path: Path
     architecture: str
@@ -34,6 +36,14 @@ class ModelFile:
     n_tensors: int
     tokenizer: Tokenizer
     sha256: str | None = None  # set when the file is listed in checksums/ (and matched)
+    digest: str | None = field(default=None, repr=False, compare=False)  # its sha256, once computed for any check
+    header: GgufFile | None = field(default=None, repr=False, compare=False)  # parsed header, closed (no fd)
+
+    def geometry(self):
+        """The text stack's :class:`~gguf_exact.serving.memory_plan.Geometry`, from the header read before."""
+        from gguf_exact.serving.memory_plan import Geometry
+
+        return Geometry.from_gguf(self.header)
 
 
 @dataclass(frozen=True)
@@ -42,8 +52,11 @@ class ServePair:
     drafter: ModelFile | None
 
 
-def read_model(path: str | Path, role: str) -> ModelFile:
-    """Architecture, widths, weight bytes and vocabulary of one GGUF (``role``: target/drafter)."""
+def read_model(path: "str | Path | ModelFile", role: str) -> ModelFile:
+    """Architecture, widths, weight bytes and vocabulary of one GGUF (``role``: target/drafter);
+    a :class:`ModelFile` already read is returned as it is."""
+    if isinstance(path, ModelFile):
+        return path
     with open_gguf(path, role) as gguf:
         return ModelFile(
             path=Path(path),
@@ -53,6 +66,7 @@ def read_model(path: str | Path, role: str) -> ModelFile:
             weight_bytes=sum(t.nbytes for t in gguf.tensors),
             n_tensors=len(gguf.tensors),
             tokenizer=tokenizer_of(gguf),
+            header=GgufFile(gguf.path, gguf.header, gguf.size, -1),
         )
 
 
@@ -68,31 +82,32 @@ def listed_checksums(checksum_dir: Path | None = None) -> dict[str, str]:
     return listed
 
 
+def hashed(model: ModelFile) -> ModelFile:
+    """``model`` with its sha256 computed (:attr:`ModelFile.digest`), once."""
+    return model if model.digest else replace(model, digest=sha256_file(model.path))
+
+
 def check_listed_sha256(model: ModelFile, role: str, listed: dict[str, str]) -> ModelFile:
     """Hash the file when its name is listed; stop on a mismatch."""
     expected = listed.get(model.path.name)
     if expected is None:
         return model
-    actual = sha256_file(model.path)
+    actual = model.digest or sha256_file(model.path)  # hashed before: not again
     if actual != expected:
-        raise GgufExactError(
+        raise NotExactError(
             f"{role} {model.path}: sha256 {actual} differs from {expected} listed in checksums/ for "
             f"{model.path.name}; the file is damaged or not the published one, download it again"
         )
-    return ModelFile(**{**model.__dict__, "sha256": actual})
+    return replace(model, sha256=actual, digest=actual)
 
 
-def kv_mismatch(target: Path, drafter: Path) -> str | None:
+def kv_mismatch(target: "str | Path | ModelFile", drafter: "str | Path | ModelFile") -> str | None:
     """Where the drafter would read the target's KV cache with rows of another width, or
     None. llama.cpp gives each ``gemma4-assistant`` sliding layer the target's layer
     ``n_layer - 2`` cache and each full layer ``n_layer - 1``'s (``llama-model.cpp``, the
     ``share`` callback) and views it with the drafter's own K/V widths."""
-    from gguf_exact.serving.memory_plan import Geometry
-
-    with open_gguf(target, "target") as g:
-        tg = Geometry.from_gguf(g)
-    with open_gguf(drafter, "drafter") as g:
-        dg = Geometry.from_gguf(g)
+    tg = read_model(target, "target").geometry()
+    dg = read_model(drafter, "drafter").geometry()
     for il in range(dg.n_layer):
         src = tg.n_layer - (2 if dg.swa[il] else 1)
         kind = "sliding" if dg.swa[il] else "full-attention"
@@ -106,41 +121,44 @@ def kv_mismatch(target: Path, drafter: Path) -> str | None:
 
 
 def check_pair(
-    target: str | Path, drafter: str | Path | None = None, checksums: dict[str, str] | None = None
+    target: "str | Path | ModelFile",
+    drafter: "str | Path | ModelFile | None" = None,
+    checksums: dict[str, str] | None = None,
 ) -> ServePair:
-    """Read and check a target (and drafter) for draft-mtp serving; see the module doc."""
+    """Read and check a target (and drafter) for draft-mtp serving; see the module doc.
+    Files given as :class:`ModelFile` are not read again, nor hashed again once hashed."""
     listed = listed_checksums() if checksums is None else checksums
     t = read_model(target, "target")
     if t.architecture != TARGET_ARCH:
-        hint = " (that is a drafter: pass it as --draft)" if t.architecture == DRAFTER_ARCH else ""
-        raise GgufExactError(
-            f"target {t.path}: general.architecture is {t.architecture!r}, expected {TARGET_ARCH!r}{hint}"
-        )
+        hint = (" (that is a drafter: pass it as ", Param("draft"), ")") if t.architecture == DRAFTER_ARCH else ()
+        raise PairError(f"target {t.path}: general.architecture is {t.architecture!r}, expected {TARGET_ARCH!r}", *hint)
     t = check_listed_sha256(t, "target", listed)
     if drafter is None:
         return ServePair(t, None)
     d = read_model(drafter, "drafter")
     if d.architecture != DRAFTER_ARCH:
         hint = (
-            "; that is a target model, --draft takes its MTP assistant (gguf-exact convert makes one)"
+            ("; that is a target model, ", Param("draft"), " takes its MTP assistant (gguf-exact convert makes one)")
             if d.architecture == TARGET_ARCH
-            else ""
+            else ()
         )
-        raise GgufExactError(
-            f"drafter {d.path}: general.architecture is {d.architecture!r}, expected {DRAFTER_ARCH!r}{hint}"
+        raise PairError(
+            f"drafter {d.path}: general.architecture is {d.architecture!r}, expected {DRAFTER_ARCH!r}", *hint
         )
     if d.embedding_length_out != t.embedding_length:
-        raise GgufExactError(
+        raise PairError(
             f"drafter {d.path}: {DRAFTER_ARCH}.embedding_length_out is {d.embedding_length_out} but the target's "
             f"{TARGET_ARCH}.embedding_length is {t.embedding_length} ({t.path}); use the assistant made for this target size"
         )
-    mismatch = kv_mismatch(t.path, d.path)
+    mismatch = kv_mismatch(t, d)
     if mismatch is not None:
-        raise GgufExactError(f"drafter {d.path}: {mismatch} ({t.path}); use the assistant made for this target size")
+        raise PairError(f"drafter {d.path}: {mismatch} ({t.path}); use the assistant made for this target size")
     which = t.tokenizer.first_difference(d.tokenizer)
     if which is not None:
-        raise GgufExactError(
-            f"drafter {d.path}: vocabulary differs from the target's ({which}); convert it again with --vocab-from {t.path}"
+        raise PairError(
+            f"drafter {d.path}: vocabulary differs from the target's ({which}); convert it again with ",
+            Param("vocab_from"),
+            f" {t.path}",
         )
     d = check_listed_sha256(d, "drafter", listed)
     return ServePair(t, d)

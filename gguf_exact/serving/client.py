@@ -21,7 +21,7 @@ import time
 import urllib.error
 import urllib.request
 
-from gguf_exact.errors import GgufExactError
+from gguf_exact.errors import Param, ServerError
 from gguf_exact.speculative.generation import Generation
 
 
@@ -32,11 +32,11 @@ def post_json(url: str, body: dict, timeout: float = 600.0) -> dict:
         with urllib.request.urlopen(req, timeout=timeout) as r:
             return json.loads(r.read())
     except urllib.error.HTTPError as e:
-        raise GgufExactError(f"{url}: HTTP {e.code}: {e.read()[:200].decode('utf-8', 'replace')}") from None
+        raise ServerError(f"{url}: HTTP {e.code}: {e.read()[:200].decode('utf-8', 'replace')}") from None
     except (urllib.error.URLError, OSError) as e:
-        raise GgufExactError(f"{url}: no answer ({e}); is llama-server running there?") from None
+        raise ServerError(f"{url}: no answer ({e}); is llama-server running there?") from None
     except ValueError:
-        raise GgufExactError(f"{url}: the answer is not JSON") from None
+        raise ServerError(f"{url}: the answer is not JSON") from None
 
 
 def server_generate(url: str, prompt: str, n_predict: int) -> Generation:
@@ -46,7 +46,7 @@ def server_generate(url: str, prompt: str, n_predict: int) -> Generation:
     res = post_json(url.rstrip("/") + "/completion", body)
     timings = res.get("timings")
     if not isinstance(timings, dict) or "predicted_n" not in timings:
-        raise GgufExactError(f"{url}: the answer has no timings.predicted_n; is this llama-server?")
+        raise ServerError(f"{url}: the answer has no timings.predicted_n; is this llama-server?")
     n = int(timings["predicted_n"])
     accepted = int(timings.get("draft_n_accepted", 0))
     gen = Generation(tokens=[int(t) for t in res.get("tokens", [])], n_prompt=int(timings.get("prompt_n", 0)), n_max=-1)
@@ -78,12 +78,13 @@ def get_metrics(url: str, api_key: str | None = None) -> dict[str, float]:
             return parse_metrics(r.read().decode("utf-8", "replace"))
     except urllib.error.HTTPError as e:
         if e.code == 401:
-            raise GgufExactError(
-                f"{url}/metrics: HTTP 401: the server wants its API key; set GGUF_EXACT_API_KEY (or --api-key)"
+            raise ServerError(
+                f"{url}/metrics: HTTP 401: the server wants its API key; set GGUF_EXACT_API_KEY",
+                Param("api_key", aside=" (or {})"),
             ) from None
-        raise GgufExactError(f"{url}/metrics: HTTP {e.code}; start the server with metrics on") from None
+        raise ServerError(f"{url}/metrics: HTTP {e.code}; start the server with metrics on") from None
     except (urllib.error.URLError, OSError) as e:
-        raise GgufExactError(f"{url}/metrics: no answer ({e}); start the server with metrics on") from None
+        raise ServerError(f"{url}/metrics: no answer ({e}); start the server with metrics on") from None
 
 
 def _delta(after: dict[str, float], before: dict[str, float], name: str) -> float:
@@ -123,7 +124,7 @@ def openai_generate(
     after = get_metrics(base)
     choices = res.get("choices")
     if not isinstance(choices, list) or not choices:
-        raise GgufExactError(f"{url}: the answer has no choices; is this an OpenAI-compatible server?")
+        raise ServerError(f"{url}: the answer has no choices; is this an OpenAI-compatible server?")
     d = lambda name: _delta(after, before, "llamacpp:" + name)  # noqa: E731
     n = int(d("tokens_predicted_total"))
     gen = Generation(tokens=[-1] * n, n_prompt=int((res.get("usage") or {}).get("prompt_tokens", 0)), n_max=-1)

@@ -25,7 +25,7 @@ import platform
 from dataclasses import dataclass
 from pathlib import Path
 
-from gguf_exact.errors import GgufExactError
+from gguf_exact.errors import BuildError
 
 OVERRIDE_ENV = "GGUF_EXACT_CPU_FEATURES"
 
@@ -111,11 +111,11 @@ def parse_override(text: str, arch: str) -> CpuTarget:
     known = [name for name, _ in X86_FEATURES]
     unknown = [w for w in words if w not in known]
     if unknown:
-        raise GgufExactError(
+        raise BuildError(
             f"{OVERRIDE_ENV}={text!r}: unknown feature {unknown[0]!r}; use 'native' or a comma list of {', '.join(known)}"
         )
     if any(w in _NEEDS_AVX512 for w in words) and "avx512" not in words:
-        raise GgufExactError(f"{OVERRIDE_ENV}={text!r}: avx512_vbmi, avx512_vnni and avx512_bf16 need avx512")
+        raise BuildError(f"{OVERRIDE_ENV}={text!r}: avx512_vbmi, avx512_vnni and avx512_bf16 need avx512")
     return CpuTarget(arch, tuple(n for n in known if n in words), source=OVERRIDE_ENV)
 
 

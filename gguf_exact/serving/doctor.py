@@ -181,7 +181,9 @@ def vulkan() -> Finding:
             "Vulkan build tools", f"glslc: {tools.glslc}, headers {tools.header_version} ({tools.include_dir})", True
         )
     except GgufExactError as e:
-        return Finding("Vulkan build tools", str(e).removeprefix("--vulkan: "), False)
+        return Finding(
+            "Vulkan build tools", e.render(lambda p: "").removeprefix(": "), False
+        )  # the problem, not the flag
 
 
 def gpus() -> Finding:

@@ -21,16 +21,15 @@ target alone with ``--no-draft``.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
-from gguf_exact.errors import GgufExactError
+from gguf_exact.errors import ArgumentError, GgufExactError, InputError, PairError, Param
 from gguf_exact.formats.gguf_file import sha256_file
-from gguf_exact.formats.gguf_reader import open_gguf
 from gguf_exact.gemma4.hparams import TextHparams
 from gguf_exact.gemma4.sizes import SIZES
 from gguf_exact.hub.recipes import RECIPES_ENV  # a recipes folder searched first (tests: a loopback Hub's)
-from gguf_exact.serving.checks import DRAFTER_ARCH, check_pair
+from gguf_exact.serving.checks import DRAFTER_ARCH, ModelFile, ServePair, check_pair, read_model
 from gguf_exact.serving.memory_plan import Geometry
 
 AUTO = "auto"
@@ -103,6 +102,8 @@ class DrafterFound:
     how: str  # one phrase: where it was found, or why there is none
     size: SizeMatch | None = None
     would_fetch: Path | None = None  # a dry run: where fetching would place it (nothing downloaded)
+    given: bool = False  # the caller named the file: nothing was looked for
+    pair: ServePair | None = None  # the target and drafter as read and checked by the search (read once)
 
 
 def _published_path(recipe, models_dir: Path) -> tuple[Path, str | None]:
@@ -116,18 +117,18 @@ def _published_path(recipe, models_dir: Path) -> tuple[Path, str | None]:
     return Path(models_dir) / part.repo / name, sha
 
 
-def _fits(target: Path, candidate: Path) -> str | None:
-    """None when ``candidate`` serves beside ``target``, else why not (one phrase)."""
+def _pair(target: ModelFile, candidate: "ModelFile | Path") -> "ServePair | GgufExactError":
+    """The checked pair when ``candidate`` serves beside ``target``, else why not."""
     try:
-        check_pair(target, candidate)
+        return check_pair(target, candidate)
     except GgufExactError as e:
-        return str(e)
-    return None
+        return e
 
 
-def _local_candidates(target: Path, models_dir: Path, width: int) -> list[Path]:
-    """``gemma4-assistant`` GGUFs of the target's width under ``models_dir`` and beside the target."""
-    found: list[Path] = []
+def _local_candidates(target: Path, models_dir: Path, width: int) -> list[ModelFile]:
+    """``gemma4-assistant`` GGUFs of the target's width under ``models_dir`` and beside the
+    target, each header read once."""
+    found: list[ModelFile] = []
     places = sorted(Path(models_dir).rglob("*.gguf")) if Path(models_dir).is_dir() else []
     places += sorted(target.parent.glob("*.gguf"))
     seen = set()
@@ -137,16 +138,16 @@ def _local_candidates(target: Path, models_dir: Path, width: int) -> list[Path]:
             continue
         seen.add(key)
         try:
-            with open_gguf(p) as g:
-                if g.architecture == DRAFTER_ARCH and g.arch_value("embedding_length_out") == width:
-                    found.append(p)
+            m = read_model(p, "drafter")
         except GgufExactError:
             continue  # not a GGUF we can read: not a candidate
+        if m.architecture == DRAFTER_ARCH and m.embedding_length_out == width:
+            found.append(m)
     return found
 
 
 def find_drafter(
-    target: str | Path,
+    target: "str | Path | ModelFile",
     models_dir: str | Path = "models",
     fetch: bool = False,
     recipes_dir: str | Path | None = None,
@@ -156,57 +157,81 @@ def find_drafter(
 ) -> DrafterFound:
     """The drafter for ``target`` (see the module doc); raises one line when there is none.
     ``dry_run``: where ``fetch`` would download it, say so and download nothing
-    (:attr:`DrafterFound.would_fetch`)."""
-    target = Path(target)
+    (:attr:`DrafterFound.would_fetch`). Each header is read once and each file hashed at
+    most once; the pair found comes back checked (:attr:`DrafterFound.pair`)."""
     models_dir = Path(models_dir)
-    check_pair(target)  # a target at all: one line for a drafter or other file passed as --model
-    with open_gguf(target, "target") as g:
-        geom = Geometry.from_gguf(g)
+    t = check_pair(target).target  # a target at all: one line for a drafter or other file passed as --model
+    target = t.path
+    geom = t.geometry()
     size = identify_size(geom)
     recipes = drafter_recipes(size.name, Path(recipes_dir) if recipes_dir else None)
     for r in recipes:
         path, sha = _published_path(r, models_dir)
         if path.is_file():
-            if sha is not None and sha256_file(path) != sha:
+            digest = sha256_file(path) if sha is not None else None
+            if sha is not None and digest != sha:
                 continue  # not the pinned file: `fetch` replaces it
-            why = _fits(target, path)
-            if why is None:
+            try:
+                candidate = replace(read_model(path, "drafter"), digest=digest)
+            except GgufExactError:
+                continue
+            pair = _pair(t, candidate)
+            if isinstance(pair, ServePair):
                 pinned = ", sha256 as pinned" if sha else ""
-                return DrafterFound(path, f"recipe {r.name}'s exact drafter in {models_dir}/{pinned}", size)
-    for path in _local_candidates(target, models_dir, geom.n_embd):
-        if _fits(target, path) is None:
-            return DrafterFound(path, f"a gemma4-assistant GGUF for this target, found in {path.parent}/", size)
+                return DrafterFound(path, f"recipe {r.name}'s exact drafter in {models_dir}/{pinned}", size, pair=pair)
+    for candidate in _local_candidates(target, models_dir, geom.n_embd):
+        pair = _pair(t, candidate)
+        if isinstance(pair, ServePair):
+            where = candidate.path.parent
+            return DrafterFound(
+                candidate.path, f"a gemma4-assistant GGUF for this target, found in {where}/", size, pair=pair
+            )
     if fetch and recipes and dry_run:
         r = recipes[0]
         path, _ = _published_path(r, models_dir)
         how = f"recipe {r.name}: would be fetched to {path} (pinned, sha256 checked); a dry run downloads nothing"
-        return DrafterFound(None, how, size, would_fetch=path)
+        return DrafterFound(None, how, size, would_fetch=path, pair=ServePair(t, None))
     if fetch and recipes:
         from gguf_exact.hub.fetch import fetch_recipe
 
         for r in recipes:
             got = fetch_recipe(r, "exact", models_dir, config, progress)
             path = got[0].path
-            why = _fits(target, path)
-            if why is not None:
-                raise GgufExactError(f"recipe {r.name}: fetched {path}, but it does not serve beside {target}: {why}")
-            return DrafterFound(path, f"recipe {r.name}: {got[0].how}, sha256 as pinned", size)
-    raise GgufExactError(no_drafter_message(target, size, recipes, models_dir, fetch))
+            try:
+                fetched: ModelFile | Path = replace(read_model(path, "drafter"), digest=got[0].file.sha256)
+            except GgufExactError:
+                fetched = path  # check_pair names what is wrong with it
+            pair = _pair(t, fetched)
+            if not isinstance(pair, ServePair):
+                raise PairError(
+                    f"recipe {r.name}: fetched {path}, but it does not serve beside {target}: ", *pair.parts
+                )
+            return DrafterFound(path, f"recipe {r.name}: {got[0].how}, sha256 as pinned", size, pair=pair)
+    raise InputError(*no_drafter_message(target, size, recipes, models_dir, fetch))
 
 
-def no_drafter_message(target: Path, size: SizeMatch, recipes: list, models_dir: Path, fetched: bool) -> str:
-    """The one line said when no drafter is found: why, and the ways on."""
+def no_drafter_message(target: Path, size: SizeMatch, recipes: list, models_dir: Path, fetched: bool) -> tuple:
+    """The one line said when no drafter is found, why and the ways on, as
+    :class:`~gguf_exact.errors.GgufExactError` parts."""
     where = f"no MTP drafter for {target} ({size.label}) in {models_dir}/ or beside it"
-    alone = "or serve the target alone with --no-draft"
+    draft = ("pass ", Param("draft"), " FILE")
+    alone = (", or serve the target alone with ", Param("no_draft", api="no_draft=True"))
     if recipes:
         names = ", ".join(r.name for r in recipes)
         return (
-            f"{where}; fetch it with --fetch-draft (recipe {names}, pinned and hash-checked) or "
-            f"`gguf-exact fetch {recipes[0].name}`, pass --draft FILE, {alone}"
+            f"{where}; fetch it with ",
+            Param("fetch", api="fetch=True"),
+            f" (recipe {names}, pinned and hash-checked) or `gguf-exact fetch {recipes[0].name}`, ",
+            *draft,
+            *alone,
         )
     if size.name is not None:
-        return f"{where}; no recipe in convert/ makes one for {size.name}: convert one with `gguf-exact convert` and pass --draft FILE, {alone}"
-    return f"{where}; no recipe can fetch one for it: pass --draft FILE, {alone}"
+        return (
+            f"{where}; no recipe in convert/ makes one for {size.name}: convert one with `gguf-exact convert` and ",
+            *draft,
+            *alone,
+        )
+    return (f"{where}; no recipe can fetch one for it: ", *draft, *alone)
 
 
 def resolve_drafter(
@@ -224,12 +249,17 @@ def resolve_drafter(
     serves the target alone."""
     if no_draft:
         if draft is not None and str(draft) != AUTO:
-            raise GgufExactError("give --draft FILE or --no-draft, not both")
+            raise ArgumentError("give ", Param("draft"), " FILE or ", Param("no_draft"), ", not both")
         return DrafterFound(None, "--no-draft: the target alone")
     if draft is not None and str(draft) != AUTO:
         if fetch:
-            raise GgufExactError("--fetch-draft looks for the drafter itself: give it without --draft FILE")
-        return DrafterFound(Path(draft), "--draft")
+            raise ArgumentError(
+                Param("fetch", api="fetch=True"),
+                " looks for the drafter itself: give it without ",
+                Param("draft"),
+                " FILE",
+            )
+        return DrafterFound(Path(draft), "given as a file", given=True)
     if draft is None and not default_auto and not fetch:
         return DrafterFound(None, "no --draft: the target alone")
     return find_drafter(target, models_dir, fetch, config=config, dry_run=dry_run)

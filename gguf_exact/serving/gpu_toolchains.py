@@ -29,7 +29,7 @@ import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from gguf_exact.errors import GgufExactError
+from gguf_exact.errors import BuildError, Param
 from gguf_exact.formats.gguf_file import sha256_file
 from gguf_exact.hub import checksums
 
@@ -227,13 +227,19 @@ def require_cuda_toolkit(arch: str) -> CudaToolkit:
     """The toolkit on PATH, checked to compile for ``sm_<arch>``; else one clear error."""
     toolkit = find_cuda_toolkit()
     if toolkit is None:
-        raise GgufExactError(
-            f"--cuda {arch}: nvcc not found on PATH; install a CUDA toolkit (NVIDIA's, Debian's nvidia-cuda-toolkit, or pip's nvidia-cuda-nvcc) and put its bin/ on PATH, or build for the CPU (no --cuda) or Vulkan (--vulkan)"
+        raise BuildError(
+            Param("cuda"),
+            f" {arch}: nvcc not found on PATH; install a CUDA toolkit (NVIDIA's, Debian's nvidia-cuda-toolkit, or pip's nvidia-cuda-nvcc) and put its bin/ on PATH, or build for the CPU (no ",
+            Param("cuda"),
+            ") or Vulkan (",
+            Param("vulkan"),
+            ")",
         )
     if toolkit.archs and arch not in toolkit.archs:
         card = " (GTX 1650 Ti and other Turing cards: CUDA 10.0 to 13.x)" if arch == "75" else ""
-        raise GgufExactError(
-            f"--cuda {arch}: CUDA {toolkit.version} at {toolkit.root} cannot compile for sm_{arch} (`nvcc --list-gpu-arch` lists {', '.join(toolkit.archs)}); use a toolkit that lists compute_{arch}{card}"
+        raise BuildError(
+            Param("cuda"),
+            f" {arch}: CUDA {toolkit.version} at {toolkit.root} cannot compile for sm_{arch} (`nvcc --list-gpu-arch` lists {', '.join(toolkit.archs)}); use a toolkit that lists compute_{arch}{card}",
         )
     return toolkit
 
@@ -272,7 +278,7 @@ def wheel_cublas(toolkit: CudaToolkit, cache: Path, log=print, checksum_file: Pa
     pins = parse_wheel_pins(checksums.read(checksum_file).entries) if checksum_file.is_file() else []
     pin = wheel_pin_for(pins, toolkit.major, platform.machine())
     if pin is None:
-        raise GgufExactError(
+        raise BuildError(
             f"{checksum_file.name}: no cuBLAS wheel pinned for CUDA {toolkit.major} on {platform.machine()}, and CUDA {toolkit.version} at {toolkit.root} has no cuBLAS; install cuBLAS with the toolkit or add the wheel's sha256 there"
         )
     dest = cache / f"{pin.package}-{pin.version}"
@@ -282,9 +288,7 @@ def wheel_cublas(toolkit: CudaToolkit, cache: Path, log=print, checksum_file: Pa
     lib_dirs = sorted(dest.glob("nvidia/*/lib"))
     cublas = find_cublas([d.parent / "include" for d in lib_dirs], lib_dirs, "wheel", f"{pin.package}=={pin.version}")
     if cublas is None:
-        raise GgufExactError(
-            f"{dest}: no nvidia/*/lib/libcublas.so.* with include/cublas_v2.h; delete it and run again"
-        )
+        raise BuildError(f"{dest}: no nvidia/*/lib/libcublas.so.* with include/cublas_v2.h; delete it and run again")
     return cublas
 
 
@@ -297,7 +301,7 @@ def _fetch_wheel(pin: WheelPin, dest: Path, log) -> None:
         wheel = Path(tmp) / pin.filename
         if not wheel.is_file():
             tail = (proc.stderr or proc.stdout).strip().splitlines()[-1:] or ["no output"]
-            raise GgufExactError(
+            raise BuildError(
                 f"pip download {pin.package}=={pin.version} did not give {pin.filename} ({tail[0]}); check access to the package registry"
             )
         unpack_wheel(wheel, pin, dest)
@@ -308,7 +312,7 @@ def unpack_wheel(wheel: Path, pin: WheelPin, dest: Path) -> Path:
     ``dest`` (staged beside it, renamed into place) with a ``.sha256`` marker; delete the wheel."""
     digest = sha256_file(wheel)
     if digest != pin.sha256:
-        raise GgufExactError(f"{wheel}: sha256 {digest} differs from {pin.sha256} pinned in {CUBLAS_CHECKSUMS.name}")
+        raise BuildError(f"{wheel}: sha256 {digest} differs from {pin.sha256} pinned in {CUBLAS_CHECKSUMS.name}")
     dest.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix=".unpack-", dir=dest.parent) as tmp:
         staged = Path(tmp) / "unpacked"
@@ -341,7 +345,7 @@ def generate_driver_stub(toolkit: CudaToolkit, dest: Path, min_symbols: int = 10
     header = next((d for d in toolkit.include_dirs() if (d / "cuda.h").is_file()), None)
     cc = shutil.which("cc") or shutil.which("gcc")
     if header is None or cc is None:
-        raise GgufExactError(
+        raise BuildError(
             f"no libcuda.so to link against (no NVIDIA driver, no {toolkit.root}/lib64/stubs) and no {'cuda.h' if header is None else 'C compiler'} to make a stub from; install the NVIDIA driver or a full CUDA toolkit"
         )
     pre = subprocess.run(
@@ -349,7 +353,7 @@ def generate_driver_stub(toolkit: CudaToolkit, dest: Path, min_symbols: int = 10
     )
     symbols = driver_symbols(pre.stdout) if pre.returncode == 0 else []
     if len(symbols) < min_symbols:  # CUDA 12/13's cuda.h declares 400+; far fewer means it was not read
-        raise GgufExactError(f"{header / 'cuda.h'}: found {len(symbols)} driver functions; cannot make a libcuda stub")
+        raise BuildError(f"{header / 'cuda.h'}: found {len(symbols)} driver functions; cannot make a libcuda stub")
     dest.mkdir(parents=True, exist_ok=True)
     (dest / "libcuda.c").write_text(stub_source(symbols))
     out = dest / "libcuda.so"
@@ -359,9 +363,7 @@ def generate_driver_stub(toolkit: CudaToolkit, dest: Path, min_symbols: int = 10
         text=True,
     )
     if proc.returncode != 0:
-        raise GgufExactError(
-            f"{dest / 'libcuda.c'}: the libcuda link stub did not compile ({proc.stderr.strip()[:200]})"
-        )
+        raise BuildError(f"{dest / 'libcuda.c'}: the libcuda link stub did not compile ({proc.stderr.strip()[:200]})")
     return out
 
 
@@ -410,14 +412,16 @@ def require_vulkan_tools() -> VulkanTools:
     include = next((d for d in include_dirs if (d / "vulkan" / "vulkan_core.h").is_file()), None)
     if glslc is None or include is None:
         missing = "glslc" if glslc is None else "the Vulkan headers (vulkan/vulkan_core.h)"
-        raise GgufExactError(
-            f"--vulkan: {missing} not found; install them (Debian: apt-get install libvulkan-dev glslc spirv-headers) or the LunarG Vulkan SDK (set VULKAN_SDK)"
+        raise BuildError(
+            Param("vulkan"),
+            f": {missing} not found; install them (Debian: apt-get install libvulkan-dev glslc spirv-headers) or the LunarG Vulkan SDK (set VULKAN_SDK)",
         )
     text = (include / "vulkan" / "vulkan_core.h").read_text(errors="replace")
     version = parse_vulkan_header_version(text) or "unknown"
     if VULKAN_NEEDS not in text:
-        raise GgufExactError(
-            f"--vulkan: the Vulkan headers in {include} are version {version}, without {VULKAN_NEEDS}, which the pinned llama.cpp's Vulkan backend uses; install newer ones (Debian 13's libvulkan-dev 1.4.309 has it, or the LunarG Vulkan SDK) and set VULKAN_SDK to the folder above their include/"
+        raise BuildError(
+            Param("vulkan"),
+            f": the Vulkan headers in {include} are version {version}, without {VULKAN_NEEDS}, which the pinned llama.cpp's Vulkan backend uses; install newer ones (Debian 13's libvulkan-dev 1.4.309 has it, or the LunarG Vulkan SDK) and set VULKAN_SDK to the folder above their include/",
         )
     glslc_version = ((_output([glslc, "--version"]) or "").strip().splitlines() or ["version unknown"])[0]
     return VulkanTools(Path(glslc), glslc_version, include, version)

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterator
 
-from gguf_exact.errors import GgufExactError
+from gguf_exact.errors import ArgumentError, BuildError, GgufExactError, Param
 from gguf_exact.formats.gguf_file import sha256_file
 from gguf_exact.hub import checksums
 from gguf_exact.serving import build_probe, gpu_toolchains
@@ -106,10 +106,10 @@ def backend_name(cuda: str | None, vulkan: bool = False) -> str:
     if cuda is None or cuda == "":
         return "vulkan" if vulkan else "cpu"
     if vulkan:
-        raise GgufExactError(f"--cuda {cuda} and --vulkan: choose one backend per build")
+        raise ArgumentError(Param("cuda"), f" {cuda} and ", Param("vulkan"), ": choose one backend per build")
     if not re.fullmatch(r"[0-9]{2,3}", str(cuda)):
-        raise GgufExactError(
-            f"--cuda {cuda}: expected a CUDA architecture number such as 75 (GTX 1650 Ti) or 86 (RTX 3050)"
+        raise ArgumentError(
+            Param("cuda"), f" {cuda}: expected a CUDA architecture number such as 75 (GTX 1650 Ti) or 86 (RTX 3050)"
         )
     return f"cuda{cuda}"
 
@@ -142,7 +142,7 @@ def find_build(backend: str = "cpu", commit: str = COMMIT, cpu: CpuTarget | None
 def pinned_sdist(checksum_file: Path = CHECKSUM_FILE) -> PinnedSdist:
     """The sdist's version and sha256 from ``checksums/llama-cpp-python.sha256``."""
     if not checksum_file.is_file():
-        raise GgufExactError(
+        raise BuildError(
             f"{checksum_file}: missing; it pins the llama-cpp-python sdist (sha256 and file name) that llama.cpp is built from"
         )
     if checksum_file.name == checksums.LLAMA_CPP_PYTHON:
@@ -157,7 +157,7 @@ def pinned_sdist(checksum_file: Path = CHECKSUM_FILE) -> PinnedSdist:
             None,
         )
     if found is None:
-        raise GgufExactError(
+        raise BuildError(
             f"{checksum_file}: no line '<sha256>  llama_cpp_python-<version>.tar.gz'; add the sdist's sha256 there"
         )
     version, sha, filename = found
@@ -186,18 +186,20 @@ def fetch_sdist(pin: PinnedSdist, dest: Path | None = None, log: Log = print) ->
         proc = subprocess.run(cmd, capture_output=True, text=True)
         if not path.is_file():
             tail = (proc.stderr or proc.stdout).strip().splitlines()[-1:] or ["no output"]
-            raise GgufExactError(
-                f"pip download {PACKAGE}=={pin.version} failed ({tail[0]}); check access to the package registry or pass --sdist PATH"
+            raise BuildError(
+                f"pip download {PACKAGE}=={pin.version} failed ({tail[0]}); check access to the package registry or pass ",
+                Param("sdist"),
+                " PATH",
             )
     return verify_sdist(path, pin)
 
 
 def verify_sdist(path: Path, pin: PinnedSdist) -> Path:
     if not path.is_file():
-        raise GgufExactError(f"{path}: sdist not found")
+        raise BuildError(f"{path}: sdist not found")
     digest = sha256_file(path)
     if digest != pin.sha256:
-        raise GgufExactError(
+        raise BuildError(
             f"{path}: sha256 {digest} differs from {pin.sha256} pinned in {CHECKSUM_FILE.name}; delete the file and fetch it again"
         )
     return path
@@ -325,11 +327,11 @@ def _run(cmd: list[str], logfile: Path, log: Log, what: str, every: float = 60.0
         text = logfile.read_text(errors="replace")
         for needle, advice in KNOWN_FAILURES:
             if needle in text:
-                raise GgufExactError(f"llama.cpp {what} failed: {advice}; full log: {logfile}")
+                raise BuildError(f"llama.cpp {what} failed: {advice}; full log: {logfile}")
         lines = text.splitlines()
         errors = [ln for ln in lines if "error" in ln.lower() and not ln.startswith("$ ")]
         hint = (errors or lines or ["no output"])[0 if errors else -1].strip()[:200]
-        raise GgufExactError(f"llama.cpp {what} failed ({hint}); full log: {logfile}")
+        raise BuildError(f"llama.cpp {what} failed ({hint}); full log: {logfile}")
 
 
 def _stop_group(proc: subprocess.Popen) -> None:
@@ -371,13 +373,13 @@ def extract_data(tar: tarfile.TarFile, dest: Path, members: list[tarfile.TarInfo
         try:
             tar.extractall(dest, members=members, filter="data")
         except tarfile.FilterError as err:
-            raise GgufExactError(f"{tar.name}: {err}") from None
+            raise BuildError(f"{tar.name}: {err}") from None
         return
     root = dest.resolve()
     for m in members:
         target = (root / m.name).resolve()
         if not (m.isfile() or m.isdir()) or Path(m.name).is_absolute() or not target.is_relative_to(root):
-            raise GgufExactError(f"{tar.name}: member {m.name!r} is not a plain file inside the archive's folder")
+            raise BuildError(f"{tar.name}: member {m.name!r} is not a plain file inside the archive's folder")
     tar.extractall(dest, members=members)
 
 
@@ -386,11 +388,11 @@ def _extract_llama_cpp(sdist: Path, dest: Path) -> Path:
     with tarfile.open(sdist) as tar:
         members = [m for m in tar.getmembers() if "/vendor/llama.cpp/" in m.name + "/"]
         if not members:
-            raise GgufExactError(f"{sdist}: no vendor/llama.cpp inside; is it the llama-cpp-python sdist?")
+            raise BuildError(f"{sdist}: no vendor/llama.cpp inside; is it the llama-cpp-python sdist?")
         extract_data(tar, dest, members)
     found = sorted(dest.glob("*/vendor/llama.cpp"))
     if not found or not (found[0] / "CMakeLists.txt").is_file():
-        raise GgufExactError(f"{sdist}: vendor/llama.cpp has no CMakeLists.txt")
+        raise BuildError(f"{sdist}: vendor/llama.cpp has no CMakeLists.txt")
     return found[0]
 
 
@@ -402,12 +404,10 @@ def prepare_sources(backend: str, sdist: Path | None, log: Log) -> tuple[PinnedS
     vulkan_tools = gpu_toolchains.require_vulkan_tools() if backend == "vulkan" else None
     for tool in ("cmake", "c++"):
         if not shutil.which(tool):
-            raise GgufExactError(
-                f"{tool} not found on PATH; install it (Debian: apt-get install cmake build-essential)"
-            )
+            raise BuildError(f"{tool} not found on PATH; install it (Debian: apt-get install cmake build-essential)")
     pin = pinned_sdist()
     if VENDORED_COMMITS.get(pin.version) != COMMIT:
-        raise GgufExactError(
+        raise BuildError(
             f"{CHECKSUM_FILE}: pins llama-cpp-python {pin.version}, but llama_build.COMMIT is {COMMIT} (0.3.36); add the new version's llama.cpp commit to VENDORED_COMMITS"
         )
     return pin, verify_sdist(Path(sdist), pin) if sdist else fetch_sdist(pin, log=log), vulkan_tools
@@ -467,12 +467,12 @@ def build_llama_cpp(
         for target in TARGETS:
             built = next((p for p in (build / "bin" / target, build / target) if p.is_file()), None)
             if built is None:
-                raise GgufExactError(f"llama.cpp build finished without {target}; full log: {logfile}")
+                raise BuildError(f"llama.cpp build finished without {target}; full log: {logfile}")
             shutil.copy2(built, staged / "bin" / target)
         server = staged / "bin" / "llama-server"
         missing = unresolved_libraries(server)
         if set(missing) - {"libcuda.so.1"}:  # libcuda.so.1 is the NVIDIA driver's: absent on a machine without one
-            raise GgufExactError(
+            raise BuildError(
                 f"llama.cpp build: {server.name} needs {', '.join(missing)}, which the loader cannot find; full log: {logfile}"
             )
         build_seconds = round(time.monotonic() - t0, 1)
@@ -513,7 +513,7 @@ def build_llama_cpp(
         shutil.rmtree(work, ignore_errors=True)
     result = find_build(backend, cpu=cpu)
     if result is None:
-        raise GgufExactError(f"{final}: build did not install every target; full log: {logfile}")
+        raise BuildError(f"{final}: build did not install every target; full log: {logfile}")
     return result
 
 
@@ -531,7 +531,7 @@ def server_version(binary: Path) -> str:
     try:
         proc = subprocess.run([str(binary), "--version"], capture_output=True, text=True, timeout=60)
     except OSError as e:
-        raise GgufExactError(f"{binary}: cannot run ({e.strerror}); rebuild with `gguf-exact build-llama`") from None
+        raise BuildError(f"{binary}: cannot run ({e.strerror}); rebuild with `gguf-exact build-llama`") from None
     return (proc.stdout + proc.stderr).strip()
 
 

@@ -39,11 +39,10 @@ Every function here is pure: header data and numbers in, bytes out.
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from pathlib import Path
 
 from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
 
-from gguf_exact.errors import GgufExactError
+from gguf_exact.errors import ArgumentError, InputError
 from gguf_exact.formats.gguf_layout import TensorEntry
 
 MIB = 1024 * 1024
@@ -60,7 +59,7 @@ def pad(n: int, to: int = KV_PAD) -> int:
 def row_bytes(type_name: str, n: int) -> int:
     """``ggml_row_size``: bytes of ``n`` values of a cache type (``f16``, ``q8_0``, ...)."""
     if type_name not in KV_CACHE_TYPES:
-        raise GgufExactError(f"cache type {type_name!r}: expected one of {', '.join(KV_CACHE_TYPES)}")
+        raise ArgumentError(f"cache type {type_name!r}: expected one of {', '.join(KV_CACHE_TYPES)}")
     block, size = GGML_QUANT_SIZES[GGMLQuantizationType[type_name.upper()]]
     return n // block * size
 
@@ -96,7 +95,7 @@ class Geometry:
             v = gguf.numbers(f"{arch}.{key}")
             if v is None:
                 if default is None:
-                    raise GgufExactError(f"{where}: no {arch}.{key}; cannot plan memory for it")
+                    raise InputError(f"{where}: no {arch}.{key}; cannot plan memory for it")
                 return default
             return int(v[0])
 
@@ -109,12 +108,12 @@ class Geometry:
             if len(v) == 1:
                 return (int(v[0]),) * n_layer
             if len(v) != n_layer:
-                raise GgufExactError(f"{where}: {arch}.{key} has {len(v)} entries for {n_layer} layers")
+                raise InputError(f"{where}: {arch}.{key} has {len(v)} entries for {n_layer} layers")
             return tuple(int(x) for x in v)
 
         swa = gguf.numbers(f"{arch}.attention.sliding_window_pattern")
         if swa is None or len(swa) != n_layer:
-            raise GgufExactError(f"{where}: {arch}.attention.sliding_window_pattern must have one entry per layer")
+            raise InputError(f"{where}: {arch}.attention.sliding_window_pattern must have one entry per layer")
         n_embd = num("embedding_length")
         n_head = per_layer("attention.head_count")
         head_k = num("attention.key_length", n_embd // n_head[0])
@@ -216,7 +215,7 @@ class Settings:
             try:
                 return int(text)
             except ValueError:
-                raise GgufExactError(
+                raise InputError(
                     f"profile {profile.name}: GPU layers {value!r}: expected a number, auto or all"
                 ) from None
 
@@ -461,14 +460,14 @@ def mib(n: int) -> str:
     return f"{n / MIB:,.2f} MiB"
 
 
-def plan_memory(
-    target: str | Path, drafter: str | Path | None, profile, engine: str = "llama-server", cpu=None
-) -> MemoryPlan:
+def plan_memory(target, drafter, profile, engine: str = "llama-server", cpu=None) -> MemoryPlan:
     """The memory plan for serving ``target`` (and ``drafter``) with ``profile`` on
-    ``engine`` (``llama-server`` or ``python``: see :meth:`Settings.from_profile`); ``cpu``
-    (a :class:`~gguf_exact.serving.cpu_features.CpuTarget`, default this machine's) says
-    which Q4_0 matrices a CPU-only build repacks."""
-    from gguf_exact.formats.gguf_reader import open_gguf
+    ``engine`` (``llama-server`` or ``python``: see :meth:`Settings.from_profile`).
+    ``target`` and ``drafter``: paths, or :class:`~gguf_exact.serving.checks.ModelFile`
+    as read before (the header is not read again). ``cpu`` (a
+    :class:`~gguf_exact.serving.cpu_features.CpuTarget`, default this machine's) says which
+    Q4_0 matrices a CPU-only build repacks."""
+    from gguf_exact.serving.checks import read_model
 
     s = Settings.from_profile(profile, with_draft=drafter is not None, engine=engine)
     if cpu is None and not s.gpu:
@@ -484,9 +483,9 @@ def plan_memory(
         note = f"{mib(mapped)} memory-mapped + {mib(repacked)} of Q4_0 matrices repacked" if repacked else ""
         return 0, mapped + repacked, note
 
-    with open_gguf(target, "target") as g:
-        tgeom = Geometry.from_gguf(g)
-        tdev, thost, tnote = split(g.tensors, tgeom.n_layer, False)
+    t = read_model(target, "target")
+    tgeom = t.geometry()
+    tdev, thost, tnote = split(t.header.tensors, tgeom.n_layer, False)
     n_ctx, _ = s.context(tgeom)
     caches = kv_caches(tgeom, s)
     kv_total = sum(c.bytes for c in caches)
@@ -500,9 +499,9 @@ def plan_memory(
     ]
     comp = compute_estimate(tgeom, s, cells, n_outputs)
     if drafter is not None:
-        with open_gguf(drafter, "drafter") as d:
-            dgeom = Geometry.from_gguf(d)
-            ddev, dhost, dnote = split(d.tensors, dgeom.n_layer, True)
+        d = read_model(drafter, "drafter")
+        dgeom = d.geometry()
+        ddev, dhost, dnote = split(d.header.tensors, dgeom.n_layer, True)
         items.append(PlanItem("drafter weights", ddev, dhost, dnote))
         items.append(PlanItem("drafter KV cache", 0, 0, "none: it reads the target's"))
         comp += compute_estimate(dgeom, s, cells, s.n_seq)  # the MTP context: one output per slot

@@ -20,7 +20,7 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover
     import tomli as tomllib
 
-from gguf_exact.errors import GgufExactError
+from gguf_exact.errors import ArgumentError, InputError, Param
 from gguf_exact.resources import shipped_dir, user_config_dir
 from gguf_exact.serving.llama_build import BACKEND
 
@@ -76,7 +76,12 @@ class Profile:
             key, sep, raw = pair.partition("=")
             key = key.strip().removeprefix("--")
             if not sep or not key:
-                raise GgufExactError(f"--set {pair}: expected KEY=VALUE, e.g. --set ctx-size=4096")
+                raise ArgumentError(
+                    Param("overrides"),
+                    f" {pair}: expected KEY=VALUE, e.g. ",
+                    Param("overrides", api=""),
+                    " ctx-size=4096",
+                )
             if key == "build":
                 build = raw.strip()
                 continue
@@ -103,22 +108,20 @@ def _checked(profile: Profile, where: str) -> Profile:
     for table_name, table in (("server", profile.server), ("draft", profile.draft)):
         for key, value in table.items():
             if not _KEY.fullmatch(key):
-                raise GgufExactError(
+                raise InputError(
                     f"{where}: [{table_name}] key {key!r} is not a llama-server long option name (lower case, '-')"
                 )
             if key in RESERVED:
-                raise GgufExactError(
+                raise InputError(
                     f"{where}: [{table_name}] {key} is set by gguf-exact serve; use {RESERVED[key]} instead"
                 )
             if not isinstance(value, (str, int, float, bool)):
-                raise GgufExactError(
+                raise InputError(
                     f"{where}: [{table_name}] {key} = {value!r}: values must be strings, numbers or true/false"
                 )
             refuse_no_mmap(key, value, where)
     if not BACKEND.fullmatch(profile.build):
-        raise GgufExactError(
-            f"{where}: build = {profile.build!r}: expected 'cpu', 'vulkan' or 'cudaNN' (cuda75, cuda86)"
-        )
+        raise InputError(f"{where}: build = {profile.build!r}: expected 'cpu', 'vulkan' or 'cudaNN' (cuda75, cuda86)")
     return profile
 
 
@@ -130,7 +133,7 @@ def refuse_no_mmap(key: str, value: Value, where: str) -> None:
         or (key in ("load-mode", "lm") and str(value) in ("none", "dio"))
     )
     if off:
-        raise GgufExactError(
+        raise InputError(
             f"{where}: {key} = {value!r} turns mmap off; Gemma 4 reads per_layer_token_embd lazily from the memory map, so remove it"
         )
 
@@ -161,12 +164,12 @@ def find_profile(name_or_path: str | Path) -> Path:
     if text.endswith(".toml") or os.sep in text:
         path = Path(text).expanduser()
         if not path.is_file():
-            raise GgufExactError(f"profile {path}: no such file")
+            raise InputError(f"profile {path}: no such file")
         return path
     for d in profile_dirs():
         if (d / f"{text}.toml").is_file():
             return d / f"{text}.toml"
-    raise GgufExactError(
+    raise InputError(
         f"profile {text!r} not found; choose one of {', '.join(available_profiles()) or 'none'} or pass a .toml file"
     )
 
@@ -177,20 +180,20 @@ def load_profile(name_or_path: str | Path = "cpu") -> Profile:
     try:
         data = tomllib.loads(path.read_text())
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
-        raise GgufExactError(f"profile {path}: not valid TOML ({e})") from None
+        raise InputError(f"profile {path}: not valid TOML ({e})") from None
     unknown = set(data) - {"description", "build", "cards", "memory_mib", "server", "draft"}
     if unknown:
-        raise GgufExactError(
+        raise InputError(
             f"profile {path}: unknown top-level key {sorted(unknown)[0]!r}; expected description, build, cards, memory_mib, [server], [draft]"
         )
     cards, memory = data.get("cards", []), data.get("memory_mib")
     if not isinstance(cards, list) or not all(isinstance(c, str) and c.strip() for c in cards):
-        raise GgufExactError(f'profile {path}: cards must be a list of GPU names, e.g. cards = ["RTX 3050"]')
+        raise InputError(f'profile {path}: cards must be a list of GPU names, e.g. cards = ["RTX 3050"]')
     if memory is not None and (not isinstance(memory, int) or isinstance(memory, bool) or memory <= 0):
-        raise GgufExactError(f"profile {path}: memory_mib = {memory!r}: expected the card's memory in MiB, e.g. 8192")
+        raise InputError(f"profile {path}: memory_mib = {memory!r}: expected the card's memory in MiB, e.g. 8192")
     for table in ("server", "draft"):
         if not isinstance(data.get(table, {}), dict):
-            raise GgufExactError(f"profile {path}: {table} must be a [{table}] table")
+            raise InputError(f"profile {path}: {table} must be a [{table}] table")
     profile = Profile(
         name=path.stem,
         path=path,

@@ -32,8 +32,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable, Iterator
 
-from gguf_exact.errors import GgufExactError
-from gguf_exact.serving.checks import ServePair, check_pair
+from gguf_exact.errors import ArgumentError, BuildError, GgufExactError, Param, ServerError
+from gguf_exact.serving.checks import ModelFile, ServePair, check_pair
 from gguf_exact.serving.llama_build import build_command, cache_root, find_build, install_dir
 from gguf_exact.serving.profiles import Profile, load_profile, refuse_no_mmap
 from gguf_exact.serving.speculation import Verdict, judge, probe
@@ -119,13 +119,14 @@ def resolve_server_binary(profile: Profile, server_bin: str | Path | None = None
     if chosen:
         path = Path(chosen).expanduser()
         if not (path.is_file() and os.access(path, os.X_OK)):
-            raise GgufExactError(
-                f"llama-server {path}: no such executable; build it with `gguf-exact build-llama` or fix --server-bin"
+            raise BuildError(
+                f"llama-server {path}: no such executable; build it with `gguf-exact build-llama` or fix ",
+                Param("server_bin"),
             )
         return path
     build = find_build(profile.build)
     if build is None:
-        raise GgufExactError(
+        raise ServerError(
             f"llama-server for build {profile.build!r} (profile {profile.name}) not found; run `{build_command(profile.build)}` (or make llama-server) first"
         )
     return build.binary("llama-server")
@@ -138,9 +139,11 @@ def _extra_args_check(extra: list[str]) -> None:
         key, eq, inline = key.partition("=")
         refuse_no_mmap(key, inline if eq else value, "llama-server arguments")
         if key in ("api-key", "api-key-file"):
-            raise GgufExactError(
-                f"llama-server arguments: --{key} would be kept in the run folder's server.json and shown by ps; "
-                f"give the key with serve's --api-key or ${API_KEY_ENV} instead"
+            raise ArgumentError(
+                Param("extra_args"),
+                f": --{key} would be kept in the run folder's server.json and shown by ps; give the key with serve's ",
+                Param("api_key"),
+                f" or ${API_KEY_ENV} instead",
             )
 
 
@@ -160,18 +163,23 @@ def is_loopback(host: str) -> bool:
 def check_exposure(host: str, api_key: str | None, insecure: bool) -> None:
     """A server reachable from other machines needs an API key, unless ``insecure``."""
     if api_key is not None and not api_key.strip():
-        raise GgufExactError(f"--api-key (or ${API_KEY_ENV}) is empty; give a key, e.g. from `openssl rand -hex 24`")
+        raise ArgumentError(
+            Param("api_key"), f" (or ${API_KEY_ENV}) is empty; give a key, e.g. from `openssl rand -hex 24`"
+        )
     if not is_loopback(host) and not api_key and not insecure:
-        raise GgufExactError(
-            f"--host {host} lets other machines reach the server, which answers anyone without a key: "
-            f"give one with --api-key KEY (or ${API_KEY_ENV}; clients send it as the OpenAI api_key), "
-            "or pass --insecure to serve without one"
+        raise ArgumentError(
+            Param("host"),
+            f" {host} lets other machines reach the server, which answers anyone without a key: give one with ",
+            Param("api_key"),
+            f" KEY (or ${API_KEY_ENV}; clients send it as the OpenAI api_key), or pass ",
+            Param("insecure", api="insecure=True"),
+            " to serve without one",
         )
 
 
 def plan_launch(
-    target: str | Path,
-    drafter: str | Path | None = None,
+    target: str | Path | ModelFile,
+    drafter: str | Path | ModelFile | None = None,
     profile: str | Path | Profile = "cpu",
     overrides: list[str] | tuple[str, ...] = (),
     host: str = DEFAULT_HOST,
@@ -195,22 +203,28 @@ def plan_launch(
     root of the run folder (default :func:`run_root`; :func:`scratch_run_root` for servers
     a command starts for itself). ``api_key``: clients must send it (both engines; given
     to the server in its environment, kept out of the command line and the run folder);
-    a ``host`` other machines can reach needs one unless ``insecure``."""
+    a ``host`` other machines can reach needs one unless ``insecure``. ``target`` and
+    ``drafter`` may be :class:`~.checks.ModelFile` as read before: not read again."""
     if engine not in ENGINES:
-        raise GgufExactError(f"--engine {engine}: expected one of {', '.join(ENGINES)}")
+        raise ArgumentError(Param("engine"), f" {engine}: expected one of {', '.join(ENGINES)}")
     prof = profile if isinstance(profile, Profile) else load_profile(profile)
     prof = prof.with_overrides(list(overrides)) if overrides else prof
     _extra_args_check(list(extra_args))
     check_exposure(host, api_key, insecure)
     if not 0 < int(port) < 65536:
-        raise GgufExactError(f"--port {port}: expected 1-65535")
+        raise ArgumentError(Param("port"), f" {port}: expected 1-65535")
     if engine == "python":
         if server_bin or extra_args:
-            raise GgufExactError("--engine python runs in Python: --server-bin and llama-server arguments do not apply")
+            raise ArgumentError(
+                Param("engine"), " python runs in Python: ", Param("server_bin"), " and ", Param("extra_args"),
+                " do not apply",
+            )  # fmt: skip
         if logprobs is False and any(k == "logprobs" for k in prof.server):
             logprobs = True
     elif logprobs:
-        raise GgufExactError("--logprobs is for --engine python (llama-server always returns them on request)")
+        raise ArgumentError(
+            Param("logprobs"), " is for ", Param("engine"), " python (llama-server always returns them on request)"
+        )
     pair = check_pair(target, drafter, checksums)
     rdir = (runs or run_root()) / str(port)
     if engine == "python":
@@ -266,8 +280,9 @@ def port_in_use(host: str, port: int) -> bool:
 
 def _check_port_free(host: str, port: int) -> None:
     if port_in_use(host, port):
-        raise GgufExactError(
-            f"port {port} on {host} is in use (`gguf-exact status --port {port}` shows if it is ours); pick another with --port"
+        raise ServerError(
+            f"port {port} on {host} is in use (`gguf-exact status --port {port}` shows if it is ours); pick another with ",
+            Param("port"),
         )
 
 
@@ -349,14 +364,14 @@ def wait_healthy(launch: Launch, proc: subprocess.Popen, timeout: float) -> floa
         code = proc.poll()
         if code is not None:
             tail = _tail(launch.run_dir / CONSOLE_FILE) or _tail(launch.run_dir / LOG_FILE)
-            raise GgufExactError(
+            raise ServerError(
                 f"{launch.label} exited with code {code} while starting ({tail or 'no output'}); log: {launch.run_dir / LOG_FILE}"
             )
         if health(launch.url) == "ok":
             return time.monotonic() - t0
         if time.monotonic() - t0 > timeout:
             _terminate(proc.pid, process_start_time(proc.pid))
-            raise GgufExactError(
+            raise ServerError(
                 f"{launch.label} at {launch.url} not healthy after {timeout:.0f} s; stopped it; log: {launch.run_dir / LOG_FILE}"
             )
         time.sleep(0.2)
@@ -371,7 +386,7 @@ def start_server(launch: Launch, detach: bool = False, timeout: float = 600.0) -
     _check_port_free(launch.host, launch.port)
     old = _read_pid(launch.run_dir)
     if old and is_server_process(old, _read_state(launch.run_dir)):
-        raise GgufExactError(
+        raise ServerError(
             f"{launch.run_dir / PID_FILE}: server pid {old} is still running for port {launch.port}; `gguf-exact stop --port {launch.port}` first"
         )
     launch.run_dir.mkdir(parents=True, exist_ok=True)
@@ -458,11 +473,11 @@ def read_state(run_dir: Path) -> dict:
     try:
         state = json.loads(path.read_text())
     except (OSError, ValueError) as err:
-        raise GgufExactError(
+        raise ServerError(
             f"{path}: not a readable server state ({type(err).__name__}: {err}); remove {run_dir} and start the server again"
         ) from None
     if not isinstance(state, dict):
-        raise GgufExactError(
+        raise ServerError(
             f"{path}: a JSON {type(state).__name__}, not an object; remove {run_dir} and start the server again"
         )
     for key, kind in (STATE_FIELDS | STATE_OPTIONAL).items():
@@ -471,7 +486,7 @@ def read_state(run_dir: Path) -> dict:
             continue
         if not isinstance(value, kind) or isinstance(value, bool):
             got = "missing" if key not in state else f"{value!r}"
-            raise GgufExactError(
+            raise ServerError(
                 f"{path}: field {key} is {got}, expected a JSON {'number' if kind is int else kind.__name__.replace('str', 'string').replace('list', 'array')}; "
                 f"remove {run_dir} and start the server again"
             )
@@ -525,13 +540,13 @@ def find_run_dir(port: int | None = None, root: Path | None = None) -> Path:
     if port is not None:
         rdir = root / str(port)
         if not (rdir / STATE_FILE).is_file():
-            raise GgufExactError(f"{rdir}: no server was started on port {port} by gguf-exact serve")
+            raise ServerError(f"{rdir}: no server was started on port {port} by gguf-exact serve")
         return rdir
     runs = sorted(
         (p for p in root.glob("*") if (p / STATE_FILE).is_file()), key=lambda p: (p / STATE_FILE).stat().st_mtime
     )
     if not runs:
-        raise GgufExactError(f"{root}: no server started by gguf-exact serve; start one with `gguf-exact serve`")
+        raise ServerError(f"{root}: no server started by gguf-exact serve; start one with `gguf-exact serve`")
     live = [p for p in runs if (p / PID_FILE).is_file()]
     return (live or runs)[-1]
 

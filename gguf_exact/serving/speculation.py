@@ -22,7 +22,7 @@ import urllib.error
 import urllib.request
 from dataclasses import dataclass
 
-from gguf_exact.errors import GgufExactError
+from gguf_exact.errors import ServerError
 
 ACTIVE, OFF, UNCONFIRMED, NOT_REQUESTED = "active", "off", "unconfirmed", "not requested"
 PROBE_PROMPT = "One, two, three, four, five, six, seven,"
@@ -110,7 +110,7 @@ def probe(url: str, timeout: float = 120.0, api_key: str | None = None) -> tuple
         with urllib.request.urlopen(req, timeout=timeout) as r:
             r.read()
     except (urllib.error.URLError, OSError) as e:
-        raise GgufExactError(f"{base}: the probe request failed ({e})") from None
+        raise ServerError(f"{base}: the probe request failed ({e})") from None
     after = get_metrics(base, api_key)
     drafted, accepted = (int(after.get(n, 0.0) - before.get(n, 0.0)) for n in names)
     return drafted, accepted

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Sequence
 
-from gguf_exact.errors import GgufExactError
+from gguf_exact.errors import ArgumentError, InputError, NotExactError, Param
 from gguf_exact.formats.gguf_file import atomic_output
 from gguf_exact.serving.profiles import PROFILE_DIR, Profile, load_profile, user_profile_dir
 from gguf_exact.speculative.bench import TARGET, Arm, BenchReport, alternating_order, bench_servers, summarize
@@ -62,7 +62,7 @@ def tune_n_max(
     from gguf_exact.speculative.prompt_set import load_prompts
 
     if not n_values or any(n < 1 for n in n_values):
-        raise GgufExactError(f"--n-max {','.join(map(str, n_values))}: give draft lengths of 1 or more")
+        raise ArgumentError(Param("n_values"), f" {','.join(map(str, n_values))}: give draft lengths of 1 or more")
     prompts = prompts or load_prompts()
     arms = ([Arm(TARGET, 0)] if with_target else []) + [Arm(f"n_max={n}", n) for n in n_values]
     runs = []
@@ -93,7 +93,7 @@ def tune_n_max(
     drafting = [s for s in summary if s.n_max]
     silent = [s.label for s in drafting if s.acceptance_rate is None]
     if silent:
-        raise GgufExactError(
+        raise InputError(
             f"profile {profile.name}: no draft tokens at {', '.join(silent)}: its [draft] table does not turn draft-mtp on "
             '(spec-type = "draft-mtp"), so there is no n-max to tune'
         )
@@ -113,6 +113,80 @@ def tune_n_max(
         "time": time.strftime("%Y-%m-%d %H:%M:%S"),
     }
     return TuneResult(BenchReport(meta, runs, summary), int(best.n_max or 0), best.tokens_per_second_median, base)
+
+
+@dataclass(frozen=True)
+class TuneRequest:
+    """What to tune: a pair, the profile to start from, the arms and the prompts; and the
+    name the tuned copy is saved under (:func:`tuned_name`)."""
+
+    target: Path
+    drafter: Path
+    profile: Profile
+    profile_arg: str  # the profile as the user named it ("auto", "cpu", a file): recorded in the command
+    n_values: tuple[int, ...] = (1, 2, 3, 4)
+    prompt_names: tuple[str, ...] | None = None  # None: every shipped prompt
+    n_predict: int = 64
+    rounds: int = 1
+    overrides: tuple[str, ...] = ()
+    server_bin: Path | None = None
+    save_as: str | None = None
+
+    @property
+    def name(self) -> str:
+        """The tuned profile's name; a bad ``save_as`` raises here, before any measuring."""
+        return tuned_name(self.profile, self.save_as)
+
+    @property
+    def command(self) -> str:
+        """The ``gguf-exact tune`` command that makes this request, for the tuned profile's header."""
+        import shlex
+
+        args = ["--model", str(self.target), "--draft", str(self.drafter), "--profile", self.profile_arg]
+        args += ["--n-max", ",".join(map(str, self.n_values)), "--n-predict", str(self.n_predict)]
+        args += ["--rounds", str(self.rounds)]
+        args += ["--prompts", ",".join(self.prompt_names)] if self.prompt_names else []
+        args += ["--as", self.save_as] if self.save_as else []
+        return shlex.join(["gguf-exact", "tune", *args, *(a for o in self.overrides for a in ("--set", o))])
+
+
+@dataclass
+class Tuned:
+    """What :func:`tune_profile` measured, wrote and saved."""
+
+    request: TuneRequest
+    result: TuneResult
+    report_files: dict[str, Path]  # bench.json, bench.md
+    profile_file: Path | None = None  # None: measured only
+    replaces_builtin: bool = False  # the saved name is a profile shipped with gguf-exact
+
+
+def tune_profile(
+    request: TuneRequest, out_dir: Path, write: bool = True, progress: Callable[[str], None] = lambda s: None
+) -> Tuned:
+    """Measure ``request`` (:func:`tune_n_max`), write the measurement to ``out_dir`` and,
+    with ``write``, save the best n-max as a profile of its own (:func:`write_tuned_profile`)."""
+    from gguf_exact.speculative.prompt_set import load_prompts
+
+    name = request.name
+    prompts = load_prompts(list(request.prompt_names) if request.prompt_names is not None else None)
+    result = tune_n_max(
+        request.target,
+        request.drafter,
+        request.profile,
+        request.n_values,
+        prompts,
+        request.n_predict,
+        request.rounds,
+        request.overrides,
+        request.server_bin,
+        progress=progress,
+    )
+    tuned = Tuned(request, result, result.report.write(out_dir, plot=False))
+    if write:
+        tuned.profile_file = write_tuned_profile(request.profile, result, request.command, name=name)
+        tuned.replaces_builtin = shadows_builtin(name)
+    return tuned
 
 
 def set_n_max(toml_text: str, n_max: int, note: str = "") -> str:
@@ -154,17 +228,18 @@ TUNED_SUFFIX = "-tuned"
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,99}")
 
 
-def tuned_name(base: Profile, name: str | None = None) -> str:
-    """The name a tuned copy of ``base`` is written under: ``name``, else ``<base>-tuned``
+def tuned_name(base: Profile, save_as: str | None = None) -> str:
+    """The name a tuned copy of ``base`` is written under: ``save_as``, else ``<base>-tuned``
     (``cpu`` -> ``cpu-tuned``; a tuned profile tuned again keeps its name), so the
     profiles shipped with gguf-exact are never shadowed unless a name says so."""
-    if name is None:
+    if save_as is None:
         return base.name if base.name.endswith(TUNED_SUFFIX) else base.name + TUNED_SUFFIX
-    if not _NAME.fullmatch(name) or name.endswith(".toml"):
-        raise GgufExactError(
-            f"--as {name!r}: a profile name is letters, digits, '.', '_' and '-' (no .toml), e.g. cpu-tuned"
+    if not _NAME.fullmatch(save_as) or save_as.endswith(".toml"):
+        raise ArgumentError(
+            Param("save_as"),
+            f" {save_as!r}: a profile name is letters, digits, '.', '_' and '-' (no .toml), e.g. cpu-tuned",
         )
-    return name
+    return save_as
 
 
 def shadows_builtin(name: str) -> bool:
@@ -180,11 +255,11 @@ def write_tuned_profile(
     project's ``serve/`` is refused."""
     folder = Path(folder or user_profile_dir()).expanduser()
     if folder.resolve() == PROFILE_DIR.resolve():
-        raise GgufExactError(
+        raise ArgumentError(
             f"{folder}: tune writes user copies, never the project's serve/; set GGUF_EXACT_PROFILES to another folder"
         )
     if base.path is None:
-        raise GgufExactError(f"profile {base.name}: no file to copy")
+        raise InputError(f"profile {base.name}: no file to copy")
     body = base.path.read_text().splitlines()
     if body and body[0].startswith(TUNED_MARK):  # a copy tuned before: its header is replaced
         body = body[len(tuned_header(result, command)) :]
@@ -195,7 +270,7 @@ def write_tuned_profile(
         tmp.write_text(new)
         written = load_profile(tmp)
         if written.draft.get(N_MAX_KEY) != result.best_n_max:
-            raise GgufExactError(
+            raise NotExactError(
                 f"{dest}: written with {N_MAX_KEY} = {written.draft.get(N_MAX_KEY)!r}, expected {result.best_n_max}"
             )
     return dest
@@ -203,10 +278,13 @@ def write_tuned_profile(
 
 __all__ = [
     "N_MAX_KEY",
+    "TuneRequest",
     "TuneResult",
+    "Tuned",
     "set_n_max",
     "shadows_builtin",
     "tune_n_max",
+    "tune_profile",
     "tuned_header",
     "tuned_name",
     "write_tuned_profile",

@@ -21,9 +21,9 @@ import platform
 import statistics
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Sequence
 
-from gguf_exact.errors import GgufExactError
+from gguf_exact.errors import ArgumentError, GgufExactError, Param
 from gguf_exact.speculative.generation import Generation
 
 TARGET = "target"
@@ -209,7 +209,7 @@ def bench_runner(
     from gguf_exact.speculative.runner import Runner
 
     if draft is None and any(n > 0 for n in n_max_list):
-        raise GgufExactError("bench: n-max > 0 needs a drafter (--draft)")
+        raise ArgumentError("bench: n-max > 0 needs a drafter", Param("draft", aside=" ({})"))
     arms = [Arm(TARGET, 0)] + [Arm(f"n_max={n}", n) for n in n_max_list if n > 0]
     runs: list[BenchRun] = []
     with Runner(model, draft, **runner_options) as r:
@@ -239,7 +239,9 @@ def parse_server_arm(spec: str) -> Arm:
         return Arm(TARGET, 0, url)
     if label.isdigit():
         return Arm(f"n_max={int(label)}", int(label), url)
-    raise GgufExactError(f"--server {spec}: expected URL, target=URL or N=URL (N the server's --spec-draft-n-max)")
+    raise ArgumentError(
+        Param("servers"), f" {spec}: expected URL, target=URL or N=URL (N the server's --spec-draft-n-max)"
+    )
 
 
 def bench_servers(
@@ -253,7 +255,7 @@ def bench_servers(
     from gguf_exact.serving.client import server_generate
 
     if len({a.label for a in servers}) != len(servers):
-        raise GgufExactError("bench: two --server arms have the same label")
+        raise ArgumentError("bench: two ", Param("servers"), " arms have the same label")
     for arm in servers:  # warm-up
         server_generate(arm.url, next(iter(prompts.values())), min(n_predict, 8))  # type: ignore[arg-type]
     runs: list[BenchRun] = []
@@ -267,6 +269,64 @@ def bench_servers(
     for s in summary:  # llama-server does not report draft rounds
         s.mean_accepted_length = None
     return BenchReport(meta, runs, summary)
+
+
+def run_bench(
+    target: str | Path | None,
+    draft: str | Path | None,
+    n_values: Sequence[int] = (1, 2, 3, 4),
+    servers: Sequence[str] = (),
+    prompt_names: Sequence[str] | None = None,
+    n_predict: int = 64,
+    rounds: int = 2,
+    n_ctx: int = 4096,
+    threads: int = 2,
+    engines: Sequence[str] = (),
+    profile: str = "cpu",
+    overrides: Sequence[str] = (),
+    temperature: float = 0.0,
+    seed: int | None = 1,
+    progress: Progress = lambda s: None,
+):
+    """``bench`` as one call: in-process (``target``, ``draft``: :func:`bench_runner`),
+    against running llama-servers (``servers``: ``[LABEL=]URL`` each, :func:`bench_servers`),
+    or both engines' servers started here (``engines``:
+    :func:`gguf_exact.speculative.bench_engines.bench_engines`, with ``profile``,
+    ``overrides``, ``temperature`` and ``seed``). ``draft`` may be ``auto``: found as
+    ``serve`` finds it. Returns the report, which writes its own files."""
+    from gguf_exact.speculative.prompt_set import load_prompts
+
+    prompts = load_prompts(list(prompt_names) if prompt_names is not None else None)
+    if draft is not None and target is not None:
+        from gguf_exact.serving.drafter_lookup import resolve_drafter
+
+        draft = resolve_drafter(target, draft, False, "models", False, default_auto=False).path
+    if engines:
+        from gguf_exact.speculative.bench_engines import bench_engines
+
+        if target is None or draft is None or servers:
+            raise ArgumentError(
+                "bench ", Param("engines"), ": give ", Param("target"), " and ", Param("draft"),
+                " (the servers are started here), no ", Param("servers"),
+            )  # fmt: skip
+        sets = [f"ctx-size={n_ctx}", f"threads={threads}", f"threads-batch={threads}", *overrides]
+        return bench_engines(
+            target, draft, list(n_values), prompts, n_predict, rounds, list(engines), profile, sets, temperature, seed,
+            progress,
+        )  # fmt: skip
+    if servers:
+        if target or draft:
+            raise ArgumentError(
+                "bench: give either ", Param("servers"), " URLs or ", Param("target"), "/", Param("draft"), ", not both"
+            )
+        return bench_servers([parse_server_arm(s) for s in servers], prompts, n_predict, rounds, progress)
+    if target is None:
+        raise ArgumentError(
+            "bench: give ", Param("target"), " (and ", Param("draft"), "), or ", Param("servers"), " URLs"
+        )
+    return bench_runner(
+        target, draft, list(n_values), prompts, n_predict, rounds, progress, n_ctx=n_ctx, n_threads=threads
+    )
 
 
 def _meta(backend: str, prompts: dict[str, str], n_predict: int, rounds: int) -> dict:
@@ -290,5 +350,6 @@ __all__ = [
     "bench_runner",
     "bench_servers",
     "parse_server_arm",
+    "run_bench",
     "summarize",
 ]

@@ -23,7 +23,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable, Sequence
 
-from gguf_exact.errors import GgufExactError
+from gguf_exact.errors import ArgumentError, Param
 from gguf_exact.speculative.generation import Generation
 
 ENGINES = ("python", "llama-server")
@@ -102,7 +102,9 @@ class EngineReport:
         )
         return "\n".join(rows) + "\n" + note
 
-    def write(self, out_dir: str | Path) -> dict[str, Path]:
+    def write(self, out_dir: str | Path, plot: bool = False) -> dict[str, Path]:
+        """Write ``bench-engines.json`` and ``bench-engines.md``; returns the paths written
+        (no plot: ``plot`` is accepted as :meth:`BenchReport.write` takes it)."""
         out = Path(out_dir)
         out.mkdir(parents=True, exist_ok=True)
         paths = {"json": out / "bench-engines.json", "markdown": out / "bench-engines.md"}
@@ -189,7 +191,7 @@ def bench_engines(
 
     bad = [e for e in engines if e not in ENGINES]
     if bad or not engines:
-        raise GgufExactError(f"--engines {','.join(engines)}: expected one or both of {', '.join(ENGINES)}")
+        raise ArgumentError(Param("engines"), f" {','.join(engines)}: expected one or both of {', '.join(ENGINES)}")
     runs: list[EngineRun] = []
     first = next(iter(prompts.values()))
     with scratch_run_root("bench") as root:  # its servers' run folders: not the user's, removed after

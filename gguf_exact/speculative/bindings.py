@@ -61,7 +61,7 @@ from typing import Any
 
 import llama_cpp
 
-from gguf_exact.errors import GgufExactError
+from gguf_exact.errors import InputError
 
 ASSISTANT_ARCH = "gemma4-assistant"
 TARGET_ARCH = "gemma4"
@@ -109,13 +109,13 @@ def _meta_str(model: Any, key: str) -> str | None:
 def _load_model(stack: ExitStack, path: str | Path, role: str, n_gpu_layers: int | None) -> Any:
     path = Path(path)
     if not path.is_file():
-        raise GgufExactError(f"{role} model {path}: no such file")
+        raise InputError(f"{role} model {path}: no such file")
     params = llama_cpp.llama_model_default_params()
     if n_gpu_layers is not None:
         params.n_gpu_layers = n_gpu_layers
     model = llama_cpp.llama_model_load_from_file(str(path).encode("utf-8"), params)
     if not model:
-        raise GgufExactError(f"{role} model {path}: llama.cpp failed to load it")
+        raise InputError(f"{role} model {path}: llama.cpp failed to load it")
     stack.callback(llama_cpp.llama_model_free, model)
     return model
 
@@ -123,6 +123,6 @@ def _load_model(stack: ExitStack, path: str | Path, role: str, n_gpu_layers: int
 def _new_context(stack: ExitStack, model: Any, params: Any, what: str) -> Any:
     ctx = llama_cpp.llama_init_from_model(model, params)
     if not ctx:
-        raise GgufExactError(f"{what}: llama.cpp failed to create the context")
+        raise InputError(f"{what}: llama.cpp failed to create the context")
     stack.callback(llama_cpp.llama_free, ctx)
     return ctx

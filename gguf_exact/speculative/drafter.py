@@ -25,7 +25,7 @@ import llama_cpp
 import numpy as np
 from llama_cpp import llama_cpp_ext
 
-from gguf_exact.errors import GgufExactError
+from gguf_exact.errors import InputError, PairError
 from gguf_exact.speculative.bindings import (
     ASSISTANT_ARCH,
     _load_model,
@@ -51,26 +51,24 @@ def check_compatible(target: TargetSide, drafter_model: Any, path: Path) -> None
     (what llama.cpp made of the files: widths, vocabulary size and type, BOS/EOS)."""
     arch = _meta_str(drafter_model, "general.architecture")
     if arch != ASSISTANT_ARCH:
-        raise GgufExactError(f"drafter model {path}: architecture is {arch!r}, expected {ASSISTANT_ARCH!r}")
+        raise PairError(f"drafter model {path}: architecture is {arch!r}, expected {ASSISTANT_ARCH!r}")
     width = int(llama_cpp.llama_model_n_embd_out(drafter_model))
     if width != target.n_embd:
-        raise GgufExactError(
+        raise PairError(
             f"drafter model {path}: backbone width (n_embd_out) {width} does not match the target's n_embd {target.n_embd} ({target.path})"
         )
     dv = llama_cpp.llama_model_get_vocab(drafter_model)
     n = int(llama_cpp.llama_vocab_n_tokens(dv))
     if n != target.n_vocab:
-        raise GgufExactError(
+        raise PairError(
             f"drafter model {path}: vocab size {n} does not match the target's {target.n_vocab} ({target.path})"
         )
     tv = target.vocab
     if int(llama_cpp.llama_vocab_type(dv)) != int(llama_cpp.llama_vocab_type(tv)):
-        raise GgufExactError(f"drafter model {path}: vocabulary type differs from the target's ({target.path})")
+        raise PairError(f"drafter model {path}: vocabulary type differs from the target's ({target.path})")
     for what, f in (("BOS", llama_cpp.llama_vocab_bos), ("EOS", llama_cpp.llama_vocab_eos)):
         if int(f(dv)) != int(f(tv)):
-            raise GgufExactError(
-                f"drafter model {path}: {what} token {int(f(dv))} differs from the target's {int(f(tv))}"
-            )
+            raise PairError(f"drafter model {path}: {what} token {int(f(dv))} differs from the target's {int(f(tv))}")
     # The token texts themselves were compared as bytes, from the GGUF headers, by
     # serving.checks.check_pair before either model was loaded (MtpLlama).
 
@@ -98,7 +96,7 @@ class LlamaDrafter:
         params.ctx_other = target.ctx
         self.ctx = _new_context(stack, self.model, params, f"drafter {self.path} (MTP context)")
         if llama_cpp_ext.llama_get_ctx_other(self.ctx) != target.ctx:
-            raise GgufExactError(f"drafter {self.path}: MTP context is not linked to the target context")
+            raise InputError(f"drafter {self.path}: MTP context is not linked to the target context")
         llama_cpp_ext.llama_set_embeddings_nextn(self.ctx, True, True)
         self.n_embd = target.n_embd
         self.n_vocab = target.n_vocab
@@ -134,13 +132,13 @@ class LlamaDrafter:
             rc = int(llama_cpp.llama_decode(ctx, b))
             self.seconds += time.perf_counter() - t
             if rc != 0:
-                raise GgufExactError(f"drafter decode failed with code {rc} at draft step {step}")
+                raise InputError(f"drafter decode failed with code {rc} at draft step {step}")
             token = int(self._logits_row().argmax())
             out.append(token)
             if step + 1 < n:
                 h = llama_cpp_ext.llama_get_embeddings_nextn_ith(ctx, 0)
                 if not h:
-                    raise GgufExactError(f"drafter: llama.cpp returned no nextn hidden state at step {step}")
+                    raise InputError(f"drafter: llama.cpp returned no nextn hidden state at step {step}")
         return out
 
     def _logits_row(self) -> np.ndarray:
@@ -148,7 +146,7 @@ class LlamaDrafter:
         # instead of a new one per step (a few microseconds each, per draft token).
         ptr = llama_cpp.llama_get_logits_ith(self.ctx, 0)
         if not ptr:
-            raise GgufExactError("drafter: llama.cpp returned no logits")
+            raise InputError("drafter: llama.cpp returned no logits")
         address = ctypes.cast(ptr, ctypes.c_void_p).value
         view = self._logits.get(address)  # type: ignore[arg-type]
         if view is None:

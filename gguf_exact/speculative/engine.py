@@ -14,7 +14,7 @@ sampler picked; on a mismatch it drops the rest from the KV cache. Each emitted
 token is sampled once, from the target's logits, with the same sampler state as
 without drafts: with the same seed and settings the output is the target's own
 (greedy or sampled), up to floating-point differences between batched and
-single-token passes (README, "Lossless, and where floating point gets in").
+single-token passes (docs/python-engine.md, "Lossless, and where floating point gets in").
 
 :class:`MtpLlama` is that ``Llama`` with three things added:
 
@@ -50,7 +50,7 @@ import numpy as np
 from llama_cpp import llama_chat_format, llama_cpp_ext
 from llama_cpp.llama_speculative import LlamaDraftModel
 
-from gguf_exact.errors import GgufExactError
+from gguf_exact.errors import ArgumentError, InputError
 from gguf_exact.formats.paths import check_input_file
 from gguf_exact.speculative.bindings import TARGET_ARCH, _meta_str, errors_only_logs
 from gguf_exact.speculative.drafter import LlamaDrafter, TargetSide
@@ -114,7 +114,7 @@ def _layers(key: str, value: Any) -> int:
     try:
         return int(value)
     except (TypeError, ValueError):
-        raise GgufExactError(f"profile: {key} = {value!r}: expected a number of layers or 'all'") from None
+        raise InputError(f"profile: {key} = {value!r}: expected a number of layers or 'all'") from None
 
 
 def _flag(key: str, value: Any) -> bool:
@@ -123,7 +123,7 @@ def _flag(key: str, value: Any) -> bool:
         return True  # "auto": llama-server turns it on where the backend has it (CPU, CUDA)
     if text in ("false", "off", "0", "disabled"):
         return False
-    raise GgufExactError(f"profile: {key} = {value!r}: expected on, off or auto")
+    raise InputError(f"profile: {key} = {value!r}: expected on, off or auto")
 
 
 # llama-server long option (and short aliases) -> (EngineOptions field, converter)
@@ -161,12 +161,12 @@ def engine_options(profile: Any, with_draft: bool = True) -> tuple[EngineOptions
         for key, value in table.items():
             if key == "spec-type":
                 if with_draft and str(value) != "draft-mtp":
-                    raise GgufExactError(
+                    raise InputError(
                         f"profile {profile.name}: spec-type = {value!r}; the Python engine drafts with the MTP drafter only (draft-mtp)"
                     )
                 continue
             if key == "parallel" and int(value) > 1:
-                raise GgufExactError(
+                raise InputError(
                     f"profile {profile.name}: parallel = {value}; the Python engine serves one request at a time (others queue), use parallel = 1"
                 )
             if key in _PROFILE_KEYS:
@@ -289,7 +289,7 @@ class MtpDraftModel(LlamaDraftModel):
         llm = self.llm
         h = llama_cpp_ext.llama_get_embeddings_nextn_ith(llm.ctx, pos - 1 - llm._batch_start)  # type: ignore[union-attr]
         if not h:
-            raise GgufExactError(f"target: llama.cpp returned no hidden state for position {pos - 1}")
+            raise InputError(f"target: llama.cpp returned no hidden state for position {pos - 1}")
         return h
 
     def __call__(self, input_ids: np.ndarray, /, **kwargs: Any) -> np.ndarray:
@@ -320,7 +320,9 @@ class MtpLlama(llama_cpp.Llama):
     ``logits_all=True`` keeps every row's logits (``n_ctx x n_vocab`` floats) for
     ``logprobs``; without it a request for logprobs is refused. Other keyword
     arguments go to ``Llama``; ``verbose`` defaults to False and ``swa_full`` is on
-    (a rolled-back position must not have left the sliding-window cache).
+    (a rolled-back position must not have left the sliding-window cache). ``checked``:
+    the pair as :func:`gguf_exact.serving.checks.check_pair` returned it for these files
+    (the drafter lookup does); their headers are then not read again.
     """
 
     def __init__(
@@ -332,6 +334,7 @@ class MtpLlama(llama_cpp.Llama):
         n_gpu_layers_draft: int | None = None,
         logits_all: bool = False,
         verbose: bool = False,
+        checked: Any = None,
         **kwargs: Any,
     ) -> None:
         path = Path(model_path)
@@ -339,7 +342,7 @@ class MtpLlama(llama_cpp.Llama):
         if draft_path is not None:
             check_input_file(Path(draft_path), f"drafter model {draft_path}")
         if n_max < 0:
-            raise GgufExactError(f"n_max must be >= 0, got {n_max}")
+            raise ArgumentError(f"n_max must be >= 0, got {n_max}")
         kwargs.setdefault("swa_full", True)
         # llama-server's default (flash attention "auto") turns it on for CPU and CUDA; without it
         # llama.cpp pads Gemma 4's V cache to the widest head and the drafter's view of it differs.
@@ -358,7 +361,7 @@ class MtpLlama(llama_cpp.Llama):
         self.draft_path = Path(draft_path) if draft_path is not None else None
         self.target_seconds = 0.0  # inside the target's llama_decode, since load
         draft = MtpDraftModel(n_max)
-        if draft_path is not None:
+        if draft_path is not None and checked is None:
             # Architecture, widths and the two vocabularies (as bytes) from the GGUF headers,
             # before llama.cpp loads anything: a 262,144-token vocabulary costs 0.2 s here
             # against a ctypes call per token after loading.
@@ -372,7 +375,7 @@ class MtpLlama(llama_cpp.Llama):
             super().__init__(str(path), draft_model=draft, logits_all=logits_all, verbose=verbose, **kwargs)
         except ValueError as e:
             quiet.close()
-            raise GgufExactError(f"target model {path}: {e}") from None
+            raise InputError(f"target model {path}: {e}") from None
         self._stack.push(quiet)  # the log callback is restored last, after every free
         if "tokenizer" not in kwargs:
             self.tokenizer_ = PieceCache(self)
@@ -381,7 +384,7 @@ class MtpLlama(llama_cpp.Llama):
             if draft_path is not None:
                 arch = _meta_str(self.model, "general.architecture")
                 if arch != TARGET_ARCH:
-                    raise GgufExactError(
+                    raise InputError(
                         f"target model {path}: architecture is {arch!r}; MTP drafting needs a {TARGET_ARCH!r} target"
                     )
                 llama_cpp_ext.llama_set_embeddings_nextn(self.ctx, True, False)
@@ -426,7 +429,7 @@ class MtpLlama(llama_cpp.Llama):
     @n_max.setter
     def n_max(self, value: int) -> None:
         if value < 0:
-            raise GgufExactError(f"n_max must be >= 0, got {value}")
+            raise ArgumentError(f"n_max must be >= 0, got {value}")
         self.draft_model.n_max = value  # type: ignore[union-attr]
 
     def _gguf_chat_formatter(self) -> llama_chat_format.Jinja2ChatFormatter | None:

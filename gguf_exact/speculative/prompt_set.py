@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from importlib import resources
 
-from gguf_exact.errors import GgufExactError
+from gguf_exact.errors import ArgumentError
 
 
 def prompt_names() -> list[str]:
@@ -25,7 +25,7 @@ def load_prompts(names: list[str] | None = None) -> dict[str, str]:
     out = {}
     for name in names:
         if name not in available:
-            raise GgufExactError(f"no shipped prompt named {name!r}; available: {', '.join(available)}")
+            raise ArgumentError(f"no shipped prompt named {name!r}; available: {', '.join(available)}")
         text = (folder / f"{name}.txt").read_text(encoding="utf-8")
         out[name] = text.removesuffix("\n")
     return out

@@ -24,7 +24,7 @@ from typing import Any, Sequence
 
 import llama_cpp
 
-from gguf_exact.errors import GgufExactError
+from gguf_exact.errors import ArgumentError, Param
 from gguf_exact.serving.sampling_defaults import SERVER_SAMPLING
 from gguf_exact.speculative.engine import MtpLlama, live_contexts
 from gguf_exact.speculative.generation import Generation
@@ -131,17 +131,21 @@ class Runner:
     def _prompt_ids(self, prompt: str | Sequence[int], n_predict: int) -> list[int]:
         ids = self.tokenize(prompt) if isinstance(prompt, str) else [int(t) for t in prompt]
         if not ids:
-            raise GgufExactError("empty prompt")
+            raise ArgumentError("empty prompt")
         bad = [t for t in ids if not 0 <= t < self.n_vocab]
         if bad:
-            raise GgufExactError(f"prompt token id {bad[0]} is outside the vocab [0, {self.n_vocab})")
+            raise ArgumentError(f"prompt token id {bad[0]} is outside the vocab [0, {self.n_vocab})")
         if len(ids) >= self.n_ctx:
-            raise GgufExactError(
-                f"the prompt is {len(ids)} tokens, longer than the context of {self.n_ctx}; raise n_ctx (--n-ctx) or shorten it"
+            raise ArgumentError(
+                f"the prompt is {len(ids)} tokens, longer than the context of {self.n_ctx}; raise n_ctx",
+                Param("n_ctx", aside=" ({})"),
+                " or shorten it",
             )
         if len(ids) + n_predict > self.n_ctx:
-            raise GgufExactError(
-                f"the prompt ({len(ids)} tokens) plus n_predict ({n_predict}) exceeds the context of {self.n_ctx}; raise n_ctx (--n-ctx) or lower n_predict"
+            raise ArgumentError(
+                f"the prompt ({len(ids)} tokens) plus n_predict ({n_predict}) exceeds the context of {self.n_ctx}; raise n_ctx",
+                Param("n_ctx", aside=" ({})"),
+                " or lower n_predict",
             )
         return ids
 
@@ -160,7 +164,7 @@ class Runner:
         ``record_margins`` also keeps, per token, the gap between the target's two
         highest logits (``Generation.margins``: how near a tie each was)."""
         if n_max < 0:
-            raise GgufExactError(f"n_max must be >= 0, got {n_max}")
+            raise ArgumentError(f"n_max must be >= 0, got {n_max}")
         ids = self._prompt_ids(prompt, n_predict)
         llm = self.llm
         llm.n_max = n_max
@@ -198,16 +202,20 @@ class Runner:
         """:func:`run_completion` on this runner's engine (``create_completion``, or with
         ``chat`` the GGUF's chat template), checked against the context first."""
         if n_max < 0:
-            raise GgufExactError(f"n_max must be >= 0, got {n_max}")
+            raise ArgumentError(f"n_max must be >= 0, got {n_max}")
         if chat:
             if self.llm.chat_formatter is None:
-                raise GgufExactError(f"{self.llm.model_path}: no tokenizer.chat_template in the GGUF; drop --chat")
+                raise ArgumentError(
+                    f"{self.llm.model_path}: no tokenizer.chat_template in the GGUF; drop ",
+                    Param("chat", api="chat=True"),
+                )
             ids = self.llm.chat_prompt_tokens([{"role": "user", "content": prompt}]) or []
             self._prompt_ids(ids, n_predict)
-        else:
-            self._prompt_ids(prompt, n_predict)
+            self.llm.n_max = n_max
+            return run_completion(self.llm, prompt, n_predict, sampling, stop, chat)
+        ids = self._prompt_ids(prompt, n_predict)  # tokenized once: create_completion gets the ids
         self.llm.n_max = n_max
-        return run_completion(self.llm, prompt, n_predict, sampling, stop, chat)
+        return run_completion(self.llm, ids, n_predict, sampling, stop)
 
     def target_greedy(
         self, prompt: str | Sequence[int], n_predict: int = 128, record_margins: bool = False
@@ -218,7 +226,7 @@ class Runner:
 
 def run_completion(
     llm: MtpLlama,
-    prompt: str,
+    prompt: str | list[int],
     n_predict: int,
     sampling: Sampling = GREEDY,
     stop: Sequence[str] = (),
@@ -226,7 +234,8 @@ def run_completion(
 ) -> Generation:
     """One ``create_completion`` (or, with ``chat``, a one-message
     ``create_chat_completion`` through the GGUF's chat template) on a clean cache:
-    the engine's figures, with the answer's text."""
+    the engine's figures, with the answer's text. ``prompt``: text, or its token ids as
+    :meth:`MtpLlama.prompt_tokens` gives them (not tokenized again); a chat takes text."""
     llm.reset()
     args = sampling.completion_kwargs() | {"max_tokens": n_predict, "stop": list(stop) or None}
     if chat:

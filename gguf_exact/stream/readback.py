@@ -15,7 +15,7 @@ from typing import Callable
 
 import numpy as np
 
-from gguf_exact.errors import GgufExactError
+from gguf_exact.errors import GgufExactError, NotExactError
 from gguf_exact.formats.gguf_layout import TensorEntry, row_bytes
 from gguf_exact.formats.gguf_reader import pread_exact
 from gguf_exact.stream.writer import crc
@@ -24,7 +24,7 @@ READ_BYTES = 1 << 22
 
 
 def _fail(path: Path, what: str) -> GgufExactError:
-    return GgufExactError(f"{path}: verification failed: {what}")
+    return NotExactError(f"{path}: verification failed: {what}")
 
 
 def verify_written(path: Path, header: bytes, placed: list[TensorEntry], results: list, expected: Callable) -> str:

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
-from gguf_exact.errors import GgufExactError
+from gguf_exact.errors import InputError
 from gguf_exact.formats.checkpoint import Checkpoint, check_finite_values
 
 ITEM_BYTES = {"BF16": 2, "F16": 2, "F32": 4}
@@ -96,7 +96,7 @@ class RowSource:
         false (the exact packer checks in its own pass)."""
         size = ITEM_BYTES.get(self.loc.dtype)
         if size is None:
-            raise GgufExactError(f"{self.loc.file}: tensor {self.loc.name} has dtype {self.loc.dtype}, not a weight")
+            raise InputError(f"{self.loc.file}: tensor {self.loc.name} has dtype {self.loc.dtype}, not a weight")
         row_bytes = self.cols * size
         out = np.empty((r1 - r0) * row_bytes, dtype=np.uint8)
         own = fd is None
@@ -107,7 +107,7 @@ class RowSource:
                 want = n * row_bytes
                 got = os.preadv(fd, [memoryview(out)[pos : pos + want]], self.loc.offset + start * row_bytes)
                 if got != want:
-                    raise GgufExactError(f"{self.loc.file}: truncated while reading tensor {self.loc.name}")
+                    raise InputError(f"{self.loc.file}: truncated while reading tensor {self.loc.name}")
                 pos += want
         finally:
             if own:

@@ -26,7 +26,6 @@ import os
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
 
 import numpy as np
 from gguf import GGMLQuantizationType
@@ -36,11 +35,12 @@ from gguf_exact.core.block_exactness import BlockJudgement, judge_blocks
 from gguf_exact.core.error_stats import ErrorStats, compare_chunk, sum_stats
 from gguf_exact.core.exact import plan_rows
 from gguf_exact.core.same_levels import same_levels
-from gguf_exact.errors import GgufExactError
+from gguf_exact.errors import ArgumentError, Param
 from gguf_exact.formats.gguf_file import TYPES, decode, encode
 from gguf_exact.formats.gguf_layout import TensorEntry
 from gguf_exact.formats.gguf_reader import GgufFile
 from gguf_exact.formats.kv_judge import KeyJudgement
+from gguf_exact.progress import Progress, announce
 from gguf_exact.stream.jobs import COPY, DATA, ENCODE, FROM_DONOR, PROBE, TensorJob
 
 CHUNK_VALUES = 1 << 19  # the packer's best chunk on 2 cores (core/exact.py)
@@ -49,7 +49,6 @@ Q4_0 = T.Q4_0
 FLOATS = (T.F32, T.F16, T.BF16)
 FALLBACK_TYPES = (T.Q8_0, T.F16, T.BF16, T.F32)  # what --off-grid may store an off-grid matrix as
 PASS, FAIL, NOT_JUDGED = "pass", "FAIL", "not judged"
-Progress = Callable[[str], None]
 
 
 @dataclass(frozen=True)
@@ -68,10 +67,15 @@ class OffGridRule:
             return cls(FALLBACK_TYPES, keep_allowed)
         if choice == "keep":
             if not keep_allowed:
-                raise GgufExactError("--off-grid keep keeps a donor's tensor: only a re-pack (with --donor) has one")
+                raise ArgumentError(
+                    Param("off_grid"),
+                    " keep keeps a donor's tensor: only a re-pack (with ",
+                    Param("donor"),
+                    ") has one",
+                )
             return cls((), True, choice)
         if choice not in TYPES or TYPES[choice] not in FALLBACK_TYPES:
-            raise GgufExactError(f"--off-grid {choice}: expected one of q8_0, f16, bf16, f32")
+            raise ArgumentError(Param("off_grid"), f" {choice}: expected one of q8_0, f16, bf16, f32")
         return cls((TYPES[choice],), False, choice)
 
     def words(self) -> str:
@@ -121,6 +125,7 @@ class Verification:
     failures: list[str] = field(default_factory=list)
     unchecked: list[str] = field(default_factory=list)
     keys: KeyJudgement = field(default_factory=KeyJudgement)
+    sha256: str | None = None  # the file's, when the caller hashed it (:func:`gguf_exact.verify.verify_file`)
 
     @property
     def total(self) -> TensorCheck:
@@ -235,6 +240,7 @@ def verify_tensors(
                 f"tensor {t.name} ({t.type.name} {list(t.shape)}) is not one {writer} writes for this source"
             )
     judge = _Judge(gguf, donor, off_grid, writer, workers or min(2, os.cpu_count() or 1))
+    announce(progress, sum(j.entry.name in by_name for j in jobs))
     try:
         for job in jobs:
             t = by_name.get(job.entry.name)
@@ -577,6 +583,7 @@ def measure_tensors(gguf: GgufFile, jobs: list[TensorJob], progress: Progress | 
     (``compare``: files made any other way, a Q8_0 or bf16 drafter)."""
     v = Verification(gguf.path)
     by_name = {t.name: t for t in gguf.tensors}
+    announce(progress, len(jobs))
     for job in jobs:
         t = by_name.get(job.entry.name)
         if t is None or job.source is None or t.ne != job.entry.ne:

@@ -16,7 +16,6 @@ memory is then the whole story). :mod:`.chunk_pool` can also fork worker process
 
 import os
 import zlib
-from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -25,11 +24,12 @@ from gguf import GGMLQuantizationType
 from gguf_exact.core import bf16
 from gguf_exact.core.error_stats import ErrorStats, compare_chunk, sum_stats
 from gguf_exact.core.exact import plan_rows
-from gguf_exact.errors import GgufExactError, OffGridError
+from gguf_exact.errors import ArgumentError, GgufExactError, InputError, OffGridError, Param
 from gguf_exact.formats.gguf_file import TYPES, decode, encode
 from gguf_exact.formats.gguf_layout import TensorEntry
 from gguf_exact.formats.gguf_reader import GgufFile
 from gguf_exact.formats.gguf_stream import StreamingGGUF, pwrite_all
+from gguf_exact.progress import Progress, announce
 from gguf_exact.stream.chunk_pool import chunk_pool
 from gguf_exact.stream.jobs import DATA, ENCODE, PROBE, TensorJob
 
@@ -40,7 +40,6 @@ FLOAT_TYPES = (GGMLQuantizationType.F32, GGMLQuantizationType.F16, GGMLQuantizat
 # float copies must match (norms are copied from the donor), quantized ones roughly.
 SAME_MODEL_FLOAT, SAME_MODEL_QUANTIZED = 1e-2, 0.5
 Q4_0 = GGMLQuantizationType.Q4_0
-Progress = Callable[[str], None]
 
 
 def crc(data: np.ndarray) -> int:
@@ -120,7 +119,7 @@ class TensorWriter:
         donor_every: int = DONOR_SAMPLE_EVERY,
     ) -> None:
         if off_grid == "keep" and donor is None:
-            raise GgufExactError("--off-grid keep keeps the donor's tensor, and there is no donor here")
+            raise ArgumentError(Param("off_grid"), " keep keeps the donor's tensor, and there is no donor here")
         self.donor, self.jobs, self.writer = donor, jobs, writer
         self.off_grid, self.donor_every = off_grid, donor_every
         self.pool = None
@@ -159,7 +158,7 @@ class TensorWriter:
         try:
             plan = plan_rows(bits, r0, histogram=False, score_partial=False)
         except GgufExactError as err:
-            raise GgufExactError(f"{job.source.loc.file}: tensor {job.hf_name}: {err}") from None
+            raise InputError(f"{job.source.loc.file}: tensor {job.hf_name}: {err}") from None
         res = ChunkResult(r0, r1, plan.n_blocks, plan.off_grid_blocks, plan.first_off_grid)
         if plan.data is None:
             return res
@@ -274,7 +273,7 @@ class TensorWriter:
         result.chunk_rows = step
         limit = SAME_MODEL_FLOAT if job.entry.type in FLOAT_TYPES else SAME_MODEL_QUANTIZED
         if result.donor is not None and result.donor.rel_error > limit:
-            raise GgufExactError(
+            raise InputError(
                 f"{self.donor.path}: tensor {job.entry.name} differs from the source's {job.hf_name} "
                 f"(relative difference {result.donor.rel_error:.3g}): donor and source are different models"
             )
@@ -286,6 +285,7 @@ def write_tensors(
 ) -> list[TensorResult]:
     """Every job of ``tensors``, in order, on ``workers`` workers."""
     results = []
+    announce(progress, len(tensors.jobs))
     with chunk_pool(tensors, workers, worker_kind) as tensors.pool:
         for j, job in enumerate(tensors.jobs):
             if progress:

@@ -46,6 +46,7 @@ from gguf import GGMLQuantizationType, GGUFValueType
 
 from gguf_exact.core import bf16, q4_0, q6_k
 from gguf_exact.drafter.convert import convert_drafter
+from gguf_exact.errors import ArgumentError, Param
 from gguf_exact.formats.gguf_layout import TensorEntry, encode_kv
 from gguf_exact.formats.gguf_stream import StreamingGGUF, pwrite_all
 from gguf_exact.gemma4.hparams import TextHparams, rope_freqs
@@ -251,8 +252,14 @@ def write_drafter(path: str | Path, size: str, kind: str, cycle: list[int], targ
 def write_pair(folder: str | Path, shape: str, kind: str, progress: Callable[[str], None] | None = None) -> FullPair:
     """Write ``folder/target.gguf`` and ``folder/drafter.gguf`` (``shape`` e2b or e4b)."""
     say = progress or (lambda _m: None)
-    size = SHAPES[shape]
+    if shape.lower() not in SHAPES:
+        raise ArgumentError(Param("shape"), f" {shape}: expected one of {', '.join(SHAPES)}")
+    if kind not in KINDS:
+        raise ArgumentError(Param("kind"), f" {kind}: expected one of {', '.join(KINDS)}")
     folder = Path(folder)
+    if folder.exists() and not folder.is_dir():
+        raise ArgumentError(f"{folder}: exists and is not a folder")
+    size = SHAPES[shape.lower()]
     folder.mkdir(parents=True, exist_ok=True)
     vocab = gemma4_vocabulary()
     cycle = cycle_ids(vocab)

@@ -1,0 +1,31 @@
+"""The ``gguf-exact`` command line, one module per group of commands.
+
+Each command parses its options, calls one function of the Python API (which returns a
+typed result or raises a :class:`~gguf_exact.errors.GgufExactError`) and renders the
+result; no command holds logic of its own. The modules:
+
+- :mod:`.app` - the ``main`` group: errors as one ``error:`` line naming the flags, ``run``
+- :mod:`.console` - the two consoles, tables that fit, progress bars, figures
+- :mod:`.options` - options and parameter types several commands share
+- :mod:`.files` - ``inspect``, ``convert``, ``verify``, ``compare``
+- :mod:`.repack` - ``repack``
+- :mod:`.hub` - ``recipes``, ``fetch``, ``build``, ``pin``
+- :mod:`.builds` - ``build-llama``, ``build-bindings``, ``doctor``
+- :mod:`.serving` - ``serve``, ``status``, ``stop``, ``tune``
+- :mod:`.inprocess` - ``generate``, ``chat``, ``bench``
+- :mod:`.tiny` - ``make-tiny``, ``demo``
+
+A new command is a function under ``@main.command()`` in the group module it belongs
+to, or a module of its own named in :data:`GROUPS`.
+"""
+
+import importlib
+
+from gguf_exact.cli.app import main, run
+
+GROUPS = ("files", "repack", "hub", "builds", "serving", "inprocess", "tiny")
+
+for _group in GROUPS:
+    importlib.import_module(f"{__name__}.{_group}")
+
+__all__ = ["GROUPS", "main", "run"]

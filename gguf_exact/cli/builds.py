@@ -1,0 +1,101 @@
+"""Build commands: ``build-llama`` (llama-server and tools), ``build-bindings`` (llama-cpp-python), ``doctor``."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+from rich.markup import escape
+
+from gguf_exact.cli import console
+from gguf_exact.cli.app import main
+from gguf_exact.cli.console import note
+
+
+@main.command("build-llama")
+@click.option(
+    "--cuda",
+    "cuda",
+    metavar="ARCH",
+    help="Build for CUDA with this architecture: 75 (GTX 1650 Ti) or 86 (RTX 3050). Default: CPU.",
+)
+@click.option(
+    "--vulkan",
+    is_flag=True,
+    help="Build for Vulkan (any vendor's GPU; on a GTX 16xx the fallback when MTP crashes under CUDA).",
+)
+@click.option(
+    "--sdist",
+    type=click.Path(path_type=Path),
+    help="A local copy of the pinned llama-cpp-python sdist (its sha256 is still checked).",
+)
+@click.option("--force", is_flag=True, help="Rebuild even if the build is cached.")
+def build_llama(cuda: str | None, vulkan: bool, sdist: Path | None, force: bool) -> None:
+    """Build llama-server, llama-bench, llama-perplexity and llama-quantize.
+
+    From the llama-cpp-python sdist pinned in checksums/ (fetched with pip, sha256
+    checked), so the server runs the same llama.cpp commit as the Python bindings
+    (`gguf-exact build-bindings`), with the same options. The CPU code uses the
+    features this CPU advertises, named one by one and never AMX (set
+    GGUF_EXACT_CPU_FEATURES=avx2,fma,... to choose others). A probe then runs a batched
+    Q4_0 product through the new binaries; a build that fails it is not installed.
+    Installs into ~/.cache/gguf-exact/llama.cpp/<commit>-<backend>-<CPU features>/bin
+    (backend cpu, cuda75, cuda86 or vulkan) and prints that folder; a second call
+    returns at once.
+
+    --cuda needs nvcc on PATH (no GPU needed to build); cuBLAS comes from the toolkit,
+    else from NVIDIA's pinned nvidia-cublas wheel. --vulkan needs the Vulkan headers and
+    glslc (Debian: apt-get install libvulkan-dev glslc spirv-headers). `gguf-exact doctor`
+    shows what each build used.
+    """
+    from gguf_exact.serving.llama_build import build_llama_cpp, sigterm_as_interrupt
+
+    with sigterm_as_interrupt():
+        build = build_llama_cpp(cuda, sdist, force=force, log=note, vulkan=vulkan)
+    click.echo(build.bin_dir)
+
+
+@main.command("build-bindings")
+@click.option(
+    "--cuda", "cuda", metavar="ARCH", help="Bindings for CUDA with this architecture: 75 or 86. Default: CPU."
+)
+@click.option("--vulkan", is_flag=True, help="Bindings for Vulkan.")
+@click.option(
+    "--sdist",
+    type=click.Path(path_type=Path),
+    help="A local copy of the pinned llama-cpp-python sdist (its sha256 is still checked).",
+)
+@click.option("--force", is_flag=True, help="Rebuild even if the wheel is cached.")
+@click.option("--install", is_flag=True, help="Install the wheel into this Python environment.")
+def build_bindings(cuda: str | None, vulkan: bool, sdist: Path | None, force: bool, install: bool) -> None:
+    """Build the llama-cpp-python bindings (the Python engine's llama.cpp) as a wheel.
+
+    Built from the same pinned sdist, backend and CPU features as `gguf-exact
+    build-llama`, so the in-process engine (generate, chat, serve --engine python)
+    runs on the card a GPU profile names, and never traps on a CPU with AMX. A probe
+    runs a batched Q4_0 product through the wheel before it is kept in
+    ~/.cache/gguf-exact/wheels/<commit>-<backend>-<CPU features>/; a second call
+    returns at once. Prints the wheel's path; --install also installs it here,
+    replacing any other llama-cpp-python (such as pip's own native build).
+    """
+    from gguf_exact.serving.bindings_build import build_bindings as build
+    from gguf_exact.serving.bindings_build import install_bindings
+    from gguf_exact.serving.llama_build import sigterm_as_interrupt
+
+    with sigterm_as_interrupt():
+        wheel = build(cuda, vulkan, sdist, force=force, log=note)
+        if install:
+            install_bindings(wheel, note)
+    click.echo(wheel.wheel)
+
+
+@main.command()
+def doctor() -> None:
+    """Report what this machine has for serving: CPU features, bindings, llama-server, CUDA, GPUs."""
+    from gguf_exact.serving.doctor import diagnose
+
+    for f in diagnose():
+        console.out.print(
+            f"{'[green]ok[/]' if f.ok else '[yellow]--[/]'}  {escape(f'{f.name:<22}')} {escape(f.value)}",
+            soft_wrap=True,
+        )

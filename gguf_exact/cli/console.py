@@ -1,0 +1,156 @@
+"""How the CLI prints: its two consoles, tables that fit the terminal, progress bars, figures.
+
+Commands print results on :data:`out` (stdout) and notes, warnings and progress on
+:data:`err` (stderr). Both are looked up at call time (``console.out``), so a test can
+swap one for a console of another width.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+from typing import Callable
+
+from rich.console import Console
+from rich.markup import escape
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+
+def width() -> int | None:
+    """The terminal's width on a terminal; off one (pipes, CI logs) ``$COLUMNS`` when set,
+    else 160, so logs keep whole tensor names."""
+    if sys.stdout.isatty():
+        return None
+    try:
+        return max(40, int(os.environ.get("COLUMNS", "")))
+    except ValueError:
+        return 160
+
+
+out = Console(highlight=False, width=width())
+err = Console(stderr=True, highlight=False)
+
+
+def say(line: str) -> None:
+    """One line of a command's output on stdout, as it is (no markup, never cut)."""
+    out.print(line, markup=False, soft_wrap=True)
+
+
+def note(line: str) -> None:
+    """One line on stderr, as it is: what a command found or chose, beside its output."""
+    err.print(line, markup=False, soft_wrap=True)
+
+
+def warn(text: str) -> None:
+    """``warning: text`` on stderr."""
+    err.print(f"[yellow]warning:[/] {escape(text)}", soft_wrap=True)
+
+
+def error(text: str) -> None:
+    """``error: text`` on stderr."""
+    err.print(f"[bold red]error:[/] {escape(text)}", soft_wrap=True)
+
+
+def progress_lines() -> Callable[[str], None]:
+    """A callback that prints each progress line on stderr, on a terminal only."""
+    return (lambda s: err.print(s, markup=False)) if err.is_terminal else (lambda s: None)
+
+
+class _Bar:
+    """A progress callback (:mod:`gguf_exact.progress`) drawing a bar over tensors."""
+
+    def __init__(self, progress: Progress | None = None, task=None) -> None:
+        self.progress, self.task = progress, task
+
+    def start(self, total: int) -> None:
+        if self.progress is not None:
+            self.progress.update(self.task, total=total)
+
+    def __call__(self, name: str) -> None:
+        if self.progress is not None:
+            self.progress.update(self.task, advance=1, description=name)
+
+
+@contextlib.contextmanager
+def tensor_progress(label: str, enabled: bool = True):
+    """A progress bar over tensors on stderr (only on a terminal); yields the callback
+    to give the API call, which says how many tensors there are."""
+    if not enabled or not err.is_terminal:
+        yield _Bar()
+        return
+    columns = (
+        TextColumn(label),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("{task.description}"),
+        TimeElapsedColumn(),
+    )
+    with Progress(*columns, console=err, transient=True) as progress:
+        yield _Bar(progress, progress.add_task("", total=None))
+
+
+def common_prefix(names: list[str]) -> str:
+    """The longest dotted prefix (``model.language_model.``) that at least 80% of the
+    names share, or "" when none is worth taking out."""
+    counts: dict[str, int] = {}
+    for name in names:
+        for i, ch in enumerate(name[:-1]):
+            if ch == ".":
+                counts[name[: i + 1]] = counts.get(name[: i + 1], 0) + 1
+    shared = [p for p, n in counts.items() if n >= max(2, 0.8 * len(names)) and len(p) >= 6]
+    return max(shared, key=len, default="")
+
+
+def fitted_table(
+    title: str, columns: list[tuple[str, str]], rows: Callable[[bool], list[list[str]]], wrap: tuple[int, ...] = (0,)
+) -> Table:
+    """A table under ``columns`` ((header, justify) pairs) that fits the console.
+
+    ``rows(compact)`` gives the cells, the first column a name. As it is when it fits;
+    else compact: figures as ``rows(True)`` gives them (fewer digits), no vertical
+    rules, the prefix most names share shown once in the title and as "…" in them, and
+    the names (and the columns in ``wrap``) wrapped, never cut short."""
+    from rich import box
+
+    def build(compact: bool) -> Table:
+        cells = rows(compact)
+        names = [r[0] for r in cells]
+        prefix = common_prefix(names) if compact else ""
+        caption = f"{title} (… = {prefix})" if prefix else title
+        table = Table(
+            title=caption,
+            box=box.SIMPLE_HEAD if compact else box.HEAVY_HEAD,
+            pad_edge=not compact,
+            collapse_padding=compact,
+            show_edge=not compact,
+        )
+        for i, (header, justify) in enumerate(columns):
+            table.add_column(header, justify=justify, overflow="fold", no_wrap=i not in wrap)
+        for name, row in zip(names, cells):
+            table.add_row("…" + name[len(prefix) :] if prefix and name.startswith(prefix) else name, *row[1:])
+        return table
+
+    table = build(False)
+    if table.__rich_measure__(out, out.options).maximum <= out.width:
+        return table
+    return build(True)
+
+
+def human_size(n: int) -> str:
+    """``46,080`` -> ``45.0 KiB``; ``2,415,919,104`` -> ``2.25 GiB``."""
+    for unit, size in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n >= size:
+            return f"{n / size:,.2f} {unit}" if unit == "GiB" else f"{n / size:,.1f} {unit}"
+    return f"{n:,} B"
+
+
+def pct(x: float | None, digits: int = 4) -> str:
+    """A share as a percentage, ``-`` for none."""
+    return "-" if x is None else f"{x:.{digits}%}"
+
+
+def type_mix(types: dict[str, int]) -> str:
+    """``{"Q4_0": 23, "F32": 26}`` -> ``F32 x26, Q4_0 x23``."""
+    return ", ".join(f"{k} x{v}" for k, v in sorted(types.items()))

@@ -1,0 +1,214 @@
+"""Commands on checkpoints and the files made from them: ``inspect``, ``convert``, ``verify``, ``compare``."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import click
+from rich.table import Table
+
+from gguf_exact.cli import console
+from gguf_exact.cli.app import main, message
+from gguf_exact.cli.console import fitted_table, pct, say, tensor_progress, type_mix
+from gguf_exact.errors import GgufExactError, NotExactError
+
+
+@main.command()
+@click.argument("src_dir", type=click.Path(path_type=Path))
+@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON on stdout.")
+def inspect(src_dir: Path, as_json: bool) -> None:
+    """Show, per tensor, whether a checkpoint sits on the Q4_0 grid.
+
+    SRC_DIR is a Hugging Face folder (config.json and safetensors): a drafter, a main
+    model, or any bf16 checkpoint, read in row chunks. For each tensor:
+    blocks of 32, the share on the grid, the share of values that can decode
+    bit-exactly as Q4_0, and the GGUF type convert would use. The last line says
+    whether the checkpoint is QAT 4-bit.
+    """
+    from gguf_exact.drafter.inspect_qat import inspect_checkpoint
+
+    with tensor_progress("inspect", not as_json) as progress:
+        report = inspect_checkpoint(src_dir, progress)
+    if as_json:
+        click.echo(json.dumps(report.as_dict(), indent=2))
+        return
+    columns = [("tensor", "left"), ("shape", "left"), ("dtype", "left"), ("blocks", "right")]
+    columns += [("on grid", "right"), ("bit-exact", "right"), ("planned", "left")]
+
+    def rows(compact: bool) -> list[list[str]]:
+        d = 2 if compact else 4
+        return [
+            [t.name, "x".join(map(str, t.shape)) or "scalar", t.dtype, str(t.blocks or "-")]
+            + [pct(t.on_grid_fraction, d), pct(t.exact_fraction, d), t.planned]
+            for t in report.tensors
+        ]
+
+    console.out.print(fitted_table(str(src_dir), columns, rows))
+    console.out.print(("[green]" if report.is_qat else "[yellow]") + report.verdict)
+
+
+@main.command()
+@click.argument("src_dir", type=click.Path(path_type=Path))
+@click.argument("out_gguf", type=click.Path(path_type=Path))
+@click.option(
+    "--vocab-from",
+    "vocab_from",
+    required=True,
+    type=click.Path(path_type=Path),
+    help="The target model's GGUF; its tokenizer.* keys are copied.",
+)
+@click.option("--report", "report_path", type=click.Path(path_type=Path), help="Write a per-tensor JSON report here.")
+@click.option("--expect-sha256", help="Fail, leaving no output, unless the file has this sha256.")
+@click.option(
+    "--off-grid",
+    type=click.Choice(["q8_0", "f16", "bf16", "f32"]),
+    help="Store matrices that are off the grid in this type instead of stopping.",
+)
+def convert(
+    src_dir: Path,
+    out_gguf: Path,
+    vocab_from: Path,
+    report_path: Path | None,
+    expect_sha256: str | None,
+    off_grid: str | None,
+) -> None:
+    """Convert a Gemma 4 MTP drafter to an exact Q4_0 GGUF.
+
+    SRC_DIR holds a Gemma4AssistantForCausalLM (or Gemma4UnifiedAssistantForCausalLM)
+    checkpoint. Every matrix on the grid becomes Q4_0 with its trained levels; norms
+    stay F32; masked_embedding.* is dropped as upstream does. The file is written
+    beside OUT_GGUF, read back and verified, then renamed into place; on any
+    failure nothing is left at OUT_GGUF.
+    """
+    from gguf_exact.drafter.convert import convert_drafter
+
+    with tensor_progress("convert") as progress:
+        result = convert_drafter(src_dir, out_gguf, vocab_from, off_grid, expect_sha256, report_path, progress)
+    t = result.total
+    console.out.print(f"wrote {result.path} ({result.size:,} bytes; {type_mix(result.type_counts)})")
+    console.out.print(
+        f"verified: {t.exact:,} of {t.n_values:,} values bit-exact ({t.exact_fraction:.4%}), largest error {t.max_ulps} bf16 ULP, relative error {t.rel_error:.3e}"
+    )
+    if result.off_grid_tensors:
+        console.out.print(f"[yellow]off grid, stored as {off_grid}:[/] " + ", ".join(result.off_grid_tensors))
+    console.out.print(f"sha256 {result.sha256}" + ("  (matches --expect-sha256)" if expect_sha256 else ""))
+
+
+@main.command()
+@click.argument("gguf_path", type=click.Path(path_type=Path))
+@click.option(
+    "--source", "source", required=True, type=click.Path(path_type=Path), help="The HF folder the file was made from."
+)
+@click.option(
+    "--vocab-from",
+    "vocab_from",
+    type=click.Path(path_type=Path),
+    help="Drafters: the target GGUF given to convert; its tokenizer.* keys are compared as bytes.",
+)
+@click.option(
+    "--donor",
+    type=click.Path(path_type=Path),
+    help="Re-packed files: the donor GGUF given to repack; its keys and copied tensors are compared as bytes.",
+)
+@click.option(
+    "--off-grid",
+    type=click.Choice(["keep", "q8_0", "f16", "bf16", "f32"]),
+    help="The --off-grid choice the file was made with (default: the type the file records for an off-grid matrix).",
+)
+@click.option(
+    "--allow-unchecked",
+    is_flag=True,
+    help="Pass although some keys or tensors could not be judged (named in the output), e.g. without --vocab-from.",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print the verdict and per-tensor results as JSON on stdout.")
+def verify(
+    gguf_path: Path,
+    source: Path,
+    vocab_from: Path | None,
+    donor: Path | None,
+    off_grid: str | None,
+    allow_unchecked: bool,
+    as_json: bool,
+) -> None:
+    """Prove a GGUF is what convert or repack writes for its source, header to last block; exit 1 if not.
+
+    Recomputes the plan from the source (every key, every tensor, every Q4_0 block)
+    and reads the file beside it in row chunks. A Q4_0 block passes only if it decodes
+    at least as many values bit-exactly as the plan's block (+0 and -0 equal) and no
+    value further from the source than the plan's worst: another scale that is as exact
+    passes and is counted. Every tensor must have the planned type and shape (norms
+    F32 holding the source's bits; an off-grid matrix the bytes --off-grid defines),
+    none may be missing or extra, and the keys must be the ones the writer writes.
+    What cannot be judged (a drafter's tokenizer without --vocab-from, a re-pack's
+    donor keys without --donor) is named, and fails unless --allow-unchecked is given.
+    The last line is the verdict: `verify: PASS`, `FAIL` or `INCOMPLETE`.
+    """
+    from gguf_exact.verify import verify_file
+
+    try:
+        with tensor_progress("verify", not as_json) as progress:
+            v = verify_file(gguf_path, source, vocab_from, donor, off_grid, progress)
+    except GgufExactError as e:
+        if as_json:
+            click.echo(json.dumps({"ok": False, "path": str(gguf_path), "error": message(e)}, indent=2))
+        raise
+    if as_json:
+        click.echo(json.dumps({"sha256": v.sha256} | v.as_dict(allow_unchecked), indent=2))
+    else:
+        table = Table(title=str(gguf_path))
+        for col in (
+            "tensor",
+            "type",
+            "judged",
+            "values",
+            "bit-exact",
+            "max ULP",
+            "rel. error",
+            "blocks as planned/equal/more/less",
+        ):
+            table.add_column(col, justify="left" if col in ("tensor", "type", "judged") else "right")
+        for t in v.tensors + [v.total]:
+            b = t.blocks
+            blocks = f"{b.as_planned:,}/{b.equally_exact:,}/{b.more_exact:,}/{b.less_exact:,}" if b else "-"
+            figures = (pct(t.exact_fraction), str(t.max_ulps), f"{t.rel_error:.3e}") if t.measured else ("-",) * 3
+            status = "" if t.name == "(all)" else t.status
+            table.add_row(t.name, t.type, status, f"{t.n_values:,}", *figures, blocks)
+        console.out.print(table)
+        for line in v.failures:
+            say(f"FAIL        {line}")
+        for line in v.unchecked:
+            say(f"not judged  {line}")
+        console.out.print(f"sha256 {v.sha256}", markup=False)
+        say(v.verdict(allow_unchecked))
+    problem = v.error_line(allow_unchecked)
+    if problem:
+        raise NotExactError(problem)
+
+
+@main.command()
+@click.option(
+    "--source", "source", required=True, type=click.Path(path_type=Path), help="The HF folder the files were made from."
+)
+@click.argument("gguf_paths", nargs=-1, required=True, type=click.Path(path_type=Path))
+def compare(source: Path, gguf_paths: tuple[Path, ...]) -> None:
+    """Put GGUF files made from one checkpoint side by side: size, type mix, error.
+
+    Drafters (e.g. the exact Q4_0 file beside a Q8_0 or bf16 one made by llama.cpp's
+    converter) or main models (e.g. Google's QAT GGUF beside its `repack`), each
+    measured against SOURCE, not judged.
+    """
+    from gguf_exact.drafter.compare import compare_files
+
+    found = compare_files(source, list(gguf_paths))
+    columns = [("file", "left"), ("bytes", "right"), ("types", "left"), ("bit-exact", "right")]
+    columns += [("rel. error", "right"), ("max ULP", "right")]
+
+    def rows(compact: bool) -> list[list[str]]:
+        return [
+            [r.path, f"{r.bytes:,}", type_mix(r.type_mix)]
+            + [pct(r.exact_fraction, 2 if compact else 4), f"{r.rel_error:.3e}", str(r.max_ulps)]
+            for r in found
+        ]
+
+    console.out.print(fitted_table(f"against {source}", columns, rows, wrap=(0, 2)))

@@ -1,0 +1,187 @@
+"""Recipe commands: ``recipes``, ``fetch``, ``build`` and ``pin`` (pinned files from the Hugging Face Hub)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from gguf_exact.cli.app import main
+from gguf_exact.cli.console import say
+from gguf_exact.cli.options import models_dir_option
+from gguf_exact.errors import HubError, NotExactError
+
+
+@main.command("recipes")
+def recipes_command() -> None:
+    """List the recipes `fetch`, `pin` and `build` know, and what is pinned.
+
+    Per recipe: what it makes, its parts (exact: the published GGUF; source: the
+    checkpoint; target: the GGUF whose vocabulary a drafter copies), each with its
+    repository and whether `fetch RECIPE --what PART` can run or `pin` must come
+    first. Recipes are read from $GGUF_EXACT_RECIPES, ~/.config/gguf-exact/recipes,
+    then the ones shipped with gguf-exact.
+    """
+    from gguf_exact.hub.fetch import pin_state
+    from gguf_exact.hub.recipes import ROLES, all_recipes
+
+    found = all_recipes()
+    if not found:
+        raise HubError("no recipes found; write one as convert/<name>.toml (docs/recipes.md)")
+    for r in found:
+        what = f"drafter for {r.size} targets" if r.kind == "drafter" and r.size else r.kind
+        say(f"{r.name}  ({what}) {r.description}")
+        for role in ROLES:
+            if role in r.parts:
+                say(f"  {role:<7} {r.parts[role].repo}")
+                say(f"  {'':<7} {pin_state(r, role)}")
+        say(f"  file    {r.path}")
+
+
+@main.command()
+@click.argument("recipe")
+@models_dir_option
+@click.option(
+    "--what",
+    type=click.Choice(["exact", "source", "target"]),
+    default="exact",
+    show_default=True,
+    help="The published exact GGUF, the source checkpoint, or the target GGUF (vocabulary).",
+)
+def fetch(recipe: str, models_dir: Path, what: str) -> None:
+    """Download the files a recipe pins, each checked against its sha256.
+
+    RECIPE is a name from `gguf-exact recipes` (e.g. e2b-assistant) or a path to a
+    .toml file. --what exact (the default) gets the published exact GGUF, source the
+    checkpoint, target the GGUF whose vocabulary a drafter copies; a part whose files
+    are not pinned yet needs `gguf-exact pin RECIPE --what PART` first. The
+    files come from the commit pinned in checksums/RECIPE.sha256, through
+    huggingface_hub and its cache (HF_HUB_CACHE). A file whose sha256 differs is
+    refused and nothing is left at its final path; an interrupted download resumes on
+    the next run; HF_HUB_OFFLINE=1 uses the cache only. Private or gated repos need
+    `hf auth login` or HF_TOKEN.
+    """
+    from gguf_exact.hub.fetch import fetch_recipe
+    from gguf_exact.hub.recipes import load_recipe
+
+    r = load_recipe(recipe)
+    for f in fetch_recipe(r, what, models_dir):
+        commit = f", commit {f.commit}" if f.commit else ""
+        say(f"{f.path}  {f.how} ({f.size:,} bytes{commit})")
+    say(f"verified: sha256 as pinned in {r.checksums}")
+
+
+@main.command()
+@click.argument("recipe")
+@models_dir_option
+@click.option(
+    "--out-dir",
+    type=click.Path(path_type=Path),
+    default=Path("build/drafters"),
+    show_default=True,
+    help="Where the rebuilt GGUF is written.",
+)
+@click.option(
+    "--vocab-from",
+    type=click.Path(path_type=Path),
+    help="Target GGUF whose tokenizer.* keys are copied, instead of the recipe's [target] file.",
+)
+def build(recipe: str, models_dir: Path, out_dir: Path, vocab_from: Path | None) -> None:
+    """Rebuild a recipe's exact drafter from its pinned source; compare it with the published file.
+
+    Fetches the [source] checkpoint (and the [target] GGUF unless --vocab-from is
+    given) at the pinned commit, verified; converts and verifies as `convert` does;
+    then compares the output with the [exact] file. Four outcomes: "reproduced" (same
+    sha256); "same levels" (every Q4_0 block holds the published file's levels, only
+    scales differ, and every published block is as exact as the plan by verify's block
+    rule); "same levels, less exact" (as above, but some published blocks are less
+    exact: counted per tensor); or "differs" (the first differing tensor and block,
+    exit 1). Both files' bit-exact share against the source is printed. A file made by
+    another scale rule, such as the published method, comes out "same levels, less exact".
+    """
+    from gguf_exact.hub.build import build_recipe
+    from gguf_exact.hub.outcome import LESS_EXACT, REPRODUCED, SAME_LEVELS
+    from gguf_exact.hub.recipes import load_recipe
+
+    r = load_recipe(recipe)
+    res = build_recipe(r, models_dir, out_dir, vocab_from)
+    t = res.convert.total
+    say(f"source  {models_dir / r.part('source').repo} ({len(res.sources)} files, verified)")
+    say(f"vocab   {res.vocab_from}")
+    say(f"wrote   {res.output} ({res.convert.size:,} bytes; {t.exact:,} of {t.n_values:,} values bit-exact)")
+    o = res.outcome
+    if o is None:
+        say(f"sha256 {res.sha256}; the recipe pins no published exact file to compare with")
+        return
+    if o.kind == REPRODUCED:
+        say(f"reproduced: sha256 {res.sha256} is the published {res.published}")
+        return
+    say(f"built      {res.sha256}  {res.output}")
+    say(f"published  {res.published_sha256}  {res.published}")
+    if o.metadata_keys:
+        say(f"metadata   {len(o.metadata_keys)} keys differ: {', '.join(o.metadata_keys[:6])}")
+    if o.kind in (SAME_LEVELS, LESS_EXACT):
+        for s in o.scales:
+            less = f", {s.less_exact:,} less exact" if s.less_exact else ""
+            say(f"  {s.name}: {s.as_exact:,} of {s.blocks:,} published blocks as exact as the plan{less}")
+        say(
+            f"{o.kind}: every Q4_0 block holds the published file's levels; "
+            f"{o.other_scale_blocks:,} of {o.q4_0_blocks:,} blocks are stored with another scale"
+            + (
+                f", {o.less_exact_blocks:,} of them less exact than the plan"
+                if o.kind == LESS_EXACT
+                else ", none less exact than the plan"
+            )
+        )
+        for who, e in (("built", o.built_exact), ("published", o.published_exact)):
+            say(
+                f"bit-exact against the source, {who + ':':<10} {e.exact_fraction:.4%} ({e.exact:,} of {e.n_values:,} values)"
+            )
+        return
+    raise NotExactError(
+        f"{res.output}: not reproduced: differs from the published {res.published}: {o.difference}; "
+        "compare them with `gguf-exact compare --source SRC A.gguf B.gguf`"
+    )
+
+
+@main.command()
+@click.argument("recipe")
+@click.option(
+    "--revision",
+    help="Pin this branch, tag or commit instead of the recipe's revision (one part: name it with --what).",
+)
+@click.option(
+    "--what",
+    type=click.Choice(["all", "source", "exact", "target"]),
+    default="all",
+    show_default=True,
+    help="Which part of the recipe to pin.",
+)
+def pin(recipe: str, revision: str | None, what: str) -> None:
+    """Resolve a recipe's revisions to commits and record each file's sha256.
+
+    Reads the Hub's file metadata (model info with files_metadata): LFS files are not
+    downloaded; small git files such as config.json are read, checked against their
+    git id and size, and hashed. Names, commits and hashes in the Hub's answer are
+    checked before use. Rewrites checksums/RECIPE.sha256 in a checkout of
+    gguf-exact (commit it); an installed gguf-exact keeps its own files and writes
+    ~/.config/gguf-exact/checksums/RECIPE.sha256 ($GGUF_EXACT_CHECKSUMS) instead,
+    which fetch, build and serve then read first. Shows any sha256 that changed.
+    """
+    from gguf_exact.hub.checksums import CHECKSUMS_DIR, user_checksums_dir
+    from gguf_exact.hub.pin import pin_recipe
+    from gguf_exact.hub.recipes import load_recipe
+
+    r = load_recipe(recipe)
+    report = pin_recipe(r, None if what == "all" else [what], revision)
+    for p in report.parts:
+        say(f"[{p.role}] {p.pin.repo} revision {p.pin.revision} -> commit {p.pin.commit}")
+        for e in p.entries:
+            changed = f"  CHANGED, was {e.previous}" if e.previous not in (None, e.sha256) else ""
+            say(f"  {e.sha256}  {e.path}  ({e.how}){changed}")
+    say(f"wrote {report.checksums}")
+    if report.checksums.parent == user_checksums_dir():
+        say(
+            f"(gguf-exact's own {CHECKSUMS_DIR / report.checksums.name} is not written here: "
+            "fetch, build and serve read this copy first; delete it to go back)"
+        )

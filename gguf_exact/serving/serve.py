@@ -1,0 +1,139 @@
+"""``serve`` in two calls: :func:`plan_serve` checks and plans everything, :func:`start_planned` starts it.
+
+:func:`plan_serve` finds the drafter (:mod:`.drafter_lookup`), chooses the profile
+(:mod:`.profile_choice`), checks the pair and builds the command (:func:`.server.plan_launch`),
+plans the memory (:mod:`.memory_plan`) and holds it against the card; nothing is started
+and, in a dry run, nothing downloaded. :func:`start_planned` starts the server, waits for
+``/health`` and asks it once whether draft-mtp is drafting.
+"""
+
+from __future__ import annotations
+
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+from gguf_exact.errors import GgufExactError
+from gguf_exact.serving.drafter_lookup import DrafterFound, resolve_drafter
+from gguf_exact.serving.memory_plan import MemoryPlan, plan_memory
+from gguf_exact.serving.profile_choice import Choice, resolve_profile
+from gguf_exact.serving.profiles import Profile
+from gguf_exact.serving.server import DEFAULT_HOST, DEFAULT_PORT, Launch, is_loopback, plan_launch
+from gguf_exact.serving.speculation import Verdict
+
+
+@dataclass(frozen=True)
+class ServePlan:
+    """A checked, planned, not yet started ``serve``."""
+
+    launch: Launch
+    choice: Choice | None  # what --profile auto chose, and why; None for a named profile
+    drafter: DrafterFound
+    memory: MemoryPlan
+    memory_warning: str | None  # the plan exceeds the card's memory
+    dry_run: bool = False
+
+    @property
+    def profile(self) -> Profile:
+        return self.launch.profile
+
+    @property
+    def waits_for_fetch(self) -> bool:
+        """A dry run whose drafter would be fetched: the plan is the target's alone until it is there."""
+        return self.dry_run and self.drafter.would_fetch is not None
+
+    @property
+    def open_to_anyone(self) -> bool:
+        """Other machines can reach the server and it asks for no key (``insecure``)."""
+        return not self.launch.api_key and not is_loopback(self.launch.host)
+
+
+def card_memory(profile: Profile, choice: Choice | None) -> tuple[int | None, str]:
+    """The GPU memory the plan must fit, and the card's name: nvidia-smi's first GPU,
+    else the profile's ``memory_mib``."""
+    gpu = choice.gpu if choice is not None else None
+    if gpu is None and profile.build != "cpu":
+        from gguf_exact.serving.gpus import query_gpus
+
+        gpus, _ = query_gpus()
+        gpu = gpus[0] if gpus else None
+    if gpu is not None:
+        return gpu.memory_mib, f"the {gpu.name} (nvidia-smi)"
+    return profile.memory_mib, f"profile {profile.name}'s card"
+
+
+def plan_serve(
+    target: str | Path,
+    draft: str | Path | None = None,
+    no_draft: bool = False,
+    fetch: bool = False,
+    models_dir: str | Path = "models",
+    profile: str | Path = "auto",
+    overrides: list[str] | tuple[str, ...] = (),
+    host: str = DEFAULT_HOST,
+    port: int = DEFAULT_PORT,
+    server_bin: str | Path | None = None,
+    extra_args: list[str] | tuple[str, ...] = (),
+    engine: str = "llama-server",
+    logprobs: bool = False,
+    api_key: str | None = None,
+    insecure: bool = False,
+    dry_run: bool = False,
+) -> ServePlan:
+    """Everything ``serve`` checks and prints before it starts a server (see the module
+    doc). ``draft``: a drafter GGUF, ``auto`` or None (found); ``no_draft``: the target
+    alone; ``fetch``: fetch the recipe's drafter when none is found. ``dry_run``: the
+    port is not checked, the build need not exist yet, and nothing is downloaded."""
+    prof, choice = resolve_profile(str(profile))
+    found = resolve_drafter(target, draft, no_draft, models_dir, fetch, default_auto=True, dry_run=dry_run)
+    read = found.pair  # the files the drafter search read and checked: not read again
+    launch = plan_launch(
+        read.target if read is not None else target,
+        read.drafter if read is not None and read.drafter is not None else found.path,
+        prof,
+        overrides,
+        host,
+        port,
+        server_bin,
+        extra_args,
+        check_port=not dry_run,
+        engine=engine,
+        logprobs=logprobs,
+        require_build=not dry_run,
+        api_key=api_key,
+        insecure=insecure,
+    )
+    pair = launch.pair
+    memory = plan_memory(pair.target, pair.drafter, launch.profile, engine)
+    warning = memory.warning(*card_memory(launch.profile, choice))
+    return ServePlan(launch, choice, found, memory, warning, dry_run)
+
+
+@dataclass
+class Started:
+    """A server :func:`start_planned` started and found healthy."""
+
+    process: subprocess.Popen
+    seconds: float  # until /health answered
+    speculation: Verdict | None = None  # the probe's verdict: is draft-mtp drafting?
+    probe_error: GgufExactError | None = None  # the probe failed; the server is up and stays up
+
+
+def start_planned(plan: ServePlan, detach: bool = False, timeout: float = 600.0, probe: bool = True) -> Started:
+    """Start the planned server and wait for ``/health``; then, with a drafter and
+    ``probe``, send one short request and judge whether draft-mtp is drafting."""
+    from gguf_exact.serving.server import server_status, start_server
+
+    launch = plan.launch
+    proc, seconds = start_server(launch, detach, timeout)
+    started = Started(proc, seconds)
+    if launch.pair.drafter is not None and probe:
+        try:
+            status = server_status(launch.port, launch.run_dir.parent, probe_request=True, api_key=launch.api_key)
+            started.speculation = status.speculation
+        except GgufExactError as e:  # the server is up: say so, and keep serving
+            started.probe_error = e
+    return started
+
+
+__all__ = ["ServePlan", "Started", "card_memory", "plan_serve", "start_planned"]
