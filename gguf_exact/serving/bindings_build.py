@@ -34,15 +34,14 @@ from gguf_exact.errors import BuildError
 from gguf_exact.serving import build_probe, gpu_toolchains
 from gguf_exact.serving.cpu_features import CpuTarget, host_cpu
 from gguf_exact.serving.llama_build import (
-    COMMIT,
     INFO_FILE,
-    PACKAGE,
     Log,
     _run,
     backend_cmake_args,
     backend_name,
     build_key,
     build_main,
+    build_record,
     cache_root,
     prepare_sources,
     toolchain_info,
@@ -166,13 +165,7 @@ def build_bindings(
         staged.mkdir()
         shutil.move(str(wheels[0]), staged / wheels[0].name)
         info = {
-            "commit": COMMIT,
-            "backend": backend,
-            "cpu_features": cpu.tag,
-            "cpu": cpu.describe(),
-            "probe": probe,
-            "package": f"{PACKAGE}=={pin.version}",
-            "sdist_sha256": pin.sha256,
+            **build_record(backend, cpu, probe, pin),
             "cmake_args": cmake,
             "build_seconds": build_seconds,
             "jobs": jobs,

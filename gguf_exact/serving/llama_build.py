@@ -413,6 +413,19 @@ def prepare_sources(backend: str, sdist: Path | None, log: Log) -> tuple[PinnedS
     return pin, verify_sdist(Path(sdist), pin) if sdist else fetch_sdist(pin, log=log), vulkan_tools
 
 
+def build_record(backend: str, cpu: CpuTarget, probe: dict, pin: PinnedSdist) -> dict:
+    """What every ``build-info.json`` (llama-server's and the bindings') starts with."""
+    return {
+        "commit": COMMIT,
+        "backend": backend,
+        "cpu_features": cpu.tag,
+        "cpu": cpu.describe(),
+        "probe": probe,
+        "package": f"{PACKAGE}=={pin.version}",
+        "sdist_sha256": pin.sha256,
+    }
+
+
 def build_llama_cpp(
     cuda: str | None = None,
     sdist: Path | None = None,
@@ -484,13 +497,7 @@ def build_llama_cpp(
             build_probe.require_ok(result, cpu, f"llama.cpp {final.name}", build_command(backend))
             probe = result.record()
         info = {
-            "commit": COMMIT,
-            "backend": backend,
-            "cpu_features": cpu.tag,
-            "cpu": cpu.describe(),
-            "probe": probe,
-            "package": f"{PACKAGE}=={pin.version}",
-            "sdist_sha256": pin.sha256,
+            **build_record(backend, cpu, probe, pin),
             "cmake": cmake_args(Path("SRC"), Path("BUILD"), backend, setup, vulkan_tools, cpu)[7:],
             "targets": list(TARGETS),
             "build_seconds": build_seconds,
