@@ -8,13 +8,15 @@ Subpackages, from the bottom:
 - :mod:`.formats` - I/O: HF folders and safetensors, target vocabularies, GGUF writes and streams
 - :mod:`.drafter` - ``inspect``, ``convert``, ``verify``, ``compare``
 - :mod:`.repack` - main models re-packed from a donor GGUF, streamed in row chunks
-- :mod:`.hub` - recipes, checksums, pinned ``fetch``, ``pin``, reproducible ``build``
+- :mod:`.hub` - recipes, checksums, pinned ``fetch`` and ``pin``
+- :mod:`.rebuild` - reproducible ``build``: fetch, convert, compare with the published file
 - :mod:`.serving` - llama-server build, profiles, ``serve`` / ``status`` / ``stop``
 - :mod:`.speculative` - in-process draft-mtp on llama-cpp-python: :func:`load_with_drafter`,
   ``chat``, ``generate``, ``bench``
 - :mod:`.tiny` - tiny models and synthetic QAT data for tests, the demo, benchmarks
 
-:mod:`.cli` is the ``gguf-exact`` command; :mod:`.demo` is ``make demo``.
+:mod:`.cli` is the ``gguf-exact`` command (a thin layer: one module per group of commands);
+:mod:`.verify` verifies any file gguf-exact writes; :mod:`.demo` is ``make demo``.
 """
 
 __version__ = "0.1.0"

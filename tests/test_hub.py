@@ -24,10 +24,10 @@ from gguf_exact.gemma4.assistant import gguf_tensor_name
 from gguf_exact.hub import checksums
 from gguf_exact.hub.checksums import Checksums, Entry, RepoPin
 from gguf_exact.hub.fetch import fetch_recipe
-from gguf_exact.hub.outcome import compare_with_published
 from gguf_exact.hub.pin import pin_recipe
 from gguf_exact.hub.recipes import load_recipe
 from gguf_exact.hub.session import HubConfig, storage_dir
+from gguf_exact.rebuild.outcome import compare_with_published
 from gguf_exact.repack.donor import open_donor
 from gguf_exact.tiny.models import TinyDrafter, drafter_config, drafter_tensors, write_checkpoint
 

@@ -99,9 +99,9 @@ def build(recipe: str, models_dir: Path, out_dir: Path, vocab_from: Path | None)
     exit 1). Both files' bit-exact share against the source is printed. A file made by
     another scale rule, such as the published method, comes out "same levels, less exact".
     """
-    from gguf_exact.hub.build import build_recipe
-    from gguf_exact.hub.outcome import LESS_EXACT, REPRODUCED, SAME_LEVELS
     from gguf_exact.hub.recipes import load_recipe
+    from gguf_exact.rebuild.build import build_recipe
+    from gguf_exact.rebuild.outcome import LESS_EXACT, REPRODUCED, SAME_LEVELS
 
     r = load_recipe(recipe)
     res = build_recipe(r, models_dir, out_dir, vocab_from)

@@ -8,8 +8,6 @@ beside the output, reads it back (every chunk's CRC against its plan, sha256), a
 only then is it renamed into place.
 """
 
-import json
-import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,11 +18,10 @@ from gguf import GGMLQuantizationType, GGUFValueType
 from gguf_exact.core import bf16, q4_0
 from gguf_exact.core.error_stats import ErrorStats, sum_stats
 from gguf_exact.core.exact import plan_rows
-from gguf_exact.errors import ArgumentError, InputError, NotExactError, Param
+from gguf_exact.errors import ArgumentError, InputError, Param
 from gguf_exact.formats.checkpoint import Checkpoint
-from gguf_exact.formats.gguf_file import atomic_output, encode, file_type
+from gguf_exact.formats.gguf_file import encode, file_type
 from gguf_exact.formats.gguf_layout import Field, TensorEntry
-from gguf_exact.formats.gguf_stream import StreamingGGUF
 from gguf_exact.formats.paths import check_output_file
 from gguf_exact.formats.vocab import TargetInfo, read_target
 from gguf_exact.gemma4.assistant import (
@@ -41,9 +38,9 @@ from gguf_exact.gemma4.names import tensor_kind
 from gguf_exact.malloc_tuning import keep_heap_blocks
 from gguf_exact.progress import Progress
 from gguf_exact.stream.jobs import DATA, ENCODE, QAT, TensorJob
-from gguf_exact.stream.readback import verify_written
+from gguf_exact.stream.pipeline import write_report, write_verified
 from gguf_exact.stream.source_rows import RowSource, locate
-from gguf_exact.stream.writer import TensorResult, TensorWriter, write_tensors
+from gguf_exact.stream.writer import TensorResult
 
 OFF_GRID_TYPES = ("q8_0", "f16", "bf16", "f32")
 GGUF_VERSION, ALIGNMENT = 3, 32
@@ -176,28 +173,25 @@ def convert_drafter(
         jobs = drafter_jobs(ckpt, cfg)
         folder = ckpt.folder
     kv_raw = drafter_kv(cfg, target, [Q4_0 for j in jobs if j.role == QAT])
-    times = {}
-    with atomic_output(out_path) as tmp:
-        writer = StreamingGGUF(tmp, GGUF_VERSION, kv_raw, [j.entry for j in jobs], ALIGNMENT)
-        tensors = TensorWriter(jobs, writer, None, off_grid)
-        try:
-            results = write_tensors(tensors, workers or min(2, os.cpu_count() or 1), "thread", progress)
-            final_kv = drafter_kv(cfg, target, [t.type for t, j in zip(writer.placed, jobs) if j.role == QAT])
-            size = writer.finish(final_kv)
-        finally:
-            tensors.close()
-            writer.close()
-        times["write"] = time.perf_counter() - start
-        digest = verify_written(tmp, writer.header, writer.placed, results, _replanner(jobs))
-        times["verify"] = time.perf_counter() - start - times["write"]
-        if expect_sha256 and digest != expect_sha256.lower():
-            raise NotExactError(f"{out_path}: sha256 {digest} does not match the expected {expect_sha256.lower()}")
-    times["total"] = time.perf_counter() - start
-    result = ConvertResult(out_path, digest, size, results, times)
+    written = write_verified(
+        out_path,
+        jobs,
+        [j.entry for j in jobs],
+        GGUF_VERSION,
+        ALIGNMENT,
+        kv_raw,
+        lambda placed: drafter_kv(cfg, target, [t.type for t, j in zip(placed, jobs) if j.role == QAT]),
+        _replanner(jobs),
+        off_grid=off_grid,
+        workers=workers,
+        progress=progress,
+        expect_sha256=expect_sha256,
+        start=start,
+    )
+    times = written.seconds | {"total": time.perf_counter() - start}
+    result = ConvertResult(out_path, written.sha256, written.size, written.results, times)
     result.report = build_report(result, folder)
-    if report_path:
-        with atomic_output(report_path) as tmp:
-            tmp.write_text(json.dumps(result.report, indent=2) + "\n")
+    write_report(report_path, result.report)
     return result
 
 

@@ -10,8 +10,10 @@ from pathlib import Path
 
 from gguf_exact.errors import InputError
 from gguf_exact.formats.gguf_reader import GgufFile, open_gguf
+from gguf_exact.gemma4.assistant import ARCH as ASSISTANT_ARCH
+from gguf_exact.gemma4.names import ARCH as TARGET_ARCH
 
-SUPPORTED_ARCHS = ("gemma4", "gemma4-assistant")
+SUPPORTED_ARCHS = (TARGET_ARCH, ASSISTANT_ARCH)
 Donor = GgufFile
 
 

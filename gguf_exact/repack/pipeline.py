@@ -11,8 +11,6 @@ by a chunk, not by tensor size), reads back (header, metadata, every chunk's CRC
 sha256) and renames into place. On any failure nothing is left at the output.
 """
 
-import json
-import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,11 +20,10 @@ from gguf import GGMLQuantizationType, GGUFValueType
 from gguf_exact.core import bf16, q4_0
 from gguf_exact.core.error_stats import ErrorStats, sum_stats
 from gguf_exact.core.exact import plan_rows
-from gguf_exact.errors import ArgumentError, NotExactError, Param
+from gguf_exact.errors import ArgumentError, Param
 from gguf_exact.formats.checkpoint import Checkpoint
-from gguf_exact.formats.gguf_file import atomic_output, file_type
+from gguf_exact.formats.gguf_file import file_type
 from gguf_exact.formats.gguf_layout import TensorEntry, encode_kv, row_bytes
-from gguf_exact.formats.gguf_stream import StreamingGGUF
 from gguf_exact.formats.paths import check_output_file
 from gguf_exact.malloc_tuning import keep_heap_blocks
 from gguf_exact.progress import Progress
@@ -34,9 +31,9 @@ from gguf_exact.repack import report as per_kind
 from gguf_exact.repack.donor import Donor, open_donor
 from gguf_exact.repack.tensor_map import build_map, check_same_model
 from gguf_exact.stream.jobs import TensorJob
-from gguf_exact.stream.readback import verify_written
+from gguf_exact.stream.pipeline import write_report, write_verified
 from gguf_exact.stream.source_rows import locate
-from gguf_exact.stream.writer import DONOR_SAMPLE_EVERY, TensorResult, TensorWriter, write_tensors
+from gguf_exact.stream.writer import DONOR_SAMPLE_EVERY, TensorResult, placed_types
 
 OFF_GRID_CHOICES = ("keep", "q8_0", "f16", "bf16", "f32")
 Q4_0 = GGMLQuantizationType.Q4_0
@@ -149,22 +146,27 @@ def repack_model(
         provisional = [(j.entry, Q4_0 if j.exact else j.entry.type) for j in mapping.jobs]
         kv_raw, _ = output_kv(donor, provisional)
         entries = [TensorEntry(e.name, e.ne, t) for e, t in provisional]
-        with atomic_output(out_path) as tmp:
-            writer = StreamingGGUF(tmp, donor.header.version, kv_raw, entries, donor.header.alignment)
-            every = 1 if donor_stats == "all" else DONOR_SAMPLE_EVERY
-            tensors = TensorWriter(mapping.jobs, writer, donor, off_grid, every)
-            try:
-                results = write_tensors(tensors, workers or min(2, os.cpu_count() or 1), worker_kind, progress)
-                final_kv, out_file_type = output_kv(donor, [(t, t.type) for t in writer.placed])
-                size = writer.finish(final_kv)
-            finally:
-                tensors.close()
-                writer.close()
-            times["write"] = time.perf_counter() - start
-            digest = verify_written(tmp, writer.header, writer.placed, results, _replanner(donor, mapping.jobs))
-            times["verify"] = time.perf_counter() - start - times["write"]
-            if expect_sha256 and digest != expect_sha256.lower():
-                raise NotExactError(f"{out_path}: sha256 {digest} does not match the expected {expect_sha256.lower()}")
+        written = write_verified(
+            out_path,
+            mapping.jobs,
+            entries,
+            donor.header.version,
+            donor.header.alignment,
+            kv_raw,
+            lambda placed: output_kv(donor, [(t, t.type) for t in placed])[0],
+            _replanner(donor, mapping.jobs),
+            donor=donor,
+            off_grid=off_grid,
+            donor_every=1 if donor_stats == "all" else DONOR_SAMPLE_EVERY,
+            workers=workers,
+            worker_kind=worker_kind,
+            progress=progress,
+            expect_sha256=expect_sha256,
+            start=start,
+        )
+        times.update(written.seconds)
+        digest, size, results = written.sha256, written.size, written.results
+        _, out_file_type = output_kv(donor, placed_types(results, mapping.jobs))
         donor_ft = donor.header.value("general.file_type")
         result = RepackResult(
             out_path, digest, size, donor.path, donor.size, source_dir, donor.architecture, results,
@@ -173,9 +175,7 @@ def repack_model(
     times["total"] = time.perf_counter() - start
     result.seconds = times
     result.report = per_kind.build_report(result)
-    if report_path:
-        with atomic_output(report_path) as tmp:
-            tmp.write_text(json.dumps(result.report, indent=2) + "\n")
+    write_report(report_path, result.report)
     return result
 
 

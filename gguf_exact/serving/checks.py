@@ -15,10 +15,10 @@ from gguf_exact.errors import NotExactError, PairError, Param
 from gguf_exact.formats.gguf_file import sha256_file
 from gguf_exact.formats.gguf_reader import GgufFile, open_gguf
 from gguf_exact.formats.vocab import Tokenizer, tokenizer_of
+from gguf_exact.gemma4.assistant import ARCH as DRAFTER_ARCH
+from gguf_exact.gemma4.names import ARCH as TARGET_ARCH
 from gguf_exact.hub import checksums as pins
 
-TARGET_ARCH = "gemma4"
-DRAFTER_ARCH = "gemma4-assistant"
 CHECKSUM_DIR = pins.CHECKSUMS_DIR
 
 

@@ -40,16 +40,17 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
-from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
+from gguf import GGMLQuantizationType
 
 from gguf_exact.errors import ArgumentError, InputError
 from gguf_exact.formats.gguf_layout import TensorEntry
+from gguf_exact.formats.gguf_layout import row_bytes as gguf_row_bytes
+from gguf_exact.gemma4.assistant import ARCH as DRAFTER_ARCH
 
 MIB = 1024 * 1024
 KV_PAD = 256  # llama.cpp pads n_ctx and the SWA cache to 256 cells
 INPUT_TENSORS = ("token_embd.weight", "per_layer_token_embd.weight")  # LLM_TENSOR_LAYER_INPUT: host memory
 KV_CACHE_TYPES = ("f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "iq4_nl", "q5_0", "q5_1")  # common/arg.cpp
-DRAFTER_ARCH = "gemma4-assistant"
 
 
 def pad(n: int, to: int = KV_PAD) -> int:
@@ -60,8 +61,7 @@ def row_bytes(type_name: str, n: int) -> int:
     """``ggml_row_size``: bytes of ``n`` values of a cache type (``f16``, ``q8_0``, ...)."""
     if type_name not in KV_CACHE_TYPES:
         raise ArgumentError(f"cache type {type_name!r}: expected one of {', '.join(KV_CACHE_TYPES)}")
-    block, size = GGML_QUANT_SIZES[GGMLQuantizationType[type_name.upper()]]
-    return n // block * size
+    return gguf_row_bytes(GGMLQuantizationType[type_name.upper()], n)
 
 
 @dataclass(frozen=True)

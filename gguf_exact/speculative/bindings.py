@@ -63,10 +63,6 @@ import llama_cpp
 
 from gguf_exact.errors import InputError
 
-ASSISTANT_ARCH = "gemma4-assistant"
-TARGET_ARCH = "gemma4"
-
-
 # ggml.h at 0c1e57098: NONE 0, DEBUG 1, INFO 2, WARN 3, ERROR 4, CONT 5 (continues the last line).
 # (llama-cpp-python's own callback maps these one level too high, so its verbose=False
 # still prints llama.cpp's warnings.)

@@ -26,8 +26,8 @@ import numpy as np
 from llama_cpp import llama_cpp_ext
 
 from gguf_exact.errors import InputError, PairError
+from gguf_exact.gemma4.assistant import ARCH as ASSISTANT_ARCH
 from gguf_exact.speculative.bindings import (
-    ASSISTANT_ARCH,
     _load_model,
     _meta_str,
     _new_context,

@@ -52,7 +52,8 @@ from llama_cpp.llama_speculative import LlamaDraftModel
 
 from gguf_exact.errors import ArgumentError, InputError
 from gguf_exact.formats.paths import check_input_file
-from gguf_exact.speculative.bindings import TARGET_ARCH, _meta_str, errors_only_logs
+from gguf_exact.gemma4.names import ARCH as TARGET_ARCH
+from gguf_exact.speculative.bindings import _meta_str, errors_only_logs
 from gguf_exact.speculative.drafter import LlamaDrafter, TargetSide
 from gguf_exact.speculative.generation import Generation
 from gguf_exact.speculative.tokenizer import PieceCache

@@ -28,6 +28,7 @@ from gguf_exact.formats.gguf_file import as_f32
 from gguf_exact.formats.gguf_layout import TensorEntry, encode_array_kv, encode_kv
 from gguf_exact.formats.gguf_stream import StreamingGGUF, pwrite_all
 from gguf_exact.formats.safetensors_stream import StreamTensor, write_folder
+from gguf_exact.gemma4 import names as gemma4_names
 from gguf_exact.gemma4.hparams import TextHparams, rope_freqs, text_fields
 from gguf_exact.gemma4.sizes import SIZES, TextShape
 from gguf_exact.stream.source_rows import RowSource, locate
@@ -268,7 +269,7 @@ def write_main_checkpoint(
 
 def donor_kv(spec: MainSpec = TINY, file_type: int = 2) -> list[bytes]:
     """The donor's key/value pairs, raw, as Google's GGUFs carry them."""
-    s, a = spec, "gemma4"
+    s, a = spec, gemma4_names.ARCH
     u32, f32, string = GGUFValueType.UINT32, GGUFValueType.FLOAT32, GGUFValueType.STRING
     kv = [
         encode_kv("general.architecture", string, a),

@@ -19,6 +19,7 @@ from safetensors.numpy import save_file
 
 from gguf_exact.core import bf16
 from gguf_exact.gemma4.hparams import SLIDING
+from gguf_exact.gemma4.names import ARCH as TARGET_ARCH
 from gguf_exact.gemma4.sizes import AssistantShape, TextShape
 from gguf_exact.tiny.synthetic import norm_vector, qat_matrix, random_matrix
 
@@ -136,8 +137,8 @@ def write_tiny_target(
     rng = np.random.default_rng(seed)
     path = Path(path)
     s = spec
-    w = GGUFWriter(path, "gemma4")
-    a = "gemma4"
+    a = TARGET_ARCH
+    w = GGUFWriter(path, a)
     pattern = [i < s.n_layer - 1 for i in range(s.n_layer)]  # all sliding but the last
     w.add_uint32(f"{a}.block_count", s.n_layer)
     w.add_uint32(f"{a}.context_length", s.context_length)

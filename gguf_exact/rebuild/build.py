@@ -18,9 +18,9 @@ from gguf_exact.drafter.convert import ConvertResult, convert_drafter
 from gguf_exact.errors import HubError, Param
 from gguf_exact.hub import checksums
 from gguf_exact.hub.fetch import Fetched, fetch_recipe, part_dir, pinned_files
-from gguf_exact.hub.outcome import REPRODUCED, Outcome, compare_with_published
 from gguf_exact.hub.recipes import Recipe
 from gguf_exact.hub.session import HubConfig
+from gguf_exact.rebuild.outcome import REPRODUCED, Outcome, compare_with_published
 
 
 @dataclass
