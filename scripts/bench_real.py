@@ -33,8 +33,8 @@ from gguf_exact.speculative.bench_real import (
     ENGINES,
     concurrent_arm,
     drafter_profile,
+    engines_arm,
     predicted_speedup,
-    serve_arm,
     target_pass_seconds,
 )
 from gguf_exact.tiny.full_pair import write_drafter, write_pair
@@ -90,18 +90,18 @@ def shape_run(shape: str, args, prompts: list[str]) -> dict:
     arms = []
     engines = args.engines.split(",")
     target = pairs["hidden"][0]
-    for engine in engines:
-        log(f"{shape}: {engine}, target alone")
-        arms.append(
-            {"kind": "none"} | serve_arm(target, None, engine, 0, prompts, args.n_predict, sets, args.profile).as_dict()
-        )
+    log(f"{shape}: {', '.join(engines)}, target alone")
+    for r in engines_arm(target, None, engines, 0, prompts, args.n_predict, sets, args.profile, args.rounds):
+        arms.append({"kind": "none"} | r.as_dict())
     for kind in args.kinds.split(","):
         for n_max in n_max_list:
-            for engine in engines:
-                log(f"{shape}: {engine}, {kind}, n-max {n_max}")
-                r = serve_arm(target, pairs[kind][1], engine, n_max, prompts, args.n_predict, sets, args.profile)
+            log(f"{shape}: {', '.join(engines)}, {kind}, n-max {n_max}")
+            drafter = pairs[kind][1]
+            for r in engines_arm(
+                target, drafter, engines, n_max, prompts, args.n_predict, sets, args.profile, args.rounds
+            ):
                 arms.append({"kind": kind} | r.as_dict())
-                save_partial(args.out, out | {"arms": arms})
+            save_partial(args.out, out | {"arms": arms})
     out["arms"] = arms
     save_partial(args.out, out)
     if args.parallel:
@@ -252,6 +252,7 @@ def main() -> int:
     ap.add_argument("--n-max", default="1,2,3,4")
     ap.add_argument("--n-predict", type=int, default=48)
     ap.add_argument("--prompts", type=int, default=2, help="how many of the prompts per arm")
+    ap.add_argument("--rounds", type=int, default=3, help="rounds of the same requests per arm (medians)")
     ap.add_argument("--threads", type=int, default=os.cpu_count() or 2)
     ap.add_argument("--ctx", type=int, default=1024)
     ap.add_argument("--parallel", default="2,4", help="llama-server slot counts for the many-users runs ('' skips)")

@@ -4,9 +4,10 @@ On a full-size pair (:mod:`gguf_exact.tiny.full_pair`), per engine (llama-server
 the Python engine, both over HTTP with the same requests) and n-max (0 = the target
 alone):
 
-- :func:`serve_arm`: load time (start to ``/health`` 200), time to first token (a
-  1-token request after a warm-up), then the prompts: tokens/s (client wall and the
-  server's generation phase), acceptance, tokens per target pass, and the server
+- :func:`engines_arm`: both engines loaded side by side and sent the same requests in
+  turn, several rounds (medians): load time (start to ``/health`` 200), time to first
+  token (a 1-token request after a warm-up), then the prompts: tokens/s (client wall and
+  the server's generation phase), acceptance, tokens per target pass, and each server
   process's peak RSS (``VmHWM``: its memory-mapped weights it touched included).
 - :func:`concurrent_arm`: ``clients`` requests at once on a server with ``--parallel``
   slots: each request's tokens and acceptance (llama-server's own ``timings``) and the
@@ -50,6 +51,9 @@ class ArmResult:
     drafts_generated: int
     drafts_accepted: int
     peak_rss_mib: float
+    ttft_prompt_tokens: int = 0
+    rounds: int = 1  # the timings are medians over this many rounds
+    same_every_round: bool = True  # every round gave the same text (greedy)
     texts: list[str] = field(default_factory=list, repr=False)
 
     @property
@@ -105,42 +109,73 @@ def running(
         stop_server(launch.port)
 
 
-def serve_arm(
+def _median_sum(per_round: list[list[Any]], figure: Any) -> float:
+    """Per prompt, the median of ``figure`` over rounds; summed over prompts."""
+    return sum(statistics.median(figure(gens[i]) for gens in per_round) for i in range(len(per_round[0])))
+
+
+def engines_arm(
     target: Path,
     drafter: Path | None,
-    engine: str,
+    engines: Sequence[str],
     n_max: int,
     prompts: Sequence[str],
     n_predict: int,
     sets: Sequence[str],
     profile: str = "cpu",
-) -> ArmResult:
-    """One engine at one n-max (0: the target alone) over ``/v1/completions``."""
+    rounds: int = 3,
+) -> list[ArmResult]:
+    """Every engine at one n-max (0: the target alone) over ``/v1/completions``, side by side.
+
+    The servers are started one after the other (each load timed while the others idle),
+    then the same requests go to each in turn, ``rounds`` times, the order reversed every
+    round; each figure is the median over rounds. On a shared machine a burst of other work
+    then slows every engine alike instead of whichever arm it fell on: the ratios between
+    engines hold where the absolute figures wander."""
     from gguf_exact.serving.client import openai_generate
 
     extra = [f"spec-draft-n-max={n_max}"] if n_max else []
-    with running(target, drafter if n_max else None, engine, [*sets, *extra], profile) as (launch, proc, load):
-        openai_generate(launch.url, prompts[0], 2, 0.0, 1)  # warm-up: pages the weights in
+    with ExitStack() as stack:
+        servers = {}
+        for engine in engines:
+            launch, proc, load = stack.enter_context(
+                running(target, drafter if n_max else None, engine, [*sets, *extra], profile)
+            )
+            openai_generate(launch.url, prompts[0], 2, 0.0, 1)  # warm-up: pages the weights in
+            servers[engine] = (launch, proc, load)
         # a prompt no request before or after shares a prefix with: llama-cpp-python reuses
         # the previous request's prefix, llama-server (cache_prompt off) does not
-        ttft = openai_generate(launch.url, TTFT_PROMPT, 1, 0.0, 1).wall_seconds
-        gens = [openai_generate(launch.url, p, n_predict, 0.0, 1) for p in prompts]
-        rss = peak_rss_mib(proc.pid)
-    n = sum(g.n_tokens for g in gens)
-    return ArmResult(
-        engine=engine,
-        n_max=n_max,
-        load_seconds=load,
-        ttft_seconds=ttft,
-        tokens=n,
-        wall_seconds=sum(g.wall_seconds for g in gens),
-        generation_seconds=sum(g.wall_seconds - g.prefill_seconds for g in gens),
-        target_passes=sum(g.target_passes for g in gens),
-        drafts_generated=sum(g.drafts_generated for g in gens),
-        drafts_accepted=sum(g.drafts_accepted for g in gens),
-        peak_rss_mib=rss,
-        texts=[g.text for g in gens],
-    )
+        ttft = {e: openai_generate(servers[e][0].url, TTFT_PROMPT, 1, 0.0, 1) for e in engines}
+        runs: dict[str, list[list[Any]]] = {e: [] for e in engines}
+        for r in range(rounds):
+            for engine in engines if r % 2 == 0 else list(reversed(engines)):
+                url = servers[engine][0].url
+                runs[engine].append([openai_generate(url, p, n_predict, 0.0, 1) for p in prompts])
+        results = []
+        for engine in engines:
+            launch, proc, load = servers[engine]
+            per_round = runs[engine]
+            first = per_round[0]
+            results.append(
+                ArmResult(
+                    engine=engine,
+                    n_max=n_max,
+                    load_seconds=load,
+                    ttft_seconds=ttft[engine].wall_seconds,
+                    ttft_prompt_tokens=ttft[engine].n_prompt,
+                    tokens=sum(g.n_tokens for g in first),
+                    wall_seconds=_median_sum(per_round, lambda g: g.wall_seconds),
+                    generation_seconds=_median_sum(per_round, lambda g: g.wall_seconds - g.prefill_seconds),
+                    target_passes=sum(g.target_passes for g in first),
+                    drafts_generated=sum(g.drafts_generated for g in first),
+                    drafts_accepted=sum(g.drafts_accepted for g in first),
+                    peak_rss_mib=peak_rss_mib(proc.pid),
+                    rounds=rounds,
+                    same_every_round=all([g.text for g in gs] == [g.text for g in first] for gs in per_round),
+                    texts=[g.text for g in first],
+                )
+            )
+    return results
 
 
 @dataclass
@@ -339,6 +374,6 @@ __all__ = [
     "drafter_profile",
     "peak_rss_mib",
     "predicted_speedup",
-    "serve_arm",
+    "engines_arm",
     "target_pass_seconds",
 ]
