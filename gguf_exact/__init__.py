@@ -41,7 +41,7 @@ ERRORS = (ArgumentError, BuildError, HubError, InputError, NotExactError, OffGri
 _LAZY = {
     "MatrixPlan": "gguf_exact.core.exact",
     "plan_matrix": "gguf_exact.core.exact",
-    "compare_files": "gguf_exact.drafter.compare",
+    "compare_files": "gguf_exact.compare",
     "convert_drafter": "gguf_exact.drafter.convert",
     "inspect_checkpoint": "gguf_exact.drafter.inspect_qat",
     "verify_gguf": "gguf_exact.drafter.verify",

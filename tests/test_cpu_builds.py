@@ -18,9 +18,10 @@ import pytest
 from _llama_server import server_binary
 from click.testing import CliRunner
 
+from gguf_exact import doctor
+from gguf_exact.builds import bindings_build, build_probe, llama_build
+from gguf_exact.builds.cpu_features import OVERRIDE_ENV, cpu_target, host_cpu, parse_override
 from gguf_exact.errors import GgufExactError
-from gguf_exact.serving import bindings_build, build_probe, doctor, llama_build
-from gguf_exact.serving.cpu_features import OVERRIDE_ENV, cpu_target, host_cpu, parse_override
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -224,9 +224,9 @@ def test_tune_has_no_no_draft_and_names_its_profile():
 
 
 def test_tuned_names():
+    from gguf_exact.bench.tune import shadows_builtin, tuned_name
     from gguf_exact.errors import GgufExactError
-    from gguf_exact.serving.profiles import load_profile
-    from gguf_exact.serving.tune import shadows_builtin, tuned_name
+    from gguf_exact.runtime.profiles import load_profile
 
     cpu = load_profile("cpu")
     assert tuned_name(cpu) == "cpu-tuned" and tuned_name(cpu, "laptop") == "laptop"
@@ -246,8 +246,8 @@ def test_bench_and_tune_write_under_the_cache(monkeypatch, tmp_path):
 
 
 def test_generate_defaults_as_chat_and_the_cpu_profile():
-    from gguf_exact.serving.profiles import load_profile
-    from gguf_exact.serving.sampling_defaults import SERVER_SAMPLING
+    from gguf_exact.runtime.profiles import load_profile
+    from gguf_exact.runtime.sampling_defaults import SERVER_SAMPLING
 
     n_max = next(p for p in main.commands["generate"].params if p.name == "n_max")
     assert n_max.default == 2 == load_profile("cpu").draft["spec-draft-n-max"]
@@ -263,8 +263,8 @@ def test_generate_defaults_as_chat_and_the_cpu_profile():
 
 
 def test_memory_plan_of_the_python_engine(tmp_path):
-    from gguf_exact.serving.memory_plan import plan_memory
-    from gguf_exact.serving.profiles import load_profile
+    from gguf_exact.runtime.memory_plan import plan_memory
+    from gguf_exact.runtime.profiles import load_profile
     from gguf_exact.tiny.full_size import write_full_size_drafter, write_full_size_target
 
     t = write_full_size_target(tmp_path / "E2B.gguf")

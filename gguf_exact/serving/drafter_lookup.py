@@ -14,7 +14,7 @@ without ``--draft`` (or with ``--draft auto``).
    (:func:`gguf_exact.hub.fetch.fetch_recipe`).
 
 Every candidate must pass the serving checks against the target
-(:func:`gguf_exact.serving.checks.check_pair`: width, vocabulary). When none does,
+(:func:`gguf_exact.pair.checks.check_pair`: width, vocabulary). When none does,
 one line says why and what to do: fetch it, pass ``--draft FILE``, or serve the
 target alone with ``--no-draft``.
 """
@@ -29,8 +29,8 @@ from gguf_exact.formats.gguf_file import sha256_file
 from gguf_exact.gemma4.hparams import TextHparams
 from gguf_exact.gemma4.sizes import SIZES
 from gguf_exact.hub.recipes import RECIPES_ENV  # a recipes folder searched first (tests: a loopback Hub's)
-from gguf_exact.serving.checks import DRAFTER_ARCH, ModelFile, ServePair, check_pair, read_model
-from gguf_exact.serving.memory_plan import Geometry
+from gguf_exact.pair.checks import DRAFTER_ARCH, ModelFile, ServePair, check_pair, read_model
+from gguf_exact.runtime.memory_plan import Geometry
 
 AUTO = "auto"
 

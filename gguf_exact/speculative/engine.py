@@ -53,9 +53,9 @@ from llama_cpp.llama_speculative import LlamaDraftModel
 from gguf_exact.errors import ArgumentError, InputError
 from gguf_exact.formats.paths import check_input_file
 from gguf_exact.gemma4.names import ARCH as TARGET_ARCH
+from gguf_exact.runtime.generation import Generation
 from gguf_exact.speculative.bindings import _meta_str, errors_only_logs
 from gguf_exact.speculative.drafter import LlamaDrafter, TargetSide
-from gguf_exact.speculative.generation import Generation
 from gguf_exact.speculative.tokenizer import PieceCache
 
 log = logging.getLogger(__name__)
@@ -153,7 +153,7 @@ _NOT_APPLICABLE = {"parallel", "np", "metrics", "no-warmup", "cont-batching", "s
 
 
 def engine_options(profile: Any, with_draft: bool = True) -> tuple[EngineOptions, list[str]]:
-    """A :class:`~gguf_exact.serving.profiles.Profile`'s values for the Python engine,
+    """A :class:`~gguf_exact.runtime.profiles.Profile`'s values for the Python engine,
     and the keys it does not apply (llama-server-only options), for a note."""
     opts: dict[str, Any] = {}
     ignored: list[str] = []
@@ -322,7 +322,7 @@ class MtpLlama(llama_cpp.Llama):
     ``logprobs``; without it a request for logprobs is refused. Other keyword
     arguments go to ``Llama``; ``verbose`` defaults to False and ``swa_full`` is on
     (a rolled-back position must not have left the sliding-window cache). ``checked``:
-    the pair as :func:`gguf_exact.serving.checks.check_pair` returned it for these files
+    the pair as :func:`gguf_exact.pair.checks.check_pair` returned it for these files
     (the drafter lookup does); their headers are then not read again.
     """
 
@@ -366,7 +366,7 @@ class MtpLlama(llama_cpp.Llama):
             # Architecture, widths and the two vocabularies (as bytes) from the GGUF headers,
             # before llama.cpp loads anything: a 262,144-token vocabulary costs 0.2 s here
             # against a ctypes call per token after loading.
-            from gguf_exact.serving.checks import check_pair
+            from gguf_exact.pair.checks import check_pair
 
             check_pair(path, draft_path, checksums={})
         quiet = ExitStack()
@@ -633,7 +633,7 @@ def gpu_offload_warning(profile: str, build: str, opts: EngineOptions, supports_
         supports_gpu = bool(llama_cpp.llama_supports_gpu_offload())
     if supports_gpu:
         return None
-    from gguf_exact.serving.bindings_build import build_command
+    from gguf_exact.builds.bindings_build import build_command
 
     fix = (
         f"`{build_command(build)} --install`"
@@ -657,7 +657,7 @@ def load_with_drafter(
     """Load a gemma4 target with its gemma4-assistant MTP drafter as a ``llama_cpp.Llama``.
 
     ``profile`` (a name in ``serve/`` such as ``"rtx3050"``, a ``.toml`` path, or a
-    :class:`~gguf_exact.serving.profiles.Profile`) sets the context size, GPU layers
+    :class:`~gguf_exact.runtime.profiles.Profile`) sets the context size, GPU layers
     (target and drafter), flash attention, threads, batch sizes and n-max as it does
     for ``gguf-exact serve``; ``overrides`` are its ``KEY=VALUE`` pairs; ``n_max``
     and ``llama_kwargs`` (any ``Llama`` argument) win over both. Without a profile:
@@ -665,7 +665,7 @@ def load_with_drafter(
     """
     opts = EngineOptions()
     if profile is not None or overrides:
-        from gguf_exact.serving.profiles import Profile, load_profile
+        from gguf_exact.runtime.profiles import Profile, load_profile
 
         prof = profile if isinstance(profile, Profile) else load_profile(profile or "cpu")
         if overrides:

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 from gguf_exact.errors import GgufExactError
 
 if TYPE_CHECKING:
-    from gguf_exact.speculative.bench import BenchReport
+    from gguf_exact.bench.run import BenchReport
 
 
 def plot_report(report: BenchReport, path: str | Path) -> Path:

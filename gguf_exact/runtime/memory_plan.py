@@ -170,7 +170,7 @@ class Settings:
 
     @classmethod
     def from_profile(cls, profile, with_draft: bool, engine: str = "llama-server") -> Settings:
-        """From a :class:`~gguf_exact.serving.profiles.Profile`'s [server] (and [draft]) values,
+        """From a :class:`~gguf_exact.runtime.profiles.Profile`'s [server] (and [draft]) values,
         as ``engine`` applies them: llama-server, or ``python`` (``serve --engine python``,
         :func:`gguf_exact.speculative.engine.engine_options`), which serves one sequence,
         keeps the whole sliding-window cache (``swa_full``: a rolled-back draft must not
@@ -343,7 +343,7 @@ def weight_split(tensors: list[TensorEntry], n_layer: int, gpu_layers: int) -> t
 
 def q4_0_repack_rows(cpu) -> int | None:
     """Row multiple of the Q4_0 matrices llama.cpp's CPU backend repacks on ``cpu`` (a
-    :class:`~gguf_exact.serving.cpu_features.CpuTarget`), None when it repacks none
+    :class:`~gguf_exact.builds.cpu_features.CpuTarget`), None when it repacks none
     (``ggml_repack_get_optimal_repack_type``: AVX2 -> 8x8, ARM dot product -> 4x4 / 4x8)."""
     if "avx2" in cpu.features:
         return 8
@@ -463,15 +463,15 @@ def mib(n: int) -> str:
 def plan_memory(target, drafter, profile, engine: str = "llama-server", cpu=None) -> MemoryPlan:
     """The memory plan for serving ``target`` (and ``drafter``) with ``profile`` on
     ``engine`` (``llama-server`` or ``python``: see :meth:`Settings.from_profile`).
-    ``target`` and ``drafter``: paths, or :class:`~gguf_exact.serving.checks.ModelFile`
+    ``target`` and ``drafter``: paths, or :class:`~gguf_exact.pair.checks.ModelFile`
     as read before (the header is not read again). ``cpu`` (a
-    :class:`~gguf_exact.serving.cpu_features.CpuTarget`, default this machine's) says which
+    :class:`~gguf_exact.builds.cpu_features.CpuTarget`, default this machine's) says which
     Q4_0 matrices a CPU-only build repacks."""
-    from gguf_exact.serving.checks import read_model
+    from gguf_exact.pair.checks import read_model
 
     s = Settings.from_profile(profile, with_draft=drafter is not None, engine=engine)
     if cpu is None and not s.gpu:
-        from gguf_exact.serving.cpu_features import host_cpu
+        from gguf_exact.builds.cpu_features import host_cpu
 
         cpu = host_cpu()
     repack_rows = None if s.gpu or cpu is None else q4_0_repack_rows(cpu)

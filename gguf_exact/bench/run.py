@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 from gguf_exact.errors import ArgumentError, GgufExactError, Param
-from gguf_exact.speculative.generation import Generation
+from gguf_exact.runtime.generation import Generation
 
 TARGET = "target"
 
@@ -111,7 +111,7 @@ class BenchReport:
         paths["json"].write_text(json.dumps(self.as_dict(), indent=2) + "\n")
         md = self.markdown()
         if plot:
-            from gguf_exact.speculative.bench_plot import plot_report
+            from gguf_exact.bench.plot import plot_report
 
             try:
                 paths["png"] = plot_report(self, out / "bench.png")
@@ -291,10 +291,10 @@ def run_bench(
     """``bench`` as one call: in-process (``target``, ``draft``: :func:`bench_runner`),
     against running llama-servers (``servers``: ``[LABEL=]URL`` each, :func:`bench_servers`),
     or both engines' servers started here (``engines``:
-    :func:`gguf_exact.speculative.bench_engines.bench_engines`, with ``profile``,
+    :func:`gguf_exact.bench.engines.bench_engines`, with ``profile``,
     ``overrides``, ``temperature`` and ``seed``). ``draft`` may be ``auto``: found as
     ``serve`` finds it. Returns the report, which writes its own files."""
-    from gguf_exact.speculative.prompt_set import load_prompts
+    from gguf_exact.bench.prompt_set import load_prompts
 
     prompts = load_prompts(list(prompt_names) if prompt_names is not None else None)
     if draft is not None and target is not None:
@@ -302,7 +302,7 @@ def run_bench(
 
         draft = resolve_drafter(target, draft, False, "models", False, default_auto=False).path
     if engines:
-        from gguf_exact.speculative.bench_engines import bench_engines
+        from gguf_exact.bench.engines import bench_engines
 
         if target is None or draft is None or servers:
             raise ArgumentError(

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 from gguf_exact.errors import ArgumentError, Param
-from gguf_exact.speculative.generation import Generation
+from gguf_exact.runtime.generation import Generation
 
 ENGINES = ("python", "llama-server")
 
