@@ -172,7 +172,7 @@ class Settings:
     def from_profile(cls, profile, with_draft: bool, engine: str = "llama-server") -> Settings:
         """From a :class:`~gguf_exact.runtime.profiles.Profile`'s [server] (and [draft]) values,
         as ``engine`` applies them: llama-server, or ``python`` (``serve --engine python``,
-        :func:`gguf_exact.speculative.engine.engine_options`), which serves one sequence,
+        :func:`gguf_exact.runtime.engine_options.engine_options`), which serves one sequence,
         keeps the whole sliding-window cache (``swa_full``: a rolled-back draft must not
         have lost cells), batches 512 tokens, and runs 4096 tokens of context and no GPU
         layers unless the profile says otherwise."""

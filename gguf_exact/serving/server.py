@@ -228,7 +228,7 @@ def plan_launch(
     pair = check_pair(target, drafter, checksums)
     rdir = (runs or run_root()) / str(port)
     if engine == "python":
-        from gguf_exact.speculative.engine import engine_options  # checks the profile before anything starts
+        from gguf_exact.runtime.engine_options import engine_options  # checks the profile before anything starts
 
         engine_options(prof, with_draft=pair.drafter is not None)
         if check_port:

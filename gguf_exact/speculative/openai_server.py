@@ -356,8 +356,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         import uvicorn
 
+        from gguf_exact.runtime.engine_options import engine_options
         from gguf_exact.runtime.profiles import load_profile
-        from gguf_exact.speculative.engine import engine_options, load_with_drafter
+        from gguf_exact.speculative.engine import load_with_drafter
 
         profile = load_profile(args.profile).with_overrides(args.overrides)
         opts, ignored = engine_options(profile, with_draft=args.draft is not None)
