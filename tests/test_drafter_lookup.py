@@ -21,8 +21,8 @@ from gguf_exact.gemma4.sizes import SIZES
 from gguf_exact.hub import checksums
 from gguf_exact.hub.checksums import Checksums, Entry, RepoPin
 from gguf_exact.hub.session import HubConfig
-from gguf_exact.runtime.memory_plan import Geometry
-from gguf_exact.serving.drafter_lookup import find_drafter, identify_size, resolve_drafter
+from gguf_exact.pair.geometry import Geometry, identify_size
+from gguf_exact.serving.drafter_lookup import find_drafter, resolve_drafter
 from gguf_exact.tiny.full_size import write_full_size_drafter, write_full_size_target
 from gguf_exact.tiny.models import write_agreeing_pair
 from gguf_exact.tiny.structural import write_structural_pair

@@ -40,8 +40,8 @@ class ModelFile:
     header: GgufFile | None = field(default=None, repr=False, compare=False)  # parsed header, closed (no fd)
 
     def geometry(self):
-        """The text stack's :class:`~gguf_exact.runtime.memory_plan.Geometry`, from the header read before."""
-        from gguf_exact.runtime.memory_plan import Geometry
+        """The text stack's :class:`~gguf_exact.pair.geometry.Geometry`, from the header read before."""
+        from gguf_exact.pair.geometry import Geometry
 
         return Geometry.from_gguf(self.header)
 
