@@ -14,12 +14,8 @@ from click.testing import CliRunner
 from conftest import GENERATION_JSON_KEYS
 
 from gguf_exact.bench.prompt_set import load_prompts, prompt_names
-from gguf_exact.bench.run import (
-    Arm,
-    alternating_order,
-    bench_servers,
-    parse_server_arm,
-)
+from gguf_exact.bench.report import Arm, alternating_order
+from gguf_exact.bench.run import bench_servers, parse_server_arm
 from gguf_exact.cli import main
 from gguf_exact.errors import GgufExactError
 from gguf_exact.tiny.hidden_pair import CYCLE
@@ -193,7 +189,7 @@ def test_bench_against_servers_reads_timings(fake_servers, tmp_path):
         n_predict=8,
         rounds=1,
     )
-    arms = {s.label: s for s in report.summary}
+    arms = {s.label: s for s in report.rows}
     assert arms["target"].tokens_per_second == pytest.approx(2000.0)
     assert arms["n_max=2"].acceptance_rate == pytest.approx(2 / 3)
     assert arms["n_max=2"].tokens_per_target_pass == pytest.approx(8 / 6)  # passes = tokens - accepted

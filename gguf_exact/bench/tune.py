@@ -26,7 +26,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Sequence
 
-from gguf_exact.bench.run import TARGET, Arm, BenchReport, alternating_order, bench_servers, summarize
+from gguf_exact.bench.report import TARGET, Arm, alternating_order
+from gguf_exact.bench.run import BenchReport, bench_servers, summarize
 from gguf_exact.errors import ArgumentError, InputError, NotExactError, Param
 from gguf_exact.formats.gguf_file import atomic_output
 from gguf_exact.runtime.profiles import PROFILE_DIR, Profile, load_profile, user_profile_dir
@@ -215,7 +216,7 @@ def tuned_header(result: TuneResult, command: str) -> list[str]:
     """The comment lines that say what was measured, by which command."""
     rows = ", ".join(
         f"{'target alone' if s.label == TARGET else f'n-max {s.n_max}'} {s.tokens_per_second_median:.1f}"
-        for s in result.report.summary
+        for s in result.report.rows
     )
     return [
         f"{TUNED_MARK} on {result.report.meta['time']}: spec-draft-n-max = {result.best_n_max}",
