@@ -10,12 +10,12 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 from gguf import GGMLQuantizationType, GGUFReader
+from helpers import off_grid_checkpoint
 from rich.console import Console
 
 from gguf_exact.cli import console, main, options
 from gguf_exact.core import bf16
 from gguf_exact.formats.checkpoint import Checkpoint
-from gguf_exact.tiny.models import drafter_config, drafter_tensors, write_checkpoint
 
 ROOT = Path(__file__).resolve().parents[1]
 README = (ROOT / "README.md").read_text()
@@ -147,14 +147,6 @@ def test_console_width_off_a_terminal(monkeypatch):
 
 
 # --- README and CLI agree ---------------------------------------------------------------
-
-
-def off_grid_checkpoint(folder: Path) -> Path:
-    tensors = drafter_tensors(seed=1)
-    tensors["model.layers.2.mlp.up_proj.weight"] = bf16.from_f32(
-        np.random.default_rng(0).normal(0, 0.02, (128, 64)).astype(np.float32)
-    )
-    return write_checkpoint(folder, drafter_config(), tensors)
 
 
 def test_off_grid_f32_as_the_readme_says(tiny, tmp_path):
