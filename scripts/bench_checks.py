@@ -5,7 +5,7 @@
 The files: the E2B target's real header and tensor table (its data a hole, a sparse
 file) with that vocabulary, and the E2B assistant converted against it. Every row runs
 in a fresh process (its imports counted apart from the check itself):
-- serve / generate / bench: `serving.checks.check_pair(target, drafter)` (architecture,
+- serve / generate / bench: `pair.checks.check_pair(target, drafter)` (architecture,
   widths, vocabularies compared as bytes, checksums), and the whole
   `gguf-exact serve --dry-run` process when a llama-server build is there, with
   `--draft FILE` and with the drafter found (no `--draft`: each header still read once);
