@@ -27,7 +27,7 @@ $(VENV)/.installed: pyproject.toml
 
 # The bindings for $(BACKEND), built like llama-server, probed, then installed (one stamp per backend).
 $(VENV)/.bindings-$(BACKEND): $(VENV)/.installed
-	$(BIN)/python -m gguf_exact.serving.bindings_build --install $(BACKEND_FLAGS)
+	$(BIN)/python -m gguf_exact.builds.bindings_build --install $(BACKEND_FLAGS)
 	$(BIN)/pip install -q -e '.[llama,server,test]'
 	rm -f $(VENV)/.bindings-*
 	touch $@

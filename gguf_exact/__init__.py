@@ -1,27 +1,33 @@
 """gguf-exact: lossless Q4_0 GGUF for Gemma 4 QAT models and MTP drafters.
 
-Subpackages, from the bottom:
+Subpackages, from the bottom (each imports only from those listed before it;
+``tests/test_layers.py`` holds the order):
 
 - :mod:`.core` - pure numpy: data layouts, QAT grid detection, fp16 scale choice, the
   exact matrix packer, the published method as baseline
-- :mod:`.gemma4` - GGUF forms of Gemma 4: the drafter's key map, the main models' name table
-- :mod:`.formats` - I/O: HF folders and safetensors, target vocabularies, GGUF writes and streams
-- :mod:`.drafter` - ``inspect``, ``convert``, ``verify``, ``compare``
-- :mod:`.repack` - main models re-packed from a donor GGUF, streamed in row chunks
+- :mod:`.formats` - I/O: HF folders and safetensors, target vocabularies, GGUF reads, writes and streams
+- :mod:`.gemma4` - GGUF forms of Gemma 4: the drafter's key map, the main models' name table, sizes
+- :mod:`.stream` - planned tensors written in row chunks, read back, verified; the one write pipeline
 - :mod:`.hub` - recipes, checksums, pinned ``fetch`` and ``pin``
-- :mod:`.rebuild` - reproducible ``build``: fetch, convert, compare with the published file
-- :mod:`.serving` - llama-server build, profiles, ``serve`` / ``status`` / ``stop``
-- :mod:`.speculative` - in-process draft-mtp on llama-cpp-python: :func:`load_with_drafter`,
-  ``chat``, ``generate``, ``bench``
-- :mod:`.tiny` - tiny models and synthetic QAT data for tests, the demo, benchmarks
+- :mod:`.drafter` - ``inspect``, ``convert``, ``verify`` of drafters;
+  :mod:`.repack` - main models re-packed from a donor GGUF
+- :mod:`.rebuild` - reproducible ``build``: fetch, convert, compare with the published file;
+  :mod:`.tiny` - tiny models and synthetic QAT data for tests, the demo, benchmarks
+- :mod:`.builds` - llama-server and the llama-cpp-python bindings, built where they run;
+  :mod:`.pair` - a target and its drafter from their headers: geometry, size, the pair check
+- :mod:`.runtime` - what both engines share: profiles, GPUs, sampling defaults, the memory
+  plan, the Python engine's options, ``Generation``
+- :mod:`.serving` - the llama-server engine: ``serve`` / ``status`` / ``stop``, drafter lookup;
+  :mod:`.speculative` - the Python engine: :func:`load_with_drafter`, ``chat``, ``generate``,
+  its OpenAI server
+- :mod:`.bench` - benchmarks above both engines: ``bench``, ``tune``, ``make bench-real``
 
 :mod:`.cli` is the ``gguf-exact`` command (a thin layer: one module per group of commands);
-:mod:`.verify` verifies any file gguf-exact writes; :mod:`.demo` is ``make demo``.
+:mod:`.verify` verifies and :mod:`.compare` compares any file gguf-exact writes; :mod:`.doctor`
+reports on the builds and both engines; :mod:`.demo` is ``make demo``.
 """
 
-__version__ = "0.1.0"
-
-from gguf_exact.errors import (  # noqa: E402
+from gguf_exact.errors import (
     ArgumentError,
     BuildError,
     GgufExactError,
@@ -32,6 +38,7 @@ from gguf_exact.errors import (  # noqa: E402
     PairError,
     ServerError,
 )
+from gguf_exact.version import __version__ as __version__
 
 ERRORS = (ArgumentError, BuildError, HubError, InputError, NotExactError, OffGridError, PairError, ServerError)
 
@@ -41,7 +48,7 @@ ERRORS = (ArgumentError, BuildError, HubError, InputError, NotExactError, OffGri
 _LAZY = {
     "MatrixPlan": "gguf_exact.core.exact",
     "plan_matrix": "gguf_exact.core.exact",
-    "compare_files": "gguf_exact.drafter.compare",
+    "compare_files": "gguf_exact.compare",
     "convert_drafter": "gguf_exact.drafter.convert",
     "inspect_checkpoint": "gguf_exact.drafter.inspect_qat",
     "verify_gguf": "gguf_exact.drafter.verify",

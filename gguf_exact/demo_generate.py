@@ -16,8 +16,8 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
+from gguf_exact.bench.prompt_set import load_prompts
 from gguf_exact.drafter.convert import convert_drafter
-from gguf_exact.speculative.prompt_set import load_prompts
 from gguf_exact.speculative.runner import Runner
 from gguf_exact.tiny.hidden_pair import write_hidden_state_pair
 from gguf_exact.tiny.models import write_agreeing_pair
@@ -45,7 +45,7 @@ def run_generate_step(out: Path, random_target: Path, random_drafter: Path, cons
     """Generate with and without each drafter; print a table; return the figures."""
     prompt = load_prompts(["code"])["code"]
     table = Table(
-        title=f"greedy generation, {N_PREDICT} tokens, n-max {N_MAX}, prompt gguf_exact/speculative/prompts/code.txt"
+        title=f"greedy generation, {N_PREDICT} tokens, n-max {N_MAX}, prompt gguf_exact/bench/prompts/code.txt"
     )
     for col in ("pair", "target alone", "with drafter", "acceptance", "mean len", "tokens/pass", "identical"):
         table.add_column(col, justify="left" if col == "pair" else "right")

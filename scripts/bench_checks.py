@@ -5,7 +5,7 @@
 The files: the E2B target's real header and tensor table (its data a hole, a sparse
 file) with that vocabulary, and the E2B assistant converted against it. Every row runs
 in a fresh process (its imports counted apart from the check itself):
-- serve / generate / bench: `serving.checks.check_pair(target, drafter)` (architecture,
+- serve / generate / bench: `pair.checks.check_pair(target, drafter)` (architecture,
   widths, vocabularies compared as bytes, checksums), and the whole
   `gguf-exact serve --dry-run` process when a llama-server build is there, with
   `--draft FILE` and with the drafter found (no `--draft`: each header still read once);
@@ -31,7 +31,7 @@ from measure import load, run  # noqa: E402
 
 CHECKS = {
     "serve/generate/bench: check_pair": (
-        "from gguf_exact.serving.checks import check_pair",
+        "from gguf_exact.pair.checks import check_pair",
         "check_pair(p['target'], p['drafter'])",
     ),
     "convert: read_target": ("from gguf_exact.formats.vocab import read_target", "read_target(p['target'])"),
@@ -96,7 +96,7 @@ def main() -> None:
         print(f"inputs made in {time.perf_counter() - tick:.0f} s", file=sys.stderr)
         rows = {label: one(label, paths) for label in CHECKS}
         serves = {}
-        from gguf_exact.serving.llama_build import find_build
+        from gguf_exact.builds.llama_build import find_build
 
         if find_build("cpu") is not None:
             exe = Path(sys.executable).with_name("gguf-exact")

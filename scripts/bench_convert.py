@@ -56,7 +56,7 @@ def make_inputs(root: Path, vocab: int, merges: int) -> dict[str, Path]:
 def find_llama_quantize(explicit: str | None) -> Path | None:
     if explicit:
         return Path(explicit)
-    from gguf_exact.serving.llama_build import find_build
+    from gguf_exact.builds.llama_build import find_build
 
     build = find_build("cpu")
     return build.binary("llama-quantize") if build else None

@@ -3,7 +3,7 @@
 
 For each tiny pair (``hidden``: acceptance 1, the drafter fed the target's hidden
 state; ``mixed``: partial acceptance) this runs ``gguf-exact bench --engines
-python,llama-server`` (:func:`gguf_exact.speculative.bench_engines.bench_engines`):
+python,llama-server`` (:func:`gguf_exact.bench.engines.bench_engines`):
 at each n-max a ``serve --engine python`` and a llama-server on the same files,
 profile (``cpu``), context, threads and n-max, the shipped prompts through
 ``/v1/completions`` with the same seed, A B B A per round. Printed per pair: the
@@ -29,9 +29,9 @@ import tempfile
 import time
 from pathlib import Path
 
+from gguf_exact.bench.engines import bench_engines
+from gguf_exact.bench.prompt_set import load_prompts
 from gguf_exact.errors import GgufExactError
-from gguf_exact.speculative.bench_engines import bench_engines
-from gguf_exact.speculative.prompt_set import load_prompts
 from gguf_exact.tiny.pairs import write_runner_pairs
 
 

@@ -29,7 +29,7 @@ import sys
 import time
 from pathlib import Path
 
-from gguf_exact.speculative.bench_real import (
+from gguf_exact.bench.real import (
     ENGINES,
     concurrent_arm,
     drafter_profile,

@@ -12,7 +12,7 @@ acceptance, whether the token ids agree with the server's, and the runner's
 Python-side time per speculative step (wall time outside ``llama_decode``,
 median over runs).
 
-llama-server comes from ``gguf_exact.serving.llama_build`` (``gguf-exact build-llama``);
+llama-server comes from ``gguf_exact.builds.llama_build`` (``gguf-exact build-llama``);
 without it, or with ``--no-server``, only the runner's figures are printed.
 
     .venv/bin/python scripts/bench_runner.py [--n-predict 128] [--threads 1] [--rounds 2]
@@ -29,11 +29,11 @@ import tempfile
 import time
 from pathlib import Path
 
+from gguf_exact.bench.prompt_set import load_prompts
+from gguf_exact.builds.llama_build import find_build
 from gguf_exact.errors import GgufExactError
 from gguf_exact.serving.client import server_generate
-from gguf_exact.serving.llama_build import find_build
 from gguf_exact.serving.server import plan_launch, start_server, stop_server
-from gguf_exact.speculative.prompt_set import load_prompts
 from gguf_exact.speculative.runner import Runner
 from gguf_exact.tiny.pairs import write_runner_pairs
 

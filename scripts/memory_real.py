@@ -19,9 +19,9 @@ import sys
 import tempfile
 from pathlib import Path
 
+from gguf_exact.runtime.memory_plan import plan_memory
+from gguf_exact.runtime.profiles import load_profile
 from gguf_exact.serving.logged_buffers import compare, logged_buffers
-from gguf_exact.serving.memory_plan import plan_memory
-from gguf_exact.serving.profiles import load_profile
 from gguf_exact.serving.server import LOG_FILE, free_port, plan_launch, start_server, stop_server
 
 PROFILES = ("cpu", "rtx3050", "gtx1650ti")

@@ -19,7 +19,7 @@ prints one table. Tokenizer keys are not compared (upstream builds them from
 Upstream runs in its own virtual environment (``--python``: torch, transformers,
 tokenizers, and the sdist's ``gguf-py`` installed editable by this script), from the
 pinned llama-cpp-python sdist (``checksums/llama-cpp-python.sha256``), fetched with
-:func:`gguf_exact.serving.llama_build.fetch_sdist` and unpacked under ``--work`` at run
+:func:`gguf_exact.builds.llama_build.fetch_sdist` and unpacked under ``--work`` at run
 time; none of its code is part of this repository. Exit status 1 when anything differs.
 """
 
@@ -135,7 +135,7 @@ def compare(fixture: str, upstream: Side, ours: Side, names_only: set[str] | Non
 
 def ensure_upstream(python: Path, work: Path) -> Path:
     """The pinned sdist's vendor/llama.cpp under ``work``, its gguf-py installed in ``python``'s venv."""
-    from gguf_exact.serving.llama_build import _extract_llama_cpp, fetch_sdist, pinned_sdist
+    from gguf_exact.builds.llama_build import _extract_llama_cpp, fetch_sdist, pinned_sdist
 
     work.mkdir(parents=True, exist_ok=True)
     found = sorted(work.glob("*/vendor/llama.cpp/convert_hf_to_gguf.py"))

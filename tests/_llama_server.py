@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from gguf_exact.serving.llama_build import find_build
+from gguf_exact.builds.llama_build import find_build
 
 # Small and quick on two cores; the cpu profile gives --parallel 1 and draft-mtp.
 TEST_SETTINGS = ("ctx-size=512", "threads=2", "batch-size=64", "ubatch-size=64", "no-warmup=true")

@@ -3,15 +3,10 @@ counts, +0 and -0, equally exact and more exact alternatives, and no slack."""
 
 import numpy as np
 from gguf_edit import oracle_figures
+from helpers import block
 
-from gguf_exact.core import q4_0
 from gguf_exact.core.block_exactness import block_figures, judge_blocks
 from gguf_exact.core.exact import plan_rows
-
-
-def block(levels, d) -> np.ndarray:
-    return q4_0.pack(np.array([levels], np.int8), np.array([d], np.float16))
-
 
 ONES = [1, -1, 0, 1] * 8  # levels of a block whose values are +-1.0 and 0
 SOURCE_ONES = np.array([[0x3F80, 0xBF80, 0x0000, 0x3F80] * 8], np.uint16)  # bf16 1.0, -1.0, +0, 1.0

@@ -6,6 +6,7 @@ import json
 import numpy as np
 import pytest
 from gguf import GGMLQuantizationType, GGUFReader
+from helpers import off_grid_checkpoint
 
 from gguf_exact.core import bf16, q4_0
 from gguf_exact.drafter.convert import convert_drafter
@@ -110,13 +111,6 @@ def test_expect_sha256(tiny, tmp_path):
     with pytest.raises(Exception, match=f"sha256 {good} does not match the expected 0000"):
         convert_drafter(tiny / "drafter-fp32", out, tiny / "target.gguf", expect_sha256="0" * 64)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a.gguf"]
-
-
-def off_grid_checkpoint(folder):
-    tensors = drafter_tensors(seed=1)
-    rng = np.random.default_rng(0)
-    tensors["model.layers.2.mlp.up_proj.weight"] = bf16.from_f32(rng.normal(0, 0.02, (128, 64)).astype(np.float32))
-    return write_checkpoint(folder, drafter_config(), tensors)
 
 
 def test_off_grid_matrix_stops_or_falls_back(tiny, tmp_path):

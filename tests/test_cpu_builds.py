@@ -18,9 +18,10 @@ import pytest
 from _llama_server import server_binary
 from click.testing import CliRunner
 
+from gguf_exact import doctor
+from gguf_exact.builds import bindings_build, build_probe, llama_build
+from gguf_exact.builds.cpu_features import OVERRIDE_ENV, cpu_target, host_cpu, parse_override
 from gguf_exact.errors import GgufExactError
-from gguf_exact.serving import bindings_build, build_probe, doctor, llama_build
-from gguf_exact.serving.cpu_features import OVERRIDE_ENV, cpu_target, host_cpu, parse_override
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -176,7 +177,8 @@ def test_doctor_reports_features_bindings_and_probe():
 
 
 def test_gpu_profile_on_cpu_bindings_warns_in_one_line():
-    from gguf_exact.speculative.engine import EngineOptions, gpu_offload_warning
+    from gguf_exact.runtime.engine_options import EngineOptions
+    from gguf_exact.speculative.engine import gpu_offload_warning
 
     gpu = EngineOptions(n_gpu_layers=-1)
     text = gpu_offload_warning("rtx3050", "cuda86", gpu, supports_gpu=False)
@@ -191,7 +193,8 @@ def test_gpu_profile_on_cpu_bindings_warns_in_one_line():
 
 
 def test_load_with_a_gpu_profile_warns_here(tiny, caplog):
-    from gguf_exact.speculative.engine import EngineOptions, gpu_offload_warning, load_with_drafter
+    from gguf_exact.runtime.engine_options import EngineOptions
+    from gguf_exact.speculative.engine import gpu_offload_warning, load_with_drafter
 
     with caplog.at_level("WARNING", logger="gguf_exact.speculative.engine"):
         llm = load_with_drafter(tiny / "target.gguf", None, profile="rtx3050", n_ctx=256)

@@ -21,8 +21,8 @@ from gguf_exact.gemma4.sizes import SIZES
 from gguf_exact.hub import checksums
 from gguf_exact.hub.checksums import Checksums, Entry, RepoPin
 from gguf_exact.hub.session import HubConfig
-from gguf_exact.serving.drafter_lookup import find_drafter, identify_size, resolve_drafter
-from gguf_exact.serving.memory_plan import Geometry
+from gguf_exact.pair.geometry import Geometry, identify_size
+from gguf_exact.serving.drafter_lookup import find_drafter, resolve_drafter
 from gguf_exact.tiny.full_size import write_full_size_drafter, write_full_size_target
 from gguf_exact.tiny.models import write_agreeing_pair
 from gguf_exact.tiny.structural import write_structural_pair
@@ -240,7 +240,7 @@ def test_serve_and_chat_cli(models, hub, tmp_path):
 def test_check_pair_refuses_a_drafter_reading_other_kv_widths(models):
     """Width and vocabulary agree (128, 320 tokens) but E4B's assistant has two KV heads: its
     layers would view E2B's one-head cache rows at twice their width."""
-    from gguf_exact.serving.checks import check_pair
+    from gguf_exact.pair.checks import check_pair
 
     with pytest.raises(GgufExactError) as e:
         check_pair(models["s-E2B"], models["s-E4B-drafter"])

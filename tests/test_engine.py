@@ -18,11 +18,12 @@ import numpy as np
 import pytest
 from _llama_server import TEST_SETTINGS, complete, free_port, server_binary
 
+from gguf_exact.bench.prompt_set import load_prompts
 from gguf_exact.errors import GgufExactError
-from gguf_exact.serving.profiles import load_profile
+from gguf_exact.runtime.engine_options import EngineOptions, engine_options
+from gguf_exact.runtime.profiles import load_profile
 from gguf_exact.serving.server import plan_launch, start_server, stop_server
-from gguf_exact.speculative.engine import EngineOptions, MtpDraftModel, engine_options, load_with_drafter
-from gguf_exact.speculative.prompt_set import load_prompts
+from gguf_exact.speculative.engine import MtpDraftModel, load_with_drafter
 from gguf_exact.speculative.runner import Runner
 from gguf_exact.tiny.hidden_pair import CYCLE, next_in_cycle
 from gguf_exact.tiny.pairs import write_runner_pairs

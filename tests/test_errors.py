@@ -39,8 +39,8 @@ def test_api_names_parameters_cli_names_flags(tmp_path):
 
 def test_cli_flag_of_a_renamed_option(tmp_path):
     """``save_as`` is tune's ``--as``; ``n_values`` its ``--n-max``."""
-    from gguf_exact.serving.profiles import load_profile
-    from gguf_exact.serving.tune import tuned_name
+    from gguf_exact.bench.tune import tuned_name
+    from gguf_exact.runtime.profiles import load_profile
 
     with pytest.raises(ArgumentError, match=r"^save_as '\.\./x': a profile name"):
         tuned_name(load_profile("cpu"), "../x")

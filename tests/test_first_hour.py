@@ -10,12 +10,12 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 from gguf import GGMLQuantizationType, GGUFReader
+from helpers import off_grid_checkpoint
 from rich.console import Console
 
 from gguf_exact.cli import console, main, options
 from gguf_exact.core import bf16
 from gguf_exact.formats.checkpoint import Checkpoint
-from gguf_exact.tiny.models import drafter_config, drafter_tensors, write_checkpoint
 
 ROOT = Path(__file__).resolve().parents[1]
 README = (ROOT / "README.md").read_text()
@@ -149,14 +149,6 @@ def test_console_width_off_a_terminal(monkeypatch):
 # --- README and CLI agree ---------------------------------------------------------------
 
 
-def off_grid_checkpoint(folder: Path) -> Path:
-    tensors = drafter_tensors(seed=1)
-    tensors["model.layers.2.mlp.up_proj.weight"] = bf16.from_f32(
-        np.random.default_rng(0).normal(0, 0.02, (128, 64)).astype(np.float32)
-    )
-    return write_checkpoint(folder, drafter_config(), tensors)
-
-
 def test_off_grid_f32_as_the_readme_says(tiny, tmp_path):
     from gguf_exact.drafter.convert import OFF_GRID_TYPES
     from gguf_exact.repack.pipeline import OFF_GRID_CHOICES
@@ -224,9 +216,9 @@ def test_tune_has_no_no_draft_and_names_its_profile():
 
 
 def test_tuned_names():
+    from gguf_exact.bench.tune import shadows_builtin, tuned_name
     from gguf_exact.errors import GgufExactError
-    from gguf_exact.serving.profiles import load_profile
-    from gguf_exact.serving.tune import shadows_builtin, tuned_name
+    from gguf_exact.runtime.profiles import load_profile
 
     cpu = load_profile("cpu")
     assert tuned_name(cpu) == "cpu-tuned" and tuned_name(cpu, "laptop") == "laptop"
@@ -246,8 +238,8 @@ def test_bench_and_tune_write_under_the_cache(monkeypatch, tmp_path):
 
 
 def test_generate_defaults_as_chat_and_the_cpu_profile():
-    from gguf_exact.serving.profiles import load_profile
-    from gguf_exact.serving.sampling_defaults import SERVER_SAMPLING
+    from gguf_exact.runtime.profiles import load_profile
+    from gguf_exact.runtime.sampling_defaults import SERVER_SAMPLING
 
     n_max = next(p for p in main.commands["generate"].params if p.name == "n_max")
     assert n_max.default == 2 == load_profile("cpu").draft["spec-draft-n-max"]
@@ -263,8 +255,8 @@ def test_generate_defaults_as_chat_and_the_cpu_profile():
 
 
 def test_memory_plan_of_the_python_engine(tmp_path):
-    from gguf_exact.serving.memory_plan import plan_memory
-    from gguf_exact.serving.profiles import load_profile
+    from gguf_exact.runtime.memory_plan import plan_memory
+    from gguf_exact.runtime.profiles import load_profile
     from gguf_exact.tiny.full_size import write_full_size_drafter, write_full_size_target
 
     t = write_full_size_target(tmp_path / "E2B.gguf")

@@ -21,7 +21,7 @@ from gguf.quants import dequantize
 from gguf_exact.cli import main
 from gguf_exact.formats.gguf_reader import open_gguf
 from gguf_exact.gemma4.sizes import SIZES
-from gguf_exact.serving.profiles import load_profile
+from gguf_exact.runtime.profiles import load_profile
 from gguf_exact.serving.server import plan_launch, start_server, stop_server
 from gguf_exact.speculative.runner import Runner
 from gguf_exact.tiny.full_pair import N_AXES, next_token, write_drafter, write_pair
@@ -176,8 +176,8 @@ def test_make_pair_refuses_bad_input_in_one_line(tmp_path):
 def test_memory_plan_equals_llama_server_log_at_real_shape(pair, tmp_path, monkeypatch):
     """The plan's weights (memory-mapped span plus the CPU's repacked Q4_0 copies), KV cache
     and compute buffers against what llama-server logs for the full-size E2B pair."""
+    from gguf_exact.runtime.memory_plan import plan_memory
     from gguf_exact.serving.logged_buffers import compare, logged_buffers
-    from gguf_exact.serving.memory_plan import plan_memory
     from gguf_exact.serving.server import LOG_FILE
 
     server_binary()

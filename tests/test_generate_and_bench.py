@@ -13,15 +13,11 @@ import pytest
 from click.testing import CliRunner
 from conftest import GENERATION_JSON_KEYS
 
+from gguf_exact.bench.prompt_set import load_prompts, prompt_names
+from gguf_exact.bench.report import Arm, alternating_order
+from gguf_exact.bench.run import bench_servers, parse_server_arm
 from gguf_exact.cli import main
 from gguf_exact.errors import GgufExactError
-from gguf_exact.speculative.bench import (
-    Arm,
-    alternating_order,
-    bench_servers,
-    parse_server_arm,
-)
-from gguf_exact.speculative.prompt_set import load_prompts, prompt_names
 from gguf_exact.tiny.hidden_pair import CYCLE
 from gguf_exact.tiny.pairs import write_runner_pairs
 
@@ -193,7 +189,7 @@ def test_bench_against_servers_reads_timings(fake_servers, tmp_path):
         n_predict=8,
         rounds=1,
     )
-    arms = {s.label: s for s in report.summary}
+    arms = {s.label: s for s in report.rows}
     assert arms["target"].tokens_per_second == pytest.approx(2000.0)
     assert arms["n_max=2"].acceptance_rate == pytest.approx(2 / 3)
     assert arms["n_max=2"].tokens_per_target_pass == pytest.approx(8 / 6)  # passes = tokens - accepted
@@ -309,7 +305,7 @@ def test_bench_engines_over_http(pairs, tmp_path, monkeypatch):
 
 
 def test_same_text_allows_only_how_invalid_utf8_is_rendered():
-    from gguf_exact.speculative.bench_engines import same_text
+    from gguf_exact.bench.engines import same_text
 
     assert same_text("ab\x02c", "a\ufffdb\x02c")  # llama-server's U+FFFD for a byte that is not UTF-8
     assert same_text("abcd", "abc")  # llama-cpp-python ran on to finish a character

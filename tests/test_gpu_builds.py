@@ -20,11 +20,9 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from gguf_exact.cli import main
-from gguf_exact.errors import GgufExactError
-from gguf_exact.hub import checksums
-from gguf_exact.serving import doctor, gpu_toolchains, llama_build
-from gguf_exact.serving.gpu_toolchains import (
+from gguf_exact import doctor
+from gguf_exact.builds import gpu_toolchains, llama_build
+from gguf_exact.builds.gpu_toolchains import (
     Cublas,
     CudaSetup,
     CudaToolkit,
@@ -38,8 +36,11 @@ from gguf_exact.serving.gpu_toolchains import (
     parse_wheel_pins,
     wheel_pin_for,
 )
-from gguf_exact.serving.llama_build import COMMIT, TARGETS, backend_name, build_command, cmake_args
-from gguf_exact.serving.profiles import load_profile
+from gguf_exact.builds.llama_build import COMMIT, TARGETS, backend_name, build_command, cmake_args
+from gguf_exact.cli import main
+from gguf_exact.errors import GgufExactError
+from gguf_exact.hub import checksums
+from gguf_exact.runtime.profiles import load_profile
 
 NVCC_VERSION = """nvcc: NVIDIA (R) Cuda compiler driver
 Copyright (c) 2005-2025 NVIDIA Corporation
@@ -507,7 +508,7 @@ def test_killed_build_stops_its_tools_and_leaves_nothing(tmp_path):
     sdist = llama_build.cache_root() / "sdist" / llama_build.pinned_sdist().filename
     assert sdist.is_file(), f"{sdist}: missing; run `make llama-server` first"
     env = {**os.environ, "GGUF_EXACT_CACHE": str(tmp_path / "cache")}
-    cmd = [sys.executable, "-m", "gguf_exact.serving.llama_build", "--sdist", str(sdist)]
+    cmd = [sys.executable, "-m", "gguf_exact.builds.llama_build", "--sdist", str(sdist)]
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     log = tmp_path / "cache" / "logs" / f"llama.cpp-{llama_build.build_key('cpu')}.log"
     deadline = time.monotonic() + 120
@@ -538,7 +539,7 @@ def test_interrupted_step_stops_grandchildren(tmp_path):
     marker = str(tmp_path / "grandchild")
     script = (
         "import sys; from pathlib import Path\n"
-        "from gguf_exact.serving import llama_build\n"
+        "from gguf_exact.builds import llama_build\n"
         "with llama_build.sigterm_as_interrupt():\n"
         f"    llama_build._run(['sh', '-c', '{sys.executable} -c \"import time; time.sleep(300)\" {marker} & wait'],"
         f" Path({str(tmp_path / 'log')!r}), print, 'build', every=0.2)\n"

@@ -1,4 +1,4 @@
-"""The memory plan (gguf_exact.serving.memory_plan): exact KV-cache bytes from the headers,
+"""The memory plan (gguf_exact.runtime.memory_plan): exact KV-cache bytes from the headers,
 checked by hand for the tiny, structural and full-size models and against what
 llama-server itself logs when it allocates them."""
 
@@ -11,7 +11,7 @@ from _llama_server import server_binary
 from gguf_exact.drafter.convert import convert_drafter
 from gguf_exact.errors import GgufExactError
 from gguf_exact.formats.gguf_reader import open_gguf
-from gguf_exact.serving.memory_plan import (
+from gguf_exact.runtime.memory_plan import (
     MIB,
     Geometry,
     Settings,
@@ -21,7 +21,7 @@ from gguf_exact.serving.memory_plan import (
     row_bytes,
     weight_split,
 )
-from gguf_exact.serving.profiles import load_profile
+from gguf_exact.runtime.profiles import load_profile
 from gguf_exact.serving.server import LOG_FILE, free_port, plan_launch, start_server, stop_server
 from gguf_exact.tiny.full_size import write_full_size_drafter, write_full_size_target
 from gguf_exact.tiny.models import write_agreeing_pair, write_tiny_target

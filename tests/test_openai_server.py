@@ -20,10 +20,10 @@ import pytest
 from _llama_server import TEST_SETTINGS, free_port
 from click.testing import CliRunner
 
+from gguf_exact.bench.prompt_set import load_prompts
 from gguf_exact.cli import main
 from gguf_exact.serving.client import get_metrics
 from gguf_exact.serving.server import plan_launch, server_status, start_server, stop_server
-from gguf_exact.speculative.prompt_set import load_prompts
 from gguf_exact.tiny.hidden_pair import write_hidden_state_pair
 
 PROMPTS = load_prompts()
@@ -78,7 +78,7 @@ def post_raw(url: str, data: bytes) -> tuple[int, dict]:
 
 def test_models_health_and_the_command(servers):
     spec, _ = servers
-    assert spec.command[1:3] == ["-m", "gguf_exact.serving.openai_server"]
+    assert spec.command[1:3] == ["-m", "gguf_exact.speculative.openai_server"]
     assert [m.id for m in client(spec).models.list().data] == [ALIAS]
     with urllib.request.urlopen(spec.url + "/health") as r:
         assert json.loads(r.read()) == {"status": "ok"}

@@ -11,11 +11,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 from gguf import GGMLQuantizationType, GGUFReader
+from helpers import source_bits
 
 from gguf_exact.core import bf16, q4_0
 from gguf_exact.core.exact import plan_matrix
 from gguf_exact.errors import GgufExactError, OffGridError
-from gguf_exact.formats.checkpoint import Checkpoint
 from gguf_exact.repack.pipeline import repack_model
 from gguf_exact.tiny.main_model import (
     TINY,
@@ -49,11 +49,6 @@ def tensors(path) -> dict:
 
 def raw_field(field) -> bytes:
     return b"".join(bytes(p.tobytes()) for p in field.parts)
-
-
-def source_bits(folder: Path, hf_name: str) -> np.ndarray:
-    with Checkpoint(folder) as ckpt:
-        return np.array(ckpt.read(hf_name))
 
 
 def test_donor_is_written_the_way_googles_are(model):

@@ -31,10 +31,10 @@ import pytest
 from conftest import GENERATION_JSON_KEYS
 from gguf import GGUFReader
 
+from gguf_exact.bench.prompt_set import load_prompts
 from gguf_exact.drafter.convert import convert_drafter
 from gguf_exact.errors import GgufExactError
 from gguf_exact.speculative.engine import MtpLlama
-from gguf_exact.speculative.prompt_set import load_prompts
 from gguf_exact.speculative.runner import GREEDY, Generation, Runner, Sampling, generate, live_contexts
 from gguf_exact.tiny.models import (
     TinyDrafter,

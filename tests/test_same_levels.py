@@ -5,14 +5,10 @@ from fractions import Fraction
 
 import numpy as np
 import pytest
+from helpers import block
 
 from gguf_exact.core import q4_0
 from gguf_exact.core.same_levels import proportional_levels, same_levels
-
-
-def block(levels, d=0.01) -> np.ndarray:
-    return q4_0.pack(np.array([levels], dtype=np.int8), np.array([d], dtype=np.float16))
-
 
 BASE = [-8, -4, 0, 2, 6, 7] + [1] * 26
 HALVED = [-4, -2, 0, 1, 3] + [0] * 27  # lowest terms of the doubled block below

@@ -5,21 +5,14 @@ One server for the module, started through the CLI; the last test kills it from 
 
 import os
 import signal
-import subprocess
-import sys
 import time
 
 import pytest
 from _llama_server import TEST_SETTINGS, complete, free_port, get_json, server_binary
+from helpers import cli
 
 from gguf_exact.drafter.convert import convert_drafter
 from gguf_exact.tiny.models import write_agreeing_pair
-
-
-def cli(*args: str, env: dict) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "gguf_exact.cli", *args], capture_output=True, text=True, env=env, timeout=300
-    )
 
 
 @pytest.fixture(scope="module")

@@ -12,7 +12,7 @@ from click.testing import CliRunner
 
 from gguf_exact.cli import main
 from gguf_exact.drafter.convert import convert_drafter
-from gguf_exact.serving.checks import check_pair, listed_checksums, sha256_file
+from gguf_exact.pair.checks import check_pair, listed_checksums, sha256_file
 from gguf_exact.tiny.models import (
     TinyDrafter,
     TinyTarget,
@@ -128,7 +128,7 @@ def test_sha256_mismatch_in_checksums_dir(models, fake_server, tmp_path, monkeyp
     sums.mkdir()
     (sums / "models.sha256").write_text(f"{'1' * 64}  {models['drafter'].name}\n")
     assert listed_checksums(sums) == {models["drafter"].name: "1" * 64}
-    monkeypatch.setattr("gguf_exact.serving.checks.CHECKSUM_DIR", sums)
+    monkeypatch.setattr("gguf_exact.pair.checks.CHECKSUM_DIR", sums)
     r = serve("--model", str(models["target"]), "--draft", str(models["drafter"]), fake=fake_server)
     assert_refused(r, "sha256", "listed in checksums/", "download it again", fake=fake_server)
 

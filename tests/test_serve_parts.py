@@ -6,9 +6,8 @@ from pathlib import Path
 import pytest
 from _llama_server import server_binary
 
-from gguf_exact.errors import GgufExactError
-from gguf_exact.serving import llama_build
-from gguf_exact.serving.llama_build import (
+from gguf_exact.builds import llama_build
+from gguf_exact.builds.llama_build import (
     COMMIT,
     TARGETS,
     PinnedSdist,
@@ -17,7 +16,8 @@ from gguf_exact.serving.llama_build import (
     pinned_sdist,
     verify_sdist,
 )
-from gguf_exact.serving.profiles import available_profiles, load_profile, parse_value
+from gguf_exact.errors import GgufExactError
+from gguf_exact.runtime.profiles import available_profiles, load_profile, parse_value
 from gguf_exact.serving.stats import draft_counters, parse_acceptance, parse_metrics
 
 LOG = """\
@@ -190,7 +190,7 @@ def test_sdist_extraction_keeps_members_inside_on_every_python_3_10(tmp_path, mo
     import io
     import tarfile
 
-    from gguf_exact.serving.llama_build import extract_data
+    from gguf_exact.builds.llama_build import extract_data
 
     if not has_filter:  # Python 3.10.0-3.10.11 and 3.11.0-3.11.3 have no tarfile.data_filter
         monkeypatch.delattr(tarfile, "data_filter", raising=False)

@@ -3,11 +3,10 @@ evidence, and `serve` / `status` on real llama-servers with speculation on and s
 
 import json
 import os
-import subprocess
-import sys
 
 import pytest
 from _llama_server import TEST_SETTINGS, free_port, server_binary
+from helpers import cli
 
 from gguf_exact.drafter.convert import convert_drafter
 from gguf_exact.serving.speculation import ACTIVE, NOT_REQUESTED, OFF, UNCONFIRMED, judge
@@ -43,12 +42,6 @@ def test_verdicts():
     assert "status --probe" in judge(True, CMD, True, 0, 0, "", False).line
     # the Python engine has no /slots: drafting is judged from the counters alone
     assert judge(True, ["python", "-m", "x"], None, 4, 4, "", True, engine="python").state == ACTIVE
-
-
-def cli(*args: str, env: dict) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "gguf_exact.cli", *args], capture_output=True, text=True, env=env, timeout=300
-    )
 
 
 @pytest.fixture(scope="module")

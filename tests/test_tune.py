@@ -1,4 +1,4 @@
-"""`gguf-exact tune` (gguf_exact.serving.tune): n-max measured on real llama-servers, the best
+"""`gguf-exact tune` (gguf_exact.bench.tune): n-max measured on real llama-servers, the best
 written to a user copy of the profile under a name of its own (cpu-tuned), which
 `--profile cpu-tuned` then reads; the shipped `cpu` stays as it is."""
 
@@ -11,11 +11,11 @@ import pytest
 from _llama_server import server_binary
 from click.testing import CliRunner
 
+from gguf_exact.bench.tune import TUNED_MARK, set_n_max, write_tuned_profile
 from gguf_exact.cli import main
 from gguf_exact.drafter.convert import convert_drafter
 from gguf_exact.errors import GgufExactError
-from gguf_exact.serving.profiles import PROFILE_DIR, load_profile
-from gguf_exact.serving.tune import TUNED_MARK, set_n_max, write_tuned_profile
+from gguf_exact.runtime.profiles import PROFILE_DIR, load_profile
 from gguf_exact.tiny.models import write_agreeing_pair
 
 PROFILE = """# a profile

@@ -13,6 +13,7 @@ import pytest
 from click.testing import CliRunner
 from gguf import GGMLQuantizationType
 from gguf_edit import block_message, read_all, rewrite
+from helpers import off_grid_checkpoint, source_bits
 
 from gguf_exact.cli import main
 from gguf_exact.core import q4_0
@@ -62,11 +63,6 @@ def expect_failure(args, expected: str, n_failures: int = 1) -> str:
     )
     assert f"FAIL        {expected}" in lines
     return expected
-
-
-def source_bits(src, hf_name):
-    with Checkpoint(src) as ckpt:
-        return np.array(ckpt.read(hf_name))
 
 
 def pass_verdict(path, tiny, report, equally=0, more=0):
@@ -263,15 +259,6 @@ def test_llama_quantize_q4_0_of_the_same_source_fails(tiny, tmp_path):
 
 
 # --- off-grid matrices: the bytes --off-grid defines ------------------------------------------
-
-
-def off_grid_checkpoint(folder):
-    tensors = drafter_tensors(seed=1)
-    rng = np.random.default_rng(0)
-    from gguf_exact.core import bf16
-
-    tensors["model.layers.2.mlp.up_proj.weight"] = bf16.from_f32(rng.normal(0, 0.02, (128, 64)).astype(np.float32))
-    return write_checkpoint(folder, drafter_config(), tensors)
 
 
 @pytest.fixture(scope="module")

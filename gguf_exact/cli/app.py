@@ -13,9 +13,9 @@ import sys
 
 import click
 
-from gguf_exact import __version__
 from gguf_exact.cli import console
 from gguf_exact.errors import GgufExactError
+from gguf_exact.version import __version__
 
 # API parameter names that no option of the command spells (the options take another name).
 FLAGS = {

@@ -48,7 +48,7 @@ def build_llama(cuda: str | None, vulkan: bool, sdist: Path | None, force: bool)
     glslc (Debian: apt-get install libvulkan-dev glslc spirv-headers). `gguf-exact doctor`
     shows what each build used.
     """
-    from gguf_exact.serving.llama_build import build_llama_cpp, sigterm_as_interrupt
+    from gguf_exact.builds.llama_build import build_llama_cpp, sigterm_as_interrupt
 
     with sigterm_as_interrupt():
         build = build_llama_cpp(cuda, sdist, force=force, log=note, vulkan=vulkan)
@@ -78,9 +78,9 @@ def build_bindings(cuda: str | None, vulkan: bool, sdist: Path | None, force: bo
     returns at once. Prints the wheel's path; --install also installs it here,
     replacing any other llama-cpp-python (such as pip's own native build).
     """
-    from gguf_exact.serving.bindings_build import build_bindings as build
-    from gguf_exact.serving.bindings_build import install_bindings
-    from gguf_exact.serving.llama_build import sigterm_as_interrupt
+    from gguf_exact.builds.bindings_build import build_bindings as build
+    from gguf_exact.builds.bindings_build import install_bindings
+    from gguf_exact.builds.llama_build import sigterm_as_interrupt
 
     with sigterm_as_interrupt():
         wheel = build(cuda, vulkan, sdist, force=force, log=note)
@@ -92,7 +92,7 @@ def build_bindings(cuda: str | None, vulkan: bool, sdist: Path | None, force: bo
 @main.command()
 def doctor() -> None:
     """Report what this machine has for serving: CPU features, bindings, llama-server, CUDA, GPUs."""
-    from gguf_exact.serving.doctor import diagnose
+    from gguf_exact.doctor import diagnose
 
     for f in diagnose():
         console.out.print(

@@ -198,7 +198,7 @@ def compare(source: Path, gguf_paths: tuple[Path, ...]) -> None:
     converter) or main models (e.g. Google's QAT GGUF beside its `repack`), each
     measured against SOURCE, not judged.
     """
-    from gguf_exact.drafter.compare import compare_files
+    from gguf_exact.compare import compare_files
 
     found = compare_files(source, list(gguf_paths))
     columns = [("file", "left"), ("bytes", "right"), ("types", "left"), ("bit-exact", "right")]

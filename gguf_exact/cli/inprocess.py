@@ -161,7 +161,7 @@ def chat(
     tokens/s so far; /reset starts over; /exit (or Ctrl-D) ends and prints the
     same figures.
     """
-    from gguf_exact.serving.profile_choice import resolve_profile
+    from gguf_exact.runtime.profile_choice import resolve_profile
     from gguf_exact.speculative.chat import chat_session, stats_line
     from gguf_exact.speculative.engine import load_with_drafter
 
@@ -252,7 +252,7 @@ def bench(
     table (and, in-process or --server, a PNG of tokens/s and tokens per target
     pass against n-max).
     """
-    from gguf_exact.speculative.bench import run_bench
+    from gguf_exact.bench.run import run_bench
 
     engine_list = [e.strip() for e in engines.split(",") if e.strip()] if engines else []
     report = run_bench(

@@ -142,7 +142,7 @@ def target_and_draft_options(auto: bool, no_draft: bool = True):
 def sampling_options(command):
     """--temperature --top-k --top-p --min-p --repeat-penalty --seed (llama-cpp-python's sampler),
     defaulting to llama-server's values except the temperature (greedy here)."""
-    from gguf_exact.serving.sampling_defaults import SERVER_SAMPLING as d
+    from gguf_exact.runtime.sampling_defaults import SERVER_SAMPLING as d
 
     return _apply(
         command,
@@ -187,7 +187,7 @@ def drafter_from_options(
 
 def profile_line(prof, choice) -> str:
     """``profile  NAME (description), build B`` and, for ``--profile auto``, why that one."""
-    from gguf_exact.serving.profiles import PROFILE_DIR
+    from gguf_exact.runtime.profiles import PROFILE_DIR
 
     why = f"; --profile auto: {choice.reason}" if choice is not None else ""
     where = f", from {prof.path}" if prof.path and prof.path.parent.resolve() != PROFILE_DIR.resolve() else ""
@@ -199,6 +199,6 @@ def results_dir(kind: str) -> Path:
     (not the folder the command happens to run in)."""
     import time
 
-    from gguf_exact.serving.llama_build import cache_root
+    from gguf_exact.builds.llama_build import cache_root
 
     return cache_root() / kind / time.strftime("%Y%m%d-%H%M%S")

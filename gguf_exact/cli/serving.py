@@ -295,8 +295,8 @@ def tune(
     what --profile auto picks) stay as they are unless --as names one. Delete
     the copy to go back.
     """
-    from gguf_exact.serving.profile_choice import resolve_profile
-    from gguf_exact.serving.tune import TuneRequest, tune_profile, tuned_name
+    from gguf_exact.bench.tune import TuneRequest, tune_profile, tuned_name
+    from gguf_exact.runtime.profile_choice import resolve_profile
 
     prof, choice = resolve_profile(profile)
     name = tuned_name(prof, save_as)  # a bad --as stops here, before any measuring

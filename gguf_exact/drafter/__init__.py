@@ -1,1 +1,1 @@
-"""Drafter commands: ``inspect``, ``convert``, ``verify``, ``compare``."""
+"""Drafter commands: ``inspect``, ``convert``, ``verify``."""

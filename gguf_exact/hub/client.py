@@ -23,7 +23,6 @@ from huggingface_hub.file_download import is_xet_available  # the test hf_hub_do
 from huggingface_hub.utils import WeakFileLock
 from huggingface_hub.utils.tqdm import silent_tqdm
 
-from gguf_exact import __version__
 from gguf_exact.errors import HubError
 from gguf_exact.formats.gguf_file import sha256_file
 from gguf_exact.hub.messages import HUB_ERRORS, hub_error
@@ -38,6 +37,7 @@ from gguf_exact.hub.names import (
 )
 from gguf_exact.hub.resume import fetch_lfs_blob
 from gguf_exact.hub.session import HubConfig, ProgressBar, guarded, lock_path, request_headers, storage_dir
+from gguf_exact.version import __version__
 
 
 @dataclass(frozen=True)

@@ -24,9 +24,9 @@ from huggingface_hub.file_download import repo_folder_name
 from huggingface_hub.utils import build_hf_headers
 from huggingface_hub.utils.tqdm import tqdm as hf_tqdm
 
-from gguf_exact import __version__
 from gguf_exact.errors import HubError
 from gguf_exact.hub.names import COMMIT, SHA256, check_repo_id
+from gguf_exact.version import __version__
 
 LARGE_FILE = 8 << 20  # files from this size on get a progress bar (on a terminal)
 _TRUE = {"1", "ON", "YES", "TRUE"}

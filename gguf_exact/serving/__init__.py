@@ -1,3 +1,4 @@
-"""llama-server with draft-mtp: ``llama_build`` (from the pinned sdist), ``profiles``
-(``serve/``), pre-launch ``checks``, ``server`` (serve/status/stop), ``stats``
-(/metrics and log lines), ``client`` and ``doctor``."""
+"""The llama-server engine: ``server`` (launch, status, stop; either engine's server
+process), ``serve`` (``gguf-exact serve`` as two calls), ``drafter_lookup`` (the drafter
+for a target), ``client`` (requests), ``speculation`` (is drafting paying?), ``stats``
+(/metrics and log lines), ``logged_buffers`` (llama-server's buffers beside the plan)."""

@@ -22,7 +22,7 @@ import urllib.error
 import urllib.request
 
 from gguf_exact.errors import Param, ServerError
-from gguf_exact.speculative.generation import Generation
+from gguf_exact.runtime.generation import Generation
 
 
 def post_json(url: str, body: dict, timeout: float = 600.0) -> dict:

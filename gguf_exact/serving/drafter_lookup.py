@@ -14,7 +14,7 @@ without ``--draft`` (or with ``--draft auto``).
    (:func:`gguf_exact.hub.fetch.fetch_recipe`).
 
 Every candidate must pass the serving checks against the target
-(:func:`gguf_exact.serving.checks.check_pair`: width, vocabulary). When none does,
+(:func:`gguf_exact.pair.checks.check_pair`: width, vocabulary). When none does,
 one line says why and what to do: fetch it, pass ``--draft FILE``, or serve the
 target alone with ``--no-draft``.
 """
@@ -26,64 +26,11 @@ from pathlib import Path
 
 from gguf_exact.errors import ArgumentError, GgufExactError, InputError, PairError, Param
 from gguf_exact.formats.gguf_file import sha256_file
-from gguf_exact.gemma4.hparams import TextHparams
-from gguf_exact.gemma4.sizes import SIZES
 from gguf_exact.hub.recipes import RECIPES_ENV  # a recipes folder searched first (tests: a loopback Hub's)
-from gguf_exact.serving.checks import DRAFTER_ARCH, ModelFile, ServePair, check_pair, read_model
-from gguf_exact.serving.memory_plan import Geometry
+from gguf_exact.pair.checks import DRAFTER_ARCH, ModelFile, ServePair, check_pair, read_model
+from gguf_exact.pair.geometry import SizeMatch, identify_size
 
 AUTO = "auto"
-
-
-@dataclass(frozen=True)
-class SizeMatch:
-    """Which Gemma 4 size a target is, if any."""
-
-    name: str | None
-    summary: str  # "35 layers, width 1536"
-    differences: tuple[str, ...] = ()  # widths that differ from the real size's
-
-    @property
-    def exact(self) -> bool:
-        return self.name is not None and not self.differences
-
-    @property
-    def label(self) -> str:
-        if self.name is None:
-            return f"no Gemma 4 size ({self.summary})"
-        if self.exact:
-            return f"Gemma 4 {self.name}"
-        more = f"; {len(self.differences) - 1} more widths differ" if len(self.differences) > 1 else ""
-        return f"Gemma 4 {self.name} in structure at other widths: {self.differences[0]}{more}"
-
-
-def _expected(size_name: str) -> TextHparams:
-    return TextHparams.from_hf(SIZES[size_name].target.text_config())
-
-
-def identify_size(geom: Geometry) -> SizeMatch:
-    """The size whose structure ``geom`` (a gemma4 target's) has; see the module doc."""
-    summary = f"{geom.n_layer} layers, width {geom.n_embd}"
-    for name in SIZES:
-        hp = _expected(name)
-        structure = (
-            geom.n_layer == hp.n_layer
-            and geom.swa == hp.swa_layers
-            and geom.n_kv_shared == hp.n_kv_shared
-            and geom.n_head == (hp.n_head,) * hp.n_layer
-            and geom.n_head_kv == hp.n_head_kv
-        )
-        if not structure:
-            continue
-        widths = (
-            ("embedding_length", geom.n_embd, hp.n_embd),
-            ("key_length", geom.head_k_full, hp.head_dim_full),
-            ("key_length_swa", geom.head_k_swa, hp.head_dim_swa),
-            ("feed_forward_length", geom.n_ff[0], hp.n_ff[0]),
-            ("vocabulary", geom.n_vocab, SIZES[name].target.vocab_size),
-        )
-        return SizeMatch(name, summary, tuple(f"{k} {got}, not {want}" for k, got, want in widths if got != want))
-    return SizeMatch(None, summary)
 
 
 def drafter_recipes(size: str | None, recipes_dir: Path | None = None) -> list:

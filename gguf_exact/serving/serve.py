@@ -14,10 +14,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from gguf_exact.errors import GgufExactError
+from gguf_exact.runtime.memory_plan import MemoryPlan, plan_memory
+from gguf_exact.runtime.profile_choice import Choice, resolve_profile
+from gguf_exact.runtime.profiles import Profile
 from gguf_exact.serving.drafter_lookup import DrafterFound, resolve_drafter
-from gguf_exact.serving.memory_plan import MemoryPlan, plan_memory
-from gguf_exact.serving.profile_choice import Choice, resolve_profile
-from gguf_exact.serving.profiles import Profile
 from gguf_exact.serving.server import DEFAULT_HOST, DEFAULT_PORT, Launch, is_loopback, plan_launch
 from gguf_exact.serving.speculation import Verdict
 
@@ -53,7 +53,7 @@ def card_memory(profile: Profile, choice: Choice | None) -> tuple[int | None, st
     else the profile's ``memory_mib``."""
     gpu = choice.gpu if choice is not None else None
     if gpu is None and profile.build != "cpu":
-        from gguf_exact.serving.gpus import query_gpus
+        from gguf_exact.runtime.gpus import query_gpus
 
         gpus, _ = query_gpus()
         gpu = gpus[0] if gpus else None

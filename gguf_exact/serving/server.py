@@ -32,10 +32,10 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable, Iterator
 
+from gguf_exact.builds.llama_build import build_command, cache_root, find_build, install_dir
 from gguf_exact.errors import ArgumentError, BuildError, GgufExactError, Param, ServerError
-from gguf_exact.serving.checks import ModelFile, ServePair, check_pair
-from gguf_exact.serving.llama_build import build_command, cache_root, find_build, install_dir
-from gguf_exact.serving.profiles import Profile, load_profile, refuse_no_mmap
+from gguf_exact.pair.checks import ModelFile, ServePair, check_pair
+from gguf_exact.runtime.profiles import Profile, load_profile, refuse_no_mmap
 from gguf_exact.serving.speculation import Verdict, judge, probe
 from gguf_exact.serving.stats import (
     Acceptance,
@@ -228,12 +228,12 @@ def plan_launch(
     pair = check_pair(target, drafter, checksums)
     rdir = (runs or run_root()) / str(port)
     if engine == "python":
-        from gguf_exact.speculative.engine import engine_options  # checks the profile before anything starts
+        from gguf_exact.runtime.engine_options import engine_options  # checks the profile before anything starts
 
         engine_options(prof, with_draft=pair.drafter is not None)
         if check_port:
             _check_port_free(host, int(port))
-        cmd = [sys.executable, "-m", "gguf_exact.serving.openai_server", "--model", str(pair.target.path.resolve())]
+        cmd = [sys.executable, "-m", "gguf_exact.speculative.openai_server", "--model", str(pair.target.path.resolve())]
         if pair.drafter is not None:
             cmd += ["--draft", str(pair.drafter.path.resolve())]
         cmd += ["--profile", str(prof.path or prof.name)]

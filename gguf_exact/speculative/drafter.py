@@ -70,7 +70,7 @@ def check_compatible(target: TargetSide, drafter_model: Any, path: Path) -> None
         if int(f(dv)) != int(f(tv)):
             raise PairError(f"drafter model {path}: {what} token {int(f(dv))} differs from the target's {int(f(tv))}")
     # The token texts themselves were compared as bytes, from the GGUF headers, by
-    # serving.checks.check_pair before either model was loaded (MtpLlama).
+    # pair.checks.check_pair before either model was loaded (MtpLlama).
 
 
 class LlamaDrafter:

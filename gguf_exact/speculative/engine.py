@@ -53,9 +53,10 @@ from llama_cpp.llama_speculative import LlamaDraftModel
 from gguf_exact.errors import ArgumentError, InputError
 from gguf_exact.formats.paths import check_input_file
 from gguf_exact.gemma4.names import ARCH as TARGET_ARCH
+from gguf_exact.runtime.engine_options import EngineOptions, engine_options
+from gguf_exact.runtime.generation import Generation
 from gguf_exact.speculative.bindings import _meta_str, errors_only_logs
 from gguf_exact.speculative.drafter import LlamaDrafter, TargetSide
-from gguf_exact.speculative.generation import Generation
 from gguf_exact.speculative.tokenizer import PieceCache
 
 log = logging.getLogger(__name__)
@@ -78,107 +79,6 @@ def _count_contexts(llm: MtpLlama, n: int) -> None:
         _live_contexts -= n
 
     llm._stack.callback(release)
-
-
-# --- options from a serving profile ----------------------------------------------------
-
-
-@dataclass(frozen=True)
-class EngineOptions:
-    """What a serving profile (``serve/*.toml``) means for the Python engine."""
-
-    n_ctx: int = 4096
-    n_max: int = 2
-    n_gpu_layers: int = 0
-    n_gpu_layers_draft: int | None = None  # None: as the target
-    flash_attn: bool = True  # llama-server's auto
-    n_threads: int | None = None
-    n_threads_batch: int | None = None
-    n_batch: int = 512
-    n_ubatch: int = 512
-
-    def llama_kwargs(self) -> dict[str, Any]:
-        return {
-            "n_ctx": self.n_ctx,
-            "n_gpu_layers": self.n_gpu_layers,
-            "flash_attn": self.flash_attn,
-            "n_threads": self.n_threads,
-            "n_threads_batch": self.n_threads_batch,
-            "n_batch": self.n_batch,
-            "n_ubatch": self.n_ubatch,
-        }
-
-
-def _layers(key: str, value: Any) -> int:
-    if str(value).lower() in ("all", "auto"):
-        return -1  # llama.cpp: a negative count offloads every layer
-    try:
-        return int(value)
-    except (TypeError, ValueError):
-        raise InputError(f"profile: {key} = {value!r}: expected a number of layers or 'all'") from None
-
-
-def _flag(key: str, value: Any) -> bool:
-    text = str(value).lower()
-    if text in ("true", "on", "1", "enabled", "auto"):
-        return True  # "auto": llama-server turns it on where the backend has it (CPU, CUDA)
-    if text in ("false", "off", "0", "disabled"):
-        return False
-    raise InputError(f"profile: {key} = {value!r}: expected on, off or auto")
-
-
-# llama-server long option (and short aliases) -> (EngineOptions field, converter)
-_PROFILE_KEYS: dict[str, tuple[str, Callable[[str, Any], Any]]] = {
-    "ctx-size": ("n_ctx", lambda k, v: int(v)),
-    "c": ("n_ctx", lambda k, v: int(v)),
-    "n-gpu-layers": ("n_gpu_layers", _layers),
-    "ngl": ("n_gpu_layers", _layers),
-    "gpu-layers": ("n_gpu_layers", _layers),
-    "n-gpu-layers-draft": ("n_gpu_layers_draft", _layers),
-    "ngld": ("n_gpu_layers_draft", _layers),
-    "flash-attn": ("flash_attn", _flag),
-    "fa": ("flash_attn", _flag),
-    "threads": ("n_threads", lambda k, v: int(v)),
-    "t": ("n_threads", lambda k, v: int(v)),
-    "threads-batch": ("n_threads_batch", lambda k, v: int(v)),
-    "batch-size": ("n_batch", lambda k, v: int(v)),
-    "b": ("n_batch", lambda k, v: int(v)),
-    "ubatch-size": ("n_ubatch", lambda k, v: int(v)),
-    "ub": ("n_ubatch", lambda k, v: int(v)),
-    "spec-draft-n-max": ("n_max", lambda k, v: int(v)),
-    "draft-max": ("n_max", lambda k, v: int(v)),
-}
-# llama-server options with nothing to do in one in-process engine serving one request at a time.
-_NOT_APPLICABLE = {"parallel", "np", "metrics", "no-warmup", "cont-batching", "spec-draft-threads", "jinja"}
-
-
-def engine_options(profile: Any, with_draft: bool = True) -> tuple[EngineOptions, list[str]]:
-    """A :class:`~gguf_exact.serving.profiles.Profile`'s values for the Python engine,
-    and the keys it does not apply (llama-server-only options), for a note."""
-    opts: dict[str, Any] = {}
-    ignored: list[str] = []
-    tables = [profile.server] + ([profile.draft] if with_draft else [])
-    for table in tables:
-        for key, value in table.items():
-            if key == "spec-type":
-                if with_draft and str(value) != "draft-mtp":
-                    raise InputError(
-                        f"profile {profile.name}: spec-type = {value!r}; the Python engine drafts with the MTP drafter only (draft-mtp)"
-                    )
-                continue
-            if key == "parallel" and int(value) > 1:
-                raise InputError(
-                    f"profile {profile.name}: parallel = {value}; the Python engine serves one request at a time (others queue), use parallel = 1"
-                )
-            if key in _PROFILE_KEYS:
-                name, convert = _PROFILE_KEYS[key]
-                if value is not False:
-                    opts[name] = convert(key, value)
-            elif key not in _NOT_APPLICABLE:
-                ignored.append(key)
-    if "n_threads" in opts:
-        opts.setdefault("n_threads_batch", opts["n_threads"])  # as llama-server's --threads-batch default
-    return EngineOptions(**opts), ignored
 
 
 # --- counters -------------------------------------------------------------------------
@@ -322,7 +222,7 @@ class MtpLlama(llama_cpp.Llama):
     ``logprobs``; without it a request for logprobs is refused. Other keyword
     arguments go to ``Llama``; ``verbose`` defaults to False and ``swa_full`` is on
     (a rolled-back position must not have left the sliding-window cache). ``checked``:
-    the pair as :func:`gguf_exact.serving.checks.check_pair` returned it for these files
+    the pair as :func:`gguf_exact.pair.checks.check_pair` returned it for these files
     (the drafter lookup does); their headers are then not read again.
     """
 
@@ -366,7 +266,7 @@ class MtpLlama(llama_cpp.Llama):
             # Architecture, widths and the two vocabularies (as bytes) from the GGUF headers,
             # before llama.cpp loads anything: a 262,144-token vocabulary costs 0.2 s here
             # against a ctypes call per token after loading.
-            from gguf_exact.serving.checks import check_pair
+            from gguf_exact.pair.checks import check_pair
 
             check_pair(path, draft_path, checksums={})
         quiet = ExitStack()
@@ -633,7 +533,7 @@ def gpu_offload_warning(profile: str, build: str, opts: EngineOptions, supports_
         supports_gpu = bool(llama_cpp.llama_supports_gpu_offload())
     if supports_gpu:
         return None
-    from gguf_exact.serving.bindings_build import build_command
+    from gguf_exact.builds.bindings_build import build_command
 
     fix = (
         f"`{build_command(build)} --install`"
@@ -657,7 +557,7 @@ def load_with_drafter(
     """Load a gemma4 target with its gemma4-assistant MTP drafter as a ``llama_cpp.Llama``.
 
     ``profile`` (a name in ``serve/`` such as ``"rtx3050"``, a ``.toml`` path, or a
-    :class:`~gguf_exact.serving.profiles.Profile`) sets the context size, GPU layers
+    :class:`~gguf_exact.runtime.profiles.Profile`) sets the context size, GPU layers
     (target and drafter), flash attention, threads, batch sizes and n-max as it does
     for ``gguf-exact serve``; ``overrides`` are its ``KEY=VALUE`` pairs; ``n_max``
     and ``llama_kwargs`` (any ``Llama`` argument) win over both. Without a profile:
@@ -665,7 +565,7 @@ def load_with_drafter(
     """
     opts = EngineOptions()
     if profile is not None or overrides:
-        from gguf_exact.serving.profiles import Profile, load_profile
+        from gguf_exact.runtime.profiles import Profile, load_profile
 
         prof = profile if isinstance(profile, Profile) else load_profile(profile or "cpu")
         if overrides:
@@ -680,11 +580,9 @@ def load_with_drafter(
 
 
 __all__ = [
-    "EngineOptions",
     "MtpDraftModel",
     "MtpLlama",
     "SpecTotals",
-    "engine_options",
     "live_contexts",
     "load_with_drafter",
 ]

@@ -25,15 +25,15 @@ from typing import Any, Sequence
 import llama_cpp
 
 from gguf_exact.errors import ArgumentError, Param
-from gguf_exact.serving.sampling_defaults import SERVER_SAMPLING
+from gguf_exact.runtime.generation import Generation
+from gguf_exact.runtime.sampling_defaults import SERVER_SAMPLING
 from gguf_exact.speculative.engine import MtpLlama, live_contexts
-from gguf_exact.speculative.generation import Generation
 
 
 @dataclass(frozen=True)
 class Sampling:
     """llama-cpp-python's sampler settings; ``temperature`` 0 is greedy. The others
-    default to llama-server's (:data:`gguf_exact.serving.sampling_defaults.SERVER_SAMPLING`)."""
+    default to llama-server's (:data:`gguf_exact.runtime.sampling_defaults.SERVER_SAMPLING`)."""
 
     temperature: float = 0.0
     top_k: int = int(SERVER_SAMPLING["top_k"])

@@ -3,7 +3,7 @@
 llama-server fixes ``--spec-draft-n-max`` at start-up, so each arm is its own server,
 started with the profile and ``spec-draft-n-max=N`` (:func:`.server.plan_launch`,
 ``start_server``) and measured over HTTP by the bench machinery
-(:func:`gguf_exact.speculative.bench.bench_servers`: a warm-up request, then the
+(:func:`gguf_exact.bench.run.bench_servers`: a warm-up request, then the
 shipped prompts, timings from llama-server itself). One server runs at a time (a
 small card holds one model), the arms in alternating order, each round forward then
 backward (the target alone first and last), so slow drift of the machine falls on
@@ -26,10 +26,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Sequence
 
+from gguf_exact.bench.report import TARGET, Arm, alternating_order
+from gguf_exact.bench.run import BenchReport, bench_servers, summarize
 from gguf_exact.errors import ArgumentError, InputError, NotExactError, Param
 from gguf_exact.formats.gguf_file import atomic_output
-from gguf_exact.serving.profiles import PROFILE_DIR, Profile, load_profile, user_profile_dir
-from gguf_exact.speculative.bench import TARGET, Arm, BenchReport, alternating_order, bench_servers, summarize
+from gguf_exact.runtime.profiles import PROFILE_DIR, Profile, load_profile, user_profile_dir
 
 N_MAX_KEY = "spec-draft-n-max"
 TUNED_MARK = "# tuned by gguf-exact tune"
@@ -58,8 +59,8 @@ def tune_n_max(
 ) -> TuneResult:
     """Tokens/s of ``profile`` at each n-max in ``n_values`` (and the target alone when
     ``with_target``), one llama-server at a time; see the module doc."""
+    from gguf_exact.bench.prompt_set import load_prompts
     from gguf_exact.serving.server import free_port, plan_launch, scratch_run_root, start_server, stop_server
-    from gguf_exact.speculative.prompt_set import load_prompts
 
     if not n_values or any(n < 1 for n in n_values):
         raise ArgumentError(Param("n_values"), f" {','.join(map(str, n_values))}: give draft lengths of 1 or more")
@@ -166,7 +167,7 @@ def tune_profile(
 ) -> Tuned:
     """Measure ``request`` (:func:`tune_n_max`), write the measurement to ``out_dir`` and,
     with ``write``, save the best n-max as a profile of its own (:func:`write_tuned_profile`)."""
-    from gguf_exact.speculative.prompt_set import load_prompts
+    from gguf_exact.bench.prompt_set import load_prompts
 
     name = request.name
     prompts = load_prompts(list(request.prompt_names) if request.prompt_names is not None else None)
@@ -215,7 +216,7 @@ def tuned_header(result: TuneResult, command: str) -> list[str]:
     """The comment lines that say what was measured, by which command."""
     rows = ", ".join(
         f"{'target alone' if s.label == TARGET else f'n-max {s.n_max}'} {s.tokens_per_second_median:.1f}"
-        for s in result.report.summary
+        for s in result.report.rows
     )
     return [
         f"{TUNED_MARK} on {result.report.meta['time']}: spec-draft-n-max = {result.best_n_max}",

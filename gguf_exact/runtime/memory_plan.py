@@ -45,7 +45,7 @@ from gguf import GGMLQuantizationType
 from gguf_exact.errors import ArgumentError, InputError
 from gguf_exact.formats.gguf_layout import TensorEntry
 from gguf_exact.formats.gguf_layout import row_bytes as gguf_row_bytes
-from gguf_exact.gemma4.assistant import ARCH as DRAFTER_ARCH
+from gguf_exact.pair.geometry import Geometry
 
 MIB = 1024 * 1024
 KV_PAD = 256  # llama.cpp pads n_ctx and the SWA cache to 256 cells
@@ -62,91 +62,6 @@ def row_bytes(type_name: str, n: int) -> int:
     if type_name not in KV_CACHE_TYPES:
         raise ArgumentError(f"cache type {type_name!r}: expected one of {', '.join(KV_CACHE_TYPES)}")
     return gguf_row_bytes(GGMLQuantizationType[type_name.upper()], n)
-
-
-@dataclass(frozen=True)
-class Geometry:
-    """A Gemma 4 text stack as llama.cpp sizes its cache and graph (per layer where it varies)."""
-
-    arch: str
-    n_layer: int
-    n_embd: int
-    n_head: tuple[int, ...]
-    n_head_kv: tuple[int, ...]
-    head_k_full: int
-    head_v_full: int
-    head_k_swa: int
-    head_v_swa: int
-    swa: tuple[bool, ...]
-    n_swa: int
-    n_kv_shared: int
-    n_ff: tuple[int, ...]
-    n_embd_per_layer: int
-    n_vocab: int
-    n_ctx_train: int
-
-    @classmethod
-    def from_gguf(cls, gguf) -> Geometry:
-        """From an open :class:`~gguf_exact.formats.gguf_reader.GgufFile` (gemma4 or gemma4-assistant)."""
-        arch = gguf.architecture
-        where = f"{gguf.path}"
-
-        def num(key: str, default: int | None = None) -> int:
-            v = gguf.numbers(f"{arch}.{key}")
-            if v is None:
-                if default is None:
-                    raise InputError(f"{where}: no {arch}.{key}; cannot plan memory for it")
-                return default
-            return int(v[0])
-
-        n_layer = num("block_count")
-
-        def per_layer(key: str, default: int | None = None) -> tuple[int, ...]:
-            v = gguf.numbers(f"{arch}.{key}")
-            if v is None:
-                return (num(key, default),) * n_layer
-            if len(v) == 1:
-                return (int(v[0]),) * n_layer
-            if len(v) != n_layer:
-                raise InputError(f"{where}: {arch}.{key} has {len(v)} entries for {n_layer} layers")
-            return tuple(int(x) for x in v)
-
-        swa = gguf.numbers(f"{arch}.attention.sliding_window_pattern")
-        if swa is None or len(swa) != n_layer:
-            raise InputError(f"{where}: {arch}.attention.sliding_window_pattern must have one entry per layer")
-        n_embd = num("embedding_length")
-        n_head = per_layer("attention.head_count")
-        head_k = num("attention.key_length", n_embd // n_head[0])
-        head_v = num("attention.value_length", head_k)
-        return cls(
-            arch=arch,
-            n_layer=n_layer,
-            n_embd=n_embd,
-            n_head=n_head,
-            n_head_kv=per_layer("attention.head_count_kv", n_head[0]),
-            head_k_full=head_k,
-            head_v_full=head_v,
-            head_k_swa=num("attention.key_length_swa", head_k),
-            head_v_swa=num("attention.value_length_swa", head_v),
-            swa=tuple(bool(s) for s in swa),
-            n_swa=num("attention.sliding_window", 0),
-            n_kv_shared=num("attention.shared_kv_layers", 0),
-            n_ff=per_layer("feed_forward_length", 0),
-            n_embd_per_layer=num("embedding_length_per_layer_input", 0),
-            n_vocab=gguf.array_length("tokenizer.ggml.tokens") or 0,
-            n_ctx_train=num("context_length", 0),
-        )
-
-    def has_own_kv(self, il: int) -> bool:
-        """Whether layer ``il`` allocates cache rows (``llama_hparams::has_kv``; a
-        drafter's layers all read its target's cache)."""
-        return self.arch != DRAFTER_ARCH and il < self.n_layer - self.n_kv_shared
-
-    def k_width(self, il: int) -> int:
-        return self.n_head_kv[il] * (self.head_k_swa if self.swa[il] else self.head_k_full)
-
-    def v_width(self, il: int) -> int:
-        return self.n_head_kv[il] * (self.head_v_swa if self.swa[il] else self.head_v_full)
 
 
 @dataclass(frozen=True)
@@ -170,9 +85,9 @@ class Settings:
 
     @classmethod
     def from_profile(cls, profile, with_draft: bool, engine: str = "llama-server") -> Settings:
-        """From a :class:`~gguf_exact.serving.profiles.Profile`'s [server] (and [draft]) values,
+        """From a :class:`~gguf_exact.runtime.profiles.Profile`'s [server] (and [draft]) values,
         as ``engine`` applies them: llama-server, or ``python`` (``serve --engine python``,
-        :func:`gguf_exact.speculative.engine.engine_options`), which serves one sequence,
+        :func:`gguf_exact.runtime.engine_options.engine_options`), which serves one sequence,
         keeps the whole sliding-window cache (``swa_full``: a rolled-back draft must not
         have lost cells), batches 512 tokens, and runs 4096 tokens of context and no GPU
         layers unless the profile says otherwise."""
@@ -343,7 +258,7 @@ def weight_split(tensors: list[TensorEntry], n_layer: int, gpu_layers: int) -> t
 
 def q4_0_repack_rows(cpu) -> int | None:
     """Row multiple of the Q4_0 matrices llama.cpp's CPU backend repacks on ``cpu`` (a
-    :class:`~gguf_exact.serving.cpu_features.CpuTarget`), None when it repacks none
+    :class:`~gguf_exact.builds.cpu_features.CpuTarget`), None when it repacks none
     (``ggml_repack_get_optimal_repack_type``: AVX2 -> 8x8, ARM dot product -> 4x4 / 4x8)."""
     if "avx2" in cpu.features:
         return 8
@@ -463,15 +378,15 @@ def mib(n: int) -> str:
 def plan_memory(target, drafter, profile, engine: str = "llama-server", cpu=None) -> MemoryPlan:
     """The memory plan for serving ``target`` (and ``drafter``) with ``profile`` on
     ``engine`` (``llama-server`` or ``python``: see :meth:`Settings.from_profile`).
-    ``target`` and ``drafter``: paths, or :class:`~gguf_exact.serving.checks.ModelFile`
+    ``target`` and ``drafter``: paths, or :class:`~gguf_exact.pair.checks.ModelFile`
     as read before (the header is not read again). ``cpu`` (a
-    :class:`~gguf_exact.serving.cpu_features.CpuTarget`, default this machine's) says which
+    :class:`~gguf_exact.builds.cpu_features.CpuTarget`, default this machine's) says which
     Q4_0 matrices a CPU-only build repacks."""
-    from gguf_exact.serving.checks import read_model
+    from gguf_exact.pair.checks import read_model
 
     s = Settings.from_profile(profile, with_draft=drafter is not None, engine=engine)
     if cpu is None and not s.gpu:
-        from gguf_exact.serving.cpu_features import host_cpu
+        from gguf_exact.builds.cpu_features import host_cpu
 
         cpu = host_cpu()
     repack_rows = None if s.gpu or cpu is None else q4_0_repack_rows(cpu)

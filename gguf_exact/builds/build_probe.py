@@ -19,8 +19,8 @@ import tempfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from gguf_exact.builds.cpu_features import OVERRIDE_ENV, X86_FEATURES, CpuTarget
 from gguf_exact.errors import BuildError
-from gguf_exact.serving.cpu_features import OVERRIDE_ENV, X86_FEATURES, CpuTarget
 
 PROMPT_TOKENS = 64
 """A batch wide enough for every quantized matmul path (AMX takes batches of 16 and up)."""

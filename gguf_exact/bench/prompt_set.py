@@ -1,4 +1,4 @@
-"""The shipped prompt set (``gguf_exact/speculative/prompts/*.txt``): code, prose, repetitive
+"""The shipped prompt set (``gguf_exact/bench/prompts/*.txt``): code, prose, repetitive
 and structured text, for the lossless tests, ``gguf-exact bench`` and the demo.
 
 A prompt is its file's text without the one final newline.

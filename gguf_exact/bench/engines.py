@@ -17,14 +17,13 @@ and seed, the engines in A B B A order per round
 
 from __future__ import annotations
 
-import json
-import platform
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Sequence
 
+from gguf_exact.bench.report import Figures, Report, cell, machine, yes_no
 from gguf_exact.errors import ArgumentError, Param
-from gguf_exact.speculative.generation import Generation
+from gguf_exact.runtime.generation import Generation
 
 ENGINES = ("python", "llama-server")
 
@@ -60,10 +59,12 @@ class EngineRow:
 
 
 @dataclass
-class EngineReport:
-    meta: dict
-    runs: list[EngineRun]
+class EngineReport(Report):
+    """``bench --engines``: one row (:class:`EngineRow`) per engine and n-max; no plot."""
+
     rows: list[EngineRow]
+    STEM = "bench-engines"
+    ROWS_KEY = "rows"
 
     def ratio(self, n_max: int, measure: str = "tokens_per_second") -> float | None:
         """Python engine / llama-server, at ``n_max``."""
@@ -73,44 +74,29 @@ class EngineReport:
         base = getattr(by["llama-server"], measure)
         return getattr(by["python"], measure) / base if base else None
 
-    def as_dict(self) -> dict:
-        return {"meta": self.meta, "rows": [asdict(r) for r in self.rows], "runs": [asdict(r) for r in self.runs]}
-
-    def markdown(self) -> str:
+    def table(self) -> list[str]:
         head = (
             "| n-max | engine | tokens/s (request) | ratio | tokens/s (generation) | ratio | tokens/pass "
             "| acceptance | Python µs/pass | same text as llama-server |"
         )
         rows = [head, "|" + "---|" * 10]
-
-        def f(x, fmt):
-            return "-" if x is None else format(x, fmt)
-
         for r in self.rows:
-            same = "-" if r.same_text_as_llama_server is None else ("yes" if r.same_text_as_llama_server else "**no**")
             ratio = self.ratio(r.n_max) if r.engine == "python" else None
             gratio = self.ratio(r.n_max, "generation_tokens_per_second") if r.engine == "python" else None
             rows.append(
-                f"| {r.n_max} | {r.engine} | {r.tokens_per_second:.1f} | {f(ratio, '.2f')} | "
-                f"{r.generation_tokens_per_second:.1f} | {f(gratio, '.2f')} | {r.tokens_per_target_pass:.2f} | "
-                f"{f(r.acceptance_rate, '.3f')} | {f(r.python_us_per_target_pass, '.0f')} | {same} |"
+                f"| {r.n_max} | {r.engine} | {r.tokens_per_second:.1f} | {cell(ratio, '.2f')} | "
+                f"{r.generation_tokens_per_second:.1f} | {cell(gratio, '.2f')} | {r.tokens_per_target_pass:.2f} | "
+                f"{cell(r.acceptance_rate, '.3f')} | {cell(r.python_us_per_target_pass, '.0f')} | "
+                f"{yes_no(r.same_text_as_llama_server)} |"
             )
+        return rows
+
+    def note(self) -> str:
         m = self.meta
-        note = (
+        return (
             f"\nover HTTP (/v1/completions) · {m['n_predict']} tokens per prompt · temperature {m['temperature']}"
             f" · prompts {', '.join(m['prompts'])} · {m['rounds']} rounds (A B B A) · ratio: python / llama-server\n"
         )
-        return "\n".join(rows) + "\n" + note
-
-    def write(self, out_dir: str | Path, plot: bool = False) -> dict[str, Path]:
-        """Write ``bench-engines.json`` and ``bench-engines.md``; returns the paths written
-        (no plot: ``plot`` is accepted as :meth:`BenchReport.write` takes it)."""
-        out = Path(out_dir)
-        out.mkdir(parents=True, exist_ok=True)
-        paths = {"json": out / "bench-engines.json", "markdown": out / "bench-engines.md"}
-        paths["json"].write_text(json.dumps(self.as_dict(), indent=2) + "\n")
-        paths["markdown"].write_text(self.markdown())
-        return paths
 
 
 def _run(g: Generation, engine: str, n_max: int, prompt: str, rnd: int) -> EngineRun:
@@ -143,24 +129,22 @@ def summarize(runs: list[EngineRun]) -> list[EngineRow]:
     for n_max, engine in keys:
         rs = [r for r in runs if r.n_max == n_max and r.engine == engine]
         base = {(r.prompt, r.round): r.text for r in runs if r.n_max == n_max and r.engine == "llama-server"}
-        tokens = sum(r.n_tokens for r in rs)
-        passes = sum(r.target_passes for r in rs)
-        gen = sum(r.drafts_generated for r in rs)
-        acc = sum(r.drafts_accepted for r in rs)
-        wall = sum(r.wall_seconds for r in rs)
-        gsec = sum(r.generation_seconds for r in rs)
+        fig = Figures.total(rs)
         py = [r.server_python_seconds for r in rs if r.server_python_seconds is not None]
         rows.append(
             EngineRow(
                 engine=engine,
                 n_max=n_max,
                 runs=len(rs),
-                tokens=tokens,
-                tokens_per_second=tokens / wall if wall > 0 else 0.0,
-                generation_tokens_per_second=(tokens - len(rs)) / gsec if gsec > 0 else 0.0,
-                tokens_per_target_pass=tokens / passes if passes else 0.0,
-                acceptance_rate=acc / gen if gen else None,
-                python_us_per_target_pass=1e6 * sum(py) / passes if py and passes else None,
+                tokens=fig.tokens,
+                tokens_per_second=fig.tokens_per_second,
+                # the server's generation phase starts after the first token: that one is not in it
+                generation_tokens_per_second=(
+                    (fig.tokens - len(rs)) / fig.generation_seconds if fig.generation_seconds > 0 else 0.0
+                ),
+                tokens_per_target_pass=fig.tokens_per_target_pass,
+                acceptance_rate=fig.acceptance_rate,
+                python_us_per_target_pass=(1e6 * sum(py) / fig.target_passes if py and fig.target_passes else None),
                 same_text_as_llama_server=(
                     all(same_text(r.text, base.get((r.prompt, r.round))) for r in rs)
                     if engine != "llama-server" and base
@@ -227,9 +211,7 @@ def bench_engines(
         "temperature": temperature,
         "seed": seed,
         "order": "each round: engines forward, then backward (A B B A), every prompt per visit",
-        "machine": platform.platform(),
-        "python": platform.python_version(),
-    }
+    } | machine()
     return EngineReport(meta, runs, summarize(runs))
 
 

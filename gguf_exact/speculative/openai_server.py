@@ -28,7 +28,7 @@ Why not ``llama_cpp.server.app.create_app``: it always builds its own ``Llama``
 from ``ModelSettings``; :func:`build_app` does what it does (same middleware,
 same router, same settings object) around the engine that is already loaded.
 
-Run as ``python -m gguf_exact.serving.openai_server --model T --draft D ...`` by
+Run as ``python -m gguf_exact.speculative.openai_server --model T --draft D ...`` by
 :func:`gguf_exact.serving.server.start_server`, which checks the files and the
 port first and keeps the pid file and log like a llama-server's.
 """
@@ -234,10 +234,10 @@ class ApiKeyCheck:
 
 def with_server_defaults(path: str, raw: bytes) -> bytes:
     """The request body with llama-server's sampling defaults
-    (:data:`gguf_exact.serving.sampling_defaults.SERVER_SAMPLING`) where it names none,
+    (:data:`gguf_exact.runtime.sampling_defaults.SERVER_SAMPLING`) where it names none,
     and, for ``/v1/completions`` without ``max_tokens``, no limit but the context, as
     llama-server answers (llama-cpp-python's own: ``repeat_penalty`` 1.1, 16 tokens)."""
-    from gguf_exact.serving.sampling_defaults import SERVER_SAMPLING
+    from gguf_exact.runtime.sampling_defaults import SERVER_SAMPLING
 
     body = json.loads(raw)
     filled = {k: v for k, v in SERVER_SAMPLING.items() if body.get(k) is None}
@@ -334,7 +334,9 @@ def default_alias(target: str | Path) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m gguf_exact.serving.openai_server", description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(
+        prog="python -m gguf_exact.speculative.openai_server", description=__doc__.splitlines()[0]
+    )
     ap.add_argument("--model", required=True)
     ap.add_argument("--draft")
     ap.add_argument("--profile", default="cpu")
@@ -354,8 +356,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         import uvicorn
 
-        from gguf_exact.serving.profiles import load_profile
-        from gguf_exact.speculative.engine import engine_options, load_with_drafter
+        from gguf_exact.runtime.engine_options import engine_options
+        from gguf_exact.runtime.profiles import load_profile
+        from gguf_exact.speculative.engine import load_with_drafter
 
         profile = load_profile(args.profile).with_overrides(args.overrides)
         opts, ignored = engine_options(profile, with_draft=args.draft is not None)

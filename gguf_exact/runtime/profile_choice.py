@@ -18,8 +18,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from gguf_exact.serving.gpus import Gpu, query_gpus
-from gguf_exact.serving.profiles import Profile, available_profiles, load_profile
+from gguf_exact.runtime.gpus import Gpu, query_gpus
+from gguf_exact.runtime.profiles import Profile, available_profiles, load_profile
 
 AUTO = "auto"
 FALLBACK = "cpu"

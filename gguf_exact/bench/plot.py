@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 from gguf_exact.errors import GgufExactError
 
 if TYPE_CHECKING:
-    from gguf_exact.speculative.bench import BenchReport
+    from gguf_exact.bench.run import BenchReport
 
 
 def plot_report(report: BenchReport, path: str | Path) -> Path:
@@ -25,7 +25,7 @@ def plot_report(report: BenchReport, path: str | Path) -> Path:
         import matplotlib.pyplot as plt
     except ImportError:
         raise GgufExactError("matplotlib is not installed; pip install 'gguf-exact[bench]'") from None
-    points = sorted((s.n_max, s) for s in report.summary if s.n_max is not None)
+    points = sorted((s.n_max, s) for s in report.rows if s.n_max is not None)
     if not points:
         raise GgufExactError("no arm has a known n-max to plot")
     xs = [n for n, _ in points]

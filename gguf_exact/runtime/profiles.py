@@ -20,9 +20,9 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover
     import tomli as tomllib
 
+from gguf_exact.builds.llama_build import BACKEND
 from gguf_exact.errors import ArgumentError, InputError, Param
 from gguf_exact.resources import shipped_dir, user_config_dir
-from gguf_exact.serving.llama_build import BACKEND
 
 PROFILE_DIR = shipped_dir("serve")  # the project's serve/ (a wheel carries a copy)
 Value = str | int | float | bool

@@ -9,10 +9,8 @@ import shutil
 import subprocess
 from dataclasses import dataclass
 
-from gguf_exact.errors import GgufExactError
-from gguf_exact.hub import checksums
-from gguf_exact.serving.cpu_features import host_cpu
-from gguf_exact.serving.gpu_toolchains import (
+from gguf_exact.builds.cpu_features import host_cpu
+from gguf_exact.builds.gpu_toolchains import (
     CUBLAS_CHECKSUMS,
     binary_gpu_archs,
     find_cuda_toolkit,
@@ -21,7 +19,7 @@ from gguf_exact.serving.gpu_toolchains import (
     system_cublas,
     wheel_pin_for,
 )
-from gguf_exact.serving.llama_build import (
+from gguf_exact.builds.llama_build import (
     BACKEND,
     COMMIT,
     build_command,
@@ -30,6 +28,8 @@ from gguf_exact.serving.llama_build import (
     server_version,
     unresolved_libraries,
 )
+from gguf_exact.errors import GgufExactError
+from gguf_exact.hub import checksums
 
 
 @dataclass(frozen=True)
@@ -50,7 +50,7 @@ def _run(cmd: list[str]) -> str | None:
 def bindings() -> list[Finding]:
     """The installed llama-cpp-python: the wheel it came from, its backend and CPU features,
     its probe; and what ``--engine python`` needs beside it (FastAPI, uvicorn)."""
-    from gguf_exact.serving.bindings_build import build_command, find_wheel, installed_bindings
+    from gguf_exact.builds.bindings_build import build_command, find_wheel, installed_bindings
 
     found = installed_bindings()
     if found is None:

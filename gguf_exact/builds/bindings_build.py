@@ -9,7 +9,7 @@ wheel is kept only once the probe (:mod:`.build_probe`) has run through it. One 
 backend and CPU feature set; ``build-info.json`` beside it says what it was built with.
 
 ``gguf-exact build-bindings`` and ``make setup`` (``python -m
-gguf_exact.serving.bindings_build --install``) call :func:`build_bindings` and
+gguf_exact.builds.bindings_build --install``) call :func:`build_bindings` and
 :func:`install_bindings`.
 """
 
@@ -30,10 +30,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import unquote, urlparse
 
-from gguf_exact.errors import BuildError
-from gguf_exact.serving import build_probe, gpu_toolchains
-from gguf_exact.serving.cpu_features import CpuTarget, host_cpu
-from gguf_exact.serving.llama_build import (
+from gguf_exact.builds import build_probe, gpu_toolchains
+from gguf_exact.builds.cpu_features import CpuTarget, host_cpu
+from gguf_exact.builds.llama_build import (
     INFO_FILE,
     Log,
     _run,
@@ -46,6 +45,7 @@ from gguf_exact.serving.llama_build import (
     prepare_sources,
     toolchain_info,
 )
+from gguf_exact.errors import BuildError
 
 DIST = "llama_cpp_python"
 EXTRA_CMAKE_ARGS = ["-DLLAVA_BUILD=OFF"]
@@ -266,7 +266,7 @@ def install_bindings(wheel: BindingsWheel, log: Log = print) -> InstalledBinding
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m gguf_exact.serving.bindings_build [--cuda ARCH | --vulkan] [--install]``: prints the wheel."""
+    """``python -m gguf_exact.builds.bindings_build [--cuda ARCH | --vulkan] [--install]``: prints the wheel."""
 
     def build(a, log: Log) -> Path:
         built = build_bindings(a.cuda or None, a.vulkan, a.sdist, a.jobs, a.force, log)

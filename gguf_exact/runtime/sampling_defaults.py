@@ -6,7 +6,7 @@ no repeat penalty (1.0); a completion without ``max_tokens`` runs until an
 end-of-generation token or the end of the context. llama-cpp-python's server would
 answer the same request with ``repeat_penalty`` 1.1, and ``/v1/completions`` with 16
 tokens: ``serve --engine python`` fills in these values instead
-(:mod:`gguf_exact.serving.openai_server`), so a client gets the same defaults from
+(:mod:`gguf_exact.speculative.openai_server`), so a client gets the same defaults from
 either engine. ``gguf-exact generate`` and ``chat`` use the same top-k, top-p, min-p
 and repeat penalty, but are greedy (temperature 0) unless ``--temperature`` says
 otherwise.

@@ -32,6 +32,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator, Sequence
 
+from gguf_exact.bench.report import Figures
+
 ENGINES = ("llama-server", "python")
 HEAD_NODE = "result_output"  # the drafter's tied output head (gemma4-assistant.cpp)
 TTFT_PROMPT = "Time to first token, measured on a prompt of its own: " * 2
@@ -39,46 +41,27 @@ NAME_OFFSET = 256  # offsetof(struct ggml_tensor, name) in ggml 0c1e57098 (x86-6
 
 
 @dataclass
-class ArmResult:
+class ArmResult(Figures):
+    """One engine at one n-max: the prompts' :class:`~.report.Figures`, with load time, time
+    to first token and peak RSS."""
+
     engine: str
     n_max: int
     load_seconds: float
     ttft_seconds: float
-    tokens: int
-    wall_seconds: float
-    generation_seconds: float
-    target_passes: int
-    drafts_generated: int
-    drafts_accepted: int
     peak_rss_mib: float
     ttft_prompt_tokens: int = 0
     rounds: int = 1  # the timings are medians over this many rounds
     same_every_round: bool = True  # every round gave the same text (greedy)
     texts: list[str] = field(default_factory=list, repr=False)
 
-    @property
-    def tokens_per_second(self) -> float:
-        return self.tokens / self.wall_seconds if self.wall_seconds else 0.0
-
-    @property
-    def generation_tokens_per_second(self) -> float:
-        return self.tokens / self.generation_seconds if self.generation_seconds else 0.0
-
-    @property
-    def acceptance(self) -> float | None:
-        return self.drafts_accepted / self.drafts_generated if self.drafts_generated else None
-
-    @property
-    def tokens_per_pass(self) -> float:
-        return self.tokens / self.target_passes if self.target_passes else 0.0
-
     def as_dict(self) -> dict:
         d = {k: v for k, v in self.__dict__.items()}
         d |= {
             "tokens_per_second": self.tokens_per_second,
             "generation_tokens_per_second": self.generation_tokens_per_second,
-            "acceptance": self.acceptance,
-            "tokens_per_pass": self.tokens_per_pass,
+            "acceptance": self.acceptance_rate,
+            "tokens_per_pass": self.tokens_per_target_pass,
         }
         return d
 

@@ -31,12 +31,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterator
 
+from gguf_exact.builds import build_probe, gpu_toolchains
+from gguf_exact.builds.cpu_features import CpuTarget, host_cpu
+from gguf_exact.builds.gpu_toolchains import CudaSetup, VulkanTools
 from gguf_exact.errors import ArgumentError, BuildError, GgufExactError, Param
 from gguf_exact.formats.gguf_file import sha256_file
 from gguf_exact.hub import checksums
-from gguf_exact.serving import build_probe, gpu_toolchains
-from gguf_exact.serving.cpu_features import CpuTarget, host_cpu
-from gguf_exact.serving.gpu_toolchains import CudaSetup, VulkanTools
 
 VENDORED_COMMITS = {"0.3.36": "0c1e57098"}
 """llama-cpp-python version -> the llama.cpp commit its sdist vendors."""
@@ -575,7 +575,7 @@ def build_main(argv: list[str] | None, prog: str, description: str | None, build
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m gguf_exact.serving.llama_build [--cuda ARCH | --vulkan] [--sdist PATH] [--force]``: prints the bin dir."""
+    """``python -m gguf_exact.builds.llama_build [--cuda ARCH | --vulkan] [--sdist PATH] [--force]``: prints the bin dir."""
 
     def build(a, log: Log) -> Path:
         return build_llama_cpp(a.cuda, a.sdist, a.jobs, a.force, log=log, vulkan=a.vulkan).bin_dir

@@ -11,31 +11,19 @@ llama-server fixes n-max at start-up).
 The report holds every run, a summary per arm (tokens/s over the generation
 phase, tokens per target pass, acceptance, mean accepted length, speed-up over
 the target alone, whether every output equals the target's) and writes JSON,
-Markdown and, with matplotlib, a PNG (:mod:`.bench_plot`).
+Markdown and, with matplotlib, a PNG (:mod:`.plot`): a :class:`~.report.Report`.
 """
 
 from __future__ import annotations
 
-import json
-import platform
 import statistics
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Sequence
 
-from gguf_exact.errors import ArgumentError, GgufExactError, Param
-from gguf_exact.speculative.generation import Generation
-
-TARGET = "target"
-
-
-@dataclass(frozen=True)
-class Arm:
-    """One configuration: the target alone (``n_max`` 0) or the drafter at ``n_max``."""
-
-    label: str
-    n_max: int | None  # None: a server whose n-max is not known
-    url: str | None = None
+from gguf_exact.bench.report import TARGET, Arm, Figures, Report, alternating_order, cell, machine, yes_no
+from gguf_exact.errors import ArgumentError, Param
+from gguf_exact.runtime.generation import Generation
 
 
 @dataclass
@@ -75,59 +63,32 @@ class ArmSummary:
 
 
 @dataclass
-class BenchReport:
-    meta: dict
-    runs: list[BenchRun]
-    summary: list[ArmSummary]
+class BenchReport(Report):
+    """``bench`` and ``tune``: one row (:class:`ArmSummary`) per arm, a plot against n-max."""
 
-    def as_dict(self) -> dict:
-        return {"meta": self.meta, "summary": [asdict(s) for s in self.summary], "runs": [asdict(r) for r in self.runs]}
+    rows: list[ArmSummary]
+    STEM = "bench"
+    ROWS_KEY = "summary"
 
-    def markdown(self) -> str:
-        """The summary as a Markdown table."""
+    def table(self) -> list[str]:
         head = "| arm | n-max | runs | tokens/s | median tokens/s | speed-up | tokens/pass | acceptance | mean len | Python µs/step | same as target |"
         rows = [head, "|" + "---|" * 11]
-
-        def f(x, fmt):
-            return "-" if x is None else format(x, fmt)
-
-        for s in self.summary:
-            same = "-" if s.same_as_target is None else ("yes" if s.same_as_target else "**no**")
+        for s in self.rows:
             rows.append(
-                f"| {s.label} | {f(s.n_max, 'd')} | {s.runs} | {s.tokens_per_second:.1f} | {s.tokens_per_second_median:.1f} | "
-                f"{f(s.speedup, '.2f')} | {s.tokens_per_target_pass:.2f} | {f(s.acceptance_rate, '.3f')} | "
-                f"{f(s.mean_accepted_length, '.2f')} | {f(s.overhead_per_step_us, '.0f')} | {same} |"
+                f"| {s.label} | {cell(s.n_max, 'd')} | {s.runs} | {s.tokens_per_second:.1f} | {s.tokens_per_second_median:.1f} | "
+                f"{cell(s.speedup, '.2f')} | {s.tokens_per_target_pass:.2f} | {cell(s.acceptance_rate, '.3f')} | "
+                f"{cell(s.mean_accepted_length, '.2f')} | {cell(s.overhead_per_step_us, '.0f')} | {yes_no(s.same_as_target)} |"
             )
+        return rows
+
+    def note(self) -> str:
         m = self.meta
-        note = f"\n{m.get('backend')} · {m.get('n_predict')} tokens per prompt · prompts {', '.join(m.get('prompts', []))} · {m.get('rounds')} rounds (forward, then backward)\n"
-        return "\n".join(rows) + "\n" + note
+        return f"\n{m.get('backend')} · {m.get('n_predict')} tokens per prompt · prompts {', '.join(m.get('prompts', []))} · {m.get('rounds')} rounds (forward, then backward)\n"
 
-    def write(self, out_dir: str | Path, plot: bool = True) -> dict[str, Path]:
-        """Write ``bench.json``, ``bench.md`` and (with matplotlib) ``bench.png``;
-        returns the paths written. A missing matplotlib is noted in ``bench.md``."""
-        out = Path(out_dir)
-        out.mkdir(parents=True, exist_ok=True)
-        paths = {"json": out / "bench.json", "markdown": out / "bench.md"}
-        paths["json"].write_text(json.dumps(self.as_dict(), indent=2) + "\n")
-        md = self.markdown()
-        if plot:
-            from gguf_exact.speculative.bench_plot import plot_report
+    def plot(self, path: Path) -> Path:
+        from gguf_exact.bench.plot import plot_report
 
-            try:
-                paths["png"] = plot_report(self, out / "bench.png")
-                md += "\n![tokens/s and tokens per target pass against n-max](bench.png)\n"
-            except GgufExactError as e:
-                md += f"\n(no plot: {e})\n"
-        paths["markdown"].write_text(md)
-        return paths
-
-
-def alternating_order(arms: list[Arm], rounds: int) -> list[tuple[int, Arm]]:
-    """(round, arm) pairs: each round runs the arms forward, then backward."""
-    order = []
-    for r in range(rounds):
-        order += [(r, a) for a in arms] + [(r, a) for a in reversed(arms)]
-    return order
+        return plot_report(self, path)
 
 
 def _run(gen: Generation, arm: Arm, prompt: str, rnd: int, order: int, python: bool) -> BenchRun:
@@ -157,13 +118,9 @@ def summarize(arms: list[Arm], runs: list[BenchRun]) -> list[ArmSummary]:
     base = None
     for arm in arms:
         rs = [r for r in runs if r.arm == arm.label]
-        tokens = sum(r.n_tokens for r in rs)
-        secs = sum(r.generation_seconds for r in rs)
-        passes = sum(r.target_passes for r in rs)
-        gen = sum(r.drafts_generated for r in rs)
-        acc = sum(r.drafts_accepted for r in rs)
+        fig = Figures.total(rs)
         rounds = sum(r.draft_rounds for r in rs)
-        tps = tokens / secs if secs > 0 else 0.0
+        tps = fig.generation_tokens_per_second
         if arm.label == TARGET:
             base = tps
         overheads = [r.overhead_per_step_us for r in rs if r.overhead_per_step_us is not None]
@@ -175,12 +132,12 @@ def summarize(arms: list[Arm], runs: list[BenchRun]) -> list[ArmSummary]:
                 label=arm.label,
                 n_max=arm.n_max,
                 runs=len(rs),
-                tokens=tokens,
+                tokens=fig.tokens,
                 tokens_per_second=tps,
                 tokens_per_second_median=statistics.median(r.tokens_per_second for r in rs) if rs else 0.0,
-                tokens_per_target_pass=tokens / passes if passes else 0.0,
-                acceptance_rate=acc / gen if gen else None,
-                mean_accepted_length=(1.0 + acc / rounds) if rounds else None,
+                tokens_per_target_pass=fig.tokens_per_target_pass,
+                acceptance_rate=fig.acceptance_rate,
+                mean_accepted_length=(1.0 + fig.drafts_accepted / rounds) if rounds else None,
                 speedup=None,
                 overhead_per_step_us=statistics.mean(overheads) if overheads else None,
                 same_as_target=same,
@@ -291,10 +248,10 @@ def run_bench(
     """``bench`` as one call: in-process (``target``, ``draft``: :func:`bench_runner`),
     against running llama-servers (``servers``: ``[LABEL=]URL`` each, :func:`bench_servers`),
     or both engines' servers started here (``engines``:
-    :func:`gguf_exact.speculative.bench_engines.bench_engines`, with ``profile``,
+    :func:`gguf_exact.bench.engines.bench_engines`, with ``profile``,
     ``overrides``, ``temperature`` and ``seed``). ``draft`` may be ``auto``: found as
     ``serve`` finds it. Returns the report, which writes its own files."""
-    from gguf_exact.speculative.prompt_set import load_prompts
+    from gguf_exact.bench.prompt_set import load_prompts
 
     prompts = load_prompts(list(prompt_names) if prompt_names is not None else None)
     if draft is not None and target is not None:
@@ -302,7 +259,7 @@ def run_bench(
 
         draft = resolve_drafter(target, draft, False, "models", False, default_auto=False).path
     if engines:
-        from gguf_exact.speculative.bench_engines import bench_engines
+        from gguf_exact.bench.engines import bench_engines
 
         if target is None or draft is None or servers:
             raise ArgumentError(
@@ -336,17 +293,13 @@ def _meta(backend: str, prompts: dict[str, str], n_predict: int, rounds: int) ->
         "n_predict": n_predict,
         "rounds": rounds,
         "order": "each round: arms forward, then backward (A B B A)",
-        "machine": platform.platform(),
-        "python": platform.python_version(),
-    }
+    } | machine()
 
 
 __all__ = [
-    "Arm",
     "ArmSummary",
     "BenchReport",
     "BenchRun",
-    "alternating_order",
     "bench_runner",
     "bench_servers",
     "parse_server_arm",

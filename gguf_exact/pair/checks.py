@@ -25,7 +25,7 @@ CHECKSUM_DIR = pins.CHECKSUMS_DIR
 @dataclass(frozen=True)
 class ModelFile:
     """What serving needs to know about one GGUF, read from its header once; pass it
-    along (:func:`check_pair`, :func:`~gguf_exact.serving.memory_plan.plan_memory`) instead
+    along (:func:`check_pair`, :func:`~gguf_exact.runtime.memory_plan.plan_memory`) instead
     of the path, and the header is not read again."""
 
     path: Path
@@ -40,8 +40,8 @@ class ModelFile:
     header: GgufFile | None = field(default=None, repr=False, compare=False)  # parsed header, closed (no fd)
 
     def geometry(self):
-        """The text stack's :class:`~gguf_exact.serving.memory_plan.Geometry`, from the header read before."""
-        from gguf_exact.serving.memory_plan import Geometry
+        """The text stack's :class:`~gguf_exact.pair.geometry.Geometry`, from the header read before."""
+        from gguf_exact.pair.geometry import Geometry
 
         return Geometry.from_gguf(self.header)
 

@@ -1,0 +1,40 @@
+"""Helpers several test files share: an off-grid checkpoint, a source tensor's bits, the CLI in a subprocess, one Q4_0 block."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+
+from gguf_exact.core import bf16, q4_0
+from gguf_exact.formats.checkpoint import Checkpoint
+from gguf_exact.tiny.models import drafter_config, drafter_tensors, write_checkpoint
+
+
+def off_grid_checkpoint(folder: Path) -> Path:
+    """The tiny drafter with one matrix (layer 2's up projection) off the 4-bit grid."""
+    tensors = drafter_tensors(seed=1)
+    tensors["model.layers.2.mlp.up_proj.weight"] = bf16.from_f32(
+        np.random.default_rng(0).normal(0, 0.02, (128, 64)).astype(np.float32)
+    )
+    return write_checkpoint(folder, drafter_config(), tensors)
+
+
+def source_bits(folder: Path, hf_name: str) -> np.ndarray:
+    """A checkpoint tensor's values as stored (bf16 bits as uint16)."""
+    with Checkpoint(folder) as ckpt:
+        return np.array(ckpt.read(hf_name))
+
+
+def cli(*args: str, env: dict) -> subprocess.CompletedProcess:
+    """``gguf-exact ARGS`` in a subprocess, output captured."""
+    return subprocess.run(
+        [sys.executable, "-m", "gguf_exact.cli", *args], capture_output=True, text=True, env=env, timeout=300
+    )
+
+
+def block(levels, d=0.01) -> np.ndarray:
+    """One Q4_0 block of 32 ``levels`` with scale ``d``."""
+    return q4_0.pack(np.array([levels], dtype=np.int8), np.array([d], dtype=np.float16))
