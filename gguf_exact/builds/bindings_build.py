@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import unquote, urlparse
 
-from gguf_exact.builds import build_probe, gpu_toolchains
+from gguf_exact.builds import build_probe, gpu_toolchains, source_patches
 from gguf_exact.builds.cpu_features import CpuTarget, host_cpu
 from gguf_exact.builds.llama_build import (
     INFO_FILE,
@@ -44,6 +44,7 @@ from gguf_exact.builds.llama_build import (
     cache_root,
     prepare_sources,
     toolchain_info,
+    unpack_patched_sdist,
 )
 from gguf_exact.errors import BuildError
 
@@ -154,8 +155,12 @@ def build_bindings(
         )
         cmake = backend_cmake_args(backend, setup, vulkan_tools, cpu) + EXTRA_CMAKE_ARGS
         cmd = [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-cache-dir", "-w", str(work / "dist")]
+        source = sdist_path
+        if source_patches.patches_for(backend):  # the same fixes as this backend's llama-server
+            source = unpack_patched_sdist(sdist_path, work / "src", backend)
+            log("carried fixes applied: " + ", ".join(f"#{p.id}" for p in source_patches.patches_for(backend)))
         with _environ({"CMAKE_BUILD_PARALLEL_LEVEL": str(jobs)}):
-            _run([*cmd, *config_settings(cmake), str(sdist_path)], logfile, log, "bindings build")
+            _run([*cmd, *config_settings(cmake), str(source)], logfile, log, "bindings build")
         wheels = sorted((work / "dist").glob(f"{DIST}-*.whl"))
         if len(wheels) != 1:
             raise BuildError(f"bindings build left {len(wheels)} wheels instead of one; full log: {logfile}")

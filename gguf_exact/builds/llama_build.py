@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterator
 
-from gguf_exact.builds import build_probe, gpu_toolchains
+from gguf_exact.builds import build_probe, gpu_toolchains, source_patches
 from gguf_exact.builds.cpu_features import CpuTarget, host_cpu
 from gguf_exact.builds.gpu_toolchains import CudaSetup, VulkanTools
 from gguf_exact.errors import ArgumentError, BuildError, GgufExactError, Param
@@ -122,8 +122,9 @@ def build_command(backend: str) -> str:
 
 
 def build_key(backend: str, cpu: CpuTarget | None = None, commit: str = COMMIT) -> str:
-    """``<commit>-<backend>-<cpu tag>``: one cache entry per backend and CPU feature set."""
-    return f"{commit}-{backend}-{(cpu or host_cpu()).tag}"
+    """``<commit>[+<patch ids>]-<backend>-<cpu tag>``: one cache entry per backend, CPU feature
+    set and set of carried fixes (:mod:`.source_patches`; none for the CPU)."""
+    return f"{commit}{source_patches.patch_tag(backend)}-{backend}-{(cpu or host_cpu()).tag}"
 
 
 def install_dir(backend: str = "cpu", commit: str = COMMIT, cpu: CpuTarget | None = None) -> Path:
@@ -396,6 +397,18 @@ def _extract_llama_cpp(sdist: Path, dest: Path) -> Path:
     return found[0]
 
 
+def unpack_patched_sdist(sdist: Path, dest: Path, backend: str) -> Path:
+    """The whole sdist unpacked under ``dest`` with ``backend``'s fixes applied to its
+    ``vendor/llama.cpp`` (:mod:`.source_patches`): the folder pip builds the bindings from."""
+    with tarfile.open(sdist) as tar:
+        extract_data(tar, dest, tar.getmembers())
+    roots = sorted(p.parent for p in dest.glob("*/pyproject.toml"))
+    if len(roots) != 1 or not (roots[0] / "vendor" / "llama.cpp" / "CMakeLists.txt").is_file():
+        raise BuildError(f"{sdist}: expected one package folder with vendor/llama.cpp inside")
+    source_patches.apply_patches(roots[0] / "vendor" / "llama.cpp", backend)
+    return roots[0]
+
+
 def prepare_sources(backend: str, sdist: Path | None, log: Log) -> tuple[PinnedSdist, Path, VulkanTools | None]:
     """What every build of ``backend`` needs before it starts, checked first (toolchain,
     cmake, the pin), then the verified sdist: ``sdist`` if given, else fetched with pip."""
@@ -405,6 +418,7 @@ def prepare_sources(backend: str, sdist: Path | None, log: Log) -> tuple[PinnedS
     for tool in ("cmake", "c++"):
         if not shutil.which(tool):
             raise BuildError(f"{tool} not found on PATH; install it (Debian: apt-get install cmake build-essential)")
+    source_patches.require_patch_tool(backend)
     pin = pinned_sdist()
     if VENDORED_COMMITS.get(pin.version) != COMMIT:
         raise BuildError(
@@ -423,6 +437,7 @@ def build_record(backend: str, cpu: CpuTarget, probe: dict, pin: PinnedSdist) ->
         "probe": probe,
         "package": f"{PACKAGE}=={pin.version}",
         "sdist_sha256": pin.sha256,
+        "patches": [p.id for p in source_patches.patches_for(backend)],
     }
 
 
@@ -460,6 +475,9 @@ def build_llama_cpp(
         t0 = time.monotonic()
         log(f"unpacking vendor/llama.cpp from {sdist_path.name}")
         src = _extract_llama_cpp(sdist_path, work / "src")
+        patched = source_patches.apply_patches(src, backend)
+        if patched:
+            log("carried fixes applied: " + ", ".join(f"#{p}" for p in patched))
         build = work / "build"
         setup = (
             gpu_toolchains.cuda_setup(backend[4:], work, cache_root() / "cuda", log)

@@ -1,0 +1,95 @@
+"""Fixes carried onto the pinned llama.cpp for the backends that need them, applied before they build.
+
+Each patch (``patches/*.patch``, ``patch -p1`` from the llama.cpp source root, which is
+``vendor/llama.cpp`` in the sdist) fixes an upstream defect that is still open at the
+pinned commit and that a backend can hit. Its id goes into the build's cache key
+(``0c1e57098+27572-cuda86-...``) and ``build-info.json``, so a patched build is never
+taken for a plain one, and llama-server and the bindings of one backend carry the same.
+
+The system ``patch`` tool applies them (it comes with build-essential, beside the
+compiler the build needs anyway); nothing here re-implements diff application.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+from gguf_exact.errors import BuildError
+
+PATCH_DIR = Path(__file__).with_name("patches")
+
+
+@dataclass(frozen=True)
+class SourcePatch:
+    """One fix: its id (the upstream issue), its file under ``patches/`` and why it is carried."""
+
+    id: str
+    file: str
+    gpu_only: bool
+    why: str
+
+    @property
+    def path(self) -> Path:
+        return PATCH_DIR / self.file
+
+    def applies_to(self, backend: str) -> bool:
+        return backend != "cpu" or not self.gpu_only
+
+
+PATCHES: tuple[SourcePatch, ...] = (
+    SourcePatch(
+        id="27572",
+        file="27572-sync-before-set-inputs.patch",
+        # The CPU backend computes synchronously and its synchronize is NULL: there the patch
+        # changes nothing, so CPU builds stay as they are (and keep their cache).
+        gpu_only=True,
+        why=(
+            "llama.cpp #27572: with --parallel N and draft-mtp, a decode split into several "
+            "ubatches rewrote a graph's inputs while the device still read them (acceptance fell "
+            "to 0); synchronize before set_inputs, not only with pipeline parallelism"
+        ),
+    ),
+)
+
+
+def patches_for(backend: str) -> tuple[SourcePatch, ...]:
+    """The patches a build of ``backend`` carries (none for ``cpu``)."""
+    return tuple(p for p in PATCHES if p.applies_to(backend))
+
+
+def patch_tag(backend: str) -> str:
+    """What the patches add to the commit in a cache key: ``+27572``, or nothing."""
+    return "".join(f"+{p.id}" for p in patches_for(backend))
+
+
+def require_patch_tool(backend: str) -> None:
+    """Fail before any work when ``backend`` carries patches and ``patch`` is missing."""
+    if patches_for(backend) and not shutil.which("patch"):
+        raise BuildError(
+            f"patch not found on PATH; the {backend} build carries fixes for llama.cpp "
+            f"({', '.join('#' + p.id for p in patches_for(backend))}); install it (Debian: apt-get install patch)"
+        )
+
+
+def apply_patches(llama_cpp_root: Path, backend: str) -> list[str]:
+    """Apply ``backend``'s patches to the llama.cpp tree at ``llama_cpp_root``; their ids.
+    A patch that does not apply cleanly (a hunk rejected, or already applied) stops the build."""
+    applied = []
+    for p in patches_for(backend):
+        proc = subprocess.run(
+            ["patch", "-p1", "--forward", "--batch", "--no-backup-if-mismatch", "-i", str(p.path)],
+            cwd=llama_cpp_root,
+            capture_output=True,
+            text=True,
+        )
+        if proc.returncode != 0:
+            first = (proc.stdout + proc.stderr).strip().splitlines()[-1:] or ["no output"]
+            raise BuildError(f"{p.path}: does not apply to {llama_cpp_root} ({first[0]})")
+        applied.append(p.id)
+    return applied
+
+
+__all__ = ["PATCHES", "SourcePatch", "apply_patches", "patch_tag", "patches_for", "require_patch_tool"]
