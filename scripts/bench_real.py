@@ -93,7 +93,7 @@ def shape_run(shape: str, args, prompts: list[str]) -> dict:
     log(f"{shape}: {', '.join(engines)}, target alone")
     for r in engines_arm(target, None, engines, 0, prompts, args.n_predict, sets, args.profile, args.rounds):
         arms.append({"kind": "none"} | r.as_dict())
-    for kind in args.kinds.split(","):
+    for kind in [k for k in args.kinds.split(",") if k]:  # --kinds '': the target alone only
         for n_max in n_max_list:
             log(f"{shape}: {', '.join(engines)}, {kind}, n-max {n_max}")
             drafter = pairs[kind][1]

@@ -193,8 +193,11 @@ def concurrent_arm(
     """``len(prompts)`` clients at once, one request each, on ``parallel`` slots.
 
     llama-server: native ``/completion`` (per-request token ids and draft counters).
-    The Python engine: ``/v1/completions`` (its server runs one request at a time)."""
-    from gguf_exact.serving.client import openai_generate, server_generate
+    The Python engine: ``/v1/completions`` (its server runs one request at a time), each
+    request's tokens from its own answer's ``usage`` (the ``/metrics`` difference around a
+    request, which :func:`openai_generate` reads, also counts the requests beside it).
+    Every request also keeps its client-side seconds: how long a queued one waited shows."""
+    from gguf_exact.serving.client import openai_generate, post_json, server_generate
 
     extra = [f"spec-draft-n-max={n_max}"] if n_max else []
     slots = [f"parallel={parallel}"] if engine == "llama-server" else []
@@ -203,6 +206,7 @@ def concurrent_arm(
         openai_generate(launch.url, prompts[0], 2, 0.0, 1)
 
         def one(i: int) -> None:
+            start = time.perf_counter()
             if engine == "llama-server":
                 g = server_generate(launch.url, prompts[i], n_predict)
                 results[i] = {
@@ -212,8 +216,10 @@ def concurrent_arm(
                     "draft_n_accepted": g.drafts_accepted,
                 }
             else:
-                g = openai_generate(launch.url, prompts[i], n_predict, 0.0, 1)
-                results[i] = {"n_tokens": g.n_tokens, "text": g.text}
+                body = {"prompt": prompts[i], "max_tokens": n_predict, "temperature": 0.0, "seed": 1}
+                res = post_json(launch.url.rstrip("/") + "/v1/completions", body | {"repeat_penalty": 1.0})
+                results[i] = {"n_tokens": int(res["usage"]["completion_tokens"]), "text": res["choices"][0]["text"]}
+            results[i]["seconds"] = time.perf_counter() - start
 
         threads = [threading.Thread(target=one, args=(i,)) for i in range(len(prompts))]
         t0 = time.perf_counter()
@@ -238,7 +244,7 @@ def target_pass_seconds(
 
     llm = llama_cpp.Llama(
         str(target), n_ctx=512, n_batch=64, n_ubatch=64, n_threads=threads, n_threads_batch=threads,
-        logits_all=True, verbose=False, n_gpu_layers=gpu_layers,
+        logits_all=True, verbose=False, n_gpu_layers=gpu_layers, flash_attn=True,  # as both engines run it
     )  # fmt: skip
     try:
         prefix = list(range(300, 332))
