@@ -67,7 +67,7 @@ def test_builds_for_two_cpus_never_share_a_cache_folder():
     assert llama_build.install_dir("cpu", cpu=xeon) != llama_build.install_dir("cpu", cpu=zen)
     assert bindings_build.wheel_dir("cpu", cpu=xeon) != bindings_build.wheel_dir("cpu", cpu=zen)
     assert llama_build.install_dir("cpu", cpu=zen).name == "0c1e57098-cpu-avx.avx2.bmi2.f16c.fma.sse42"
-    assert bindings_build.wheel_dir("cuda86", cpu=zen).name == "0c1e57098-cuda86-avx.avx2.bmi2.f16c.fma.sse42"
+    assert bindings_build.wheel_dir("cuda86", cpu=zen).name == "0c1e57098+27572-cuda86-avx.avx2.bmi2.f16c.fma.sse42"
 
 
 def test_feature_override(monkeypatch):
