@@ -20,6 +20,7 @@ from gguf_exact.version import __version__
 
 # API parameter names that no option of the command spells (the options take another name).
 FLAGS = {
+    "target": "--model",
     "draft": "--draft",
     "fetch": "--fetch-draft",
     "n_values": "--n-max",

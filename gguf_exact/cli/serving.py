@@ -140,7 +140,7 @@ def serve(
     for line in plan.memory.lines():
         say(line)
     if plan.memory_warning:
-        warn(plan.memory_warning)
+        warn(message(plan.memory_warning))
     say(launch.command_line)
     if launch.note:
         say(f"note: {launch.note}")
