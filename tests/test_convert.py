@@ -130,7 +130,7 @@ def test_off_grid_matrix_stops_or_falls_back(tiny, tmp_path):
     assert (
         v.ok()
         and check.status == "pass"
-        and check.note == "off the grid: the source as Q8_0, as --off-grid q8_0 writes it"
+        and check.note == "off the grid: the source as Q8_0, as off_grid=q8_0 writes it"
     )
     assert check.n_values == 128 * 64 and 0 < check.rel_error < 0.01
 

@@ -185,7 +185,7 @@ def test_gpu_profile_on_cpu_bindings_warns_in_one_line():
     assert text == (
         "profile rtx3050 offloads layers to the GPU, but these llama-cpp-python bindings are CPU-only, so the "
         "Python engine runs on the CPU; build `gguf-exact build-bindings --cuda 86 --install`, or serve with "
-        "--engine llama-server"
+        "llama-server instead"
     )
     assert gpu_offload_warning("rtx3050", "cuda86", gpu, supports_gpu=True) is None
     assert gpu_offload_warning("cpu", "cpu", EngineOptions(), supports_gpu=False) is None

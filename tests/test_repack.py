@@ -605,6 +605,6 @@ def test_verify_judges_a_moe_repack_fused_or_split(tmp_path, split):
     where = "its source model.language_model.layers.{0}.router.proj.weight is off the 4-bit grid (32 blocks, first at row 0, column 0)"
     assert alone.unchecked[1:] == [
         f"tensor blk.{il}.ffn_gate_inp.weight: {where.format(il)}, so repack keeps the donor's tensor; "
-        "give --donor DONOR.gguf to judge it"
+        "give donor=DONOR.gguf to judge it"
         for il in range(4)
     ]

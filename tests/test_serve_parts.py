@@ -112,8 +112,8 @@ def test_overrides_and_user_profiles(tmp_path, monkeypatch):
     monkeypatch.setenv("GGUF_EXACT_PROFILES", str(tmp_path))
     assert load_profile("mine").description == "mine"
     for bad, msg in (
-        ("port=1", "use --port"),
-        ("model=x", "use --model"),
+        ("port=1", "use port instead"),
+        ("model=x", "use target instead"),
         ("no-mmap=true", "mmap"),
         ("oops", "KEY=VALUE"),
         ("build=rocm", "cudaNN"),

@@ -10,15 +10,17 @@ from __future__ import annotations
 
 import os
 import sys
+from typing import Callable
 
 import click
 
 from gguf_exact.cli import console
-from gguf_exact.errors import GgufExactError
+from gguf_exact.errors import GgufExactError, Param, render
 from gguf_exact.version import __version__
 
 # API parameter names that no option of the command spells (the options take another name).
 FLAGS = {
+    "target": "--model",
     "draft": "--draft",
     "fetch": "--fetch-draft",
     "n_values": "--n-max",
@@ -36,14 +38,21 @@ def flag(command: click.Command | None, name: str) -> str:
     return FLAGS.get(name) or "--" + name.replace("_", "-")
 
 
-def message(e: GgufExactError, command: click.Command | None = None) -> str:
-    """``e``'s line as the CLI says it: parameters named by their flags. ``command``:
-    the one running (default: the current click context's)."""
+def flags(command: click.Command | None = None) -> Callable[[Param], str]:
+    """How the CLI names a :class:`Param`: by ``command``'s flag (default: the current
+    click context's command), to pass as ``name=`` wherever the API renders text."""
     if command is None:
         ctx = click.get_current_context(silent=True)
         command = ctx.command if ctx is not None else None
+    return lambda p: p.spelled(flag(command, p.name))
 
-    return e.render(lambda p: p.spelled(flag(command, p.name)))
+
+def message(e: GgufExactError | str, command: click.Command | None = None) -> str:
+    """``e`` (an error, a :class:`~gguf_exact.errors.Message` or plain text) as the CLI
+    says it: parameters named by their flags. ``command``: the one running (default:
+    the current click context's)."""
+    name = flags(command)
+    return e.render(name) if isinstance(e, GgufExactError) else render(e, name)
 
 
 class Group(click.Group):

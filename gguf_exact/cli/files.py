@@ -9,9 +9,9 @@ import click
 from rich.table import Table
 
 from gguf_exact.cli import console
-from gguf_exact.cli.app import main, message
+from gguf_exact.cli.app import flags, main, message
 from gguf_exact.cli.console import fitted_table, pct, say, tensor_progress, type_mix
-from gguf_exact.errors import GgufExactError, NotExactError
+from gguf_exact.errors import GgufExactError
 
 
 @main.command()
@@ -154,7 +154,7 @@ def verify(
             click.echo(json.dumps({"ok": False, "path": str(gguf_path), "error": message(e)}, indent=2))
         raise
     if as_json:
-        click.echo(json.dumps({"sha256": v.sha256} | v.as_dict(allow_unchecked), indent=2))
+        click.echo(json.dumps({"sha256": v.sha256} | v.as_dict(allow_unchecked, flags()), indent=2))
     else:
         table = Table(title=str(gguf_path))
         for col in (
@@ -176,14 +176,14 @@ def verify(
             table.add_row(t.name, t.type, status, f"{t.n_values:,}", *figures, blocks)
         console.out.print(table)
         for line in v.failures:
-            say(f"FAIL        {line}")
+            say(f"FAIL        {message(line)}")
         for line in v.unchecked:
-            say(f"not judged  {line}")
+            say(f"not judged  {message(line)}")
         console.out.print(f"sha256 {v.sha256}", markup=False)
-        say(v.verdict(allow_unchecked))
-    problem = v.error_line(allow_unchecked)
+        say(v.verdict(allow_unchecked, flags()))
+    problem = v.error(allow_unchecked)
     if problem:
-        raise NotExactError(problem)
+        raise problem
 
 
 @main.command()

@@ -129,7 +129,7 @@ def serve(
                 f"{role:<8} {m.path}  {m.architecture}, {m.weight_bytes:,} bytes of weights in {m.n_tensors} tensors{listed}"
             )
     if not plan.drafter.given:
-        say(f"{'':<8} drafter: {plan.drafter.how}")
+        say(f"{'':<8} drafter: {message(plan.drafter.how)}")
     if pair.drafter is not None:
         say(f"{'total':<8} {pair.target.weight_bytes + pair.drafter.weight_bytes:,} bytes of weights")
     say(profile_line(plan.profile, plan.choice))
@@ -140,7 +140,7 @@ def serve(
     for line in plan.memory.lines():
         say(line)
     if plan.memory_warning:
-        warn(plan.memory_warning)
+        warn(message(plan.memory_warning))
     say(launch.command_line)
     if launch.note:
         say(f"note: {launch.note}")

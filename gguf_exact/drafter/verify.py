@@ -16,6 +16,7 @@ from typing import Callable
 from gguf import GGMLQuantizationType
 
 from gguf_exact.drafter.convert import GGUF_VERSION, check_target, drafter_jobs, drafter_kv
+from gguf_exact.errors import Message, Param
 from gguf_exact.formats.checkpoint import Checkpoint
 from gguf_exact.formats.gguf_reader import GgufFile, opened
 from gguf_exact.formats.kv_judge import KeyJudgement, judge_keys
@@ -26,8 +27,12 @@ from gguf_exact.stream.verify import OffGridRule, TensorCheck, Verification, mea
 
 __all__ = ["TensorCheck", "Verification", "verify_gguf"]
 
-NO_TARGET = (
-    "copied from the target GGUF by convert --vocab-from; give --vocab-from TARGET.gguf to compare them as bytes"
+NO_TARGET = Message(
+    "copied from the target GGUF by convert",
+    Param("vocab_from", aside=" {}"),
+    "; give ",
+    Param("vocab_from", value="TARGET.gguf"),
+    " to compare them as bytes",
 )
 
 

@@ -13,6 +13,7 @@ from typing import Callable
 
 from gguf import GGUFValueType
 
+from gguf_exact.errors import Message
 from gguf_exact.formats.gguf_layout import KeyValue, pair_numbers, parse_pair
 
 NUMERIC = {
@@ -27,7 +28,7 @@ SHOWN_ELEMENTS = 8  # array elements shown in a message
 class KeyJudgement:
     judged: int = 0  # keys compared with the plan and equal to it
     failures: list[str] = field(default_factory=list)
-    unchecked: list[str] = field(default_factory=list)  # one line per group of keys not judged
+    unchecked: list[str] = field(default_factory=list)  # one line per group of keys not judged (Messages)
     unchecked_keys: int = 0
 
 
@@ -114,6 +115,6 @@ def judge_keys(
             out.failures.append(f"key {key} is missing; {writer} writes it as {describe(plan)}")
     for reason, keys in groups.items():
         names = ", ".join(keys[:SHOWN_NAMES]) + (", ..." if len(keys) > SHOWN_NAMES else "")
-        out.unchecked.append(f"{len(keys)} key{'s' if len(keys) != 1 else ''} ({names}): {reason}")
+        out.unchecked.append(Message(f"{len(keys)} key{'s' if len(keys) != 1 else ''} ({names}): ", reason))
         out.unchecked_keys += len(keys)
     return out

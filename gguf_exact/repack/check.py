@@ -22,7 +22,7 @@ from typing import Callable
 import numpy as np
 from gguf import GGMLQuantizationType, GGUFValueType
 
-from gguf_exact.errors import InputError, Param
+from gguf_exact.errors import InputError, Message, Param
 from gguf_exact.formats.checkpoint import Checkpoint
 from gguf_exact.formats.gguf_file import file_type
 from gguf_exact.formats.gguf_layout import TensorEntry, encode_kv
@@ -39,7 +39,9 @@ from gguf_exact.stream.source_rows import TensorLocation, locate
 from gguf_exact.stream.verify import OffGridRule, Verification, measure_tensors, verify_tensors
 
 T = GGMLQuantizationType
-NO_DONOR = "repack copies them from the donor; give --donor DONOR.gguf to compare them as bytes"
+NO_DONOR = Message(
+    "repack copies them from the donor; give ", Param("donor", value="DONOR.gguf"), " to compare them as bytes"
+)
 
 
 def verify_model(

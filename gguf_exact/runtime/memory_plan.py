@@ -42,7 +42,7 @@ from dataclasses import dataclass, field, replace
 
 from gguf import GGMLQuantizationType
 
-from gguf_exact.errors import ArgumentError, InputError
+from gguf_exact.errors import ArgumentError, InputError, Message, Param
 from gguf_exact.formats.gguf_layout import TensorEntry
 from gguf_exact.formats.gguf_layout import row_bytes as gguf_row_bytes
 from gguf_exact.pair.geometry import Geometry
@@ -361,13 +361,16 @@ class MemoryPlan:
         out.append(f"  {'total':<18} {mib(total):>12} {where}{host}")
         return out
 
-    def warning(self, card_mib: int | None, card: str = "the card") -> str | None:
-        """One line when the GPU part exceeds ``card_mib``; None when it fits or there is no card."""
+    def warning(self, card_mib: int | None, card: str = "the card") -> Message | None:
+        """One line when the GPU part exceeds ``card_mib``; None when it fits or there is no card.
+        A front end adds how it sets ctx-size (the CLI: ``(--set ctx-size=N)``)."""
         if not self.gpu or not card_mib or self.device_bytes <= card_mib * MIB:
             return None
-        return (
+        return Message(
             f"the plan needs {mib(self.device_bytes)} on the GPU but {card} has {card_mib:,} MiB: llama-server "
-            "may fail to load or run out of memory; lower ctx-size (--set ctx-size=N) or n-gpu-layers"
+            "may fail to load or run out of memory; lower ctx-size",
+            Param("overrides", aside=" ({} ctx-size=N)"),
+            " or n-gpu-layers",
         )
 
 

@@ -21,25 +21,26 @@ else:  # pragma: no cover
     import tomli as tomllib
 
 from gguf_exact.builds.llama_build import BACKEND
-from gguf_exact.errors import ArgumentError, InputError, Param
+from gguf_exact.errors import ArgumentError, InputError, Message, Param
 from gguf_exact.resources import shipped_dir, user_config_dir
 
 PROFILE_DIR = shipped_dir("serve")  # the project's serve/ (a wheel carries a copy)
 Value = str | int | float | bool
 
-# Options that gguf-exact sets itself, from its own arguments.
-RESERVED = {
-    "model": "--model",
-    "m": "--model",
-    "model-draft": "--draft",
-    "md": "--draft",
-    "spec-draft-model": "--draft",
-    "host": "--host",
-    "port": "--port",
-    "metrics": "(always on)",
-    "log-file": "(the run directory)",
-    "api-key": "--api-key or $GGUF_EXACT_API_KEY (kept out of the run folder)",
-    "api-key-file": "--api-key or $GGUF_EXACT_API_KEY (kept out of the run folder)",
+# Options that gguf-exact sets itself, from its own arguments: what to use instead.
+_API_KEY = Message(Param("api_key"), " or $GGUF_EXACT_API_KEY (kept out of the run folder)")
+RESERVED: dict[str, Message] = {
+    "model": Message(Param("target")),
+    "m": Message(Param("target")),
+    "model-draft": Message(Param("draft")),
+    "md": Message(Param("draft")),
+    "spec-draft-model": Message(Param("draft")),
+    "host": Message(Param("host")),
+    "port": Message(Param("port")),
+    "metrics": Message("(always on)"),
+    "log-file": Message("(the run directory)"),
+    "api-key": _API_KEY,
+    "api-key-file": _API_KEY,
 }
 _KEY = re.compile(r"[a-z0-9][a-z0-9-]*")
 
@@ -88,7 +89,7 @@ class Profile:
             table = draft if key.startswith("draft.") or (key in draft and key not in server) else server
             key = key.removeprefix("draft.")
             table[key] = parse_value(raw)
-        return _checked(replace(self, build=build, server=server, draft=draft), "--set")
+        return _checked(replace(self, build=build, server=server, draft=draft), Param("overrides"))
 
 
 def parse_value(raw: str) -> Value:
@@ -104,28 +105,30 @@ def parse_value(raw: str) -> Value:
     return raw.strip("\"'")
 
 
-def _checked(profile: Profile, where: str) -> Profile:
+def _checked(profile: Profile, where: str | Param) -> Profile:
+    """``where``: the profile's file, or the parameter that gave the overrides."""
     for table_name, table in (("server", profile.server), ("draft", profile.draft)):
         for key, value in table.items():
             if not _KEY.fullmatch(key):
                 raise InputError(
-                    f"{where}: [{table_name}] key {key!r} is not a llama-server long option name (lower case, '-')"
+                    where,
+                    f": [{table_name}] key {key!r} is not a llama-server long option name (lower case, '-')",
                 )
             if key in RESERVED:
                 raise InputError(
-                    f"{where}: [{table_name}] {key} is set by gguf-exact serve; use {RESERVED[key]} instead"
+                    where, f": [{table_name}] {key} is set by gguf-exact serve; use ", RESERVED[key], " instead"
                 )
             if not isinstance(value, (str, int, float, bool)):
                 raise InputError(
-                    f"{where}: [{table_name}] {key} = {value!r}: values must be strings, numbers or true/false"
+                    where, f": [{table_name}] {key} = {value!r}: values must be strings, numbers or true/false"
                 )
             refuse_no_mmap(key, value, where)
     if not BACKEND.fullmatch(profile.build):
-        raise InputError(f"{where}: build = {profile.build!r}: expected 'cpu', 'vulkan' or 'cudaNN' (cuda75, cuda86)")
+        raise InputError(where, f": build = {profile.build!r}: expected 'cpu', 'vulkan' or 'cudaNN' (cuda75, cuda86)")
     return profile
 
 
-def refuse_no_mmap(key: str, value: Value, where: str) -> None:
+def refuse_no_mmap(key: str, value: Value, where: str | Param) -> None:
     """Gemma 4 reads ``per_layer_token_embd`` lazily from the memory map: keep mmap on."""
     off = (
         (key == "no-mmap" and value is not False)
@@ -134,7 +137,8 @@ def refuse_no_mmap(key: str, value: Value, where: str) -> None:
     )
     if off:
         raise InputError(
-            f"{where}: {key} = {value!r} turns mmap off; Gemma 4 reads per_layer_token_embd lazily from the memory map, so remove it"
+            where,
+            f": {key} = {value!r} turns mmap off; Gemma 4 reads per_layer_token_embd lazily from the memory map, so remove it",
         )
 
 

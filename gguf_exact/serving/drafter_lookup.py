@@ -24,7 +24,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from gguf_exact.errors import ArgumentError, GgufExactError, InputError, PairError, Param
+from gguf_exact.errors import ArgumentError, GgufExactError, InputError, Message, PairError, Param
 from gguf_exact.formats.gguf_file import sha256_file
 from gguf_exact.hub.recipes import RECIPES_ENV  # a recipes folder searched first (tests: a loopback Hub's)
 from gguf_exact.pair.checks import DRAFTER_ARCH, ModelFile, ServePair, check_pair, read_model
@@ -46,7 +46,7 @@ def drafter_recipes(size: str | None, recipes_dir: Path | None = None) -> list:
 @dataclass(frozen=True)
 class DrafterFound:
     path: Path | None  # None: the target alone (--no-draft), or not fetched yet (a dry run)
-    how: str  # one phrase: where it was found, or why there is none
+    how: str  # one phrase: where it was found, or why there is none (a Message where it names a parameter)
     size: SizeMatch | None = None
     would_fetch: Path | None = None  # a dry run: where fetching would place it (nothing downloaded)
     given: bool = False  # the caller named the file: nothing was looked for
@@ -197,7 +197,7 @@ def resolve_drafter(
     if no_draft:
         if draft is not None and str(draft) != AUTO:
             raise ArgumentError("give ", Param("draft"), " FILE or ", Param("no_draft"), ", not both")
-        return DrafterFound(None, "--no-draft: the target alone")
+        return DrafterFound(None, Message(Param("no_draft", api="no_draft=True"), ": the target alone"))
     if draft is not None and str(draft) != AUTO:
         if fetch:
             raise ArgumentError(
@@ -208,7 +208,7 @@ def resolve_drafter(
             )
         return DrafterFound(Path(draft), "given as a file", given=True)
     if draft is None and not default_auto and not fetch:
-        return DrafterFound(None, "no --draft: the target alone")
+        return DrafterFound(None, Message("no ", Param("draft"), ": the target alone"))
     return find_drafter(target, models_dir, fetch, config=config, dry_run=dry_run)
 
 

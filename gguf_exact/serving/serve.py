@@ -30,7 +30,7 @@ class ServePlan:
     choice: Choice | None  # what --profile auto chose, and why; None for a named profile
     drafter: DrafterFound
     memory: MemoryPlan
-    memory_warning: str | None  # the plan exceeds the card's memory
+    memory_warning: str | None  # the plan exceeds the card's memory (a Message: render it with name=)
     dry_run: bool = False
 
     @property

@@ -137,7 +137,7 @@ def _extra_args_check(extra: list[str]) -> None:
         key = arg.lstrip("-")
         value = extra[i + 1] if i + 1 < len(extra) and not extra[i + 1].startswith("-") else True
         key, eq, inline = key.partition("=")
-        refuse_no_mmap(key, inline if eq else value, "llama-server arguments")
+        refuse_no_mmap(key, inline if eq else value, Param("extra_args"))
         if key in ("api-key", "api-key-file"):
             raise ArgumentError(
                 Param("extra_args"),

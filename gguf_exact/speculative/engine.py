@@ -542,7 +542,7 @@ def gpu_offload_warning(profile: str, build: str, opts: EngineOptions, supports_
     )
     return (
         f"profile {profile} offloads layers to the GPU, but these llama-cpp-python bindings are CPU-only, "
-        f"so the Python engine runs on the CPU; build {fix}, or serve with --engine llama-server"
+        f"so the Python engine runs on the CPU; build {fix}, or serve with llama-server instead"
     )
 
 

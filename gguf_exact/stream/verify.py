@@ -17,7 +17,9 @@ held to it, and nothing is merely measured:
 - a generated tensor (``rope_freqs``) holds what the config gives.
 
 What cannot be judged without a donor is named in :attr:`Verification.unchecked`, never
-passed over. Chunks run on two threads: the packer's kernel, ``pread`` and most numpy
+passed over. Lines that name a parameter (``give donor=DONOR.gguf to judge it``) are
+:class:`~gguf_exact.errors.Message` strings: the CLI renders them with its flags
+(``--donor DONOR.gguf``). Chunks run on two threads: the packer's kernel, ``pread`` and most numpy
 passes release the GIL, and a file whose chunks are the plan's bytes costs the plan plus
 one comparison per chunk.
 """
@@ -26,6 +28,7 @@ import os
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Callable
 
 import numpy as np
 from gguf import GGMLQuantizationType
@@ -35,7 +38,7 @@ from gguf_exact.core.block_exactness import BlockJudgement, judge_blocks
 from gguf_exact.core.error_stats import ErrorStats, compare_chunk, sum_stats
 from gguf_exact.core.exact import plan_rows
 from gguf_exact.core.same_levels import same_levels
-from gguf_exact.errors import ArgumentError, Param
+from gguf_exact.errors import ArgumentError, Message, NotExactError, Param, param_name, render
 from gguf_exact.formats.gguf_file import TYPES, decode, encode
 from gguf_exact.formats.gguf_layout import TensorEntry
 from gguf_exact.formats.gguf_reader import GgufFile
@@ -49,6 +52,9 @@ Q4_0 = T.Q4_0
 FLOATS = (T.F32, T.F16, T.BF16)
 FALLBACK_TYPES = (T.Q8_0, T.F16, T.BF16, T.F32)  # what --off-grid may store an off-grid matrix as
 PASS, FAIL, NOT_JUDGED = "pass", "FAIL", "not judged"
+ALLOW = Param("allow_unchecked", api="allow_unchecked=True")
+DONOR = Param("donor", value="DONOR.gguf")
+KEEP = Param("off_grid", value="keep")
 
 
 @dataclass(frozen=True)
@@ -92,18 +98,19 @@ class TensorCheck(ErrorStats):
     type: str = ""  # GGML type stored
     planned: str = ""  # GGML type the plan stores (or what it allows)
     status: str = PASS  # PASS, FAIL or NOT_JUDGED
-    note: str = ""  # how it was judged, or why not
-    failure: str = ""  # the first failure, with its figures
+    note: str = ""  # how it was judged, or why not (a Message where it names a parameter)
+    failure: str = ""  # the first failure, with its figures (likewise)
     blocks: BlockJudgement | None = None  # Q4_0 tensors judged block by block
     measured: bool = False  # figures against the source were taken
 
-    def as_dict(self) -> dict:
+    def as_dict(self, name: Callable[[Param], str] = param_name) -> dict:
+        """``name``: how parameters named in the note and failure are spelled."""
         out = {
             "name": self.name, "source": self.source or None, "type": self.type, "planned": self.planned,
-            "status": self.status, "note": self.note,
+            "status": self.status, "note": render(self.note, name),
         }  # fmt: skip
         if self.failure:
-            out["failure"] = self.failure
+            out["failure"] = render(self.failure, name)
         if self.blocks is not None:
             b = self.blocks
             out["blocks"] = {
@@ -116,7 +123,9 @@ class TensorCheck(ErrorStats):
 @dataclass
 class Verification:
     """The file held to its plan: every tensor's check, every failure, everything that
-    could not be judged, and the header's judgement."""
+    could not be judged, and the header's judgement. Lines are ``str``, in the Python
+    API's words; those that name a parameter are :class:`~gguf_exact.errors.Message`,
+    which a front end renders in its own (``name=`` of :meth:`verdict` and :meth:`as_dict`)."""
 
     path: Path
     source: Path | None = None
@@ -146,13 +155,19 @@ class Verification:
     def ok(self, allow_unchecked: bool = False) -> bool:
         return not self.failures and (allow_unchecked or not self.unchecked)
 
-    def verdict(self, allow_unchecked: bool = False) -> str:
+    def verdict(self, allow_unchecked: bool = False, name: Callable[[Param], str] = param_name) -> str:
         """The one line that ends ``verify``'s output: ``verify: PASS — ...``,
-        ``verify: FAIL — ...`` or ``verify: INCOMPLETE — ...``."""
+        ``verify: FAIL — ...`` or ``verify: INCOMPLETE — ...``. ``name``: how parameters
+        are spelled (default: the Python API's ``allow_unchecked=True``)."""
+        return self._verdict(allow_unchecked).render(name)
+
+    def _verdict(self, allow_unchecked: bool) -> Message:
         name = str(self.path)
         if self.failures:
             more = f" ({len(self.failures) - 1} more listed)" if len(self.failures) > 1 else ""
-            return f"verify: FAIL — {name}: {_count(len(self.failures), 'failure')}; first: {self.failures[0]}{more}"
+            return Message(
+                f"verify: FAIL — {name}: {_count(len(self.failures), 'failure')}; first: ", self.failures[0], more
+            )
         judged = [t for t in self.tensors if t.status == PASS]
         q4 = [t for t in judged if t.blocks is not None]
         values = sum_stats(t for t in q4 if t.measured) or ErrorStats()
@@ -168,30 +183,38 @@ class Verification:
         if off:
             line += f"; {_count(len(off), 'matrix', 'matrices')} off the grid, stored as {self.writer} defines"
         if not self.unchecked:
-            return f"verify: PASS — {line}"
-        what = "; ".join(self.unchecked)
+            return Message(f"verify: PASS — {line}")
+        what = Message.join("; ", self.unchecked)
         if allow_unchecked:
-            return f"verify: PASS — {line}; not judged (--allow-unchecked): {what}"
-        return f"verify: INCOMPLETE — {name}: everything judged passes, but not judged: {what}; --allow-unchecked accepts that"
+            return Message(f"verify: PASS — {line}; not judged (", ALLOW, "): ", what)
+        return Message(
+            f"verify: INCOMPLETE — {name}: everything judged passes, but not judged: ", what, "; ", ALLOW,
+            " accepts that",
+        )  # fmt: skip
 
-    def error_line(self, allow_unchecked: bool = False) -> str | None:
-        """The ``error:`` message for a file that does not pass; None when it passes."""
+    def error(self, allow_unchecked: bool = False) -> NotExactError | None:
+        """The error for a file that does not pass (its first failure, or what was not
+        judged); None when it passes."""
         if self.failures:
             more = f" (and {_count(len(self.failures) - 1, 'more failure')})" if len(self.failures) > 1 else ""
-            return f"{self.path}: verification failed: {self.failures[0]}{more}"
+            return NotExactError(f"{self.path}: verification failed: ", self.failures[0], more)
         if self.unchecked and not allow_unchecked:
-            return f"{self.path}: not verified: not judged: {'; '.join(self.unchecked)}; pass --allow-unchecked to accept that"
+            return NotExactError(
+                f"{self.path}: not verified: not judged: ", Message.join("; ", self.unchecked), "; pass ", ALLOW,
+                " to accept that",
+            )  # fmt: skip
         return None
 
-    def as_dict(self, allow_unchecked: bool = False) -> dict:
+    def as_dict(self, allow_unchecked: bool = False, name: Callable[[Param], str] = param_name) -> dict:
+        """The verdict and every line, for JSON; ``name``: how parameters are spelled."""
         b = self.blocks
         return {
             "ok": self.ok(allow_unchecked),
-            "verdict": self.verdict(allow_unchecked),
+            "verdict": self.verdict(allow_unchecked, name),
             "path": str(self.path),
             "source": str(self.source) if self.source else None,
-            "failures": list(self.failures),
-            "unchecked": list(self.unchecked),
+            "failures": [render(f, name) for f in self.failures],
+            "unchecked": [render(u, name) for u in self.unchecked],
             "keys": {"judged": self.keys.judged, "not_judged": self.keys.unchecked_keys},
             "blocks": {
                 "total": b.n_blocks,
@@ -201,7 +224,7 @@ class Verification:
                 "less_exact": b.less_exact,
             },  # fmt: skip
             "total": self.total.as_dict(),
-            "tensors": [t.as_dict() for t in self.tensors],
+            "tensors": [t.as_dict(name) for t in self.tensors],
         }
 
 
@@ -251,9 +274,9 @@ def verify_tensors(
             check = judge.tensor(job, t)
             v.tensors.append(check)
             if check.status == FAIL:
-                v.failures.append(f"tensor {t.name}: {check.failure}")
+                v.failures.append(Message(f"tensor {t.name}: ", check.failure))
             elif check.status == NOT_JUDGED:
-                v.unchecked.append(f"tensor {t.name}: {check.note}")
+                v.unchecked.append(Message(f"tensor {t.name}: ", check.note))
     finally:
         judge.close()
     return v
@@ -313,9 +336,9 @@ class _Judge:
         if job.role == COPY and job.source is not None:  # a re-pack without its donor: as upstream writes norms
             return self._encoded(
                 job, t, check, T.F32, "F32: the source's values (as llama.cpp's converter writes norms)",
-                hint="; give --donor DONOR.gguf to compare with the donor's bytes",
+                hint=Message("; give ", DONOR, " to compare with the donor's bytes"),
             )  # fmt: skip
-        return self._not_judged(job, t, check, "repack copies it from the donor; give --donor DONOR.gguf to judge it")
+        return self._not_judged(job, t, check, Message("repack copies it from the donor; give ", DONOR, " to judge it"))
 
     # -- kinds of tensors -------------------------------------------------------------------
 
@@ -346,7 +369,7 @@ class _Judge:
         check.planned, check.note = planned.name, note
         if t.type != planned:
             return _failed(
-                check, f"is {t.type.name}; {self.writer} writes {planned.name}, {note.split(': ', 1)[1]}{hint}"
+                check, Message(f"is {t.type.name}; {self.writer} writes {planned.name}, {note.split(': ', 1)[1]}", hint)
             )
         chunks = self._chunks(t, lambda r0, r1: self._encoded_chunk(job, t, r0, r1))
         return _finish(check, chunks)
@@ -423,23 +446,28 @@ class _Judge:
         kept = job.role == PROBE or self.off_grid.keep
         if t.type in self.off_grid.types and job.role != PROBE:  # chunks from _fallback_chunk: bytes compared
             check.planned = t.type.name
-            check.note = f"off the grid: the source as {t.type.name}, as --off-grid {t.type.name.lower()} writes it"
+            how = Param("off_grid", value=t.type.name.lower())
+            check.note = Message(f"off the grid: the source as {t.type.name}, as ", how, " writes it")
             return _finish(check, chunks)
         if kept and self.donor is not None:
             return self._donor_bytes(
                 job,
                 t,
                 check,
-                f"off the grid: the donor's bytes ({'router' if job.role == PROBE else '--off-grid keep'})",
+                Message("off the grid: the donor's bytes (", "router" if job.role == PROBE else KEEP, ")"),
             )
         if kept:
             return self._not_judged(
-                job, t, check, f"{where}, so repack keeps the donor's tensor; give --donor DONOR.gguf to judge it"
+                job, t, check, Message(f"{where}, so repack keeps the donor's tensor; give ", DONOR, " to judge it")
             )
         allowed = self.off_grid.words()
         return _failed(
             check,
-            f"is {t.type.name}, but {where}: no exact Q4_0 form; {self.writer} stores such a matrix as {allowed} (--off-grid)",
+            Message(
+                f"is {t.type.name}, but {where}: no exact Q4_0 form; {self.writer} stores such a matrix as {allowed} (",
+                Param("off_grid"),
+                ")",
+            ),
         )
 
     def _q4_0_chunk(self, job: TensorJob, t: TensorEntry, r0: int, r1: int) -> _Chunk:

@@ -24,7 +24,7 @@ from gguf import GGMLQuantizationType
 from gguf_exact.core import bf16
 from gguf_exact.core.error_stats import ErrorStats, compare_chunk, sum_stats
 from gguf_exact.core.exact import plan_rows
-from gguf_exact.errors import ArgumentError, GgufExactError, InputError, OffGridError, Param
+from gguf_exact.errors import ArgumentError, GgufExactError, InputError, Message, OffGridError, Param
 from gguf_exact.formats.gguf_file import TYPES, decode, encode
 from gguf_exact.formats.gguf_layout import TensorEntry
 from gguf_exact.formats.gguf_reader import GgufFile
@@ -239,21 +239,18 @@ class TensorWriter:
         where = f"{job.source.loc.file}: tensor {job.hf_name}"
         if any(c.not_bf16 for c in chunks):
             share = f"{job.source.loc.dtype} values that bf16 cannot hold exactly, so no exact Q4_0"
-            how = "pass --off-grid f32|f16|bf16|q8_0 to store it in another type"
+            how = Message("pass ", Param("off_grid", value="f32|f16|bf16|q8_0"), " to store it in another type")
         else:
             share = f"{result.off_grid_blocks} of {result.n_blocks} blocks are off the 4-bit grid"
-            how = (
-                "pass --off-grid "
-                + ("keep|" if self.donor is not None else "")
-                + "q8_0|f16|bf16 to store such matrices in another way"
-            )
+            choices = ("keep|" if self.donor is not None else "") + "q8_0|f16|bf16"
+            how = Message("pass ", Param("off_grid", value=choices), " to store such matrices in another way")
         if job.role == PROBE or self.off_grid == "keep":
             result.note = f"off grid ({share}), kept as the donor has it"
             return self._finish(job, result, *self._chunks("copy_chunk", j, self.writer.replace_last(e)))
         if self.off_grid is None:
             first = next((f for c in chunks for f in c.first_off_grid), None)
             at = f" (first at row {first[0]}, column {first[1]}, residual {first[2]:.3g} steps)" if first else ""
-            raise OffGridError(f"{where}: {share}{at}; {how}")
+            raise OffGridError(f"{where}: {share}{at}; ", how)
         qtype = TYPES[self.off_grid]
         fallback = TensorEntry(e.name, e.ne, qtype)
         result.out_type, result.out_bytes, result.rewritten = qtype.name, fallback.nbytes, True
