@@ -33,8 +33,8 @@ from pathlib import Path
 from typing import Any, Iterator, Sequence
 
 from gguf_exact.bench.report import Figures
+from gguf_exact.serving.server import ENGINES  # what serve --engine takes
 
-ENGINES = ("llama-server", "python")
 HEAD_NODE = "result_output"  # the drafter's tied output head (gemma4-assistant.cpp)
 TTFT_PROMPT = "Time to first token, measured on a prompt of its own: " * 2
 NAME_OFFSET = 256  # offsetof(struct ggml_tensor, name) in ggml 0c1e57098 (x86-64)
