@@ -1,0 +1,68 @@
+"""bench-real's arms (gguf_exact/bench/real.py) on the tiny hidden-state pair, whose drafts are
+all accepted: both engines loaded side by side answer the same requests with the same text,
+round after round, and concurrent clients' tokens are each request's own."""
+
+from __future__ import annotations
+
+import pytest
+from _llama_server import TEST_SETTINGS
+
+from gguf_exact.bench.real import concurrent_arm, engines_arm
+from gguf_exact.tiny.hidden_pair import CYCLE, write_hidden_state_pair
+
+PROMPTS = ("the a of", "to in is")
+WORDS = [w.lstrip("▁") for w in CYCLE]
+
+
+@pytest.fixture(scope="module")
+def pair(tmp_path_factory):
+    mp = pytest.MonkeyPatch()
+    mp.setenv("GGUF_EXACT_RUN_DIR", str(tmp_path_factory.mktemp("run")))
+    yield write_hidden_state_pair(tmp_path_factory.mktemp("hidden"))
+    mp.undo()
+
+
+def walks_the_cycle(text: str) -> bool:
+    """Every word is the cycle's word after the one before it (the target's own walk)."""
+    words = text.split()
+    start = WORDS.index(words[0])
+    return words == [WORDS[(start + i) % len(WORDS)] for i in range(len(words))]
+
+
+def test_both_engines_side_by_side_give_the_same_text_and_counts_every_round(pair):
+    arms = engines_arm(pair[0], pair[1], ("llama-server", "python"), 2, PROMPTS, 9, TEST_SETTINGS, rounds=2)
+    assert [a.engine for a in arms] == ["llama-server", "python"]
+    server, python = arms
+    for a in arms:
+        assert a.n_max == 2 and a.rounds == 2 and a.same_every_round
+        assert a.tokens == 18  # 9 per prompt, none stops early on this pair
+        # per prompt: the prefill's token, then passes carrying 2, 2 and 1 drafts (the last
+        # only as many as the 9 tokens leave room for), every draft accepted: 4 passes, 5 drafts
+        assert (a.target_passes, a.drafts_generated, a.drafts_accepted) == (2 * 4, 2 * 5, 2 * 5)
+        assert a.acceptance_rate == 1.0
+        assert 0 < a.generation_seconds < a.wall_seconds and a.load_seconds > 0 and a.peak_rss_mib > 0
+        assert a.ttft_prompt_tokens > 10 and a.ttft_seconds > 0
+    assert server.texts == python.texts
+    assert walks_the_cycle(server.texts[0]) and walks_the_cycle(server.texts[1])
+
+
+def test_the_target_alone_side_by_side(pair):
+    arms = engines_arm(pair[0], None, ("python", "llama-server"), 0, PROMPTS[:1], 5, TEST_SETTINGS, rounds=1)
+    assert [(a.engine, a.tokens, a.target_passes, a.drafts_generated) for a in arms] == [
+        ("python", 5, 5, 0),
+        ("llama-server", 5, 5, 0),
+    ]
+    assert arms[0].texts == arms[1].texts and walks_the_cycle(arms[0].texts[0])
+
+
+@pytest.mark.parametrize("engine, parallel", [("python", 1), ("llama-server", 2)])
+def test_concurrent_clients_each_count_their_own_tokens(pair, engine, parallel):
+    r = concurrent_arm(pair[0], pair[1], engine, 2, parallel, PROMPTS, 6, TEST_SETTINGS)
+    assert (r.engine, r.parallel, r.clients) == (engine, parallel, 2)
+    counts = [len(x["tokens"]) if "tokens" in x else x["n_tokens"] for x in r.per_request]
+    assert counts == [6, 6] and r.tokens == 12  # not the other request's tokens as well
+    assert walks_the_cycle(r.per_request[0]["text"]) and walks_the_cycle(r.per_request[1]["text"])
+    assert all(0 < x["seconds"] <= r.wall_seconds for x in r.per_request)
+    if engine == "llama-server":
+        # 6 tokens: the prefill's, a pass with 2 drafts, one with the 1 that room is left for
+        assert [(x["draft_n"], x["draft_n_accepted"]) for x in r.per_request] == [(3, 3), (3, 3)]
