@@ -86,7 +86,8 @@ def shape_run(shape: str, args, prompts: list[str]) -> dict:
     sets = [f"threads={args.threads}", f"threads-batch={args.threads}", f"ctx-size={args.ctx}", "no-warmup=true"]
     sets += args.set
     out: dict = {"shape": shape, "files": {k: [str(p) for p in v] for k, v in pairs.items()}}
-    out["costs"] = costs(*pairs["hidden"], n_max_list, args.threads, args.gpu_layers)
+    cost_n_max = [int(x) for x in (args.cost_n_max or args.n_max).split(",")]
+    out["costs"] = costs(*pairs["hidden"], cost_n_max, args.threads, args.gpu_layers)
     arms = []
     engines = args.engines.split(",")
     target = pairs["hidden"][0]
@@ -253,6 +254,9 @@ def main() -> int:
     ap.add_argument("--n-predict", type=int, default=48)
     ap.add_argument("--prompts", type=int, default=2, help="how many of the prompts per arm")
     ap.add_argument("--rounds", type=int, default=3, help="rounds of the same requests per arm (medians)")
+    ap.add_argument(
+        "--cost-n-max", default="", help="n-max values whose verification rows are timed (default: --n-max)"
+    )
     ap.add_argument("--threads", type=int, default=os.cpu_count() or 2)
     ap.add_argument("--ctx", type=int, default=1024)
     ap.add_argument("--parallel", default="2,4", help="llama-server slot counts for the many-users runs ('' skips)")
