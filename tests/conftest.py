@@ -25,6 +25,17 @@ def _own_user_config(tmp_path_factory):
         os.environ["XDG_CONFIG_HOME"] = old
 
 
+@pytest.fixture(scope="module")
+def run_dir(tmp_path_factory):
+    """A run folder of the test module's own (``GGUF_EXACT_RUN_DIR``: the servers' pid files
+    and logs), so no test sees another module's servers."""
+    mp = pytest.MonkeyPatch()
+    root = tmp_path_factory.mktemp("run")
+    mp.setenv("GGUF_EXACT_RUN_DIR", str(root))
+    yield root
+    mp.undo()
+
+
 @pytest.fixture(scope="session")
 def tiny(tmp_path_factory) -> Path:
     """A tiny gemma4 target GGUF and QAT drafter checkpoints (fp32 and bf16 steps)."""

@@ -15,11 +15,8 @@ WORDS = [w.lstrip("▁") for w in CYCLE]
 
 
 @pytest.fixture(scope="module")
-def pair(tmp_path_factory):
-    mp = pytest.MonkeyPatch()
-    mp.setenv("GGUF_EXACT_RUN_DIR", str(tmp_path_factory.mktemp("run")))
-    yield write_hidden_state_pair(tmp_path_factory.mktemp("hidden"))
-    mp.undo()
+def pair(run_dir, tmp_path_factory):
+    return write_hidden_state_pair(tmp_path_factory.mktemp("hidden"))
 
 
 def walks_the_cycle(text: str) -> bool:

@@ -32,15 +32,6 @@ CHAT = [{"role": "system", "content": "answer briefly"}, {"role": "user", "conte
 
 
 @pytest.fixture(scope="module")
-def run_dir(tmp_path_factory):
-    mp = pytest.MonkeyPatch()
-    root = tmp_path_factory.mktemp("run")
-    mp.setenv("GGUF_EXACT_RUN_DIR", str(root))
-    yield root
-    mp.undo()
-
-
-@pytest.fixture(scope="module")
 def pair(tmp_path_factory) -> tuple[Path, Path]:
     return write_hidden_state_pair(tmp_path_factory.mktemp("hidden"))
 

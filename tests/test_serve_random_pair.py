@@ -24,15 +24,6 @@ from gguf_exact.tiny.models import write_tiny_drafter, write_tiny_target
 
 
 @pytest.fixture(scope="module")
-def run_dir(tmp_path_factory):
-    mp = pytest.MonkeyPatch()
-    root = tmp_path_factory.mktemp("run")
-    mp.setenv("GGUF_EXACT_RUN_DIR", str(root))
-    yield root
-    mp.undo()
-
-
-@pytest.fixture(scope="module")
 def pair(tmp_path_factory):
     root = tmp_path_factory.mktemp("random-pair")
     target = write_tiny_target(root / "target.gguf", seed=0)

@@ -43,14 +43,6 @@ def field(reader: GGUFReader, key: str):
     return f.contents()
 
 
-@pytest.fixture(scope="module")
-def run_dir(tmp_path_factory):
-    mp = pytest.MonkeyPatch()
-    mp.setenv("GGUF_EXACT_RUN_DIR", str(tmp_path_factory.mktemp("run")))
-    yield
-    mp.undo()
-
-
 @pytest.fixture(scope="module", params=list(SIZES))
 def pair(request, tmp_path_factory) -> SimpleNamespace:
     """One size's tiny pair: the converted drafter and the re-packed target."""
