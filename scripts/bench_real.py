@@ -169,6 +169,14 @@ def save_partial(out_dir: Path, result: dict) -> None:
     (out_dir / f"partial-{result['shape']}.json").write_text(json.dumps(result, indent=1) + "\n")
 
 
+def steady_tokens_per_pass(arm: dict) -> float:
+    """Tokens per target pass after each request's first token, which its prefill pass
+    yields: the generation phase that generation tokens/s times (the prefill is not in it)."""
+    n = len(arm["texts"])
+    passes = arm["target_passes"] - n
+    return (arm["tokens"] - n) / passes if passes > 0 else 0.0
+
+
 def table(result: dict) -> str:
     """The README's table for one shape."""
     c = result["costs"]
@@ -189,7 +197,7 @@ def table(result: dict) -> str:
         base = alone.get(a["engine"])
         speed = a["generation_tokens_per_second"] / base["generation_tokens_per_second"] if base else None
         pred = (
-            predicted_speedup(a["tokens_per_pass"], passes[1], passes[a["n_max"] + 1], draft, a["n_max"])
+            predicted_speedup(steady_tokens_per_pass(a), passes[1], passes[a["n_max"] + 1], draft, a["n_max"])
             if a["n_max"]
             else None
         )
