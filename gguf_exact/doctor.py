@@ -140,10 +140,11 @@ def build_finding(backend: str) -> Finding:
 
 def server_builds() -> list[Finding]:
     """This machine's builds (those for its CPU features), one finding per backend."""
-    tag = host_cpu().tag
-    folders = install_dir("cpu").parent.glob(f"{COMMIT}-*-{tag}")
-    names = [p.name[len(COMMIT) + 1 : -len(tag) - 1] for p in folders]
-    backends = sorted({n for n in names if BACKEND.fullmatch(n)})
+    cpu = host_cpu()
+    folders = install_dir("cpu").parent.glob(f"{COMMIT}*-{cpu.tag}")
+    # <commit>[+<carried fixes>]-<backend>-<tag>: a backend counts when its own key names the folder
+    names = [p.name[: -len(cpu.tag) - 1].partition("-")[2] for p in folders]
+    backends = sorted({n for n in names if BACKEND.fullmatch(n) and install_dir(n, cpu=cpu).is_dir()})
     return [build_finding(b) for b in backends or ["cpu"]]
 
 
