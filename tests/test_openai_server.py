@@ -129,6 +129,36 @@ def test_metrics_move_and_agree_with_the_clients_counts(servers):
     assert after['llamacpp:spec_decode_num_accepted_tokens_per_pos_total{position="2"}'] > 0
 
 
+@pytest.mark.parametrize("stream", [False, True])
+def test_cache_prompt_false_decodes_the_whole_prompt_as_llama_server_does(servers, stream):
+    """The same prompt again: by default the request resumes from the previous one's cache
+    (here all of it: nothing is decoded before its token is sampled); with cache_prompt
+    false it decodes every prompt row, as llama-server does."""
+    spec, _ = servers
+    prompt = PROMPTS["code"]
+
+    def rows(extra: dict) -> tuple[float, str, int]:
+        before = get_metrics(spec.url)
+        body = {"model": ALIAS, "prompt": prompt, "max_tokens": 1, "temperature": 0, "stream": stream} | extra
+        req = urllib.request.Request(
+            spec.url + "/v1/completions", json.dumps(body).encode(), {"Content-Type": "application/json"}
+        )
+        with urllib.request.urlopen(req, timeout=60) as r:
+            raw = r.read().decode()
+        after = get_metrics(spec.url)
+        n_prompt = int(after["llamacpp:prompt_tokens_total"] - before.get("llamacpp:prompt_tokens_total", 0.0))
+        return after["gguf_exact:target_rows_total"] - before["gguf_exact:target_rows_total"], raw, n_prompt
+
+    rows({})  # the prompt is now the cached one
+    resumed, _, n_prompt = rows({})
+    whole, _, n_again = rows({"cache_prompt": False})
+    assert n_prompt == n_again > 2
+    assert resumed == 0  # the whole prompt was cached, with its last row's logits
+    assert whole == n_prompt  # every prompt row decoded again
+    again, _, _ = rows({"cache_prompt": True})
+    assert again == 0  # the flag lasts one request
+
+
 def test_two_clients_at_once_both_get_their_whole_answer(servers):
     spec, _ = servers
     c = client(spec)

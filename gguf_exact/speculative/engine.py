@@ -41,6 +41,7 @@ import inspect
 import logging
 import time
 from contextlib import ExitStack
+from contextvars import ContextVar
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Iterator, Sequence
@@ -62,6 +63,11 @@ from gguf_exact.speculative.tokenizer import PieceCache
 log = logging.getLogger(__name__)
 
 _NO_DRAFTS = np.zeros(0, dtype=np.intc)
+
+# False: the next generate decodes its whole prompt, as llama-server does for a request with
+# cache_prompt false, instead of resuming from the previous request's KV cache. A context
+# variable, so a server sets it for one request (its worker thread inherits it).
+PROMPT_CACHE: ContextVar[bool] = ContextVar("gguf_exact_prompt_cache", default=True)
 _live_contexts = 0
 
 
@@ -261,6 +267,7 @@ class MtpLlama(llama_cpp.Llama):
         self.on_generation: Callable[[Generation], None] | None = None  # e.g. a server's log line
         self.draft_path = Path(draft_path) if draft_path is not None else None
         self.target_seconds = 0.0  # inside the target's llama_decode, since load
+        self.target_rows = 0  # batch rows the target decoded since load (prompt rows included)
         draft = MtpDraftModel(n_max)
         if draft_path is not None and checked is None:
             # Architecture, widths and the two vocabularies (as bytes) from the GGUF headers,
@@ -369,6 +376,7 @@ class MtpLlama(llama_cpp.Llama):
             self._ctx.decode(self._batch)
             dt = time.perf_counter() - t
             self.target_seconds += dt
+            self.target_rows += n
             self.input_ids[n_past : n_past + n] = batch
             if self._keep_scores:
                 logits = np.ctypeslib.as_array(self._ctx.get_logits(), shape=(n * self._n_vocab,))
@@ -422,6 +430,8 @@ class MtpLlama(llama_cpp.Llama):
         if self.record_margins:
             call.logits = {}
         self._call, self._verify_next = call, False
+        if not PROMPT_CACHE.get():
+            self.reset()  # no prefix in common with what is cached: the prompt is decoded whole
         inner = super().generate(tokens, *args, **kwargs)
         try:
             sent = None
@@ -580,6 +590,7 @@ def load_with_drafter(
 
 
 __all__ = [
+    "PROMPT_CACHE",
     "MtpDraftModel",
     "MtpLlama",
     "SpecTotals",

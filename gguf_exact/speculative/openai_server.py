@@ -20,6 +20,8 @@ The routes are llama-cpp-python's own (``llama_cpp.server.app.router``:
   ``interrupt_requests`` is off so a waiting request never cuts a stream short;
 - per request, llama-server's log line ``draft acceptance = ... (A accepted / G
   generated), mean len = ...``, which ``gguf-exact status`` reads;
+- llama-server's ``cache_prompt``: ``false`` decodes the request's prompt whole instead
+  of resuming from the previous request's cache (:data:`.engine.PROMPT_CACHE`);
 - llama-server's sampling defaults for requests that name none
   (:func:`with_server_defaults`), and :class:`ApiKeyCheck` when started with an API key
   (``$GGUF_EXACT_API_KEY``): 401 for every request without it but ``/health``.
@@ -45,7 +47,7 @@ from pathlib import Path
 from typing import Any
 
 from gguf_exact.errors import GgufExactError
-from gguf_exact.speculative.engine import MtpLlama
+from gguf_exact.speculative.engine import PROMPT_CACHE, MtpLlama
 
 log = logging.getLogger("gguf_exact.server")
 
@@ -193,6 +195,10 @@ class RequestChecks:
                 return {"type": "http.request", "body": raw, "more_body": False}
             return await receive()
 
+        # llama-server's cache_prompt: false: this request's prompt is decoded whole, not
+        # resumed from the previous request's (the route runs the engine in a worker thread,
+        # which sees this task's context variables)
+        fresh = PROMPT_CACHE.set(False) if json.loads(raw).get("cache_prompt") is False else None
         with self.stats["lock"]:
             self.stats["waiting"] += 1
         try:
@@ -200,6 +206,8 @@ class RequestChecks:
         finally:
             with self.stats["lock"]:
                 self.stats["waiting"] -= 1
+            if fresh is not None:
+                PROMPT_CACHE.reset(fresh)
 
 
 class ApiKeyCheck:
@@ -264,6 +272,7 @@ def metrics_text(llm: MtpLlama, in_flight: int) -> str:
         item("counter", "llamacpp:spec_decode_num_drafts_total", "Speculative: Total speculative decoding verification steps", t.drafts),
         item("counter", "gguf_exact:requests_total", "Completed generation calls", t.requests),
         item("counter", "gguf_exact:target_decode_seconds_total", "Time inside the target's llama_decode", t.target_seconds),
+        item("counter", "gguf_exact:target_rows_total", "Batch rows the target decoded (prompt rows not reused from the cache included)", llm.target_rows),
         item("counter", "gguf_exact:draft_decode_seconds_total", "Time inside the drafter's llama_decode", t.drafter_seconds),
         item("counter", "gguf_exact:generate_seconds_total", "Time inside generate calls (prompt included)", t.wall_seconds),
         item("gauge", "llamacpp:predicted_tokens_seconds", "Average generation throughput in tokens/s", t.tokens_per_second or 0.0),
