@@ -110,55 +110,24 @@ def shape_run(shape: str, args, prompts: list[str]) -> dict:
         kind, n_max = "hidden", int(args.parallel_n_max)
         # distinct prompts: no client can reuse another's prefix
         clients_prompts = [PROMPTS[i % len(PROMPTS)] for i in range(max(int(p) for p in args.parallel.split(",")))]
+
+        def clients(engine: str, k: str, slots: int, p: int, **label) -> None:
+            """``p`` clients at once on ``engine`` with ``slots`` slots, ``k``'s drafter."""
+            r = concurrent_arm(
+                target, pairs[k][1], engine, n_max, slots, clients_prompts[:p], args.n_predict, sets, args.profile
+            )
+            many.append({"kind": k, **label} | r.as_dict())
+
         for p in (int(x) for x in args.parallel.split(",")):
             for k in args.parallel_kinds.split(","):
                 log(f"{shape}: llama-server --parallel {p}, {p} clients, {k}, n-max {n_max}")
-                many.append(
-                    {"kind": k}
-                    | concurrent_arm(
-                        target,
-                        pairs[k][1],
-                        "llama-server",
-                        n_max,
-                        p,
-                        clients_prompts[:p],
-                        args.n_predict,
-                        sets,
-                        args.profile,
-                    ).as_dict()
-                )
+                clients("llama-server", k, p, p)
                 log(f"{shape}: llama-server --parallel 1, {p} clients one at a time, {k}")
-                many.append(
-                    {"kind": k, "serial": True}
-                    | concurrent_arm(
-                        target,
-                        pairs[k][1],
-                        "llama-server",
-                        n_max,
-                        1,
-                        clients_prompts[:p],
-                        args.n_predict,
-                        sets,
-                        args.profile,
-                    ).as_dict()
-                )
+                clients("llama-server", k, 1, p, serial=True)
                 save_partial(args.out, out | {"concurrent": many})
             if "python" in engines:
                 log(f"{shape}: python engine, {p} clients, n-max {n_max}")
-                many.append(
-                    {"kind": kind}
-                    | concurrent_arm(
-                        target,
-                        pairs[kind][1],
-                        "python",
-                        n_max,
-                        1,
-                        clients_prompts[:p],
-                        args.n_predict,
-                        sets,
-                        args.profile,
-                    ).as_dict()
-                )
+                clients("python", kind, 1, p)
         out["concurrent"] = many
     return out
 
