@@ -610,7 +610,7 @@ def test_checked_in_recipes_and_checksums(tmp_path):
         checksums.read(load_recipe("e2b-assistant").checksums)
         .pins["google/gemma-4-E2B-it-qat-q4_0-unquantized-assistant"]
         .commit
-        == "65c0ada7ab3f64cb44575ffc7db08af4032c0ebc"
+        == "ebc7e1a211354561464cb82ed6d886792138dcb6"
     )
     assert load_recipe("e2b").kind == "model" and (RECIPES_DIR / "e4b.toml").is_file()
     sdist = "832db0699007f1be95a7e41ef12e88926b02ba836461e36a36372db2760c1a2e"
