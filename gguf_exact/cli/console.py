@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import sys
 from typing import Callable
 
@@ -36,6 +37,37 @@ err = Console(stderr=True, highlight=False)
 def say(line: str) -> None:
     """One line of a command's output on stdout, as it is (no markup, never cut)."""
     out.print(line, markup=False, soft_wrap=True)
+
+
+_PIECE = re.compile(r"[^ /]*/|[^ /]+ *| +")  # where a line may break: after a space or a "/"
+
+
+def fit(line: str, width: int, indent: str = "    ") -> list[str]:
+    """``line`` as lines of at most ``width`` columns: broken after spaces, a path after a
+    ``/``, a word longer than a line where it must; the lines after the first indented
+    under the first's own indent plus ``indent``."""
+    if len(line) <= width:
+        return [line]
+    lead = line[: len(line) - len(line.lstrip(" "))]
+    lines, current = [], lead
+    for piece in _PIECE.findall(line[len(lead) :]):
+        if len(current) + len(piece.rstrip()) > width and current.strip():
+            lines.append(current.rstrip())
+            current, piece = lead + indent, piece.lstrip(" ")
+        while len(current) + len(piece.rstrip()) > width:  # longer than a whole line
+            room = width - len(current)
+            lines.append(current + piece[:room])
+            current, piece = lead + indent, piece[room:]
+        current += piece
+    if current.strip():
+        lines.append(current.rstrip())
+    return lines
+
+
+def say_fitted(line: str, indent: str = "    ") -> None:
+    """One line of output on stdout, wrapped to the console's width (:func:`fit`)."""
+    for piece in fit(line, out.width, indent):
+        say(piece)
 
 
 def note(line: str) -> None:

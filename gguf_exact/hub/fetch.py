@@ -103,7 +103,7 @@ def pin_state(recipe: Recipe, role: str) -> str:
         files = pinned_files(recipe, role, checksums.read(recipe.checksums))
     except GgufExactError:
         return f"not pinned: `gguf-exact pin {recipe.name} --what {role}` first"
-    return f"pinned, {len(files)} file{'s' if len(files) != 1 else ''}"
+    return f"{files[0].pinned}, {len(files)} file{'s' if len(files) != 1 else ''}"
 
 
 def part_dir(models_dir: str | Path, part: RepoPart) -> Path:
