@@ -114,6 +114,7 @@ def test_the_wheel_runs_outside_the_checkout(installed, work):
         "tiny/drafter-hf",
         "--vocab-from",
         "tiny/target.gguf",
+        env={"COLUMNS": "400"},  # the verdict whole, on one line
     )
     assert r.returncode == 0, r.stdout + r.stderr
     assert digest in r.stdout

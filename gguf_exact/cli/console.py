@@ -136,14 +136,19 @@ def common_prefix(names: list[str]) -> str:
 
 
 def fitted_table(
-    title: str, columns: list[tuple[str, str]], rows: Callable[[bool], list[list[str]]], wrap: tuple[int, ...] = (0,)
+    title: str,
+    columns: list[tuple[str, str]],
+    rows: Callable[[bool], list[list[str]]],
+    wrap: tuple[int, ...] = (0,),
+    compact_headers: list[str] | None = None,
 ) -> Table:
     """A table under ``columns`` ((header, justify) pairs) that fits the console.
 
     ``rows(compact)`` gives the cells, the first column a name. As it is when it fits;
-    else compact: figures as ``rows(True)`` gives them (fewer digits), no vertical
-    rules, the prefix most names share shown once in the title and as "…" in them, and
-    the names (and the columns in ``wrap``) wrapped, never cut short."""
+    else compact: figures as ``rows(True)`` gives them (fewer digits), headers as
+    ``compact_headers`` gives them (shorter) when given, no vertical rules, the prefix
+    most names share shown once in the title and as "…" in them, and the names (and the
+    columns in ``wrap``) wrapped, never cut short."""
     from rich import box
 
     def build(compact: bool) -> Table:
@@ -159,6 +164,7 @@ def fitted_table(
             show_edge=not compact,
         )
         for i, (header, justify) in enumerate(columns):
+            header = compact_headers[i] if compact and compact_headers else header
             table.add_column(header, justify=justify, overflow="fold", no_wrap=i not in wrap)
         for name, row in zip(names, cells):
             table.add_row("…" + name[len(prefix) :] if prefix and name.startswith(prefix) else name, *row[1:])
