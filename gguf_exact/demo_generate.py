@@ -48,7 +48,7 @@ def run_generate_step(out: Path, random_target: Path, random_drafter: Path, cons
         title=f"greedy generation, {N_PREDICT} tokens, n-max {N_MAX}, prompt gguf_exact/bench/prompts/code.txt"
     )
     for col in ("pair", "target alone", "with drafter", "acceptance", "mean len", "tokens/pass", "identical"):
-        table.add_column(col, justify="left" if col == "pair" else "right")
+        table.add_column(col, justify="left" if col == "pair" else "right", overflow="fold")  # wrapped, never cut
     figures = {}
     for name, (target, drafter) in demo_pairs(out, random_target, random_drafter).items():
         with Runner(target, drafter, n_ctx=512, n_threads=1) as r:

@@ -70,6 +70,44 @@ def say_fitted(line: str, indent: str = "    ") -> None:
         say(piece)
 
 
+def _cells(row: str) -> list[str]:
+    return [c.strip() for c in row.strip().strip("|").split("|")]
+
+
+def say_markdown(text: str) -> None:
+    """Markdown text (a report's tables and notes) on stdout, fitted to the console: a
+    table that fits is printed as it is; a wider one row by row, its first cell, then
+    ``header value`` for the others, wrapped (:func:`fit`); other lines wrapped."""
+    lines = text.split("\n")
+    i = 0
+    while i < len(lines):
+        if not lines[i].lstrip().startswith("|"):
+            say_fitted(lines[i])
+            i += 1
+            continue
+        table = []
+        while i < len(lines) and lines[i].lstrip().startswith("|"):
+            table.append(lines[i])
+            i += 1
+        if max(map(len, table)) <= out.width:
+            for row in table:
+                say(row)
+            continue
+        header = _cells(table[0])
+        for row in table[2:] if len(table) > 1 and set(table[1]) <= set("|-: ") else table[1:]:
+            cells = _cells(row)
+            say_fitted(cells[0])
+            pairs = [f"{h} {c}" for h, c in zip(header[1:], cells[1:])]
+            line = ""
+            for n, pair in enumerate(pairs):
+                piece = pair + (";" if n < len(pairs) - 1 else "")
+                if line and len(line) + 1 + len(piece) > out.width:
+                    say_fitted(line)
+                    line = ""
+                line = f"{line} {piece}" if line else f"  {piece}"  # a pair is never split between lines
+            say_fitted(line)
+
+
 def note(line: str) -> None:
     """One line on stderr, as it is: what a command found or chose, beside its output."""
     err.print(line, markup=False, soft_wrap=True)

@@ -10,7 +10,7 @@ import click
 
 from gguf_exact.cli import console
 from gguf_exact.cli.app import main, message
-from gguf_exact.cli.console import note, say, warn
+from gguf_exact.cli.console import note, say, say_markdown, warn
 from gguf_exact.cli.options import (
     drafter_from_options,
     n_max_list_option,
@@ -310,7 +310,7 @@ def tune(
     note(profile_line(prof, choice))
     tuned = tune_profile(request, out_dir or results_dir("tune"), not no_write, console.progress_lines())
     result = tuned.result
-    say(result.report.markdown())
+    say_markdown(result.report.markdown())
     base = result.target_tokens_per_second
     vs = f"; the target alone {base:.1f} tokens/s" if base else ""
     say(f"best: n-max {result.best_n_max} at {result.best_tokens_per_second:.1f} tokens/s (median run){vs}")
