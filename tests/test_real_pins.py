@@ -238,3 +238,23 @@ def test_real_sizes_and_commits_with_a_test_pin_of_the_served_bytes(tmp_path):
         r = run("fetch", "e2b-assistant", "--what", "source", env=env | {"HF_HUB_OFFLINE": "1"})
         assert r.exit_code == 0, r.output  # from the Hub cache, checked again
         assert r.stdout.count("  from cache, ") == 2
+
+
+def test_serve_refuses_a_listed_target_of_another_size_unhashed(tiny, tmp_path, monkeypatch):
+    """serve's pair check reads the same pins: Google's E2B GGUF by name is held to its
+    pinned size before anything hashes 3.3 GB."""
+    from gguf_exact.errors import GgufExactError
+    from gguf_exact.pair import checks
+
+    hashed = []
+    monkeypatch.setattr(checks, "sha256_file", lambda p: hashed.append(p) or "0" * 64)
+    target = tmp_path / "gemma-4-E2B_q4_0-it.gguf"
+    shutil.copy(tiny / "target.gguf", target)
+    with pytest.raises(GgufExactError) as err:
+        checks.check_pair(target)
+    size = target.stat().st_size
+    assert str(err.value) == (
+        f"target {target}: {size:,} bytes, 3,349,516,256 listed in checksums/ for gemma-4-E2B_q4_0-it.gguf; "
+        "the file is cut short, damaged or not the published one, download it again"
+    )
+    assert hashed == []
