@@ -166,7 +166,8 @@ def build(recipe: str, models_dir: Path, out_dir: Path, vocab_from: Path | None)
     r = load_recipe(recipe)
     res = build_recipe(r, models_dir, out_dir, vocab_from)
     t = res.convert.total
-    say(f"source  {models_dir / r.part('source').repo} ({len(res.sources)} files, verified)")
+    pinned = res.sources[0].file.pinned
+    say_fitted(f"source  {models_dir / r.part('source').repo} ({len(res.sources)} files, size and sha256 verified; {pinned})")
     say(f"vocab   {res.vocab_from}")
     say(f"wrote   {res.output} ({res.convert.size:,} bytes; {t.exact:,} of {t.n_values:,} values bit-exact)")
     o = res.outcome
