@@ -11,7 +11,7 @@ import click
 
 from gguf_exact.cli import console
 from gguf_exact.cli.app import main
-from gguf_exact.cli.console import note, say, say_markdown
+from gguf_exact.cli.console import note, say, say_fitted, say_markdown
 from gguf_exact.cli.options import (
     PROFILE_HELP,
     drafter_from_options,
@@ -261,4 +261,4 @@ def bench(
     )  # fmt: skip
     paths = report.write(out_dir or results_dir("bench"), plot=not no_plot)
     say_markdown(report.markdown())
-    say("wrote " + ", ".join(str(p) for p in paths.values()))
+    say_fitted("wrote " + ", ".join(str(p) for p in paths.values()))
