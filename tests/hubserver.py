@@ -156,7 +156,7 @@ class FakeHub:
             repo.private, repo.gated = repo.private or private, repo.gated or gated
             digest = hashlib.sha1(repo_id.encode() + str(len(repo.commits)).encode())
             for name in sorted(files):
-                digest.update(name.encode() + hashlib.sha256(files[name]).digest())
+                digest.update(name.encode() + bytes.fromhex(_sha256(files[name])))
             sha = digest.hexdigest()
             repo.commits[sha] = dict(files)
             repo.refs[branch] = sha

@@ -258,3 +258,37 @@ def test_serve_refuses_a_listed_target_of_another_size_unhashed(tiny, tmp_path, 
         "the file is cut short, damaged or not the published one, download it again"
     )
     assert hashed == []
+
+
+def test_every_pinned_part_resolves_on_a_hub_that_has_the_real_files(tmp_path):
+    """A Hub holding every pinned file under its real name and size, at its pinned commit
+    (or main where none is), with the sha256 the real Hub reports: `fetch --dry-run` of
+    every part `recipes` calls pinned finds each file, of the pinned size, from that commit."""
+    served = []
+    with FakeHub(lifetime=60) as hub:
+        for r in all_recipes():
+            cs = checksums.read(r.checksums)
+            for repo, pin in cs.pins.items():
+                files = {}
+                for e in cs.repo_entries(repo):
+                    name = e.path[len(repo) + 1 :]
+                    size = cs.size(e.path) or (1 << 20)
+                    files[name] = DiskFile(sparse_file(tmp_path / "served" / e.path, size), e.sha256)
+                if pin.commit:
+                    hub.commit_at(repo, pin.commit, files)
+                else:
+                    hub.commit(repo, files)
+        for r in all_recipes():
+            for role in r.parts:
+                if not fetch.pin_state(r, role).startswith("sha256"):
+                    continue
+                res = run("fetch", r.name, "--what", role, "--dry-run", env={"HF_ENDPOINT": hub.url})
+                assert res.exit_code == 0, (r.name, role, res.output)
+                words = " ".join(res.stdout.split())
+                for f in file_pins(r, tmp_path / "models"):
+                    if f.role == role:
+                        commit = f.commit or hub.repos[f.path.rsplit("/", 1)[0]].refs["main"]
+                        size = f.size or (1 << 20)
+                        assert f"would download {size:,} bytes" in words and f"from commit {commit}" in words
+                        served.append(f.path)
+    assert len(served) == 9  # e2b: 3; e2b-assistant: 2 + 1 + 1; e4b-assistant: 1 + 1
