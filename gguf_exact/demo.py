@@ -15,10 +15,9 @@ from rich.console import Console
 
 from gguf_exact.builds.bindings_build import build_command
 from gguf_exact.drafter.convert import convert_drafter
-from gguf_exact.errors import BuildError
 from gguf_exact.drafter.inspect_qat import inspect_checkpoint
+from gguf_exact.errors import BuildError
 from gguf_exact.tiny.models import write_tiny_drafter, write_tiny_target
-
 
 RULE = "-"
 

@@ -383,7 +383,9 @@ def test_build_reproduces_the_pinned_output(hub, tmp_path, published):
     assert result.exit_code == 0, result.output
     assert f"reproduced: sha256 {sha(published[OUTPUT])} is the published {EXACT}/{OUTPUT}" in result.stdout
     commit = checksums.read(tmp_path / "checksums" / "tiny.sha256").pins[SRC].commit
-    assert "files, size and sha256 verified; sha256 and commit " + commit[:12] + " pinned)" in " ".join(result.stdout.split())
+    assert "files, size and sha256 verified; sha256 and commit " + commit[:12] + " pinned)" in " ".join(
+        result.stdout.split()
+    )
     assert (tmp_path / "out" / OUTPUT).read_bytes() == published[OUTPUT]
     assert (tmp_path / "models" / TARGET / "target.gguf").is_file()
     assert hub.gets(OUTPUT) == []  # equal sha256: the published file is not needed

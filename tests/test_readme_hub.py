@@ -99,9 +99,12 @@ def test_get_the_real_files_runs_as_the_readme_writes_it(tmp_path, monkeypatch):
     assert "      commit 675cff42a74c pinned, sha256 " in recipes
     assert f"  to      models/{target_repo}/gemma-4-E2B_q4_0-it.gguf" in dry_run
     size = len(files[target_repo]["gemma-4-E2B_q4_0-it.gguf"])
-    assert " ".join(dry_run.split()).count(
-        f"would download {size:,} bytes ({console.human_size(size)}) from commit 675cff42a74c774d6cb76f76d8eacb49b48c9b93"
-    ) == 1
+    assert (
+        " ".join(dry_run.split()).count(
+            f"would download {size:,} bytes ({console.human_size(size)}) from commit 675cff42a74c774d6cb76f76d8eacb49b48c9b93"
+        )
+        == 1
+    )
     assert target.splitlines()[1] == f"  downloaded, {size:,} bytes, commit 675cff42a74c774d6cb76f76d8eacb49b48c9b93"
     assert "sha256 pinned, commit not pinned (from main)" in " ".join(exact.split())
     assert source.count("  downloaded, ") == 2

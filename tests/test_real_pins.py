@@ -86,9 +86,11 @@ def test_every_recipe_pins_what_the_manifests_record_and_nothing_more(tmp_path):
             pinned[(r.name, f.role, f.path)] = (f.commit, f.sha256, f.size)
             # a part `recipes` calls pinned can be fetched: every file has a sha256
             state = fetch.pin_state(r, f.role)
-            assert state.startswith("sha256") == all(
-                g.sha256 for g in file_pins(r, tmp_path) if g.role == f.role
-            ), (r.name, f.role, state)
+            assert state.startswith("sha256") == all(g.sha256 for g in file_pins(r, tmp_path) if g.role == f.role), (
+                r.name,
+                f.role,
+                state,
+            )
     assert pinned == REAL
     cs = checksums.read(load_recipe("e2b-assistant").checksums)
     assert cs.sha256(MMPROJ[0]) == MMPROJ[1] and cs.size(MMPROJ[0]) == 986833664

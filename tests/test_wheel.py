@@ -156,7 +156,10 @@ def test_pin_writes_the_user_folder_and_fetch_reads_it(installed, work):
         text = user.read_text()
         assert f"# pin {SOURCE_REPO} revision=main commit={commit}" in text
         for name, data in files.items():
-            assert f"# size {len(data)}  {SOURCE_REPO}/{name}\n{hashlib.sha256(data).hexdigest()}  {SOURCE_REPO}/{name}" in text
+            assert (
+                f"# size {len(data)}  {SOURCE_REPO}/{name}\n{hashlib.sha256(data).hexdigest()}  {SOURCE_REPO}/{name}"
+                in text
+            )
         assert before.decode().splitlines()[-1] in text  # the target's pin is kept
         r = gguf_exact(installed, work, "fetch", "e4b-assistant", "--what", "source", "--models-dir", "models", env=env)
         assert r.returncode == 0, r.stderr

@@ -9,7 +9,7 @@ import click
 
 from gguf_exact.cli import console
 from gguf_exact.cli.app import flags, main, message
-from gguf_exact.cli.console import fitted_table, pct, say, say_fitted, tensor_progress, type_mix
+from gguf_exact.cli.console import fitted_table, pct, say_fitted, tensor_progress, type_mix
 from gguf_exact.errors import GgufExactError
 
 
@@ -166,7 +166,11 @@ def verify(
                 b = t.blocks
                 blocks = f"{b.as_planned:,}/{b.equally_exact:,}/{b.more_exact:,}/{b.less_exact:,}" if b else "-"
                 figures = (
-                    (pct(t.exact_fraction, 2 if compact else 4), str(t.max_ulps), f"{t.rel_error:.{1 if compact else 3}e}")
+                    (
+                        pct(t.exact_fraction, 2 if compact else 4),
+                        str(t.max_ulps),
+                        f"{t.rel_error:.{1 if compact else 3}e}",
+                    )
                     if t.measured
                     else ("-",) * 3
                 )

@@ -39,7 +39,9 @@ def recipes_command(models_dir: Path) -> None:
             say_fitted(f"  {role:<7} {part.repo}")
             say_fitted(f"  {'':<7} {pin_state(r, role)}")
             for f in (f for f in files if f.role == role):
-                say_fitted(f"    {f.path[len(part.repo) + 1 :]}: {_size_words(f.size)}, {'present' if f.present else 'absent'}")
+                say_fitted(
+                    f"    {f.path[len(part.repo) + 1 :]}: {_size_words(f.size)}, {'present' if f.present else 'absent'}"
+                )
                 commit = f"commit {f.commit[:12]} pinned" if f.commit else f"commit not pinned ({f.revision})"
                 sha = f"sha256 {f.sha256[:12]} pinned" if f.sha256 else "sha256 not pinned"
                 say_fitted(f"      {commit}, {sha}")
@@ -167,7 +169,9 @@ def build(recipe: str, models_dir: Path, out_dir: Path, vocab_from: Path | None)
     res = build_recipe(r, models_dir, out_dir, vocab_from)
     t = res.convert.total
     pinned = res.sources[0].file.pinned
-    say_fitted(f"source  {models_dir / r.part('source').repo} ({len(res.sources)} files, size and sha256 verified; {pinned})")
+    say_fitted(
+        f"source  {models_dir / r.part('source').repo} ({len(res.sources)} files, size and sha256 verified; {pinned})"
+    )
     say(f"vocab   {res.vocab_from}")
     say(f"wrote   {res.output} ({res.convert.size:,} bytes; {t.exact:,} of {t.n_values:,} values bit-exact)")
     o = res.outcome

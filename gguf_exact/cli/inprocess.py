@@ -11,7 +11,7 @@ import click
 
 from gguf_exact.cli import console
 from gguf_exact.cli.app import main
-from gguf_exact.cli.console import note, say, say_fitted, say_markdown
+from gguf_exact.cli.console import note, say_fitted, say_markdown
 from gguf_exact.cli.options import (
     PROFILE_HELP,
     drafter_from_options,
