@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from rich import box
 from rich.console import Console
 from rich.table import Table
 
@@ -45,7 +46,8 @@ def run_generate_step(out: Path, random_target: Path, random_drafter: Path, cons
     """Generate with and without each drafter; print a table; return the figures."""
     prompt = load_prompts(["code"])["code"]
     table = Table(
-        title=f"greedy generation, {N_PREDICT} tokens, n-max {N_MAX}, prompt gguf_exact/bench/prompts/code.txt"
+        title=f"greedy generation, {N_PREDICT} tokens, n-max {N_MAX}, prompt gguf_exact/bench/prompts/code.txt",
+        box=box.ASCII,  # as the demo's rules: one byte per column
     )
     for col in ("pair", "target alone", "with drafter", "acceptance", "mean len", "tokens/pass", "identical"):
         table.add_column(col, justify="left" if col == "pair" else "right", overflow="fold")  # wrapped, never cut

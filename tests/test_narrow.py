@@ -124,7 +124,9 @@ def test_demo_rules_are_ascii_and_fit(tmp_path):
     rules = [ln for ln in text.splitlines() if ln.startswith("---")]
     assert len(rules) == 4 and all(len(ln) == WIDTH and ln.isascii() for ln in rules)
     assert "4. llama.cpp: the target alone and with the drafter (draft-mtp, in-process)" in rules[3]
-    assert "…" not in text
+    assert "…" not in text and text.replace("µ", "").isascii()
+    for pair in ("random", "agreeing", "mixed", "hidden"):
+        assert re.search(rf"^\| {pair} +\|", text, re.M), pair  # every pair's row, its name whole
 
 
 def test_missing_build_names_the_make_line_of_its_backend(monkeypatch, tmp_path):
