@@ -1,7 +1,7 @@
 """``gguf-exact fetch``: the files a recipe names, from the revision its checksum file
 pins, each checked against its size and then its sha256 (a wrong size needs no hash to be
-refused) before it is placed at its final path; :func:`plan_fetch` says what a fetch would
-do (``fetch --dry-run``) without downloading.
+refused) before it is placed at its final path; :func:`gguf_exact.hub.plan.plan_fetch`
+says what a fetch would do (``fetch --dry-run``) without downloading.
 
 Final paths are ``MODELS_DIR/<repo>/<file>``, the paths the checksum file lists, so
 ``cd MODELS_DIR && sha256sum -c --ignore-missing ../checksums/<recipe>.sha256`` checks
@@ -44,8 +44,8 @@ class PinnedFile:
 
     @property
     def pinned(self) -> str:
-        """What is pinned, in words: ``commit 675cff42..., sha256`` or ``sha256 pinned,
-        commit not pinned`` (then it comes from the revision, e.g. main)."""
+        """What is pinned, in words: ``sha256 and commit 675cff42a74c pinned``, or ``sha256
+        pinned, commit not pinned (from main)``: then it comes from the recipe's revision."""
         if self.commit:
             return f"sha256 and commit {self.commit[:12]} pinned"
         return f"sha256 pinned, commit not pinned (from {self.revision})"
