@@ -172,24 +172,24 @@ def build(recipe: str, models_dir: Path, out_dir: Path, vocab_from: Path | None)
     say_fitted(
         f"source  {models_dir / r.part('source').repo} ({len(res.sources)} files, size and sha256 verified; {pinned})"
     )
-    say(f"vocab   {res.vocab_from}")
-    say(f"wrote   {res.output} ({res.convert.size:,} bytes; {t.exact:,} of {t.n_values:,} values bit-exact)")
+    say_fitted(f"vocab   {res.vocab_from}")
+    say_fitted(f"wrote   {res.output} ({res.convert.size:,} bytes; {t.exact:,} of {t.n_values:,} values bit-exact)")
     o = res.outcome
     if o is None:
-        say(f"sha256 {res.sha256}; the recipe pins no published exact file to compare with")
+        say_fitted(f"sha256 {res.sha256}; the recipe pins no published exact file to compare with")
         return
     if o.kind == REPRODUCED:
-        say(f"reproduced: sha256 {res.sha256} is the published {res.published}")
+        say_fitted(f"reproduced: sha256 {res.sha256} is the published {res.published}")
         return
-    say(f"built      {res.sha256}  {res.output}")
-    say(f"published  {res.published_sha256}  {res.published}")
+    say_fitted(f"built      {res.sha256}  {res.output}")
+    say_fitted(f"published  {res.published_sha256}  {res.published}")
     if o.metadata_keys:
-        say(f"metadata   {len(o.metadata_keys)} keys differ: {', '.join(o.metadata_keys[:6])}")
+        say_fitted(f"metadata   {len(o.metadata_keys)} keys differ: {', '.join(o.metadata_keys[:6])}")
     if o.kind in (SAME_LEVELS, LESS_EXACT):
         for s in o.scales:
             less = f", {s.less_exact:,} less exact" if s.less_exact else ""
-            say(f"  {s.name}: {s.as_exact:,} of {s.blocks:,} published blocks as exact as the plan{less}")
-        say(
+            say_fitted(f"  {s.name}: {s.as_exact:,} of {s.blocks:,} published blocks as exact as the plan{less}")
+        say_fitted(
             f"{o.kind}: every Q4_0 block holds the published file's levels; "
             f"{o.other_scale_blocks:,} of {o.q4_0_blocks:,} blocks are stored with another scale"
             + (
@@ -199,7 +199,7 @@ def build(recipe: str, models_dir: Path, out_dir: Path, vocab_from: Path | None)
             )
         )
         for who, e in (("built", o.built_exact), ("published", o.published_exact)):
-            say(
+            say_fitted(
                 f"bit-exact against the source, {who + ':':<10} {e.exact_fraction:.4%} ({e.exact:,} of {e.n_values:,} values)"
             )
         return
