@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from rich import box
 from rich.console import Console
 from rich.table import Table
 
@@ -45,10 +46,12 @@ def run_generate_step(out: Path, random_target: Path, random_drafter: Path, cons
     """Generate with and without each drafter; print a table; return the figures."""
     prompt = load_prompts(["code"])["code"]
     table = Table(
-        title=f"greedy generation, {N_PREDICT} tokens, n-max {N_MAX}, prompt gguf_exact/bench/prompts/code.txt"
+        title=f"greedy generation, {N_PREDICT} tokens, n-max {N_MAX}, prompt gguf_exact/bench/prompts/code.txt",
+        box=box.ASCII,  # as the demo's rules: one byte per column
     )
-    for col in ("pair", "target alone", "with drafter", "acceptance", "mean len", "tokens/pass", "identical"):
-        table.add_column(col, justify="left" if col == "pair" else "right")
+    # headers on two lines: the table fits 80 columns
+    for col in ("pair", "alone\ntok/s", "drafted\ntok/s", "accepted", "mean\nlen", "tokens\n/pass", "identical"):
+        table.add_column(col, justify="left" if col == "pair" else "right", overflow="fold")  # wrapped, never cut
     figures = {}
     for name, (target, drafter) in demo_pairs(out, random_target, random_drafter).items():
         with Runner(target, drafter, n_ctx=512, n_threads=1) as r:
@@ -57,8 +60,8 @@ def run_generate_step(out: Path, random_target: Path, random_drafter: Path, cons
         same = spec.tokens == alone.tokens
         table.add_row(
             name,
-            f"{alone.tokens_per_second:,.0f} tok/s",
-            f"{spec.tokens_per_second:,.0f} tok/s",
+            f"{alone.tokens_per_second:,.0f}",
+            f"{spec.tokens_per_second:,.0f}",
             f"{spec.drafts_accepted}/{spec.drafts_generated} ({spec.acceptance_rate:.0%})",
             f"{spec.mean_accepted_length:.2f}",
             f"{spec.tokens_per_target_pass:.2f}",

@@ -20,6 +20,11 @@ values (a non-hex ``X-Repo-Commit``, an ``ETag`` of ``../../x``) and
 :meth:`FakeHub.lie_in_listing` puts other values in a model info answer (a file named
 ``../../x``, a commit that is not hex). Every request is logged in :attr:`FakeHub.requests`.
 
+Real names, commits and sizes: :meth:`FakeHub.commit_at` makes a commit under a given id
+(the real one a checksum file pins), and a :class:`DiskFile` serves a file from disk
+without reading it into memory: a sparse file of a real file's size (:func:`sparse_file`),
+under the sha256 the real Hub gives for it when the test says so (``claimed_sha256``).
+
 It binds 127.0.0.1 only, on a free port, and shuts itself down after ``lifetime``
 seconds even if a test forgets to stop it. It speaks plain HTTP, not xet: set
 ``HF_HUB_DISABLE_XET=1`` for clients that would try.
@@ -31,6 +36,7 @@ import socket
 import threading
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
 LFS_SUFFIXES = (".safetensors", ".gguf", ".bin")
@@ -38,6 +44,73 @@ LFS_SUFFIXES = (".safetensors", ".gguf", ".bin")
 
 def git_blob_id(data: bytes) -> str:
     return hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()
+
+
+class DiskFile:
+    """A file the fake Hub serves from ``path``, read in chunks as it is sent. Its sha256
+    in the Hub's answers is ``claimed_sha256`` when given (what the real Hub says of the
+    real file), else its own, hashed once."""
+
+    CHUNK = 1 << 20
+
+    def __init__(self, path: str | Path, claimed_sha256: str | None = None):
+        self.path, self.claimed_sha256 = Path(path), claimed_sha256
+        self._own: str | None = None
+
+    def __len__(self) -> int:
+        return self.path.stat().st_size
+
+    def sha256(self) -> str:
+        if self.claimed_sha256:
+            return self.claimed_sha256
+        if self._own is None:
+            digest = hashlib.sha256()
+            with open(self.path, "rb") as f:
+                for chunk in iter(lambda: f.read(self.CHUNK), b""):
+                    digest.update(chunk)
+            self._own = digest.hexdigest()
+        return self._own
+
+    def git_id(self) -> str:
+        """The git id of the LFS pointer the real Hub would keep for it."""
+        pointer = f"version https://git-lfs.github.com/spec/v1\noid sha256:{self.sha256()}\nsize {len(self)}\n"
+        return git_blob_id(pointer.encode())
+
+    def send(self, wfile, start: int, stop: int) -> None:
+        with open(self.path, "rb") as f:
+            f.seek(start)
+            left = stop - start
+            while left > 0:
+                chunk = f.read(min(self.CHUNK, left))
+                if not chunk:
+                    return
+                wfile.write(chunk)
+                left -= len(chunk)
+
+
+def sparse_file(path: str | Path, size: int, head: bytes = b"") -> Path:
+    """A file of ``size`` bytes at ``path`` that takes no disk space beyond ``head`` (its first bytes)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "wb") as f:
+        f.write(head)
+        f.truncate(size)
+    return path
+
+
+def _sha256(data) -> str:
+    return data.sha256() if isinstance(data, DiskFile) else hashlib.sha256(data).hexdigest()
+
+
+def _git_id(data) -> str:
+    return data.git_id() if isinstance(data, DiskFile) else git_blob_id(data)
+
+
+def _send(wfile, data, start: int, stop: int) -> None:
+    if isinstance(data, DiskFile):
+        data.send(wfile, start, stop)
+    else:
+        wfile.write(data[start:stop])
 
 
 @dataclass
@@ -83,11 +156,20 @@ class FakeHub:
             repo.private, repo.gated = repo.private or private, repo.gated or gated
             digest = hashlib.sha1(repo_id.encode() + str(len(repo.commits)).encode())
             for name in sorted(files):
-                digest.update(name.encode() + hashlib.sha256(files[name]).digest())
+                digest.update(name.encode() + bytes.fromhex(_sha256(files[name])))
             sha = digest.hexdigest()
             repo.commits[sha] = dict(files)
             repo.refs[branch] = sha
             return sha
+
+    def commit_at(self, repo_id: str, commit: str, files: dict[str, "bytes | DiskFile"], branch: str = "main") -> str:
+        """A commit under the id ``commit`` (a real one, as a checksum file pins it) with
+        ``files`` (bytes or :class:`DiskFile`), also made the head of ``branch``."""
+        with self._lock:
+            repo = self.repos.setdefault(repo_id, Repo())
+            repo.commits[commit] = dict(files)
+            repo.refs[branch] = commit
+            return commit
 
     def cut(self, repo_id: str, filename: str, at: int, then_fail: int = 0) -> None:
         """The next GET of ``filename`` sends bytes up to offset ``at``, then drops the
@@ -256,9 +338,9 @@ class _Handler(BaseHTTPRequestHandler):
         for name, data in sorted(hub.repos[repo_id].commits[commit].items()):
             entry: dict = {"rfilename": name}
             if blobs:
-                entry |= {"size": len(data), "blobId": git_blob_id(data)}
+                entry |= {"size": len(data), "blobId": _git_id(data)}
                 if name.endswith(LFS_SUFFIXES):
-                    entry["lfs"] = {"sha256": hashlib.sha256(data).hexdigest(), "size": len(data), "pointerSize": 134}
+                    entry["lfs"] = {"sha256": _sha256(data), "size": len(data), "pointerSize": 134}
             siblings.append(entry)
         lies = hub._listing_lies.get(repo_id, {})
         siblings += lies.get("siblings", [])
@@ -289,12 +371,12 @@ class _Handler(BaseHTTPRequestHandler):
         data = files[filename]
         headers = {
             "X-Repo-Commit": commit,
-            "ETag": f'"{git_blob_id(data)}"',
+            "ETag": f'"{_git_id(data)}"',
             "Accept-Ranges": "bytes",
             "Content-Type": "application/octet-stream",
         }
         if filename.endswith(LFS_SUFFIXES):
-            headers |= {"X-Linked-Etag": f'"{hashlib.sha256(data).hexdigest()}"', "X-Linked-Size": str(len(data))}
+            headers |= {"X-Linked-Etag": f'"{_sha256(data)}"', "X-Linked-Size": str(len(data))}
         headers |= lies
         if head:
             return self._send(200, {**headers, "Content-Length": str(len(data))}, head=True)
@@ -308,19 +390,19 @@ class _Handler(BaseHTTPRequestHandler):
         cut = hub._take_cut(repo_id, filename)
         if cut == -1:
             return self._error(503, {"X-Error-Message": "Service Unavailable"}, head)
-        body = hub._corrupt.get((repo_id, filename), data)[start:]
+        body = hub._corrupt.get((repo_id, filename), data)
         status = 206 if rng else 200
         if rng:
             headers["Content-Range"] = f"bytes {start}-{len(data) - 1}/{len(data)}"
         self.send_response(status)
         for k, v in headers.items():
             self.send_header(k, v)
-        self.send_header("Content-Length", str(len(body)))
+        self.send_header("Content-Length", str(max(0, len(body) - start)))
         self.end_headers()
         if cut is None:
-            self.wfile.write(body)
+            _send(self.wfile, body, start, len(body))
             return
-        self.wfile.write(body[: max(0, cut - start)])
+        _send(self.wfile, body, start, max(start, cut))
         self.wfile.flush()
         self.close_connection = True
         try:

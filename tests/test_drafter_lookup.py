@@ -175,7 +175,7 @@ def test_fetch_draft_pinned_and_checked(models, hub, tmp_path):
         find_drafter(lonely, models_dir, recipes_dir=recipes, config=config)
     got = find_drafter(lonely, models_dir, fetch=True, recipes_dir=recipes, config=config, progress=False)
     assert got.path == models_dir / REPO / FILE and got.path.read_bytes() == data
-    assert got.how == "recipe e2b-test: downloaded, sha256 as pinned"
+    assert got.how == f"recipe e2b-test: downloaded, size and sha256 checked; sha256 and commit {commit[:12]} pinned"
     assert [r.path for r in hub.requests if "/resolve/" in r.path][-1] == f"/{REPO}/resolve/{commit}/{FILE}"
     again = find_drafter(lonely, models_dir, fetch=True, recipes_dir=recipes, config=config)
     assert again.how.startswith("recipe e2b-test's exact drafter in") and again.path == got.path
@@ -220,7 +220,8 @@ def test_serve_and_chat_cli(models, hub, tmp_path):
     assert not placed.exists() and not (tmp_path / "hf-cache").exists() and hub.gets(FILE) == []
     config = HubConfig(hub.url, tmp_path / "hf-cache", token=False)
     found = find_drafter(lonely, tmp_path / "models", fetch=True, recipes_dir=recipes, config=config, progress=False)
-    assert found.path == placed and found.how == "recipe e2b-test: downloaded, sha256 as pinned"
+    assert found.path == placed
+    assert found.how == f"recipe e2b-test: downloaded, size and sha256 checked; sha256 and commit {commit[:12]} pinned"
     r = CliRunner().invoke(main, [*base, "--fetch-draft"], env=env)  # now it is there: found, not fetched
     assert r.exit_code == 0, r.output
     assert f"drafter  {placed}  gemma4-assistant" in r.output

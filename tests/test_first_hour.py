@@ -194,11 +194,10 @@ def test_recipes_and_fetch_of_a_missing_part():
     assert r.exit_code == 0
     lines = r.stdout.splitlines()
     at = lines.index("e2b-assistant  (drafter for E2B targets) Gemma 4 E2B QAT MTP drafter, exact Q4_0")
-    assert lines[at + 3 : at + 5] == [
-        "  exact   xbill9/gemma-4-E2B-it-qat-assistant-q4_0-exact-gguf",
-        "          pinned, 1 file",
-    ]
-    assert lines[at + 6] == "          not pinned: `gguf-exact pin e2b-assistant --what target` first"
+    at = lines.index("  exact   xbill9/gemma-4-E2B-it-qat-assistant-q4_0-exact-gguf", at)
+    assert lines[at + 1] == "          sha256 pinned, commit not pinned (from main), 1 file"
+    at = lines.index("  source  google/gemma-4-E4B-it-qat-q4_0-unquantized-assistant")
+    assert lines[at + 1] == "          not pinned: `gguf-exact pin e4b-assistant --what source` first"
     r = run("fetch", "e2b")
     assert r.exit_code == 1
     assert r.stderr.strip().splitlines() == [

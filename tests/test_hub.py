@@ -13,8 +13,9 @@ from gguf import GGMLQuantizationType
 from gguf_edit import oracle_figures
 from hubserver import FakeHub
 from huggingface_hub import constants, hf_hub_download
+from rich.console import Console
 
-from gguf_exact.cli import main
+from gguf_exact.cli import console, main
 from gguf_exact.core import bf16, q4_0
 from gguf_exact.core.published import published_q4_0
 from gguf_exact.drafter.convert import convert_drafter
@@ -382,9 +383,18 @@ def test_build_reproduces_the_pinned_output(hub, tmp_path, published):
     result = run(args, env)
     assert result.exit_code == 0, result.output
     assert f"reproduced: sha256 {sha(published[OUTPUT])} is the published {EXACT}/{OUTPUT}" in result.stdout
+    commit = checksums.read(tmp_path / "checksums" / "tiny.sha256").pins[SRC].commit
+    assert "files, size and sha256 verified; sha256 and commit " + commit[:12] + " pinned)" in " ".join(
+        result.stdout.split()
+    )
     assert (tmp_path / "out" / OUTPUT).read_bytes() == published[OUTPUT]
     assert (tmp_path / "models" / TARGET / "target.gguf").is_file()
     assert hub.gets(OUTPUT) == []  # equal sha256: the published file is not needed
+    with pytest.MonkeyPatch.context() as mp:  # the same build on an 80-column terminal: every line fits
+        mp.setattr(console, "out", Console(highlight=False, width=80))
+        narrow = run(args, env)
+    assert narrow.exit_code == 0 and max(map(len, narrow.stdout.splitlines())) <= 80, narrow.stdout
+    assert "".join(narrow.stdout.split()) == "".join(result.stdout.split())  # the same words, wrapped
 
 
 def sha256sum() -> str:
@@ -469,7 +479,13 @@ def flip_a_level(gguf: bytes, tensor: str, block: int, scratch: Path) -> bytes:
     return bytes(data)
 
 
-def test_build_tells_same_levels_from_differs(hub, tmp_path, other_scales):
+@pytest.fixture
+def wide(monkeypatch):
+    """Lines whole, as a terminal wider than them shows them (a narrower one gets them wrapped)."""
+    monkeypatch.setattr(console, "out", Console(highlight=False, width=2000))
+
+
+def test_build_tells_same_levels_from_differs(hub, tmp_path, other_scales, wide):
     files, expected = other_scales, other_scales["expected"]
     publish(hub, files)
     path = write_recipe(tmp_path)
@@ -610,7 +626,7 @@ def test_checked_in_recipes_and_checksums(tmp_path):
         checksums.read(load_recipe("e2b-assistant").checksums)
         .pins["google/gemma-4-E2B-it-qat-q4_0-unquantized-assistant"]
         .commit
-        == "65c0ada7ab3f64cb44575ffc7db08af4032c0ebc"
+        == "ebc7e1a211354561464cb82ed6d886792138dcb6"
     )
     assert load_recipe("e2b").kind == "model" and (RECIPES_DIR / "e4b.toml").is_file()
     sdist = "832db0699007f1be95a7e41ef12e88926b02ba836461e36a36372db2760c1a2e"

@@ -14,8 +14,9 @@ from click.testing import CliRunner
 from gguf import GGMLQuantizationType
 from gguf_edit import block_message, read_all, rewrite
 from helpers import off_grid_checkpoint, source_bits
+from rich.console import Console
 
-from gguf_exact.cli import main
+from gguf_exact.cli import console, main
 from gguf_exact.core import q4_0
 from gguf_exact.drafter.convert import convert_drafter
 from gguf_exact.drafter.verify import verify_gguf
@@ -30,6 +31,12 @@ TOKENIZER_KEYS = (
     "10 keys (tokenizer.ggml.model, tokenizer.ggml.tokens, tokenizer.ggml.scores, tokenizer.ggml.token_type, ...): "
     "copied from the target GGUF by convert --vocab-from; give --vocab-from TARGET.gguf to compare them as bytes"
 )
+
+
+@pytest.fixture(autouse=True)
+def whole_lines(monkeypatch):
+    """verify's lines whole, as a terminal wider than them shows them (a narrower one gets them wrapped)."""
+    monkeypatch.setattr(console, "out", Console(highlight=False, width=2000))
 
 
 def run(*args):

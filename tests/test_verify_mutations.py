@@ -30,8 +30,9 @@ from gguf_edit import (
     rewrite_with_gguf_py,
     set_key,
 )
+from rich.console import Console
 
-from gguf_exact.cli import main
+from gguf_exact.cli import console, main
 from gguf_exact.core import bf16
 from gguf_exact.drafter.convert import convert_drafter
 from gguf_exact.formats.checkpoint import Checkpoint
@@ -67,6 +68,12 @@ class Case:
 
     def path(self, name: str) -> Path:
         return self.root / (name.replace("/", "÷").replace(" ", "_") + ".gguf")
+
+
+@pytest.fixture(autouse=True)
+def whole_lines(monkeypatch):
+    """verify's lines whole, as a terminal wider than them shows them (a narrower one gets them wrapped)."""
+    monkeypatch.setattr(console, "out", Console(highlight=False, width=2000))
 
 
 def run(*args):

@@ -23,7 +23,7 @@ from hubserver import FakeHub
 
 ROOT = Path(__file__).resolve().parents[1]
 SOURCE = ("pyproject.toml", "setup.py", "MANIFEST.in", "README.md", "gguf_exact", "serve", "convert", "checksums")
-TARGET_REPO, TARGET_FILE = "google/gemma-4-E2B-it-qat-q4_0-gguf", "gemma-4-E2B_q4_0-it.gguf"
+SOURCE_REPO = "google/gemma-4-E4B-it-qat-q4_0-unquantized-assistant"
 
 
 @pytest.fixture(scope="module")
@@ -114,6 +114,7 @@ def test_the_wheel_runs_outside_the_checkout(installed, work):
         "tiny/drafter-hf",
         "--vocab-from",
         "tiny/target.gguf",
+        env={"COLUMNS": "400"},  # the verdict whole, on one line
     )
     assert r.returncode == 0, r.stdout + r.stderr
     assert digest in r.stdout
@@ -121,8 +122,9 @@ def test_the_wheel_runs_outside_the_checkout(installed, work):
 
 
 def test_pin_writes_the_user_folder_and_fetch_reads_it(installed, work):
-    """`fetch --what target` needs the target pinned; an installed gguf-exact's `pin` writes
-    ~/.config/gguf-exact/checksums/, which fetch then reads (a loopback Hub)."""
+    """`fetch e4b-assistant --what source` needs the source pinned (no manifest records its
+    sha256); an installed gguf-exact's `pin` writes ~/.config/gguf-exact/checksums/,
+    which fetch then reads (a loopback Hub)."""
     package = Path(
         subprocess.run(
             [installed / "python", "-c", "import gguf_exact; print(gguf_exact.__file__)"],
@@ -132,34 +134,39 @@ def test_pin_writes_the_user_folder_and_fetch_reads_it(installed, work):
             check=True,
         ).stdout.strip()  # fmt: skip
     ).parent
-    shipped = package / "_data" / "checksums" / "e2b-assistant.sha256"
+    shipped = package / "_data" / "checksums" / "e4b-assistant.sha256"
     before = shipped.read_bytes()
-    data = (ROOT / "README.md").read_bytes()[:4096] + b"GGUF stand-in for the E2B target"
+    files = {"config.json": b'{"model_type": "stand-in"}\n', "model.safetensors": b"stand-in of the E4B assistant"}
     with FakeHub(lifetime=120) as hub:
-        commit = hub.commit(TARGET_REPO, {TARGET_FILE: data})
+        commit = hub.commit(SOURCE_REPO, files)
         env = {
             "HF_ENDPOINT": hub.url,
             "HF_HUB_CACHE": str(work / "hf-cache"),
             "HF_HOME": str(work / "hf-home"),
             "HF_HUB_DISABLE_XET": "1",
+            "COLUMNS": "400",  # lines whole, for the checks below
         }
-        r = gguf_exact(installed, work, "fetch", "e2b-assistant", "--what", "target", env=env)
-        assert r.returncode == 1 and "run `gguf-exact pin e2b-assistant --what target`" in r.stderr
-        r = gguf_exact(installed, work, "pin", "e2b-assistant", "--what", "target", env=env)
+        r = gguf_exact(installed, work, "fetch", "e4b-assistant", "--what", "source", env=env)
+        assert r.returncode == 1 and "run `gguf-exact pin e4b-assistant --what source`" in r.stderr
+        r = gguf_exact(installed, work, "pin", "e4b-assistant", "--what", "source", env=env)
         assert r.returncode == 0, r.stderr
-        user = work / "config" / "gguf-exact" / "checksums" / "e2b-assistant.sha256"
+        user = work / "config" / "gguf-exact" / "checksums" / "e4b-assistant.sha256"
         assert f"wrote {user}" in r.stdout and "is not written here" in r.stdout
         assert shipped.read_bytes() == before  # the installed data is never written
         text = user.read_text()
-        assert f"# pin {TARGET_REPO} revision=main commit={commit}" in text
-        assert f"{hashlib.sha256(data).hexdigest()}  {TARGET_REPO}/{TARGET_FILE}" in text
-        assert before.decode().splitlines()[-1] in text  # the published drafter's pin is kept
-        r = gguf_exact(installed, work, "fetch", "e2b-assistant", "--what", "target", "--models-dir", "models", env=env)
+        assert f"# pin {SOURCE_REPO} revision=main commit={commit}" in text
+        for name, data in files.items():
+            assert (
+                f"# size {len(data)}  {SOURCE_REPO}/{name}\n{hashlib.sha256(data).hexdigest()}  {SOURCE_REPO}/{name}"
+                in text
+            )
+        assert before.decode().splitlines()[-1] in text  # the target's pin is kept
+        r = gguf_exact(installed, work, "fetch", "e4b-assistant", "--what", "source", "--models-dir", "models", env=env)
         assert r.returncode == 0, r.stderr
-        placed = work / "models" / TARGET_REPO / TARGET_FILE
-        assert placed.read_bytes() == data
-        assert f"verified: sha256 as pinned in {user}" in r.stdout
+        for name, data in files.items():
+            assert (work / "models" / SOURCE_REPO / name).read_bytes() == data
+        assert f"verified: size and sha256 as pinned in {user}; sha256 and commit {commit[:12]} pinned" in r.stdout
         r = gguf_exact(installed, work, "recipes", env=env)
         lines = r.stdout.splitlines()
-        at = lines.index(f"  target  {TARGET_REPO}")
-        assert lines[at + 1] == "          pinned, 1 file"
+        at = lines.index(f"  source  {SOURCE_REPO}")
+        assert lines[at + 1] == f"          sha256 and commit {commit[:12]} pinned, 2 files"

@@ -121,6 +121,13 @@ def build_command(backend: str) -> str:
     return "gguf-exact build-llama" + (" --vulkan" if backend == "vulkan" else "")
 
 
+def make_command(backend: str) -> str:
+    """The checkout's ``make`` line that builds ``backend``: ``make llama-server CUDA=86`` and so on."""
+    if backend.startswith("cuda"):
+        return f"make llama-server CUDA={backend[4:]}"
+    return "make llama-server" + (" VULKAN=1" if backend == "vulkan" else "")
+
+
 def build_key(backend: str, cpu: CpuTarget | None = None, commit: str = COMMIT) -> str:
     """``<commit>[+<patch ids>]-<backend>-<cpu tag>``: one cache entry per backend, CPU feature
     set and set of carried fixes (:mod:`.source_patches`; none for the CPU)."""

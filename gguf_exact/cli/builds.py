@@ -95,7 +95,9 @@ def doctor() -> None:
     from gguf_exact.doctor import diagnose
 
     for f in diagnose():
-        console.out.print(
-            f"{'[green]ok[/]' if f.ok else '[yellow]--[/]'}  {escape(f'{f.name:<22}')} {escape(f.value)}",
-            soft_wrap=True,
-        )
+        # wrapped to the terminal, continued under the value's column
+        first, *rest = console.fit(f"{'ok' if f.ok else '--'}  {f.name:<22} {f.value}", console.out.width, " " * 27)
+        mark = "[green]ok[/]" if f.ok else "[yellow]--[/]"
+        console.out.print(mark + escape(first[2:]), soft_wrap=True)
+        for line in rest:
+            console.say(line)

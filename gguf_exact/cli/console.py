@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import sys
 from typing import Callable
 
@@ -36,6 +37,75 @@ err = Console(stderr=True, highlight=False)
 def say(line: str) -> None:
     """One line of a command's output on stdout, as it is (no markup, never cut)."""
     out.print(line, markup=False, soft_wrap=True)
+
+
+_PIECE = re.compile(r"[^ /]*/|[^ /]+ *| +")  # where a line may break: after a space or a "/"
+
+
+def fit(line: str, width: int, indent: str = "    ") -> list[str]:
+    """``line`` as lines of at most ``width`` columns: broken after spaces, a path after a
+    ``/``, a word longer than a line where it must; the lines after the first indented
+    under the first's own indent plus ``indent``."""
+    if len(line) <= width:
+        return [line]
+    lead = line[: len(line) - len(line.lstrip(" "))]
+    lines, current = [], lead
+    for piece in _PIECE.findall(line[len(lead) :]):
+        if len(current) + len(piece.rstrip()) > width and current.strip():
+            lines.append(current.rstrip())
+            current, piece = lead + indent, piece.lstrip(" ")
+        while len(current) + len(piece.rstrip()) > width:  # longer than a whole line
+            room = width - len(current)
+            lines.append(current + piece[:room])
+            current, piece = lead + indent, piece[room:]
+        current += piece
+    if current.strip():
+        lines.append(current.rstrip())
+    return lines
+
+
+def say_fitted(line: str, indent: str = "    ") -> None:
+    """One line of output on stdout, wrapped to the console's width (:func:`fit`)."""
+    for piece in fit(line, out.width, indent):
+        say(piece)
+
+
+def _cells(row: str) -> list[str]:
+    return [c.strip() for c in row.strip().strip("|").split("|")]
+
+
+def say_markdown(text: str) -> None:
+    """Markdown text (a report's tables and notes) on stdout, fitted to the console: a
+    table that fits is printed as it is; a wider one row by row, its first cell, then
+    ``header value`` for the others, wrapped (:func:`fit`); other lines wrapped."""
+    lines = text.split("\n")
+    i = 0
+    while i < len(lines):
+        if not lines[i].lstrip().startswith("|"):
+            say_fitted(lines[i])
+            i += 1
+            continue
+        table = []
+        while i < len(lines) and lines[i].lstrip().startswith("|"):
+            table.append(lines[i])
+            i += 1
+        if max(map(len, table)) <= out.width:
+            for row in table:
+                say(row)
+            continue
+        header = _cells(table[0])
+        for row in table[2:] if len(table) > 1 and set(table[1]) <= set("|-: ") else table[1:]:
+            cells = _cells(row)
+            say_fitted(cells[0])
+            pairs = [f"{h} {c}" for h, c in zip(header[1:], cells[1:])]
+            line = ""
+            for n, pair in enumerate(pairs):
+                piece = pair + (";" if n < len(pairs) - 1 else "")
+                if line and len(line) + 1 + len(piece) > out.width:
+                    say_fitted(line)
+                    line = ""
+                line = f"{line} {piece}" if line else f"  {piece}"  # a pair is never split between lines
+            say_fitted(line)
 
 
 def note(line: str) -> None:
@@ -104,14 +174,19 @@ def common_prefix(names: list[str]) -> str:
 
 
 def fitted_table(
-    title: str, columns: list[tuple[str, str]], rows: Callable[[bool], list[list[str]]], wrap: tuple[int, ...] = (0,)
+    title: str,
+    columns: list[tuple[str, str]],
+    rows: Callable[[bool], list[list[str]]],
+    wrap: tuple[int, ...] = (0,),
+    compact_headers: list[str] | None = None,
 ) -> Table:
     """A table under ``columns`` ((header, justify) pairs) that fits the console.
 
     ``rows(compact)`` gives the cells, the first column a name. As it is when it fits;
-    else compact: figures as ``rows(True)`` gives them (fewer digits), no vertical
-    rules, the prefix most names share shown once in the title and as "…" in them, and
-    the names (and the columns in ``wrap``) wrapped, never cut short."""
+    else compact: figures as ``rows(True)`` gives them (fewer digits), headers as
+    ``compact_headers`` gives them (shorter) when given, no vertical rules, the prefix
+    most names share shown once in the title and as "…" in them, and the names (and the
+    columns in ``wrap``) wrapped, never cut short."""
     from rich import box
 
     def build(compact: bool) -> Table:
@@ -127,6 +202,7 @@ def fitted_table(
             show_edge=not compact,
         )
         for i, (header, justify) in enumerate(columns):
+            header = compact_headers[i] if compact and compact_headers else header
             table.add_column(header, justify=justify, overflow="fold", no_wrap=i not in wrap)
         for name, row in zip(names, cells):
             table.add_row("…" + name[len(prefix) :] if prefix and name.startswith(prefix) else name, *row[1:])

@@ -6,11 +6,10 @@ import json
 from pathlib import Path
 
 import click
-from rich.table import Table
 
 from gguf_exact.cli import console
 from gguf_exact.cli.app import flags, main, message
-from gguf_exact.cli.console import fitted_table, pct, say, tensor_progress, type_mix
+from gguf_exact.cli.console import fitted_table, pct, say_fitted, tensor_progress, type_mix
 from gguf_exact.errors import GgufExactError
 
 
@@ -142,7 +141,8 @@ def verify(
     none may be missing or extra, and the keys must be the ones the writer writes.
     What cannot be judged (a drafter's tokenizer without --vocab-from, a re-pack's
     donor keys without --donor) is named, and fails unless --allow-unchecked is given.
-    The last line is the verdict: `verify: PASS`, `FAIL` or `INCOMPLETE`.
+    The output ends with the verdict: `verify: PASS`, `FAIL` or `INCOMPLETE` (one line on
+    a terminal wide enough; wrapped to a narrower one, like every line).
     """
     from gguf_exact.verify import verify_file
 
@@ -156,31 +156,39 @@ def verify(
     if as_json:
         click.echo(json.dumps({"sha256": v.sha256} | v.as_dict(allow_unchecked, flags()), indent=2))
     else:
-        table = Table(title=str(gguf_path))
-        for col in (
-            "tensor",
-            "type",
-            "judged",
-            "values",
-            "bit-exact",
-            "max ULP",
-            "rel. error",
-            "blocks as planned/equal/more/less",
-        ):
-            table.add_column(col, justify="left" if col in ("tensor", "type", "judged") else "right")
-        for t in v.tensors + [v.total]:
-            b = t.blocks
-            blocks = f"{b.as_planned:,}/{b.equally_exact:,}/{b.more_exact:,}/{b.less_exact:,}" if b else "-"
-            figures = (pct(t.exact_fraction), str(t.max_ulps), f"{t.rel_error:.3e}") if t.measured else ("-",) * 3
-            status = "" if t.name == "(all)" else t.status
-            table.add_row(t.name, t.type, status, f"{t.n_values:,}", *figures, blocks)
+        columns = [("tensor", "left"), ("type", "left"), ("judged", "left"), ("values", "right")]
+        columns += [("bit-exact", "right"), ("max ULP", "right"), ("rel. error", "right")]
+        columns += [("blocks: as planned / equal / more / less exact", "right")]
+
+        def rows(compact: bool) -> list[list[str]]:
+            out = []
+            for t in v.tensors + [v.total]:
+                b = t.blocks
+                blocks = f"{b.as_planned:,}/{b.equally_exact:,}/{b.more_exact:,}/{b.less_exact:,}" if b else "-"
+                figures = (
+                    (
+                        pct(t.exact_fraction, 2 if compact else 4),
+                        str(t.max_ulps),
+                        f"{t.rel_error:.{1 if compact else 3}e}",
+                    )
+                    if t.measured
+                    else ("-",) * 3
+                )
+                status = "" if t.name == "(all)" else t.status
+                out.append([t.name, t.type, status, f"{t.n_values:,}", *figures, blocks])
+            return out
+
+        short = ["tensor", "type", "judged", "values", "exact", "ULP", "rel.err", "blocks p/e/m/l"]
+        table = fitted_table(str(gguf_path), columns, rows, wrap=(0, 7), compact_headers=short)
         console.out.print(table)
+        if table.columns[-1].header == short[-1]:
+            say_fitted("blocks p/e/m/l: as planned / equally exact / more exact / less exact than the plan's")
         for line in v.failures:
-            say(f"FAIL        {message(line)}")
+            say_fitted(f"FAIL        {message(line)}", " " * 12)
         for line in v.unchecked:
-            say(f"not judged  {message(line)}")
-        console.out.print(f"sha256 {v.sha256}", markup=False)
-        say(v.verdict(allow_unchecked, flags()))
+            say_fitted(f"not judged  {message(line)}", " " * 12)
+        say_fitted(f"sha256 {v.sha256}")
+        say_fitted(v.verdict(allow_unchecked, flags()))
     problem = v.error(allow_unchecked)
     if problem:
         raise problem

@@ -7,35 +7,49 @@ from pathlib import Path
 import click
 
 from gguf_exact.cli.app import main
-from gguf_exact.cli.console import say
+from gguf_exact.cli.console import say, say_fitted
 from gguf_exact.cli.options import models_dir_option
 from gguf_exact.errors import HubError, NotExactError
 
 
 @main.command("recipes")
-def recipes_command() -> None:
-    """List the recipes `fetch`, `pin` and `build` know, and what is pinned.
+@models_dir_option
+def recipes_command(models_dir: Path) -> None:
+    """List the recipes `fetch`, `pin` and `build` know, and what is pinned, file by file.
 
     Per recipe: what it makes, its parts (exact: the published GGUF; source: the
     checkpoint; target: the GGUF whose vocabulary a drafter copies), each with its
     repository and whether `fetch RECIPE --what PART` can run or `pin` must come
-    first. Recipes are read from $GGUF_EXACT_RECIPES, ~/.config/gguf-exact/recipes,
-    then the ones shipped with gguf-exact.
+    first; per file its pinned commit, sha256 and size, and whether a file is present
+    in --models-dir (`fetch --dry-run` verifies it). Recipes are read from
+    $GGUF_EXACT_RECIPES, ~/.config/gguf-exact/recipes, then the ones shipped with gguf-exact.
     """
     from gguf_exact.hub.fetch import pin_state
-    from gguf_exact.hub.recipes import ROLES, all_recipes
+    from gguf_exact.hub.plan import file_pins
+    from gguf_exact.hub.recipes import all_recipes
 
     found = all_recipes()
     if not found:
         raise HubError("no recipes found; write one as convert/<name>.toml (docs/recipes.md)")
     for r in found:
         what = f"drafter for {r.size} targets" if r.kind == "drafter" and r.size else r.kind
-        say(f"{r.name}  ({what}) {r.description}")
-        for role in ROLES:
-            if role in r.parts:
-                say(f"  {role:<7} {r.parts[role].repo}")
-                say(f"  {'':<7} {pin_state(r, role)}")
-        say(f"  file    {r.path}")
+        say_fitted(f"{r.name}  ({what}) {r.description}")
+        files = file_pins(r, models_dir)
+        for role, part in r.parts.items():
+            say_fitted(f"  {role:<7} {part.repo}")
+            say_fitted(f"  {'':<7} {pin_state(r, role)}")
+            for f in (f for f in files if f.role == role):
+                say_fitted(
+                    f"    {f.path[len(part.repo) + 1 :]}: {_size_words(f.size)}, {'present' if f.present else 'absent'}"
+                )
+                commit = f"commit {f.commit[:12]} pinned" if f.commit else f"commit not pinned ({f.revision})"
+                sha = f"sha256 {f.sha256[:12]} pinned" if f.sha256 else "sha256 not pinned"
+                say_fitted(f"      {commit}, {sha}")
+        say_fitted(f"  file    {r.path}")
+
+
+def _size_words(size: int | None) -> str:
+    return "size not pinned" if size is None else f"{size:,} bytes"
 
 
 @main.command()
@@ -48,27 +62,75 @@ def recipes_command() -> None:
     show_default=True,
     help="The published exact GGUF, the source checkpoint, or the target GGUF (vocabulary).",
 )
-def fetch(recipe: str, models_dir: Path, what: str) -> None:
-    """Download the files a recipe pins, each checked against its sha256.
+@click.option(
+    "--dry-run",
+    is_flag=True,
+    help="Say what would be downloaded, from which commit, to where and how big, and what is already "
+    "there and verified; download nothing.",
+)
+def fetch(recipe: str, models_dir: Path, what: str, dry_run: bool) -> None:
+    """Download the files a recipe pins, each checked against its size and sha256.
 
     RECIPE is a name from `gguf-exact recipes` (e.g. e2b-assistant) or a path to a
     .toml file. --what exact (the default) gets the published exact GGUF, source the
     checkpoint, target the GGUF whose vocabulary a drafter copies; a part whose files
-    are not pinned yet needs `gguf-exact pin RECIPE --what PART` first. The
-    files come from the commit pinned in checksums/RECIPE.sha256, through
-    huggingface_hub and its cache (HF_HUB_CACHE). A file whose sha256 differs is
-    refused and nothing is left at its final path; an interrupted download resumes on
-    the next run; HF_HUB_OFFLINE=1 uses the cache only. Private or gated repos need
-    `hf auth login` or HF_TOKEN.
+    are not pinned yet needs `gguf-exact pin RECIPE --what PART` first. The files come
+    from the commit pinned in checksums/RECIPE.sha256 (where no commit is pinned, from
+    the recipe's revision, refused unless the sha256 is the pinned one), through
+    huggingface_hub and its cache (HF_HUB_CACHE). The size is checked before the
+    sha256; a file that differs is refused and nothing is left at its final path; an
+    interrupted download resumes on the next run; HF_HUB_OFFLINE=1 uses the cache only.
+    Private or gated repos need `hf auth login` or HF_TOKEN.
     """
     from gguf_exact.hub.fetch import fetch_recipe
     from gguf_exact.hub.recipes import load_recipe
 
     r = load_recipe(recipe)
-    for f in fetch_recipe(r, what, models_dir):
-        commit = f", commit {f.commit}" if f.commit else ""
-        say(f"{f.path}  {f.how} ({f.size:,} bytes{commit})")
-    say(f"verified: sha256 as pinned in {r.checksums}")
+    if dry_run:
+        return _dry_run(r, what, models_dir)
+    got = fetch_recipe(r, what, models_dir)
+    for f in got:
+        say_fitted(f"{f.path}")
+        say_fitted(f"  {f.how}, {f.size:,} bytes" + (f", commit {f.commit}" if f.commit else ""))
+    say_fitted(f"verified: size and sha256 as pinned in {r.checksums}; {got[0].file.pinned}")
+
+
+VALUE = " " * 8  # wrapped values stay in their column
+
+
+def _dry_run(r, what: str, models_dir: Path) -> None:
+    from gguf_exact.cli.console import human_size
+    from gguf_exact.hub.plan import IN_CACHE, IN_PLACE, plan_fetch
+
+    plans = plan_fetch(r, what, models_dir)
+    say_fitted(f"fetch {r.name} --what {what}, dry run: nothing is downloaded")
+    for p in plans:
+        f = p.file
+        say_fitted(f.path)
+        say_fitted(f"  pinned  {f.pinned}, {_size_words(f.size)}", VALUE)
+        say_fitted(f"  to      {p.dest}", VALUE)
+        if p.there:
+            say_fitted(f"  there   {p.there}: fetch replaces it", VALUE)
+        if p.state == IN_PLACE:
+            say_fitted("  state   in place, verified (size, then sha256)")
+        elif p.state == IN_CACHE:
+            say_fitted("  state   in the Hub cache, verified: fetch links it into place")
+        elif p.problem:
+            say_fitted(f"  state   would stop: {p.problem}", VALUE)
+        else:
+            size = p.remote.size if p.remote and p.remote.size is not None else f.size
+            how_big = f"{size:,} bytes ({human_size(size)})" if size is not None else "size unknown"
+            commit = p.remote.commit if p.remote else f.commit
+            say_fitted(f"  state   would download {how_big} from commit {commit}", VALUE)
+    waiting = [p for p in plans if p.state not in (IN_PLACE, IN_CACHE)]
+    stops = [p for p in waiting if p.problem]
+    total = sum((p.remote.size if p.remote and p.remote.size else p.file.size) or 0 for p in waiting if not p.problem)
+    say_fitted(
+        f"dry run: {len(plans) - len(waiting)} of {len(plans)} files in place or cached, "
+        f"{len(waiting) - len(stops)} to download ({total:,} bytes)"
+    )
+    if stops:
+        raise HubError(f"fetch {r.name} --what {what} would stop at {len(stops)} of {len(plans)} files (above)")
 
 
 @main.command()
@@ -106,25 +168,28 @@ def build(recipe: str, models_dir: Path, out_dir: Path, vocab_from: Path | None)
     r = load_recipe(recipe)
     res = build_recipe(r, models_dir, out_dir, vocab_from)
     t = res.convert.total
-    say(f"source  {models_dir / r.part('source').repo} ({len(res.sources)} files, verified)")
-    say(f"vocab   {res.vocab_from}")
-    say(f"wrote   {res.output} ({res.convert.size:,} bytes; {t.exact:,} of {t.n_values:,} values bit-exact)")
+    pinned = res.sources[0].file.pinned
+    say_fitted(
+        f"source  {models_dir / r.part('source').repo} ({len(res.sources)} files, size and sha256 verified; {pinned})"
+    )
+    say_fitted(f"vocab   {res.vocab_from}")
+    say_fitted(f"wrote   {res.output} ({res.convert.size:,} bytes; {t.exact:,} of {t.n_values:,} values bit-exact)")
     o = res.outcome
     if o is None:
-        say(f"sha256 {res.sha256}; the recipe pins no published exact file to compare with")
+        say_fitted(f"sha256 {res.sha256}; the recipe pins no published exact file to compare with")
         return
     if o.kind == REPRODUCED:
-        say(f"reproduced: sha256 {res.sha256} is the published {res.published}")
+        say_fitted(f"reproduced: sha256 {res.sha256} is the published {res.published}")
         return
-    say(f"built      {res.sha256}  {res.output}")
-    say(f"published  {res.published_sha256}  {res.published}")
+    say_fitted(f"built      {res.sha256}  {res.output}")
+    say_fitted(f"published  {res.published_sha256}  {res.published}")
     if o.metadata_keys:
-        say(f"metadata   {len(o.metadata_keys)} keys differ: {', '.join(o.metadata_keys[:6])}")
+        say_fitted(f"metadata   {len(o.metadata_keys)} keys differ: {', '.join(o.metadata_keys[:6])}")
     if o.kind in (SAME_LEVELS, LESS_EXACT):
         for s in o.scales:
             less = f", {s.less_exact:,} less exact" if s.less_exact else ""
-            say(f"  {s.name}: {s.as_exact:,} of {s.blocks:,} published blocks as exact as the plan{less}")
-        say(
+            say_fitted(f"  {s.name}: {s.as_exact:,} of {s.blocks:,} published blocks as exact as the plan{less}")
+        say_fitted(
             f"{o.kind}: every Q4_0 block holds the published file's levels; "
             f"{o.other_scale_blocks:,} of {o.q4_0_blocks:,} blocks are stored with another scale"
             + (
@@ -134,7 +199,7 @@ def build(recipe: str, models_dir: Path, out_dir: Path, vocab_from: Path | None)
             )
         )
         for who, e in (("built", o.built_exact), ("published", o.published_exact)):
-            say(
+            say_fitted(
                 f"bit-exact against the source, {who + ':':<10} {e.exact_fraction:.4%} ({e.exact:,} of {e.n_values:,} values)"
             )
         return

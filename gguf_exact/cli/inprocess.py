@@ -11,7 +11,7 @@ import click
 
 from gguf_exact.cli import console
 from gguf_exact.cli.app import main
-from gguf_exact.cli.console import note, say
+from gguf_exact.cli.console import note, say_fitted, say_markdown
 from gguf_exact.cli.options import (
     PROFILE_HELP,
     drafter_from_options,
@@ -260,5 +260,5 @@ def bench(
         engine_list if engines else (), profile, overrides, temperature, seed, console.progress_lines(),
     )  # fmt: skip
     paths = report.write(out_dir or results_dir("bench"), plot=not no_plot)
-    say(report.markdown())
-    say("wrote " + ", ".join(str(p) for p in paths.values()))
+    say_markdown(report.markdown())
+    say_fitted("wrote " + ", ".join(str(p) for p in paths.values()))

@@ -126,7 +126,7 @@ def target_and_draft_options(auto: bool, no_draft: bool = True):
             "--fetch-draft",
             is_flag=True,
             help="When no drafter is found, fetch the exact one a recipe (`gguf-exact recipes`) names for the "
-            "target's size (pinned commit, sha256 checked) into --models-dir; with --dry-run, only say where.",
+            "target's size into --models-dir (size and sha256 checked; the published drafters: sha256 pinned, commit not pinned); with --dry-run, only say where.",
         ),
         click.option(
             "--models-dir",

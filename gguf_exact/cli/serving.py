@@ -10,7 +10,7 @@ import click
 
 from gguf_exact.cli import console
 from gguf_exact.cli.app import main, message
-from gguf_exact.cli.console import note, say, warn
+from gguf_exact.cli.console import note, say, say_fitted, say_markdown, warn
 from gguf_exact.cli.options import (
     drafter_from_options,
     n_max_list_option,
@@ -310,21 +310,21 @@ def tune(
     note(profile_line(prof, choice))
     tuned = tune_profile(request, out_dir or results_dir("tune"), not no_write, console.progress_lines())
     result = tuned.result
-    say(result.report.markdown())
+    say_markdown(result.report.markdown())
     base = result.target_tokens_per_second
     vs = f"; the target alone {base:.1f} tokens/s" if base else ""
-    say(f"best: n-max {result.best_n_max} at {result.best_tokens_per_second:.1f} tokens/s (median run){vs}")
+    say_fitted(f"best: n-max {result.best_n_max} at {result.best_tokens_per_second:.1f} tokens/s (median run){vs}")
     if base and result.best_tokens_per_second < base:
         console.out.print(
             "drafting is slower than the target alone on this machine (noisy if it is busy)", markup=False
         )
-    say("wrote " + ", ".join(str(p) for p in tuned.report_files.values()))
+    say_fitted("wrote " + ", ".join(str(p) for p in tuned.report_files.values()))
     if tuned.profile_file is None:
         return
     dest = tuned.profile_file
-    say(f"wrote {dest}: spec-draft-n-max = {result.best_n_max}; serve with `--profile {name}`")
+    say_fitted(f"wrote {dest}: spec-draft-n-max = {result.best_n_max}; serve with `--profile {name}`")
     if tuned.replaces_builtin:
-        say(
+        say_fitted(
             f"note: it replaces the {name} profile shipped with gguf-exact for every later serve, chat and "
             f"--profile auto; delete {dest} to go back"
         )

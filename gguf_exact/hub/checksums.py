@@ -5,11 +5,14 @@ Each file is in ``sha256sum`` format, so ``sha256sum -c`` checks it as it is: a 
 paths are ``<repo>/<file>``, relative to the models dir that ``gguf-exact fetch`` fills,
 and a comment line per repository records the commit its files were pinned at::
 
-    # pin google/gemma-4-E2B-it-qat-q4_0-unquantized-assistant revision=main commit=65c0ada7...
+    # pin google/gemma-4-E2B-it-qat-q4_0-unquantized-assistant revision=main commit=ebc7e1a2...
+    # size 2356  google/gemma-4-E2B-it-qat-q4_0-unquantized-assistant/config.json
     <sha256>  google/gemma-4-E2B-it-qat-q4_0-unquantized-assistant/config.json
 
 ``commit=unknown`` means the files are pinned by sha256 only (the revision they came
-from was not recorded). Other files (e.g. ``llama-cpp-python.sha256``) are plain
+from was not recorded). A ``# size <bytes>  <path>`` line gives a file's size in bytes,
+checked before its sha256 (a wrong size needs no multi-GB hash to be refused); a size
+may be known where the sha256 is not, and then the file is not pinned yet. Other files (e.g. ``llama-cpp-python.sha256``) are plain
 sha256sum lines, looked up by name with :func:`expected_sha256`.
 
 :func:`parse` and :func:`render` are pure; :func:`read`, :func:`write` and the lookups
@@ -31,6 +34,7 @@ LLAMA_CPP_PYTHON = "llama-cpp-python.sha256"  # the sdist pin that the llama.cpp
 
 _LINE = re.compile(r"([0-9a-fA-F]{64}) [ *](\S.*)")
 _PIN = re.compile(r"#\s*pin\s+(\S+)\s+revision=(\S+)\s+commit=(\S+)\s*")
+_SIZE = re.compile(r"#\s*size\s+([0-9]+)\s+(\S.*)")
 _SDIST = re.compile(r"llama_cpp_python-([0-9][0-9A-Za-z.]*)\.tar\.gz")
 
 
@@ -58,6 +62,11 @@ class Checksums:
     header: list[str] = field(default_factory=list)  # leading comment lines, kept on rewrite
     pins: dict[str, RepoPin] = field(default_factory=dict)
     entries: list[Entry] = field(default_factory=list)
+    sizes: dict[str, int] = field(default_factory=dict)  # path -> bytes, where known
+
+    def size(self, path: str) -> int | None:
+        """The pinned size of ``path`` in bytes, or None."""
+        return self.sizes.get(path)
 
     def sha256(self, path: str) -> str | None:
         """The pinned sha256 of ``path``, or None."""
@@ -67,10 +76,12 @@ class Checksums:
         """Entries of files in ``repo`` (paths under ``repo/``)."""
         return [e for e in self.entries if e.path.startswith(repo + "/")]
 
-    def with_repo(self, pin: RepoPin, entries: list[Entry]) -> "Checksums":
-        """A copy in which ``pin.repo``'s pin line and entries are replaced."""
+    def with_repo(self, pin: RepoPin, entries: list[Entry], new_sizes: dict[str, int] | None = None) -> "Checksums":
+        """A copy in which ``pin.repo``'s pin line, entries and sizes are replaced."""
         kept = [e for e in self.entries if not e.path.startswith(pin.repo + "/")]
-        return replace(self, pins={**self.pins, pin.repo: pin}, entries=kept + list(entries))
+        sizes = {p: n for p, n in self.sizes.items() if not p.startswith(pin.repo + "/")}
+        sizes |= new_sizes or {}
+        return replace(self, pins={**self.pins, pin.repo: pin}, entries=kept + list(entries), sizes=sizes)
 
 
 def parse(text: str, where: str = "checksums") -> Checksums:
@@ -89,6 +100,10 @@ def parse(text: str, where: str = "checksums") -> Checksums:
                     raise HubError(f"{where}:{number}: commit {commit!r} is not a 40-hex commit id or 'unknown'")
                 cs.pins[repo] = RepoPin(repo, revision, None if commit == "unknown" else commit)
                 seen_content = True
+            elif _SIZE.fullmatch(line):
+                size, path = _SIZE.fullmatch(line).groups()
+                cs.sizes[path] = int(size)
+                seen_content = True
             elif not seen_content:
                 cs.header.append(line)
             continue
@@ -101,15 +116,24 @@ def parse(text: str, where: str = "checksums") -> Checksums:
 
 
 def render(cs: Checksums) -> str:
-    """sha256sum text: header, then per pinned repo its pin line and entries, then the rest."""
+    """sha256sum text: header, then per pinned repo its pin line and, per file, its size
+    and sha256 lines; then the rest."""
     lines = list(cs.header)
     placed: set[str] = set()
+    shas = {e.path: e.sha256 for e in cs.entries}
+
+    def file_lines(path: str) -> list[str]:
+        placed.add(path)
+        size = [f"# size {cs.sizes[path]}  {path}"] if path in cs.sizes else []
+        return size + ([f"{shas[path]}  {path}"] if path in shas else [])
+
     for repo, pin in cs.pins.items():
         lines.append(f"# pin {repo} revision={pin.revision} commit={pin.commit or 'unknown'}")
-        for e in sorted(cs.repo_entries(repo), key=lambda e: e.path):
-            lines.append(f"{e.sha256}  {e.path}")
-            placed.add(e.path)
-    lines += [f"{e.sha256}  {e.path}" for e in cs.entries if e.path not in placed]
+        for path in sorted({p for p in (*shas, *cs.sizes) if p.startswith(repo + "/")}):
+            lines += file_lines(path)
+    for path in [*shas, *cs.sizes]:
+        if path not in placed:
+            lines += file_lines(path)
     return "\n".join(lines) + "\n"
 
 

@@ -215,19 +215,26 @@ def download(
     config: HubConfig,
     expected_sha256: str | None = None,
     progress: bool = True,
+    expected_size: int | None = None,
 ) -> Download:
     """``filename`` at ``revision`` into the Hub cache, checked.
 
-    Refused before any transfer when the Hub's sha256 is not ``expected_sha256``. After
-    the transfer the file must have the hash the Hub's metadata gives (sha256 for LFS
-    files, git blob id for the others) and ``expected_sha256``; a file that does not is
-    removed from the cache (:func:`evict`) and nothing is returned.
+    Refused before any transfer when the Hub's size is not ``expected_size`` or its
+    sha256 is not ``expected_sha256``. After the transfer the file must have that size
+    (checked first: no hash of a file of another size), the hash the Hub's metadata gives
+    (sha256 for LFS files, git blob id for the others) and ``expected_sha256``; a file
+    that does not is removed from the cache (:func:`evict`) and nothing is returned.
     """
     where = f"{repo}/{filename}"
     check_relative_path(filename, f"{repo}@{revision}")
     if expected_sha256 is not None:
         check_sha256(expected_sha256, where)
     remote = remote_file(repo, filename, revision, config)
+    if expected_size is not None and remote.size is not None and remote.size != expected_size:
+        raise HubError(
+            f"{where}: the Hub's file at commit {remote.commit} is {remote.size:,} bytes, the pin says {expected_size:,}; "
+            "nothing downloaded: check the revision, or run `gguf-exact pin` if the new file is intended"
+        )
     if expected_sha256 and remote.lfs and remote.etag != expected_sha256:
         raise HubError(
             f"{where}: the Hub's file at commit {remote.commit} has sha256 {remote.etag}, the pin says {expected_sha256}; "
@@ -258,15 +265,30 @@ def download(
     if verified_blob is not None and os.path.realpath(path) == os.path.realpath(verified_blob):
         digest = remote.etag  # hashed before it was renamed into the cache, a moment ago
     else:
-        digest = _check_cached(path, remote, expected_sha256, config)
+        digest = _check_cached(path, remote, expected_sha256, config, expected_size)
     return Download(path, remote.commit, digest, path.stat().st_size, resumed_from, not had_blob)
 
 
-def _check_cached(path: Path, remote: RemoteFile, expected_sha256: str | None, config: HubConfig) -> str:
+def _check_cached(
+    path: Path, remote: RemoteFile, expected_sha256: str | None, config: HubConfig, expected_size: int | None = None
+) -> str:
     """The sha256 of ``path`` once it matches the Hub's metadata and the pin. Bytes that
     do not match the Hub's metadata are removed from the cache (:func:`evict`); bytes
-    that do but differ from the pin stay: they are the Hub's file, the pin is wrong."""
+    that do but differ from the pin stay: they are the Hub's file, the pin is wrong.
+    Sizes are compared before anything is hashed."""
     where = f"{remote.repo}/{remote.filename}"
+    size = path.stat().st_size
+    if remote.size is not None and size != remote.size:
+        evict(path, remote.repo, config)
+        raise HubError(
+            f"{where}: downloaded file is {size:,} bytes, the Hub's metadata says {remote.size:,}; removed from the "
+            "Hub cache, nothing kept: run again, and if it repeats, check HF_ENDPOINT and any proxy"
+        )
+    if expected_size is not None and size != expected_size:
+        raise HubError(
+            f"{where}: the Hub's file at commit {remote.commit} is {size:,} bytes, the pin says {expected_size:,}; "
+            "nothing placed: check the revision, or run `gguf-exact pin` if the new file is intended"
+        )
     if remote.lfs:
         digest = sha256_file(path)
         problem = None if digest == remote.etag else f"sha256 {digest}, expected {remote.etag} (the Hub's metadata)"

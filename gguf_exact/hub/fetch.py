@@ -1,5 +1,7 @@
 """``gguf-exact fetch``: the files a recipe names, from the revision its checksum file
-pins, each checked against its sha256 before it is placed at its final path.
+pins, each checked against its size and then its sha256 (a wrong size needs no hash to be
+refused) before it is placed at its final path; :func:`gguf_exact.hub.plan.plan_fetch`
+says what a fetch would do (``fetch --dry-run``) without downloading.
 
 Final paths are ``MODELS_DIR/<repo>/<file>``, the paths the checksum file lists, so
 ``cd MODELS_DIR && sha256sum -c --ignore-missing ../checksums/<recipe>.sha256`` checks
@@ -26,18 +28,34 @@ from gguf_exact.hub.session import HubConfig
 
 @dataclass(frozen=True)
 class PinnedFile:
-    """One file to fetch: where it is on the Hub and the sha256 it must have."""
+    """One file to fetch: where it is on the Hub and the size and sha256 it must have."""
 
     repo: str
     filename: str
     sha256: str
     revision: str  # the pinned commit when known, else the pinned revision
     commit: str | None
+    size: int | None = None  # bytes, where the checksum file records it
 
     @property
     def path(self) -> str:
         """Its path in the checksum file and under the models dir."""
         return f"{self.repo}/{self.filename}"
+
+    @property
+    def pinned(self) -> str:
+        """What is pinned, in words: ``sha256 and commit 675cff42a74c pinned``, or ``sha256
+        pinned, commit not pinned (from main)``: then it comes from the recipe's revision."""
+        if self.commit:
+            return f"sha256 and commit {self.commit[:12]} pinned"
+        return f"sha256 pinned, commit not pinned (from {self.revision})"
+
+
+def size_problem(actual: int, pinned: int | None) -> str | None:
+    """Why a file of ``actual`` bytes is not the pinned one, or None (also when no size is pinned)."""
+    if pinned is None or actual == pinned:
+        return None
+    return f"{actual:,} bytes, the pin says {pinned:,}"
 
 
 @dataclass(frozen=True)
@@ -71,7 +89,11 @@ def pinned_files(recipe: Recipe, role: str, pins: checksums.Checksums) -> list[P
                 f"run `gguf-exact pin {recipe.name} --what {role}` to record it from the Hub"
             )
         chosen |= {f: entries[f] for f in matched}
-    return [PinnedFile(part.repo, f, sha, revision, pin.commit if pin else None) for f, sha in sorted(chosen.items())]
+    commit = pin.commit if pin else None
+    return [
+        PinnedFile(part.repo, f, sha, revision, commit, pins.size(f"{part.repo}/{f}"))
+        for f, sha in sorted(chosen.items())
+    ]
 
 
 def pin_state(recipe: Recipe, role: str) -> str:
@@ -81,7 +103,7 @@ def pin_state(recipe: Recipe, role: str) -> str:
         files = pinned_files(recipe, role, checksums.read(recipe.checksums))
     except GgufExactError:
         return f"not pinned: `gguf-exact pin {recipe.name} --what {role}` first"
-    return f"pinned, {len(files)} file{'s' if len(files) != 1 else ''}"
+    return f"{files[0].pinned}, {len(files)} file{'s' if len(files) != 1 else ''}"
 
 
 def part_dir(models_dir: str | Path, part: RepoPart) -> Path:
@@ -92,11 +114,11 @@ def part_dir(models_dir: str | Path, part: RepoPart) -> Path:
 def fetch_file(pf: PinnedFile, dest: Path, config: HubConfig, progress: bool = True) -> Fetched:
     """Place ``pf`` at ``dest``, verified; nothing is left at ``dest`` on failure."""
     if dest.is_file():
-        if sha256_file(dest) == pf.sha256:
+        if in_place(pf, dest):
             return Fetched(pf, dest, "in place", dest.stat().st_size, pf.commit)
         dest.unlink()
     cached = cached_file(pf.repo, pf.filename, pf.revision, config)
-    if cached is not None and cached_sha256(cached, pf.repo, config) == pf.sha256:
+    if cached is not None and in_cache(pf, cached, config):
         _place(cached, dest, pf.sha256)
         return Fetched(pf, dest, "from cache", dest.stat().st_size, pf.commit)
     if config.offline:
@@ -104,26 +126,41 @@ def fetch_file(pf: PinnedFile, dest: Path, config: HubConfig, progress: bool = T
             f"{pf.path}: not in the Hub cache ({config.cache_dir}) and HF_HUB_OFFLINE is set; "
             "run the same command without HF_HUB_OFFLINE=1 to download it"
         )
-    got = download(pf.repo, pf.filename, pf.revision, config, pf.sha256, progress)
+    got = download(pf.repo, pf.filename, pf.revision, config, pf.sha256, progress, pf.size)
     _place(got.path, dest, pf.sha256)
     how = "resumed" if got.resumed_from else ("downloaded" if got.transferred else "from cache")
     return Fetched(pf, dest, how, got.size, got.commit)
+
+
+def in_place(pf: PinnedFile, path: Path) -> bool:
+    """``path`` holds the pinned file: its size first (no hash of a file of another size), then its sha256."""
+    return size_problem(path.stat().st_size, pf.size) is None and sha256_file(path) == pf.sha256
+
+
+def in_cache(pf: PinnedFile, cached: Path, config: HubConfig) -> bool:
+    """The Hub cache's copy is the pinned file (size first; a corrupt blob is evicted)."""
+    return size_problem(cached.stat().st_size, pf.size) is None and cached_sha256(cached, pf.repo, config) == pf.sha256
 
 
 def fetch_recipe(
     recipe: Recipe, role: str, models_dir: str | Path, config: HubConfig | None = None, progress: bool = True
 ) -> list[Fetched]:
     """Fetch every file of one part (``exact``, ``source`` or ``target``) of ``recipe``."""
+    check_role(recipe, role)
+    config = config or HubConfig.from_env()
+    files = pinned_files(recipe, role, checksums.read(recipe.checksums))
+    root = part_dir(models_dir, recipe.part(role))
+    return [fetch_file(pf, root / pf.filename, config, progress) for pf in files]
+
+
+def check_role(recipe: Recipe, role: str) -> None:
+    """Stop with what to fetch instead when ``recipe`` has no ``role`` part."""
     if role not in recipe.parts:
         have = [r for r in ROLES if r in recipe.parts]
         raise HubError(
             f"recipe {recipe.name} has no {role} section ({recipe.path}), so there is no {role} file to fetch; "
             f"it has {', '.join(have)}: `gguf-exact fetch {recipe.name} --what {have[0]}`"
         )
-    config = config or HubConfig.from_env()
-    files = pinned_files(recipe, role, checksums.read(recipe.checksums))
-    root = part_dir(models_dir, recipe.part(role))
-    return [fetch_file(pf, root / pf.filename, config, progress) for pf in files]
 
 
 def _place(src: Path, dest: Path, sha256: str) -> None:

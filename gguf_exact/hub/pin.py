@@ -1,5 +1,5 @@
 """``gguf-exact pin``: resolve a recipe's revisions to commits and record every file's
-sha256 in its checksum file, from the Hub's file metadata, without downloading.
+size and sha256 in its checksum file, from the Hub's file metadata, without downloading.
 
 LFS files (weights, GGUFs) carry their sha256 in the Hub's metadata. Small files kept in
 git (``config.json``) have only a git id there: those are read (a few KB, through the Hub
@@ -83,7 +83,8 @@ def pin_recipe(
                 f"{recipe.path}: the {earlier[0].role} and {part.role} sections use {part.repo} at different revisions; use one"
             )
         merged = [e for p in earlier for e in p.entries] + entries
-        updated = updated.with_repo(pin, [Entry(e.sha256, e.path) for e in merged])
+        sizes = {e.path: e.size for e in merged if e.size is not None}
+        updated = updated.with_repo(pin, [Entry(e.sha256, e.path) for e in merged], sizes)
         report.parts.append(PartPin(part.role, pin, entries))
     dest.parent.mkdir(parents=True, exist_ok=True)
     checksums.write(dest, updated)
@@ -132,7 +133,8 @@ def pin_entry(
 
 def default_header(recipe: Recipe) -> list[str]:
     return [
-        f"# Pinned files of recipe {recipe.name} (convert/{recipe.path.name}): the sha256 of every file and,",
-        f"# per repository, the commit its revision resolved to. Written by `gguf-exact pin {recipe.name}`. Check from the models dir:",
+        f"# Pinned files of recipe {recipe.name} (convert/{recipe.path.name}): per file its size and sha256, per",
+        "# repository the commit its revision resolved to (commit=unknown: sha256 pinned, commit not pinned).",
+        f"# `gguf-exact pin {recipe.name}` rewrites it from the Hub's metadata. Check from the models dir:",
         f"#   cd models && sha256sum -c --ignore-missing ../checksums/{recipe.checksums.name}",
     ]

@@ -87,11 +87,27 @@ def hashed(model: ModelFile) -> ModelFile:
     return model if model.digest else replace(model, digest=sha256_file(model.path))
 
 
-def check_listed_sha256(model: ModelFile, role: str, listed: dict[str, str]) -> ModelFile:
-    """Hash the file when its name is listed; stop on a mismatch."""
+def listed_sizes(checksum_dir: Path | None = None) -> dict[str, int]:
+    """File name -> size in bytes, where ``checksums/`` records one (as :func:`listed_checksums`)."""
+    checksum_dir = CHECKSUM_DIR if checksum_dir is None else Path(checksum_dir)
+    files = pins.checksum_files(None if checksum_dir == pins.CHECKSUMS_DIR else checksum_dir)
+    return {path.rsplit("/", 1)[-1]: size for file in files for path, size in pins.read(file).sizes.items()}
+
+
+def check_listed_sha256(
+    model: ModelFile, role: str, listed: dict[str, str], sizes: dict[str, int] | None = None
+) -> ModelFile:
+    """Hash the file when its name is listed, after its size where one is listed (a file
+    of another size is refused unhashed); stop on a mismatch."""
     expected = listed.get(model.path.name)
     if expected is None:
         return model
+    size, pinned = model.path.stat().st_size, (sizes or {}).get(model.path.name)
+    if pinned is not None and size != pinned:
+        raise NotExactError(
+            f"{role} {model.path}: {size:,} bytes, {pinned:,} listed in checksums/ for {model.path.name}; "
+            "the file is cut short, damaged or not the published one, download it again"
+        )
     actual = model.digest or sha256_file(model.path)  # hashed before: not again
     if actual != expected:
         raise NotExactError(
@@ -128,11 +144,12 @@ def check_pair(
     """Read and check a target (and drafter) for draft-mtp serving; see the module doc.
     Files given as :class:`ModelFile` are not read again, nor hashed again once hashed."""
     listed = listed_checksums() if checksums is None else checksums
+    sizes = listed_sizes() if checksums is None else {}
     t = read_model(target, "target")
     if t.architecture != TARGET_ARCH:
         hint = (" (that is a drafter: pass it as ", Param("draft"), ")") if t.architecture == DRAFTER_ARCH else ()
         raise PairError(f"target {t.path}: general.architecture is {t.architecture!r}, expected {TARGET_ARCH!r}", *hint)
-    t = check_listed_sha256(t, "target", listed)
+    t = check_listed_sha256(t, "target", listed, sizes)
     if drafter is None:
         return ServePair(t, None)
     d = read_model(drafter, "drafter")
@@ -160,5 +177,5 @@ def check_pair(
             Param("vocab_from"),
             f" {t.path}",
         )
-    d = check_listed_sha256(d, "drafter", listed)
+    d = check_listed_sha256(d, "drafter", listed, sizes)
     return ServePair(t, d)

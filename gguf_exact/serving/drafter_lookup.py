@@ -153,7 +153,8 @@ def find_drafter(
                 raise PairError(
                     f"recipe {r.name}: fetched {path}, but it does not serve beside {target}: ", *pair.parts
                 )
-            return DrafterFound(path, f"recipe {r.name}: {got[0].how}, sha256 as pinned", size, pair=pair)
+            how = f"recipe {r.name}: {got[0].how}, size and sha256 checked; {got[0].file.pinned}"
+            return DrafterFound(path, how, size, pair=pair)
     raise InputError(*no_drafter_message(target, size, recipes, models_dir, fetch))
 
 

@@ -32,7 +32,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable, Iterator
 
-from gguf_exact.builds.llama_build import build_command, cache_root, find_build, install_dir
+from gguf_exact.builds.llama_build import build_command, cache_root, find_build, install_dir, make_command
 from gguf_exact.errors import ArgumentError, BuildError, GgufExactError, Param, ServerError
 from gguf_exact.pair.checks import ModelFile, ServePair, check_pair
 from gguf_exact.runtime.profiles import Profile, load_profile, refuse_no_mmap
@@ -127,7 +127,7 @@ def resolve_server_binary(profile: Profile, server_bin: str | Path | None = None
     build = find_build(profile.build)
     if build is None:
         raise ServerError(
-            f"llama-server for build {profile.build!r} (profile {profile.name}) not found; run `{build_command(profile.build)}` (or make llama-server) first"
+            f"llama-server for build {profile.build!r} (profile {profile.name}) not found; run `{build_command(profile.build)}` (or `{make_command(profile.build)}`) first"
         )
     return build.binary("llama-server")
 
