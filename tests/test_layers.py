@@ -14,7 +14,8 @@ ROOT = Path(gguf_exact.__file__).parent
 # From the bottom; a unit is a subpackage or a top-level module. A unit may import from
 # units in earlier layers only (and from itself); units in one layer are independent.
 LAYERS: list[set[str]] = [
-    {"errors", "progress", "malloc_tuning", "resources", "version"},
+    {"errors", "progress", "malloc_tuning", "constants", "version"},
+    {"resources"},
     {"core"},
     {"formats"},
     {"gemma4"},

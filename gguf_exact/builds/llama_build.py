@@ -34,6 +34,7 @@ from typing import Callable, Iterator
 from gguf_exact.builds import build_probe, gpu_toolchains, source_patches
 from gguf_exact.builds.cpu_features import CpuTarget, host_cpu
 from gguf_exact.builds.gpu_toolchains import CudaSetup, VulkanTools
+from gguf_exact.constants import cache_root
 from gguf_exact.errors import ArgumentError, BuildError, GgufExactError, Param
 from gguf_exact.formats.gguf_file import sha256_file
 from gguf_exact.hub import checksums
@@ -91,14 +92,6 @@ class PinnedSdist:
     version: str
     sha256: str
     filename: str
-
-
-def cache_root() -> Path:
-    """``$GGUF_EXACT_CACHE``, else ``$XDG_CACHE_HOME/gguf-exact``, else ``~/.cache/gguf-exact``."""
-    if os.environ.get("GGUF_EXACT_CACHE"):
-        return Path(os.environ["GGUF_EXACT_CACHE"]).expanduser()
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base).expanduser() / "gguf-exact"
 
 
 def backend_name(cuda: str | None, vulkan: bool = False) -> str:
