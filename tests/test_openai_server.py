@@ -22,8 +22,10 @@ from click.testing import CliRunner
 
 from gguf_exact.bench.prompt_set import load_prompts
 from gguf_exact.cli import main
-from gguf_exact.serving.client import get_metrics
-from gguf_exact.serving.server import plan_launch, server_status, start_server, stop_server
+from gguf_exact.engines.http import get_metrics
+from gguf_exact.engines.launch import plan_launch, start_server
+from gguf_exact.engines.settings import ServeSettings
+from gguf_exact.engines.status import server_status, stop_server
 from gguf_exact.tiny.hidden_pair import write_hidden_state_pair
 
 PROMPTS = load_prompts()
@@ -38,7 +40,7 @@ def pair(tmp_path_factory) -> tuple[Path, Path]:
 
 def _serve(target: Path, drafter: Path | None):
     launch = plan_launch(
-        target, drafter, "cpu", [*TEST_SETTINGS, "spec-draft-n-max=3"], port=free_port(), engine="python"
+        ServeSettings(target, drafter, "cpu", [*TEST_SETTINGS, "spec-draft-n-max=3"], port=free_port(), engine="python")
     )
     proc, _ = start_server(launch, detach=True, timeout=120)
     return launch, proc

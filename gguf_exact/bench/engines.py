@@ -1,11 +1,11 @@
 """``gguf-exact bench --engines python,llama-server``: the Python engine beside llama-server, over HTTP.
 
 For each n-max, one server per engine is started on the same pair with the same
-profile and overrides (:func:`gguf_exact.serving.server.plan_launch`,
+profile and overrides (:func:`gguf_exact.engines.launch.plan_launch`,
 ``start_server``); after one untimed warm-up request each, the shipped prompts go
 to ``/v1/completions`` of each server, same prompt, ``max_tokens``, temperature
 and seed, the engines in A B B A order per round
-(:func:`gguf_exact.serving.client.openai_generate`). Per engine and n-max:
+(:func:`gguf_exact.engines.http.openai_generate`). Per engine and n-max:
 
 - tokens/s as the client sees it (the whole request: prompt, HTTP and JSON
   included), and in the server's generation phase (its own
@@ -170,8 +170,11 @@ def bench_engines(
     progress: Callable[[str], None] = lambda s: None,
 ) -> EngineReport:
     """Start each engine's server at each n-max, run the prompts over HTTP, stop them."""
-    from gguf_exact.serving.client import openai_generate
-    from gguf_exact.serving.server import free_port, plan_launch, scratch_run_root, start_server, stop_server
+    from gguf_exact.engines.http import openai_generate
+    from gguf_exact.engines.launch import plan_launch, start_server
+    from gguf_exact.engines.process import free_port, scratch_run_root
+    from gguf_exact.engines.settings import ServeSettings
+    from gguf_exact.engines.status import stop_server
 
     bad = [e for e in engines if e not in ENGINES]
     if bad or not engines:
@@ -184,9 +187,10 @@ def bench_engines(
             try:
                 for engine in engines:
                     sets = list(overrides) + ([f"spec-draft-n-max={n_max}"] if n_max > 0 else [])
-                    launch = plan_launch(
-                        model, draft if n_max > 0 else None, profile, sets, port=free_port(), engine=engine, runs=root
+                    settings = ServeSettings(
+                        model, draft if n_max > 0 else None, profile, tuple(sets), engine, port=free_port(), runs=root
                     )
+                    launch = plan_launch(settings)
                     start_server(launch, detach=True, timeout=300)
                     launches[engine] = launch
                     openai_generate(launch.url, first, min(n_predict, 8), temperature, seed)  # warm-up

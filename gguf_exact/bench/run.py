@@ -5,7 +5,7 @@ order, each round forward then backward (``A B C C B A``, the ``A B B A`` of two
 arms), so slow drift of the machine falls on every arm alike. Each arm is
 warmed up once (untimed) before the first round. Runs are in-process
 (:class:`.Runner`, one model load shared by every arm) or against running
-llama-servers (:func:`gguf_exact.serving.client.server_generate`, one server per arm, since
+llama-servers (:func:`gguf_exact.engines.http.server_generate`, one server per arm, since
 llama-server fixes n-max at start-up).
 
 The report holds every run, a summary per arm (tokens/s over the generation
@@ -209,7 +209,7 @@ def bench_servers(
     progress: Progress = lambda s: None,
 ) -> BenchReport:
     """Against running llama-servers, one per arm."""
-    from gguf_exact.serving.client import server_generate
+    from gguf_exact.engines.http import server_generate
 
     if len({a.label for a in servers}) != len(servers):
         raise ArgumentError("bench: two ", Param("servers"), " arms have the same label")
@@ -255,7 +255,7 @@ def run_bench(
 
     prompts = load_prompts(list(prompt_names) if prompt_names is not None else None)
     if draft is not None and target is not None:
-        from gguf_exact.serving.drafter_lookup import resolve_drafter
+        from gguf_exact.engines.drafter_lookup import resolve_drafter
 
         draft = resolve_drafter(target, draft, False, "models", False, default_auto=False).path
     if engines:

@@ -60,7 +60,10 @@ def tune_n_max(
     """Tokens/s of ``profile`` at each n-max in ``n_values`` (and the target alone when
     ``with_target``), one llama-server at a time; see the module doc."""
     from gguf_exact.bench.prompt_set import load_prompts
-    from gguf_exact.serving.server import free_port, plan_launch, scratch_run_root, start_server, stop_server
+    from gguf_exact.engines.launch import plan_launch, start_server
+    from gguf_exact.engines.process import free_port, scratch_run_root
+    from gguf_exact.engines.settings import ServeSettings
+    from gguf_exact.engines.status import stop_server
 
     if not n_values or any(n < 1 for n in n_values):
         raise ArgumentError(Param("n_values"), f" {','.join(map(str, n_values))}: give draft lengths of 1 or more")
@@ -71,13 +74,15 @@ def tune_n_max(
         for order, (rnd, arm) in enumerate(alternating_order(arms, rounds)):
             sets = list(overrides) + ([f"{N_MAX_KEY}={arm.n_max}"] if arm.n_max else [])
             launch = plan_launch(
-                target,
-                drafter if arm.n_max else None,
-                profile,
-                sets,
-                port=free_port(),
-                server_bin=server_bin,
-                runs=root,
+                ServeSettings(
+                    target,
+                    drafter if arm.n_max else None,
+                    profile,
+                    tuple(sets),
+                    port=free_port(),
+                    server_bin=server_bin,
+                    runs=root,
+                )
             )
             start_server(launch, detach=True, timeout=600)
             try:

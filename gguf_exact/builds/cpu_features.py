@@ -20,7 +20,6 @@ Pure functions on the cpuinfo text, apart from :func:`host_cpu`.
 from __future__ import annotations
 
 import hashlib
-import os
 import platform
 from dataclasses import dataclass
 from pathlib import Path

@@ -179,7 +179,7 @@ def find_profile(name_or_path: str | Path) -> Path:
     )
 
 
-def load_profile(name_or_path: str | Path = "cpu") -> Profile:
+def load_profile(name_or_path: str | Path) -> Profile:
     """Read a profile by name (``rtx3050``) or path (``my-card.toml``)."""
     path = find_profile(name_or_path)
     try:

@@ -566,27 +566,46 @@ def load_with_drafter(
 ) -> MtpLlama:
     """Load a gemma4 target with its gemma4-assistant MTP drafter as a ``llama_cpp.Llama``.
 
-    ``profile`` (a name in ``serve/`` such as ``"rtx3050"``, a ``.toml`` path, or a
-    :class:`~gguf_exact.runtime.profiles.Profile`) sets the context size, GPU layers
+    ``profile`` (a name in ``serve/`` such as ``"rtx3050"``, ``"auto"``, a ``.toml`` path,
+    or a :class:`~gguf_exact.runtime.profiles.Profile`) sets the context size, GPU layers
     (target and drafter), flash attention, threads, batch sizes and n-max as it does
-    for ``gguf-exact serve``; ``overrides`` are its ``KEY=VALUE`` pairs; ``n_max``
-    and ``llama_kwargs`` (any ``Llama`` argument) win over both. Without a profile:
-    a context of 4096 tokens and n-max 2. ``drafter=None``: the target alone.
+    for ``gguf-exact serve``; ``overrides`` are its ``KEY=VALUE`` pairs (with no profile:
+    over ``auto``'s); ``n_max`` and ``llama_kwargs`` (any ``Llama`` argument) win over
+    both. Without a profile: a context of 4096 tokens and n-max 2. ``drafter=None``: the
+    target alone.
     """
-    opts = EngineOptions()
+    opts, prof = EngineOptions(), None
     if profile is not None or overrides:
-        from gguf_exact.runtime.profiles import Profile, load_profile
+        from gguf_exact.runtime.profile_choice import AUTO, resolve_profile
+        from gguf_exact.runtime.profiles import Profile
 
-        prof = profile if isinstance(profile, Profile) else load_profile(profile or "cpu")
+        prof = profile if isinstance(profile, Profile) else resolve_profile(str(profile or AUTO))[0]
         if overrides:
             prof = prof.with_overrides(list(overrides))
         opts, _ = engine_options(prof, with_draft=drafter is not None)
-        if (warning := gpu_offload_warning(prof.name, prof.build, opts)) is not None:
-            log.warning(warning)
     if n_max is not None:
         opts = replace(opts, n_max=n_max)
+    return load_with_options(target, drafter, opts, prof, **llama_kwargs)
+
+
+def load_with_options(
+    target: str | Path,
+    drafter: str | Path | None,
+    opts: EngineOptions,
+    profile: Any = None,
+    checked: Any = None,
+    **llama_kwargs: Any,
+) -> MtpLlama:
+    """:class:`MtpLlama` with a profile's :class:`EngineOptions` as computed before
+    (``serve --engine python`` computes them once, in the parent); ``profile`` only names
+    the profile in the GPU-offload warning. ``checked``: the pair passed
+    :func:`~gguf_exact.pair.checks.check_pair` already (not checked again)."""
+    if profile is not None and (warning := gpu_offload_warning(profile.name, profile.build, opts)) is not None:
+        log.warning(warning)
     kwargs = {k: v for k, v in opts.llama_kwargs().items() if v is not None} | llama_kwargs
-    return MtpLlama(target, drafter, n_max=opts.n_max, n_gpu_layers_draft=opts.n_gpu_layers_draft, **kwargs)
+    return MtpLlama(
+        target, drafter, n_max=opts.n_max, n_gpu_layers_draft=opts.n_gpu_layers_draft, checked=checked, **kwargs
+    )
 
 
 __all__ = [
@@ -596,4 +615,5 @@ __all__ = [
     "SpecTotals",
     "live_contexts",
     "load_with_drafter",
+    "load_with_options",
 ]

@@ -30,23 +30,19 @@ Why not ``llama_cpp.server.app.create_app``: it always builds its own ``Llama``
 from ``ModelSettings``; :func:`build_app` does what it does (same middleware,
 same router, same settings object) around the engine that is already loaded.
 
-Run as ``python -m gguf_exact.speculative.openai_server --model T --draft D ...`` by
-:func:`gguf_exact.serving.server.start_server`, which checks the files and the
-port first and keeps the pid file and log like a llama-server's.
+Served by the llama-cpp-python engine's process (:mod:`gguf_exact.engines.llama_cpp_python`),
+which :func:`gguf_exact.engines.launch.start_server` starts after checking the files and
+the port, and which keeps the pid file and log like a llama-server's.
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import logging
-import os
-import sys
 import threading
 from pathlib import Path
 from typing import Any
 
-from gguf_exact.errors import GgufExactError
 from gguf_exact.speculative.engine import PROMPT_CACHE, MtpLlama
 
 log = logging.getLogger("gguf_exact.server")
@@ -290,7 +286,7 @@ def metrics_text(llm: MtpLlama, in_flight: int) -> str:
 
 
 def acceptance_line(g: Any) -> str:
-    """llama-server's per-request line (``gguf_exact.serving.stats.parse_acceptance`` reads it)."""
+    """llama-server's per-request line (``gguf_exact.engines.stats.parse_acceptance`` reads it)."""
     rate = g.drafts_accepted / g.drafts_generated
     return (
         f"draft acceptance = {rate:.5f} ({g.drafts_accepted:5d} accepted / {g.drafts_generated:5d} generated), "
@@ -342,61 +338,4 @@ def default_alias(target: str | Path) -> str:
     return Path(target).name.removesuffix(".gguf")
 
 
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(
-        prog="python -m gguf_exact.speculative.openai_server", description=__doc__.splitlines()[0]
-    )
-    ap.add_argument("--model", required=True)
-    ap.add_argument("--draft")
-    ap.add_argument("--profile", default="cpu")
-    ap.add_argument("--set", dest="overrides", action="append", default=[])
-    ap.add_argument("--host", default="127.0.0.1")
-    ap.add_argument("--port", type=int, default=8080)
-    ap.add_argument("--log-file")
-    ap.add_argument("--alias")
-    ap.add_argument("--api-key", help="prefer $GGUF_EXACT_API_KEY: an argument shows in ps")
-    ap.add_argument("--logprobs", action="store_true")
-    args = ap.parse_args(argv)
-    handlers: list[logging.Handler] = [logging.StreamHandler(sys.stderr)]
-    if args.log_file:
-        Path(args.log_file).parent.mkdir(parents=True, exist_ok=True)
-        handlers.append(logging.FileHandler(args.log_file))
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s", handlers=handlers)
-    try:
-        import uvicorn
-
-        from gguf_exact.runtime.engine_options import engine_options
-        from gguf_exact.runtime.profiles import load_profile
-        from gguf_exact.speculative.engine import load_with_drafter
-
-        profile = load_profile(args.profile).with_overrides(args.overrides)
-        opts, ignored = engine_options(profile, with_draft=args.draft is not None)
-        if ignored:
-            log.info("profile %s: not used by the Python engine: %s", profile.name, ", ".join(ignored))
-        llm = load_with_drafter(args.model, args.draft, profile=profile, logits_all=args.logprobs)
-        alias = args.alias or default_alias(args.model)
-        log.info(
-            "engine python: %s%s, n_ctx %d, n-max %d, alias %s",
-            args.model,
-            f" + drafter {args.draft}" if args.draft else "",
-            llm.n_ctx(),
-            llm.n_max,
-            alias,
-        )
-        app = build_app(llm, alias, args.api_key or os.environ.get("GGUF_EXACT_API_KEY") or None)
-    except GgufExactError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 1
-    config = uvicorn.Config(app, host=args.host, port=args.port, log_config=None, access_log=True)
-    server = uvicorn.Server(config)
-    try:
-        server.run()
-    except KeyboardInterrupt:  # Ctrl-C in the foreground: uvicorn has shut down and re-raises it
-        pass
-    finally:
-        llm.close()
-    return 0 if server.started else 1
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+__all__ = ["ApiKeyCheck", "RequestChecks", "build_app", "default_alias", "metrics_text"]
