@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any, Iterator, Sequence
 
 from gguf_exact.bench.report import Figures
+from gguf_exact.bench.request import BENCH_PROFILE
 from gguf_exact.engines.settings import ENGINES  # what serve --engine takes
 
 HEAD_NODE = "result_output"  # the drafter's tied output head (gemma4-assistant.cpp)
@@ -79,7 +80,7 @@ def peak_rss_mib(pid: int) -> float:
 
 @contextmanager
 def running(
-    target: Path, drafter: Path | None, engine: str, sets: Sequence[str], profile: str = "cpu"
+    target: Path, drafter: Path | None, engine: str, sets: Sequence[str], profile: str = BENCH_PROFILE
 ) -> Iterator[tuple[Any, Any, float]]:
     """A started server (launch, process, seconds to healthy), stopped on exit."""
     from gguf_exact.engines.launch import plan_launch, start_server
@@ -108,7 +109,7 @@ def engines_arm(
     prompts: Sequence[str],
     n_predict: int,
     sets: Sequence[str],
-    profile: str = "cpu",
+    profile: str = BENCH_PROFILE,
     rounds: int = 3,
 ) -> list[ArmResult]:
     """Every engine at one n-max (0: the target alone) over ``/v1/completions``, side by side.
@@ -191,7 +192,7 @@ def concurrent_arm(
     prompts: Sequence[str],
     n_predict: int,
     sets: Sequence[str],
-    profile: str = "cpu",
+    profile: str = BENCH_PROFILE,
 ) -> ConcurrentResult:
     """``len(prompts)`` clients at once, one request each, on ``parallel`` slots.
 
