@@ -58,6 +58,8 @@ from gguf_exact.runtime.engine_options import EngineOptions, engine_options
 from gguf_exact.runtime.generation import Generation
 from gguf_exact.speculative.bindings import _meta_str, errors_only_logs
 from gguf_exact.speculative.drafter import LlamaDrafter, TargetSide
+from gguf_exact.speculative.llama_adapter import LlamaAdapter
+from gguf_exact.speculative.request import CURRENT_REQUEST
 from gguf_exact.speculative.tokenizer import PieceCache
 
 log = logging.getLogger(__name__)
@@ -84,7 +86,7 @@ def _count_contexts(llm: MtpLlama, n: int) -> None:
         global _live_contexts
         _live_contexts -= n
 
-    llm._stack.callback(release)
+    llm.on_close(release)
 
 
 # --- counters -------------------------------------------------------------------------
@@ -208,7 +210,7 @@ class MtpDraftModel(LlamaDraftModel):
         k = self.n_max if self.drafter is not None else 0
         if call is not None:
             k = min(k, call.remaining() - 1)  # a pass yields at most k + 1 tokens
-        k = min(k, llm._n_ctx - pos - 2)  # leave room in the context, as llama-server does
+        k = min(k, llm.context_size - pos - 2)  # leave room in the context, as llama-server does
         if k <= 0:
             return _NO_DRAFTS
         drafts = self.drafter.draft(int(input_ids[-1]), pos, k, self.hidden(pos))  # type: ignore[union-attr]
@@ -220,7 +222,7 @@ class MtpDraftModel(LlamaDraftModel):
 # --- the engine ---------------------------------------------------------------------
 
 
-class MtpLlama(llama_cpp.Llama):
+class MtpLlama(LlamaAdapter):
     """A ``llama_cpp.Llama`` on a gemma4 target whose draft model is its MTP drafter.
 
     ``draft_path=None`` gives the target alone (same engine, same counters).
@@ -284,7 +286,7 @@ class MtpLlama(llama_cpp.Llama):
         except ValueError as e:
             quiet.close()
             raise InputError(f"target model {path}: {e}") from None
-        self._stack.push(quiet)  # the log callback is restored last, after every free
+        self.close_with(quiet)  # the log callback is restored last, after every free
         if "tokenizer" not in kwargs:
             self.tokenizer_ = PieceCache(self)
         try:
@@ -299,13 +301,13 @@ class MtpLlama(llama_cpp.Llama):
                 side = TargetSide(
                     path=path,
                     ctx=self.ctx,
-                    vocab=self._model.vocab,
-                    n_ctx=self._n_ctx,
+                    vocab=self.vocab_handle,
+                    n_ctx=self.context_size,
                     n_embd=int(llama_cpp.llama_model_n_embd(self.model)),
-                    n_vocab=self._n_vocab,
+                    n_vocab=self.vocab_size,
                 )
                 layers = kwargs.get("n_gpu_layers", 0) if n_gpu_layers_draft is None else n_gpu_layers_draft
-                draft.drafter = LlamaDrafter(self._stack, draft_path, side, self.n_threads, layers)
+                draft.drafter = LlamaDrafter(self.resources, draft_path, side, self.n_threads, layers)
                 _count_contexts(self, 1)
         except BaseException:
             self.close()
@@ -320,7 +322,7 @@ class MtpLlama(llama_cpp.Llama):
 
     def close(self) -> None:
         """Free the drafter, then the target (idempotent)."""
-        if hasattr(self, "_stack"):  # not when the constructor stopped before Llama's
+        if self.is_open:  # not when the constructor stopped before Llama's
             super().close()
 
     # --- configuration ---
@@ -349,8 +351,8 @@ class MtpLlama(llama_cpp.Llama):
         eos, bos = self.token_eos(), self.token_bos()
         return llama_chat_format.Jinja2ChatFormatter(
             template=template,
-            eos_token=self._model.token_get_text(eos) if eos != -1 else "",
-            bos_token=self._model.token_get_text(bos) if bos != -1 else "",
+            eos_token=self.token_text(eos) if eos != -1 else "",
+            bos_token=self.token_text(bos) if bos != -1 else "",
             stop_token_ids=[eos],
         )
 
@@ -362,7 +364,7 @@ class MtpLlama(llama_cpp.Llama):
         hidden-state row kept; why it is re-written rather than wrapped: upstream
         copies every row's logits into ``scores``, which needs ``n_ctx x n_vocab``
         floats once a draft model is set)."""
-        self._ctx.kv_cache_seq_rm(-1, self.n_tokens, -1)
+        self.drop_cache_from(self.n_tokens)
         verify, self._verify_next = self._verify_next, False
         if not len(tokens):
             return
@@ -371,15 +373,14 @@ class MtpLlama(llama_cpp.Llama):
         for i in range(0, len(tokens), self.n_batch):
             batch = tokens[i : i + self.n_batch]
             n_past, n = self.n_tokens, len(batch)
-            self._batch.set_batch(batch=batch, n_past=n_past, logits_all=all_rows)
             t = time.perf_counter()
-            self._ctx.decode(self._batch)
+            self.decode_batch(batch, n_past, all_rows)
             dt = time.perf_counter() - t
             self.target_seconds += dt
             self.target_rows += n
             self.input_ids[n_past : n_past + n] = batch
             if self._keep_scores:
-                logits = np.ctypeslib.as_array(self._ctx.get_logits(), shape=(n * self._n_vocab,))
+                logits = self.batch_logits(n)
                 self.scores[n_past : n_past + n, :].reshape(-1)[::] = logits
             if call is not None:
                 call.target_seconds += dt
@@ -387,7 +388,7 @@ class MtpLlama(llama_cpp.Llama):
                     self._record_logits(call.logits, n_past, n, all_rows)
             self._batch_start = n_past
             self.n_tokens += n
-            self._requires_eval = False
+            self.mark_evaluated()
         if call is not None:
             call.pass_drafts.append(call.pending_drafts)
             call.pass_emitted.append(0)
@@ -395,12 +396,11 @@ class MtpLlama(llama_cpp.Llama):
 
     def _record_logits(self, kept: dict[int, np.ndarray], n_past: int, n: int, all_rows: bool) -> None:
         rows = n if all_rows else 1
-        logits = np.ctypeslib.as_array(llama_cpp.llama_get_logits(self.ctx), shape=(rows, self._n_vocab))
+        logits = self.batch_logits(rows).reshape(rows, self.vocab_size)
         for r in range(rows):
             kept[n_past + n - rows + r] = logits[r].copy()
 
-    @property
-    def _input_ids(self) -> np.ndarray:
+    def visible_input_ids(self) -> np.ndarray:
         # While a row is sampled, logits processors see the tokens up to that row only,
         # not the drafts decoded after it (upstream hands them everything decoded).
         end = self.n_tokens if self._sample_idx is None else self._sample_idx + 1
@@ -421,7 +421,7 @@ class MtpLlama(llama_cpp.Llama):
         ``max_new_tokens`` (or the ``max_tokens`` of the ``create_completion`` that
         calls it) keeps drafts from running past the tokens the caller will take."""
         n_prompt = len(tokens)
-        room = self._n_ctx - n_prompt
+        room = self.context_size - n_prompt
         wanted = max_new_tokens if max_new_tokens is not None else self._pending_max_tokens
         self._pending_max_tokens = None
         budget = room if wanted is None or wanted <= 0 else min(wanted, room)
@@ -462,7 +462,7 @@ class MtpLlama(llama_cpp.Llama):
         g.drafts_generated = sum(drafts)
         g.accepted_per_round = rounds
         g.drafts_accepted = sum(rounds)
-        g.stopped = bool(call.tokens) and bool(llama_cpp.llama_vocab_is_eog(self._model.vocab, call.tokens[-1]))
+        g.stopped = bool(call.tokens) and bool(llama_cpp.llama_vocab_is_eog(self.vocab_handle, call.tokens[-1]))
         g.wall_seconds = now - call.t0
         g.prefill_seconds = (call.t_first or now) - call.t0
         g.target_seconds = call.target_seconds
@@ -478,12 +478,25 @@ class MtpLlama(llama_cpp.Llama):
 
     # --- requests ---
 
+    def tokenize(self, text: bytes, add_bos: bool = True, special: bool = False) -> list[int]:
+        """``Llama.tokenize``; while a served request is handled (:data:`.request.CURRENT_REQUEST`),
+        each text is tokenized once: llama-cpp-python asks again for what the check tokenized."""
+        request = CURRENT_REQUEST.get()
+        if request is None:
+            return super().tokenize(text, add_bos, special)
+        key = (bytes(text), add_bos, special)
+        tokens = request.tokens.get(key)
+        if tokens is None:
+            tokens = request.tokens[key] = super().tokenize(text, add_bos, special)
+            request.tokenizations += 1
+        return list(tokens)
+
     def prompt_tokens(self, prompt: str | list[int]) -> list[int]:
         """The tokens ``create_completion`` decodes for ``prompt`` (no suffix)."""
         if not isinstance(prompt, str):
             return [int(t) for t in prompt]
         bos = self.token_bos()
-        head = [bos] if self._model.add_bos_token() and bos != -1 else []
+        head = [bos] if self.adds_bos() and bos != -1 else []
         body = self.tokenize(prompt.encode("utf-8"), add_bos=False, special=True) if prompt else []
         return head + body
 
@@ -500,8 +513,8 @@ class MtpLlama(llama_cpp.Llama):
         it to HTTP 400), what would fail or misbehave once generation has started."""
         if max_tokens is not None and max_tokens < 0:
             raise ValueError(f"max_tokens must be >= 0 (0 or none: up to the end of the context), got {max_tokens}")
-        if n_prompt >= self._n_ctx:
-            raise ValueError(f"Requested tokens ({n_prompt}) exceed context window of {self._n_ctx}")
+        if n_prompt >= self.context_size:
+            raise ValueError(f"Requested tokens ({n_prompt}) exceed context window of {self.context_size}")
         if logprobs not in (None, False) and not self._keep_scores:
             raise ValueError(
                 "logprobs need every row's logits kept: load the model with logits_all=True (serve: --logprobs)"
@@ -513,7 +526,9 @@ class MtpLlama(llama_cpp.Llama):
         bound = _COMPLETION_SIGNATURE.bind(self, *args, **kwargs)
         bound.apply_defaults()
         a = bound.arguments
-        self.check_request(len(self.prompt_tokens(a["prompt"])), a["max_tokens"], a["logprobs"])
+        request = CURRENT_REQUEST.get()
+        if request is None or not request.checked:  # a served request was checked before it got here
+            self.check_request(len(self.prompt_tokens(a["prompt"])), a["max_tokens"], a["logprobs"])
         call_kwargs = {k: v for k, v in a.items() if k != "self"}
         if not a["stream"]:
             self._pending_max_tokens = a["max_tokens"]
