@@ -192,6 +192,7 @@ def test_fetch_draft_refuses_bytes_that_differ(models, hub, tmp_path):
     assert not (tmp_path / "models" / REPO / FILE).exists()
 
 
+@pytest.mark.bindings
 def test_serve_and_chat_cli(models, hub, tmp_path):
     """serve --fetch-draft --dry-run through the CLI, and what serve and chat say without a drafter."""
     target, drafter = models["s-E2B"], models["s-E2B-drafter"]

@@ -30,6 +30,8 @@ from gguf_exact.speculative.runner import Runner
 from gguf_exact.tiny.hidden_pair import CYCLE, next_in_cycle
 from gguf_exact.tiny.pairs import write_runner_pairs
 
+pytestmark = [pytest.mark.bindings, pytest.mark.llama_server]
+
 PROMPTS = load_prompts()
 N_PREDICT = 64
 

@@ -340,7 +340,9 @@ def test_status_json_of_the_readme_names_no_key(tiny, tmp_path):
     from gguf_exact.engines.process import write_state
     from gguf_exact.engines.settings import ServeSettings, read_settings, write_settings
 
-    asked = ServeSettings(tiny / "target.gguf", profile="cpu", engine="python", host="0.0.0.0", port=9, api_key="s3cret")
+    asked = ServeSettings(
+        tiny / "target.gguf", profile="cpu", engine="python", host="0.0.0.0", port=9, api_key="s3cret"
+    )
     launch = plan_launch(replace(asked, runs=tmp_path / "run"), check_port=False)
     assert "s3cret" not in repr(launch) and "s3cret" not in repr(launch.settings)
     write_state(launch.settings, launch.run_dir, launch.command, 1, True)
@@ -367,6 +369,7 @@ def agreeing(tmp_path_factory) -> tuple[Path, Path]:
     return target, convert_drafter(hf, hf.parent / "drafter.gguf", target).path
 
 
+@pytest.mark.bindings
 def test_generate_stop_at_a_blank_line_as_the_readme_writes_it(agreeing):
     """`--stop "\\n\\n"` reaches the command as backslash-n twice (what a shell passes):
     it stops at the first blank line. The agreeing target repeats a prompt's final newline."""
@@ -379,6 +382,7 @@ def test_generate_stop_at_a_blank_line_as_the_readme_writes_it(agreeing):
     assert stopped["text"] == "" and stopped["tokens"] == free["tokens"][:2]
 
 
+@pytest.mark.bindings
 def test_chat_stats_say_one_reply():
     from gguf_exact.speculative.chat import stats_line
     from gguf_exact.speculative.engine import SpecTotals
@@ -400,6 +404,7 @@ def test_readme_is_short_and_its_links_resolve():
             assert (page.parent / link).is_file(), (page.name, link)
 
 
+@pytest.mark.bindings
 def test_readme_python_block_runs(tmp_path, monkeypatch):
     """The README's Python API block, as written, on the offline kit's drafter and target."""
     from gguf_exact.tiny.kit import write_tiny_kit

@@ -29,6 +29,8 @@ from gguf_exact.speculative.runner import Runner
 from gguf_exact.tiny.full_pair import N_AXES, next_token, write_drafter, write_pair
 from gguf_exact.tiny.main_model import MainSpec, model_tensors
 
+pytestmark = [pytest.mark.bindings, pytest.mark.llama_server]
+
 N_PREDICT = 12
 PROMPT = "hello world"
 E2B = SIZES["E2B"]

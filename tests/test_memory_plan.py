@@ -203,6 +203,7 @@ def pairs(tmp_path_factory) -> dict[str, tuple[Path, Path]]:
     return out
 
 
+@pytest.mark.llama_server
 @pytest.mark.parametrize("name,extra", [("tiny", []), ("E2B", []), ("26B-A4B", ["flash-attn=off"])])
 def test_kv_estimate_equals_llama_server_log(pairs, name, extra, tmp_path, monkeypatch):
     """llama-server logs each cache it allocates (``llama_kv_cache: size = ... MiB (N cells,

@@ -28,6 +28,7 @@ from gguf_exact.engines.settings import ServeSettings
 from gguf_exact.engines.status import server_status, stop_server
 from gguf_exact.tiny.hidden_pair import write_hidden_state_pair
 
+
 PROMPTS = load_prompts()
 ALIAS = "target"  # the target file's name without .gguf
 CHAT = [{"role": "system", "content": "answer briefly"}, {"role": "user", "content": "count for me"}]
@@ -69,6 +70,7 @@ def post_raw(url: str, data: bytes) -> tuple[int, dict]:
         return e.code, json.loads(e.read())
 
 
+@pytest.mark.bindings
 def test_models_health_and_the_command(servers):
     spec, _ = servers
     assert spec.command[1:3] == ["-m", "gguf_exact.speculative.openai_server"]
@@ -77,6 +79,7 @@ def test_models_health_and_the_command(servers):
         assert json.loads(r.read()) == {"status": "ok"}
 
 
+@pytest.mark.bindings
 @pytest.mark.parametrize("sampling", [{"temperature": 0}, {"temperature": 0.9, "seed": 42, "top_p": 0.9}])
 def test_completions_equal_the_target_alone(servers, sampling):
     spec, alone = servers
@@ -89,6 +92,7 @@ def test_completions_equal_the_target_alone(servers, sampling):
         assert "".join(c.choices[0].text for c in chunks) == a.choices[0].text
 
 
+@pytest.mark.bindings
 @pytest.mark.parametrize("sampling", [{"temperature": 0}, {"temperature": 1.0, "seed": 7}])
 def test_chat_equals_the_target_alone(servers, sampling):
     spec, alone = servers
@@ -100,6 +104,7 @@ def test_chat_equals_the_target_alone(servers, sampling):
     assert streamed == a.choices[0].message.content
 
 
+@pytest.mark.bindings
 def test_metrics_move_and_agree_with_the_clients_counts(servers):
     spec, _ = servers
     before = get_metrics(spec.url)
@@ -131,6 +136,7 @@ def test_metrics_move_and_agree_with_the_clients_counts(servers):
     assert after['llamacpp:spec_decode_num_accepted_tokens_per_pos_total{position="2"}'] > 0
 
 
+@pytest.mark.bindings
 @pytest.mark.parametrize("stream", [False, True])
 def test_cache_prompt_false_decodes_the_whole_prompt_as_llama_server_does(servers, stream):
     """The same prompt again: by default the request resumes from the previous one's cache
@@ -161,6 +167,7 @@ def test_cache_prompt_false_decodes_the_whole_prompt_as_llama_server_does(server
     assert again == 0  # the flag lasts one request
 
 
+@pytest.mark.bindings
 def test_two_clients_at_once_both_get_their_whole_answer(servers):
     spec, _ = servers
     c = client(spec)
@@ -190,6 +197,7 @@ def test_two_clients_at_once_both_get_their_whole_answer(servers):
     assert sorted(got) == sorted([("chat", expect_chat), ("completion", expect_completion)] * 2)
 
 
+@pytest.mark.bindings
 def test_bad_requests_get_4xx_and_the_server_keeps_serving(servers):
     spec, _ = servers
     c = client(spec)
@@ -219,6 +227,7 @@ def test_bad_requests_get_4xx_and_the_server_keeps_serving(servers):
     assert ok.usage.completion_tokens == 5 and ok.choices[0].finish_reason == "length"
 
 
+@pytest.mark.bindings
 def test_status_and_log_lines(servers, run_dir):
     spec, _ = servers
     client(spec).completions.create(model=ALIAS, prompt="the", max_tokens=12, temperature=0)
@@ -258,6 +267,7 @@ def test_refused_before_binding(pair, run_dir, tmp_path):
     )
 
 
+@pytest.mark.bindings
 def test_stop_then_status_says_down(pair, run_dir):
     launch, proc = _serve(pair[0], pair[1])
     res = CliRunner().invoke(main, ["stop", "--port", str(launch.port)])

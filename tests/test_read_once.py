@@ -69,6 +69,7 @@ def test_serve_with_draft_auto_reads_each_header_once_and_hashes_once(kit, tmp_p
     assert hashes == {"target.gguf": 1, "drafter.gguf": 1}
 
 
+@pytest.mark.bindings
 @pytest.mark.parametrize("draft", ["given", "auto"])
 def test_generate_reads_each_header_once(kit, counts, draft):
     parses, hashes = counts

@@ -153,6 +153,7 @@ def test_pinned_sdist_and_hash_check(tmp_path):
         pinned_sdist(tmp_path / "none.sha256")
 
 
+@pytest.mark.llama_server
 def test_cached_build_is_instant_and_same_commit():
     binary = server_binary()
     t0 = time.monotonic()

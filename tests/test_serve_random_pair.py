@@ -19,6 +19,8 @@ from gguf_exact.engines.settings import ServeSettings
 from gguf_exact.engines.status import server_status, stop_server
 from gguf_exact.tiny.models import write_tiny_drafter, write_tiny_target
 
+pytestmark = pytest.mark.llama_server
+
 
 @pytest.fixture(scope="module")
 def pair(tmp_path_factory):

@@ -28,6 +28,7 @@ def run_dir(tmp_path, monkeypatch):
     return root
 
 
+@pytest.mark.llama_server
 def test_a_server_binary_of_another_name_is_recognised(tmp_path, run_dir):
     renamed = tmp_path / "my-inference-daemon"
     shutil.copy2(server_binary(), renamed)

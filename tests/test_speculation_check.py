@@ -54,6 +54,7 @@ def pair(tmp_path_factory):
     return target, drafter, env
 
 
+@pytest.mark.llama_server
 @pytest.mark.parametrize("speculating", [True, False])
 def test_serve_and_status_say_whether_it_drafts(pair, speculating):
     """With the profile's --spec-type draft-mtp the probe drafts and both commands say

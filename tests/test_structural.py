@@ -168,6 +168,7 @@ def _stop(launch, proc):
     proc.wait(timeout=30)
 
 
+@pytest.mark.llama_server
 def test_pair_serves_with_draft_mtp_as_the_target_alone(pair, run_dir):
     target = pair.target.path
     launch, proc = _serve(target, pair.drafter)
@@ -192,6 +193,7 @@ def test_pair_serves_with_draft_mtp_as_the_target_alone(pair, run_dir):
     )
 
 
+@pytest.mark.bindings
 def test_pair_runs_in_process_as_the_target_alone(pair):
     from gguf_exact.speculative.runner import Runner
 
