@@ -181,3 +181,11 @@ def test_no_function_outside_the_cli_takes_more_than_ten_parameters():
     assert wide == WIDE_FUNCTIONS
     eleven = "def f(" + ", ".join(f"a{i}" for i in range(11)) + "): pass\nclass C:\n    def m(self, a, b): pass\n"
     assert wide_functions(ROOT / "bench" / "run.py", eleven) == ["bench/run.py:f"]
+
+
+MAX_LINES = 450  # a module past this is two concepts: split it
+
+
+def test_no_module_over_450_lines():
+    long = {str(p.relative_to(ROOT)): n for p in MODULES if (n := len(p.read_text().splitlines())) > MAX_LINES}
+    assert long == {}

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 from llama_cpp import llama_cpp_ext
@@ -10,9 +10,6 @@ from llama_cpp.llama_speculative import LlamaDraftModel
 
 from gguf_exact.errors import InputError
 from gguf_exact.speculative.drafter import LlamaDrafter
-
-if TYPE_CHECKING:
-    from gguf_exact.speculative.engine import MtpLlama
 
 _NO_DRAFTS = np.zeros(0, dtype=np.intc)
 
@@ -30,7 +27,7 @@ class MtpDraftModel(LlamaDraftModel):
     def __init__(self, n_max: int) -> None:
         self.n_max = n_max
         self.drafter: LlamaDrafter | None = None
-        self.llm: MtpLlama | None = None
+        self.llm: Any = None  # the MtpLlama it drafts for (set once both exist)
 
     def hidden(self, pos: int) -> Any:
         """The target's hidden state for a draft at ``pos``: that of position ``pos - 1``,
