@@ -189,3 +189,18 @@ MAX_LINES = 450  # a module past this is two concepts: split it
 def test_no_module_over_450_lines():
     long = {str(p.relative_to(ROOT)): n for p in MODULES if (n := len(p.read_text().splitlines())) > MAX_LINES}
     assert long == {}
+
+
+ENV_READ = re.compile(r"""(environ\.get|environ\[|getenv)\(?\s*["']GGUF_EXACT_""")
+
+
+def test_every_environment_variable_is_read_in_constants():
+    reads = [
+        f"{p.relative_to(ROOT)}:{i}"
+        for p in MODULES
+        if p.name != "constants.py"
+        for i, line in enumerate(p.read_text().splitlines(), 1)
+        if ENV_READ.search(line)
+    ]
+    assert reads == []
+    assert ENV_READ.search('key = os.environ.get("GGUF_EXACT_API_KEY")') and ENV_READ.search("os.environ['GGUF_EXACT_CACHE']")
