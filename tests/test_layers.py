@@ -203,4 +203,6 @@ def test_every_environment_variable_is_read_in_constants():
         if ENV_READ.search(line)
     ]
     assert reads == []
-    assert ENV_READ.search('key = os.environ.get("GGUF_EXACT_API_KEY")') and ENV_READ.search("os.environ['GGUF_EXACT_CACHE']")
+    assert ENV_READ.search('key = os.environ.get("GGUF_EXACT_API_KEY")') and ENV_READ.search(
+        "os.environ['GGUF_EXACT_CACHE']"
+    )
