@@ -15,7 +15,7 @@ VULKAN  ?=
 BACKEND := $(if $(CUDA),cuda$(CUDA),$(if $(VULKAN),vulkan,cpu))
 BACKEND_FLAGS := $(strip $(if $(CUDA),--cuda $(CUDA)) $(if $(VULKAN),--vulkan))
 
-.PHONY: setup test demo bench clean parity
+.PHONY: setup test test-quick demo bench clean parity
 
 # Everything but the bindings; pip never builds llama-cpp-python itself (its native build
 # traps on AMX CPUs at the pinned commit): the next step builds and installs it.
@@ -36,6 +36,11 @@ setup: $(VENV)/.installed $(VENV)/.bindings-$(BACKEND)
 
 test: setup llama-server
 	$(BIN)/python -m pytest -q
+
+# The tests that need neither build (pytest -m: no llama_server, no bindings mark): a venv
+# from PyPI only, nothing built, a few minutes. `make test` (CI) runs these and the rest.
+test-quick: $(VENV)/.installed
+	$(BIN)/python -m pytest -q -m "not llama_server and not bindings"
 
 demo: setup
 	$(BIN)/gguf-exact demo build/demo

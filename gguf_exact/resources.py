@@ -16,9 +16,10 @@ when the shipped files are not a checkout's). ``~/.config`` is ``$XDG_CONFIG_HOM
 
 from __future__ import annotations
 
-import os
 from importlib import resources
 from pathlib import Path
+
+from gguf_exact.constants import env_path, user_config_dir
 
 PACKAGE_ROOT = Path(__file__).resolve().parent
 CHECKOUT_ROOT = PACKAGE_ROOT.parent
@@ -54,16 +55,9 @@ def is_installed_data(path: str | Path) -> bool:
     return True
 
 
-def user_config_dir() -> Path:
-    """``$XDG_CONFIG_HOME/gguf-exact``, else ``~/.config/gguf-exact``."""
-    base = os.environ.get("XDG_CONFIG_HOME") or str(Path.home() / ".config")
-    return Path(base).expanduser() / "gguf-exact"
-
-
 def user_dir(kind: str, env: str) -> Path:
     """``$<env>`` when set, else ``~/.config/gguf-exact/<kind>``."""
-    value = os.environ.get(env)
-    return Path(value).expanduser() if value else user_config_dir() / kind
+    return env_path(env) or user_config_dir() / kind
 
 
 __all__ = ["FOLDERS", "in_checkout", "is_installed_data", "shipped_dir", "user_config_dir", "user_dir"]

@@ -31,6 +31,7 @@ from pathlib import Path
 
 from gguf_exact.bench.engines import bench_engines
 from gguf_exact.bench.prompt_set import load_prompts
+from gguf_exact.bench.request import BenchRequest
 from gguf_exact.errors import GgufExactError
 from gguf_exact.tiny.pairs import write_runner_pairs
 
@@ -125,16 +126,17 @@ def main(argv: list[str] | None = None) -> int:
         pairs = write_runner_pairs(tmp)
         for name in args.pairs.split(","):
             target, drafter = pairs[name]
-            report = bench_engines(
+            request = BenchRequest(
                 target,
                 drafter,
-                [int(x) for x in args.n_max.split(",")],
-                prompts,
-                args.n_predict,
-                args.rounds,
-                overrides=sets,
+                n_values=tuple(int(x) for x in args.n_max.split(",")),
+                n_predict=args.n_predict,
+                rounds=args.rounds,
+                overrides=tuple(sets),
                 temperature=args.temperature,
-                progress=lambda s, name=name: print(f"{name}: {s}", file=sys.stderr, flush=True),
+            )
+            report = bench_engines(
+                request, prompts, progress=lambda s, name=name: print(f"{name}: {s}", file=sys.stderr, flush=True)
             )
             print(f"\n{name} pair\n\n{report.markdown()}", flush=True)
             report.write(args.out / name)

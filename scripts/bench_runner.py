@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import socket
 import statistics
 import sys
 import tempfile
@@ -31,17 +30,14 @@ from pathlib import Path
 
 from gguf_exact.bench.prompt_set import load_prompts
 from gguf_exact.builds.llama_build import find_build
+from gguf_exact.engines.http import server_generate
+from gguf_exact.engines.launch import plan_launch, start_server
+from gguf_exact.engines.process import free_port
+from gguf_exact.engines.settings import ServeSettings
+from gguf_exact.engines.status import stop_server
 from gguf_exact.errors import GgufExactError
-from gguf_exact.serving.client import server_generate
-from gguf_exact.serving.server import plan_launch, start_server, stop_server
 from gguf_exact.speculative.runner import Runner
 from gguf_exact.tiny.pairs import write_runner_pairs
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def summarize(gens: list) -> dict:
@@ -86,7 +82,14 @@ def bench_pair(name, target, drafter, n_max_list, prompts, args, server_bin) -> 
             if server_bin is not None:
                 overrides = settings + ([f"spec-draft-n-max={n_max}"] if n_max > 0 else [])
                 launch = plan_launch(
-                    target, drafter if n_max > 0 else None, "cpu", overrides, port=free_port(), server_bin=server_bin
+                    ServeSettings(
+                        target,
+                        drafter if n_max > 0 else None,
+                        "cpu",
+                        overrides,
+                        port=free_port(),
+                        server_bin=server_bin,
+                    )
                 )
                 start_server(launch, detach=True, timeout=120)
             try:

@@ -19,10 +19,13 @@ import sys
 import tempfile
 from pathlib import Path
 
+from gguf_exact.engines.launch import plan_launch, start_server
+from gguf_exact.engines.logged_buffers import compare, logged_buffers
+from gguf_exact.engines.process import free_port
+from gguf_exact.engines.settings import LOG_FILE, ServeSettings
+from gguf_exact.engines.status import stop_server
 from gguf_exact.runtime.memory_plan import plan_memory
 from gguf_exact.runtime.profiles import load_profile
-from gguf_exact.serving.logged_buffers import compare, logged_buffers
-from gguf_exact.serving.server import LOG_FILE, free_port, plan_launch, start_server, stop_server
 
 PROFILES = ("cpu", "rtx3050", "gtx1650ti")
 MEMORY_KEYS = ("ctx-size", "flash-attn", "ubatch-size", "batch-size", "parallel")
@@ -43,7 +46,7 @@ def measure(folder: Path, name: str, threads: int) -> dict:
     plan = plan_memory(target, drafter, profile)
     with tempfile.TemporaryDirectory(prefix="memory-real-") as run:
         os.environ["GGUF_EXACT_RUN_DIR"] = run
-        launch = plan_launch(target, drafter, profile, port=free_port())
+        launch = plan_launch(ServeSettings(target, drafter, profile, port=free_port()))
         start_server(launch, detach=True, timeout=600)
         try:
             log = (launch.run_dir / LOG_FILE).read_text()

@@ -1,13 +1,13 @@
 """Helpers for the tests that run a real llama-server (built by scripts/build-llama-cpp.sh)."""
 
 import json
-import socket
 import urllib.request
 from pathlib import Path
 
 import pytest
 
 from gguf_exact.builds.llama_build import find_build
+from gguf_exact.engines.process import free_port  # noqa: F401  (the tests' free port: the one the benchmarks use)
 
 # Small and quick on two cores; the cpu profile gives --parallel 1 and draft-mtp.
 TEST_SETTINGS = ("ctx-size=512", "threads=2", "batch-size=64", "ubatch-size=64", "no-warmup=true")
@@ -21,12 +21,6 @@ def server_binary() -> Path:
     if build is None:
         pytest.fail("llama-server is not built; run `make llama-server` (scripts/build-llama-cpp.sh)")
     return build.binary("llama-server")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def get_json(url: str) -> object:

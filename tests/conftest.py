@@ -60,3 +60,33 @@ GENERATION_JSON_KEYS = {
     "tokens", "text", "target_passes", "drafts_generated", "drafts_accepted", "acceptance_rate",
     "mean_accepted_length", "tokens_per_target_pass", "wall_seconds", "tokens_per_second",
 }  # fmt: skip
+
+
+# --- make test-quick: the tests that need no build ------------------------------------------
+
+BUILD_MARKS = ("llama_server", "bindings")
+
+
+def module_marks(path: Path) -> set[str]:
+    """The marks a test module sets for every test in it (``pytestmark = pytest.mark.X`` or a list)."""
+    import ast
+
+    for node in ast.parse(path.read_text()).body:
+        if isinstance(node, ast.Assign) and any(getattr(t, "id", None) == "pytestmark" for t in node.targets):
+            return {n.attr for n in ast.walk(node.value) if isinstance(n, ast.Attribute) and n.attr in BUILD_MARKS}
+    return set()
+
+
+def pytest_ignore_collect(collection_path, config):
+    """A module marked whole for a build is not imported at all where ``-m`` deselects
+    its marks (``make test-quick``): its imports need the bindings. Everywhere else
+    (``make test``) it is collected, and fails when its build is missing."""
+    expr = config.getoption("markexpr")
+    if not expr or collection_path.suffix != ".py" or not collection_path.name.startswith("test_"):
+        return None
+    marks = module_marks(collection_path)
+    if not marks:
+        return None
+    from _pytest.mark.expression import Expression  # how pytest itself evaluates -m
+
+    return True if not Expression.compile(expr).evaluate(lambda name, **_: name in marks) else None

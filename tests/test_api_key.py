@@ -50,6 +50,8 @@ def serve(args: list[str], env: dict[str, str]):
     return r
 
 
+@pytest.mark.bindings
+@pytest.mark.llama_server
 @pytest.mark.parametrize("engine", ["llama-server", "python"])
 def test_api_key_with_the_openai_client(engine, pair, tmp_path):
     key = "k-" + secrets.token_hex(12)
@@ -101,6 +103,8 @@ def test_api_key_with_the_openai_client(engine, pair, tmp_path):
         assert stop.exit_code == 0 and stop.stdout.startswith("stopped ")
 
 
+@pytest.mark.bindings
+@pytest.mark.llama_server
 def test_python_engine_samples_with_llama_servers_defaults(tmp_path):
     """A request that names no sampler setting is sampled as llama-server would (temperature
     0.8, top-k 40, top-p 0.95, min-p 0.05, no repeat penalty), not with llama-cpp-python's

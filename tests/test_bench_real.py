@@ -26,6 +26,8 @@ def walks_the_cycle(text: str) -> bool:
     return words == [WORDS[(start + i) % len(WORDS)] for i in range(len(words))]
 
 
+@pytest.mark.bindings
+@pytest.mark.llama_server
 def test_both_engines_side_by_side_give_the_same_text_and_counts_every_round(pair):
     arms = engines_arm(pair[0], pair[1], ("llama-server", "python"), 2, PROMPTS, 9, TEST_SETTINGS, rounds=2)
     assert [a.engine for a in arms] == ["llama-server", "python"]
@@ -43,6 +45,8 @@ def test_both_engines_side_by_side_give_the_same_text_and_counts_every_round(pai
     assert walks_the_cycle(server.texts[0]) and walks_the_cycle(server.texts[1])
 
 
+@pytest.mark.bindings
+@pytest.mark.llama_server
 def test_the_target_alone_side_by_side(pair):
     arms = engines_arm(pair[0], None, ("python", "llama-server"), 0, PROMPTS[:1], 5, TEST_SETTINGS, rounds=1)
     assert [(a.engine, a.tokens, a.target_passes, a.drafts_generated) for a in arms] == [
@@ -52,6 +56,8 @@ def test_the_target_alone_side_by_side(pair):
     assert arms[0].texts == arms[1].texts and walks_the_cycle(arms[0].texts[0])
 
 
+@pytest.mark.bindings
+@pytest.mark.llama_server
 @pytest.mark.parametrize("engine, parallel", [("python", 1), ("llama-server", 2)])
 def test_concurrent_clients_each_count_their_own_tokens(pair, engine, parallel):
     r = concurrent_arm(pair[0], pair[1], engine, 2, parallel, PROMPTS, 6, TEST_SETTINGS)

@@ -124,6 +124,7 @@ def test_probe_model_reaches_the_quantized_matmul(tmp_path):
     assert types["output_norm.weight"] == GGMLQuantizationType.F32
 
 
+@pytest.mark.llama_server
 def test_the_cpu_server_build_is_probed_and_named_by_its_features():
     binary = server_binary()
     info = json.loads((binary.parent.parent / "build-info.json").read_text())
@@ -136,6 +137,8 @@ def test_the_cpu_server_build_is_probed_and_named_by_its_features():
     assert build_probe.probe_server_build(binary.parent).ok
 
 
+@pytest.mark.bindings
+@pytest.mark.llama_server
 def test_the_bindings_are_ours_built_like_the_server_and_probed():
     installed = bindings_build.installed_bindings()
     assert installed is not None and installed.version == "0.3.36"
@@ -161,11 +164,14 @@ def test_the_bindings_are_ours_built_like_the_server_and_probed():
     assert ("AVX2 = 1" in probe) == ("avx2" in cpu.features)
 
 
+@pytest.mark.bindings
 def test_cached_bindings_are_instant():
     wheel = bindings_build.build_bindings(log=lambda m: pytest.fail(f"rebuilt: {m}"))
     assert wheel.wheel == bindings_build.installed_bindings().wheel
 
 
+@pytest.mark.bindings
+@pytest.mark.llama_server
 def test_doctor_reports_features_bindings_and_probe():
     rows = {f.name: f for f in doctor.diagnose()}
     cpu = host_cpu()
@@ -176,9 +182,10 @@ def test_doctor_reports_features_bindings_and_probe():
     assert f"CPU features {cpu.tag}, probe passed" in rows["llama-server (cpu)"].value
 
 
+@pytest.mark.bindings
 def test_gpu_profile_on_cpu_bindings_warns_in_one_line():
     from gguf_exact.runtime.engine_options import EngineOptions
-    from gguf_exact.speculative.engine import gpu_offload_warning
+    from gguf_exact.speculative.load import gpu_offload_warning
 
     gpu = EngineOptions(n_gpu_layers=-1)
     text = gpu_offload_warning("rtx3050", "cuda86", gpu, supports_gpu=False)
@@ -192,9 +199,10 @@ def test_gpu_profile_on_cpu_bindings_warns_in_one_line():
     assert "build-bindings --vulkan --install" in gpu_offload_warning("g", "vulkan", gpu, supports_gpu=False)
 
 
+@pytest.mark.bindings
 def test_load_with_a_gpu_profile_warns_here(tiny, caplog):
     from gguf_exact.runtime.engine_options import EngineOptions
-    from gguf_exact.speculative.engine import gpu_offload_warning, load_with_drafter
+    from gguf_exact.speculative.load import gpu_offload_warning, load_with_drafter
 
     with caplog.at_level("WARNING", logger="gguf_exact.speculative.engine"):
         llm = load_with_drafter(tiny / "target.gguf", None, profile="rtx3050", n_ctx=256)

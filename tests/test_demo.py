@@ -1,10 +1,12 @@
 """`make demo` end to end: the figures it prints are the real ones."""
 
+import pytest
 from rich.console import Console
 
 from gguf_exact.demo import run_demo
 
 
+@pytest.mark.bindings
 def test_demo_runs_the_whole_job(tmp_path):
     console = Console(file=(tmp_path / "demo.log").open("w"), width=160)
     figures = run_demo(tmp_path / "demo", console)

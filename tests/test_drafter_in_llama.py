@@ -9,6 +9,8 @@ from gguf_exact.errors import GgufExactError
 from gguf_exact.speculative.runner import Runner, live_contexts
 from gguf_exact.tiny.models import TinyTarget, write_tiny_drafter, write_tiny_target
 
+pytestmark = pytest.mark.bindings
+
 N_VOCAB = TinyTarget().n_vocab
 
 

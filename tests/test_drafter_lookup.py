@@ -1,4 +1,4 @@
-"""Finding the drafter for a target (gguf_exact.serving.drafter_lookup): its size from the
+"""Finding the drafter for a target (gguf_exact.engines.drafter_lookup): its size from the
 header, the recipes' exact file in models/, any fitting drafter beside it, and
 --fetch-draft through the real huggingface_hub client against a loopback Hub."""
 
@@ -15,6 +15,7 @@ from huggingface_hub import constants
 from gguf_exact.cli import main
 from gguf_exact.cli.app import message
 from gguf_exact.drafter.convert import convert_drafter
+from gguf_exact.engines.drafter_lookup import find_drafter, resolve_drafter
 from gguf_exact.errors import GgufExactError
 from gguf_exact.formats.gguf_reader import open_gguf
 from gguf_exact.gemma4.sizes import SIZES
@@ -22,7 +23,6 @@ from gguf_exact.hub import checksums
 from gguf_exact.hub.checksums import Checksums, Entry, RepoPin
 from gguf_exact.hub.session import HubConfig
 from gguf_exact.pair.geometry import Geometry, identify_size
-from gguf_exact.serving.drafter_lookup import find_drafter, resolve_drafter
 from gguf_exact.tiny.full_size import write_full_size_drafter, write_full_size_target
 from gguf_exact.tiny.models import write_agreeing_pair
 from gguf_exact.tiny.structural import write_structural_pair
@@ -192,6 +192,7 @@ def test_fetch_draft_refuses_bytes_that_differ(models, hub, tmp_path):
     assert not (tmp_path / "models" / REPO / FILE).exists()
 
 
+@pytest.mark.bindings
 def test_serve_and_chat_cli(models, hub, tmp_path):
     """serve --fetch-draft --dry-run through the CLI, and what serve and chat say without a drafter."""
     target, drafter = models["s-E2B"], models["s-E2B-drafter"]

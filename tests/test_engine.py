@@ -19,14 +19,19 @@ import pytest
 from _llama_server import TEST_SETTINGS, complete, free_port, server_binary
 
 from gguf_exact.bench.prompt_set import load_prompts
+from gguf_exact.engines.launch import plan_launch, start_server
+from gguf_exact.engines.settings import ServeSettings
+from gguf_exact.engines.status import stop_server
 from gguf_exact.errors import GgufExactError
 from gguf_exact.runtime.engine_options import EngineOptions, engine_options
 from gguf_exact.runtime.profiles import load_profile
-from gguf_exact.serving.server import plan_launch, start_server, stop_server
-from gguf_exact.speculative.engine import MtpDraftModel, load_with_drafter
+from gguf_exact.speculative.engine import MtpDraftModel
+from gguf_exact.speculative.load import load_with_drafter
 from gguf_exact.speculative.runner import Runner
 from gguf_exact.tiny.hidden_pair import CYCLE, next_in_cycle
 from gguf_exact.tiny.pairs import write_runner_pairs
+
+pytestmark = [pytest.mark.bindings, pytest.mark.llama_server]
 
 PROMPTS = load_prompts()
 N_PREDICT = 64
@@ -70,7 +75,9 @@ def test_hidden_pair_acceptance_equals_llama_servers(pairs, n_max, tmp_path, mon
     acc, gen, outs = acceptance(target, drafter, n_max)
     assert acc == gen > 0  # fed the right row, every draft is accepted
     monkeypatch.setenv("GGUF_EXACT_RUN_DIR", str(tmp_path / "run"))
-    launch = plan_launch(target, drafter, "cpu", [*TEST_SETTINGS, f"spec-draft-n-max={n_max}"], port=free_port())
+    launch = plan_launch(
+        ServeSettings(target, drafter, "cpu", [*TEST_SETTINGS, f"spec-draft-n-max={n_max}"], port=free_port())
+    )
     start_server(launch, detach=True, timeout=120)
     try:
         answers = [complete(launch.url, text, N_PREDICT) for text in PROMPTS.values()]

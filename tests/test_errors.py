@@ -55,7 +55,7 @@ def test_message_is_the_python_text_and_renders_flags():
 
 
 def test_api_names_parameters_cli_names_flags(tmp_path):
-    from gguf_exact.serving.drafter_lookup import resolve_drafter
+    from gguf_exact.engines.drafter_lookup import resolve_drafter
 
     with pytest.raises(ArgumentError) as api:
         resolve_drafter(tmp_path / "t.gguf", "d.gguf", no_draft=True)
@@ -92,10 +92,10 @@ def _spelled_cases():
     """(command, text as spelled by ``name``, the API's words, the CLI's words) for each
     message of the library that names a parameter."""
     from gguf_exact.drafter.verify import NO_TARGET
+    from gguf_exact.engines.drafter_lookup import resolve_drafter
     from gguf_exact.repack.check import NO_DONOR
     from gguf_exact.runtime.memory_plan import MemoryPlan, PlanItem
     from gguf_exact.runtime.profiles import load_profile
-    from gguf_exact.serving.drafter_lookup import resolve_drafter
     from gguf_exact.stream.verify import Verification
 
     v = Verification(Path("d.gguf"), Path("src"), unchecked=[Message("10 keys (tokenizer.*): ", NO_TARGET)])

@@ -4,6 +4,7 @@ README writes them, tables fit 80 columns, names and defaults say what they do."
 import json
 import re
 import shlex
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -288,7 +289,7 @@ def test_memory_plan_of_the_python_engine(tmp_path):
 
 
 def test_non_loopback_host_needs_a_key(tiny, tmp_path):
-    from gguf_exact.serving.server import is_loopback
+    from gguf_exact.engines.launch import is_loopback
 
     assert all(map(is_loopback, ["127.0.0.1", "127.8.0.1", "::1", "[::1]", "localhost"]))
     assert not any(map(is_loopback, ["0.0.0.0", "192.168.1.20", "::", "desktop.lan"]))
@@ -316,8 +317,8 @@ def test_non_loopback_host_needs_a_key(tiny, tmp_path):
 
 
 def test_scratch_run_roots_are_removed(tmp_path):
+    from gguf_exact.engines.process import scratch_run_root
     from gguf_exact.errors import GgufExactError
-    from gguf_exact.serving.server import scratch_run_root
 
     with scratch_run_root("tune") as root:
         (root / "18000").mkdir()
@@ -332,20 +333,26 @@ def test_scratch_run_roots_are_removed(tmp_path):
     assert not gone.exists()
 
 
-def test_status_json_of_the_readme_names_no_key(tmp_path):
-    """server.json says whether clients need a key, never the key."""
-    from gguf_exact.serving.server import Launch, _write_state
+def test_status_json_of_the_readme_names_no_key(tiny, tmp_path):
+    """server.json and settings.json say whether clients need a key, never the key."""
+    from gguf_exact.engines.launch import plan_launch
+    from gguf_exact.engines.process import write_state
+    from gguf_exact.engines.settings import ServeSettings, read_settings, write_settings
 
-    class Pair:
-        target = type("M", (), {"path": tmp_path / "t.gguf"})()
-        drafter = None
-
-    profile = type("P", (), {"name": "cpu"})()
-    launch = Launch(["llama-server"], "0.0.0.0", 9, tmp_path / "run", Pair(), profile, api_key="s3cret")
-    assert "s3cret" not in repr(launch)
-    _write_state(launch, 1, True)
-    state = json.loads((tmp_path / "run" / "server.json").read_text())
-    assert state["api_key"] is True and "s3cret" not in (tmp_path / "run" / "server.json").read_text()
+    asked = ServeSettings(
+        tiny / "target.gguf", profile="cpu", engine="python", host="0.0.0.0", port=9, api_key="s3cret"
+    )
+    launch = plan_launch(replace(asked, runs=tmp_path / "run"), check_port=False)
+    assert "s3cret" not in repr(launch) and "s3cret" not in repr(launch.settings)
+    write_state(launch.settings, launch.run_dir, launch.command, 1, True)
+    write_settings(launch.settings, launch.run_dir)
+    for name in ("server.json", "settings.json"):
+        text = (launch.run_dir / name).read_text()
+        assert json.loads(text)["api_key"] is True and "s3cret" not in text
+    assert launch.run_dir == tmp_path / "run" / "9"
+    back = read_settings(launch.run_dir / "settings.json", api_key="from-env")
+    assert back.api_key == "from-env" and back.pair_checked and back.engine_options == launch.settings.engine_options
+    assert back.loaded_profile == launch.settings.loaded_profile  # rebuilt from its tables, not read again
 
 
 # --- in-process generation (the llama extra) ------------------------------------------------
@@ -361,6 +368,7 @@ def agreeing(tmp_path_factory) -> tuple[Path, Path]:
     return target, convert_drafter(hf, hf.parent / "drafter.gguf", target).path
 
 
+@pytest.mark.bindings
 def test_generate_stop_at_a_blank_line_as_the_readme_writes_it(agreeing):
     """`--stop "\\n\\n"` reaches the command as backslash-n twice (what a shell passes):
     it stops at the first blank line. The agreeing target repeats a prompt's final newline."""
@@ -373,6 +381,7 @@ def test_generate_stop_at_a_blank_line_as_the_readme_writes_it(agreeing):
     assert stopped["text"] == "" and stopped["tokens"] == free["tokens"][:2]
 
 
+@pytest.mark.bindings
 def test_chat_stats_say_one_reply():
     from gguf_exact.speculative.chat import stats_line
     from gguf_exact.speculative.engine import SpecTotals
@@ -394,6 +403,7 @@ def test_readme_is_short_and_its_links_resolve():
             assert (page.parent / link).is_file(), (page.name, link)
 
 
+@pytest.mark.bindings
 def test_readme_python_block_runs(tmp_path, monkeypatch):
     """The README's Python API block, as written, on the offline kit's drafter and target."""
     from gguf_exact.tiny.kit import write_tiny_kit

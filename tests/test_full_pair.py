@@ -19,13 +19,17 @@ from gguf import GGMLQuantizationType
 from gguf.quants import dequantize
 
 from gguf_exact.cli import main
+from gguf_exact.engines.launch import plan_launch, start_server
+from gguf_exact.engines.settings import ServeSettings
+from gguf_exact.engines.status import stop_server
 from gguf_exact.formats.gguf_reader import open_gguf
 from gguf_exact.gemma4.sizes import SIZES
 from gguf_exact.runtime.profiles import load_profile
-from gguf_exact.serving.server import plan_launch, start_server, stop_server
 from gguf_exact.speculative.runner import Runner
 from gguf_exact.tiny.full_pair import N_AXES, next_token, write_drafter, write_pair
 from gguf_exact.tiny.main_model import MainSpec, model_tensors
+
+pytestmark = [pytest.mark.bindings, pytest.mark.llama_server]
 
 N_PREDICT = 12
 PROMPT = "hello world"
@@ -121,7 +125,7 @@ def expected_walk(first_next: int, cycle: list[int], n: int) -> list[int]:
 def serve(tmp_path, monkeypatch, target, drafter, n_max):
     monkeypatch.setenv("GGUF_EXACT_RUN_DIR", str(tmp_path / f"run-{n_max}"))
     profile = load_profile("cpu").with_overrides([*TEST_SETTINGS, "threads=2", f"spec-draft-n-max={max(n_max, 1)}"])
-    launch = plan_launch(target, drafter, profile, port=free_port())
+    launch = plan_launch(ServeSettings(target, drafter, profile, port=free_port()))
     start_server(launch, detach=True, timeout=300)
     try:
         return complete(f"http://127.0.0.1:{launch.port}", PROMPT, N_PREDICT)
@@ -176,16 +180,16 @@ def test_make_pair_refuses_bad_input_in_one_line(tmp_path):
 def test_memory_plan_equals_llama_server_log_at_real_shape(pair, tmp_path, monkeypatch):
     """The plan's weights (memory-mapped span plus the CPU's repacked Q4_0 copies), KV cache
     and compute buffers against what llama-server logs for the full-size E2B pair."""
+    from gguf_exact.engines.logged_buffers import compare, logged_buffers
+    from gguf_exact.engines.settings import LOG_FILE
     from gguf_exact.runtime.memory_plan import plan_memory
-    from gguf_exact.serving.logged_buffers import compare, logged_buffers
-    from gguf_exact.serving.server import LOG_FILE
 
     server_binary()
     p, _ = pair
     monkeypatch.setenv("GGUF_EXACT_RUN_DIR", str(tmp_path / "run"))
     profile = load_profile("cpu").with_overrides(["threads=2", "no-warmup=true", "log-verbosity=4"])
     plan = plan_memory(p.target, p.drafter, profile)
-    launch = plan_launch(p.target, p.drafter, profile, port=free_port())
+    launch = plan_launch(ServeSettings(p.target, p.drafter, profile, port=free_port()))
     start_server(launch, detach=True, timeout=300)
     try:
         log = (launch.run_dir / LOG_FILE).read_text()

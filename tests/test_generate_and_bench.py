@@ -40,6 +40,7 @@ def test_shipped_prompt_set():
         load_prompts(["nope"])
 
 
+@pytest.mark.bindings
 def test_generate_json(pairs, tmp_path):
     target, drafter = pairs["agreeing"]
     res = invoke(
@@ -70,6 +71,7 @@ def test_generate_json(pairs, tmp_path):
     assert alone["tokens"] == d["tokens"] and alone["drafts_generated"] == 0 and alone["target_passes"] == 20
 
 
+@pytest.mark.bindings
 def test_generate_text_and_errors(pairs, tmp_path):
     target, drafter = pairs["mixed"]
     res = CliRunner().invoke(
@@ -93,6 +95,7 @@ def test_alternating_order():
     assert [x.n_max for _, x in alternating_order([a, b, c], 1)] == [0, 1, 2, 2, 1, 0]
 
 
+@pytest.mark.bindings
 def test_bench_in_process_writes_json_markdown_png(pairs, tmp_path):
     target, drafter = pairs["agreeing"]
     out = tmp_path / "bench"
@@ -224,6 +227,7 @@ def test_bench_server_down_is_one_line_error(tmp_path):
     assert res.exit_code == 1 and "is llama-server running there?" in res.output
 
 
+@pytest.mark.bindings
 def test_demo_generation_step(pairs, tmp_path):
     from rich.console import Console
 
@@ -241,6 +245,7 @@ def test_demo_generation_step(pairs, tmp_path):
     assert "identical" in text and "tokens/pass" in text
 
 
+@pytest.mark.bindings
 def test_generate_sampling_stop_and_chat(pairs):
     target, drafter = pairs["hidden"]
     base = ["generate", "--model", target, "--prompt", "the river", "--n-predict", 24, "--json"]
@@ -261,6 +266,7 @@ def test_generate_sampling_stop_and_chat(pairs):
     assert set(chat["text"].split()) <= {w.lstrip("▁") for w in CYCLE}  # the reply walks the cycle
 
 
+@pytest.mark.bindings
 def test_chat_command_streams_and_reports(pairs):
     target, drafter = pairs["hidden"]
     res = CliRunner().invoke(
@@ -275,6 +281,8 @@ def test_chat_command_streams_and_reports(pairs):
     assert "tokens per target pass" in res.output and "tokens/s" in res.output
 
 
+@pytest.mark.bindings
+@pytest.mark.llama_server
 def test_bench_engines_over_http(pairs, tmp_path, monkeypatch):
     from _llama_server import server_binary
 

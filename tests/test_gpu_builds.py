@@ -502,6 +502,7 @@ def test_gpu_code_read_from_the_binary(tmp_path):
     assert gpu_toolchains.binary_gpu_archs(tmp_path / "exe") == {}
 
 
+@pytest.mark.llama_server
 def test_killed_build_stops_its_tools_and_leaves_nothing(tmp_path):
     # a real build (the CPU one, from the pinned sdist already fetched for `make test`),
     # killed with SIGTERM while CMake runs: exit 130, no temp dir, no process left behind

@@ -9,6 +9,10 @@ import pytest
 from _llama_server import server_binary
 
 from gguf_exact.drafter.convert import convert_drafter
+from gguf_exact.engines.launch import plan_launch, start_server
+from gguf_exact.engines.process import free_port
+from gguf_exact.engines.settings import LOG_FILE, ServeSettings
+from gguf_exact.engines.status import stop_server
 from gguf_exact.errors import GgufExactError
 from gguf_exact.formats.gguf_reader import open_gguf
 from gguf_exact.runtime.memory_plan import (
@@ -22,7 +26,6 @@ from gguf_exact.runtime.memory_plan import (
     weight_split,
 )
 from gguf_exact.runtime.profiles import load_profile
-from gguf_exact.serving.server import LOG_FILE, free_port, plan_launch, start_server, stop_server
 from gguf_exact.tiny.full_size import write_full_size_drafter, write_full_size_target
 from gguf_exact.tiny.models import write_agreeing_pair, write_tiny_target
 from gguf_exact.tiny.structural import write_structural_pair
@@ -200,6 +203,7 @@ def pairs(tmp_path_factory) -> dict[str, tuple[Path, Path]]:
     return out
 
 
+@pytest.mark.llama_server
 @pytest.mark.parametrize("name,extra", [("tiny", []), ("E2B", []), ("26B-A4B", ["flash-attn=off"])])
 def test_kv_estimate_equals_llama_server_log(pairs, name, extra, tmp_path, monkeypatch):
     """llama-server logs each cache it allocates (``llama_kv_cache: size = ... MiB (N cells,
@@ -211,7 +215,7 @@ def test_kv_estimate_equals_llama_server_log(pairs, name, extra, tmp_path, monke
     target, drafter = pairs[name]
     profile = load_profile("cpu").with_overrides(SETTINGS + extra)
     plan = plan_memory(target, drafter, profile)
-    launch = plan_launch(target, drafter, profile, port=free_port())
+    launch = plan_launch(ServeSettings(target, drafter, profile, port=free_port()))
     start_server(launch, detach=True, timeout=120)
     try:
         log = (launch.run_dir / LOG_FILE).read_text()

@@ -22,8 +22,10 @@ from click.testing import CliRunner
 
 from gguf_exact.bench.prompt_set import load_prompts
 from gguf_exact.cli import main
-from gguf_exact.serving.client import get_metrics
-from gguf_exact.serving.server import plan_launch, server_status, start_server, stop_server
+from gguf_exact.engines.http import get_metrics
+from gguf_exact.engines.launch import plan_launch, start_server
+from gguf_exact.engines.settings import ServeSettings
+from gguf_exact.engines.status import server_status, stop_server
 from gguf_exact.tiny.hidden_pair import write_hidden_state_pair
 
 PROMPTS = load_prompts()
@@ -38,7 +40,7 @@ def pair(tmp_path_factory) -> tuple[Path, Path]:
 
 def _serve(target: Path, drafter: Path | None):
     launch = plan_launch(
-        target, drafter, "cpu", [*TEST_SETTINGS, "spec-draft-n-max=3"], port=free_port(), engine="python"
+        ServeSettings(target, drafter, "cpu", [*TEST_SETTINGS, "spec-draft-n-max=3"], port=free_port(), engine="python")
     )
     proc, _ = start_server(launch, detach=True, timeout=120)
     return launch, proc
@@ -67,14 +69,25 @@ def post_raw(url: str, data: bytes) -> tuple[int, dict]:
         return e.code, json.loads(e.read())
 
 
+@pytest.mark.bindings
 def test_models_health_and_the_command(servers):
     spec, _ = servers
-    assert spec.command[1:3] == ["-m", "gguf_exact.speculative.openai_server"]
+    # the engine's own module, reading the settings plan_launch resolved (no profile, no pair check)
+    assert spec.command[1:] == [
+        "-m",
+        "gguf_exact.engines.llama_cpp_python",
+        "--settings",
+        str(spec.run_dir / "settings.json"),
+    ]
+    written = json.loads((spec.run_dir / "settings.json").read_text())
+    assert written["pair_checked"] is True and written["engine_options"]["n_max"] == 3
+    assert written["profile"]["server"]["ctx-size"] == 512 and written["api_key"] is False
     assert [m.id for m in client(spec).models.list().data] == [ALIAS]
     with urllib.request.urlopen(spec.url + "/health") as r:
         assert json.loads(r.read()) == {"status": "ok"}
 
 
+@pytest.mark.bindings
 @pytest.mark.parametrize("sampling", [{"temperature": 0}, {"temperature": 0.9, "seed": 42, "top_p": 0.9}])
 def test_completions_equal_the_target_alone(servers, sampling):
     spec, alone = servers
@@ -87,6 +100,7 @@ def test_completions_equal_the_target_alone(servers, sampling):
         assert "".join(c.choices[0].text for c in chunks) == a.choices[0].text
 
 
+@pytest.mark.bindings
 @pytest.mark.parametrize("sampling", [{"temperature": 0}, {"temperature": 1.0, "seed": 7}])
 def test_chat_equals_the_target_alone(servers, sampling):
     spec, alone = servers
@@ -98,6 +112,7 @@ def test_chat_equals_the_target_alone(servers, sampling):
     assert streamed == a.choices[0].message.content
 
 
+@pytest.mark.bindings
 def test_metrics_move_and_agree_with_the_clients_counts(servers):
     spec, _ = servers
     before = get_metrics(spec.url)
@@ -129,6 +144,7 @@ def test_metrics_move_and_agree_with_the_clients_counts(servers):
     assert after['llamacpp:spec_decode_num_accepted_tokens_per_pos_total{position="2"}'] > 0
 
 
+@pytest.mark.bindings
 @pytest.mark.parametrize("stream", [False, True])
 def test_cache_prompt_false_decodes_the_whole_prompt_as_llama_server_does(servers, stream):
     """The same prompt again: by default the request resumes from the previous one's cache
@@ -159,6 +175,7 @@ def test_cache_prompt_false_decodes_the_whole_prompt_as_llama_server_does(server
     assert again == 0  # the flag lasts one request
 
 
+@pytest.mark.bindings
 def test_two_clients_at_once_both_get_their_whole_answer(servers):
     spec, _ = servers
     c = client(spec)
@@ -188,6 +205,7 @@ def test_two_clients_at_once_both_get_their_whole_answer(servers):
     assert sorted(got) == sorted([("chat", expect_chat), ("completion", expect_completion)] * 2)
 
 
+@pytest.mark.bindings
 def test_bad_requests_get_4xx_and_the_server_keeps_serving(servers):
     spec, _ = servers
     c = client(spec)
@@ -217,6 +235,7 @@ def test_bad_requests_get_4xx_and_the_server_keeps_serving(servers):
     assert ok.usage.completion_tokens == 5 and ok.choices[0].finish_reason == "length"
 
 
+@pytest.mark.bindings
 def test_status_and_log_lines(servers, run_dir):
     spec, _ = servers
     client(spec).completions.create(model=ALIAS, prompt="the", max_tokens=12, temperature=0)
@@ -256,6 +275,7 @@ def test_refused_before_binding(pair, run_dir, tmp_path):
     )
 
 
+@pytest.mark.bindings
 def test_stop_then_status_says_down(pair, run_dir):
     launch, proc = _serve(pair[0], pair[1])
     res = CliRunner().invoke(main, ["stop", "--port", str(launch.port)])
@@ -263,3 +283,47 @@ def test_stop_then_status_says_down(pair, run_dir):
     assert proc.wait(timeout=30) in (0, -15)  # uvicorn shuts down, then re-raises SIGTERM
     res = CliRunner().invoke(main, ["status", "--port", str(launch.port)])
     assert res.exit_code == 1 and "down" in res.output
+
+
+@pytest.mark.bindings
+@pytest.mark.parametrize("stream", [False, True])
+@pytest.mark.parametrize(
+    "path, body",
+    [
+        ("/v1/completions", {"prompt": "the quick brown fox", "max_tokens": 4, "temperature": 0}),
+        ("/v1/chat/completions", {"messages": CHAT, "max_tokens": 4, "temperature": 0}),
+    ],
+)
+def test_a_request_is_parsed_checked_and_tokenized_once(pair, path, body, stream):
+    """The check tokenizes the prompt; llama-cpp-python's own tokenize calls for the same
+    text (create_completion, the chat handler) are answered from it: one tokenizer call."""
+    import asyncio
+
+    import httpx2 as httpx  # the HTTP client the openai package (test extra) brings
+
+    from gguf_exact.speculative.load import load_with_drafter
+    from gguf_exact.speculative.openai_server import build_app
+    from gguf_exact.speculative.request import CURRENT_REQUEST
+
+    llm = load_with_drafter(*pair, n_max=2, n_ctx=256, n_threads=2)
+    calls = []
+    tokenize = llm.tokenizer_.tokenize
+    llm.tokenizer_.tokenize = lambda *a, **k: calls.append(a[0]) or tokenize(*a, **k)
+    app = build_app(llm, ALIAS)
+
+    async def send() -> httpx.Response:
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://engine") as c:
+            return await c.post(path, json=body | {"stream": stream}, timeout=120)
+
+    try:
+        answer = asyncio.run(send())
+        assert answer.status_code == 200, answer.text
+        assert len(calls) == 1 and CURRENT_REQUEST.get() is None
+        assert llm.last_generation is not None and llm.last_generation.n_tokens == 4
+        calls.clear()
+        assert (
+            llm.tokenize(b"the quick brown fox", add_bos=False, special=True) and len(calls) == 1
+        )  # outside a request: each call
+    finally:
+        llm.close()

@@ -37,11 +37,11 @@ def counts(monkeypatch):
         return sha(path, *args, **kwargs)
 
     monkeypatch.setattr(gguf_reader, "_parse", counted_parse)
+    import gguf_exact.engines.drafter_lookup
     import gguf_exact.pair.checks
-    import gguf_exact.serving.drafter_lookup
     import gguf_exact.verify
 
-    for module in (gguf_file, gguf_exact.pair.checks, gguf_exact.serving.drafter_lookup, gguf_exact.verify):
+    for module in (gguf_file, gguf_exact.pair.checks, gguf_exact.engines.drafter_lookup, gguf_exact.verify):
         monkeypatch.setattr(module, "sha256_file", counted_sha)
     return parses, hashes
 
@@ -69,6 +69,7 @@ def test_serve_with_draft_auto_reads_each_header_once_and_hashes_once(kit, tmp_p
     assert hashes == {"target.gguf": 1, "drafter.gguf": 1}
 
 
+@pytest.mark.bindings
 @pytest.mark.parametrize("draft", ["given", "auto"])
 def test_generate_reads_each_header_once(kit, counts, draft):
     parses, hashes = counts

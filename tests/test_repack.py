@@ -154,6 +154,7 @@ def greedy_and_logits(path: Path, prompts: list[str], n: int = 8):
     return texts, np.concatenate(logits)
 
 
+@pytest.mark.bindings
 def test_output_loads_in_llama_cpp_and_generates(model, record_property, capsys):
     prompts = ["def f(x): return x + 1", "the cat sat on", "1 2 3 4 5"]
     ours, ours_logits = greedy_and_logits(model / "out.gguf", prompts)
@@ -201,6 +202,7 @@ def test_moe_expert_banks_are_repacked_row_by_row_and_the_router_kept(tmp_path, 
     assert np.array_equal(data.reshape(rows.shape[0], -1), plan_matrix(rows).data)
 
 
+@pytest.mark.bindings
 def test_moe_output_loads_in_llama_cpp(tmp_path):
     import llama_cpp  # a missing binding fails the run, never skips it
 

@@ -44,6 +44,8 @@ from gguf_exact.tiny.models import (
 )
 from gguf_exact.tiny.pairs import PAIRS, write_runner_pairs
 
+pytestmark = pytest.mark.bindings
+
 BATCH_NOISE = 0.05  # batched vs single-token logits of one position: 0.012 measured at most
 N_PREDICT = 64
 PROMPTS = load_prompts()

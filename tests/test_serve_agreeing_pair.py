@@ -14,6 +14,8 @@ from helpers import cli
 from gguf_exact.drafter.convert import convert_drafter
 from gguf_exact.tiny.models import write_agreeing_pair
 
+pytestmark = pytest.mark.llama_server
+
 
 @pytest.fixture(scope="module")
 def served(tmp_path_factory):

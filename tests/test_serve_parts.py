@@ -16,9 +16,9 @@ from gguf_exact.builds.llama_build import (
     pinned_sdist,
     verify_sdist,
 )
+from gguf_exact.engines.stats import draft_counters, parse_acceptance, parse_metrics
 from gguf_exact.errors import GgufExactError
 from gguf_exact.runtime.profiles import available_profiles, load_profile, parse_value
-from gguf_exact.serving.stats import draft_counters, parse_acceptance, parse_metrics
 
 LOG = """\
 srv  log_server_r: request: POST /completion 127.0.0.1 200
@@ -153,6 +153,7 @@ def test_pinned_sdist_and_hash_check(tmp_path):
         pinned_sdist(tmp_path / "none.sha256")
 
 
+@pytest.mark.llama_server
 def test_cached_build_is_instant_and_same_commit():
     binary = server_binary()
     t0 = time.monotonic()

@@ -14,13 +14,12 @@ from _llama_server import (
 )
 
 from gguf_exact.drafter.convert import convert_drafter
-from gguf_exact.serving.server import (
-    plan_launch,
-    server_status,
-    start_server,
-    stop_server,
-)
+from gguf_exact.engines.launch import plan_launch, start_server
+from gguf_exact.engines.settings import ServeSettings
+from gguf_exact.engines.status import server_status, stop_server
 from gguf_exact.tiny.models import write_tiny_drafter, write_tiny_target
+
+pytestmark = pytest.mark.llama_server
 
 
 @pytest.fixture(scope="module")
@@ -35,7 +34,7 @@ def pair(tmp_path_factory):
 def _serve(run_dir, target, drafter):
     server_binary()
     port = free_port()
-    launch = plan_launch(target, drafter, "cpu", TEST_SETTINGS, port=port)
+    launch = plan_launch(ServeSettings(target, drafter, "cpu", TEST_SETTINGS, port=port))
     proc, seconds = start_server(launch, detach=True, timeout=120)
     return launch, proc, seconds
 

@@ -12,15 +12,10 @@ import sys
 import pytest
 from _llama_server import TEST_SETTINGS, free_port, get_json, server_binary
 
-from gguf_exact.serving.server import (
-    is_server_process,
-    plan_launch,
-    process_start_time,
-    read_tail,
-    server_status,
-    start_server,
-    stop_server,
-)
+from gguf_exact.engines.launch import plan_launch, start_server
+from gguf_exact.engines.process import is_server_process, process_start_time, read_tail
+from gguf_exact.engines.settings import ServeSettings
+from gguf_exact.engines.status import server_status, stop_server
 from gguf_exact.tiny.models import write_tiny_target
 
 ACCEPTANCE = "slot print_timing: id  0 | task 5 | draft acceptance = 0.75000 (    3 accepted /     4 generated), mean len =  2.00"
@@ -33,11 +28,12 @@ def run_dir(tmp_path, monkeypatch):
     return root
 
 
+@pytest.mark.llama_server
 def test_a_server_binary_of_another_name_is_recognised(tmp_path, run_dir):
     renamed = tmp_path / "my-inference-daemon"
     shutil.copy2(server_binary(), renamed)
     target = write_tiny_target(tmp_path / "target.gguf")
-    launch = plan_launch(target, None, "cpu", TEST_SETTINGS, port=free_port(), server_bin=renamed)
+    launch = plan_launch(ServeSettings(target, None, "cpu", TEST_SETTINGS, port=free_port(), server_bin=renamed))
     proc, _ = start_server(launch, detach=True, timeout=120)
     try:
         assert b"llama-server" not in open(f"/proc/{proc.pid}/cmdline", "rb").read()
@@ -105,7 +101,7 @@ def test_status_reads_only_the_tail_of_a_huge_log(tmp_path, run_dir):
     code = f"""
 import resource, json, sys
 resource.setrlimit(resource.RLIMIT_AS, ({3 << 30}, {3 << 30}))
-from gguf_exact.serving.server import server_status
+from gguf_exact.engines.status import server_status
 st = server_status({port})
 print(json.dumps([a.accepted for a in st.recent]))
 """

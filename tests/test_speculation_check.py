@@ -1,4 +1,4 @@
-"""Is draft-mtp really drafting? (gguf_exact.serving.speculation): the verdict from its
+"""Is draft-mtp really drafting? (gguf_exact.engines.speculation): the verdict from its
 evidence, and `serve` / `status` on real llama-servers with speculation on and silently off."""
 
 import json
@@ -9,7 +9,7 @@ from _llama_server import TEST_SETTINGS, free_port, server_binary
 from helpers import cli
 
 from gguf_exact.drafter.convert import convert_drafter
-from gguf_exact.serving.speculation import ACTIVE, NOT_REQUESTED, OFF, UNCONFIRMED, judge
+from gguf_exact.engines.speculation import ACTIVE, NOT_REQUESTED, OFF, UNCONFIRMED, judge
 from gguf_exact.tiny.models import write_agreeing_pair
 
 CMD = ["llama-server", "--model", "t.gguf", "--model-draft", "d.gguf", "--spec-type", "draft-mtp"]
@@ -54,6 +54,7 @@ def pair(tmp_path_factory):
     return target, drafter, env
 
 
+@pytest.mark.llama_server
 @pytest.mark.parametrize("speculating", [True, False])
 def test_serve_and_status_say_whether_it_drafts(pair, speculating):
     """With the profile's --spec-type draft-mtp the probe drafts and both commands say

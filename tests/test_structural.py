@@ -24,10 +24,12 @@ from _llama_server import (
 from gguf import GGUFReader
 
 from gguf_exact.drafter.convert import convert_drafter
+from gguf_exact.engines.launch import plan_launch, start_server
+from gguf_exact.engines.settings import LOG_FILE, ServeSettings
+from gguf_exact.engines.status import stop_server
 from gguf_exact.gemma4.hparams import FULL, SLIDING, TextHparams
 from gguf_exact.gemma4.sizes import SIZES, SOURCES
 from gguf_exact.repack.pipeline import repack_model
-from gguf_exact.serving.server import LOG_FILE, plan_launch, start_server, stop_server
 from gguf_exact.tiny.structural import HEAD_DIM_DIVISOR, HIDDEN, tiny_shapes, write_structural_pair
 
 PROMPTS = ("def f(x): return x + 1", "the quick brown fox")
@@ -156,7 +158,7 @@ def test_target_repacks_with_every_tensor_mapped(pair):
 
 def _serve(target: Path, drafter: Path | None):
     server_binary()
-    launch = plan_launch(target, drafter, "cpu", (*TEST_SETTINGS, "log-verbosity=4"), port=free_port())
+    launch = plan_launch(ServeSettings(target, drafter, "cpu", (*TEST_SETTINGS, "log-verbosity=4"), port=free_port()))
     proc, _ = start_server(launch, detach=True, timeout=120)
     return launch, proc
 
@@ -166,6 +168,7 @@ def _stop(launch, proc):
     proc.wait(timeout=30)
 
 
+@pytest.mark.llama_server
 def test_pair_serves_with_draft_mtp_as_the_target_alone(pair, run_dir):
     target = pair.target.path
     launch, proc = _serve(target, pair.drafter)
@@ -190,6 +193,7 @@ def test_pair_serves_with_draft_mtp_as_the_target_alone(pair, run_dir):
     )
 
 
+@pytest.mark.bindings
 def test_pair_runs_in_process_as_the_target_alone(pair):
     from gguf_exact.speculative.runner import Runner
 

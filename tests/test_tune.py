@@ -60,6 +60,7 @@ def pair(tmp_path_factory):
     return target, convert_drafter(hf, root / "drafter.gguf", vocab_from=target).path
 
 
+@pytest.mark.llama_server
 def test_tune_writes_the_best_n_max_and_serve_uses_it(pair, tmp_path, monkeypatch):
     server_binary()
     target, drafter = pair

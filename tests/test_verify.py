@@ -245,6 +245,7 @@ def test_a_norm_off_by_one_bit_fails(converted, tiny, tmp_path):
     )
 
 
+@pytest.mark.llama_server
 def test_llama_quantize_q4_0_of_the_same_source_fails(tiny, tmp_path):
     from _llama_server import server_binary
 

@@ -1,11 +1,11 @@
 """``gguf-exact bench --engines python,llama-server``: the Python engine beside llama-server, over HTTP.
 
 For each n-max, one server per engine is started on the same pair with the same
-profile and overrides (:func:`gguf_exact.serving.server.plan_launch`,
+profile and overrides (:func:`gguf_exact.engines.launch.plan_launch`,
 ``start_server``); after one untimed warm-up request each, the shipped prompts go
 to ``/v1/completions`` of each server, same prompt, ``max_tokens``, temperature
 and seed, the engines in A B B A order per round
-(:func:`gguf_exact.serving.client.openai_generate`). Per engine and n-max:
+(:func:`gguf_exact.engines.http.openai_generate`). Per engine and n-max:
 
 - tokens/s as the client sees it (the whole request: prompt, HTTP and JSON
   included), and in the server's generation phase (its own
@@ -18,10 +18,10 @@ and seed, the engines in A B B A order per round
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Callable, Sequence
+from typing import Callable
 
 from gguf_exact.bench.report import Figures, Report, cell, machine, yes_no
+from gguf_exact.bench.request import BenchRequest
 from gguf_exact.errors import ArgumentError, Param
 from gguf_exact.runtime.generation import Generation
 
@@ -156,23 +156,26 @@ def summarize(runs: list[EngineRun]) -> list[EngineRow]:
 
 
 def bench_engines(
-    model: str | Path,
-    draft: str | Path,
-    n_max_list: Sequence[int],
-    prompts: dict[str, str],
-    n_predict: int = 64,
-    rounds: int = 2,
-    engines: Sequence[str] = ENGINES,
-    profile: str = "cpu",
-    overrides: Sequence[str] = (),
-    temperature: float = 0.0,
-    seed: int | None = 1,
-    progress: Callable[[str], None] = lambda s: None,
+    request: BenchRequest, prompts: dict[str, str], progress: Callable[[str], None] = lambda s: None
 ) -> EngineReport:
-    """Start each engine's server at each n-max, run the prompts over HTTP, stop them."""
-    from gguf_exact.serving.client import openai_generate
-    from gguf_exact.serving.server import free_port, plan_launch, scratch_run_root, start_server, stop_server
+    """Start each engine's server (``request.engines``, default both) at each n-max of
+    ``request.n_values`` on ``request.target`` and ``request.draft``, run the prompts
+    over HTTP, stop them."""
+    from gguf_exact.engines.http import openai_generate
+    from gguf_exact.engines.launch import plan_launch, start_server
+    from gguf_exact.engines.process import free_port, scratch_run_root
+    from gguf_exact.engines.settings import ServeSettings
+    from gguf_exact.engines.status import stop_server
 
+    model, draft, n_max_list, profile, overrides = (
+        request.target,
+        request.draft,
+        request.n_values,
+        request.profile,
+        request.overrides,
+    )
+    n_predict, rounds, temperature, seed = request.n_predict, request.rounds, request.temperature, request.seed
+    engines = request.engines or ENGINES
     bad = [e for e in engines if e not in ENGINES]
     if bad or not engines:
         raise ArgumentError(Param("engines"), f" {','.join(engines)}: expected one or both of {', '.join(ENGINES)}")
@@ -184,9 +187,16 @@ def bench_engines(
             try:
                 for engine in engines:
                     sets = list(overrides) + ([f"spec-draft-n-max={n_max}"] if n_max > 0 else [])
-                    launch = plan_launch(
-                        model, draft if n_max > 0 else None, profile, sets, port=free_port(), engine=engine, runs=root
+                    settings = ServeSettings(
+                        model,
+                        draft if n_max > 0 else None,
+                        profile,
+                        tuple(sets),
+                        engine,
+                        port=free_port(),
+                        runs=root,  # type: ignore[arg-type]
                     )
+                    launch = plan_launch(settings)
                     start_server(launch, detach=True, timeout=300)
                     launches[engine] = launch
                     openai_generate(launch.url, first, min(n_predict, 8), temperature, seed)  # warm-up

@@ -33,7 +33,8 @@ from pathlib import Path
 from typing import Any, Iterator, Sequence
 
 from gguf_exact.bench.report import Figures
-from gguf_exact.serving.server import ENGINES  # what serve --engine takes
+from gguf_exact.bench.request import BENCH_PROFILE
+from gguf_exact.engines.settings import ENGINES  # what serve --engine takes
 
 HEAD_NODE = "result_output"  # the drafter's tied output head (gemma4-assistant.cpp)
 TTFT_PROMPT = "Time to first token, measured on a prompt of its own: " * 2
@@ -79,12 +80,15 @@ def peak_rss_mib(pid: int) -> float:
 
 @contextmanager
 def running(
-    target: Path, drafter: Path | None, engine: str, sets: Sequence[str], profile: str = "cpu"
+    target: Path, drafter: Path | None, engine: str, sets: Sequence[str], profile: str = BENCH_PROFILE
 ) -> Iterator[tuple[Any, Any, float]]:
     """A started server (launch, process, seconds to healthy), stopped on exit."""
-    from gguf_exact.serving.server import free_port, plan_launch, start_server, stop_server
+    from gguf_exact.engines.launch import plan_launch, start_server
+    from gguf_exact.engines.process import free_port
+    from gguf_exact.engines.settings import ServeSettings
+    from gguf_exact.engines.status import stop_server
 
-    launch = plan_launch(target, drafter, profile, list(sets), port=free_port(), engine=engine)
+    launch = plan_launch(ServeSettings(target, drafter, profile, tuple(sets), engine, port=free_port()))
     proc, seconds = start_server(launch, detach=True, timeout=900)
     try:
         yield launch, proc, seconds
@@ -105,7 +109,7 @@ def engines_arm(
     prompts: Sequence[str],
     n_predict: int,
     sets: Sequence[str],
-    profile: str = "cpu",
+    profile: str = BENCH_PROFILE,
     rounds: int = 3,
 ) -> list[ArmResult]:
     """Every engine at one n-max (0: the target alone) over ``/v1/completions``, side by side.
@@ -115,7 +119,7 @@ def engines_arm(
     round; each figure is the median over rounds. On a shared machine a burst of other work
     then slows every engine alike instead of whichever arm it fell on: the ratios between
     engines hold where the absolute figures wander."""
-    from gguf_exact.serving.client import openai_generate
+    from gguf_exact.engines.http import openai_generate
 
     extra = [f"spec-draft-n-max={n_max}"] if n_max else []
     with ExitStack() as stack:
@@ -188,7 +192,7 @@ def concurrent_arm(
     prompts: Sequence[str],
     n_predict: int,
     sets: Sequence[str],
-    profile: str = "cpu",
+    profile: str = BENCH_PROFILE,
 ) -> ConcurrentResult:
     """``len(prompts)`` clients at once, one request each, on ``parallel`` slots.
 
@@ -197,7 +201,7 @@ def concurrent_arm(
     request's tokens from its own answer's ``usage`` (the ``/metrics`` difference around a
     request, which :func:`openai_generate` reads, also counts the requests beside it).
     Every request also keeps its client-side seconds: how long a queued one waited shows."""
-    from gguf_exact.serving.client import openai_generate, post_json, server_generate
+    from gguf_exact.engines.http import openai_generate, post_json, server_generate
 
     extra = [f"spec-draft-n-max={n_max}"] if n_max else []
     slots = [f"parallel={parallel}"] if engine == "llama-server" else []

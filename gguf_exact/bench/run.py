@@ -5,7 +5,7 @@ order, each round forward then backward (``A B C C B A``, the ``A B B A`` of two
 arms), so slow drift of the machine falls on every arm alike. Each arm is
 warmed up once (untimed) before the first round. Runs are in-process
 (:class:`.Runner`, one model load shared by every arm) or against running
-llama-servers (:func:`gguf_exact.serving.client.server_generate`, one server per arm, since
+llama-servers (:func:`gguf_exact.engines.http.server_generate`, one server per arm, since
 llama-server fixes n-max at start-up).
 
 The report holds every run, a summary per arm (tokens/s over the generation
@@ -17,11 +17,12 @@ Markdown and, with matplotlib, a PNG (:mod:`.plot`): a :class:`~.report.Report`.
 from __future__ import annotations
 
 import statistics
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Callable
 
 from gguf_exact.bench.report import TARGET, Arm, Figures, Report, alternating_order, cell, machine, yes_no
+from gguf_exact.bench.request import BenchRequest
 from gguf_exact.errors import ArgumentError, Param
 from gguf_exact.runtime.generation import Generation
 
@@ -209,7 +210,7 @@ def bench_servers(
     progress: Progress = lambda s: None,
 ) -> BenchReport:
     """Against running llama-servers, one per arm."""
-    from gguf_exact.serving.client import server_generate
+    from gguf_exact.engines.http import server_generate
 
     if len({a.label for a in servers}) != len(servers):
         raise ArgumentError("bench: two ", Param("servers"), " arms have the same label")
@@ -228,37 +229,21 @@ def bench_servers(
     return BenchReport(meta, runs, summary)
 
 
-def run_bench(
-    target: str | Path | None,
-    draft: str | Path | None,
-    n_values: Sequence[int] = (1, 2, 3, 4),
-    servers: Sequence[str] = (),
-    prompt_names: Sequence[str] | None = None,
-    n_predict: int = 64,
-    rounds: int = 2,
-    n_ctx: int = 4096,
-    threads: int = 2,
-    engines: Sequence[str] = (),
-    profile: str = "cpu",
-    overrides: Sequence[str] = (),
-    temperature: float = 0.0,
-    seed: int | None = 1,
-    progress: Progress = lambda s: None,
-):
-    """``bench`` as one call: in-process (``target``, ``draft``: :func:`bench_runner`),
-    against running llama-servers (``servers``: ``[LABEL=]URL`` each, :func:`bench_servers`),
-    or both engines' servers started here (``engines``:
-    :func:`gguf_exact.bench.engines.bench_engines`, with ``profile``,
-    ``overrides``, ``temperature`` and ``seed``). ``draft`` may be ``auto``: found as
-    ``serve`` finds it. Returns the report, which writes its own files."""
+def run_bench(request: BenchRequest, progress: Progress = lambda s: None):
+    """``bench`` as one call: in-process (:func:`bench_runner`), against running
+    llama-servers (:func:`bench_servers`) or both engines' servers started here
+    (:func:`gguf_exact.bench.engines.bench_engines`), as :class:`~.request.BenchRequest`
+    says. Returns the report, which writes its own files."""
     from gguf_exact.bench.prompt_set import load_prompts
 
-    prompts = load_prompts(list(prompt_names) if prompt_names is not None else None)
+    r = request
+    target, draft, servers, n_values = r.target, r.draft, r.servers, r.n_values
+    prompts = load_prompts(list(r.prompt_names) if r.prompt_names is not None else None)
     if draft is not None and target is not None:
-        from gguf_exact.serving.drafter_lookup import resolve_drafter
+        from gguf_exact.engines.drafter_lookup import resolve_drafter
 
         draft = resolve_drafter(target, draft, False, "models", False, default_auto=False).path
-    if engines:
+    if r.engines:
         from gguf_exact.bench.engines import bench_engines
 
         if target is None or draft is None or servers:
@@ -266,23 +251,20 @@ def run_bench(
                 "bench ", Param("engines"), ": give ", Param("target"), " and ", Param("draft"),
                 " (the servers are started here), no ", Param("servers"),
             )  # fmt: skip
-        sets = [f"ctx-size={n_ctx}", f"threads={threads}", f"threads-batch={threads}", *overrides]
-        return bench_engines(
-            target, draft, list(n_values), prompts, n_predict, rounds, list(engines), profile, sets, temperature, seed,
-            progress,
-        )  # fmt: skip
+        sets = (f"ctx-size={r.n_ctx}", f"threads={r.threads}", f"threads-batch={r.threads}", *r.overrides)
+        return bench_engines(replace(r, draft=draft, overrides=sets), prompts, progress)
     if servers:
         if target or draft:
             raise ArgumentError(
                 "bench: give either ", Param("servers"), " URLs or ", Param("target"), "/", Param("draft"), ", not both"
             )
-        return bench_servers([parse_server_arm(s) for s in servers], prompts, n_predict, rounds, progress)
+        return bench_servers([parse_server_arm(s) for s in servers], prompts, r.n_predict, r.rounds, progress)
     if target is None:
         raise ArgumentError(
             "bench: give ", Param("target"), " (and ", Param("draft"), "), or ", Param("servers"), " URLs"
         )
     return bench_runner(
-        target, draft, list(n_values), prompts, n_predict, rounds, progress, n_ctx=n_ctx, n_threads=threads
+        target, draft, list(n_values), prompts, r.n_predict, r.rounds, progress, n_ctx=r.n_ctx, n_threads=r.threads
     )
 
 

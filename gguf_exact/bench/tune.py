@@ -24,7 +24,7 @@ import re
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Callable
 
 from gguf_exact.bench.report import TARGET, Arm, alternating_order
 from gguf_exact.bench.run import BenchReport, bench_servers, summarize
@@ -45,22 +45,20 @@ class TuneResult:
 
 
 def tune_n_max(
-    target: str | Path,
-    drafter: str | Path,
-    profile: Profile,
-    n_values: Sequence[int] = (1, 2, 3, 4),
+    request: TuneRequest,
     prompts: dict[str, str] | None = None,
-    n_predict: int = 64,
-    rounds: int = 1,
-    overrides: Sequence[str] = (),
-    server_bin: str | Path | None = None,
     with_target: bool = True,
     progress: Callable[[str], None] = lambda s: None,
 ) -> TuneResult:
-    """Tokens/s of ``profile`` at each n-max in ``n_values`` (and the target alone when
-    ``with_target``), one llama-server at a time; see the module doc."""
+    """Tokens/s of ``request.profile`` at each n-max in ``request.n_values`` (and the
+    target alone when ``with_target``), one llama-server at a time; see the module doc."""
+    target, drafter, profile, n_values = request.target, request.drafter, request.profile, request.n_values
+    n_predict, rounds, overrides, server_bin = request.n_predict, request.rounds, request.overrides, request.server_bin
     from gguf_exact.bench.prompt_set import load_prompts
-    from gguf_exact.serving.server import free_port, plan_launch, scratch_run_root, start_server, stop_server
+    from gguf_exact.engines.launch import plan_launch, start_server
+    from gguf_exact.engines.process import free_port, scratch_run_root
+    from gguf_exact.engines.settings import ServeSettings
+    from gguf_exact.engines.status import stop_server
 
     if not n_values or any(n < 1 for n in n_values):
         raise ArgumentError(Param("n_values"), f" {','.join(map(str, n_values))}: give draft lengths of 1 or more")
@@ -71,13 +69,15 @@ def tune_n_max(
         for order, (rnd, arm) in enumerate(alternating_order(arms, rounds)):
             sets = list(overrides) + ([f"{N_MAX_KEY}={arm.n_max}"] if arm.n_max else [])
             launch = plan_launch(
-                target,
-                drafter if arm.n_max else None,
-                profile,
-                sets,
-                port=free_port(),
-                server_bin=server_bin,
-                runs=root,
+                ServeSettings(
+                    target,
+                    drafter if arm.n_max else None,
+                    profile,
+                    tuple(sets),
+                    port=free_port(),
+                    server_bin=server_bin,
+                    runs=root,
+                )
             )
             start_server(launch, detach=True, timeout=600)
             try:
@@ -171,18 +171,7 @@ def tune_profile(
 
     name = request.name
     prompts = load_prompts(list(request.prompt_names) if request.prompt_names is not None else None)
-    result = tune_n_max(
-        request.target,
-        request.drafter,
-        request.profile,
-        request.n_values,
-        prompts,
-        request.n_predict,
-        request.rounds,
-        request.overrides,
-        request.server_bin,
-        progress=progress,
-    )
+    result = tune_n_max(request, prompts, progress=progress)
     tuned = Tuned(request, result, result.report.write(out_dir, plot=False))
     if write:
         tuned.profile_file = write_tuned_profile(request.profile, result, request.command, name=name)

@@ -20,14 +20,14 @@ Pure functions on the cpuinfo text, apart from :func:`host_cpu`.
 from __future__ import annotations
 
 import hashlib
-import os
 import platform
 from dataclasses import dataclass
 from pathlib import Path
 
+from gguf_exact import constants
 from gguf_exact.errors import BuildError
 
-OVERRIDE_ENV = "GGUF_EXACT_CPU_FEATURES"
+OVERRIDE_ENV = constants.CPU_FEATURES_ENV
 
 X86_FEATURES: tuple[tuple[str, tuple[str, ...]], ...] = (
     # (feature, as ggml's CMake option GGML_<FEATURE>; the /proc/cpuinfo flags it needs)
@@ -133,4 +133,4 @@ def host_cpu() -> CpuTarget:
     """This machine's :func:`cpu_target` (``GGUF_EXACT_CPU_FEATURES`` wins)."""
     path = Path("/proc/cpuinfo")
     text = path.read_text(errors="replace") if path.is_file() else ""
-    return cpu_target(text, platform.machine(), os.environ.get(OVERRIDE_ENV))
+    return cpu_target(text, platform.machine(), constants.cpu_features())

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import click
 
+from gguf_exact.bench.request import BENCH_PROFILE
 from gguf_exact.cli import console
 from gguf_exact.cli.app import main
 from gguf_exact.cli.console import note, say_fitted, say_markdown
@@ -163,7 +164,7 @@ def chat(
     """
     from gguf_exact.runtime.profile_choice import resolve_profile
     from gguf_exact.speculative.chat import chat_session, stats_line
-    from gguf_exact.speculative.engine import load_with_drafter
+    from gguf_exact.speculative.load import load_with_drafter
 
     found = drafter_from_options(target, drafter, no_draft, fetch_draft, models_dir, auto=True)
     if not found.given and found.path is not None:
@@ -220,7 +221,9 @@ def chat(
     "--engines",
     help="python,llama-server: start a server per engine at each n-max and compare them over HTTP (/v1/completions).",
 )
-@click.option("--profile", default="cpu", show_default=True, help="--engines: the serving profile for both servers.")
+@click.option(
+    "--profile", default=BENCH_PROFILE, show_default=True, help="--engines: the serving profile for both servers."
+)
 @click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE", help="--engines: profile overrides.")
 @click.option("--temperature", default=0.0, show_default=True, help="--engines: sampling temperature (0: greedy).")
 @click.option("--seed", default=1, show_default=True, help="--engines: the sampler seed sent with every request.")
@@ -252,13 +255,27 @@ def bench(
     table (and, in-process or --server, a PNG of tokens/s and tokens per target
     pass against n-max).
     """
+    from gguf_exact.bench.request import BenchRequest
     from gguf_exact.bench.run import run_bench
 
     engine_list = [e.strip() for e in engines.split(",") if e.strip()] if engines else []
-    report = run_bench(
-        target, drafter, n_values, servers, prompt_names or None, n_predict, rounds, n_ctx, threads,
-        engine_list if engines else (), profile, overrides, temperature, seed, console.progress_lines(),
-    )  # fmt: skip
+    request = BenchRequest(
+        target=target,
+        draft=drafter,
+        n_values=tuple(n_values),
+        servers=servers,
+        prompt_names=prompt_names or None,
+        n_predict=n_predict,
+        rounds=rounds,
+        n_ctx=n_ctx,
+        threads=threads,
+        engines=tuple(engine_list) if engines else (),
+        profile=profile,
+        overrides=overrides,
+        temperature=temperature,
+        seed=seed,
+    )
+    report = run_bench(request, console.progress_lines())
     paths = report.write(out_dir or results_dir("bench"), plot=not no_plot)
     say_markdown(report.markdown())
     say_fitted("wrote " + ", ".join(str(p) for p in paths.values()))

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import click
 
+from gguf_exact.engines.settings import DEFAULT_PROFILE
 from gguf_exact.errors import ArgumentError
 
 MODELS_DIR_HELP = "Where files are placed, as MODELS_DIR/<repo>/<file> (the paths in checksums/RECIPE.sha256)."
@@ -81,7 +82,7 @@ prompts_option = click.option(
 )
 
 
-def profile_option(default: str | None = "auto", lead: str = "", tail: str = ""):
+def profile_option(default: str | None = DEFAULT_PROFILE, lead: str = "", tail: str = ""):
     """``--profile NAME|auto|FILE``."""
     return click.option("--profile", default=default, show_default=default is not None, help=lead + PROFILE_HELP + tail)
 
@@ -179,8 +180,8 @@ def drafter_from_options(
     dry_run: bool = False,
 ):
     """What the :func:`target_and_draft_options` name:
-    :func:`gguf_exact.serving.drafter_lookup.resolve_drafter`'s :class:`DrafterFound`."""
-    from gguf_exact.serving.drafter_lookup import resolve_drafter
+    :func:`gguf_exact.engines.drafter_lookup.resolve_drafter`'s :class:`DrafterFound`."""
+    from gguf_exact.engines.drafter_lookup import resolve_drafter
 
     return resolve_drafter(target, drafter, no_draft, models_dir, fetch_draft, default_auto=auto, dry_run=dry_run)
 

@@ -23,6 +23,8 @@ from gguf_exact.cli.options import (
     server_bin_option,
     target_and_draft_options,
 )
+from gguf_exact.constants import API_KEY_ENV
+from gguf_exact.engines.settings import DEFAULT_ENGINE, DEFAULT_HOST, DEFAULT_PORT, ENGINES, LOG_FILE, ServeSettings
 
 
 @main.command()
@@ -31,15 +33,15 @@ from gguf_exact.cli.options import (
 @overrides_option
 @click.option(
     "--host",
-    default="127.0.0.1",
+    default=DEFAULT_HOST,
     show_default=True,
     help="The address to listen on. Anything but this machine's own (127.0.0.1, ::1, localhost), "
     "such as 0.0.0.0 for a laptop on the same network, needs --api-key (or --insecure).",
 )
-@click.option("--port", default=8080, show_default=True, type=int)
+@click.option("--port", default=DEFAULT_PORT, show_default=True, type=int)
 @click.option(
     "--api-key",
-    envvar="GGUF_EXACT_API_KEY",
+    envvar=API_KEY_ENV,
     metavar="KEY",
     help="Clients must send this key (OpenAI clients: api_key=KEY; curl: -H 'Authorization: Bearer KEY'); "
     "without it every request but /health gets HTTP 401. Both engines. Prefer the environment variable "
@@ -63,8 +65,8 @@ from gguf_exact.cli.options import (
 )
 @click.option(
     "--engine",
-    type=click.Choice(["llama-server", "python"]),
-    default="llama-server",
+    type=click.Choice(list(ENGINES)),
+    default=DEFAULT_ENGINE,
     show_default=True,
     help="llama-server (llama.cpp's draft-mtp), or python: llama-cpp-python's OpenAI-compatible server with the MTP drafter (same profile, same /metrics names).",
 )
@@ -114,13 +116,27 @@ def serve(
     /v1/completions, /v1/models, /health and /metrics from llama-cpp-python
     instead, with the same profile.
     """
-    from gguf_exact.serving.serve import plan_serve, start_planned
-    from gguf_exact.serving.server import serve_foreground
+    from gguf_exact.engines.launch import serve_foreground
+    from gguf_exact.engines.serve import plan_serve, start_planned
 
-    plan = plan_serve(
-        target, drafter, no_draft, fetch_draft, models_dir, profile, overrides, host, port, server_bin, extra,
-        engine, logprobs, api_key, insecure, dry_run,
-    )  # fmt: skip
+    settings = ServeSettings(
+        target=target,
+        drafter=drafter,
+        profile=profile,
+        overrides=overrides,
+        engine=engine,
+        host=host,
+        port=port,
+        api_key=api_key,
+        insecure=insecure,
+        logprobs=logprobs,
+        server_bin=server_bin,
+        extra_args=extra,
+        no_draft=no_draft,
+        fetch_draft=fetch_draft,
+        models_dir=models_dir,
+    )
+    plan = plan_serve(settings, dry_run=dry_run)
     launch, pair = plan.launch, plan.launch.pair
     for role, m in (("target", pair.target), ("drafter", pair.drafter)):
         if m is not None:
@@ -156,7 +172,7 @@ def serve(
         return
     started = start_planned(plan, detach, timeout, probe=not no_probe)
     say(
-        f"{launch.label} ready at {launch.url} in {started.seconds:.1f} s (pid {started.process.pid}); log {launch.run_dir / 'server.log'}"
+        f"{launch.label} ready at {launch.url} in {started.seconds:.1f} s (pid {started.process.pid}); log {launch.run_dir / LOG_FILE}"
     )
     if started.probe_error is not None:
         warn(f"draft-mtp not checked: {message(started.probe_error)}")
@@ -167,7 +183,7 @@ def serve(
         else:
             say(f"draft-mtp {verdict.line}")
     if detach:
-        key = " (with GGUF_EXACT_API_KEY set)" if launch.api_key else ""
+        key = f" (with {API_KEY_ENV} set)" if launch.api_key else ""
         say(f"detached; `gguf-exact status --port {port}`{key} reports on it, `gguf-exact stop --port {port}` ends it")
         return
     sys.exit(serve_foreground(launch, started.process))
@@ -180,7 +196,7 @@ def serve(
 @click.option("--probe", is_flag=True, help="Send one short request first, to see whether it drafts.")
 @click.option(
     "--api-key",
-    envvar="GGUF_EXACT_API_KEY",
+    envvar=API_KEY_ENV,
     metavar="KEY",
     help="The key of a server started with --api-key (default: $GGUF_EXACT_API_KEY); without it only health is read.",
 )
@@ -195,7 +211,7 @@ def status(port: int | None, last: int, as_json: bool, probe: bool, api_key: str
     or what llama.cpp logged), or not yet confirmed. Exits 1 when the server is
     down.
     """
-    from gguf_exact.serving.server import server_status
+    from gguf_exact.engines.status import server_status
 
     st = server_status(port, last=last, probe_request=probe, api_key=api_key)
     if as_json:
@@ -210,7 +226,7 @@ def status(port: int | None, last: int, as_json: bool, probe: bool, api_key: str
         show(f"target       {s['target']}")
         show(f"drafter      {s.get('drafter') or '-'}")
         if st.needs_key:
-            show("api key      the server wants its API key: set GGUF_EXACT_API_KEY or pass --api-key")
+            show(f"api key      the server wants its API key: set {API_KEY_ENV} or pass --api-key")
         elif st.running:
             show(f"models       {', '.join(st.models) or '-'}")
             spec = "-" if st.speculative is None else ("on" if st.speculative else "off")
@@ -232,7 +248,7 @@ def status(port: int | None, last: int, as_json: bool, probe: bool, api_key: str
             show(
                 f"request      acceptance {a.rate:.5f}: {a.accepted} accepted / {a.generated} drafted, mean len {a.mean_len:.2f}"
             )
-        show(f"log          {st.run_dir / 'server.log'}")
+        show(f"log          {st.run_dir / LOG_FILE}")
     if not st.up:
         sys.exit(1)
 
@@ -241,7 +257,7 @@ def status(port: int | None, last: int, as_json: bool, probe: bool, api_key: str
 @click.option("--port", type=int, help="The server's port (default: the last one started).")
 def stop(port: int | None) -> None:
     """Stop a server started by `gguf-exact serve` (by its pid file)."""
-    from gguf_exact.serving.server import stop_server
+    from gguf_exact.engines.status import stop_server
 
     console.out.print(stop_server(port), markup=False)
 

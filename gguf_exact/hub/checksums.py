@@ -23,13 +23,13 @@ import re
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from gguf_exact.constants import CHECKSUMS_ENV
 from gguf_exact.errors import HubError
 from gguf_exact.formats.gguf_file import atomic_output
 from gguf_exact.hub.names import COMMIT
 from gguf_exact.resources import shipped_dir, user_dir
 
 CHECKSUMS_DIR = shipped_dir("checksums")  # the project's checksums/ (a wheel carries a copy)
-CHECKSUMS_ENV = "GGUF_EXACT_CHECKSUMS"  # the user's checksums folder (default ~/.config/gguf-exact/checksums)
 LLAMA_CPP_PYTHON = "llama-cpp-python.sha256"  # the sdist pin that the llama.cpp build reads
 
 _LINE = re.compile(r"([0-9a-fA-F]{64}) [ *](\S.*)")

@@ -28,13 +28,13 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover
     import tomli as tomllib
 
+from gguf_exact.constants import RECIPES_ENV, env_path
 from gguf_exact.errors import HubError
 from gguf_exact.hub.checksums import user_checksums_dir
 from gguf_exact.hub.names import check_repo_id, check_revision, relative_path_problem
 from gguf_exact.resources import is_installed_data, shipped_dir, user_config_dir
 
 RECIPES_DIR = shipped_dir("convert")  # the project's convert/ (a wheel carries a copy)
-RECIPES_ENV = "GGUF_EXACT_RECIPES"  # a recipes folder searched first
 ROLES = ("source", "exact", "target")
 KINDS = ("drafter", "model")
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,99}")  # recipe names become checksums/<name>.sha256
@@ -168,7 +168,7 @@ def parse_part(role: str, table: object, path: Path) -> RepoPart:
 def recipe_dirs() -> list[Path]:
     """Where recipes are looked up by name, first match wins: ``$GGUF_EXACT_RECIPES``,
     ``~/.config/gguf-exact/recipes``, then the project's ``convert/``."""
-    dirs = [Path(os.environ[RECIPES_ENV]).expanduser()] if os.environ.get(RECIPES_ENV) else []
+    dirs = [chosen] if (chosen := env_path(RECIPES_ENV)) is not None else []
     return dirs + [user_config_dir() / "recipes", RECIPES_DIR]
 
 

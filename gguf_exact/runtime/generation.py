@@ -2,7 +2,7 @@
 
 :class:`Generation` is what :class:`.runner.Runner` returns, what the engine
 (:mod:`.engine`) records for each call of its generate loop, and what the HTTP
-clients (:mod:`gguf_exact.serving.client`) rebuild from a server's answer, so that
+clients (:mod:`gguf_exact.engines.http`) rebuild from a server's answer, so that
 ``generate``, ``bench`` and the servers print the same figures.
 
 A target pass is one call of the target's ``eval`` (one ``llama_decode`` of a

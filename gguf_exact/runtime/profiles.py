@@ -21,6 +21,7 @@ else:  # pragma: no cover
     import tomli as tomllib
 
 from gguf_exact.builds.llama_build import BACKEND
+from gguf_exact.constants import PROFILES_ENV, env_path
 from gguf_exact.errors import ArgumentError, InputError, Message, Param
 from gguf_exact.resources import shipped_dir, user_config_dir
 
@@ -146,8 +147,8 @@ def profile_dirs() -> list[Path]:
     """Where profiles are looked up by name: ``$GGUF_EXACT_PROFILES``, the user's
     ``~/.config/gguf-exact/profiles``, then the project's ``serve/``."""
     dirs = []
-    if os.environ.get("GGUF_EXACT_PROFILES"):
-        dirs.append(Path(os.environ["GGUF_EXACT_PROFILES"]).expanduser())
+    if (chosen := env_path(PROFILES_ENV)) is not None:
+        dirs.append(chosen)
     dirs += [user_config_dir() / "profiles", PROFILE_DIR]
     return dirs
 
@@ -178,7 +179,7 @@ def find_profile(name_or_path: str | Path) -> Path:
     )
 
 
-def load_profile(name_or_path: str | Path = "cpu") -> Profile:
+def load_profile(name_or_path: str | Path) -> Profile:
     """Read a profile by name (``rtx3050``) or path (``my-card.toml``)."""
     path = find_profile(name_or_path)
     try:

@@ -42,27 +42,27 @@ import logging
 import time
 from contextlib import ExitStack
 from contextvars import ContextVar
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterator, Sequence
 
 import llama_cpp
 import numpy as np
 from llama_cpp import llama_chat_format, llama_cpp_ext
-from llama_cpp.llama_speculative import LlamaDraftModel
 
 from gguf_exact.errors import ArgumentError, InputError
 from gguf_exact.formats.paths import check_input_file
 from gguf_exact.gemma4.names import ARCH as TARGET_ARCH
-from gguf_exact.runtime.engine_options import EngineOptions, engine_options
 from gguf_exact.runtime.generation import Generation
 from gguf_exact.speculative.bindings import _meta_str, errors_only_logs
+from gguf_exact.speculative.draft_model import MtpDraftModel
 from gguf_exact.speculative.drafter import LlamaDrafter, TargetSide
+from gguf_exact.speculative.llama_adapter import LlamaAdapter
+from gguf_exact.speculative.request import CURRENT_REQUEST
 from gguf_exact.speculative.tokenizer import PieceCache
+from gguf_exact.speculative.totals import SpecTotals
 
 log = logging.getLogger(__name__)
-
-_NO_DRAFTS = np.zeros(0, dtype=np.intc)
 
 # False: the next generate decodes its whole prompt, as llama-server does for a request with
 # cache_prompt false, instead of resuming from the previous request's KV cache. A context
@@ -84,70 +84,7 @@ def _count_contexts(llm: MtpLlama, n: int) -> None:
         global _live_contexts
         _live_contexts -= n
 
-    llm._stack.callback(release)
-
-
-# --- counters -------------------------------------------------------------------------
-
-
-@dataclass
-class SpecTotals:
-    """Counters since the engine was loaded (``/metrics``, ``chat``'s ``/stats``)."""
-
-    requests: int = 0
-    prompt_tokens: int = 0
-    tokens: int = 0  # sampled tokens, an end-of-generation token included (as llama-server counts them)
-    target_passes: int = 0
-    drafts: int = 0  # target passes that carried a draft (llama-server's drafts / verification steps)
-    draft_tokens: int = 0
-    accepted_tokens: int = 0
-    accepted_per_position: list[int] = field(default_factory=list)
-    prefill_seconds: float = 0.0
-    generation_seconds: float = 0.0  # after the first token, as llama-server's predicted time
-    target_seconds: float = 0.0
-    drafter_seconds: float = 0.0
-    wall_seconds: float = 0.0
-
-    def add(self, g: Generation) -> None:
-        self.requests += 1
-        self.prompt_tokens += g.n_prompt
-        self.tokens += g.n_tokens
-        self.target_passes += g.target_passes
-        self.drafts += g.draft_rounds
-        self.draft_tokens += g.drafts_generated
-        self.accepted_tokens += g.drafts_accepted
-        for a in g.accepted_per_round:
-            if len(self.accepted_per_position) < a:
-                self.accepted_per_position += [0] * (a - len(self.accepted_per_position))
-            for i in range(a):
-                self.accepted_per_position[i] += 1
-        self.prefill_seconds += g.prefill_seconds
-        self.generation_seconds += max(0.0, g.wall_seconds - g.prefill_seconds)
-        self.target_seconds += g.target_seconds
-        self.drafter_seconds += g.drafter_seconds
-        self.wall_seconds += g.wall_seconds
-
-    @property
-    def acceptance_rate(self) -> float | None:
-        return self.accepted_tokens / self.draft_tokens if self.draft_tokens else None
-
-    @property
-    def tokens_per_target_pass(self) -> float | None:
-        return self.tokens / self.target_passes if self.target_passes else None
-
-    @property
-    def tokens_per_second(self) -> float | None:
-        """Tokens after the first over the time after the first (generation phase)."""
-        return (self.tokens - self.requests) / self.generation_seconds if self.generation_seconds > 0 else None
-
-    @property
-    def python_seconds(self) -> float:
-        """Time inside generate calls but outside llama_decode: the Python side."""
-        return max(0.0, self.wall_seconds - self.target_seconds - self.drafter_seconds)
-
-    @property
-    def python_us_per_pass(self) -> float | None:
-        return 1e6 * self.python_seconds / self.target_passes if self.target_passes else None
+    llm.on_close(release)
 
 
 @dataclass
@@ -171,56 +108,10 @@ class _Call:
         return self.budget - len(self.tokens)
 
 
-# --- the draft model ---------------------------------------------------------------
-
-
-class MtpDraftModel(LlamaDraftModel):
-    """llama-cpp-python's draft-model hook, drafting with a gemma4-assistant MTP drafter.
-
-    ``Llama.generate`` calls it with every token so far; the last one is the newest,
-    at position ``len(input_ids) - 1``, not yet decoded. The drafter starts from the
-    target's hidden state of the position before it, which is row
-    ``pos - 1 - batch_start`` of the target's last decode. ``n_max`` may be changed
-    between calls; 0 (or no drafter) drafts nothing: the target alone.
-    """
-
-    def __init__(self, n_max: int) -> None:
-        self.n_max = n_max
-        self.drafter: LlamaDrafter | None = None
-        self.llm: MtpLlama | None = None
-
-    def hidden(self, pos: int) -> Any:
-        """The target's hidden state for a draft at ``pos``: that of position ``pos - 1``,
-        row ``pos - 1 - batch_start`` of the target's last decode (a pointer to
-        ``n_embd`` floats)."""
-        llm = self.llm
-        h = llama_cpp_ext.llama_get_embeddings_nextn_ith(llm.ctx, pos - 1 - llm._batch_start)  # type: ignore[union-attr]
-        if not h:
-            raise InputError(f"target: llama.cpp returned no hidden state for position {pos - 1}")
-        return h
-
-    def __call__(self, input_ids: np.ndarray, /, **kwargs: Any) -> np.ndarray:
-        llm = self.llm
-        assert llm is not None
-        llm._verify_next = True  # the next eval is a verification pass: logits on every row
-        call = llm._call
-        pos = len(input_ids) - 1
-        k = self.n_max if self.drafter is not None else 0
-        if call is not None:
-            k = min(k, call.remaining() - 1)  # a pass yields at most k + 1 tokens
-        k = min(k, llm._n_ctx - pos - 2)  # leave room in the context, as llama-server does
-        if k <= 0:
-            return _NO_DRAFTS
-        drafts = self.drafter.draft(int(input_ids[-1]), pos, k, self.hidden(pos))  # type: ignore[union-attr]
-        if call is not None:
-            call.pending_drafts = len(drafts)
-        return np.asarray(drafts, dtype=np.intc)
-
-
 # --- the engine ---------------------------------------------------------------------
 
 
-class MtpLlama(llama_cpp.Llama):
+class MtpLlama(LlamaAdapter):
     """A ``llama_cpp.Llama`` on a gemma4 target whose draft model is its MTP drafter.
 
     ``draft_path=None`` gives the target alone (same engine, same counters).
@@ -284,7 +175,7 @@ class MtpLlama(llama_cpp.Llama):
         except ValueError as e:
             quiet.close()
             raise InputError(f"target model {path}: {e}") from None
-        self._stack.push(quiet)  # the log callback is restored last, after every free
+        self.close_with(quiet)  # the log callback is restored last, after every free
         if "tokenizer" not in kwargs:
             self.tokenizer_ = PieceCache(self)
         try:
@@ -299,13 +190,13 @@ class MtpLlama(llama_cpp.Llama):
                 side = TargetSide(
                     path=path,
                     ctx=self.ctx,
-                    vocab=self._model.vocab,
-                    n_ctx=self._n_ctx,
+                    vocab=self.vocab_handle,
+                    n_ctx=self.context_size,
                     n_embd=int(llama_cpp.llama_model_n_embd(self.model)),
-                    n_vocab=self._n_vocab,
+                    n_vocab=self.vocab_size,
                 )
                 layers = kwargs.get("n_gpu_layers", 0) if n_gpu_layers_draft is None else n_gpu_layers_draft
-                draft.drafter = LlamaDrafter(self._stack, draft_path, side, self.n_threads, layers)
+                draft.drafter = LlamaDrafter(self.resources, draft_path, side, self.n_threads, layers)
                 _count_contexts(self, 1)
         except BaseException:
             self.close()
@@ -320,7 +211,7 @@ class MtpLlama(llama_cpp.Llama):
 
     def close(self) -> None:
         """Free the drafter, then the target (idempotent)."""
-        if hasattr(self, "_stack"):  # not when the constructor stopped before Llama's
+        if self.is_open:  # not when the constructor stopped before Llama's
             super().close()
 
     # --- configuration ---
@@ -349,8 +240,8 @@ class MtpLlama(llama_cpp.Llama):
         eos, bos = self.token_eos(), self.token_bos()
         return llama_chat_format.Jinja2ChatFormatter(
             template=template,
-            eos_token=self._model.token_get_text(eos) if eos != -1 else "",
-            bos_token=self._model.token_get_text(bos) if bos != -1 else "",
+            eos_token=self.token_text(eos) if eos != -1 else "",
+            bos_token=self.token_text(bos) if bos != -1 else "",
             stop_token_ids=[eos],
         )
 
@@ -362,7 +253,7 @@ class MtpLlama(llama_cpp.Llama):
         hidden-state row kept; why it is re-written rather than wrapped: upstream
         copies every row's logits into ``scores``, which needs ``n_ctx x n_vocab``
         floats once a draft model is set)."""
-        self._ctx.kv_cache_seq_rm(-1, self.n_tokens, -1)
+        self.drop_cache_from(self.n_tokens)
         verify, self._verify_next = self._verify_next, False
         if not len(tokens):
             return
@@ -371,15 +262,14 @@ class MtpLlama(llama_cpp.Llama):
         for i in range(0, len(tokens), self.n_batch):
             batch = tokens[i : i + self.n_batch]
             n_past, n = self.n_tokens, len(batch)
-            self._batch.set_batch(batch=batch, n_past=n_past, logits_all=all_rows)
             t = time.perf_counter()
-            self._ctx.decode(self._batch)
+            self.decode_batch(batch, n_past, all_rows)
             dt = time.perf_counter() - t
             self.target_seconds += dt
             self.target_rows += n
             self.input_ids[n_past : n_past + n] = batch
             if self._keep_scores:
-                logits = np.ctypeslib.as_array(self._ctx.get_logits(), shape=(n * self._n_vocab,))
+                logits = self.batch_logits(n)
                 self.scores[n_past : n_past + n, :].reshape(-1)[::] = logits
             if call is not None:
                 call.target_seconds += dt
@@ -387,7 +277,7 @@ class MtpLlama(llama_cpp.Llama):
                     self._record_logits(call.logits, n_past, n, all_rows)
             self._batch_start = n_past
             self.n_tokens += n
-            self._requires_eval = False
+            self.mark_evaluated()
         if call is not None:
             call.pass_drafts.append(call.pending_drafts)
             call.pass_emitted.append(0)
@@ -395,12 +285,11 @@ class MtpLlama(llama_cpp.Llama):
 
     def _record_logits(self, kept: dict[int, np.ndarray], n_past: int, n: int, all_rows: bool) -> None:
         rows = n if all_rows else 1
-        logits = np.ctypeslib.as_array(llama_cpp.llama_get_logits(self.ctx), shape=(rows, self._n_vocab))
+        logits = self.batch_logits(rows).reshape(rows, self.vocab_size)
         for r in range(rows):
             kept[n_past + n - rows + r] = logits[r].copy()
 
-    @property
-    def _input_ids(self) -> np.ndarray:
+    def visible_input_ids(self) -> np.ndarray:
         # While a row is sampled, logits processors see the tokens up to that row only,
         # not the drafts decoded after it (upstream hands them everything decoded).
         end = self.n_tokens if self._sample_idx is None else self._sample_idx + 1
@@ -421,7 +310,7 @@ class MtpLlama(llama_cpp.Llama):
         ``max_new_tokens`` (or the ``max_tokens`` of the ``create_completion`` that
         calls it) keeps drafts from running past the tokens the caller will take."""
         n_prompt = len(tokens)
-        room = self._n_ctx - n_prompt
+        room = self.context_size - n_prompt
         wanted = max_new_tokens if max_new_tokens is not None else self._pending_max_tokens
         self._pending_max_tokens = None
         budget = room if wanted is None or wanted <= 0 else min(wanted, room)
@@ -462,7 +351,7 @@ class MtpLlama(llama_cpp.Llama):
         g.drafts_generated = sum(drafts)
         g.accepted_per_round = rounds
         g.drafts_accepted = sum(rounds)
-        g.stopped = bool(call.tokens) and bool(llama_cpp.llama_vocab_is_eog(self._model.vocab, call.tokens[-1]))
+        g.stopped = bool(call.tokens) and bool(llama_cpp.llama_vocab_is_eog(self.vocab_handle, call.tokens[-1]))
         g.wall_seconds = now - call.t0
         g.prefill_seconds = (call.t_first or now) - call.t0
         g.target_seconds = call.target_seconds
@@ -478,12 +367,25 @@ class MtpLlama(llama_cpp.Llama):
 
     # --- requests ---
 
+    def tokenize(self, text: bytes, add_bos: bool = True, special: bool = False) -> list[int]:
+        """``Llama.tokenize``; while a served request is handled (:data:`.request.CURRENT_REQUEST`),
+        each text is tokenized once: llama-cpp-python asks again for what the check tokenized."""
+        request = CURRENT_REQUEST.get()
+        if request is None:
+            return super().tokenize(text, add_bos, special)
+        key = (bytes(text), add_bos, special)
+        tokens = request.tokens.get(key)
+        if tokens is None:
+            tokens = request.tokens[key] = super().tokenize(text, add_bos, special)
+            request.tokenizations += 1
+        return list(tokens)
+
     def prompt_tokens(self, prompt: str | list[int]) -> list[int]:
         """The tokens ``create_completion`` decodes for ``prompt`` (no suffix)."""
         if not isinstance(prompt, str):
             return [int(t) for t in prompt]
         bos = self.token_bos()
-        head = [bos] if self._model.add_bos_token() and bos != -1 else []
+        head = [bos] if self.adds_bos() and bos != -1 else []
         body = self.tokenize(prompt.encode("utf-8"), add_bos=False, special=True) if prompt else []
         return head + body
 
@@ -500,8 +402,8 @@ class MtpLlama(llama_cpp.Llama):
         it to HTTP 400), what would fail or misbehave once generation has started."""
         if max_tokens is not None and max_tokens < 0:
             raise ValueError(f"max_tokens must be >= 0 (0 or none: up to the end of the context), got {max_tokens}")
-        if n_prompt >= self._n_ctx:
-            raise ValueError(f"Requested tokens ({n_prompt}) exceed context window of {self._n_ctx}")
+        if n_prompt >= self.context_size:
+            raise ValueError(f"Requested tokens ({n_prompt}) exceed context window of {self.context_size}")
         if logprobs not in (None, False) and not self._keep_scores:
             raise ValueError(
                 "logprobs need every row's logits kept: load the model with logits_all=True (serve: --logprobs)"
@@ -513,7 +415,9 @@ class MtpLlama(llama_cpp.Llama):
         bound = _COMPLETION_SIGNATURE.bind(self, *args, **kwargs)
         bound.apply_defaults()
         a = bound.arguments
-        self.check_request(len(self.prompt_tokens(a["prompt"])), a["max_tokens"], a["logprobs"])
+        request = CURRENT_REQUEST.get()
+        if request is None or not request.checked:  # a served request was checked before it got here
+            self.check_request(len(self.prompt_tokens(a["prompt"])), a["max_tokens"], a["logprobs"])
         call_kwargs = {k: v for k, v in a.items() if k != "self"}
         if not a["stream"]:
             self._pending_max_tokens = a["max_tokens"]
@@ -534,66 +438,10 @@ class MtpLlama(llama_cpp.Llama):
 _COMPLETION_SIGNATURE = inspect.signature(llama_cpp.Llama.create_completion)
 
 
-def gpu_offload_warning(profile: str, build: str, opts: EngineOptions, supports_gpu: bool | None = None) -> str | None:
-    """One line when a profile offloads layers but these bindings can only run on the CPU
-    (``supports_gpu``: ``llama_supports_gpu_offload()`` unless given)."""
-    if opts.n_gpu_layers == 0 and not opts.n_gpu_layers_draft:
-        return None
-    if supports_gpu is None:
-        supports_gpu = bool(llama_cpp.llama_supports_gpu_offload())
-    if supports_gpu:
-        return None
-    from gguf_exact.builds.bindings_build import build_command
-
-    fix = (
-        f"`{build_command(build)} --install`"
-        if build != "cpu"
-        else "GPU bindings (`gguf-exact build-bindings --cuda 86 --install`)"
-    )
-    return (
-        f"profile {profile} offloads layers to the GPU, but these llama-cpp-python bindings are CPU-only, "
-        f"so the Python engine runs on the CPU; build {fix}, or serve with llama-server instead"
-    )
-
-
-def load_with_drafter(
-    target: str | Path,
-    drafter: str | Path | None,
-    n_max: int | None = None,
-    profile: str | Path | Any | None = None,
-    overrides: Sequence[str] = (),
-    **llama_kwargs: Any,
-) -> MtpLlama:
-    """Load a gemma4 target with its gemma4-assistant MTP drafter as a ``llama_cpp.Llama``.
-
-    ``profile`` (a name in ``serve/`` such as ``"rtx3050"``, a ``.toml`` path, or a
-    :class:`~gguf_exact.runtime.profiles.Profile`) sets the context size, GPU layers
-    (target and drafter), flash attention, threads, batch sizes and n-max as it does
-    for ``gguf-exact serve``; ``overrides`` are its ``KEY=VALUE`` pairs; ``n_max``
-    and ``llama_kwargs`` (any ``Llama`` argument) win over both. Without a profile:
-    a context of 4096 tokens and n-max 2. ``drafter=None``: the target alone.
-    """
-    opts = EngineOptions()
-    if profile is not None or overrides:
-        from gguf_exact.runtime.profiles import Profile, load_profile
-
-        prof = profile if isinstance(profile, Profile) else load_profile(profile or "cpu")
-        if overrides:
-            prof = prof.with_overrides(list(overrides))
-        opts, _ = engine_options(prof, with_draft=drafter is not None)
-        if (warning := gpu_offload_warning(prof.name, prof.build, opts)) is not None:
-            log.warning(warning)
-    if n_max is not None:
-        opts = replace(opts, n_max=n_max)
-    kwargs = {k: v for k, v in opts.llama_kwargs().items() if v is not None} | llama_kwargs
-    return MtpLlama(target, drafter, n_max=opts.n_max, n_gpu_layers_draft=opts.n_gpu_layers_draft, **kwargs)
-
-
 __all__ = [
     "PROMPT_CACHE",
     "MtpDraftModel",
     "MtpLlama",
     "SpecTotals",
     "live_contexts",
-    "load_with_drafter",
 ]

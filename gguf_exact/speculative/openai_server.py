@@ -11,11 +11,11 @@ The routes are llama-cpp-python's own (``llama_cpp.server.app.router``:
   ``..._drafts_total``, ``..._accepted_tokens_per_pos_total{position=}``,
   ``llamacpp:n_decode_total``, ``tokens_predicted_total`` ...) and ``gguf_exact:``
   names where it has none (acceptance rate, tokens per target pass, Python time);
-- :class:`RequestChecks`, which answers malformed JSON, an unknown model, a
-  negative ``max_tokens``, a prompt that does not fit the context and unsupported
-  logprobs with HTTP 4xx and an OpenAI-style ``{"error": {...}}`` *before* the
-  request reaches the route (a streamed answer has sent its 200 by the time the
-  model would notice);
+- :class:`RequestChecks`, which handles each request once (:mod:`.request`: parsed,
+  checked, tokenized) and answers malformed JSON, an unknown model, a negative
+  ``max_tokens``, a prompt that does not fit the context and unsupported logprobs
+  with HTTP 4xx and an OpenAI-style ``{"error": {...}}`` *before* the request reaches
+  the route;
 - one request at a time: llama-cpp-python's lock queues the others, and
   ``interrupt_requests`` is off so a waiting request never cuts a stream short;
 - per request, llama-server's log line ``draft acceptance = ... (A accepted / G
@@ -23,35 +23,31 @@ The routes are llama-cpp-python's own (``llama_cpp.server.app.router``:
 - llama-server's ``cache_prompt``: ``false`` decodes the request's prompt whole instead
   of resuming from the previous request's cache (:data:`.engine.PROMPT_CACHE`);
 - llama-server's sampling defaults for requests that name none
-  (:func:`with_server_defaults`), and :class:`ApiKeyCheck` when started with an API key
+  (:func:`.request.with_server_defaults`), and :class:`ApiKeyCheck` when started with an API key
   (``$GGUF_EXACT_API_KEY``): 401 for every request without it but ``/health``.
 
 Why not ``llama_cpp.server.app.create_app``: it always builds its own ``Llama``
 from ``ModelSettings``; :func:`build_app` does what it does (same middleware,
 same router, same settings object) around the engine that is already loaded.
 
-Run as ``python -m gguf_exact.speculative.openai_server --model T --draft D ...`` by
-:func:`gguf_exact.serving.server.start_server`, which checks the files and the
-port first and keeps the pid file and log like a llama-server's.
+Served by the llama-cpp-python engine's process (:mod:`gguf_exact.engines.llama_cpp_python`),
+which :func:`gguf_exact.engines.launch.start_server` starts after checking the files and
+the port, and which keeps the pid file and log like a llama-server's.
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import logging
-import os
-import sys
 import threading
 from pathlib import Path
 from typing import Any
 
-from gguf_exact.errors import GgufExactError
 from gguf_exact.speculative.engine import PROMPT_CACHE, MtpLlama
+from gguf_exact.speculative.llama_adapter import serve_one_model
+from gguf_exact.speculative.request import COMPLETION_PATHS, CURRENT_REQUEST, Refusal, check_request
 
 log = logging.getLogger("gguf_exact.server")
-
-COMPLETION_PATHS = ("/v1/completions", "/v1/chat/completions")
 
 
 class SingleModel:
@@ -74,94 +70,17 @@ class SingleModel:
         self.llm.close()
 
 
-def error_body(status: int, message: str, code: str | None = None, param: str | None = None) -> bytes:
-    kind = "invalid_request_error" if status < 500 else "server_error"
-    return json.dumps({"error": {"message": message, "type": kind, "param": param, "code": code}}).encode()
-
-
 class RequestChecks:
-    """ASGI middleware: refuse a completion request that cannot be served, before it starts."""
+    """ASGI middleware: each completion request parsed, checked and tokenized once
+    (:func:`.request.check_request`) before it reaches the route; refused there with
+    HTTP 4xx when it cannot be served (a streamed answer has sent its 200 by the time
+    the model would notice)."""
 
     def __init__(self, app: Any, llm: MtpLlama, names: set[str], stats: dict) -> None:
         self.app = app
         self.llm = llm
         self.names = names
         self.stats = stats
-
-    def problem(self, path: str, raw: bytes) -> tuple[int, str, str | None, str | None] | None:
-        """(status, message, code, param) for a request to refuse, else None."""
-        try:
-            body = json.loads(raw or b"null")
-        except (ValueError, UnicodeDecodeError) as e:
-            return 400, f"the request body is not valid JSON: {e}", "invalid_json", None
-        if not isinstance(body, dict):
-            return 400, "the request body must be a JSON object", "invalid_json", None
-        model = body.get("model")
-        if model is not None and model not in self.names:
-            names = ", ".join(sorted(self.names))
-            return 404, f"the model {model!r} does not exist; this server serves {names}", "model_not_found", "model"
-        max_tokens = body.get("max_tokens")
-        if max_tokens is not None and (isinstance(max_tokens, bool) or not isinstance(max_tokens, int)):
-            return 400, f"max_tokens must be an integer, got {max_tokens!r}", None, "max_tokens"
-        if isinstance(max_tokens, int) and max_tokens < 0:
-            return (
-                400,
-                f"max_tokens must be >= 0 (0 or none: up to the end of the context), got {max_tokens}",
-                None,
-                "max_tokens",
-            )
-        for key in ("n", "best_of"):
-            if body.get(key) not in (None, 1):
-                return 400, f"{key} = {body[key]!r}: this server answers with one choice (n = 1)", None, key
-        bad_field = self.field_problem(path, body)
-        if bad_field is not None:
-            return 400, bad_field[0], None, bad_field[1]
-        try:
-            if path == "/v1/chat/completions":
-                messages = body.get("messages")
-                if not isinstance(messages, list) or not messages:
-                    return 400, "messages must be a non-empty list", None, "messages"
-                kwargs = {k: body[k] for k in ("tools", "tool_choice") if body.get(k) is not None}
-                prompt = self.llm.chat_prompt_tokens(messages, **kwargs)
-                logprobs = body.get("logprobs") or None
-            else:
-                p = body.get("prompt", "")
-                if isinstance(p, list) and len(p) == 1 and isinstance(p[0], str):
-                    p = p[0]
-                if not (isinstance(p, str) or (isinstance(p, list) and all(isinstance(t, int) for t in p))):
-                    return 400, "prompt must be a string or a list of token ids", None, "prompt"
-                prompt = self.llm.prompt_tokens(p)
-                logprobs = body.get("logprobs")
-            n_prompt = len(prompt) if prompt is not None else 0
-            self.llm.check_request(n_prompt, max_tokens, logprobs)
-        except ValueError as e:
-            text = str(e)
-            code = "context_length_exceeded" if "context window" in text else None
-            return 400, text, code, "messages" if "messages" in body else "prompt"
-        except Exception as e:  # a chat template that fails on these messages, a bad field type
-            return 400, f"cannot read the request: {e}", None, None
-        return None
-
-    @staticmethod
-    def field_problem(path: str, body: dict) -> tuple[str, str] | None:
-        """Checked against llama-cpp-python's own request models, which its routes would
-        otherwise report as HTTP 500 (its error handler catches validation errors)."""
-        import pydantic
-        from llama_cpp.server.types import CreateChatCompletionRequest, CreateCompletionRequest
-
-        model = CreateChatCompletionRequest if path == "/v1/chat/completions" else CreateCompletionRequest
-        try:
-            model.model_validate(body)
-        except pydantic.ValidationError as e:
-            err = e.errors()[0]
-            loc = [str(x) for x in err["loc"]]
-            if loc[0] == "messages" and len(loc) > 1:
-                return (
-                    f"messages[{loc[1]}] is not a chat message: it needs a role (system, user, assistant, tool) and its content",
-                    "messages",
-                )
-            return f"{'.'.join(loc)}: {err['msg']}", loc[0]
-        return None
 
     async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
         if scope["type"] != "http" or scope["method"] != "POST" or scope["path"] not in COMPLETION_PATHS:
@@ -174,19 +93,15 @@ class RequestChecks:
                 return
             chunks.append(message.get("body", b""))
             more = message.get("more_body", False)
-        raw = b"".join(chunks)
-        bad = self.problem(scope["path"], raw)
-        if bad is None:
-            raw = with_server_defaults(scope["path"], raw)
-        if bad is not None:
-            status, message, code, param = bad
-            log.info("refused %s: HTTP %d %s", scope["path"], status, message)
-            body = error_body(status, message, code, param)
+        checked = check_request(scope["path"], b"".join(chunks), self.llm, self.names)
+        if isinstance(checked, Refusal):
+            log.info("refused %s: HTTP %d %s", scope["path"], checked.status, checked.message)
+            body = checked.body()
             headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
-            await send({"type": "http.response.start", "status": status, "headers": headers})
+            await send({"type": "http.response.start", "status": checked.status, "headers": headers})
             await send({"type": "http.response.body", "body": body})
             return
-        replayed = False
+        raw, replayed = checked.raw, False
 
         async def replay() -> dict:
             nonlocal replayed
@@ -195,10 +110,11 @@ class RequestChecks:
                 return {"type": "http.request", "body": raw, "more_body": False}
             return await receive()
 
-        # llama-server's cache_prompt: false: this request's prompt is decoded whole, not
-        # resumed from the previous request's (the route runs the engine in a worker thread,
-        # which sees this task's context variables)
-        fresh = PROMPT_CACHE.set(False) if json.loads(raw).get("cache_prompt") is False else None
+        # The route runs the engine in a worker thread, which sees this task's context
+        # variables: the checked request (its tokens) and llama-server's cache_prompt
+        # (false: this request's prompt is decoded whole, not resumed from the previous one's).
+        current = CURRENT_REQUEST.set(checked)
+        fresh = PROMPT_CACHE.set(False) if not checked.cache_prompt else None
         with self.stats["lock"]:
             self.stats["waiting"] += 1
         try:
@@ -208,6 +124,7 @@ class RequestChecks:
                 self.stats["waiting"] -= 1
             if fresh is not None:
                 PROMPT_CACHE.reset(fresh)
+            CURRENT_REQUEST.reset(current)
 
 
 class ApiKeyCheck:
@@ -238,20 +155,6 @@ class ApiKeyCheck:
         headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
         await send({"type": "http.response.start", "status": 401, "headers": headers})
         await send({"type": "http.response.body", "body": body.encode()})
-
-
-def with_server_defaults(path: str, raw: bytes) -> bytes:
-    """The request body with llama-server's sampling defaults
-    (:data:`gguf_exact.runtime.sampling_defaults.SERVER_SAMPLING`) where it names none,
-    and, for ``/v1/completions`` without ``max_tokens``, no limit but the context, as
-    llama-server answers (llama-cpp-python's own: ``repeat_penalty`` 1.1, 16 tokens)."""
-    from gguf_exact.runtime.sampling_defaults import SERVER_SAMPLING
-
-    body = json.loads(raw)
-    filled = {k: v for k, v in SERVER_SAMPLING.items() if body.get(k) is None}
-    if path == "/v1/completions" and "max_tokens" not in body:
-        filled["max_tokens"] = None
-    return json.dumps(body | filled).encode() if filled else raw
 
 
 def metrics_text(llm: MtpLlama, in_flight: int) -> str:
@@ -290,7 +193,7 @@ def metrics_text(llm: MtpLlama, in_flight: int) -> str:
 
 
 def acceptance_line(g: Any) -> str:
-    """llama-server's per-request line (``gguf_exact.serving.stats.parse_acceptance`` reads it)."""
+    """llama-server's per-request line (``gguf_exact.engines.stats.parse_acceptance`` reads it)."""
     rate = g.drafts_accepted / g.drafts_generated
     return (
         f"draft acceptance = {rate:.5f} ({g.drafts_accepted:5d} accepted / {g.drafts_generated:5d} generated), "
@@ -310,7 +213,7 @@ def build_app(llm: MtpLlama, alias: str, api_key: str | None = None) -> Any:
     from starlette_context.plugins import RequestIdPlugin
 
     upstream.set_server_settings(ServerSettings(api_key=api_key, interrupt_requests=False))
-    upstream._llama_proxy = SingleModel(llm, alias)  # the routes read this module global
+    serve_one_model(SingleModel(llm, alias))
     app = FastAPI(
         middleware=[Middleware(RawContextMiddleware, plugins=(RequestIdPlugin(),))],
         title="gguf-exact: llama-cpp-python with an MTP drafter",
@@ -342,61 +245,4 @@ def default_alias(target: str | Path) -> str:
     return Path(target).name.removesuffix(".gguf")
 
 
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(
-        prog="python -m gguf_exact.speculative.openai_server", description=__doc__.splitlines()[0]
-    )
-    ap.add_argument("--model", required=True)
-    ap.add_argument("--draft")
-    ap.add_argument("--profile", default="cpu")
-    ap.add_argument("--set", dest="overrides", action="append", default=[])
-    ap.add_argument("--host", default="127.0.0.1")
-    ap.add_argument("--port", type=int, default=8080)
-    ap.add_argument("--log-file")
-    ap.add_argument("--alias")
-    ap.add_argument("--api-key", help="prefer $GGUF_EXACT_API_KEY: an argument shows in ps")
-    ap.add_argument("--logprobs", action="store_true")
-    args = ap.parse_args(argv)
-    handlers: list[logging.Handler] = [logging.StreamHandler(sys.stderr)]
-    if args.log_file:
-        Path(args.log_file).parent.mkdir(parents=True, exist_ok=True)
-        handlers.append(logging.FileHandler(args.log_file))
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s", handlers=handlers)
-    try:
-        import uvicorn
-
-        from gguf_exact.runtime.engine_options import engine_options
-        from gguf_exact.runtime.profiles import load_profile
-        from gguf_exact.speculative.engine import load_with_drafter
-
-        profile = load_profile(args.profile).with_overrides(args.overrides)
-        opts, ignored = engine_options(profile, with_draft=args.draft is not None)
-        if ignored:
-            log.info("profile %s: not used by the Python engine: %s", profile.name, ", ".join(ignored))
-        llm = load_with_drafter(args.model, args.draft, profile=profile, logits_all=args.logprobs)
-        alias = args.alias or default_alias(args.model)
-        log.info(
-            "engine python: %s%s, n_ctx %d, n-max %d, alias %s",
-            args.model,
-            f" + drafter {args.draft}" if args.draft else "",
-            llm.n_ctx(),
-            llm.n_max,
-            alias,
-        )
-        app = build_app(llm, alias, args.api_key or os.environ.get("GGUF_EXACT_API_KEY") or None)
-    except GgufExactError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 1
-    config = uvicorn.Config(app, host=args.host, port=args.port, log_config=None, access_log=True)
-    server = uvicorn.Server(config)
-    try:
-        server.run()
-    except KeyboardInterrupt:  # Ctrl-C in the foreground: uvicorn has shut down and re-raises it
-        pass
-    finally:
-        llm.close()
-    return 0 if server.started else 1
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+__all__ = ["ApiKeyCheck", "RequestChecks", "build_app", "default_alias", "metrics_text"]

@@ -97,7 +97,7 @@ class Runner:
         self.drafter = self.llm.drafter
         self.n_vocab = self.llm.n_vocab()
         self.n_ctx = self.llm.n_ctx()
-        vocab = self.llm._model.vocab
+        vocab = self.llm.vocab_handle
         self.stop_tokens = frozenset(t for t in range(self.n_vocab) if llama_cpp.llama_vocab_is_eog(vocab, t))
 
     # lifetime

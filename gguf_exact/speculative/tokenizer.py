@@ -22,13 +22,15 @@ class PieceCache(LlamaTokenizer):
 
     def __init__(self, llama: Any) -> None:
         super().__init__(llama)
+        self.vocab = llama.vocab_handle
+        self.bos = llama.token_bos()
         self._pieces: tuple[dict[int, bytes], dict[int, bytes]] = ({}, {})  # special off, on
 
     def piece(self, token: int, special: bool = False) -> bytes:
         cache = self._pieces[bool(special)]
         piece = cache.get(token)
         if piece is None:
-            vocab = self._model.vocab
+            vocab = self.vocab
             size = 32
             while True:
                 buf = (ctypes.c_char * size)()
@@ -46,7 +48,7 @@ class PieceCache(LlamaTokenizer):
         except KeyError:
             output = b"".join([self.piece(t, special) for t in tokens])
         # as llama-cpp-python's LlamaModel.detokenize: a BOS first drops the space it leaves
-        if tokens and tokens[0] == self._model.token_bos() and output[:1] == b" ":
+        if tokens and tokens[0] == self.bos and output[:1] == b" ":
             return output[1:]
         return output
 

@@ -1,4 +1,6 @@
-"""Requests to a running server, as :class:`.Generation` s.
+"""The HTTP client of both engines' servers (urllib): health, ``/metrics``, and requests as :class:`.Generation` s.
+
+- :func:`get_text`, :func:`health`: a GET (with the API key, if any) that never raises.
 
 - :func:`server_generate`: a greedy ``/completion`` against llama-server, which
   reports ``timings`` per request: ``predicted_n``, ``predicted_ms``,
@@ -21,6 +23,7 @@ import time
 import urllib.error
 import urllib.request
 
+from gguf_exact.constants import API_KEY_ENV
 from gguf_exact.errors import Param, ServerError
 from gguf_exact.runtime.generation import Generation
 
@@ -68,9 +71,26 @@ def auth_headers(api_key: str | None) -> dict[str, str]:
     return {"Authorization": f"Bearer {api_key}"} if api_key else {}
 
 
+def get_text(url: str, timeout: float = 3.0, api_key: str | None = None) -> tuple[int, str]:
+    """(status, body) of a GET; status 0 when nothing answers."""
+    try:
+        with urllib.request.urlopen(urllib.request.Request(url, headers=auth_headers(api_key)), timeout=timeout) as r:
+            return r.status, r.read().decode("utf-8", "replace")
+    except urllib.error.HTTPError as e:
+        return e.code, e.read().decode("utf-8", "replace")
+    except (urllib.error.URLError, OSError):
+        return 0, ""
+
+
+def health(url: str) -> str:
+    """``ok`` (200), ``loading`` (503), ``down`` (no answer) or ``http NNN``."""
+    code, _ = get_text(url + "/health")
+    return {200: "ok", 503: "loading", 0: "down"}.get(code, f"http {code}")
+
+
 def get_metrics(url: str, api_key: str | None = None) -> dict[str, float]:
-    """``/metrics`` of a server, parsed (:func:`gguf_exact.serving.stats.parse_metrics`)."""
-    from gguf_exact.serving.stats import parse_metrics
+    """``/metrics`` of a server, parsed (:func:`gguf_exact.engines.stats.parse_metrics`)."""
+    from gguf_exact.engines.stats import parse_metrics
 
     req = urllib.request.Request(url.rstrip("/") + "/metrics", headers=auth_headers(api_key))
     try:
@@ -79,7 +99,7 @@ def get_metrics(url: str, api_key: str | None = None) -> dict[str, float]:
     except urllib.error.HTTPError as e:
         if e.code == 401:
             raise ServerError(
-                f"{url}/metrics: HTTP 401: the server wants its API key; set GGUF_EXACT_API_KEY",
+                f"{url}/metrics: HTTP 401: the server wants its API key; set {API_KEY_ENV}",
                 Param("api_key", aside=" (or {})"),
             ) from None
         raise ServerError(f"{url}/metrics: HTTP {e.code}; start the server with metrics on") from None
@@ -143,4 +163,4 @@ def openai_generate(
     return gen
 
 
-__all__ = ["get_metrics", "openai_generate", "post_json", "server_generate"]
+__all__ = ["auth_headers", "get_metrics", "get_text", "health", "openai_generate", "post_json", "server_generate"]

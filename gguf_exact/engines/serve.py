@@ -1,7 +1,7 @@
 """``serve`` in two calls: :func:`plan_serve` checks and plans everything, :func:`start_planned` starts it.
 
 :func:`plan_serve` finds the drafter (:mod:`.drafter_lookup`), chooses the profile
-(:mod:`.profile_choice`), checks the pair and builds the command (:func:`.server.plan_launch`),
+(:mod:`.profile_choice`), checks the pair and builds the command (:func:`.launch.plan_launch`),
 plans the memory (:mod:`.memory_plan`) and holds it against the card; nothing is started
 and, in a dry run, nothing downloaded. :func:`start_planned` starts the server, waits for
 ``/health`` and asks it once whether draft-mtp is drafting.
@@ -10,16 +10,16 @@ and, in a dry run, nothing downloaded. :func:`start_planned` starts the server, 
 from __future__ import annotations
 
 import subprocess
-from dataclasses import dataclass
-from pathlib import Path
+from dataclasses import dataclass, replace
 
+from gguf_exact.engines.drafter_lookup import DrafterFound, resolve_drafter
+from gguf_exact.engines.launch import Launch, is_loopback, plan_launch
+from gguf_exact.engines.settings import ServeSettings
+from gguf_exact.engines.speculation import Verdict
 from gguf_exact.errors import GgufExactError
 from gguf_exact.runtime.memory_plan import MemoryPlan, plan_memory
 from gguf_exact.runtime.profile_choice import Choice, resolve_profile
 from gguf_exact.runtime.profiles import Profile
-from gguf_exact.serving.drafter_lookup import DrafterFound, resolve_drafter
-from gguf_exact.serving.server import DEFAULT_HOST, DEFAULT_PORT, Launch, is_loopback, plan_launch
-from gguf_exact.serving.speculation import Verdict
 
 
 @dataclass(frozen=True)
@@ -62,49 +62,27 @@ def card_memory(profile: Profile, choice: Choice | None) -> tuple[int | None, st
     return profile.memory_mib, f"profile {profile.name}'s card"
 
 
-def plan_serve(
-    target: str | Path,
-    draft: str | Path | None = None,
-    no_draft: bool = False,
-    fetch: bool = False,
-    models_dir: str | Path = "models",
-    profile: str | Path = "auto",
-    overrides: list[str] | tuple[str, ...] = (),
-    host: str = DEFAULT_HOST,
-    port: int = DEFAULT_PORT,
-    server_bin: str | Path | None = None,
-    extra_args: list[str] | tuple[str, ...] = (),
-    engine: str = "llama-server",
-    logprobs: bool = False,
-    api_key: str | None = None,
-    insecure: bool = False,
-    dry_run: bool = False,
-) -> ServePlan:
+def plan_serve(settings: ServeSettings, dry_run: bool = False) -> ServePlan:
     """Everything ``serve`` checks and prints before it starts a server (see the module
-    doc). ``draft``: a drafter GGUF, ``auto`` or None (found); ``no_draft``: the target
-    alone; ``fetch``: fetch the recipe's drafter when none is found. ``dry_run``: the
-    port is not checked, the build need not exist yet, and nothing is downloaded."""
-    prof, choice = resolve_profile(str(profile))
-    found = resolve_drafter(target, draft, no_draft, models_dir, fetch, default_auto=True, dry_run=dry_run)
+    doc). ``settings.drafter``: a drafter GGUF, or ``auto``/None (found, unless
+    ``settings.no_draft``: the target alone); ``settings.fetch_draft``: fetch the
+    recipe's drafter when none is found. ``dry_run``: the port is not checked, the build
+    need not exist yet, and nothing is downloaded."""
+    prof, choice = (
+        (settings.profile, None) if isinstance(settings.profile, Profile) else resolve_profile(str(settings.profile))
+    )
+    s = settings
+    found = resolve_drafter(
+        s.target, s.drafter, s.no_draft, s.models_dir, s.fetch_draft, default_auto=True, dry_run=dry_run
+    )  # type: ignore[arg-type]
     read = found.pair  # the files the drafter search read and checked: not read again
+    target = read.target if read is not None else s.target
+    drafter = read.drafter if read is not None and read.drafter is not None else found.path
     launch = plan_launch(
-        read.target if read is not None else target,
-        read.drafter if read is not None and read.drafter is not None else found.path,
-        prof,
-        overrides,
-        host,
-        port,
-        server_bin,
-        extra_args,
-        check_port=not dry_run,
-        engine=engine,
-        logprobs=logprobs,
-        require_build=not dry_run,
-        api_key=api_key,
-        insecure=insecure,
+        replace(s, target=target, drafter=drafter, profile=prof), check_port=not dry_run, require_build=not dry_run
     )
     pair = launch.pair
-    memory = plan_memory(pair.target, pair.drafter, launch.profile, engine)
+    memory = plan_memory(pair.target, pair.drafter, launch.profile, launch.engine)
     warning = memory.warning(*card_memory(launch.profile, choice))
     return ServePlan(launch, choice, found, memory, warning, dry_run)
 
@@ -122,7 +100,8 @@ class Started:
 def start_planned(plan: ServePlan, detach: bool = False, timeout: float = 600.0, probe: bool = True) -> Started:
     """Start the planned server and wait for ``/health``; then, with a drafter and
     ``probe``, send one short request and judge whether draft-mtp is drafting."""
-    from gguf_exact.serving.server import server_status, start_server
+    from gguf_exact.engines.launch import start_server
+    from gguf_exact.engines.status import server_status
 
     launch = plan.launch
     proc, seconds = start_server(launch, detach, timeout)

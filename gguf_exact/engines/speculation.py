@@ -95,7 +95,7 @@ def judge(
 def probe(url: str, timeout: float = 120.0, api_key: str | None = None) -> tuple[int, int]:
     """Send one short greedy completion and return (draft tokens, accepted tokens) it
     added to ``/metrics`` (the servers answer one request at a time)."""
-    from gguf_exact.serving.client import auth_headers, get_metrics
+    from gguf_exact.engines.http import auth_headers, get_metrics
 
     base = url.rstrip("/")
     names = ("llamacpp:spec_decode_num_draft_tokens_total", "llamacpp:spec_decode_num_accepted_tokens_total")

@@ -1,0 +1,46 @@
+"""What ``bench`` is asked to measure, in one object: :class:`BenchRequest`.
+
+Built once (the CLI, ``scripts/bench_engines.py``, a caller of the API) and passed to
+:func:`gguf_exact.bench.run.run_bench`, which hands it on to the in-process runner, the
+running servers or :func:`gguf_exact.bench.engines.bench_engines`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+# A benchmark's own profile: the same on every machine (not ``auto``), so figures compare.
+BENCH_PROFILE = "cpu"
+
+
+@dataclass(frozen=True)
+class BenchRequest:
+    """A bench run: in-process (``target``, ``draft``), against running llama-servers
+    (``servers``: ``[LABEL=]URL`` each), or both engines' servers started for it
+    (``engines``, with ``profile``, ``overrides``, ``temperature`` and ``seed``).
+    ``draft`` may be ``auto``: found as ``serve`` finds it."""
+
+    target: str | Path | None = None
+    draft: str | Path | None = None
+    n_values: tuple[int, ...] = (1, 2, 3, 4)
+    servers: tuple[str, ...] = ()
+    prompt_names: tuple[str, ...] | None = None  # None: every shipped prompt
+    n_predict: int = 64
+    rounds: int = 2
+    n_ctx: int = 4096
+    threads: int = 2
+    engines: tuple[str, ...] = ()
+    profile: str = BENCH_PROFILE
+    overrides: tuple[str, ...] = ()
+    temperature: float = 0.0
+    seed: int | None = 1
+
+    def __post_init__(self) -> None:
+        for name in ("n_values", "servers", "engines", "overrides"):
+            object.__setattr__(self, name, tuple(getattr(self, name)))
+        if self.prompt_names is not None:
+            object.__setattr__(self, "prompt_names", tuple(self.prompt_names))
+
+
+__all__ = ["BENCH_PROFILE", "BenchRequest"]

@@ -1,0 +1,271 @@
+"""Launch either engine's server from :class:`~.settings.ServeSettings`, and stay with it or leave it running.
+
+:func:`plan_launch` checks the settings (engine, port, the host's exposure, the pair
+with :func:`~gguf_exact.pair.checks.check_pair`, the profile with its overrides) and
+returns a :class:`Launch`: the resolved settings and the exact command line of the
+engine's own module (:mod:`.llama_server`, :mod:`.llama_cpp_python`); nothing is started.
+:func:`start_server` writes the run folder (:mod:`.process`, :mod:`.settings`), starts
+the server, waits for ``/health`` and then either stays with it (:func:`serve_foreground`)
+or leaves it running (``detach``). ``status`` and ``stop`` are :mod:`.status`.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import shlex
+import signal
+import subprocess
+import time
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from gguf_exact import constants
+from gguf_exact.engines import llama_cpp_python, llama_server
+from gguf_exact.engines.process import (
+    check_port_free,
+    last_lines,
+    process_start_time,
+    run_folder,
+    running_pid,
+    terminate,
+    write_state,
+)
+from gguf_exact.engines.settings import CONSOLE_FILE, ENGINES, LOG_FILE, PID_FILE, ServeSettings, write_settings
+from gguf_exact.engines.status import server_label
+from gguf_exact.errors import ArgumentError, Param, ServerError
+from gguf_exact.pair.checks import ServePair, check_pair
+from gguf_exact.runtime.engine_options import engine_options
+from gguf_exact.runtime.profile_choice import resolve_profile
+from gguf_exact.runtime.profiles import Profile
+
+
+@dataclass(frozen=True)
+class Launch:
+    """A checked, not yet started, server: its resolved settings and command line."""
+
+    settings: ServeSettings  # resolved (plan_launch): the profile loaded, the pair checked
+    command: list[str]
+    run_dir: Path
+    note: str | None = None  # e.g. the build is not there yet (a dry run)
+
+    @property
+    def engine(self) -> str:
+        return self.settings.engine
+
+    @property
+    def host(self) -> str:
+        return self.settings.host
+
+    @property
+    def port(self) -> int:
+        return self.settings.port
+
+    @property
+    def url(self) -> str:
+        return self.settings.url
+
+    @property
+    def api_key(self) -> str | None:
+        return self.settings.api_key or None
+
+    @property
+    def profile(self) -> Profile:
+        return self.settings.loaded_profile
+
+    @property
+    def pair(self) -> ServePair:
+        return ServePair(self.settings.target, self.settings.drafter)  # type: ignore[arg-type]
+
+    @property
+    def label(self) -> str:
+        return server_label(self.engine)
+
+    @property
+    def command_line(self) -> str:
+        return shlex.join(self.command)
+
+
+def is_loopback(host: str) -> bool:
+    """True for ``localhost`` and loopback addresses (127.0.0.0/8, ::1): nothing but this
+    machine can reach a server bound there."""
+    if host.lower() in ("localhost", "localhost.localdomain"):
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False  # a name that may resolve to any interface
+
+
+def check_exposure(host: str, api_key: str | None, insecure: bool) -> None:
+    """A server reachable from other machines needs an API key, unless ``insecure``."""
+    key_env = constants.API_KEY_ENV
+    if api_key is not None and not api_key.strip():
+        raise ArgumentError(
+            Param("api_key"), f" (or ${key_env}) is empty; give a key, e.g. from `openssl rand -hex 24`"
+        )
+    if not is_loopback(host) and not api_key and not insecure:
+        raise ArgumentError(
+            Param("host"),
+            f" {host} lets other machines reach the server, which answers anyone without a key: give one with ",
+            Param("api_key"),
+            f" KEY (or ${key_env}; clients send it as the OpenAI api_key), or pass ",
+            Param("insecure", api="insecure=True"),
+            " to serve without one",
+        )
+
+
+def _engine_checks(settings: ServeSettings, prof: Profile) -> ServeSettings:
+    """What the engine allows of the settings; the Python engine's logprobs from the profile."""
+    if settings.engine == llama_cpp_python.NAME:
+        if settings.server_bin or settings.extra_args:
+            raise ArgumentError(
+                Param("engine"), " python runs in Python: ", Param("server_bin"), " and ", Param("extra_args"),
+                " do not apply",
+            )  # fmt: skip
+        if not settings.logprobs and any(k == "logprobs" for k in prof.server):
+            return replace(settings, logprobs=True)
+    elif settings.logprobs:
+        raise ArgumentError(
+            Param("logprobs"), " is for ", Param("engine"), " python (llama-server always returns them on request)"
+        )
+    return settings
+
+
+def plan_launch(settings: ServeSettings, *, check_port: bool = True, require_build: bool = True) -> Launch:
+    """Check everything (the port too, unless ``check_port`` is false) and build the
+    server's command line; start nothing. ``require_build=False`` (a dry run) plans
+    llama-server with the path the profile's build will have once built, and says how
+    to build it in :attr:`Launch.note`. Targets and drafters given as
+    :class:`~gguf_exact.pair.checks.ModelFile` (as read before) are not read again."""
+    if settings.engine not in ENGINES:
+        raise ArgumentError(Param("engine"), f" {settings.engine}: expected one of {', '.join(ENGINES)}")
+    given = settings.profile
+    prof = given if isinstance(given, Profile) else resolve_profile(str(given))[0]
+    prof = prof.with_overrides(list(settings.overrides)) if settings.overrides else prof
+    llama_server.check_extra_args(settings.extra_args)
+    check_exposure(settings.host, settings.api_key, settings.insecure)
+    if not 0 < int(settings.port) < 65536:
+        raise ArgumentError(Param("port"), f" {settings.port}: expected 1-65535")
+    settings = _engine_checks(settings, prof)
+    pair = check_pair(settings.target, settings.drafter, settings.checksums)
+    options, ignored = None, ()
+    if settings.engine == llama_cpp_python.NAME:  # the profile checked for this engine before anything starts
+        options, ignored = engine_options(prof, with_draft=pair.drafter is not None)
+    resolved = settings.with_pair(pair, prof, options, tuple(ignored))
+    rdir = run_folder(resolved)
+    note = None
+    if resolved.engine == llama_cpp_python.NAME:
+        cmd = llama_cpp_python.command(resolved, rdir)
+    else:
+        cmd, note = llama_server.command(resolved, rdir, require_build)
+    if check_port:
+        check_port_free(resolved.host, resolved.port)
+    return Launch(resolved, cmd, rdir, note)
+
+
+def server_env(launch: Launch) -> dict[str, str]:
+    """The server's environment: this one, with the API key where its engine reads it
+    (llama-server: ``LLAMA_API_KEY``; the python engine: ``GGUF_EXACT_API_KEY``) and no
+    key at all when none was given (a key in the caller's environment is not inherited
+    by the servers ``tune`` and ``bench`` start for themselves)."""
+    import os
+
+    keys = (constants.API_KEY_ENV, constants.LLAMA_SERVER_KEY_ENV)
+    env = {k: v for k, v in os.environ.items() if k not in keys}
+    if launch.api_key:
+        env[constants.LLAMA_SERVER_KEY_ENV if launch.engine == llama_server.NAME else constants.API_KEY_ENV] = (
+            launch.api_key
+        )
+    return env
+
+
+def wait_healthy(launch: Launch, proc: subprocess.Popen, timeout: float) -> float:
+    """Seconds until ``/health`` says ok; stops the server and raises if it exits or times out."""
+    from gguf_exact.engines.http import health
+
+    t0 = time.monotonic()
+    while True:
+        code = proc.poll()
+        if code is not None:
+            tail = last_lines(launch.run_dir / CONSOLE_FILE) or last_lines(launch.run_dir / LOG_FILE)
+            raise ServerError(
+                f"{launch.label} exited with code {code} while starting ({tail or 'no output'}); log: {launch.run_dir / LOG_FILE}"
+            )
+        if health(launch.url) == "ok":
+            return time.monotonic() - t0
+        if time.monotonic() - t0 > timeout:
+            terminate(proc.pid, process_start_time(proc.pid))
+            raise ServerError(
+                f"{launch.label} at {launch.url} not healthy after {timeout:.0f} s; stopped it; log: {launch.run_dir / LOG_FILE}"
+            )
+        time.sleep(0.2)
+
+
+def start_server(launch: Launch, detach: bool = False, timeout: float = 600.0) -> tuple[subprocess.Popen, float]:
+    """Start the server and wait for ``/health``: (process, seconds to healthy).
+
+    ``detach`` puts it in its own session with its console in ``console.log``, so it
+    outlives this process; otherwise it shares this terminal.
+    """
+    check_port_free(launch.host, launch.port)
+    rdir = launch.run_dir
+    old = running_pid(rdir)
+    if old:
+        raise ServerError(
+            f"{rdir / PID_FILE}: server pid {old} is still running for port {launch.port}; `gguf-exact stop --port {launch.port}` first"
+        )
+    rdir.mkdir(parents=True, exist_ok=True)
+    for name in (LOG_FILE, CONSOLE_FILE):
+        (rdir / name).unlink(missing_ok=True)
+    write_settings(launch.settings, rdir)
+    env = server_env(launch)
+    if detach:
+        with open(rdir / CONSOLE_FILE, "wb") as console:
+            proc = subprocess.Popen(
+                launch.command,
+                stdin=subprocess.DEVNULL,
+                stdout=console,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+                env=env,
+            )
+    else:
+        proc = subprocess.Popen(launch.command, stdin=subprocess.DEVNULL, env=env)
+    write_state(launch.settings, rdir, launch.command, proc.pid, detach)
+    try:
+        seconds = wait_healthy(launch, proc, timeout)
+    except BaseException:
+        if proc.poll() is None:
+            terminate(proc.pid, process_start_time(proc.pid))
+        (rdir / PID_FILE).unlink(missing_ok=True)
+        raise
+    return proc, seconds
+
+
+def serve_foreground(launch: Launch, proc: subprocess.Popen) -> int:
+    """Stay with a started server until it exits (Ctrl-C or SIGTERM stop it); its exit code."""
+    previous = signal.signal(signal.SIGTERM, lambda *_: proc.send_signal(signal.SIGTERM))
+    try:
+        while True:
+            try:
+                return proc.wait()
+            except KeyboardInterrupt:  # the terminal sent SIGINT to both; give it time to finish
+                try:
+                    return proc.wait(timeout=15)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+        (launch.run_dir / PID_FILE).unlink(missing_ok=True)
+
+
+__all__ = [
+    "Launch",
+    "check_exposure",
+    "is_loopback",
+    "plan_launch",
+    "serve_foreground",
+    "server_env",
+    "start_server",
+    "wait_healthy",
+]

@@ -1,0 +1,150 @@
+"""``status`` and ``stop`` of a server started by :func:`~gguf_exact.engines.launch.start_server` (either engine).
+
+:func:`server_status` reads the run folder (:mod:`.process`), asks the server over HTTP
+(:mod:`.http`: ``/health``, ``/v1/models``, ``/slots``, ``/metrics``) and judges whether
+draft-mtp is drafting (:mod:`.speculation`); :func:`stop_server` stops it by its pid
+and start time, never a process that has since been given its pid.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from gguf_exact import constants
+from gguf_exact.engines.http import get_text, health
+from gguf_exact.engines.process import (
+    alive,
+    find_run_dir,
+    is_server_process,
+    read_pid,
+    read_state,
+    read_tail,
+    terminate,
+)
+from gguf_exact.engines.settings import LOG_FILE, PID_FILE
+from gguf_exact.engines.speculation import Verdict, judge, probe
+from gguf_exact.engines.stats import Acceptance, DraftCounters, draft_counters, parse_acceptance, parse_metrics
+
+
+def server_label(engine: str | None) -> str:
+    """How messages name a server of ``engine``."""
+    return "llama-server" if engine in (None, "llama-server") else f"{engine} engine server"
+
+
+@dataclass
+class ServerStatus:
+    run_dir: Path
+    state: dict
+    pid: int | None
+    running: bool
+    health: str
+    models: list[str] = field(default_factory=list)
+    speculative: bool | None = None
+    counters: DraftCounters | None = None
+    recent: list[Acceptance] = field(default_factory=list)
+    speculation: Verdict | None = None  # is draft-mtp drafting? (:mod:`.speculation`)
+    needs_key: bool = False  # the server wants an API key this call did not have (HTTP 401)
+
+    @property
+    def up(self) -> bool:
+        return self.running and self.health == "ok"
+
+    def as_dict(self) -> dict:
+        d = asdict(self)
+        d["run_dir"] = str(self.run_dir)
+        d["up"] = self.up
+        if self.counters:
+            d["counters"]["rate"] = self.counters.rate
+            d["counters"]["position_rates"] = list(self.counters.position_rates)
+        return d
+
+
+def server_status(
+    port: int | None = None,
+    root: Path | None = None,
+    last: int = 5,
+    probe_request: bool = False,
+    api_key: str | None = None,
+) -> ServerStatus:
+    """Health, models, speculation, draft counters (``/metrics``) and the last
+    ``last`` per-request ``draft acceptance`` lines of a server started by ``start_server``;
+    whether draft-mtp is drafting (:func:`.speculation.judge`), over one probe request
+    when ``probe_request``. ``api_key`` (default ``$GGUF_EXACT_API_KEY``): for a server
+    started with one; without it only ``/health`` answers (:attr:`ServerStatus.needs_key`)."""
+    api_key = api_key or constants.api_key()
+    rdir = find_run_dir(port, root)
+    state = read_state(rdir)
+    pid = read_pid(rdir)
+    running = bool(pid) and is_server_process(pid, state)  # type: ignore[arg-type]
+    url = state["url"]
+    st = ServerStatus(rdir, state, pid, running, health(url) if running else "down")
+    st.recent = parse_acceptance(read_tail(rdir / LOG_FILE), last)
+    if not running or st.health == "down":
+        return st
+    if state.get("engine") == "python":
+        st.speculative = bool(state.get("drafter"))  # no /slots: drafting is on whenever a drafter is loaded
+    code, body = get_text(url + "/v1/models", api_key=api_key)
+    if code == 401:
+        st.needs_key = True
+        return st
+    if code == 200:
+        try:
+            st.models = [m.get("id", "?") for m in json.loads(body).get("data", [])]
+        except (ValueError, AttributeError):
+            pass
+    code, body = get_text(url + "/slots", api_key=api_key)
+    if code == 200:
+        try:
+            st.speculative = any(bool(s.get("speculative")) for s in json.loads(body))
+        except (ValueError, AttributeError):
+            pass
+    code, body = get_text(url + "/metrics", api_key=api_key)
+    if code == 200:
+        st.counters = draft_counters(parse_metrics(body))
+    st.speculation = speculation_verdict(st, probe_request, api_key)
+    return st
+
+
+def speculation_verdict(st: ServerStatus, probe_request: bool = False, api_key: str | None = None) -> Verdict:
+    """Whether a running server is drafting: from a probe request's draft tokens, or the
+    counters since start, ``/slots`` and the log (:func:`.speculation.judge`)."""
+    state = st.state
+    engine = state.get("engine") or "llama-server"
+    drafted = accepted = None
+    if probe_request:
+        drafted, accepted = probe(state["url"], api_key=api_key)
+    elif st.counters is not None:
+        drafted, accepted = st.counters.draft_tokens, st.counters.accepted_tokens
+    return judge(
+        drafter=bool(state.get("drafter")),
+        command=list(state.get("command") or []),
+        slots_speculative=st.speculative if engine == "llama-server" else None,
+        draft_tokens=drafted,
+        accepted_tokens=accepted,
+        log_text=read_tail(st.run_dir / LOG_FILE),
+        probed=probe_request,
+        engine=engine,
+    )
+
+
+def stop_server(port: int | None = None, root: Path | None = None, timeout: float = 15.0) -> str:
+    """Stop a server started by ``start_server`` (SIGTERM, then SIGKILL after
+    ``timeout``); returns what happened, in one line."""
+    rdir = find_run_dir(port, root)
+    state = read_state(rdir)
+    pid = read_pid(rdir)
+    where = f"{server_label(state.get('engine'))} on port {state['port']}"
+    if pid is None:
+        return f"{where} is not running (no pid file in {rdir})"
+    if not is_server_process(pid, state):
+        (rdir / PID_FILE).unlink(missing_ok=True)
+        reused = " (that pid now belongs to another process, left alone)" if alive(pid, None) else ""
+        return f"{where} (pid {pid}) is not running: it exited or was killed{reused}; removed its pid file"
+    terminate(pid, state.get("start_time"), timeout)
+    (rdir / PID_FILE).unlink(missing_ok=True)
+    return f"stopped {where} (pid {pid})"
+
+
+__all__ = ["ServerStatus", "server_label", "server_status", "speculation_verdict", "stop_server"]
