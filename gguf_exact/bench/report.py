@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any, ClassVar, Iterable
 
 from gguf_exact.errors import GgufExactError
+from gguf_exact.formats.safe_write import write_text
 
 TARGET = "target"
 
@@ -145,7 +146,7 @@ class Report:
         out = Path(out_dir)
         out.mkdir(parents=True, exist_ok=True)
         paths = {"json": out / f"{self.STEM}.json", "markdown": out / f"{self.STEM}.md"}
-        paths["json"].write_text(json.dumps(self.as_dict(), indent=2) + "\n")
+        write_text(paths["json"], json.dumps(self.as_dict(), indent=2) + "\n")
         md = self.markdown()
         if plot:
             try:
@@ -155,7 +156,7 @@ class Report:
                     md += f"\n![tokens/s and tokens per target pass against n-max]({png.name})\n"
             except GgufExactError as e:
                 md += f"\n(no plot: {e})\n"
-        paths["markdown"].write_text(md)
+        write_text(paths["markdown"], md)
         return paths
 
 

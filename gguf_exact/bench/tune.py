@@ -262,12 +262,14 @@ def write_tuned_profile(
     if base.path is None:
         raise InputError(f"profile {base.name}: no file to copy")
     body = base.path.read_text().splitlines()
-    if body and body[0].startswith(TUNED_MARK):  # a copy tuned before: its header is replaced
+    retuned = bool(body) and body[0].startswith(TUNED_MARK)
+    if retuned:  # a copy tuned before: its header is replaced
         body = body[len(tuned_header(result, command)) :]
     new = set_n_max("\n".join(tuned_header(result, command) + body), result.best_n_max, "measured by gguf-exact tune")
     folder.mkdir(parents=True, exist_ok=True)
     dest = folder / f"{tuned_name(base, name)}.toml"
-    with atomic_output(dest) as tmp:
+    # a copy tune made is updated in place; any other profile is the user's and an input
+    with atomic_output(dest, inputs=None if retuned else {"profile": base.path}) as tmp:
         tmp.write_text(new)
         written = load_profile(tmp)
         if written.draft.get(N_MAX_KEY) != result.best_n_max:

@@ -17,6 +17,7 @@ from pathlib import Path
 
 from gguf_exact.errors import GgufExactError, HubError
 from gguf_exact.formats.gguf_file import atomic_output, sha256_file
+from gguf_exact.formats.paths import check_not_input, one_command, reads
 from gguf_exact.hub import checksums
 from gguf_exact.hub.client import cached_file, cached_sha256, download
 from gguf_exact.hub.names import check_relative_path, check_revision
@@ -94,7 +95,7 @@ def fetch_file(pf: PinnedFile, dest: Path, config: HubConfig, progress: bool = T
     if dest.is_file():
         if sha256_file(dest) == pf.sha256:
             return Fetched(pf, dest, "in place", dest.stat().st_size, pf.commit)
-        dest.unlink()
+        # another file there is replaced only once the pinned one is verified beside it
     cached = cached_file(pf.repo, pf.filename, pf.revision, config)
     if cached is not None and cached_sha256(cached, pf.repo, config) == pf.sha256:
         _place(cached, dest, pf.sha256)
@@ -110,6 +111,7 @@ def fetch_file(pf: PinnedFile, dest: Path, config: HubConfig, progress: bool = T
     return Fetched(pf, dest, how, got.size, got.commit)
 
 
+@one_command()
 def fetch_recipe(
     recipe: Recipe, role: str, models_dir: str | Path, config: HubConfig | None = None, progress: bool = True
 ) -> list[Fetched]:
@@ -121,8 +123,12 @@ def fetch_recipe(
             f"it has {', '.join(have)}: `gguf-exact fetch {recipe.name} --what {have[0]}`"
         )
     config = config or HubConfig.from_env()
+    reads(recipe.path, "recipe")
+    reads(recipe.checksums, "checksum file")
     files = pinned_files(recipe, role, checksums.read(recipe.checksums))
     root = part_dir(models_dir, recipe.part(role))
+    for pf in files:  # every destination checked before any download
+        check_not_input(root / pf.filename)
     return [fetch_file(pf, root / pf.filename, config, progress) for pf in files]
 
 

@@ -48,7 +48,7 @@ from gguf_exact.core import bf16, q4_0, q6_k
 from gguf_exact.drafter.convert import convert_drafter
 from gguf_exact.errors import ArgumentError, Param
 from gguf_exact.formats.gguf_layout import TensorEntry, encode_kv
-from gguf_exact.formats.gguf_stream import StreamingGGUF, pwrite_all
+from gguf_exact.formats.gguf_stream import pwrite_all, streaming_gguf
 from gguf_exact.gemma4.hparams import TextHparams, rope_freqs
 from gguf_exact.gemma4.sizes import SIZES
 from gguf_exact.tiny.main_model import NORM, SCALAR, MainSpec, donor_kv, hf_config, model_tensors
@@ -174,8 +174,7 @@ def write_target(path: str | Path, size: str, vocab: Vocabulary, cycle: list[int
     what = {t.gguf_name: t.what for t in tensors}
     heads = _target_heads(spec, cycle)
     kv = target_kv(spec, vocab, f"gemma-4-{size}-made-pair")
-    writer = StreamingGGUF(path, 3, kv, entries, 32)
-    try:
+    with streaming_gguf(path, 3, kv, entries, 32) as writer:
         for entry in entries:
             offset = writer.place(entry)
             if entry.name == "rope_freqs.weight":
@@ -185,8 +184,6 @@ def write_target(path: str | Path, size: str, vocab: Vocabulary, cycle: list[int
             else:
                 _write_matrix(writer.fd, offset, entry, heads.get(entry.name))
         writer.finish(kv)
-    finally:
-        writer.close()
     return path
 
 

@@ -23,6 +23,7 @@ from gguf_exact.gemma4.assistant import ARCH as ASSISTANT
 from gguf_exact.gemma4.assistant import LAYER_TENSORS, ROPE_FREQS, AssistantConfig, expected_shape, metadata
 from gguf_exact.gemma4.sizes import SIZES
 from gguf_exact.tiny.main_model import MainSpec, donor_kv, model_tensors
+from gguf_exact.formats.safe_write import atomic_output
 
 ALIGNMENT = 32
 VERSION = 3
@@ -35,9 +36,9 @@ def write_sparse(path: str | Path, kv_raw: list[bytes], tensors: list[TensorEntr
     tensors = layout_offsets(tensors, ALIGNMENT)
     head = encode_header(VERSION, kv_raw, tensors, ALIGNMENT)
     end = len(head) + (tensors[-1].offset + tensors[-1].nbytes if tensors else 0)
-    with open(path, "wb") as f:
-        f.write(head)
-    os.truncate(path, end)
+    with atomic_output(path, end) as tmp:
+        tmp.write_bytes(head)
+        os.truncate(tmp, end)
     return path
 
 
