@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any, ClassVar, Iterable
 
 from gguf_exact.errors import GgufExactError
-from gguf_exact.formats.safe_write import write_text
+from gguf_exact.formats.safe_write import output_folder, write_text
 
 TARGET = "target"
 
@@ -144,7 +144,7 @@ class Report:
         matplotlib is there), ``<stem>.png``; returns the paths written. A plot that could not
         be drawn is noted in the Markdown."""
         out = Path(out_dir)
-        out.mkdir(parents=True, exist_ok=True)
+        output_folder(out)
         paths = {"json": out / f"{self.STEM}.json", "markdown": out / f"{self.STEM}.md"}
         write_text(paths["json"], json.dumps(self.as_dict(), indent=2) + "\n")
         md = self.markdown()

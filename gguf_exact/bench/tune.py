@@ -30,6 +30,7 @@ from gguf_exact.bench.report import TARGET, Arm, alternating_order
 from gguf_exact.bench.run import BenchReport, bench_servers, summarize
 from gguf_exact.errors import ArgumentError, InputError, NotExactError, Param
 from gguf_exact.formats.gguf_file import atomic_output
+from gguf_exact.formats.safe_write import output_folder
 from gguf_exact.runtime.profiles import PROFILE_DIR, Profile, load_profile, user_profile_dir
 
 N_MAX_KEY = "spec-draft-n-max"
@@ -266,7 +267,7 @@ def write_tuned_profile(
     if retuned:  # a copy tuned before: its header is replaced
         body = body[len(tuned_header(result, command)) :]
     new = set_n_max("\n".join(tuned_header(result, command) + body), result.best_n_max, "measured by gguf-exact tune")
-    folder.mkdir(parents=True, exist_ok=True)
+    output_folder(folder)
     dest = folder / f"{tuned_name(base, name)}.toml"
     # a copy tune made is updated in place; any other profile is the user's and an input
     with atomic_output(dest, inputs=None if retuned else {"profile": base.path}) as tmp:

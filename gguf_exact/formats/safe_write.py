@@ -66,7 +66,7 @@ def remove_stale_parts(path: Path) -> list[Path]:
 
 
 def _mb(n: int) -> str:
-    return f"{n / 1e6:,.1f} MB" if n >= 100_000 else f"{n:,} bytes"
+    return f"{n / 1e6:,.1f} MB" if n >= 10_000_000 else f"{n:,} bytes"
 
 
 def free_bytes(directory: Path) -> int | None:
@@ -160,6 +160,18 @@ def atomic_output(
         tmp.unlink(missing_ok=True)
 
 
+def output_folder(folder: str | Path) -> Path:
+    """Create ``folder`` (and its parents) for outputs; an OS error is one line."""
+    folder = Path(folder)
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except FileExistsError:
+        raise OutputError(f"{folder}: is a file, not a folder to write into; name a folder") from None
+    except OSError as err:
+        raise write_failure(folder, err) from None
+    return folder
+
+
 def write_text(path: str | Path, text: str, inputs: Inputs | None = None) -> Path:
     """``text`` written at ``path`` as every output is (:func:`atomic_output`); returns the path."""
     with atomic_output(path, len(text.encode()), inputs) as tmp:
@@ -179,4 +191,4 @@ def injected_fault(offset: int, length: int) -> None:
         raise OSError(code, os.strerror(code))
 
 
-__all__ = ["atomic_output", "check_free_space", "remove_stale_parts", "temp_name", "write_failure", "write_text"]
+__all__ = ["atomic_output", "check_free_space", "remove_stale_parts", "temp_name", "output_folder", "write_failure", "write_text"]

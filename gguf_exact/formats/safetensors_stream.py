@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Callable
 
 import numpy as np
-from gguf_exact.formats.safe_write import atomic_output, write_text
+from gguf_exact.formats.safe_write import atomic_output, output_folder, write_text
 
 DTYPES = {"BF16": (np.uint16, 2), "F32": (np.float32, 4), "I64": (np.int64, 8)}
 Fill = Callable[[int, int], np.ndarray]  # rows [r0, r1) -> array (r1 - r0, *shape[1:])
@@ -57,7 +57,7 @@ def write_safetensors(path: Path, tensors: list[StreamTensor], chunk_values: int
 def write_folder(folder: str | Path, config: dict, tensors: list[StreamTensor], shards: int = 1) -> Path:
     """config.json plus one safetensors file, or ``shards`` files and an index."""
     folder = Path(folder)
-    folder.mkdir(parents=True, exist_ok=True)
+    output_folder(folder)
     write_text(folder / "config.json", json.dumps(config, indent=2) + "\n")
     if shards <= 1:
         write_safetensors(folder / "model.safetensors", tensors)

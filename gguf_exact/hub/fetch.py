@@ -18,6 +18,7 @@ from pathlib import Path
 from gguf_exact.errors import GgufExactError, HubError
 from gguf_exact.formats.gguf_file import atomic_output, sha256_file
 from gguf_exact.formats.paths import check_not_input, one_command, reads
+from gguf_exact.formats.safe_write import output_folder
 from gguf_exact.hub import checksums
 from gguf_exact.hub.client import cached_file, cached_sha256, download
 from gguf_exact.hub.names import check_relative_path, check_revision
@@ -134,7 +135,7 @@ def fetch_recipe(
 
 def _place(src: Path, dest: Path, sha256: str) -> None:
     """Hard-link ``src`` at ``dest`` (copy across file systems), atomically, verified."""
-    dest.parent.mkdir(parents=True, exist_ok=True)
+    output_folder(dest.parent)
     src = src.resolve()
     with atomic_output(dest) as tmp:
         tmp.unlink()

@@ -16,6 +16,7 @@ from typing import Callable
 
 from gguf_exact.drafter.convert import ConvertResult, convert_drafter
 from gguf_exact.errors import HubError, Param
+from gguf_exact.formats.safe_write import output_folder
 from gguf_exact.hub import checksums
 from gguf_exact.hub.fetch import Fetched, fetch_recipe, part_dir, pinned_files
 from gguf_exact.hub.recipes import Recipe
@@ -72,7 +73,7 @@ def build_recipe(
     if vocab_from is None:
         vocab_from = fetch_recipe(recipe, "target", models_dir, config, download_progress)[0].path
     out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
+    output_folder(out_dir)
     source_dir = part_dir(models_dir, recipe.part("source"))
     result = convert_drafter(source_dir, out_dir / recipe.output, vocab_from, progress=progress)
     outcome = None

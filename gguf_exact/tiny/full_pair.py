@@ -49,6 +49,7 @@ from gguf_exact.drafter.convert import convert_drafter
 from gguf_exact.errors import ArgumentError, Param
 from gguf_exact.formats.gguf_layout import TensorEntry, encode_kv
 from gguf_exact.formats.gguf_stream import pwrite_all, streaming_gguf
+from gguf_exact.formats.safe_write import output_folder
 from gguf_exact.gemma4.hparams import TextHparams, rope_freqs
 from gguf_exact.gemma4.sizes import SIZES
 from gguf_exact.tiny.main_model import NORM, SCALAR, MainSpec, donor_kv, hf_config, model_tensors
@@ -257,7 +258,7 @@ def write_pair(folder: str | Path, shape: str, kind: str, progress: Callable[[st
     if folder.exists() and not folder.is_dir():
         raise ArgumentError(f"{folder}: exists and is not a folder")
     size = SHAPES[shape.lower()]
-    folder.mkdir(parents=True, exist_ok=True)
+    output_folder(folder)
     vocab = gemma4_vocabulary()
     cycle = cycle_ids(vocab)
     say(f"target: {size}, {len(vocab.tokens):,} tokens, {len(vocab.merges):,} merges")

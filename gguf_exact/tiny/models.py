@@ -22,7 +22,7 @@ from gguf_exact.gemma4.hparams import SLIDING
 from gguf_exact.gemma4.names import ARCH as TARGET_ARCH
 from gguf_exact.gemma4.sizes import AssistantShape, TextShape
 from gguf_exact.tiny.synthetic import norm_vector, qat_matrix, random_matrix
-from gguf_exact.formats.safe_write import atomic_output, write_text
+from gguf_exact.formats.safe_write import atomic_output, output_folder, write_text
 
 # Gemma-style turns (as Gemma's own template lays them out, without its system-prompt and tool
 # handling), so chat through llama-cpp-python's Jinja formatter is exercised on the tiny targets.
@@ -302,7 +302,7 @@ def write_checkpoint(folder: str | Path, config: dict, tensors: dict[str, np.nda
     """Write an HF folder: config.json and safetensors (uint16 arrays stored as BF16),
     sharded with an index file when ``shards`` > 1."""
     folder = Path(folder)
-    folder.mkdir(parents=True, exist_ok=True)
+    output_folder(folder)
     write_text(folder / "config.json", json.dumps(config, indent=2) + "\n")
     as_st = {k: (v.view(ml_dtypes.bfloat16) if v.dtype == np.uint16 else v) for k, v in tensors.items()}
     if shards <= 1:
@@ -375,7 +375,7 @@ def write_agreeing_pair(folder: str | Path, seed: int = 0) -> tuple[Path, Path]:
     from gguf import GGUFReader
 
     folder = Path(folder)
-    folder.mkdir(parents=True, exist_ok=True)
+    output_folder(folder)
     target = write_tiny_target(folder / "target.gguf", seed=seed)
     reader = GGUFReader(target, "r+")
     embd = None
