@@ -44,11 +44,12 @@ def parts_under(*folders: Path) -> list[Path]:
     return [p for f in folders for p in f.rglob("*.part")]
 
 
-def one_error(args, env=None) -> str:
+def one_error(args, env=None, notes: int = 0) -> str:
+    """The one ``error:`` line of a command that fails (after ``notes`` lines of notes)."""
     result = CliRunner().invoke(main, [str(a) for a in args], env=env)
     assert result.exit_code == 1, (args, result.output)
     assert result.exception is None or isinstance(result.exception, SystemExit), repr(result.exception)
-    lines = result.stderr.strip().splitlines()
+    lines = result.stderr.strip().splitlines()[notes:]
     assert len(lines) == 1 and lines[0].startswith("error: "), result.stderr
     assert "Traceback" not in result.output
     return lines[0]
@@ -408,3 +409,33 @@ def test_the_fault_hook_is_the_kernels_errno():
     finally:
         del os.environ[FAULT_ENV]
     injected_fault(0, 1 << 40)
+
+
+def test_bench_refuses_a_report_that_is_its_model_before_measuring(kit, tmp_path):
+    pairs = tmp_path / "pairs"
+    target = kit / "target.gguf"
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "bench.md").hardlink_to(target)
+    before = sha256(target)
+    drafter = tmp_path / "drafter.gguf"
+    assert CliRunner().invoke(main, ["convert", str(kit / "drafter-hf"), str(drafter), "--vocab-from", str(target)]).exit_code == 0
+    start = time.monotonic()
+    line = one_error(["bench", "--model", target, "--draft", drafter, "--out", out])
+    assert str(out / "bench.md") in line and str(target) in line, line
+    assert time.monotonic() - start < 5 and sha256(target) == before and not pairs.exists()
+
+
+def test_tune_refuses_the_users_own_profile_before_measuring(kit, tmp_path, monkeypatch):
+    from gguf_exact.runtime.profiles import user_profile_dir
+
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
+    mine = user_profile_dir() / "cpu-tuned.toml"
+    mine.parent.mkdir(parents=True)
+    mine.write_text((Path(__file__).parents[1] / "serve" / "cpu.toml").read_text())
+    before = sha256(mine)
+    target = kit / "target.gguf"
+    args = ["tune", "--model", target, "--draft", target, "--profile", "cpu-tuned", "--out", tmp_path / "o"]
+    line = one_error(args, notes=1)  # the profile it read, then the error
+    assert str(mine) in line and "profile" in line, line
+    assert sha256(mine) == before and not (tmp_path / "o").exists()

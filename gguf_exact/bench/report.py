@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any, ClassVar, Iterable
 
 from gguf_exact.errors import GgufExactError
+from gguf_exact.formats.paths import Inputs, check_not_input
 from gguf_exact.formats.safe_write import output_folder, write_text
 
 TARGET = "target"
@@ -138,6 +139,13 @@ class Report:
     def plot(self, path: Path) -> Path | None:
         """Write a PNG of the report, or None where it has none."""
         return None
+
+    @classmethod
+    def check_outputs(cls, out_dir: str | Path, inputs: Inputs | None = None) -> None:
+        """Before anything is measured: none of the files :meth:`write` would write there is
+        one of ``inputs`` or the command's recorded inputs (:func:`~gguf_exact.formats.paths.check_not_input`)."""
+        for ext in ("json", "md", "png"):
+            check_not_input(Path(out_dir) / f"{cls.STEM}.{ext}", inputs)
 
     def write(self, out_dir: str | Path, plot: bool = True) -> dict[str, Path]:
         """Write ``<stem>.json``, ``<stem>.md`` and, with ``plot`` where the report plots (and

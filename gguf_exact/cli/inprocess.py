@@ -252,13 +252,15 @@ def bench(
     table (and, in-process or --server, a PNG of tokens/s and tokens per target
     pass against n-max).
     """
-    from gguf_exact.bench.run import run_bench
+    from gguf_exact.bench.run import check_bench_outputs, run_bench
 
     engine_list = [e.strip() for e in engines.split(",") if e.strip()] if engines else []
+    out_dir = out_dir or results_dir("bench")
+    check_bench_outputs(out_dir, bool(engines), target, drafter)
     report = run_bench(
         target, drafter, n_values, servers, prompt_names or None, n_predict, rounds, n_ctx, threads,
         engine_list if engines else (), profile, overrides, temperature, seed, console.progress_lines(),
     )  # fmt: skip
-    paths = report.write(out_dir or results_dir("bench"), plot=not no_plot)
+    paths = report.write(out_dir, plot=not no_plot)
     say(report.markdown())
     say("wrote " + ", ".join(str(p) for p in paths.values()))
