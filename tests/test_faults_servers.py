@@ -27,6 +27,20 @@ TIMEOUT = 120.0  # seconds any one request may take
 RSS_GROWTH_LIMIT = 64 << 20  # bytes the server may grow by over the whole fault run
 
 
+BAD_BODIES = {
+    "invalid UTF-8": b'{"model": "m", "prompt": "\xff\xfe\xc3(", "max_tokens": 4}',
+    "malformed JSON": b'{"prompt": "abc", "max_tokens": ',
+    "not an object": b'["abc"]',
+    "empty body": b"",
+    "a number as the prompt": b'{"prompt": 123, "max_tokens": 4}',
+    "token ids beyond the vocabulary": b'{"prompt": [999999999, -1], "max_tokens": 4}',
+    "negative max_tokens": b'{"prompt": "abc", "max_tokens": -5}',
+    "a word as the temperature": b'{"prompt": "abc", "max_tokens": 4, "temperature": "hot"}',
+}
+# What llama-server (0c1e57098) answers each: a parse error is HTTP 500, every other fault 400.
+LLAMA_SERVER_CODES = {name: 400 for name in BAD_BODIES} | {"invalid UTF-8": 500, "malformed JSON": 500, "empty body": 500}
+
+
 @pytest.fixture(scope="module")
 def pairs(tmp_path_factory) -> Path:
     root = tmp_path_factory.mktemp("tiny-pairs")
@@ -66,22 +80,30 @@ def greedy(port: int, key: str, model: str, prompt: str = "abc abc abc", n: int 
     return json.loads(raw)["choices"][0]["text"]
 
 
-def disconnect_mid_stream(port: int, key: str, model: str) -> bool:
-    """Start a long streamed completion, read its first event, and hang up."""
+def start_stream(port: int, key: str, model: str) -> tuple[socket.socket, bool]:
+    """A long streamed completion, read up to its first event: (the open socket, whether
+    an event came)."""
     body = json.dumps({"model": model, "prompt": "abc", "max_tokens": 400, "temperature": 0, "stream": True}).encode()
     head = (
         f"POST /v1/completions HTTP/1.1\r\nHost: {HOST}:{port}\r\nContent-Length: {len(body)}\r\n"
         f"Authorization: Bearer {key}\r\nContent-Type: application/json\r\n\r\n"
     ).encode()
-    with socket.create_connection((HOST, port), timeout=TIMEOUT) as s:
-        s.sendall(head + body)
-        got = b""
-        while b"data:" not in got:
-            data = s.recv(4096)
-            if not data:
-                break
-            got += data
-    return b"data:" in got
+    s = socket.create_connection((HOST, port), timeout=TIMEOUT)
+    s.sendall(head + body)
+    got = b""
+    while b"data:" not in got:
+        data = s.recv(4096)
+        if not data:
+            break
+        got += data
+    return s, b"data:" in got
+
+
+def disconnect_mid_stream(port: int, key: str, model: str) -> bool:
+    """Start a long streamed completion, read its first event, and hang up."""
+    s, streaming = start_stream(port, key, model)
+    s.close()
+    return streaming
 
 
 def rss(pid: int) -> int:
@@ -121,6 +143,7 @@ def test_a_server_under_faults_keeps_serving(engine, pairs, tmp_path):
     pids = server_pids(run, port)
     model = target.name.removesuffix(".gguf") if engine == "python" else str(target.resolve())
     figures: dict[str, object] = {}
+    inflight: list[tuple[socket.socket, bool]] = []
     try:
         before = greedy(port, key, model)
         rss_before = rss(pids[0])
@@ -134,16 +157,16 @@ def test_a_server_under_faults_keeps_serving(engine, pairs, tmp_path):
         figures["over the context"] = (code, raw[:160])
         assert code is not None and 400 <= code < 500, figures["over the context"]
 
-        # invalid UTF-8 and malformed JSON bodies
-        for name, body in {
-            "invalid UTF-8": b'{"model": "m", "prompt": "\xff\xfe\xc3(", "max_tokens": 4}',
-            "malformed JSON": b'{"prompt": "abc", "max_tokens": ',
-            "not an object": b'["abc"]',
-            "empty body": b"",
-        }.items():
+        # invalid UTF-8 and malformed JSON bodies: a JSON error each. llama-server calls three of
+        # them its own fault (500, nlohmann's parse_error), not the client's: pinned here so a
+        # change upstream is seen; it goes on serving (docs/serving.md, "Under faults")
+        for name, body in BAD_BODIES.items():
             code, raw = http(port, "POST", "/v1/completions", body, auth(key))
             figures[name] = (code, raw[:160])
-            assert code is None or code < 500 or code == 500 and engine == "llama-server", (name, code, raw[:300])
+            expected = LLAMA_SERVER_CODES[name] if engine == "llama-server" else 400
+            assert code == expected and json.loads(raw)["error"]["message"], (name, code, raw[:300])
+            if expected == 500:
+                assert "json.exception.parse_error" in json.loads(raw)["error"]["message"]
 
         # wrong and missing API keys
         for headers in ({"Authorization": "Bearer not-" + key}, {}):
@@ -171,8 +194,13 @@ def test_a_server_under_faults_keeps_serving(engine, pairs, tmp_path):
         assert st.exit_code == 0, st.output
         data = json.loads(st.stdout)
         assert data["running"] and data["health"] == "ok" and data["models"] == [model], data
+        # stopped while four streams are being answered
+        inflight += [start_stream(port, key, model) for _ in range(4)]
+        assert all(streaming for _, streaming in inflight)
     finally:
         stop = CliRunner().invoke(main, ["stop", "--port", str(port)], env=env)
+        for sock, _ in inflight:
+            sock.close()
     assert stop.exit_code == 0 and stop.stdout.startswith("stopped "), stop.output
     end = time.monotonic() + 30
     while any(alive(p) for p in pids) and time.monotonic() < end:
