@@ -444,3 +444,27 @@ def test_tune_refuses_the_users_own_profile_before_measuring(kit, tmp_path, monk
     line = one_error(args, notes=1)  # the profile it read, then the error
     assert str(mine) in line and "profile" in line, line
     assert sha256(mine) == before and not (tmp_path / "o").exists()
+
+
+def test_build_refuses_before_downloading(hub, config, tmp_path, published):  # noqa: F811
+    """An out-dir whose output is --vocab-from, or where the published file it is compared
+    with is fetched: refused before a byte is downloaded."""
+    publish(hub, published)
+    path = write_recipe(tmp_path)
+    env = env_for(config)
+    for role in ("source", "exact"):
+        assert CliRunner().invoke(main, ["pin", str(path), "--what", role], env=env).exit_code == 0
+    out = tmp_path / "out"
+    out.mkdir()
+    vocab = out / OUTPUT
+    vocab.write_bytes(published["target.gguf"])
+    models = tmp_path / "models"
+    line = one_error(["build", path, "--models-dir", models, "--out-dir", out, "--vocab-from", vocab], env=env)
+    assert line.startswith(f"error: {vocab}: the output is the --vocab-from {vocab};"), line
+    assert sha256(vocab) == hashlib.sha256(published["target.gguf"]).hexdigest()
+    line = one_error(["build", path, "--models-dir", models, "--out-dir", models / EXACT], env=env)
+    assert line == (
+        f"error: --out-dir {models / EXACT}: the build would be written at {models / EXACT / OUTPUT}, where the "
+        "published file it is compared with is fetched; build into another folder"
+    )
+    assert hub.gets("model.safetensors") == [] and hub.gets(OUTPUT) == [] and not models.exists()

@@ -164,6 +164,14 @@ def check_output_file(
     return path
 
 
+def same_file(a: str | Path, b: str | Path) -> bool:
+    """``a`` and ``b`` name one file: the same absolute path, or the same device and inode."""
+    if os.path.abspath(a) == os.path.abspath(b):
+        return True
+    ident = _identity(Path(a))
+    return ident is not None and ident == _identity(Path(b))
+
+
 def check_output_files(
     out_path: str | Path, report_path: str | Path | None, inputs: Inputs
 ) -> Path:
@@ -172,8 +180,7 @@ def check_output_files(
     out_path = check_output_file(out_path, inputs=inputs)
     if report_path is not None:
         check_output_file(report_path, "report", inputs=inputs)
-        same = _identity(out_path) is not None and _identity(Path(report_path)) == _identity(out_path)
-        if same or os.path.abspath(report_path) == os.path.abspath(out_path):
+        if same_file(report_path, out_path):
             raise ArgumentError(
                 Param("report_path"), f" {report_path}: is the output {out_path} itself; name another report path"
             )
