@@ -38,7 +38,11 @@ BAD_BODIES = {
     "a word as the temperature": b'{"prompt": "abc", "max_tokens": 4, "temperature": "hot"}',
 }
 # What llama-server (0c1e57098) answers each: a parse error is HTTP 500, every other fault 400.
-LLAMA_SERVER_CODES = {name: 400 for name in BAD_BODIES} | {"invalid UTF-8": 500, "malformed JSON": 500, "empty body": 500}
+LLAMA_SERVER_CODES = {name: 400 for name in BAD_BODIES} | {
+    "invalid UTF-8": 500,
+    "malformed JSON": 500,
+    "empty body": 500,
+}
 
 
 @pytest.fixture(scope="module")

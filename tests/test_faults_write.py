@@ -93,7 +93,16 @@ def commands(kit: Path) -> dict[str, tuple[list, Path]]:
         "repack onto --donor": (repack, kit / "main-q4_0.gguf"),
         "repack onto the source's weights": (repack, kit / "main-hf" / "model.safetensors"),
         "repack --report onto --donor": (
-            ["repack", "--donor", kit / "main-q4_0.gguf", "--source", kit / "main-hf", kit / "y.gguf", "--report", "OUT"],
+            [
+                "repack",
+                "--donor",
+                kit / "main-q4_0.gguf",
+                "--source",
+                kit / "main-hf",
+                kit / "y.gguf",
+                "--report",
+                "OUT",
+            ],
             kit / "main-q4_0.gguf",
         ),
     }
@@ -134,7 +143,9 @@ def test_a_new_file_beside_the_inputs_is_fine(kit, tmp_path):
     """Only what exists is protected: a new output inside the source folder is written."""
     src = tmp_path / "src"
     shutil.copytree(kit / "drafter-hf", src)
-    result = CliRunner().invoke(main, ["convert", str(src), str(src / "new.gguf"), "--vocab-from", str(kit / "target.gguf")])
+    result = CliRunner().invoke(
+        main, ["convert", str(src), str(src / "new.gguf"), "--vocab-from", str(kit / "target.gguf")]
+    )
     assert result.exit_code == 0, result.output
     assert (src / "new.gguf").stat().st_size == 144_480
 
@@ -168,7 +179,7 @@ def test_pin_refuses_a_checksum_file_that_is_the_recipe(hub, config, tmp_path, p
     assert sha256(recipe_path) == before
 
 
-def env_for(config) -> dict:
+def env_for(config) -> dict:  # noqa: F811
     return {"HF_ENDPOINT": config.endpoint, "HF_HOME": str(config.cache_dir.parent / "hf-home"),
             "HF_HUB_CACHE": str(config.cache_dir), "HF_HUB_DISABLE_XET": "1"}  # fmt: skip
 
@@ -315,7 +326,9 @@ def big(tmp_path_factory) -> Path:
     root = tmp_path_factory.mktemp("big")
     vocab_target(root / "target.gguf", gemma4_vocabulary(262_144, 1000), "E2B")
     e2b_drafter_checkpoint(root / "drafter-hf")
-    spec = MainSpec(n_layer=8, n_embd=768, n_ff=3072, n_embd_per_layer=32, n_kv_shared=4, double_wide=True, n_vocab=4096)
+    spec = MainSpec(
+        n_layer=8, n_embd=768, n_ff=3072, n_embd_per_layer=32, n_kv_shared=4, double_wide=True, n_vocab=4096
+    )
     write_main_checkpoint(root / "main-hf", spec)
     write_donor(root / "main-q4_0.gguf", root / "main-hf", spec)
     return root
@@ -370,7 +383,9 @@ def test_a_killed_run_leaves_nothing_or_the_old_file(big, tmp_path, command):
         out.unlink(missing_ok=True)
         if old:
             out.write_bytes(old)
-        proc = subprocess.Popen(gguf_exact(*[out if a == "OUT" else a for a in args]), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        proc = subprocess.Popen(
+            gguf_exact(*[out if a == "OUT" else a for a in args]), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+        )
         if kill_when(proc, ready):
             killed_in.append(point)
             # nothing, or the old file: never a partial one
@@ -424,7 +439,12 @@ def test_bench_refuses_a_report_that_is_its_model_before_measuring(kit, tmp_path
     (out / "bench.md").hardlink_to(target)
     before = sha256(target)
     drafter = tmp_path / "drafter.gguf"
-    assert CliRunner().invoke(main, ["convert", str(kit / "drafter-hf"), str(drafter), "--vocab-from", str(target)]).exit_code == 0
+    assert (
+        CliRunner()
+        .invoke(main, ["convert", str(kit / "drafter-hf"), str(drafter), "--vocab-from", str(target)])
+        .exit_code
+        == 0
+    )
     start = time.monotonic()
     line = one_error(["bench", "--model", target, "--draft", drafter, "--out", out])
     assert str(out / "bench.md") in line and str(target) in line, line
@@ -460,7 +480,7 @@ def test_build_refuses_before_downloading(hub, config, tmp_path, published):  # 
     vocab.write_bytes(published["target.gguf"])
     models = tmp_path / "models"
     line = one_error(["build", path, "--models-dir", models, "--out-dir", out, "--vocab-from", vocab], env=env)
-    assert line.startswith(f"error: {vocab}: the output is the --vocab-from {vocab};"), line
+    assert line.startswith(f"error: {vocab}: the output is the --vocab-from {vocab}, which this command reads;"), line
     assert sha256(vocab) == hashlib.sha256(published["target.gguf"]).hexdigest()
     line = one_error(["build", path, "--models-dir", models, "--out-dir", models / EXACT], env=env)
     assert line == (

@@ -14,7 +14,7 @@ import numpy as np
 from gguf import GGMLQuantizationType, LlamaFileType, quants
 
 from gguf_exact.core import bf16, q4_0
-from gguf_exact.formats.safe_write import atomic_output
+from gguf_exact.formats.safe_write import atomic_output  # noqa: F401  (named here too: long imported from here)
 
 # What the CLI calls each storage type, and its GGML type.
 TYPES = {

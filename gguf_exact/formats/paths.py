@@ -117,8 +117,9 @@ def check_not_input(path: Path, inputs: Inputs | None = None) -> None:
                 continue
             same = "is" if os.path.abspath(f) == os.path.abspath(path) else "is the same file as"
             raise ArgumentError(
-                f"{path}: the output {same} the ", what, f" {f}; writing it would destroy an input, "
-                "so nothing was written: name another output path"
+                f"{path}: the output {same} the ",
+                what,
+                f" {f}, which this command reads; nothing was written: name another output path",
             )
 
 
@@ -146,9 +147,7 @@ def check_input_folder(path: Path, expected: str = "a Hugging Face model folder"
     raise InputError(f"{path}: is {kind or 'a regular file'}, not {expected}")
 
 
-def check_output_file(
-    path: str | Path, what: str = "output", inputs: Inputs | None = None
-) -> Path:
+def check_output_file(path: str | Path, what: str = "output", inputs: Inputs | None = None) -> Path:
     """Refuse, before any work, an output path that is a directory (or another
     non-file), whose directory does not exist, or that is one of the command's inputs
     (``inputs``: what each is called -> path, and those recorded: :func:`check_not_input`);
@@ -172,9 +171,7 @@ def same_file(a: str | Path, b: str | Path) -> bool:
     return ident is not None and ident == _identity(Path(b))
 
 
-def check_output_files(
-    out_path: str | Path, report_path: str | Path | None, inputs: Inputs
-) -> Path:
+def check_output_files(out_path: str | Path, report_path: str | Path | None, inputs: Inputs) -> Path:
     """A command's output and its optional report, checked as :func:`check_output_file`
     does (neither one of ``inputs``), and not one and the same path."""
     out_path = check_output_file(out_path, inputs=inputs)

@@ -11,10 +11,10 @@ output removes it once that process is gone. An OS error while writing (disk ful
 read-only file system, permission denied, the folder gone) becomes one line naming the
 output, with the temp file removed.
 
-``GGUF_EXACT_WRITE_FAULT=ENOSPC[@BYTES]`` (any errno name) makes the streamed writes
-(:func:`~gguf_exact.formats.gguf_stream.pwrite_all`) fail as the kernel does once a
-file would grow past ``BYTES`` (default 0): the fault suite's full disk where no small
-file system can be mounted.
+``GGUF_EXACT_WRITE_FAULT=ENOSPC[@BYTES]`` (any errno name) makes the writes
+(:func:`~gguf_exact.formats.gguf_stream.pwrite_all`, :func:`write_text`) fail as the
+kernel does once a file would grow past ``BYTES`` (default 0): the fault suite's full
+disk where no small file system can be mounted.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Iterator
 
 from gguf_exact.errors import GgufExactError, InputError, OutputError
-from gguf_exact.formats.paths import Inputs, check_output_file
+from gguf_exact.formats.paths import Inputs, check_output_file, same_file
 
 FAULT_ENV = "GGUF_EXACT_WRITE_FAULT"
 PART = re.compile(r"\.gguf-exact-(\d+)(?:-\d+)?\.part$")
@@ -127,9 +127,7 @@ def _umask() -> int:
 
 
 @contextlib.contextmanager
-def atomic_output(
-    path: str | Path, size: int | None = None, inputs: Inputs | None = None
-) -> Iterator[Path]:
+def atomic_output(path: str | Path, size: int | None = None, inputs: Inputs | None = None) -> Iterator[Path]:
     """Yield a temp path beside ``path``; if the body succeeds, fsync it, give it the
     permissions a new file gets here (0666 less the umask, not the temp file's 0600) and
     rename it into place; otherwise remove it. ``size``: the planned size, held against
@@ -152,8 +150,8 @@ def atomic_output(
     except GgufExactError:
         raise
     except OSError as err:
-        tmp.unlink(missing_ok=True)
-        if err.filename is not None and os.path.abspath(err.filename) not in (os.path.abspath(tmp), os.path.abspath(path)):
+        if err.filename is not None and not any(same_file(err.filename, p) for p in (tmp, path, path.parent)):
+            # an input that failed to be read inside the body, not the output
             raise InputError(f"{err.filename}: {err.strerror or err}; nothing was written at {path}") from None
         raise write_failure(path, err, size) from None
     finally:
@@ -174,8 +172,10 @@ def output_folder(folder: str | Path) -> Path:
 
 def write_text(path: str | Path, text: str, inputs: Inputs | None = None) -> Path:
     """``text`` written at ``path`` as every output is (:func:`atomic_output`); returns the path."""
-    with atomic_output(path, len(text.encode()), inputs) as tmp:
-        tmp.write_text(text)
+    data = text.encode()
+    with atomic_output(path, len(data), inputs) as tmp:
+        injected_fault(0, len(data))
+        tmp.write_bytes(data)
     return Path(path)
 
 
@@ -191,4 +191,12 @@ def injected_fault(offset: int, length: int) -> None:
         raise OSError(code, os.strerror(code))
 
 
-__all__ = ["atomic_output", "check_free_space", "remove_stale_parts", "temp_name", "output_folder", "write_failure", "write_text"]
+__all__ = [
+    "atomic_output",
+    "check_free_space",
+    "output_folder",
+    "remove_stale_parts",
+    "temp_name",
+    "write_failure",
+    "write_text",
+]

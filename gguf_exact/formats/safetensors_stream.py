@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Callable
 
 import numpy as np
+
 from gguf_exact.formats.safe_write import atomic_output, output_folder, write_text
 
 DTYPES = {"BF16": (np.uint16, 2), "F32": (np.float32, 4), "I64": (np.int64, 8)}

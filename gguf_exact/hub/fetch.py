@@ -16,9 +16,9 @@ from fnmatch import fnmatchcase
 from pathlib import Path
 
 from gguf_exact.errors import GgufExactError, HubError
-from gguf_exact.formats.gguf_file import atomic_output, sha256_file
+from gguf_exact.formats.gguf_file import sha256_file
 from gguf_exact.formats.paths import check_not_input, one_command, reads
-from gguf_exact.formats.safe_write import output_folder
+from gguf_exact.formats.safe_write import atomic_output, output_folder
 from gguf_exact.hub import checksums
 from gguf_exact.hub.client import cached_file, cached_sha256, download
 from gguf_exact.hub.names import check_relative_path, check_revision

@@ -18,12 +18,12 @@ from pathlib import Path
 from gguf import GGMLQuantizationType, GGUFValueType
 
 from gguf_exact.formats.gguf_layout import Field, TensorEntry, encode_header, layout_offsets
+from gguf_exact.formats.safe_write import atomic_output
 from gguf_exact.formats.vocab import read_target
 from gguf_exact.gemma4.assistant import ARCH as ASSISTANT
 from gguf_exact.gemma4.assistant import LAYER_TENSORS, ROPE_FREQS, AssistantConfig, expected_shape, metadata
 from gguf_exact.gemma4.sizes import SIZES
 from gguf_exact.tiny.main_model import MainSpec, donor_kv, model_tensors
-from gguf_exact.formats.safe_write import atomic_output
 
 ALIGNMENT = 32
 VERSION = 3

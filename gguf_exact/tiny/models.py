@@ -18,11 +18,11 @@ from gguf import GGMLQuantizationType, GGUFWriter, TokenType, quants
 from safetensors.numpy import save_file
 
 from gguf_exact.core import bf16
+from gguf_exact.formats.safe_write import atomic_output, output_folder, write_text
 from gguf_exact.gemma4.hparams import SLIDING
 from gguf_exact.gemma4.names import ARCH as TARGET_ARCH
 from gguf_exact.gemma4.sizes import AssistantShape, TextShape
 from gguf_exact.tiny.synthetic import norm_vector, qat_matrix, random_matrix
-from gguf_exact.formats.safe_write import atomic_output, output_folder, write_text
 
 # Gemma-style turns (as Gemma's own template lays them out, without its system-prompt and tool
 # handling), so chat through llama-cpp-python's Jinja formatter is exercised on the tiny targets.
@@ -317,7 +317,9 @@ def write_checkpoint(folder: str | Path, config: dict, tensors: dict[str, np.nda
         with atomic_output(folder / file) as tmp:
             save_file({k: as_st[k] for k in part}, str(tmp), metadata={"format": "pt"})
         weight_map |= {k: file for k in part}
-    write_text(folder / "model.safetensors.index.json", json.dumps({"metadata": {}, "weight_map": weight_map}, indent=2))
+    write_text(
+        folder / "model.safetensors.index.json", json.dumps({"metadata": {}, "weight_map": weight_map}, indent=2)
+    )
     return folder
 
 
