@@ -35,12 +35,15 @@ from gguf_exact.errors import (
     InputError,
     NotExactError,
     OffGridError,
+    OutputError,
     PairError,
     ServerError,
 )
 from gguf_exact.version import __version__ as __version__
 
-ERRORS = (ArgumentError, BuildError, HubError, InputError, NotExactError, OffGridError, PairError, ServerError)
+ERRORS = (
+    ArgumentError, BuildError, HubError, InputError, NotExactError, OffGridError, OutputError, PairError, ServerError,
+)  # fmt: skip
 
 # The public API, imported on first use: `gguf-exact serve` or `status` should not pay for
 # numba's start-up (a quarter of a second) that only the packers need, and load_with_drafter

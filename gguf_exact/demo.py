@@ -17,6 +17,7 @@ from gguf_exact.builds.bindings_build import build_command
 from gguf_exact.drafter.convert import convert_drafter
 from gguf_exact.drafter.inspect_qat import inspect_checkpoint
 from gguf_exact.errors import BuildError
+from gguf_exact.formats.safe_write import output_folder
 from gguf_exact.tiny.models import write_tiny_drafter, write_tiny_target
 
 RULE = "-"
@@ -26,7 +27,7 @@ def run_demo(out_dir: str | Path, console: Console | None = None) -> dict:
     """Run the demo in ``out_dir``; returns the figures it printed."""
     console = console or Console(highlight=False)
     out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
+    output_folder(out)
     target, source, drafter = out / "target.gguf", out / "drafter-hf", out / "drafter-q4_0-exact.gguf"
 
     console.rule("1. tiny models", characters=RULE)

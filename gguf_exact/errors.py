@@ -9,6 +9,7 @@ kinds say where the fault lies::
     ├── InputError         an input file or folder is missing or not what it must be
     │   ├── OffGridError   a matrix that should be Q4_0 has blocks off the 4-bit grid
     │   └── PairError      a target and drafter that cannot be served together
+    ├── OutputError        an output cannot be written (disk full, read-only, permission denied)
     ├── NotExactError      a file is not what its plan says (verify, read-back, sha256)
     ├── HubError           the Hugging Face Hub, recipes, pins and downloads
     ├── BuildError         building llama.cpp or the bindings, and their toolchains
@@ -152,6 +153,11 @@ class PairError(InputError):
     """A target and a drafter that cannot be served together (architecture, width, vocabulary)."""
 
 
+class OutputError(GgufExactError):
+    """An output cannot be written: disk full, a read-only file system, permission
+    denied, its folder gone. Nothing is left at the output path."""
+
+
 class NotExactError(GgufExactError):
     """A file is not what its plan says: verify's verdict, a read-back, a sha256."""
 
@@ -177,6 +183,7 @@ __all__ = [
     "Message",
     "NotExactError",
     "OffGridError",
+    "OutputError",
     "PairError",
     "Param",
     "ServerError",

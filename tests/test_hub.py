@@ -247,7 +247,9 @@ def test_fetch_refuses_corrupt_bytes_and_leaves_nothing(hub, config, tmp_path, p
         and f"sha256 {sha(bytes(bad))}" in msg
         and f"expected {sha(published[OUTPUT])}" in msg
     )
-    assert not dest.exists()
+    # the file that was there is the user's: left as it was, never replaced by unverified bytes
+    assert dest.read_bytes() == b"a stale file from before"
+    assert sorted(p.name for p in dest.parent.iterdir()) == [OUTPUT]
     assert (
         leftovers(config.cache_dir) == []
         and not (storage_dir(EXACT, config) / "blobs" / sha(published[OUTPUT])).exists()

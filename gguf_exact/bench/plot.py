@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from gguf_exact.errors import GgufExactError
+from gguf_exact.formats.safe_write import atomic_output
 
 if TYPE_CHECKING:
     from gguf_exact.bench.run import BenchReport
@@ -48,7 +49,8 @@ def plot_report(report: BenchReport, path: str | Path) -> Path:
     )
     fig.tight_layout()
     path = Path(path)
-    fig.savefig(path)
+    with atomic_output(path) as tmp:
+        fig.savefig(tmp, format="png")
     plt.close(fig)
     return path
 

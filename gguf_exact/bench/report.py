@@ -21,6 +21,8 @@ from pathlib import Path
 from typing import Any, ClassVar, Iterable
 
 from gguf_exact.errors import GgufExactError
+from gguf_exact.formats.paths import Inputs, check_not_input
+from gguf_exact.formats.safe_write import output_folder, write_text
 
 TARGET = "target"
 
@@ -138,14 +140,21 @@ class Report:
         """Write a PNG of the report, or None where it has none."""
         return None
 
+    @classmethod
+    def check_outputs(cls, out_dir: str | Path, inputs: Inputs | None = None) -> None:
+        """Before anything is measured: none of the files :meth:`write` would write there is
+        one of ``inputs`` or the command's recorded inputs (:func:`~gguf_exact.formats.paths.check_not_input`)."""
+        for ext in ("json", "md", "png"):
+            check_not_input(Path(out_dir) / f"{cls.STEM}.{ext}", inputs)
+
     def write(self, out_dir: str | Path, plot: bool = True) -> dict[str, Path]:
         """Write ``<stem>.json``, ``<stem>.md`` and, with ``plot`` where the report plots (and
         matplotlib is there), ``<stem>.png``; returns the paths written. A plot that could not
         be drawn is noted in the Markdown."""
         out = Path(out_dir)
-        out.mkdir(parents=True, exist_ok=True)
+        output_folder(out)
         paths = {"json": out / f"{self.STEM}.json", "markdown": out / f"{self.STEM}.md"}
-        paths["json"].write_text(json.dumps(self.as_dict(), indent=2) + "\n")
+        write_text(paths["json"], json.dumps(self.as_dict(), indent=2) + "\n")
         md = self.markdown()
         if plot:
             try:
@@ -155,7 +164,7 @@ class Report:
                     md += f"\n![tokens/s and tokens per target pass against n-max]({png.name})\n"
             except GgufExactError as e:
                 md += f"\n(no plot: {e})\n"
-        paths["markdown"].write_text(md)
+        write_text(paths["markdown"], md)
         return paths
 
 

@@ -229,6 +229,15 @@ def bench_servers(
     return BenchReport(meta, runs, summary)
 
 
+def check_bench_outputs(out_dir: str | Path, engines: bool, target: Path | None, drafter: str | None) -> None:
+    """Before measuring: the report :func:`run_bench` gives (``engines``: ``bench --engines``'s)
+    would overwrite neither model (nor another recorded input) in ``out_dir``."""
+    from gguf_exact.bench.engines import EngineReport
+
+    inputs = {Param("target"): target, Param("draft"): drafter if drafter and Path(drafter).exists() else None}
+    (EngineReport if engines else BenchReport).check_outputs(out_dir, inputs)
+
+
 def run_bench(request: BenchRequest, progress: Progress = lambda s: None):
     """``bench`` as one call: in-process (:func:`bench_runner`), against running
     llama-servers (:func:`bench_servers`) or both engines' servers started here

@@ -29,7 +29,8 @@ from typing import Callable
 from gguf_exact.bench.report import TARGET, Arm, alternating_order
 from gguf_exact.bench.run import BenchReport, bench_servers, summarize
 from gguf_exact.errors import ArgumentError, InputError, NotExactError, Param
-from gguf_exact.formats.gguf_file import atomic_output
+from gguf_exact.formats.paths import check_not_input
+from gguf_exact.formats.safe_write import atomic_output, output_folder
 from gguf_exact.runtime.profiles import PROFILE_DIR, Profile, load_profile, user_profile_dir
 
 N_MAX_KEY = "spec-draft-n-max"
@@ -170,6 +171,9 @@ def tune_profile(
     from gguf_exact.bench.prompt_set import load_prompts
 
     name = request.name
+    BenchReport.check_outputs(out_dir)  # before measuring: neither the report nor the profile is an input
+    if write:
+        check_not_input(tuned_destination(request.profile, None, name), profile_input(request.profile))
     prompts = load_prompts(list(request.prompt_names) if request.prompt_names is not None else None)
     result = tune_n_max(request, prompts, progress=progress)
     tuned = Tuned(request, result, result.report.write(out_dir, plot=False))
@@ -237,12 +241,8 @@ def shadows_builtin(name: str) -> bool:
     return (PROFILE_DIR / f"{name}.toml").is_file()
 
 
-def write_tuned_profile(
-    base: Profile, result: TuneResult, command: str, folder: Path | None = None, name: str | None = None
-) -> Path:
-    """Write ``base`` with the best n-max to ``folder/<name>.toml`` (default: the user's
-    profile folder, ``<base>-tuned``, see :func:`tuned_name`) and read it back; the
-    project's ``serve/`` is refused."""
+def tuned_destination(base: Profile, folder: Path | None = None, name: str | None = None) -> Path:
+    """Where :func:`write_tuned_profile` writes: ``folder/<name>.toml``, never the project's serve/."""
     folder = Path(folder or user_profile_dir()).expanduser()
     if folder.resolve() == PROFILE_DIR.resolve():
         raise ArgumentError(
@@ -250,13 +250,29 @@ def write_tuned_profile(
         )
     if base.path is None:
         raise InputError(f"profile {base.name}: no file to copy")
+    return folder / f"{tuned_name(base, name)}.toml"
+
+
+def profile_input(base: Profile) -> dict[str, Path | None]:
+    """``base`` as an input the tuned profile must not be, unless tune wrote it (its first
+    line is tune's mark): such a copy is tune's own, updated in place."""
+    lines = base.path.read_text().splitlines()[:1] if base.path is not None else []
+    return {} if lines and lines[0].startswith(TUNED_MARK) else {"profile": base.path}
+
+
+def write_tuned_profile(
+    base: Profile, result: TuneResult, command: str, folder: Path | None = None, name: str | None = None
+) -> Path:
+    """Write ``base`` with the best n-max to ``folder/<name>.toml`` (default: the user's
+    profile folder, ``<base>-tuned``, see :func:`tuned_name`) and read it back; the
+    project's ``serve/`` is refused."""
+    dest = tuned_destination(base, folder, name)
     body = base.path.read_text().splitlines()
     if body and body[0].startswith(TUNED_MARK):  # a copy tuned before: its header is replaced
         body = body[len(tuned_header(result, command)) :]
     new = set_n_max("\n".join(tuned_header(result, command) + body), result.best_n_max, "measured by gguf-exact tune")
-    folder.mkdir(parents=True, exist_ok=True)
-    dest = folder / f"{tuned_name(base, name)}.toml"
-    with atomic_output(dest) as tmp:
+    output_folder(dest.parent)
+    with atomic_output(dest, inputs=profile_input(base)) as tmp:
         tmp.write_text(new)
         written = load_profile(tmp)
         if written.draft.get(N_MAX_KEY) != result.best_n_max:
@@ -275,6 +291,7 @@ __all__ = [
     "shadows_builtin",
     "tune_n_max",
     "tune_profile",
+    "tuned_destination",
     "tuned_header",
     "tuned_name",
     "write_tuned_profile",

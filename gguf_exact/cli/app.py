@@ -16,6 +16,7 @@ import click
 
 from gguf_exact.cli import console
 from gguf_exact.errors import GgufExactError, Param, render
+from gguf_exact.formats.paths import one_command
 from gguf_exact.version import __version__
 
 # API parameter names that no option of the command spells (the options take another name).
@@ -56,11 +57,13 @@ def message(e: GgufExactError | str, command: click.Command | None = None) -> st
 
 
 class Group(click.Group):
-    """Turns :class:`GgufExactError` into one ``error:`` line and exit status 1."""
+    """Turns :class:`GgufExactError` into one ``error:`` line and exit status 1; each
+    command records what it reads, which none of its outputs may be (:func:`one_command`)."""
 
     def invoke(self, ctx):
         try:
-            return super().invoke(ctx)
+            with one_command():
+                return super().invoke(ctx)
         except GgufExactError as e:
             name = ctx.invoked_subcommand
             command = self.commands.get(name) if name else None

@@ -256,7 +256,7 @@ def bench(
     pass against n-max).
     """
     from gguf_exact.bench.request import BenchRequest
-    from gguf_exact.bench.run import run_bench
+    from gguf_exact.bench.run import check_bench_outputs, run_bench
 
     engine_list = [e.strip() for e in engines.split(",") if e.strip()] if engines else []
     request = BenchRequest(
@@ -275,7 +275,9 @@ def bench(
         temperature=temperature,
         seed=seed,
     )
+    out_dir = out_dir or results_dir("bench")
+    check_bench_outputs(out_dir, bool(engines), target, drafter)
     report = run_bench(request, console.progress_lines())
-    paths = report.write(out_dir or results_dir("bench"), plot=not no_plot)
+    paths = report.write(out_dir, plot=not no_plot)
     say_markdown(report.markdown())
     say_fitted("wrote " + ", ".join(str(p) for p in paths.values()))

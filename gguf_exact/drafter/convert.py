@@ -22,7 +22,7 @@ from gguf_exact.errors import ArgumentError, InputError, Param
 from gguf_exact.formats.checkpoint import Checkpoint
 from gguf_exact.formats.gguf_file import encode, file_type
 from gguf_exact.formats.gguf_layout import Field, TensorEntry
-from gguf_exact.formats.paths import check_output_file
+from gguf_exact.formats.paths import check_output_files, one_command
 from gguf_exact.formats.vocab import TargetInfo, read_target
 from gguf_exact.gemma4.assistant import (
     ARCH,
@@ -143,6 +143,7 @@ def check_target(target: TargetInfo, cfg: AssistantConfig, vocab_from: Path) -> 
         )
 
 
+@one_command()
 def convert_drafter(
     source_dir: str | Path,
     out_path: str | Path,
@@ -161,9 +162,8 @@ def convert_drafter(
     """
     if off_grid is not None and off_grid not in OFF_GRID_TYPES:
         raise ArgumentError(Param("off_grid"), f" {off_grid}: expected one of {', '.join(OFF_GRID_TYPES)}")
-    out_path = check_output_file(out_path)
-    if report_path is not None:
-        check_output_file(report_path, "report")
+    inputs = {"source folder's file": source_dir, Param("vocab_from"): vocab_from}
+    out_path = check_output_files(out_path, report_path, inputs)
     keep_heap_blocks()
     start = time.perf_counter()
     with Checkpoint(source_dir) as ckpt:

@@ -1,25 +1,20 @@
-"""Output files written safely, and tensor data encoded to and decoded from GGUF types.
+"""Tensor data encoded to and decoded from GGUF types, and a file's sha256.
 
-Nothing half-written ever sits at an output path: :func:`atomic_output` gives a temp
-file beside it, which is renamed into place (after an fsync, with ordinary permissions)
-only when everything that checks it has passed. :func:`encode` and :func:`decode` move
+(:func:`atomic_output`, the safe writer every output goes through, lives in
+:mod:`gguf_exact.formats.safe_write` and is named here too, where callers have long
+imported it from.) :func:`encode` and :func:`decode` move
 between a source's values and a GGUF type's bytes: each source keeps its own precision
 (bf16 as its bits, float16, float32) until a type that cannot hold it is asked for.
 """
 
-import contextlib
 import hashlib
-import os
-import tempfile
 from pathlib import Path
-from typing import Iterator
 
 import numpy as np
 from gguf import GGMLQuantizationType, LlamaFileType, quants
 
 from gguf_exact.core import bf16, q4_0
-from gguf_exact.errors import InputError
-from gguf_exact.formats.paths import check_output_file
+from gguf_exact.formats.safe_write import atomic_output  # noqa: F401  (named here too: long imported from here)
 
 # What the CLI calls each storage type, and its GGML type.
 TYPES = {
@@ -29,35 +24,6 @@ TYPES = {
     "bf16": GGMLQuantizationType.BF16,
     "f32": GGMLQuantizationType.F32,
 }
-
-
-def _umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
-
-
-@contextlib.contextmanager
-def atomic_output(path: str | Path) -> Iterator[Path]:
-    """Yield a temp path beside ``path``; if the body succeeds, fsync it, give it the
-    permissions a new file gets here (0666 less the umask, not mkstemp's 0600) and
-    rename it into place; otherwise remove it."""
-    path = check_output_file(path)
-    directory = path.parent if str(path.parent) else Path(".")
-    try:
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=directory)
-    except OSError as err:
-        raise InputError(f"{path}: cannot write to {directory} ({err.strerror})") from None
-    os.close(fd)
-    tmp_path = Path(tmp)
-    try:
-        yield tmp_path
-        with open(tmp_path, "rb+") as f:
-            os.fsync(f.fileno())
-        os.chmod(tmp_path, 0o666 & ~_umask())
-        os.replace(tmp_path, path)
-    finally:
-        tmp_path.unlink(missing_ok=True)
 
 
 def file_type(types: list[GGMLQuantizationType]) -> int:

@@ -8,8 +8,10 @@ is written last, when every tensor's final type is known. Gaps are zero-filled
 and the file ends padded to the alignment, as gguf-py's ``GGUFWriter`` leaves it.
 """
 
+import contextlib
 import os
 from pathlib import Path
+from typing import Iterator
 
 import numpy as np
 from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
@@ -20,12 +22,14 @@ from gguf_exact.formats.gguf_layout import (
     encode_header,
     layout_offsets,
 )
+from gguf_exact.formats.safe_write import atomic_output, injected_fault
 
 ZEROS = bytes(1 << 16)
 
 
 def pwrite_all(fd: int, data, offset: int) -> None:
     view = memoryview(np.ascontiguousarray(data)).cast("B") if isinstance(data, np.ndarray) else memoryview(data)
+    injected_fault(offset, len(view))
     done = 0
     while done < len(view):
         done += os.pwrite(fd, view[done:], offset + done)
@@ -36,6 +40,13 @@ def write_zeros(fd: int, start: int, end: int) -> None:
         n = min(len(ZEROS), end - start)
         pwrite_all(fd, ZEROS[:n], start)
         start += n
+
+
+def planned_size(version: int, kv_raw: list[bytes], tensors: list[TensorEntry], alignment: int) -> int:
+    """The size of the file these tensors make, as planned (a fallback type may grow it)."""
+    placed = layout_offsets(tensors, alignment)
+    end = placed[-1].offset + placed[-1].nbytes if placed else 0
+    return len(encode_header(version, list(kv_raw), placed, alignment)) + align(end, alignment)
 
 
 class StreamingGGUF:
@@ -90,6 +101,21 @@ class StreamingGGUF:
             self.fd = -1
 
 
+@contextlib.contextmanager
+def streaming_gguf(
+    path: Path, version: int, kv_raw: list[bytes], tensors: list[TensorEntry], alignment: int
+) -> Iterator[StreamingGGUF]:
+    """A :class:`StreamingGGUF` on a temp file beside ``path`` (:func:`~.safe_write.atomic_output`,
+    the free space held against the planned size), renamed into place when the body ends
+    without an error; ``writer.path`` is the temp file, to read back before that."""
+    with atomic_output(path, planned_size(version, kv_raw, tensors, alignment)) as tmp:
+        writer = StreamingGGUF(tmp, version, kv_raw, tensors, alignment)
+        try:
+            yield writer
+        finally:
+            writer.close()
+
+
 def write_gguf(
     path: Path,
     kv_raw: list[bytes],
@@ -100,7 +126,7 @@ def write_gguf(
     """A whole GGUF from key/value pairs (as bytes, e.g. :meth:`gguf_layout.Field.encode`)
     and in-memory tensors (name, data in row-major shape, type): F32/F16 data typed,
     other types as raw bytes of shape (rows, row bytes). Small files: tests, benchmarks'
-    inputs, tiny models. Returns the size."""
+    inputs, tiny models. Written safely (:func:`~.safe_write.atomic_output`). Returns the size."""
     entries, blobs = [], []
     for name, data, qtype in tensors:
         data = np.ascontiguousarray(data)
@@ -111,10 +137,7 @@ def write_gguf(
             shape = (*data.shape[:-1], data.shape[-1] // size * block) if data.dtype == np.uint8 else data.shape
         entries.append(TensorEntry(name, tuple(reversed(shape)) or (1,), qtype))
         blobs.append(data)
-    writer = StreamingGGUF(path, version, kv_raw, entries, alignment)
-    try:
+    with streaming_gguf(path, version, kv_raw, entries, alignment) as writer:
         for entry, data in zip(entries, blobs):
             pwrite_all(writer.fd, data, writer.place(entry))
         return writer.finish(kv_raw)
-    finally:
-        writer.close()

@@ -14,6 +14,8 @@ from typing import Callable
 
 import numpy as np
 
+from gguf_exact.formats.safe_write import atomic_output, output_folder, write_text
+
 DTYPES = {"BF16": (np.uint16, 2), "F32": (np.float32, 4), "I64": (np.int64, 8)}
 Fill = Callable[[int, int], np.ndarray]  # rows [r0, r1) -> array (r1 - r0, *shape[1:])
 
@@ -40,7 +42,7 @@ def write_safetensors(path: Path, tensors: list[StreamTensor], chunk_values: int
         offset += size
     raw = json.dumps(header, separators=(",", ":")).encode()
     raw += b" " * (-len(raw) % 8)
-    with open(path, "wb") as f:
+    with atomic_output(path, 8 + len(raw) + offset) as tmp, open(tmp, "wb") as f:
         f.write(struct.pack("<Q", len(raw)) + raw)
         for t in tensors:
             rows, per_row = _rows(t.shape)
@@ -56,8 +58,8 @@ def write_safetensors(path: Path, tensors: list[StreamTensor], chunk_values: int
 def write_folder(folder: str | Path, config: dict, tensors: list[StreamTensor], shards: int = 1) -> Path:
     """config.json plus one safetensors file, or ``shards`` files and an index."""
     folder = Path(folder)
-    folder.mkdir(parents=True, exist_ok=True)
-    (folder / "config.json").write_text(json.dumps(config, indent=2) + "\n")
+    output_folder(folder)
+    write_text(folder / "config.json", json.dumps(config, indent=2) + "\n")
     if shards <= 1:
         write_safetensors(folder / "model.safetensors", tensors)
         return folder
@@ -68,5 +70,5 @@ def write_folder(folder: str | Path, config: dict, tensors: list[StreamTensor], 
         write_safetensors(folder / file, part)
         weight_map |= {t.name: file for t in part}
     index = {"metadata": {}, "weight_map": weight_map}
-    (folder / "model.safetensors.index.json").write_text(json.dumps(index, indent=2) + "\n")
+    write_text(folder / "model.safetensors.index.json", json.dumps(index, indent=2) + "\n")
     return folder

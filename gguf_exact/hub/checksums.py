@@ -25,7 +25,7 @@ from pathlib import Path
 
 from gguf_exact.constants import CHECKSUMS_ENV
 from gguf_exact.errors import HubError
-from gguf_exact.formats.gguf_file import atomic_output
+from gguf_exact.formats.safe_write import write_text
 from gguf_exact.hub.names import COMMIT
 from gguf_exact.resources import shipped_dir, user_dir
 
@@ -147,8 +147,7 @@ def read(path: str | Path) -> Checksums:
 
 def write(path: str | Path, cs: Checksums) -> None:
     """Write ``cs`` to ``path`` atomically (temp file beside it, then rename)."""
-    with atomic_output(path) as tmp:
-        tmp.write_text(render(cs))
+    write_text(path, render(cs))
 
 
 def user_checksums_dir() -> Path:

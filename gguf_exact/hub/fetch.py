@@ -18,7 +18,9 @@ from fnmatch import fnmatchcase
 from pathlib import Path
 
 from gguf_exact.errors import GgufExactError, HubError
-from gguf_exact.formats.gguf_file import atomic_output, sha256_file
+from gguf_exact.formats.gguf_file import sha256_file
+from gguf_exact.formats.paths import check_not_input, one_command, reads
+from gguf_exact.formats.safe_write import atomic_output, output_folder
 from gguf_exact.hub import checksums
 from gguf_exact.hub.client import cached_file, cached_sha256, download
 from gguf_exact.hub.names import check_relative_path, check_revision
@@ -116,7 +118,7 @@ def fetch_file(pf: PinnedFile, dest: Path, config: HubConfig, progress: bool = T
     if dest.is_file():
         if in_place(pf, dest):
             return Fetched(pf, dest, "in place", dest.stat().st_size, pf.commit)
-        dest.unlink()
+        # another file there is replaced only once the pinned one is verified beside it
     cached = cached_file(pf.repo, pf.filename, pf.revision, config)
     if cached is not None and in_cache(pf, cached, config):
         _place(cached, dest, pf.sha256)
@@ -142,14 +144,19 @@ def in_cache(pf: PinnedFile, cached: Path, config: HubConfig) -> bool:
     return size_problem(cached.stat().st_size, pf.size) is None and cached_sha256(cached, pf.repo, config) == pf.sha256
 
 
+@one_command()
 def fetch_recipe(
     recipe: Recipe, role: str, models_dir: str | Path, config: HubConfig | None = None, progress: bool = True
 ) -> list[Fetched]:
     """Fetch every file of one part (``exact``, ``source`` or ``target``) of ``recipe``."""
     check_role(recipe, role)
     config = config or HubConfig.from_env()
+    reads(recipe.path, "recipe")
+    reads(recipe.checksums, "checksum file")
     files = pinned_files(recipe, role, checksums.read(recipe.checksums))
     root = part_dir(models_dir, recipe.part(role))
+    for pf in files:  # every destination checked before any download
+        check_not_input(root / pf.filename)
     return [fetch_file(pf, root / pf.filename, config, progress) for pf in files]
 
 
@@ -165,7 +172,7 @@ def check_role(recipe: Recipe, role: str) -> None:
 
 def _place(src: Path, dest: Path, sha256: str) -> None:
     """Hard-link ``src`` at ``dest`` (copy across file systems), atomically, verified."""
-    dest.parent.mkdir(parents=True, exist_ok=True)
+    output_folder(dest.parent)
     src = src.resolve()
     with atomic_output(dest) as tmp:
         tmp.unlink()

@@ -14,6 +14,8 @@ from fnmatch import fnmatchcase
 from pathlib import Path
 
 from gguf_exact.errors import ArgumentError, HubError, Param
+from gguf_exact.formats.paths import check_not_input, one_command, reads
+from gguf_exact.formats.safe_write import output_folder
 from gguf_exact.hub import checksums
 from gguf_exact.hub.checksums import Entry, RepoPin
 from gguf_exact.hub.client import RepoListing, read_small_file, repo_listing
@@ -51,12 +53,15 @@ class PinReport:
         return [e for p in self.parts for e in p.entries if e.previous is not None and e.previous != e.sha256]
 
 
+@one_command()
 def pin_recipe(
     recipe: Recipe, roles: list[str] | None = None, revision: str | None = None, config: HubConfig | None = None
 ) -> PinReport:
     """Pin the parts ``roles`` (default: all the recipe has) at their recipe revision, or
     at ``revision`` (one part only), and rewrite the recipe's checksum file."""
     config = config or HubConfig.from_env()
+    reads(recipe.path, "recipe")  # its checksum file is the output, rewritten in place by design
+    check_not_input(recipe.pin_destination)
     if roles is None:
         roles = [r for r in ROLES if r in recipe.parts]
     parts = [recipe.part(r) for r in roles]
@@ -86,7 +91,7 @@ def pin_recipe(
         sizes = {e.path: e.size for e in merged if e.size is not None}
         updated = updated.with_repo(pin, [Entry(e.sha256, e.path) for e in merged], sizes)
         report.parts.append(PartPin(part.role, pin, entries))
-    dest.parent.mkdir(parents=True, exist_ok=True)
+    output_folder(dest.parent)
     checksums.write(dest, updated)
     return report
 

@@ -15,7 +15,9 @@ from pathlib import Path
 from typing import Callable
 
 from gguf_exact.drafter.convert import ConvertResult, convert_drafter
-from gguf_exact.errors import HubError, Param
+from gguf_exact.errors import ArgumentError, HubError, Param
+from gguf_exact.formats.paths import check_not_input, one_command, reads, same_file
+from gguf_exact.formats.safe_write import output_folder
 from gguf_exact.hub import checksums
 from gguf_exact.hub.fetch import Fetched, fetch_recipe, part_dir, pinned_files
 from gguf_exact.hub.recipes import Recipe
@@ -36,6 +38,7 @@ class BuildResult:
     outcome: Outcome | None  # None when the recipe pins no published file to compare with
 
 
+@one_command()
 def build_recipe(
     recipe: Recipe,
     models_dir: str | Path,
@@ -52,7 +55,10 @@ def build_recipe(
             f'{recipe.path}: recipe {recipe.name} is a {recipe.kind}; `build` makes drafters (kind = "drafter") only'
         )
     config = config or HubConfig.from_env()
+    reads(recipe.path, "recipe")
     pins = checksums.read(recipe.checksums)
+    out = Path(out_dir) / recipe.output
+    check_not_input(out, {Param("vocab_from"): vocab_from})  # before anything is downloaded
     published = None
     if "exact" in recipe.parts:
         files = pinned_files(recipe, "exact", pins)
@@ -61,6 +67,13 @@ def build_recipe(
                 f"{recipe.path}: the exact section must name one GGUF to compare the build with; it names {len(files)}"
             )
         published = files[0]
+        fetched_at = part_dir(models_dir, recipe.part("exact")) / published.filename
+        if same_file(out, fetched_at):
+            raise ArgumentError(
+                Param("out_dir"),
+                f" {out_dir}: the build would be written at {out}, where the published file it is compared with "
+                "is fetched; build into another folder",
+            )
     pinned_files(recipe, "source", pins)  # every pin is checked before anything is downloaded
     if vocab_from is None:
         if "target" not in recipe.parts:
@@ -72,7 +85,7 @@ def build_recipe(
     if vocab_from is None:
         vocab_from = fetch_recipe(recipe, "target", models_dir, config, download_progress)[0].path
     out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
+    output_folder(out_dir)
     source_dir = part_dir(models_dir, recipe.part("source"))
     result = convert_drafter(source_dir, out_dir / recipe.output, vocab_from, progress=progress)
     outcome = None

@@ -24,7 +24,7 @@ from gguf_exact.errors import ArgumentError, Param
 from gguf_exact.formats.checkpoint import Checkpoint
 from gguf_exact.formats.gguf_file import file_type
 from gguf_exact.formats.gguf_layout import TensorEntry, encode_kv, row_bytes
-from gguf_exact.formats.paths import check_output_file
+from gguf_exact.formats.paths import check_output_files, one_command
 from gguf_exact.malloc_tuning import keep_heap_blocks
 from gguf_exact.progress import Progress
 from gguf_exact.repack import report as per_kind
@@ -102,6 +102,7 @@ def output_kv(donor: Donor, tensor_types: list[tuple[TensorEntry, GGMLQuantizati
     return out, value
 
 
+@one_command()
 def repack_model(
     donor_path: str | Path,
     source_dir: str | Path,
@@ -127,15 +128,12 @@ def repack_model(
         raise ArgumentError(Param("off_grid"), f" {off_grid}: expected one of {', '.join(OFF_GRID_CHOICES)}")
     if donor_stats not in ("sample", "all"):
         raise ArgumentError(f"donor_stats {donor_stats}: expected sample or all")
-    out_path, source_dir = check_output_file(out_path), Path(source_dir)
-    if report_path is not None:
-        check_output_file(report_path, "report")
+    inputs = {Param("donor"): donor_path, "source folder's file": source_dir}
+    out_path, source_dir = check_output_files(out_path, report_path, inputs), Path(source_dir)
     keep_heap_blocks()
     times: dict[str, float] = {}
     start = time.perf_counter()
     with open_donor(donor_path) as donor:
-        if out_path.resolve() == donor.path.resolve():
-            raise ArgumentError(f"{out_path}: is the donor itself; write the re-packed file elsewhere")
         with Checkpoint(source_dir) as ckpt:
             check_same_model(
                 donor.path, donor.header.value, donor.architecture, ckpt.config, ckpt.folder / "config.json"

@@ -19,10 +19,10 @@ from pathlib import Path
 from typing import Callable
 
 from gguf_exact.errors import NotExactError
-from gguf_exact.formats.gguf_file import atomic_output
 from gguf_exact.formats.gguf_layout import TensorEntry
 from gguf_exact.formats.gguf_reader import GgufFile
-from gguf_exact.formats.gguf_stream import StreamingGGUF
+from gguf_exact.formats.gguf_stream import streaming_gguf
+from gguf_exact.formats.safe_write import write_text
 from gguf_exact.progress import Progress
 from gguf_exact.stream.jobs import TensorJob
 from gguf_exact.stream.readback import verify_written
@@ -65,8 +65,7 @@ def write_verified(
     ``seconds`` count from ``start`` (default: now)."""
     start = time.perf_counter() if start is None else start
     seconds: dict[str, float] = {}
-    with atomic_output(out_path) as tmp:
-        writer = StreamingGGUF(tmp, version, kv, entries, alignment)
+    with streaming_gguf(out_path, version, kv, entries, alignment) as writer:
         tensors = TensorWriter(jobs, writer, donor, off_grid, donor_every)
         try:
             results = write_tensors(tensors, workers or min(2, os.cpu_count() or 1), worker_kind, progress)
@@ -75,7 +74,7 @@ def write_verified(
             tensors.close()
             writer.close()
         seconds["write"] = time.perf_counter() - start
-        digest = verify_written(tmp, writer.header, writer.placed, results, replanner)
+        digest = verify_written(writer.path, writer.header, writer.placed, results, replanner)
         seconds["verify"] = time.perf_counter() - start - seconds["write"]
         if expect_sha256 and digest != expect_sha256.lower():
             raise NotExactError(f"{out_path}: sha256 {digest} does not match the expected {expect_sha256.lower()}")
@@ -85,8 +84,7 @@ def write_verified(
 def write_report(report_path: str | Path | None, report: dict) -> None:
     """Write ``report`` as JSON at ``report_path`` (nothing when None), atomically."""
     if report_path:
-        with atomic_output(report_path) as tmp:
-            tmp.write_text(json.dumps(report, indent=2) + "\n")
+        write_text(report_path, json.dumps(report, indent=2) + "\n")
 
 
 __all__ = ["Written", "write_report", "write_verified"]

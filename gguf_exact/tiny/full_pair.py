@@ -48,7 +48,8 @@ from gguf_exact.core import bf16, q4_0, q6_k
 from gguf_exact.drafter.convert import convert_drafter
 from gguf_exact.errors import ArgumentError, Param
 from gguf_exact.formats.gguf_layout import TensorEntry, encode_kv
-from gguf_exact.formats.gguf_stream import StreamingGGUF, pwrite_all
+from gguf_exact.formats.gguf_stream import pwrite_all, streaming_gguf
+from gguf_exact.formats.safe_write import output_folder
 from gguf_exact.gemma4.hparams import TextHparams, rope_freqs
 from gguf_exact.gemma4.sizes import SIZES
 from gguf_exact.tiny.main_model import NORM, SCALAR, MainSpec, donor_kv, hf_config, model_tensors
@@ -174,8 +175,7 @@ def write_target(path: str | Path, size: str, vocab: Vocabulary, cycle: list[int
     what = {t.gguf_name: t.what for t in tensors}
     heads = _target_heads(spec, cycle)
     kv = target_kv(spec, vocab, f"gemma-4-{size}-made-pair")
-    writer = StreamingGGUF(path, 3, kv, entries, 32)
-    try:
+    with streaming_gguf(path, 3, kv, entries, 32) as writer:
         for entry in entries:
             offset = writer.place(entry)
             if entry.name == "rope_freqs.weight":
@@ -185,8 +185,6 @@ def write_target(path: str | Path, size: str, vocab: Vocabulary, cycle: list[int
             else:
                 _write_matrix(writer.fd, offset, entry, heads.get(entry.name))
         writer.finish(kv)
-    finally:
-        writer.close()
     return path
 
 
@@ -260,7 +258,7 @@ def write_pair(folder: str | Path, shape: str, kind: str, progress: Callable[[st
     if folder.exists() and not folder.is_dir():
         raise ArgumentError(f"{folder}: exists and is not a folder")
     size = SHAPES[shape.lower()]
-    folder.mkdir(parents=True, exist_ok=True)
+    output_folder(folder)
     vocab = gemma4_vocabulary()
     cycle = cycle_ids(vocab)
     say(f"target: {size}, {len(vocab.tokens):,} tokens, {len(vocab.merges):,} merges")

@@ -18,6 +18,7 @@ from pathlib import Path
 from gguf import GGMLQuantizationType, GGUFValueType
 
 from gguf_exact.formats.gguf_layout import Field, TensorEntry, encode_header, layout_offsets
+from gguf_exact.formats.safe_write import atomic_output
 from gguf_exact.formats.vocab import read_target
 from gguf_exact.gemma4.assistant import ARCH as ASSISTANT
 from gguf_exact.gemma4.assistant import LAYER_TENSORS, ROPE_FREQS, AssistantConfig, expected_shape, metadata
@@ -35,9 +36,9 @@ def write_sparse(path: str | Path, kv_raw: list[bytes], tensors: list[TensorEntr
     tensors = layout_offsets(tensors, ALIGNMENT)
     head = encode_header(VERSION, kv_raw, tensors, ALIGNMENT)
     end = len(head) + (tensors[-1].offset + tensors[-1].nbytes if tensors else 0)
-    with open(path, "wb") as f:
-        f.write(head)
-    os.truncate(path, end)
+    with atomic_output(path, end) as tmp:
+        tmp.write_bytes(head)
+        os.truncate(tmp, end)
     return path
 
 

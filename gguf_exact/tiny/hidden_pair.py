@@ -32,6 +32,7 @@ from gguf import GGUFReader
 
 from gguf_exact.core import bf16
 from gguf_exact.drafter.convert import convert_drafter
+from gguf_exact.formats.safe_write import output_folder
 from gguf_exact.tiny.models import (
     TinyDrafter,
     TinyTarget,
@@ -121,7 +122,7 @@ def hidden_drafter_tensors(seed: int = 0) -> dict[str, np.ndarray]:
 def write_hidden_state_pair(folder: str | Path, seed: int = 0) -> tuple[Path, Path]:
     """Write the pair under ``folder``: (target.gguf, drafter.gguf, converted to exact Q4_0)."""
     folder = Path(folder)
-    folder.mkdir(parents=True, exist_ok=True)
+    output_folder(folder)
     target = write_hidden_target(folder / "target.gguf", seed=seed)
     hf = write_checkpoint(folder / "drafter-hf", drafter_config(TinyDrafter()), hidden_drafter_tensors(seed))
     drafter = convert_drafter(hf, folder / "drafter.gguf", target).path

@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from gguf_exact.formats.safe_write import output_folder
+
 
 @dataclass(frozen=True)
 class TinyKit:
@@ -26,7 +28,7 @@ def write_tiny_kit(out_dir: str | Path, seed: int = 0, step_kind: str = "fp32", 
     from gguf_exact.tiny.models import write_tiny_drafter, write_tiny_target
 
     out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
+    output_folder(out)
     kit = TinyKit(out / "target.gguf", out / "drafter-hf", out / "main-hf", out / "main-q4_0.gguf")
     write_tiny_target(kit.target, seed=seed)
     write_tiny_drafter(kit.drafter_hf, seed=seed, step_kind=step_kind)

@@ -26,7 +26,7 @@ from gguf_exact.core import bf16, q6_k
 from gguf_exact.formats.checkpoint import Checkpoint
 from gguf_exact.formats.gguf_file import as_f32
 from gguf_exact.formats.gguf_layout import TensorEntry, encode_array_kv, encode_kv
-from gguf_exact.formats.gguf_stream import StreamingGGUF, pwrite_all
+from gguf_exact.formats.gguf_stream import pwrite_all, streaming_gguf
 from gguf_exact.formats.safetensors_stream import StreamTensor, write_folder
 from gguf_exact.gemma4 import names as gemma4_names
 from gguf_exact.gemma4.hparams import TextHparams, rope_freqs, text_fields
@@ -332,8 +332,7 @@ def write_donor(
     rope = rope_freqs(TextHparams.from_hf(hf_config(spec)["text_config"]))
     entries = [TensorEntry(t.gguf_name, tuple(reversed(t.shape)), t.donor_type) for t in tensors]
     entries.insert(1, TensorEntry("rope_freqs.weight", (rope.size,), T.F32))
-    writer = StreamingGGUF(path, 3, donor_kv(spec), entries, 32)
-    try:
+    with streaming_gguf(path, 3, donor_kv(spec), entries, 32) as writer:
         for entry in entries:
             offset = writer.place(entry)
             if entry.name == "rope_freqs.weight":
@@ -348,6 +347,4 @@ def write_donor(
                 raw = donor_bytes(as_f32(src.read(r0, r1)), entry.type)
                 pwrite_all(writer.fd, raw, offset + r0 * raw.shape[1])
         writer.finish(donor_kv(spec))
-    finally:
-        writer.close()
     return path

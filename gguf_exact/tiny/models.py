@@ -18,6 +18,7 @@ from gguf import GGMLQuantizationType, GGUFWriter, TokenType, quants
 from safetensors.numpy import save_file
 
 from gguf_exact.core import bf16
+from gguf_exact.formats.safe_write import atomic_output, output_folder, write_text
 from gguf_exact.gemma4.hparams import SLIDING
 from gguf_exact.gemma4.names import ARCH as TARGET_ARCH
 from gguf_exact.gemma4.sizes import AssistantShape, TextShape
@@ -114,14 +115,14 @@ def write_hf_tokenizer(folder: str | Path, n_vocab: int) -> Path:
             "merges": [],
         },
     }
-    (folder / "tokenizer.json").write_text(json.dumps(tokenizer, ensure_ascii=False, indent=1) + "\n")
+    write_text(folder / "tokenizer.json", json.dumps(tokenizer, ensure_ascii=False, indent=1) + "\n")
     config = {
         "tokenizer_class": "PreTrainedTokenizerFast",
         "bos_token": "<s>",
         "eos_token": "</s>",
         "unk_token": "<unk>",
     }
-    (folder / "tokenizer_config.json").write_text(json.dumps(config, indent=1) + "\n")
+    write_text(folder / "tokenizer_config.json", json.dumps(config, indent=1) + "\n")
     return folder / "tokenizer.json"
 
 
@@ -301,21 +302,23 @@ def write_checkpoint(folder: str | Path, config: dict, tensors: dict[str, np.nda
     """Write an HF folder: config.json and safetensors (uint16 arrays stored as BF16),
     sharded with an index file when ``shards`` > 1."""
     folder = Path(folder)
-    folder.mkdir(parents=True, exist_ok=True)
-    (folder / "config.json").write_text(json.dumps(config, indent=2) + "\n")
+    output_folder(folder)
+    write_text(folder / "config.json", json.dumps(config, indent=2) + "\n")
     as_st = {k: (v.view(ml_dtypes.bfloat16) if v.dtype == np.uint16 else v) for k, v in tensors.items()}
     if shards <= 1:
-        save_file(as_st, str(folder / "model.safetensors"), metadata={"format": "pt"})
+        with atomic_output(folder / "model.safetensors") as tmp:
+            save_file(as_st, str(tmp), metadata={"format": "pt"})
         return folder
     names = sorted(as_st)
     weight_map = {}
     for i in range(shards):
         part = names[i::shards]
         file = f"model-{i + 1:05d}-of-{shards:05d}.safetensors"
-        save_file({k: as_st[k] for k in part}, str(folder / file), metadata={"format": "pt"})
+        with atomic_output(folder / file) as tmp:
+            save_file({k: as_st[k] for k in part}, str(tmp), metadata={"format": "pt"})
         weight_map |= {k: file for k in part}
-    (folder / "model.safetensors.index.json").write_text(
-        json.dumps({"metadata": {}, "weight_map": weight_map}, indent=2)
+    write_text(
+        folder / "model.safetensors.index.json", json.dumps({"metadata": {}, "weight_map": weight_map}, indent=2)
     )
     return folder
 
@@ -374,7 +377,7 @@ def write_agreeing_pair(folder: str | Path, seed: int = 0) -> tuple[Path, Path]:
     from gguf import GGUFReader
 
     folder = Path(folder)
-    folder.mkdir(parents=True, exist_ok=True)
+    output_folder(folder)
     target = write_tiny_target(folder / "target.gguf", seed=seed)
     reader = GGUFReader(target, "r+")
     embd = None

@@ -26,6 +26,7 @@ from pathlib import Path
 from gguf import GGUFReader
 
 from gguf_exact.drafter.convert import convert_drafter
+from gguf_exact.formats.safe_write import output_folder
 from gguf_exact.tiny.hidden_pair import write_hidden_state_pair
 from gguf_exact.tiny.models import (
     write_agreeing_pair,
@@ -52,13 +53,13 @@ def write_mixed_target(path: str | Path, seed: int = 0, embd_scale: float = MIXE
 def write_runner_pairs(folder: str | Path, seed: int = 0) -> dict[str, tuple[Path, Path]]:
     """Write the pairs of :data:`PAIRS` under ``folder``: ``{name: (target.gguf, drafter.gguf)}``."""
     root = Path(folder)
-    (root / "random").mkdir(parents=True, exist_ok=True)
+    output_folder(root / "random")
     target = write_tiny_target(root / "random" / "target.gguf", seed=seed)
     write_tiny_drafter(root / "random" / "drafter-hf", seed=seed)
     drafter = convert_drafter(root / "random" / "drafter-hf", root / "random" / "drafter.gguf", target).path
     a_target, a_hf = write_agreeing_pair(root / "agreeing", seed=seed)
     a_drafter = convert_drafter(a_hf, root / "agreeing" / "drafter.gguf", a_target).path
-    (root / "mixed").mkdir(exist_ok=True)
+    output_folder(root / "mixed")
     mixed = write_mixed_target(root / "mixed" / "target.gguf", seed=seed)
     hidden = write_hidden_state_pair(root / "hidden", seed=seed)
     return {
