@@ -14,7 +14,8 @@ held to it, and nothing is merely measured:
   (or ``--off-grid`` names), or (``repack --off-grid keep``, the MoE router) the donor's;
 - a norm or scale is the planned type holding the source's values (drafters: F32, every
   bit); a tensor a re-pack copies from its donor holds the donor's bytes;
-- a generated tensor (``rope_freqs``) holds what the config gives.
+- a generated tensor (``rope_freqs``) holds what the config gives;
+- in a bf16 reference (``--bf16``), a matrix holds the source's own bytes, every one.
 
 What cannot be judged without a donor is named in :attr:`Verification.unchecked`, never
 passed over. Lines that name a parameter (``give donor=DONOR.gguf to judge it``) are
@@ -44,7 +45,7 @@ from gguf_exact.formats.gguf_layout import TensorEntry
 from gguf_exact.formats.gguf_reader import GgufFile
 from gguf_exact.formats.kv_judge import KeyJudgement
 from gguf_exact.progress import Progress, announce
-from gguf_exact.stream.jobs import COPY, DATA, ENCODE, FROM_DONOR, PROBE, TensorJob
+from gguf_exact.stream.jobs import COPY, DATA, ENCODE, FROM_DONOR, PROBE, SOURCE, TensorJob
 
 CHUNK_VALUES = 1 << 19  # the packer's best chunk on 2 cores (core/exact.py)
 T = GGMLQuantizationType
@@ -172,11 +173,16 @@ class Verification:
         q4 = [t for t in judged if t.blocks is not None]
         values = sum_stats(t for t in q4 if t.measured) or ErrorStats()
         b = self.blocks
-        line = (
-            f"{name}: {_count(len(judged), 'tensor')} and {_count(self.keys.judged, 'key')} judged against "
-            f"{self.source}; {_count(len(q4), 'Q4_0 matrix', 'Q4_0 matrices')}, {values.exact_fraction:.4%} of "
-            f"{values.n_values:,} values bit-exact, every block as exact as the plan"
-        )
+        line = f"{name}: {_count(len(judged), 'tensor')} and {_count(self.keys.judged, 'key')} judged against {self.source}; "
+        source_bytes = [t for t in judged if t.note.endswith("(a bf16 reference)")]
+        if source_bytes and not q4:
+            held = sum(t.n_values for t in source_bytes)
+            line += f"a bf16 reference: {_count(len(source_bytes), 'matrix', 'matrices')}, {held:,} values, the source's bytes"
+        else:
+            line += (
+                f"{_count(len(q4), 'Q4_0 matrix', 'Q4_0 matrices')}, {values.exact_fraction:.4%} of "
+                f"{values.n_values:,} values bit-exact, every block as exact as the plan"
+            )
         if b.equally_exact or b.more_exact:
             line += f" ({b.equally_exact:,} equally exact with another scale, {b.more_exact:,} more exact)"
         off = [t for t in judged if t.blocks is None and t.note.startswith("off the grid")]
@@ -327,6 +333,9 @@ class _Judge:
             return self._data(job, t, check)
         if job.exact:
             return self._exact(job, t, check)
+        if job.role == SOURCE:
+            kind = job.stored_type
+            return self._encoded(job, t, check, kind, f"{kind.name}: the source's bytes, every bit (a bf16 reference)")
         if job.role == ENCODE:
             return self._encoded(
                 job, t, check, job.entry.type, f"{job.entry.type.name}: the source's values, every bit"
