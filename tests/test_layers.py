@@ -25,7 +25,8 @@ LAYERS: list[set[str]] = [
     {"builds", "pair"},
     {"runtime"},
     {"serving", "speculative"},  # the two engines: neither imports the other
-    {"bench", "doctor"},
+    {"bench", "doctor", "quality"},
+    {"publish"},
     {"demo_generate"},
     {"demo"},
     {"cli"},

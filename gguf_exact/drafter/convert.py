@@ -171,7 +171,9 @@ def convert_drafter(
     if off_grid is not None and off_grid not in OFF_GRID_TYPES:
         raise ArgumentError(Param("off_grid"), f" {off_grid}: expected one of {', '.join(OFF_GRID_TYPES)}")
     if off_grid is not None and bf16_reference:
-        raise ArgumentError(Param("off_grid"), " does not apply to a bf16 reference: every matrix is the source's bytes")
+        raise ArgumentError(
+            Param("off_grid"), " does not apply to a bf16 reference: every matrix is the source's bytes"
+        )
     out_path = check_output_file(out_path)
     if report_path is not None:
         check_output_file(report_path, "report")

@@ -136,7 +136,9 @@ def repack_model(
     if off_grid is not None and off_grid not in OFF_GRID_CHOICES:
         raise ArgumentError(Param("off_grid"), f" {off_grid}: expected one of {', '.join(OFF_GRID_CHOICES)}")
     if off_grid is not None and bf16_reference:
-        raise ArgumentError(Param("off_grid"), " does not apply to a bf16 reference: every matrix is the source's bytes")
+        raise ArgumentError(
+            Param("off_grid"), " does not apply to a bf16 reference: every matrix is the source's bytes"
+        )
     if donor_stats not in ("sample", "all"):
         raise ArgumentError(f"donor_stats {donor_stats}: expected sample or all")
     out_path, source_dir = check_output_file(out_path), Path(source_dir)
