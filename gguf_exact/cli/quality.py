@@ -28,6 +28,11 @@ PATH = click.Path(path_type=Path)
 @click.option("--target", type=PATH, help="Drafters: the target GGUF every drafter speculates for.")
 @click.option("--prompts", type=PATH, help="Drafters: one prompt per non-empty line.")
 @click.option("--n-predict", "n_predict", type=int, default=64, show_default=True, help="Drafters: tokens per prompt.")
+@click.option(
+    "--work",
+    type=PATH,
+    help="Where references are cached and log-probabilities written (default: the cache's quality/).",
+)
 @click.option("--plot", "plot_path", type=PATH, help="Also draw the figures as a PNG here (needs matplotlib).")
 @click.option("--json", "as_json", is_flag=True, help="Print the figures as JSON on stdout.")
 def quality(
@@ -43,6 +48,7 @@ def quality(
     target: Path | None,
     prompts: Path | None,
     n_predict: int,
+    work: Path | None,
     plot_path: Path | None,
     as_json: bool,
 ) -> None:
@@ -68,7 +74,7 @@ def quality(
                 raise ArgumentError("drafters are measured with both ", Param("target"), " and ", Param("prompts"))
             from gguf_exact.quality.drafters import measure_drafters
 
-            report = measure_drafters(target, prompts, list(gguf_paths), source, n_predict, progress)
+            report = measure_drafters(target, prompts, list(gguf_paths), source, n_predict, work, progress)
         else:
             if text is None or source is None:
                 raise ArgumentError(
@@ -78,7 +84,7 @@ def quality(
             from gguf_exact.quality.measure import measure_quality
 
             report = measure_quality(
-                source, list(gguf_paths), text, donor, vocab_from, reference, chunks, ctx, threads, progress
+                source, list(gguf_paths), text, donor, vocab_from, reference, chunks, ctx, threads, work, progress
             )
     if plot_path is not None:
         plot_quality(report, plot_path)

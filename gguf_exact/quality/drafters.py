@@ -13,9 +13,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from gguf_exact.builds.llama_build import cache_root
 from gguf_exact.errors import ArgumentError, InputError, Param
 from gguf_exact.progress import Progress, announce
+from gguf_exact.quality.measure import reference_key, work_dir
 from gguf_exact.quality.report import AcceptanceReport, AcceptanceRow
 
 MAX_PROMPTS = 200
@@ -34,14 +34,12 @@ def read_prompts(path: str | Path) -> list[str]:
     return prompts
 
 
-def drafter_reference(source: Path, target: Path) -> Path:
-    """The cached bf16 drafter of ``source`` with ``target``'s vocabulary (``convert --bf16``)."""
+def drafter_reference(source: Path, target: Path, work: Path) -> Path:
+    """The bf16 drafter of ``source`` with ``target``'s vocabulary (``convert --bf16``),
+    cached in ``work``."""
     from gguf_exact.drafter.convert import convert_drafter
-    from gguf_exact.quality.measure import reference_key
 
-    folder = cache_root() / "quality"
-    folder.mkdir(parents=True, exist_ok=True)
-    path = folder / f"{source.name}-bf16-drafter-{reference_key(target, source)}.gguf"
+    path = work / f"{source.name}-bf16-drafter-{reference_key(target, source)}.gguf"
     if not path.is_file():
         convert_drafter(source, path, target, bf16_reference=True)
     return path
@@ -65,6 +63,7 @@ def measure_drafters(
     drafters: list[str | Path],
     source: str | Path | None = None,
     n_predict: int = 64,
+    work: str | Path | None = None,
     progress: Progress | None = None,
 ) -> AcceptanceReport:
     """Each drafter's acceptance against ``target`` on the ``prompts`` file; with
@@ -82,7 +81,7 @@ def measure_drafters(
         if not p.is_file():
             raise InputError(f"{p}: no such drafter GGUF")
     if source is not None:
-        paths.insert(0, drafter_reference(Path(source), target))
+        paths.insert(0, drafter_reference(Path(source), target, work_dir(work)))
     if not paths:
         raise ArgumentError("no drafters to measure: name one or more drafter GGUF files, or give ", Param("source"))
     report = AcceptanceReport(target, len(texts), n_predict, str(paths[0]))

@@ -41,16 +41,24 @@ def reference_key(donor: Path, source: Path) -> str:
     return hashlib.sha256(json.dumps(parts).encode()).hexdigest()[:16]
 
 
-def reference_for(donor: Path, source: Path, progress: Progress | None = None) -> Path:
-    """The cached bf16 reference of ``donor`` and ``source`` (``repack --bf16``), built the
-    first time; the write path reads it back before it is placed, as every output."""
+def work_dir(work: str | Path | None) -> Path:
+    """Where references are cached and base log-probabilities written: ``work``, else
+    ``<cache>/quality`` (2 GB of log-probabilities at E2B's vocabulary, 16 x 512)."""
+    folder = Path(work) if work is not None else cache_root() / "quality"
+    if not folder.parent.is_dir():
+        raise InputError(f"{folder}: its parent folder does not exist")
+    folder.mkdir(exist_ok=True)
+    return folder
+
+
+def reference_for(donor: Path, source: Path, work: Path) -> Path:
+    """The bf16 reference of ``donor`` and ``source`` (``repack --bf16``) cached in ``work``,
+    built the first time; the write path reads it back before it is placed, as every output."""
     from gguf_exact.repack.pipeline import repack_model
 
-    folder = cache_root() / "quality"
-    folder.mkdir(parents=True, exist_ok=True)
-    path = folder / f"{donor.stem}-bf16-reference-{reference_key(donor, source)}.gguf"
+    path = work / f"{donor.stem}-bf16-reference-{reference_key(donor, source)}.gguf"
     if not path.is_file():
-        repack_model(donor, source, path, bf16_reference=True, progress=progress)
+        repack_model(donor, source, path, bf16_reference=True)
     return path
 
 
@@ -64,11 +72,13 @@ def measure_quality(
     chunks: int = 16,
     ctx: int = 512,
     threads: int | None = None,
+    work: str | Path | None = None,
     progress: Progress | None = None,
 ) -> QualityReport:
-    """Each of ``files`` against the bf16 reference of ``source`` (built from ``donor``,
-    or the ``reference`` given) on ``chunks`` windows of ``ctx`` tokens of ``text``:
-    mean and 99th-percentile KL divergence, same top token, PPL ratio, size."""
+    """Each of ``files`` against the bf16 reference of ``source`` (built from ``donor``
+    into ``work``, :func:`work_dir`, or the ``reference`` given) on ``chunks`` windows of
+    ``ctx`` tokens of ``text``: mean and 99th-percentile KL divergence, same top token,
+    PPL ratio, size."""
     source, text = Path(source), Path(text)
     if vocab_from is not None:
         raise ArgumentError(
@@ -92,12 +102,11 @@ def measure_quality(
     announce(progress, len(paths) + 2)
     if progress:
         progress("bf16 reference")
-    ref = Path(reference) if reference is not None else reference_for(Path(donor), source)
+    scratch = work_dir(work)
+    ref = Path(reference) if reference is not None else reference_for(Path(donor), source, scratch)
     if not ref.is_file():
         raise InputError(f"{ref}: no such reference GGUF")
     report = QualityReport(ref, text, ctx, chunks)
-    scratch = cache_root() / "quality"  # the base log-probabilities: 2 GB at E2B's vocabulary, 16 x 512
-    scratch.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix=".base-", dir=scratch) as tmp:
         base = Path(tmp) / "reference.kld"
         if progress:
