@@ -10,15 +10,15 @@ from _llama_server import server_binary
 from click.testing import CliRunner
 
 from gguf_exact.cli import main
+from gguf_exact.drafter.convert import convert_drafter
 from gguf_exact.errors import ArgumentError, InputError
 from gguf_exact.quality.drafters import measure_drafters
 from gguf_exact.quality.measure import measure_quality
 from gguf_exact.quality.perplexity import parse_kld, perplexity_binary
 from gguf_exact.repack.pipeline import repack_model
 from gguf_exact.tiny.main_model import TINY, write_donor, write_main_checkpoint
-from gguf_exact.tiny.pairs import write_mixed_target
 from gguf_exact.tiny.models import write_agreeing_pair
-from gguf_exact.drafter.convert import convert_drafter
+from gguf_exact.tiny.pairs import write_mixed_target
 from gguf_exact.verify import verify_file
 
 CTX, CHUNKS = 128, 4  # 4 x 63 = 252 scored positions (llama-perplexity wants 100 or more)
@@ -95,8 +95,17 @@ def test_parse_real_output_and_fail_on_cut_output(main_model, tmp_path):
     binary = perplexity_binary()
     base = tmp_path / "base.kld"
     args = ["-c", str(CTX), "-b", str(CTX), "--chunks", str(CHUNKS), "-t", "2"]
-    subprocess.run([binary, "-m", m / "bf16.gguf", "-f", m / "text.txt", "--kl-divergence-base", base, *args], check=True, capture_output=True)
-    done = subprocess.run([binary, "-m", m / "exact.gguf", "--kl-divergence-base", base, "--kl-divergence", *args], capture_output=True, text=True, check=True)
+    subprocess.run(
+        [binary, "-m", m / "bf16.gguf", "-f", m / "text.txt", "--kl-divergence-base", base, *args],
+        check=True,
+        capture_output=True,
+    )
+    done = subprocess.run(
+        [binary, "-m", m / "exact.gguf", "--kl-divergence-base", base, "--kl-divergence", *args],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     out = done.stdout + done.stderr
     figures = parse_kld(out, "exact.gguf")
     assert 0 < figures.mean_kld < figures.p99_kld and 0 < figures.same_top <= 1 and figures.ppl > 1
@@ -123,7 +132,10 @@ def test_cli_json_is_exactly_the_rows_and_plot_is_a_png(main_model, tmp_path):
     res = CliRunner().invoke(main, [*args, "--json", "--plot", str(tmp_path / "q.png")])
     assert res.exit_code == 0, res.output
     data = json.loads(res.stdout)
-    assert list(data) == ["files"] and [list(f) for f in data["files"]] == [["file", "mean_kld", "p99_kld", "same_top", "ppl_ratio", "bytes"]] * 2
+    assert (
+        list(data) == ["files"]
+        and [list(f) for f in data["files"]] == [["file", "mean_kld", "p99_kld", "same_top", "ppl_ratio", "bytes"]] * 2
+    )
     assert data["files"][0]["file"] == str(m / "exact.gguf") and 0 < data["files"][0]["same_top"] <= 1
     assert (tmp_path / "q.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     table = CliRunner().invoke(main, args)

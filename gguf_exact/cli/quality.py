@@ -10,7 +10,6 @@ import click
 from gguf_exact.cli import console
 from gguf_exact.cli.app import main
 from gguf_exact.cli.console import fitted_table, say, tensor_progress
-from gguf_exact.errors import ArgumentError, Param
 
 PATH = click.Path(path_type=Path)
 
@@ -66,26 +65,14 @@ def quality(
     (llama-server, greedy); with --source the bf16 drafter made from it comes first
     and is the reference.
     """
+    from gguf_exact.quality.forms import run_quality
     from gguf_exact.quality.report import plot_quality
 
     with tensor_progress("quality", not as_json) as progress:
-        if target is not None or prompts is not None:
-            if target is None or prompts is None:
-                raise ArgumentError("drafters are measured with both ", Param("target"), " and ", Param("prompts"))
-            from gguf_exact.quality.drafters import measure_drafters
-
-            report = measure_drafters(target, prompts, list(gguf_paths), source, n_predict, work, progress)
-        else:
-            if text is None or source is None:
-                raise ArgumentError(
-                    "give ", Param("source"), " and ", Param("text"), " (main models) or ", Param("target"), " and ",
-                    Param("prompts"), " (drafters)",
-                )  # fmt: skip
-            from gguf_exact.quality.measure import measure_quality
-
-            report = measure_quality(
-                source, list(gguf_paths), text, donor, vocab_from, reference, chunks, ctx, threads, work, progress
-            )
+        report = run_quality(
+            list(gguf_paths), source, donor, vocab_from, reference, text, chunks, ctx, threads, target, prompts,
+            n_predict, work, progress,
+        )  # fmt: skip
     if plot_path is not None:
         plot_quality(report, plot_path)
     if as_json:
