@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 import re
 import subprocess
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -23,6 +24,8 @@ BINARY = "llama-perplexity"
 # llama-perplexity prints statistics only over at least 100 scored positions (the
 # second half of each window: ctx - 1 - ctx // 2 per chunk)
 MIN_SCORED = 100
+BASE_HEADER = 20  # "_logits_", n_ctx, n_vocab, n_chunk; then the tokens, then the log-probabilities
+OUTPUT_ATTEMPTS = 5  # a busy machine loses the last lines of about one run in six (measured under load 13 on 2 cores)
 
 
 @dataclass(frozen=True)
@@ -64,7 +67,11 @@ def parse_kld(text: str, where: str) -> KldFigures:
 
 
 def _tail(text: str, n: int = 3) -> str:
-    lines = [line for line in text.strip().splitlines() if line.strip()]
+    """What llama-perplexity said went wrong: its error lines (level ``E``), else its last lines."""
+    lines = [line.strip() for line in text.strip().splitlines() if line.strip()]
+    errors = [line.split(" E ", 1)[1] for line in lines if re.match(r"^\S+ E ", line)]
+    if errors:
+        return "it said: " + " | ".join(errors[:n])
     return "its last lines: " + " | ".join(lines[-n:]) if lines else "it printed nothing"
 
 
@@ -83,11 +90,16 @@ def perplexity_binary() -> Path:
 
 
 def _run(cmd: list[str], where: str, timeout: float) -> str:
-    try:
-        done = subprocess.run(cmd, capture_output=True, text=True, errors="replace", timeout=timeout)
-    except subprocess.TimeoutExpired:
-        raise InputError(f"{where}: llama-perplexity did not finish within {timeout:.0f} s") from None
-    output = done.stdout + done.stderr
+    """Its stdout and stderr, together in order. Into a file, not a pipe: llama.cpp's logger
+    thread writes line by line, and lines it has not written when the process exits are lost
+    (upstream leaks the logger by design, #22142); a file keeps it ahead of the exit."""
+    with tempfile.TemporaryFile() as out:
+        try:
+            done = subprocess.run(cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, timeout=timeout)
+        except subprocess.TimeoutExpired:
+            raise InputError(f"{where}: llama-perplexity did not finish within {timeout:.0f} s") from None
+        out.seek(0)
+        output = out.read().decode("utf-8", "replace")
     if done.returncode != 0:
         raise InputError(f"{where}: llama-perplexity exited with code {done.returncode}; {_tail(output)}")
     return output
@@ -118,8 +130,13 @@ def run_base(
     """Score ``text`` with ``reference`` and store its log-probabilities at ``base``."""
     cmd = [str(binary), "-m", str(reference), "-f", str(text), "--kl-divergence-base", str(base)]
     output = _run(cmd + window_args(ctx, chunks, threads), str(reference), timeout)
-    if not base.is_file() or base.stat().st_size == 0:
-        raise InputError(f"{reference}: llama-perplexity wrote no log-probabilities to {base}; {_tail(output)}")
+    # It exits 0 when the text is too short, having written only the file's 12-byte header;
+    # a full one holds the scored tokens after 20 bytes (its own output can lose lines, below).
+    if not base.is_file() or base.stat().st_size < BASE_HEADER + 4 * ctx * chunks:
+        raise InputError(
+            f"{text}: llama-perplexity scored no windows with {reference.name} (it needs {2 * ctx:,} tokens or "
+            f"more for --ctx {ctx}); {_tail(output)}"
+        )
     return output
 
 
@@ -128,4 +145,12 @@ def run_kld(
 ) -> KldFigures:
     """``model`` against the stored reference ``base`` on the same tokens."""
     cmd = [str(binary), "-m", str(model), "--kl-divergence-base", str(base), "--kl-divergence"]
-    return parse_kld(_run(cmd + window_args(ctx, chunks, threads), str(model), timeout), str(model))
+    for attempt in range(1, OUTPUT_ATTEMPTS + 1):
+        output = _run(cmd + window_args(ctx, chunks, threads), str(model), timeout)
+        try:
+            return parse_kld(output, str(model))
+        except InputError:
+            # a run whose last lines were lost at exit (see _run) is run again
+            if attempt == OUTPUT_ATTEMPTS:
+                raise
+    raise AssertionError("unreachable")
