@@ -53,6 +53,7 @@ Q4_0 = T.Q4_0
 FLOATS = (T.F32, T.F16, T.BF16)
 FALLBACK_TYPES = (T.Q8_0, T.F16, T.BF16, T.F32)  # what --off-grid may store an off-grid matrix as
 PASS, FAIL, NOT_JUDGED = "pass", "FAIL", "not judged"
+REFERENCE = "the source's bytes, every bit (a bf16 reference)"  # the note of a reference's matrix
 ALLOW = Param("allow_unchecked", api="allow_unchecked=True")
 DONOR = Param("donor", value="DONOR.gguf")
 KEEP = Param("off_grid", value="keep")
@@ -174,7 +175,7 @@ class Verification:
         values = sum_stats(t for t in q4 if t.measured) or ErrorStats()
         b = self.blocks
         line = f"{name}: {_count(len(judged), 'tensor')} and {_count(self.keys.judged, 'key')} judged against {self.source}; "
-        source_bytes = [t for t in judged if t.note.endswith("(a bf16 reference)")]
+        source_bytes = [t for t in judged if t.note.endswith(REFERENCE)]
         if source_bytes and not q4:
             held = sum(t.n_values for t in source_bytes)
             line += f"a bf16 reference: {_count(len(source_bytes), 'matrix', 'matrices')}, {held:,} values, the source's bytes"
@@ -335,7 +336,7 @@ class _Judge:
             return self._exact(job, t, check)
         if job.role == SOURCE:
             kind = job.stored_type
-            return self._encoded(job, t, check, kind, f"{kind.name}: the source's bytes, every bit (a bf16 reference)")
+            return self._encoded(job, t, check, kind, f"{kind.name}: {REFERENCE}")
         if job.role == ENCODE:
             return self._encoded(
                 job, t, check, job.entry.type, f"{job.entry.type.name}: the source's values, every bit"
