@@ -13,6 +13,17 @@ It answers the requests that huggingface_hub 2.4.0 makes for ``hf_hub_url`` /
   without a token, 404 otherwise), GatedRepo (401/403), RevisionNotFound, EntryNotFound;
   401 "Invalid credentials in Authorization header" for a wrong token.
 
+and (:mod:`hub_upload`) the upload side that ``create_repo`` and ``create_commit`` speak (LFS,
+not xet), for ``publish``: ``POST /api/repos/create`` (a new repo starts with a ``.gitattributes``
+commit, as the Hub's do; 409 with the repo's url when it exists), ``POST
+/api/validate-yaml`` (the README's front matter, parsed), ``POST
+/api/models/{repo}/preupload/{revision}`` (``uploadMode`` lfs for LFS suffixes, the
+remote ``oid`` of a file already there), ``POST /{repo}.git/info/lfs/objects/batch``
+(upload and verify actions for objects not stored yet), ``PUT`` of an object (its sha256
+checked), the verify ``POST``, and ``POST /api/models/{repo}/commit/{revision}`` (the
+ndjson header, ``file`` and ``lfsFile`` lines; ``parentCommit`` checked): a new commit
+on the branch, ``commitOid`` and ``commitUrl``. Writes need the token.
+
 Faults for tests: :meth:`FakeHub.cut` sends part of a file then drops the connection
 (optionally answering 503 a few times after); :meth:`FakeHub.corrupt` serves other bytes
 under the right headers; :meth:`FakeHub.lie` answers a file's requests with other header
@@ -140,6 +151,7 @@ class FakeHub:
         self._corrupt: dict[tuple[str, str], bytes] = {}
         self._lies: dict[tuple[str, str], dict] = {}
         self._listing_lies: dict[str, dict] = {}
+        self.lfs_objects: dict[str, bytes] = {}  # uploaded LFS objects by sha256
         self._lock = threading.Lock()
         self._lifetime = lifetime
         self._server: ThreadingHTTPServer | None = None
@@ -287,6 +299,16 @@ class _Handler(BaseHTTPRequestHandler):
 
     def do_GET(self) -> None:
         self._route(head=False)
+
+    def do_POST(self) -> None:
+        from hub_upload import upload_route  # the upload side, in a module of its own
+
+        upload_route(self, "POST")
+
+    def do_PUT(self) -> None:
+        from hub_upload import upload_route
+
+        upload_route(self, "PUT")
 
     def _send(self, status: int, headers: dict[str, str], body: bytes = b"", head: bool = False) -> None:
         headers = {"Content-Length": str(len(body)), **headers}

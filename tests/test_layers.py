@@ -29,7 +29,8 @@ LAYERS: list[set[str]] = [
     {"engines.shared"},  # settings, the run folder and processes, HTTP, status: what both engines use
     {"engines.llama_server", "engines.llama_cpp_python"},  # the two engines: neither imports the other
     {"engines"},  # launch (either engine), serve, the drafter lookup, llama-server's logged buffers
-    {"bench", "doctor"},
+    {"bench", "doctor", "quality"},
+    {"publish"},
     {"demo_generate"},
     {"demo"},
     {"cli"},

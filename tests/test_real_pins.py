@@ -179,7 +179,7 @@ def test_size_is_checked_before_the_hash(tmp_path, monkeypatch):
     real_sha256_file = fetch.sha256_file
     monkeypatch.setattr(fetch, "sha256_file", lambda p: hashed.append(Path(p).name) or real_sha256_file(p))
     dest = tmp_path / "models" / E2B_GGUF / "gemma-4-E2B_q4_0-it.gguf"
-    sparse_file(dest, 4096)  # a file of another size where the target goes: removed unhashed
+    sparse_file(dest, 4096)  # a file of another size where the target goes: kept, unhashed
     with FakeHub(lifetime=60) as hub:
         real_hub(hub, tmp_path / "served", target_size=3349516256 - 1)  # the Hub's file is one byte short
         r = run("fetch", "e2b-assistant", "--what", "target", env={"HF_ENDPOINT": hub.url})
@@ -190,7 +190,7 @@ def test_size_is_checked_before_the_hash(tmp_path, monkeypatch):
             "`gguf-exact pin` if the new file is intended"
         ]
         assert not hub.gets("gemma-4-E2B_q4_0-it.gguf") and hashed == []  # refused on its size alone
-        assert not dest.exists()
+        assert dest.stat().st_size == 4096  # the user's file stays until a verified one replaces it
 
 
 def test_the_real_hash_refuses_other_bytes_of_the_right_size(tmp_path):

@@ -14,6 +14,8 @@ result; no command holds logic of its own. The modules:
 - :mod:`.serving` - ``serve``, ``status``, ``stop``, ``tune``
 - :mod:`.inprocess` - ``generate``, ``chat``, ``bench``
 - :mod:`.tiny` - ``make-tiny``, ``demo``
+- :mod:`.quality` - ``quality``
+- :mod:`.publish` - ``publish``
 
 A new command is a function under ``@main.command()`` in the group module it belongs
 to, or a module of its own named in :data:`GROUPS`.
@@ -23,7 +25,7 @@ import importlib
 
 from gguf_exact.cli.app import main, run
 
-GROUPS = ("files", "repack", "hub", "builds", "serving", "inprocess", "tiny")
+GROUPS = ("files", "repack", "hub", "builds", "serving", "inprocess", "tiny", "quality", "publish")
 
 for _group in GROUPS:
     importlib.import_module(f"{__name__}.{_group}")

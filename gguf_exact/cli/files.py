@@ -64,6 +64,12 @@ def inspect(src_dir: Path, as_json: bool) -> None:
     type=click.Choice(["q8_0", "f16", "bf16", "f32"]),
     help="Store matrices that are off the grid in this type instead of stopping.",
 )
+@click.option(
+    "--bf16",
+    "bf16_reference",
+    is_flag=True,
+    help="Write the bf16 reference: the same header and tensors, every matrix the source's own bytes.",
+)
 def convert(
     src_dir: Path,
     out_gguf: Path,
@@ -71,6 +77,7 @@ def convert(
     report_path: Path | None,
     expect_sha256: str | None,
     off_grid: str | None,
+    bf16_reference: bool,
 ) -> None:
     """Convert a Gemma 4 MTP drafter to an exact Q4_0 GGUF.
 
@@ -78,12 +85,17 @@ def convert(
     checkpoint. Every matrix on the grid becomes Q4_0 with its trained levels; norms
     stay F32; masked_embedding.* is dropped as upstream does. The file is written
     beside OUT_GGUF, read back and verified, then renamed into place; on any
-    failure nothing is left at OUT_GGUF.
+    failure nothing is left at OUT_GGUF. With --bf16 it writes the bf16 reference
+    instead (what `quality` measures against): the exact file's keys and tensor order,
+    every matrix the source's bf16 bits.
     """
     from gguf_exact.drafter.convert import convert_drafter
 
     with tensor_progress("convert") as progress:
-        result = convert_drafter(src_dir, out_gguf, vocab_from, off_grid, expect_sha256, report_path, progress)
+        result = convert_drafter(
+            src_dir, out_gguf, vocab_from, off_grid, expect_sha256, report_path, progress,
+            bf16_reference=bf16_reference,
+        )  # fmt: skip
     t = result.total
     console.out.print(f"wrote {result.path} ({result.size:,} bytes; {type_mix(result.type_counts)})")
     console.out.print(

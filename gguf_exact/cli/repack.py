@@ -42,6 +42,12 @@ from gguf_exact.cli.console import fitted_table, human_size, pct, say, tensor_pr
     help="Measure the donor against the source on every 32nd chunk of re-packed tensors, or on all.",
 )
 @click.option("--workers", type=int, help="Worker threads (default: 2, or fewer CPUs).")
+@click.option(
+    "--bf16",
+    "bf16_reference",
+    is_flag=True,
+    help="Write the bf16 reference: the donor's header and tensors, every matrix the source's own bytes.",
+)
 def repack(
     donor: Path,
     source: Path,
@@ -51,6 +57,7 @@ def repack(
     report_path: Path | None,
     donor_stats: str,
     workers: int | None,
+    bf16_reference: bool,
 ) -> None:
     """Re-pack a Gemma 4 GGUF as exact Q4_0 from its QAT checkpoint.
 
@@ -61,13 +68,17 @@ def repack(
     copies every other tensor. Streams in chunks of rows: memory stays bounded
     whatever the model size. The file is written beside OUT_GGUF, read back and
     checked, then renamed into place; on any failure nothing is left at OUT_GGUF.
+    With --bf16 it writes the bf16 reference instead (what `quality` measures
+    against): the same header and tensor order, every matrix with a source holding
+    the source's bf16 bits, every other tensor the donor's.
     """
     from gguf_exact.repack.pipeline import repack_model
 
     with tensor_progress("repack") as progress:
         result = repack_model(
-            donor, source, out_gguf, off_grid, expect_sha256, report_path, workers, donor_stats, progress
-        )
+            donor, source, out_gguf, off_grid, expect_sha256, report_path, workers, donor_stats, progress,
+            bf16_reference=bf16_reference,
+        )  # fmt: skip
     columns = [("kind", "left"), ("n", "right"), ("type", "left"), ("size (of donor)", "right")]
     columns += [("bit-exact", "right")]
 
@@ -89,9 +100,12 @@ def repack(
     title = f"{donor.name} → {out_gguf.name}, per kind of tensor (donor → output)"
     console.out.print(fitted_table(title, columns, rows, wrap=(0, 2)))
     sizes = f"{result.size:,} bytes; donor {result.donor_size:,}, {result.size / result.donor_size:.1%}"
-    say(
-        f"wrote {result.path} ({sizes}); {result.repacked_tensors} tensors re-packed as exact Q4_0, {result.copied_tensors} copied"
+    done = (
+        f"{result.source_tensors} tensors hold the source's bytes"
+        if bf16_reference
+        else f"{result.repacked_tensors} tensors re-packed as exact Q4_0"
     )
+    say(f"wrote {result.path} ({sizes}); {done}, {result.copied_tensors} copied")
     ours, theirs = result.repacked_stats, result.donor_stats
     if ours:
         line = f"re-packed values bit-exact: {ours.exact:,} of {ours.n_values:,} ({ours.exact_fraction:.4%}), largest error {ours.max_ulps} bf16 ULP"

@@ -37,7 +37,7 @@ from gguf_exact.gemma4.assistant import (
 from gguf_exact.gemma4.names import tensor_kind
 from gguf_exact.malloc_tuning import keep_heap_blocks
 from gguf_exact.progress import Progress
-from gguf_exact.stream.jobs import DATA, ENCODE, QAT, TensorJob
+from gguf_exact.stream.jobs import DATA, ENCODE, QAT, SOURCE, TensorJob, reference_jobs
 from gguf_exact.stream.pipeline import write_report, write_verified
 from gguf_exact.stream.source_rows import RowSource, locate
 from gguf_exact.stream.writer import TensorResult
@@ -118,6 +118,11 @@ def drafter_jobs(ckpt: Checkpoint, cfg: AssistantConfig) -> list[TensorJob]:
     return sorted(jobs, key=lambda j: tensor_order(j.entry.name))
 
 
+def is_matrix(job: TensorJob) -> bool:
+    """A drafter matrix: what ``general.file_type`` counts (exact Q4_0, or a reference's source bytes)."""
+    return job.role in (QAT, SOURCE)
+
+
 def drafter_kv(cfg: AssistantConfig, target: TargetInfo, matrix_types: list[GGMLQuantizationType]) -> list[bytes]:
     """Every key/value pair, as bytes: ``general.*``, the config's keys, then the
     target's ``tokenizer.*`` pairs byte for byte."""
@@ -153,15 +158,23 @@ def convert_drafter(
     report_path: str | Path | None = None,
     progress: Progress | None = None,
     workers: int | None = None,
+    bf16_reference: bool = False,
 ) -> ConvertResult:
     """Convert an HF Gemma 4 assistant folder to an exact Q4_0 GGUF at ``out_path``.
 
     ``off_grid``: how to store a matrix with blocks off the 4-bit grid (``q8_0``,
-    ``f16``, ``bf16``, ``f32``); None stops. Nothing is left at ``out_path`` unless the
-    file read back as planned and, when given, matched ``expect_sha256``.
+    ``f16``, ``bf16``, ``f32``); None stops. ``bf16_reference``: write the bf16
+    reference instead, every matrix the source's own bytes under the same header and
+    tensor order (:func:`gguf_exact.stream.jobs.reference_jobs`). Nothing is left at
+    ``out_path`` unless the file read back as planned and, when given, matched
+    ``expect_sha256``.
     """
     if off_grid is not None and off_grid not in OFF_GRID_TYPES:
         raise ArgumentError(Param("off_grid"), f" {off_grid}: expected one of {', '.join(OFF_GRID_TYPES)}")
+    if off_grid is not None and bf16_reference:
+        raise ArgumentError(
+            Param("off_grid"), " does not apply to a bf16 reference: every matrix is the source's bytes"
+        )
     inputs = {"source folder's file": source_dir, Param("vocab_from"): vocab_from}
     out_path = check_output_files(out_path, report_path, inputs)
     keep_heap_blocks()
@@ -172,7 +185,9 @@ def convert_drafter(
         check_target(target, cfg, Path(vocab_from))
         jobs = drafter_jobs(ckpt, cfg)
         folder = ckpt.folder
-    kv_raw = drafter_kv(cfg, target, [Q4_0 for j in jobs if j.role == QAT])
+    if bf16_reference:
+        jobs = reference_jobs(jobs)
+    kv_raw = drafter_kv(cfg, target, [j.stored_type for j in jobs if is_matrix(j)])
     written = write_verified(
         out_path,
         jobs,
@@ -180,7 +195,7 @@ def convert_drafter(
         GGUF_VERSION,
         ALIGNMENT,
         kv_raw,
-        lambda placed: drafter_kv(cfg, target, [t.type for t, j in zip(placed, jobs) if j.role == QAT]),
+        lambda placed: drafter_kv(cfg, target, [t.type for t, j in zip(placed, jobs) if is_matrix(j)]),
         _replanner(jobs),
         off_grid=off_grid,
         workers=workers,

@@ -6,23 +6,23 @@ The checkpoint gives the plan: the tensors a conversion writes
 (:func:`gguf_exact.drafter.convert.drafter_kv`), compared as bytes. The ``tokenizer.*``
 pairs are the target's, copied by ``--vocab-from``: with the target given they are
 compared as bytes too; without it they cannot be judged and are named as such.
-:func:`gguf_exact.stream.verify.verify_tensors` judges the tensors. ``compare`` measures
-files made any other way with ``judge=False``.
+:func:`gguf_exact.stream.verify.verify_tensors` judges the tensors. A bf16 reference
+(``convert --bf16``: every matrix in the source's dtype) is held to the reference plan,
+every matrix the source's bytes. ``compare`` measures files made any other way with
+``judge=False``.
 """
 
 from pathlib import Path
 from typing import Callable
 
-from gguf import GGMLQuantizationType
-
-from gguf_exact.drafter.convert import GGUF_VERSION, check_target, drafter_jobs, drafter_kv
+from gguf_exact.drafter.convert import GGUF_VERSION, check_target, drafter_jobs, drafter_kv, is_matrix
 from gguf_exact.errors import Message, Param
 from gguf_exact.formats.checkpoint import Checkpoint
 from gguf_exact.formats.gguf_reader import GgufFile, opened
 from gguf_exact.formats.kv_judge import KeyJudgement, judge_keys
 from gguf_exact.formats.vocab import TargetInfo, Tokenizer, read_target
 from gguf_exact.gemma4.assistant import AssistantConfig
-from gguf_exact.stream.jobs import QAT, TensorJob
+from gguf_exact.stream.jobs import TensorJob, is_reference, reference_jobs
 from gguf_exact.stream.verify import OffGridRule, TensorCheck, Verification, measure_tensors, verify_tensors
 
 __all__ = ["TensorCheck", "Verification", "verify_gguf"]
@@ -60,8 +60,11 @@ def verify_gguf(
     with opened(path) as gguf:
         if not judge:
             return measure_tensors(gguf, jobs, progress)
+        writer = "convert"
+        if is_reference(jobs, {t.name: t.type for t in gguf.tensors}):
+            jobs, writer = reference_jobs(jobs), "convert --bf16"
         keys = judge_drafter_keys(gguf, cfg, jobs, target)
-        return verify_tensors(gguf, jobs, keys, rule, None, "convert", Path(source_dir), progress, workers)
+        return verify_tensors(gguf, jobs, keys, rule, None, writer, Path(source_dir), progress, workers)
 
 
 def judge_drafter_keys(
@@ -71,7 +74,7 @@ def judge_drafter_keys(
     matrix types the file holds (a wrong type is the tensor check's failure), the
     tokenizer from ``target`` when given."""
     stored = {t.name: t.type for t in gguf.tensors}
-    matrix_types = [stored.get(j.entry.name, GGMLQuantizationType.Q4_0) for j in jobs if j.role == QAT]
+    matrix_types = [stored.get(j.entry.name, j.stored_type) for j in jobs if is_matrix(j)]
     no_vocab = TargetInfo(Path(), "", None, Tokenizer((), None, None, None, 0, ""))
     expected = drafter_kv(cfg, target or no_vocab, matrix_types)
     return judge_keys(

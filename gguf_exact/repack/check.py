@@ -34,7 +34,7 @@ from gguf_exact.gemma4.hparams import TextHparams, rope_freqs, text_fields
 from gguf_exact.repack.donor import open_donor
 from gguf_exact.repack.pipeline import output_kv
 from gguf_exact.repack.tensor_map import _by_gguf_name, _text, build_map, check_same_model
-from gguf_exact.stream.jobs import DATA, GENERATED, TensorJob
+from gguf_exact.stream.jobs import DATA, GENERATED, TensorJob, is_reference, reference_jobs
 from gguf_exact.stream.source_rows import TensorLocation, locate
 from gguf_exact.stream.verify import OffGridRule, Verification, measure_tensors, verify_tensors
 
@@ -67,9 +67,10 @@ def verify_model(
                 jobs = build_map(d.path, d.architecture, d.tensors, locations, source_dir).jobs
                 if not judge:
                     return measure_tensors(gguf, jobs, progress)
+                jobs, writer = _as_written(gguf, jobs)
                 expected = output_kv(d, _written_types(gguf, jobs))[0]
-                keys = judge_keys(gguf.header.kv, expected, "repack", version=(gguf.header.version, d.header.version))
-                return verify_tensors(gguf, jobs, keys, rule, d, "repack", source_dir, progress, workers)
+                keys = judge_keys(gguf.header.kv, expected, writer, version=(gguf.header.version, d.header.version))
+                return verify_tensors(gguf, jobs, keys, rule, d, writer, source_dir, progress, workers)
         archs = config.get("architectures")
         if not isinstance(archs, list) or not any(a in gemma4_names.SUPPORTED_ARCHITECTURES for a in archs):
             raise InputError(
@@ -85,15 +86,24 @@ def verify_model(
         jobs = [_generated(j, hp) if j.role == GENERATED else j for j in jobs]
         if not judge:
             return measure_tensors(gguf, jobs, progress)
+        jobs, writer = _as_written(gguf, jobs)
         keys = judge_model_keys(gguf, hp)
-        return verify_tensors(gguf, jobs, keys, rule, None, "repack", source_dir, progress, workers)
+        return verify_tensors(gguf, jobs, keys, rule, None, writer, source_dir, progress, workers)
+
+
+def _as_written(gguf: GgufFile, jobs: list[TensorJob]) -> tuple[list[TensorJob], str]:
+    """The plan the file is held to, and its writer's name: a bf16 reference (every matrix
+    in the source's dtype) is held to ``repack --bf16``'s, any other file to ``repack``'s."""
+    if is_reference(jobs, {t.name: t.type for t in gguf.tensors}):
+        return reference_jobs(jobs), "repack --bf16"
+    return jobs, "repack"
 
 
 def _written_types(gguf: GgufFile, jobs: list[TensorJob]) -> list[tuple[TensorEntry, GGMLQuantizationType]]:
     """(planned entry, type the file holds it as) for ``general.file_type``; a missing
     tensor counts as planned (its absence is the tensor check's failure)."""
     stored = {t.name: t.type for t in gguf.tensors}
-    return [(j.entry, stored.get(j.entry.name, T.Q4_0 if j.exact else j.entry.type)) for j in jobs]
+    return [(j.entry, stored.get(j.entry.name, j.stored_type)) for j in jobs]
 
 
 def _generated(job: TensorJob, hp: TextHparams) -> TensorJob:

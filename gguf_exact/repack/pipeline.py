@@ -15,6 +15,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
 from gguf import GGMLQuantizationType, GGUFValueType
 
 from gguf_exact.core import bf16, q4_0
@@ -22,7 +23,7 @@ from gguf_exact.core.error_stats import ErrorStats, sum_stats
 from gguf_exact.core.exact import plan_rows
 from gguf_exact.errors import ArgumentError, Param
 from gguf_exact.formats.checkpoint import Checkpoint
-from gguf_exact.formats.gguf_file import file_type
+from gguf_exact.formats.gguf_file import encode, file_type
 from gguf_exact.formats.gguf_layout import TensorEntry, encode_kv, row_bytes
 from gguf_exact.formats.paths import check_output_files, one_command
 from gguf_exact.malloc_tuning import keep_heap_blocks
@@ -30,7 +31,7 @@ from gguf_exact.progress import Progress
 from gguf_exact.repack import report as per_kind
 from gguf_exact.repack.donor import Donor, open_donor
 from gguf_exact.repack.tensor_map import build_map, check_same_model
-from gguf_exact.stream.jobs import TensorJob
+from gguf_exact.stream.jobs import SOURCE, TensorJob, reference_jobs
 from gguf_exact.stream.pipeline import write_report, write_verified
 from gguf_exact.stream.source_rows import locate
 from gguf_exact.stream.writer import DONOR_SAMPLE_EVERY, TensorResult, placed_types
@@ -59,6 +60,11 @@ class RepackResult:
     def repacked_tensors(self) -> int:
         """How many tensors were re-packed as exact Q4_0."""
         return len(per_kind.repacked(self.tensors))
+
+    @property
+    def source_tensors(self) -> int:
+        """How many tensors hold the source's own bytes (a bf16 reference's matrices)."""
+        return sum(t.role == SOURCE for t in self.tensors)
 
     @property
     def copied_tensors(self) -> int:
@@ -114,6 +120,7 @@ def repack_model(
     donor_stats: str = "sample",
     progress: Progress | None = None,
     worker_kind: str = "thread",
+    bf16_reference: bool = False,
 ) -> RepackResult:
     """Re-pack ``donor_path`` from the QAT checkpoint ``source_dir`` into ``out_path``.
 
@@ -122,10 +129,17 @@ def repack_model(
     ``bf16`` store the source in that type. ``donor_stats``: ``sample`` measures the
     donor against the source on every 32nd chunk of re-packed tensors, ``all`` on all.
     ``workers`` (default 2, or fewer CPUs) run chunks on threads (``worker_kind``:
-    ``thread``, or ``process`` for forked workers).
+    ``thread``, or ``process`` for forked workers). ``bf16_reference``: write the bf16
+    reference instead: the donor's header, keys and tensor order, every matrix with a
+    source holding the source's own bytes, every other tensor the donor's
+    (:func:`gguf_exact.stream.jobs.reference_jobs`).
     """
     if off_grid is not None and off_grid not in OFF_GRID_CHOICES:
         raise ArgumentError(Param("off_grid"), f" {off_grid}: expected one of {', '.join(OFF_GRID_CHOICES)}")
+    if off_grid is not None and bf16_reference:
+        raise ArgumentError(
+            Param("off_grid"), " does not apply to a bf16 reference: every matrix is the source's bytes"
+        )
     if donor_stats not in ("sample", "all"):
         raise ArgumentError(f"donor_stats {donor_stats}: expected sample or all")
     inputs = {Param("donor"): donor_path, "source folder's file": source_dir}
@@ -140,8 +154,10 @@ def repack_model(
             )
             locations = locate(ckpt)
         mapping = build_map(donor.path, donor.architecture, donor.tensors, locations, source_dir)
+        if bf16_reference:
+            mapping.jobs = reference_jobs(mapping.jobs)
         # provisional types: header room does not depend on them
-        provisional = [(j.entry, Q4_0 if j.exact else j.entry.type) for j in mapping.jobs]
+        provisional = [(j.entry, j.stored_type) for j in mapping.jobs]
         kv_raw, _ = output_kv(donor, provisional)
         entries = [TensorEntry(e.name, e.ne, t) for e, t in provisional]
         written = write_verified(
@@ -187,6 +203,8 @@ def _replanner(donor: Donor, jobs: list[TensorJob]):
         if entry.type == Q4_0 and job.exact:
             plan = plan_rows(bf16.from_exact(job.source.read(r0, r1)), r0, histogram=False, score_partial=False)
             return plan.data, q4_0.BLOCK_BYTES
+        if job.role == SOURCE:
+            return np.ascontiguousarray(encode(job.source.read(r0, r1), entry.type)).view(np.uint8), 1
         if entry.type == job.entry.type:
             return donor.read_rows(job.entry, r0, r1), row_bytes(entry.type, entry.cols)
         return None, 1

@@ -14,17 +14,22 @@ Roles:
 - ``encode``: the source stored as ``entry.type`` (a drafter's norms, as F32);
 - ``copy``, ``generated``, ``unmapped``: the donor's bytes (compared with the source
   when there is one);
-- ``data``: bytes made here (a drafter's ``rope_freqs``).
+- ``data``: bytes made here (a drafter's ``rope_freqs``);
+- ``source``: the source's own bytes in its own dtype (BF16 for a bf16 checkpoint): the
+  matrices of a bf16 reference (``convert --bf16``, ``repack --bf16``), which keeps the
+  exact file's header and tensor order so that the two differ only in how weights are
+  stored (:func:`reference_jobs`).
 """
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
+from gguf import GGMLQuantizationType
 
 from gguf_exact.formats.gguf_layout import TensorEntry
 from gguf_exact.stream.source_rows import RowSource
 
-QAT, PROBE, COPY, ENCODE, DATA = "qat", "probe", "copy", "encode", "data"
+QAT, PROBE, COPY, ENCODE, DATA, SOURCE = "qat", "probe", "copy", "encode", "data", "source"
 GENERATED, UNMAPPED = "generated", "unmapped"
 FROM_DONOR = (COPY, GENERATED, UNMAPPED)
 
@@ -48,3 +53,33 @@ class TensorJob:
     def exact(self) -> bool:
         """Planned as exact Q4_0 (subject to the grid)."""
         return self.role in (QAT, PROBE) and self.source is not None
+
+    @property
+    def stored_type(self) -> GGMLQuantizationType:
+        """The type this job writes when nothing falls back: Q4_0 for an exact matrix,
+        the source's dtype for ``source``, else the planned entry's type."""
+        if self.exact:
+            return GGMLQuantizationType.Q4_0
+        if self.role == SOURCE:
+            return GGMLQuantizationType[self.source.loc.dtype]
+        return self.entry.type
+
+
+def reference_jobs(jobs: list[TensorJob]) -> list[TensorJob]:
+    """The bf16 reference of a plan: every matrix with a source (exact, probed or copied)
+    holds the source's own bytes; everything else (norms, generated and unmapped
+    tensors) is written as the plan says, so keys, names and order stay the exact file's."""
+    return [
+        replace(j, role=SOURCE, note=f"{j.source.loc.dtype}: the source's bytes")
+        if j.source is not None and len(j.entry.ne) >= 2
+        else j
+        for j in jobs
+    ]
+
+
+def is_reference(jobs: list[TensorJob], stored: dict[str, GGMLQuantizationType]) -> bool:
+    """True when a file (``stored``: tensor name -> type) holds the matrices of ``jobs`` as a
+    bf16 reference does: no planned exact matrix is Q4_0, and every matrix with a source
+    that the file has is stored in the source's dtype."""
+    matrices = [j for j in jobs if j.source is not None and len(j.entry.ne) >= 2 and j.entry.name in stored]
+    return bool(matrices) and all(stored[j.entry.name].name == j.source.loc.dtype for j in matrices)

@@ -29,6 +29,7 @@ FLOATS = (T.F32, T.F16, T.BF16)
 
 FALLBACK_TYPES = (T.Q8_0, T.F16, T.BF16, T.F32)  # what --off-grid may store an off-grid matrix as
 PASS, FAIL, NOT_JUDGED = "pass", "FAIL", "not judged"
+REFERENCE = "the source's bytes, every bit (a bf16 reference)"  # the note of a reference's matrix
 ALLOW = Param("allow_unchecked", api="allow_unchecked=True")
 DONOR = Param("donor", value="DONOR.gguf")
 KEEP = Param("off_grid", value="keep")
@@ -149,11 +150,16 @@ class Verification:
         q4 = [t for t in judged if t.blocks is not None]
         values = sum_stats(t for t in q4 if t.measured) or ErrorStats()
         b = self.blocks
-        line = (
-            f"{name}: {_count(len(judged), 'tensor')} and {_count(self.keys.judged, 'key')} judged against "
-            f"{self.source}; {_count(len(q4), 'Q4_0 matrix', 'Q4_0 matrices')}, {values.exact_fraction:.4%} of "
-            f"{values.n_values:,} values bit-exact, every block as exact as the plan"
-        )
+        line = f"{name}: {_count(len(judged), 'tensor')} and {_count(self.keys.judged, 'key')} judged against {self.source}; "
+        source_bytes = [t for t in judged if t.note.endswith(REFERENCE)]
+        if source_bytes and not q4:
+            held = sum(t.n_values for t in source_bytes)
+            line += f"a bf16 reference: {_count(len(source_bytes), 'matrix', 'matrices')}, {held:,} values, the source's bytes"
+        else:
+            line += (
+                f"{_count(len(q4), 'Q4_0 matrix', 'Q4_0 matrices')}, {values.exact_fraction:.4%} of "
+                f"{values.n_values:,} values bit-exact, every block as exact as the plan"
+            )
         if b.equally_exact or b.more_exact:
             line += f" ({b.equally_exact:,} equally exact with another scale, {b.more_exact:,} more exact)"
         off = [t for t in judged if t.blocks is None and t.note.startswith("off the grid")]

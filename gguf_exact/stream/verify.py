@@ -14,7 +14,8 @@ held to it, and nothing is merely measured:
   (or ``--off-grid`` names), or (``repack --off-grid keep``, the MoE router) the donor's;
 - a norm or scale is the planned type holding the source's values (drafters: F32, every
   bit); a tensor a re-pack copies from its donor holds the donor's bytes;
-- a generated tensor (``rope_freqs``) holds what the config gives.
+- a generated tensor (``rope_freqs``) holds what the config gives;
+- in a bf16 reference (``--bf16``), a matrix holds the source's own bytes, every one.
 
 What cannot be judged without a donor is named in :attr:`Verification.unchecked`, never
 passed over. Lines that name a parameter (``give donor=DONOR.gguf to judge it``) are
@@ -42,7 +43,7 @@ from gguf_exact.formats.gguf_layout import TensorEntry
 from gguf_exact.formats.gguf_reader import GgufFile
 from gguf_exact.formats.kv_judge import KeyJudgement
 from gguf_exact.progress import Progress, announce
-from gguf_exact.stream.jobs import COPY, DATA, ENCODE, FROM_DONOR, PROBE, TensorJob
+from gguf_exact.stream.jobs import COPY, DATA, ENCODE, FROM_DONOR, PROBE, SOURCE, TensorJob
 from gguf_exact.stream.verification import (  # noqa: F401  (importable from here, as before)
     ALLOW,
     DONOR,
@@ -52,6 +53,7 @@ from gguf_exact.stream.verification import (  # noqa: F401  (importable from her
     KEEP,
     NOT_JUDGED,
     PASS,
+    REFERENCE,
     OffGridRule,
     TensorCheck,
     Verification,
@@ -158,6 +160,9 @@ class _Judge:
             return self._data(job, t, check)
         if job.exact:
             return self._exact(job, t, check)
+        if job.role == SOURCE:
+            kind = job.stored_type
+            return self._encoded(job, t, check, kind, f"{kind.name}: {REFERENCE}")
         if job.role == ENCODE:
             return self._encoded(
                 job, t, check, job.entry.type, f"{job.entry.type.name}: the source's values, every bit"

@@ -31,7 +31,7 @@ from gguf_exact.formats.gguf_reader import GgufFile
 from gguf_exact.formats.gguf_stream import StreamingGGUF, pwrite_all
 from gguf_exact.progress import Progress, announce
 from gguf_exact.stream.chunk_pool import chunk_pool
-from gguf_exact.stream.jobs import DATA, ENCODE, PROBE, TensorJob
+from gguf_exact.stream.jobs import DATA, ENCODE, PROBE, SOURCE, TensorJob
 
 CHUNK_VALUES = 1 << 18
 DONOR_SAMPLE_EVERY = 32  # donor figures from every 32nd chunk of re-packed tensors (all: every chunk)
@@ -221,6 +221,10 @@ class TensorWriter:
         if job.role == ENCODE:
             result.rewritten = True
             return self._finish(job, result, *self._chunks("encode_chunk", j, self.writer.place(e), e.type))
+        if job.role == SOURCE:  # a bf16 reference: the source's own bytes, in its own dtype
+            out = TensorEntry(e.name, e.ne, job.stored_type)
+            result.out_type, result.out_bytes, result.rewritten = out.type.name, out.nbytes, True
+            return self._finish(job, result, *self._chunks("encode_chunk", j, self.writer.place(out), out.type))
         if not job.exact:
             return self._finish(job, result, *self._chunks("copy_chunk", j, self.writer.place(e)))
         out = TensorEntry(e.name, e.ne, Q4_0)
