@@ -26,7 +26,10 @@ $(VENV)/.installed: pyproject.toml
 	touch $@
 
 # The bindings for $(BACKEND), built like llama-server, probed, then installed (one stamp per backend).
-$(VENV)/.bindings-$(BACKEND): $(VENV)/.installed
+# The carried llama.cpp patches are part of the build: a changed patch set remakes the stamp, so an
+# old venv never keeps bindings built without them.
+SOURCE_PATCHES := gguf_exact/builds/source_patches.py $(wildcard gguf_exact/builds/patches/*.patch)
+$(VENV)/.bindings-$(BACKEND): $(VENV)/.installed $(SOURCE_PATCHES)
 	$(BIN)/python -m gguf_exact.builds.bindings_build --install $(BACKEND_FLAGS)
 	$(BIN)/pip install -q -e '.[llama,server,test]'
 	rm -f $(VENV)/.bindings-*
