@@ -116,6 +116,7 @@ class AssistantShape:
     text: TextShape
     backbone_hidden_size: int
     num_centroids: int = 2048
+    centroid_top_k: int = 32  # the E2B/E4B configs' centroid_intermediate_top_k
 
     def config(self, architecture: str = "Gemma4AssistantForCausalLM") -> dict:
         """A full HF ``config.json``."""
@@ -128,7 +129,7 @@ class AssistantShape:
             "model_type": "gemma4_assistant",
             "backbone_hidden_size": self.backbone_hidden_size,
             "num_centroids": self.num_centroids,
-            "centroid_intermediate_top_k": 32,
+            "centroid_intermediate_top_k": self.centroid_top_k,
             "use_ordered_embeddings": True,
             "tie_word_embeddings": True,
             "dtype": "bfloat16",
