@@ -30,7 +30,8 @@ def test_inspect_json_and_table(tiny):
     assert report["is_qat"] is True
     planned = {t["name"]: t["planned"] for t in report["tensors"]}
     assert planned["model.embed_tokens.weight"] == "Q4_0"
-    assert planned["masked_embedding.centroids.weight"] == "dropped"
+    assert planned["masked_embedding.centroids.weight"] == "kept"  # the head's: Q4_0 if on the grid, else bf16
+    assert planned["masked_embedding.token_ordering"] == "I32"
     assert planned["model.norm.weight"] == "F32"
     assert sum(1 for p in planned.values() if p == "Q4_0") == 23
     embd = next(t for t in report["tensors"] if t["name"] == "model.embed_tokens.weight")
@@ -48,9 +49,9 @@ def test_convert_verify_compare(tiny, tmp_path):
     verify = run("verify", out, "--source", tiny / "drafter-bf16", "--vocab-from", tiny / "target.gguf", "--json")
     assert verify.exit_code == 0
     v = json.loads(verify.stdout)
-    assert v["ok"] and v["sha256"] == digest and v["total"]["exact_fraction"] == 1.0 and len(v["tensors"]) == 49
+    assert v["ok"] and v["sha256"] == digest and v["total"]["exact_fraction"] == 1.0 and len(v["tensors"]) == 51
     compare = run("compare", "--source", tiny / "drafter-bf16", out)
-    assert compare.exit_code == 0 and "Q4_0 x23" in compare.stdout and "100.0000%" in compare.stdout
+    assert compare.exit_code == 0 and "BF16 x1, F32 x26, I32 x1, Q4_0 x23" in compare.stdout and "100.00%" in compare.stdout
 
 
 def expect_error(args, message, out):
