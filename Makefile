@@ -66,7 +66,8 @@ clean:
 
 # Parity with llama.cpp's own converter (not in CI): the structural tiny drafters and targets of
 # every Gemma 4 size converted by gguf-exact and by the pinned sdist's convert_hf_to_gguf.py,
-# every key, tensor name and shape and rope_freqs compared (scripts/parity.py; table in docs/sizes-and-parity.md).
+# every key, tensor name and shape and rope_freqs compared (scripts/parity.py; table in docs/sizes-and-parity.md);
+# then the drafter's ordered-embedding head in llama.cpp against transformers' own (tests/test_head_parity.py).
 # Its own venv holds torch and transformers (the `parity` extra) and upstream's gguf-py.
 PARITY_VENV ?= build/parity-venv
 $(PARITY_VENV)/.installed: pyproject.toml
@@ -77,6 +78,7 @@ $(PARITY_VENV)/.installed: pyproject.toml
 
 parity: setup $(PARITY_VENV)/.installed
 	$(BIN)/python scripts/parity.py --python $(PARITY_VENV)/bin/python --work build/parity
+	$(BIN)/python -m pytest -q tests/test_head_parity.py
 
 # llama-server (+ llama-bench, llama-perplexity, llama-quantize) from the pinned sdist's
 # vendor/llama.cpp, cached in ~/.cache/gguf-exact/llama.cpp/<commit>-<backend>-<CPU features>:

@@ -245,14 +245,17 @@ def drafter_weights(size: str, kind: str, cycle: list[int]) -> tuple[dict, dict[
     return drafter_config(spec), small
 
 
-def write_drafter(path: str | Path, size: str, kind: str, cycle: list[int], target: str | Path) -> Path:
-    """The assistant of :func:`drafter_weights`, converted by ``gguf-exact convert`` against ``target``."""
+def write_drafter(
+    path: str | Path, size: str, kind: str, cycle: list[int], target: str | Path, ordered_head: bool = True
+) -> Path:
+    """The assistant of :func:`drafter_weights`, converted by ``gguf-exact convert`` against ``target``
+    (``ordered_head=False``: as ``convert --full-head``, the 262,144-row head only)."""
     path = Path(path)
     scratch = Path(tempfile.mkdtemp(prefix="drafter-hf-", dir=path.parent))
     try:
         config, tensors = drafter_weights(size, kind, cycle)
         write_checkpoint(scratch, config, tensors)
-        return convert_drafter(scratch, path, target).path
+        return convert_drafter(scratch, path, target, ordered_head=ordered_head).path
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
 
