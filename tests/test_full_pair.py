@@ -28,7 +28,7 @@ from gguf_exact.tiny.full_pair import N_AXES, next_token, write_drafter, write_p
 from gguf_exact.tiny.main_model import MainSpec, model_tensors
 
 N_PREDICT = 12
-HEAD_HEADER_BYTES = 0  # the head's two tensor entries and two keys, with alignment: measured below
+HEAD_HEADER_BYTES = 224  # the head's two tensor entries and two keys in the header, with alignment
 PROMPT = "hello world"
 E2B = SIZES["E2B"]
 
