@@ -225,6 +225,7 @@ class TinyDrafter:
     vocab_size: int = 320
     num_centroids: int = 32
     centroid_top_k: int = 4  # 4 clusters of 10 tokens: 40 candidates of 320, so the ordered head matters
+    ordered_embeddings: bool = True
     architecture: str = "Gemma4AssistantForCausalLM"
     num_global_key_value_heads: int | None = None  # the target's full layers' (with attention_k_eq_v)
     attention_k_eq_v: bool = False
@@ -240,6 +241,7 @@ class TinyDrafter:
             num_attention_heads=t.num_attention_heads, num_key_value_heads=t.num_key_value_heads,
             head_dim=t.head_dim, global_head_dim=t.global_head_dim, vocab_size=t.vocab_size,
             num_centroids=shape.num_centroids, centroid_top_k=shape.centroid_top_k,
+            ordered_embeddings=shape.ordered_embeddings,
             num_global_key_value_heads=t.num_global_key_value_heads,
             attention_k_eq_v=t.attention_k_eq_v, sliding_window=t.sliding_window,
             max_position_embeddings=t.max_position_embeddings,
@@ -257,7 +259,9 @@ class TinyDrafter:
             num_kv_shared_layers=self.num_hidden_layers, vocab_size=self.vocab_size,
             max_position_embeddings=self.max_position_embeddings, final_logit_softcapping=None,
         )  # fmt: skip
-        return AssistantShape(text, self.backbone_hidden_size, self.num_centroids, self.centroid_top_k)
+        return AssistantShape(
+            text, self.backbone_hidden_size, self.num_centroids, self.centroid_top_k, self.ordered_embeddings
+        )
 
 
 def drafter_config(spec: TinyDrafter = TinyDrafter()) -> dict:
