@@ -26,7 +26,10 @@ $(VENV)/.installed: pyproject.toml
 	touch $@
 
 # The bindings for $(BACKEND), built like llama-server, probed, then installed (one stamp per backend).
-$(VENV)/.bindings-$(BACKEND): $(VENV)/.installed
+# The carried llama.cpp patches are part of the build: a changed patch set remakes the stamp, so an
+# old venv never keeps bindings built without them.
+SOURCE_PATCHES := gguf_exact/builds/source_patches.py $(wildcard gguf_exact/builds/patches/*.patch)
+$(VENV)/.bindings-$(BACKEND): $(VENV)/.installed $(SOURCE_PATCHES)
 	$(BIN)/python -m gguf_exact.builds.bindings_build --install $(BACKEND_FLAGS)
 	$(BIN)/pip install -q -e '.[llama,server,test]'
 	rm -f $(VENV)/.bindings-*
@@ -68,7 +71,8 @@ clean:
 
 # Parity with llama.cpp's own converter (not in CI): the structural tiny drafters and targets of
 # every Gemma 4 size converted by gguf-exact and by the pinned sdist's convert_hf_to_gguf.py,
-# every key, tensor name and shape and rope_freqs compared (scripts/parity.py; table in docs/sizes-and-parity.md).
+# every key, tensor name and shape and rope_freqs compared (scripts/parity.py; table in docs/sizes-and-parity.md);
+# then the drafter's ordered-embedding head in llama.cpp against transformers' own (tests/test_head_parity.py).
 # Its own venv holds torch and transformers (the `parity` extra) and upstream's gguf-py.
 PARITY_VENV ?= build/parity-venv
 $(PARITY_VENV)/.installed: pyproject.toml
@@ -79,6 +83,7 @@ $(PARITY_VENV)/.installed: pyproject.toml
 
 parity: setup $(PARITY_VENV)/.installed
 	$(BIN)/python scripts/parity.py --python $(PARITY_VENV)/bin/python --work build/parity
+	$(BIN)/python -m pytest -q tests/test_head_parity.py
 
 # llama-server (+ llama-bench, llama-perplexity, llama-quantize) from the pinned sdist's
 # vendor/llama.cpp, cached in ~/.cache/gguf-exact/llama.cpp/<commit>-<backend>-<CPU features>:

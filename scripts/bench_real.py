@@ -2,10 +2,13 @@
 """Speculation at the real models' size: `make bench-real` (one run, JSON and a Markdown table).
 
 For each shape (E2B, E4B) it makes the full-size pair (`gguf-exact make-pair`: the
-`hidden` drafter, then the `mixed` one beside the same target) under --work, then:
+`hidden` drafter, then the `mixed` one beside the same target; each also as `<kind>-full`,
+converted with `--full-head`, without its ordered-embedding head) under --work, then:
 
 1. in-process costs (the bindings, --threads): a target pass at 1 and at n-max + 1 rows,
-   a drafter step and its output head's share, and the speed-up they predict;
+   a drafter step with the ordered head and with the full head and each head's share, the
+   speed-up they predict, and (stated as a prediction) what they predict on a card whose
+   target pass --card-pass-ms gives;
 2. per kind, engine (llama-server, the Python engine; both over HTTP, the same prompts,
    greedy) and n-max (0 = the target alone, shared by both kinds): tokens/s, acceptance,
    tokens per target pass, time to first token, load time, peak RSS, and whether the
@@ -31,6 +34,7 @@ from pathlib import Path
 
 from gguf_exact.bench.real import (
     ENGINES,
+    card_prediction,
     concurrent_arm,
     drafter_profile,
     engines_arm,
@@ -54,6 +58,8 @@ def log(msg: str) -> None:
 
 
 def make_pairs(work: Path, shape: str) -> dict[str, tuple[Path, Path]]:
+    """The kinds' drafters beside one target; ``<kind>-full``: the same drafter without its
+    ordered-embedding head (``convert --full-head``), which scores all 262,144 tokens."""
     folder = work / shape
     hidden = folder / "drafter.gguf"
     mixed = folder / "mixed-drafter.gguf"
@@ -68,16 +74,28 @@ def make_pairs(work: Path, shape: str) -> dict[str, tuple[Path, Path]]:
         cycle = cycle_ids(gemma4_vocabulary())
     if not mixed.is_file():
         write_drafter(mixed, shape.upper(), "mixed", cycle, folder / "target.gguf")
-    return {"hidden": (folder / "target.gguf", hidden), "mixed": (folder / "target.gguf", mixed)}
+    pairs = {"hidden": (folder / "target.gguf", hidden), "mixed": (folder / "target.gguf", mixed)}
+    for kind in ("hidden", "mixed"):
+        full = folder / f"{kind}-full-head-drafter.gguf"
+        if not full.is_file():
+            log(f"{shape}: {kind} drafter without its ordered head")
+            write_drafter(full, shape.upper(), kind, cycle, folder / "target.gguf", ordered_head=False)
+        pairs[f"{kind}-full"] = (folder / "target.gguf", full)
+    return pairs
 
 
-def costs(target: Path, drafter: Path, n_max_list: list[int], threads: int, gpu_layers: int) -> dict:
+def costs(target: Path, drafter: Path, full: Path, n_max_list: list[int], threads: int, gpu_layers: int) -> dict:
     rows = sorted({1, *(n + 1 for n in n_max_list)})
     log("target pass times at " + ", ".join(map(str, rows)) + " rows")
     passes = target_pass_seconds(target, rows, threads, gpu_layers=gpu_layers)
-    log("drafter step and its head")
+    log("drafter step and its head: ordered head, then the full head")
     prof = drafter_profile(target, drafter, threads, gpu_layers=gpu_layers)
-    return {"target_pass_seconds": {str(k): v for k, v in passes.items()}, "drafter": prof.as_dict()}
+    prof_full = drafter_profile(target, full, threads, gpu_layers=gpu_layers)
+    return {
+        "target_pass_seconds": {str(k): v for k, v in passes.items()},
+        "drafter": prof.as_dict(),
+        "drafter_full_head": prof_full.as_dict(),
+    }
 
 
 def shape_run(shape: str, args, prompts: list[str]) -> dict:
@@ -87,7 +105,7 @@ def shape_run(shape: str, args, prompts: list[str]) -> dict:
     sets += args.set
     out: dict = {"shape": shape, "files": {k: [str(p) for p in v] for k, v in pairs.items()}}
     cost_n_max = [int(x) for x in (args.cost_n_max or args.n_max).split(",")]
-    out["costs"] = costs(*pairs["hidden"], cost_n_max, args.threads, args.gpu_layers)
+    out["costs"] = costs(*pairs["hidden"], pairs["hidden-full"][1], cost_n_max, args.threads, args.gpu_layers)
     arms = []
     engines = args.engines.split(",")
     target = pairs["hidden"][0]
@@ -150,26 +168,38 @@ def table(result: dict) -> str:
     """The README's table for one shape."""
     c = result["costs"]
     passes = {int(k): v for k, v in c["target_pass_seconds"].items()}
-    draft = c["drafter"]["step_seconds"]
+    steps = {"ordered": c["drafter"]["step_seconds"]}
+    heads = [f"drafter step {1e3 * steps['ordered']:.2f} ms with its ordered head ({100 * c['drafter']['head_share']:.0f}% of it)"]
+    if "drafter_full_head" in c:  # runs before issue 24 timed one head
+        full = c["drafter_full_head"]
+        steps["full"] = full["step_seconds"]
+        heads.append(
+            f"{1e3 * steps['full']:.2f} ms with the full head ({100 * full['head_share']:.0f}% of it): "
+            f"{steps['ordered'] / steps['full']:.2f}x"
+        )
+    card = result.get("card_pass_seconds")
     alone = {a["engine"]: a for a in result["arms"] if a["n_max"] == 0}
     base_text = {e: a["texts"] for e, a in alone.items()}
     lines = [
         f"**{result['shape'].upper()}**: target pass {1e3 * passes[1]:.0f} ms at 1 row, "
         + ", ".join(f"{1e3 * v:.0f} ms at {k}" for k, v in passes.items() if k > 1)
-        + f"; drafter step {1e3 * draft:.1f} ms, its output head {100 * c['drafter']['head_share']:.0f}% of it",
+        + "; " + ", ".join(heads),
         "",
         "| kind | n-max | engine | tokens/s | generation tokens/s | speed-up | predicted | acceptance | tokens/pass "
-        "| TTFT s | load s | peak RSS MiB | same text |",
-        "|" + "---|" * 13,
+        "| TTFT s | load s | peak RSS MiB | same text |" + (" card, predicted |" if card else ""),
+        "|" + "---|" * (14 if card else 13),
     ]
     for a in result["arms"]:
         base = alone.get(a["engine"])
         speed = a["generation_tokens_per_second"] / base["generation_tokens_per_second"] if base else None
+        draft = steps["full" if a["kind"].endswith("-full") else "ordered"]
+        tpp = steady_tokens_per_pass(a)
         pred = (
-            predicted_speedup(steady_tokens_per_pass(a), passes[1], passes[a["n_max"] + 1], draft, a["n_max"])
+            predicted_speedup(tpp, passes[1], passes[a["n_max"] + 1], draft, a["n_max"])
             if a["n_max"]
             else None
         )
+        on_card = card_prediction(tpp, card, passes[1], draft, a["n_max"]) if card and a["n_max"] else None
         same = all(t == b for t, b in zip(a["texts"], base_text.get(a["engine"], [])))
         acc = "-" if a["acceptance"] is None else f"{a['acceptance']:.3f}"
         lines.append(
@@ -177,6 +207,7 @@ def table(result: dict) -> str:
             f"{a['generation_tokens_per_second']:.2f} | {speed:.2f}x | {'-' if pred is None else f'{pred:.2f}x'} | "
             f"{acc} | {a['tokens_per_pass']:.2f} | {a['ttft_seconds']:.2f} | {a['load_seconds']:.1f} | "
             f"{a['peak_rss_mib']:,.0f} | {'yes' if same else '**no**'} |"
+            + ("" if not card else f" {'-' if on_card is None else f'{on_card:.2f}x'} |")
         )
     ratios = []
     for a in result["arms"]:
@@ -225,7 +256,9 @@ def table(result: dict) -> str:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--shapes", default="e2b,e4b")
-    ap.add_argument("--kinds", default="hidden,mixed")
+    ap.add_argument(
+        "--kinds", default="hidden,mixed,hidden-full,mixed-full", help="drafters; <kind>-full: without the ordered head"
+    )
     ap.add_argument("--engines", default=",".join(ENGINES))
     ap.add_argument("--n-max", default="1,2,3,4")
     ap.add_argument("--n-predict", type=int, default=48)
@@ -242,6 +275,13 @@ def main() -> int:
     ap.add_argument("--profile", default="cpu", help="serving profile (name or TOML path), e.g. a GPU card's")
     ap.add_argument("--set", action="append", default=[], help="KEY=VALUE over the profile (repeatable)")
     ap.add_argument("--gpu-layers", type=int, default=0, help="layers offloaded in the in-process cost runs")
+    ap.add_argument(
+        "--card-pass-ms",
+        action="append",
+        default=["e2b=12.24"],
+        help="SHAPE=MS: a card's target pass at 1 row, for the cost model's prediction on it (default: E2B "
+        "exact Q4_0 on a GTX 1650 Ti, 81.7 tokens/s as published); repeatable",
+    )
     ap.add_argument("--work", type=Path, default=Path("build/real-pairs"))
     ap.add_argument("--out", type=Path, default=Path("build/bench-real"))
     ap.add_argument("--keep", action="store_true", help="keep the pairs under --work (several GB)")
@@ -251,8 +291,11 @@ def main() -> int:
     results = []
     with open("/proc/loadavg") as f:
         load_before = f.read().split()[:3]
+    card_pass = {k: float(v) / 1e3 for k, v in (x.split("=", 1) for x in args.card_pass_ms)}
     for shape in args.shapes.split(","):
         r = shape_run(shape, args, prompts)
+        if shape in card_pass:
+            r["card_pass_seconds"] = card_pass[shape]
         results.append(r)
         print(table(r), flush=True)
         if not args.keep:

@@ -176,7 +176,8 @@ def run(python: Path, work: Path, sizes: list[str]) -> list[Comparison]:
         pair = write_structural_pair(root, size)
         for hf in (pair.drafter_hf, pair.target_hf):
             write_hf_tokenizer(hf, VOCAB)
-        ours = convert_drafter(pair.drafter_hf, root / "drafter-exact.gguf", vocab_from=pair.target).path
+        # upstream drops the ordered head (gguf-exact keeps it: tests/test_head_parity.py checks it)
+        ours = convert_drafter(pair.drafter_hf, root / "drafter-exact.gguf", vocab_from=pair.target, ordered_head=False).path
         up = upstream_convert(python, llama, pair.drafter_hf, root / "drafter-upstream.gguf")
         out.append(compare(f"{size} assistant", read_side(up, ASSISTANT), read_side(ours, ASSISTANT)))
         up_target = upstream_convert(python, llama, pair.target_hf, root / "target-upstream.gguf")

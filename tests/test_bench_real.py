@@ -69,3 +69,34 @@ def test_concurrent_clients_each_count_their_own_tokens(pair, engine, parallel):
     if engine == "llama-server":
         # 6 tokens: the prefill's, a pass with 2 drafts, one with the 1 that room is left for
         assert [(x["draft_n"], x["draft_n_accepted"]) for x in r.per_request] == [(3, 3), (3, 3)]
+
+
+def test_the_cost_model_on_a_card_is_the_cpu_model_with_the_cards_pass():
+    """card_prediction: verification as one card pass, the drafter scaled by card pass / CPU pass."""
+    from gguf_exact.bench.real import card_prediction, predicted_speedup
+
+    # E2B hidden at n-max 3 (3.56 tokens a pass), a 12.24 ms card pass, CPU 158 ms, drafter 4.9 ms
+    assert card_prediction(3.56, 0.01224, 0.158, 0.0049, 3) == pytest.approx(3.56 / (1 + 3 * 0.0049 / 0.158))
+    assert card_prediction(3.56, 0.01224, 0.158, 0.0049, 3) == predicted_speedup(
+        3.56, 0.01224, 0.01224, 0.0049 * 0.01224 / 0.158, 3
+    )
+    # a cheaper drafter step predicts more on the card; none at all: tokens per pass
+    assert card_prediction(3.56, 0.01224, 0.158, 0.0015, 3) > card_prediction(3.56, 0.01224, 0.158, 0.0049, 3)
+    assert card_prediction(3.56, 0.01224, 0.158, 0.0, 3) == pytest.approx(3.56)
+
+
+def test_drafter_profile_times_the_ordered_head_as_the_head(pair, tmp_path):
+    """With the head (patch #24) the step has the ordered_head.* nodes, timed as its head; the
+    same drafter converted --full-head has only the 320-row head (result_output)."""
+    from gguf_exact.bench.real import drafter_profile
+    from gguf_exact.drafter.convert import convert_drafter
+
+    target, drafter = pair
+    full = convert_drafter(drafter.parent / "drafter-hf", tmp_path / "full.gguf", target, ordered_head=False).path
+    ordered, plain = drafter_profile(target, drafter, 2, steps=3), drafter_profile(target, full, 2, steps=3)
+    # the full head is one node (mul_mat); the ordered head 14 that llama.cpp reports: the ordering viewed as clusters,
+    # centroids, top_k and its flat view, candidates and two views of them, rows and their 3-D view,
+    # the hidden state's 3-D view, scores and their view, fill, scatter, and the logits' 2-D view
+    assert ordered.nodes == plain.nodes + 13  # as measured at the real E2B shape (139 against 126)
+    assert 0 < ordered.head_seconds < ordered.profiled_step_seconds
+    assert 0 < plain.head_seconds < plain.profiled_step_seconds

@@ -6,6 +6,7 @@ import struct
 import numpy as np
 import pytest
 from click.testing import CliRunner
+from gguf import GGUFReader
 
 from gguf_exact.cli import main
 from gguf_exact.core import bf16
@@ -30,7 +31,8 @@ def test_inspect_json_and_table(tiny):
     assert report["is_qat"] is True
     planned = {t["name"]: t["planned"] for t in report["tensors"]}
     assert planned["model.embed_tokens.weight"] == "Q4_0"
-    assert planned["masked_embedding.centroids.weight"] == "dropped"
+    assert planned["masked_embedding.centroids.weight"] == "kept"  # the head's: Q4_0 if on the grid, else bf16
+    assert planned["masked_embedding.token_ordering"] == "I32"
     assert planned["model.norm.weight"] == "F32"
     assert sum(1 for p in planned.values() if p == "Q4_0") == 23
     embd = next(t for t in report["tensors"] if t["name"] == "model.embed_tokens.weight")
@@ -48,9 +50,9 @@ def test_convert_verify_compare(tiny, tmp_path):
     verify = run("verify", out, "--source", tiny / "drafter-bf16", "--vocab-from", tiny / "target.gguf", "--json")
     assert verify.exit_code == 0
     v = json.loads(verify.stdout)
-    assert v["ok"] and v["sha256"] == digest and v["total"]["exact_fraction"] == 1.0 and len(v["tensors"]) == 49
+    assert v["ok"] and v["sha256"] == digest and v["total"]["exact_fraction"] == 1.0 and len(v["tensors"]) == 51
     compare = run("compare", "--source", tiny / "drafter-bf16", out)
-    assert compare.exit_code == 0 and "Q4_0 x23" in compare.stdout and "100.0000%" in compare.stdout
+    assert compare.exit_code == 0 and "Q4_0 x23" in compare.stdout and "I32 x1" in compare.stdout and "100.00" in compare.stdout
 
 
 def expect_error(args, message, out):
@@ -190,3 +192,14 @@ def test_missing_shard(tmp_path, out, tiny):
         "lists shard model-00002-of-00003.safetensors, which is missing",
         out,
     )
+
+
+def test_convert_full_head_drops_the_ordered_head(tiny, tmp_path):
+    out = tmp_path / "full.gguf"
+    result = run("convert", tiny / "drafter-bf16", out, "--vocab-from", tiny / "target.gguf", "--full-head")
+    assert result.exit_code == 0, result.output
+    assert "F32 x26, Q4_0 x23" in result.stdout and "I32" not in result.stdout
+    names = {t.name for t in GGUFReader(out).tensors}
+    assert len(names) == 49 and not any(n.startswith("masked_embd") for n in names)
+    verify = run("verify", out, "--source", tiny / "drafter-bf16", "--vocab-from", tiny / "target.gguf")
+    assert verify.exit_code == 0 and "49 tensors and 34 keys judged" in verify.stdout

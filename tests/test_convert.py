@@ -26,6 +26,7 @@ EXPECTED_TENSORS = {
         "ffn_gate", "ffn_up", "ffn_down", "post_ffw_norm", "layer_output_scale",
     )
 }  # fmt: skip
+HEAD = ("masked_embd_centroids.weight", "masked_embd_ordering")
 MATRICES = {"token_embd.weight", "nextn.pre_projection.weight", "nextn.post_projection.weight"} | {
     f"blk.{i}.{p}.weight" for i in range(N_LAYERS) for p in ("attn_q", "attn_output", "ffn_gate", "ffn_up", "ffn_down")
 }
@@ -58,10 +59,22 @@ def test_convert_writes_the_gemma4_assistant_form(tiny, tmp_path):
         assert kv(r, f"{a}.{key}") == pytest.approx(value), key
     assert kv(r, f"{a}.attention.sliding_window_pattern") == [True, True, True, False]
     assert kv(r, "general.file_type") == 2  # MOSTLY_Q4_0
+    assert kv(r, f"{a}.num_centroids") == 32 and kv(r, f"{a}.centroid_intermediate_top_k") == 4
     types = {t.name: GGMLQuantizationType(t.tensor_type) for t in r.tensors}
-    assert set(types) == EXPECTED_TENSORS
+    assert set(types) == EXPECTED_TENSORS | set(HEAD)
     assert {n for n, t in types.items() if t == GGMLQuantizationType.Q4_0} == MATRICES
-    assert all(t == GGMLQuantizationType.F32 for n, t in types.items() if n not in MATRICES)
+    # the tiny's centroids are plain normal weights, off the grid: kept as their own bf16, every bit
+    assert types["masked_embd_centroids.weight"] == GGMLQuantizationType.BF16
+    assert types["masked_embd_ordering"] == GGMLQuantizationType.I32
+    assert all(t == GGMLQuantizationType.F32 for n, t in types.items() if n not in MATRICES | set(HEAD))
+    src = drafter_tensors(seed=1, step_kind="fp32")
+    stored = {t.name: t for t in r.tensors}
+    centroids = np.asarray(stored["masked_embd_centroids.weight"].data).view(np.uint16)
+    assert centroids.shape == (32, 64) and np.array_equal(centroids, src["masked_embedding.centroids.weight"])
+    ordering = np.asarray(stored["masked_embd_ordering"].data)
+    assert ordering.dtype == np.int32 and list(stored["masked_embd_ordering"].shape) == [320]
+    assert np.array_equal(ordering, src["masked_embedding.token_ordering"])
+    assert sorted(ordering.tolist()) == list(range(320)) and ordering.tolist() != list(range(320))  # shuffled
     freqs = next(t for t in r.tensors if t.name == "rope_freqs.weight").data
     # 128 * 0.25 / 2 rotated half-dims, the rest 1e30 (float32)
     assert freqs.tolist() == np.array([1.0] * 16 + [1e30] * 48, dtype=np.float32).tolist()
@@ -71,7 +84,9 @@ def test_convert_writes_the_gemma4_assistant_form(tiny, tmp_path):
         assert kv(r, key) == kv(target, key), key
     report = json.loads((tmp_path / "r.json").read_text())
     assert report["sha256"] == result.sha256
-    assert report["values"] == sum(int(np.prod(t.shape)) for t in r.tensors if t.name != "rope_freqs.weight")
+    assert report["values"] == sum(
+        int(np.prod(t.shape)) for t in r.tensors if t.name not in ("rope_freqs.weight", "masked_embd_ordering")
+    )
     matrices = [t for t in report["tensors"] if t["type"] == "Q4_0"]
     assert sum(t["values"] for t in matrices) == sum(int(np.prod(t.shape)) for t in r.tensors if t.name in MATRICES)
     assert sum(t["exact_values"] for t in matrices) / sum(t["values"] for t in matrices) >= 0.995
@@ -121,7 +136,8 @@ def test_off_grid_matrix_stops_or_falls_back(tiny, tmp_path):
         convert_drafter(src, out, tiny / "target.gguf")
     assert list(out.parent.iterdir()) == []
     result = convert_drafter(src, out, tiny / "target.gguf", off_grid="q8_0")
-    assert result.report["off_grid_tensors"] == ["blk.2.ffn_up.weight"]
+    # the head's centroids are off the grid too, but kept in their own type whatever off_grid says
+    assert result.report["off_grid_tensors"] == ["masked_embd_centroids.weight", "blk.2.ffn_up.weight"]
     types = {t.name: t.tensor_type for t in GGUFReader(out).tensors}
     assert types["blk.2.ffn_up.weight"] == GGMLQuantizationType.Q8_0
     assert types["blk.2.ffn_gate.weight"] == GGMLQuantizationType.Q4_0
@@ -172,3 +188,82 @@ def test_target_of_another_width_is_refused(tiny, tmp_path):
     ):
         convert_drafter(tiny / "drafter-fp32", tmp_path / "d.gguf", target)
     assert not (tmp_path / "d.gguf").exists()
+
+
+# --- the ordered-embedding head (issue 24) ---------------------------------------------------
+
+
+def head_checkpoint(folder, **changes):
+    """The fp32-step tiny drafter with some of its tensors or config fields replaced."""
+    from gguf_exact.tiny.synthetic import qat_matrix
+
+    tensors = drafter_tensors(seed=1, step_kind="fp32")
+    config = drafter_config()
+    for key, value in changes.items():
+        if key == "qat_centroids":
+            rng = np.random.default_rng(5)
+            tensors["masked_embedding.centroids.weight"] = qat_matrix(rng, 32, 64, step_kind="bf16")
+        elif key in tensors:
+            tensors[key] = value
+        elif value is None:
+            del tensors[key.replace("drop:", "")]
+        else:
+            config[key] = value
+    return write_checkpoint(folder, config, tensors)
+
+
+def test_centroids_on_the_grid_are_exact_q4_0_and_verify_judges_them_by_block(tiny, tmp_path):
+    src = head_checkpoint(tmp_path / "src", qat_centroids=True)
+    result = convert_drafter(src, tmp_path / "d.gguf", tiny / "target.gguf")
+    row = {t.name: t for t in result.tensors}["masked_embd_centroids.weight"]
+    assert (row.out_type, row.note, row.n_blocks, row.off_grid_blocks) == ("Q4_0", "exact q4_0", 64, 0)
+    assert row.ours.exact == row.ours.n_values == 32 * 64  # bf16 step: every value bit-exact
+    assert result.report["off_grid_tensors"] == []
+    v = verify_gguf(tmp_path / "d.gguf", src, vocab_from=tiny / "target.gguf")
+    check = {c.name: c for c in v.tensors}["masked_embd_centroids.weight"]
+    assert v.ok() and check.note == "exact Q4_0: every block by the block rule" and check.blocks.n_blocks == 64
+
+
+def test_full_head_drops_the_head_and_its_keys(tiny, tmp_path):
+    out = tmp_path / "full.gguf"
+    with_head = convert_drafter(tiny / "drafter-fp32", tmp_path / "head.gguf", tiny / "target.gguf")
+    full = convert_drafter(tiny / "drafter-fp32", out, tiny / "target.gguf", ordered_head=False)
+    r = GGUFReader(out)
+    assert {t.name for t in r.tensors} == EXPECTED_TENSORS
+    assert not [k for k in r.fields if "centroid" in k]
+    # the head adds 32 x 64 bf16 centroids, 320 int32 ids, their header entries and the two keys
+    assert with_head.size - full.size >= 4096 + 1280
+    head_tensors = {t.name: t for t in GGUFReader(tmp_path / "head.gguf").tensors}
+    for t in r.tensors:
+        assert np.array_equal(np.asarray(t.data), np.asarray(head_tensors[t.name].data)), t.name
+    assert verify_gguf(out, tiny / "drafter-fp32", vocab_from=tiny / "target.gguf").ok()
+
+
+def test_a_config_without_ordered_embeddings_drops_the_tensors(tiny, tmp_path):
+    src = head_checkpoint(tmp_path / "src", use_ordered_embeddings=False)
+    convert_drafter(src, tmp_path / "d.gguf", tiny / "target.gguf")
+    assert {t.name for t in GGUFReader(tmp_path / "d.gguf").tensors} == EXPECTED_TENSORS
+
+
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        (
+            {"masked_embedding.token_ordering": np.zeros(320, np.int64)},
+            r"tensor masked_embedding.token_ordering: not a permutation of the 320 token ids",
+        ),
+        ({"drop:masked_embedding.token_ordering": None}, r"there is no tensor masked_embedding.token_ordering"),
+        ({"num_centroids": 30}, r"config.json: num_centroids 30 does not divide the vocabulary of 320 tokens"),
+        ({"centroid_intermediate_top_k": 33}, r"config.json: centroid_intermediate_top_k 33 is not in 1..32"),
+        ({"num_centroids": 64}, r"masked_embedding.centroids.weight: shape \[32, 64\] does not match the config, "
+                                r"expected \[64, 64\]"),
+    ],
+)  # fmt: skip
+def test_a_broken_head_is_one_line_and_leaves_nothing(tiny, tmp_path, change, message):
+    src = head_checkpoint(tmp_path / "src", **change)
+    out = tmp_path / "out" / "d.gguf"
+    out.parent.mkdir()
+    with pytest.raises(Exception, match=message) as e:
+        convert_drafter(src, out, tiny / "target.gguf")
+    assert "\n" not in str(e.value)
+    assert list(out.parent.iterdir()) == []

@@ -163,7 +163,8 @@ def test_off_grid_f32_as_the_readme_says(tiny, tmp_path):
     out = tmp_path / "d.gguf"
     r = run("convert", src, out, "--vocab-from", tiny / "target.gguf", "--off-grid", "f32")
     assert r.exit_code == 0, r.output
-    assert "off grid, stored as f32: blk.2.ffn_up.weight" in r.stdout
+    # the ordered head's off-grid centroids keep their own bf16 whatever --off-grid says
+    assert "off grid, stored as: masked_embd_centroids.weight (bf16), blk.2.ffn_up.weight (f32)" in r.stdout
     t = {t.name: t for t in GGUFReader(out).tensors}["blk.2.ffn_up.weight"]
     assert t.tensor_type == GGMLQuantizationType.F32
     with Checkpoint(src) as ckpt:

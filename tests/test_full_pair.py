@@ -32,6 +32,7 @@ from gguf_exact.tiny.main_model import MainSpec, model_tensors
 pytestmark = [pytest.mark.bindings, pytest.mark.llama_server]
 
 N_PREDICT = 12
+HEAD_HEADER_BYTES = 224  # the head's two tensor entries and two keys in the header, with alignment
 PROMPT = "hello world"
 E2B = SIZES["E2B"]
 
@@ -97,8 +98,34 @@ def test_drafter_has_e2b_assistant_structure(pair):
     assert tensors["token_embd.weight"] == ((256, 262_144), GGMLQuantizationType.Q4_0)  # the full tied head
     assert tensors["nextn.pre_projection.weight"] == ((2 * 1536, 256), GGMLQuantizationType.Q4_0)
     assert tensors["blk.3.attn_q.weight"] == ((256, 4 * 512), GGMLQuantizationType.Q4_0)
-    assert len(tensors) == 49
-    assert p.drafter.stat().st_size == 66_154_144  # the size `convert` gives the E2B assistant
+    assert len(tensors) == 51
+    # the ordered head: 2,048 clusters of 128 tokens, the top 32 scored (issue 24)
+    assert (f[key + "num_centroids"], f[key + "centroid_intermediate_top_k"]) == (2048, 32)
+    assert tensors["masked_embd_centroids.weight"] == ((256, 2048), GGMLQuantizationType.Q4_0)
+    assert tensors["masked_embd_ordering"] == ((262_144,), GGMLQuantizationType.I32)
+    # the size `convert` gives the E2B assistant (66,154,144 bytes without its head)
+    assert p.drafter.stat().st_size == 66_154_144 + 294_912 + 1_048_576 + HEAD_HEADER_BYTES
+
+
+def test_the_drafters_clusters_hold_the_tokens_it_proposes(pair):
+    """make-pair's head is consistent: the cluster of every token the tied head can propose (a
+    nonzero row) has a centroid on that token's axis, so the top clusters hold the full head's pick."""
+    p, _ = pair
+    g = open_gguf(p.drafter)
+    t = {x.name: x for x in g.tensors}
+
+    def matrix(name):
+        return dequantize(g.read_rows(t[name], 0, t[name].rows), GGMLQuantizationType.Q4_0).reshape(t[name].rows, -1)
+
+    embed, centroids = matrix("token_embd.weight"), matrix("masked_embd_centroids.weight")
+    ordering = g.read_rows(t["masked_embd_ordering"], 0, 1).view("<i4").reshape(-1)
+    cluster_of = np.empty(262_144, np.int64)
+    cluster_of[ordering] = np.arange(262_144) // 128
+    tokens, axes = np.nonzero(embed)
+    assert len(tokens) >= N_AXES  # every axis proposes one token
+    assert np.all(centroids[cluster_of[tokens], axes] > 0)
+    # and a cluster scores nothing on an axis none of its tokens carries
+    assert np.count_nonzero(centroids) == len(set(zip(cluster_of[tokens].tolist(), axes.tolist())))
 
 
 def test_target_weights_make_the_cycle(pair):

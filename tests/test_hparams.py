@@ -111,6 +111,19 @@ def test_assistant_keys_end_with_the_drafters_two():
     assert len(keys) == len(set(keys)) == 21  # what upstream writes for an assistant (make parity)
 
 
+def test_e2b_and_e4b_assistants_add_the_ordered_heads_two_keys():
+    for size in ("E2B", "E4B"):
+        cfg = AssistantConfig.from_hf(SIZES[size].assistant.config())
+        assert (cfg.head.num_centroids, cfg.head.top_k, cfg.candidates) == (2048, 32, 4096)
+        fields = metadata(cfg)
+        assert [(f.key, f.value) for f in fields[-2:]] == [
+            ("gemma4-assistant.num_centroids", 2048),
+            ("gemma4-assistant.centroid_intermediate_top_k", 32),
+        ]
+        assert len(fields) == 23 and [f.key for f in metadata(cfg.full_head())] == [f.key for f in fields[:-2]]
+    assert AssistantConfig.from_hf(SIZES["31B"].assistant.config()).head is None
+
+
 def test_expected_shapes_follow_each_layers_width():
     config = SIZES["31B"].assistant.config()
     config["text_config"]["use_double_wide_mlp"] = True  # a raw config transformers would refuse

@@ -3,6 +3,7 @@ checked by hand for the tiny, structural and full-size models and against what
 llama-server itself logs when it allocates them."""
 
 import re
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -244,3 +245,26 @@ def test_compute_estimate_formula(full):
     hidden = 4 * 4 * 1536 * t
     ffn = 4 * 3 * 12288 * t  # the double-wide MLP of the KV-shared layers
     assert compute_estimate(g, s, [8192, 1024], 3) == masks + inputs + hidden + ffn
+
+
+def test_the_drafters_ordered_head_sits_with_its_output_head_and_its_candidates_are_computed(full):
+    """Issue 24: masked_embd_* are output-layer tensors (on the GPU with the tied head), and a
+    drafter step holds its 4,096 candidates' rows of the head (256 F32 each) beside the logits."""
+    with open_gguf(full["E2B-drafter"]) as g:
+        tensors = list(g.tensors)
+    size = {t.name: t.nbytes for t in tensors}
+    assert size["masked_embd_centroids.weight"] == 2048 * 256 // 32 * 18  # Q4_0
+    assert size["masked_embd_ordering"] == 262144 * 4  # I32
+    total, embd = sum(size.values()), size["token_embd.weight"]
+    assert weight_split(tensors, 4, 5) == (total, embd)  # every layer and the output on the GPU
+    head = size["masked_embd_centroids.weight"] + size["masked_embd_ordering"] + size["output_norm.weight"]
+    assert weight_split(tensors, 4, 1) == (head + embd, total - head)  # the output layer only
+    g = geometry(full["E2B-drafter"])
+    assert g.n_head_candidates == 4096 and g.ordered_head
+    full_head = replace(g, n_head_candidates=0)
+    # one token a step (the logits term is the largest): its rows add 4 MiB to the 1 MiB of logits
+    s = replace(Settings.from_profile(load_profile("rtx3050"), with_draft=True), n_ubatch=1, n_batch=1)
+    assert compute_estimate(g, s, [8192, 1024], 1) - compute_estimate(full_head, s, [8192, 1024], 1) == 4 * 256 * 4096
+    # a 512-token ubatch: the feed-forward activations are larger than either head's
+    s = Settings.from_profile(load_profile("rtx3050"), with_draft=True)
+    assert compute_estimate(g, s, [8192, 1024], 1) == compute_estimate(full_head, s, [8192, 1024], 1)

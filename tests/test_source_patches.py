@@ -13,6 +13,7 @@ from gguf_exact.errors import BuildError
 
 CPU = cpu_target("flags\t\t: sse4_2 avx f16c fma bmi2 avx2\n", "x86_64", None)
 CONTEXT = "src/llama-context.cpp"
+ASSISTANT = "src/models/gemma4-assistant.cpp"
 SYNC = "ggml_backend_sched_synchronize(sched.get());"
 SET_INPUTS = "res->set_inputs(&ubatch);"
 
@@ -22,23 +23,32 @@ def sdist():
     return llama_build.fetch_sdist(llama_build.pinned_sdist(), log=lambda _m: None)
 
 
+def patched_files() -> list[str]:
+    """Every file the carried patches touch, relative to vendor/llama.cpp."""
+    return sorted({line[6:].strip() for p in source_patches.PATCHES for line in p.path.read_text().splitlines() if line.startswith("+++ b/")})
+
+
 @pytest.fixture
 def context_tree(sdist, tmp_path):
-    """Only src/llama-context.cpp of the sdist's vendor/llama.cpp, in a tree of its own."""
+    """Only the files the patches touch (src/llama-context.cpp, the drafter's sources) of the
+    sdist's vendor/llama.cpp, in a tree of their own."""
+    wanted = patched_files()
     with tarfile.open(sdist) as tar:
-        member = next(m for m in tar.getmembers() if m.name.endswith("/vendor/llama.cpp/" + CONTEXT))
-        text = tar.extractfile(member).read()
-    (tmp_path / "src").mkdir()
-    (tmp_path / CONTEXT).write_bytes(text)
+        for member in tar.getmembers():
+            rel = member.name.partition("/vendor/llama.cpp/")[2]
+            if rel in wanted:
+                (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+                (tmp_path / rel).write_bytes(tar.extractfile(member).read())
+    assert sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*") if p.is_file()) == wanted
     return tmp_path
 
 
-def test_only_gpu_backends_carry_the_27572_fix_and_their_cache_keys_say_so():
-    assert source_patches.patches_for("cpu") == ()
-    assert llama_build.build_key("cpu", CPU) == "0c1e57098-cpu-avx.avx2.bmi2.f16c.fma.sse42"
+def test_only_gpu_backends_carry_the_27572_fix_every_backend_the_ordered_head_and_cache_keys_say_so():
+    assert [p.id for p in source_patches.patches_for("cpu")] == ["24"]
+    assert llama_build.build_key("cpu", CPU) == "0c1e57098+24-cpu-avx.avx2.bmi2.f16c.fma.sse42"
     for backend in ("cuda75", "cuda86", "vulkan"):
-        assert [p.id for p in source_patches.patches_for(backend)] == ["27572"]
-        assert llama_build.build_key(backend, CPU) == f"0c1e57098+27572-{backend}-avx.avx2.bmi2.f16c.fma.sse42"
+        assert [p.id for p in source_patches.patches_for(backend)] == ["27572", "24"]
+        assert llama_build.build_key(backend, CPU) == f"0c1e57098+27572+24-{backend}-avx.avx2.bmi2.f16c.fma.sse42"
 
 
 def test_the_27572_fix_synchronizes_before_every_set_inputs(context_tree):
@@ -49,7 +59,7 @@ def test_the_27572_fix_synchronizes_before_every_set_inputs(context_tree):
     assert before.count(SET_INPUTS) == 2
     assert "llm_graph_result * llama_context::process_ubatch(" in before.partition(SET_INPUTS)[0]
 
-    assert source_patches.apply_patches(context_tree, "cuda86") == ["27572"]
+    assert source_patches.apply_patches(context_tree, "cuda86") == ["27572", "24"]
 
     after = (context_tree / CONTEXT).read_text()
     assert "if (cparams.pipeline_parallel) {\n            " + SYNC not in after
@@ -73,7 +83,8 @@ def test_a_fix_that_does_not_apply_stops_the_build(context_tree):
     with pytest.raises(BuildError) as e:  # already applied: --forward refuses it
         source_patches.apply_patches(context_tree, "vulkan")
     assert str(e.value).startswith(f"{source_patches.PATCH_DIR}/27572-sync-before-set-inputs.patch: does not apply to ")
-    assert source_patches.apply_patches(context_tree, "cpu") == []  # nothing to apply
+    # the CPU carries only the ordered head, which touches other files than this tree holds
+    assert [p.id for p in source_patches.patches_for("cpu")] == ["24"]
 
 
 def test_the_bindings_build_from_the_sdist_with_the_same_fix(sdist, tmp_path):
@@ -81,15 +92,37 @@ def test_the_bindings_build_from_the_sdist_with_the_same_fix(sdist, tmp_path):
     assert (root / "pyproject.toml").is_file()
     text = (root / "vendor" / "llama.cpp" / CONTEXT).read_text()
     assert "(ref: #27572)" in text
+    assert "build_ordered_head" in (root / "vendor" / "llama.cpp" / ASSISTANT).read_text()
     assert not list(root.rglob("*.orig")) and not list(root.rglob("*.rej"))
 
 
 def test_a_gpu_build_without_the_patch_tool_fails_before_any_work(tmp_path, monkeypatch):
     monkeypatch.setenv("PATH", str(tmp_path))
-    source_patches.require_patch_tool("cpu")  # the CPU carries nothing: no tool needed
     with pytest.raises(BuildError) as e:
         source_patches.require_patch_tool("cuda86")
     assert str(e.value) == (
-        "patch not found on PATH; the cuda86 build carries fixes for llama.cpp (#27572); "
+        "patch not found on PATH; the cuda86 build carries fixes for llama.cpp (#27572, #24); "
         "install it (Debian: apt-get install patch)"
     )
+
+
+def test_the_ordered_head_patch_loads_the_head_and_scores_only_its_candidates(context_tree):
+    """What #24 changes in the drafter: the loader's empty expected shapes (which refused any real
+    centroids) become the real ones, the two config keys are read, the tensors sit beside the
+    output head, and the graph scores the top-k clusters' tokens, -INF elsewhere."""
+    before = (context_tree / ASSISTANT).read_text()
+    assert before.count("{}, TENSOR_NOT_REQUIRED") == 2 and "ggml_top_k" not in before
+    assert source_patches.apply_patches(context_tree, "cpu") == ["24"]
+    after = (context_tree / ASSISTANT).read_text()
+    assert "{}, TENSOR_NOT_REQUIRED" not in after
+    assert "{ n_embd, n_c }, 0)" in after and "{ n_vocab }, 0)" in after
+    assert "ml.get_key(LLM_KV_NUM_CENTROIDS,  n_centroids,    false);" in after
+    assert "ml.get_key(LLM_KV_CENTROID_TOP_K, centroid_top_k, false);" in after
+    graph = after.partition("static ggml_tensor * build_ordered_head(")[2].partition("\n}\n")[0]
+    ops = [op for op in ("ggml_mul_mat", "ggml_top_k", "ggml_get_rows", "ggml_fill", "ggml_set_rows") if op in graph]
+    assert ops == ["ggml_mul_mat", "ggml_top_k", "ggml_get_rows", "ggml_fill", "ggml_set_rows"]
+    assert "-INFINITY" in graph
+    arch = (context_tree / "src/llama-arch.cpp").read_text()
+    assert '"%s.num_centroids"' in arch and '"%s.centroid_intermediate_top_k"' in arch
+    assert "{LLM_TENSOR_MASKED_EMBD_CENTROIDS,      {LLM_TENSOR_LAYER_OUTPUT,    GGML_OP_MUL_MAT}}" in arch
+    assert "{LLM_TENSOR_MASKED_EMBD_ORDERING,       {LLM_TENSOR_LAYER_OUTPUT,    GGML_OP_GET_ROWS}}" in arch

@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from click.testing import CliRunner
-from gguf import GGUFValueType, quants
+from gguf import GGMLQuantizationType, GGUFValueType, quants
 from gguf_edit import (
     BF16,
     F16,
@@ -44,6 +44,7 @@ from gguf_exact.repack.pipeline import repack_model
 from gguf_exact.tiny.main_model import TINY, write_donor, write_main_checkpoint
 
 U32, U64, STRING, BOOL = GGUFValueType.UINT32, GGUFValueType.UINT64, GGUFValueType.STRING, GGUFValueType.BOOL
+I32 = GGMLQuantizationType.I32
 
 
 @dataclass
@@ -304,7 +305,7 @@ def test_an_unchanged_drafter_rewritten_by_gguf_py_passes(drafter):
     copy = rewrite_with_gguf_py(drafter.good, drafter.path("gguf-py"))
     assert judge(drafter, [Mutation("rewritten by gguf-py", copy, None)]) == []
     result = run("verify", copy, *drafter.args)
-    assert result.stdout.strip().splitlines()[-1].startswith(f"verify: PASS — {copy}: 49 tensors and 34 keys judged")
+    assert result.stdout.strip().splitlines()[-1].startswith(f"verify: PASS — {copy}: 51 tensors and 36 keys judged")
 
 
 def test_drafter_scales_one_fp16_step_off_fail_unless_as_exact(drafter):
@@ -317,7 +318,10 @@ def test_drafter_scales_one_fp16_step_off_fail_unless_as_exact(drafter):
     alt = next(m for m in mutations if m.failure is None)
     v = json.loads(run("verify", alt.path, *drafter.args, "--json").stdout)
     assert v["ok"] and v["blocks"]["equally_exact"] == 1 and v["blocks"]["less_exact"] == 0
-    assert v["verdict"].endswith("every block as exact as the plan (1 equally exact with another scale, 0 more exact)")
+    assert v["verdict"].endswith(
+        "every block as exact as the plan (1 equally exact with another scale, 0 more exact); "
+        "1 matrix off the grid, stored as convert defines"  # the ordered head's bf16 centroids
+    )
 
 
 def test_drafter_blocks_requantized_by_max_over_minus_8_fail(drafter):
@@ -544,3 +548,33 @@ def test_main_model_types_tensor_set_and_donor_copies_fail(model):
                  "writes norms); give --donor DONOR.gguf to compare with the donor's bytes", args=no_donor),
     ]  # fmt: skip
     assert judge(alone, mutations) == []
+
+
+def test_drafter_ordered_head_edits_fail(drafter):
+    """The ordered head (issue 24): its token ids, its centroids' bytes and type, its keys, and a
+    file that keeps one of its two tensors."""
+    a = "gemma4-assistant"
+    ordering = drafter.tensors["masked_embd_ordering"][0]
+    centroids = drafter.tensors["masked_embd_centroids.weight"][0]
+    swapped = ordering.view("<i4").copy()
+    swapped[[3, 4]] = swapped[[4, 3]]
+    nudged = centroids.view(np.uint16).copy()
+    nudged[5, 7] ^= 1  # one bit of one value
+    source_ids = "the source's masked_embedding.token_ordering as I32"
+    mutations = [
+        Mutation("ordering swapped", rewrite(drafter.good, drafter.path("ord-swap"), retype={"masked_embd_ordering": (swapped.view(np.uint8), I32)}),
+                 f"tensor masked_embd_ordering: value 3 is {int(swapped[3])}; {source_ids} gives {int(swapped[4])}"),
+        Mutation("centroid bit", rewrite(drafter.good, drafter.path("cen-bit"), retype={"masked_embd_centroids.weight": (nudged, BF16)}),
+                 f"tensor masked_embd_centroids.weight: value at row 5, column 7 is {float(bf16.to_f32(nudged)[5, 7])!r}; "
+                 f"the source's, rounded once as BF16, is {float(bf16.to_f32(centroids.view(np.uint16))[5, 7])!r}"),
+        retyped(drafter, "centroids_f32", "masked_embd_centroids.weight", bf16.to_f32(centroids.view(np.uint16)), F32,
+                "tensor masked_embd_centroids.weight: is F32, but its source masked_embedding.centroids.weight is off "
+                "the 4-bit grid (64 blocks, first at row 0, column 0): convert stores it as BF16"),
+        key_mutation(drafter, "top_k", lambda p: set_key(p, f"{a}.centroid_intermediate_top_k", U32, 8),
+                     f"key {a}.centroid_intermediate_top_k is 8 (UINT32); convert writes 4 (UINT32)"),
+        key_mutation(drafter, "no_num_centroids", lambda p: [x for x in p if key_of(x) != f"{a}.num_centroids"],
+                     f"key {a}.num_centroids is missing; convert writes it as 32 (UINT32)"),
+        Mutation("drop ordering", rewrite(drafter.good, drafter.path("drop-ord"), drop={"masked_embd_ordering"}),
+                 "tensor masked_embd_ordering is missing; convert writes it (from the source's masked_embedding.token_ordering)"),
+    ]  # fmt: skip
+    assert judge(drafter, mutations) == []

@@ -118,7 +118,7 @@ def test_the_wheel_runs_outside_the_checkout(installed, work):
     )
     assert r.returncode == 0, r.stdout + r.stderr
     assert digest in r.stdout
-    assert r.stdout.splitlines()[-1].startswith("verify: PASS — tiny/drafter.gguf: 49 tensors and 34 keys judged")
+    assert r.stdout.splitlines()[-1].startswith("verify: PASS — tiny/drafter.gguf: 51 tensors and 36 keys judged")
 
 
 def test_pin_writes_the_user_folder_and_fetch_reads_it(installed, work):

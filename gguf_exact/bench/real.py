@@ -15,8 +15,8 @@ alone):
 - :func:`target_pass_seconds` and :func:`drafter_profile`, in-process (the bindings,
   same threads): what a target pass costs at 1 and at n-max + 1 rows (logits for every
   row, as verification asks), what a drafter step costs, and how much of that step
-  its 262,144-row output head takes (per graph node, timed through llama.cpp's
-  ``cb_eval`` hook).
+  its output head takes (the 262,144-row head, or the ordered-embedding head's nodes;
+  per graph node, timed through llama.cpp's ``cb_eval`` hook).
 - :func:`predicted_speedup`: the speed-up those costs predict for a measured number
   of tokens per target pass, to set beside the measured one.
 """
@@ -37,6 +37,7 @@ from gguf_exact.bench.request import BENCH_PROFILE
 from gguf_exact.engines.settings import ENGINES  # what serve --engine takes
 
 HEAD_NODE = "result_output"  # the drafter's tied output head (gemma4-assistant.cpp)
+ORDERED_HEAD_NODES = "ordered_head."  # the ordered-embedding head's nodes (patch #24), beside result_output
 TTFT_PROMPT = "Time to first token, measured on a prompt of its own: " * 2
 NAME_OFFSET = 256  # offsetof(struct ggml_tensor, name) in ggml 0c1e57098 (x86-64)
 
@@ -342,7 +343,7 @@ def drafter_profile(target: Path, drafter: Path, threads: int, steps: int = 10, 
                 timed.draft(400, pos, 1, h)
                 last, head = t0, 0.0
                 for name, t in seen:
-                    if name == HEAD_NODE:
+                    if name == HEAD_NODE or name.startswith(ORDERED_HEAD_NODES):
                         head += t - last
                     last = t
                 heads.append(head)
@@ -360,7 +361,18 @@ def predicted_speedup(
     return tokens_per_pass * pass_1 / (pass_verify + n_max * draft_step)
 
 
+def card_prediction(
+    tokens_per_pass: float, card_pass: float, cpu_pass_1: float, draft_step: float, n_max: int
+) -> float:
+    """A prediction, not a measurement: :func:`predicted_speedup` on a card whose target pass
+    costs ``card_pass`` at 1 row and about the same at n-max + 1 (a GPU verifies a few rows in
+    one pass's time), with the drafter's CPU step scaled by the card's pass over the CPU's
+    (``cpu_pass_1``): the drafter is taken to speed up on the card as the target does."""
+    return predicted_speedup(tokens_per_pass, card_pass, card_pass, draft_step * card_pass / cpu_pass_1, n_max)
+
+
 __all__ = [
+    "card_prediction",
     "ENGINES",
     "ArmResult",
     "ConcurrentResult",

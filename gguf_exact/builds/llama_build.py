@@ -126,7 +126,7 @@ def make_command(backend: str) -> str:
 
 def build_key(backend: str, cpu: CpuTarget | None = None, commit: str = COMMIT) -> str:
     """``<commit>[+<patch ids>]-<backend>-<cpu tag>``: one cache entry per backend, CPU feature
-    set and set of carried fixes (:mod:`.source_patches`; none for the CPU)."""
+    set and set of carried patches (:mod:`.source_patches`)."""
     return f"{commit}{source_patches.patch_tag(backend)}-{backend}-{(cpu or host_cpu()).tag}"
 
 

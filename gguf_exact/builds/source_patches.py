@@ -2,8 +2,9 @@
 
 Each patch (``patches/*.patch``, ``patch -p1`` from the llama.cpp source root, which is
 ``vendor/llama.cpp`` in the sdist) fixes an upstream defect that is still open at the
-pinned commit and that a backend can hit. Its id goes into the build's cache key
-(``0c1e57098+27572-cuda86-...``) and ``build-info.json``, so a patched build is never
+pinned commit and that a backend can hit, or adds what the pinned commit lacks (the
+drafter's ordered-embedding head, #24, in every backend). Its id goes into the build's
+cache key (``0c1e57098+24-cpu-...``, ``0c1e57098+27572+24-cuda86-...``) and ``build-info.json``, so a patched build is never
 taken for a plain one, and llama-server and the bindings of one backend carry the same.
 
 The system ``patch`` tool applies them (it comes with build-essential, beside the
@@ -52,16 +53,28 @@ PATCHES: tuple[SourcePatch, ...] = (
             "to 0); synchronize before set_inputs, not only with pipeline parallelism"
         ),
     ),
+    SourcePatch(
+        id="24",
+        file="24-ordered-embedding-head.patch",
+        # A feature, not a device fix: every backend's drafter graph gets the fast head.
+        gpu_only=False,
+        why=(
+            "gguf-exact #24: the gemma4-assistant drafter's ordered-embedding head (transformers' "
+            "Gemma4AssistantMaskedEmbedder): score the centroids, keep the top-k clusters, score only "
+            "their tokens; the pinned loader refused masked_embd_* tensors (empty expected shape) and "
+            "never used them"
+        ),
+    ),
 )
 
 
 def patches_for(backend: str) -> tuple[SourcePatch, ...]:
-    """The patches a build of ``backend`` carries (none for ``cpu``)."""
+    """The patches a build of ``backend`` carries."""
     return tuple(p for p in PATCHES if p.applies_to(backend))
 
 
 def patch_tag(backend: str) -> str:
-    """What the patches add to the commit in a cache key: ``+27572``, or nothing."""
+    """What the patches add to the commit in a cache key: ``+27572+24`` (GPU), ``+24`` (CPU)."""
     return "".join(f"+{p.id}" for p in patches_for(backend))
 
 

@@ -70,6 +70,12 @@ def inspect(src_dir: Path, as_json: bool) -> None:
     is_flag=True,
     help="Write the bf16 reference: the same header and tensors, every matrix the source's own bytes.",
 )
+@click.option(
+    "--full-head",
+    is_flag=True,
+    help="Drop the ordered-embedding head (masked_embedding.*) as upstream's converter does: for a llama.cpp "
+    "without gguf-exact's patch, which refuses those tensors; drafting then scores all 262,144 tokens.",
+)
 def convert(
     src_dir: Path,
     out_gguf: Path,
@@ -78,12 +84,15 @@ def convert(
     expect_sha256: str | None,
     off_grid: str | None,
     bf16_reference: bool,
+    full_head: bool,
 ) -> None:
     """Convert a Gemma 4 MTP drafter to an exact Q4_0 GGUF.
 
     SRC_DIR holds a Gemma4AssistantForCausalLM (or Gemma4UnifiedAssistantForCausalLM)
     checkpoint. Every matrix on the grid becomes Q4_0 with its trained levels; norms
-    stay F32; masked_embedding.* is dropped as upstream does. The file is written
+    stay F32. The ordered-embedding head (E2B/E4B: masked_embedding.*) is kept when
+    the config uses it: centroids as exact Q4_0 (or their own float type when off the
+    grid), the token ordering as I32. The file is written
     beside OUT_GGUF, read back and verified, then renamed into place; on any
     failure nothing is left at OUT_GGUF. With --bf16 it writes the bf16 reference
     instead (what `quality` measures against): the exact file's keys and tensor order,
@@ -94,7 +103,7 @@ def convert(
     with tensor_progress("convert") as progress:
         result = convert_drafter(
             src_dir, out_gguf, vocab_from, off_grid, expect_sha256, report_path, progress,
-            bf16_reference=bf16_reference,
+            bf16_reference=bf16_reference, ordered_head=not full_head,
         )  # fmt: skip
     t = result.total
     console.out.print(f"wrote {result.path} ({result.size:,} bytes; {type_mix(result.type_counts)})")
@@ -102,7 +111,8 @@ def convert(
         f"verified: {t.exact:,} of {t.n_values:,} values bit-exact ({t.exact_fraction:.4%}), largest error {t.max_ulps} bf16 ULP, relative error {t.rel_error:.3e}"
     )
     if result.off_grid_tensors:
-        console.out.print(f"[yellow]off grid, stored as {off_grid}:[/] " + ", ".join(result.off_grid_tensors))
+        stored = {t.name: t.out_type.lower() for t in result.tensors}
+        console.out.print("[yellow]off grid, stored as:[/] " + ", ".join(f"{n} ({stored[n]})" for n in result.off_grid_tensors))
     console.out.print(f"sha256 {result.sha256}" + ("  (matches --expect-sha256)" if expect_sha256 else ""))
 
 

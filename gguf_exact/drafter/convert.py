@@ -26,6 +26,9 @@ from gguf_exact.formats.paths import check_output_files, one_command
 from gguf_exact.formats.vocab import TargetInfo, read_target
 from gguf_exact.gemma4.assistant import (
     ARCH,
+    CENTROIDS,
+    HEAD_TENSORS,
+    ORDERING,
     ROPE_FREQS,
     AssistantConfig,
     expected_shape,
@@ -44,7 +47,9 @@ from gguf_exact.stream.writer import TensorResult
 
 OFF_GRID_TYPES = ("q8_0", "f16", "bf16", "f32")
 GGUF_VERSION, ALIGNMENT = 3, 32
-F32, Q4_0 = GGMLQuantizationType.F32, GGMLQuantizationType.Q4_0
+F32, Q4_0, I32 = GGMLQuantizationType.F32, GGMLQuantizationType.Q4_0, GGMLQuantizationType.I32
+# The type that holds every bit of a source dtype: an off-grid ordered head's centroids.
+LOSSLESS_TYPES = {"BF16": GGMLQuantizationType.BF16, "F16": GGMLQuantizationType.F16, "F32": F32}
 
 
 @dataclass
@@ -80,12 +85,15 @@ def hf_shape(shape: tuple[int, ...]) -> tuple[int, ...]:
 
 
 def drafter_jobs(ckpt: Checkpoint, cfg: AssistantConfig) -> list[TensorJob]:
-    """One job per output tensor, in output order (no tensor data is read)."""
+    """One job per output tensor, in output order (no weight data is read; the ordered
+    head's token ordering is, to be checked and stored as I32)."""
     locations = locate(ckpt)
     jobs = []
     for hf_name in sorted(ckpt.tensors):
         gguf_name = gguf_tensor_name(hf_name)
-        if gguf_name is None:
+        if gguf_name in (CENTROIDS, ORDERING):
+            if cfg.head is not None:
+                jobs.append(head_job(ckpt, cfg, hf_name, gguf_name, locations[hf_name]))
             continue
         info = ckpt.tensors[hf_name]
         where = f"{info.file}: tensor {hf_name}"
@@ -111,6 +119,10 @@ def drafter_jobs(ckpt: Checkpoint, cfg: AssistantConfig) -> list[TensorJob]:
         )
     )
     names = {j.entry.name for j in jobs}
+    for needed in (CENTROIDS, ORDERING) if cfg.head is not None else ():
+        if needed not in names:
+            hf = next(hf for hf, g in HEAD_TENSORS.items() if g == needed)
+            raise InputError(f"{ckpt.folder}: config.json uses ordered embeddings but there is no tensor {hf}")
     for layer in range(cfg.num_hidden_layers):
         for needed in (f"blk.{layer}.attn_q.weight", f"blk.{layer}.ffn_down.weight"):
             if needed not in names:
@@ -121,6 +133,32 @@ def drafter_jobs(ckpt: Checkpoint, cfg: AssistantConfig) -> list[TensorJob]:
 def is_matrix(job: TensorJob) -> bool:
     """A drafter matrix: what ``general.file_type`` counts (exact Q4_0, or a reference's source bytes)."""
     return job.role in (QAT, SOURCE)
+
+
+def head_job(ckpt: Checkpoint, cfg: AssistantConfig, hf_name: str, gguf_name: str, loc) -> TensorJob:
+    """The ordered head's two tensors. The centroids: exact Q4_0 when they are on the grid, else
+    the source's own float type (every bit; no one promises they are QAT, so never a stop). The
+    ordering: a permutation of the vocabulary, as I32 (what ggml's get_rows indexes with)."""
+    info = ckpt.tensors[hf_name]
+    where = f"{info.file}: tensor {hf_name}"
+    shape = hf_shape(info.shape)
+    expected = expected_shape(gguf_name, cfg)
+    if shape != expected:
+        raise InputError(f"{where}: shape {list(info.shape)} does not match the config, expected {list(expected)}")
+    kind = tensor_kind("output.weight", 2)  # reported with the output head
+    if gguf_name == CENTROIDS:
+        if info.dtype == "I64":
+            raise InputError(f"{where}: dtype I64 is not a weight")
+        entry = TensorEntry(gguf_name, tuple(reversed(shape)), Q4_0)
+        lossless = LOSSLESS_TYPES[info.dtype]
+        return TensorJob(entry, QAT, kind, hf_name, RowSource(loc), "exact q4_0", lossless=lossless)
+    if info.dtype != "I64":
+        raise InputError(f"{where}: dtype {info.dtype}, expected I64 token ids")
+    ordering = np.asarray(ckpt.read(hf_name)).reshape(-1)
+    if not np.array_equal(np.sort(ordering), np.arange(cfg.vocab_size)):
+        raise InputError(f"{where}: not a permutation of the {cfg.vocab_size} token ids (each token in one cluster)")
+    data = ordering.astype("<i4").view(np.uint8).reshape(1, -1)
+    return TensorJob(TensorEntry(gguf_name, shape, I32), DATA, kind, hf_name, note="token ids as I32", data=data)
 
 
 def drafter_kv(cfg: AssistantConfig, target: TargetInfo, matrix_types: list[GGMLQuantizationType]) -> list[bytes]:
@@ -159,15 +197,17 @@ def convert_drafter(
     progress: Progress | None = None,
     workers: int | None = None,
     bf16_reference: bool = False,
+    ordered_head: bool = True,
 ) -> ConvertResult:
     """Convert an HF Gemma 4 assistant folder to an exact Q4_0 GGUF at ``out_path``.
 
     ``off_grid``: how to store a matrix with blocks off the 4-bit grid (``q8_0``,
     ``f16``, ``bf16``, ``f32``); None stops. ``bf16_reference``: write the bf16
     reference instead, every matrix the source's own bytes under the same header and
-    tensor order (:func:`gguf_exact.stream.jobs.reference_jobs`). Nothing is left at
-    ``out_path`` unless the file read back as planned and, when given, matched
-    ``expect_sha256``.
+    tensor order (:func:`gguf_exact.stream.jobs.reference_jobs`). ``ordered_head``: keep the checkpoint's
+    ordered-embedding head when its config uses one (the fast draft step of llama.cpp
+    with patch #24); False writes the full head only, as upstream's converter does. Nothing is left at
+    ``out_path`` unless the file read back as planned and, when given, matched ``expect_sha256``.
     """
     if off_grid is not None and off_grid not in OFF_GRID_TYPES:
         raise ArgumentError(Param("off_grid"), f" {off_grid}: expected one of {', '.join(OFF_GRID_TYPES)}")
@@ -181,6 +221,8 @@ def convert_drafter(
     start = time.perf_counter()
     with Checkpoint(source_dir) as ckpt:
         cfg = AssistantConfig.from_hf(ckpt.config, str(ckpt.folder / "config.json"))
+        if not ordered_head:
+            cfg = cfg.full_head()
         target = read_target(vocab_from)
         check_target(target, cfg, Path(vocab_from))
         jobs = drafter_jobs(ckpt, cfg)

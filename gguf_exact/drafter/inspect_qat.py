@@ -31,7 +31,7 @@ class TensorSummary:
     blocks: int
     on_grid_fraction: float | None  # None: not a matrix
     exact_fraction: float | None  # achievable bit-exact share of values, as Q4_0
-    planned: str  # Q4_0, F32, dropped, or "off grid"
+    planned: str  # Q4_0, F32, I32, dropped, "off grid", or "kept" (a probe off the grid)
     off_grid_blocks: int = 0
     first_off_grid: list | None = None
     level_histogram: list[int] | None = None
@@ -77,16 +77,22 @@ class InspectReport:
 def tensor_roles(config: dict):
     """A function HF tensor name -> what conversion does with it, for this checkpoint's
     architecture: "matrix" (planned as Q4_0), "probe" (Q4_0 if on the grid, else kept),
-    "F32" (a norm or scalar, kept), or "dropped" (not in the GGUF)."""
+    "F32" (a norm or scalar, kept), "I32" (the ordered head's token ids) or "dropped" (not in the GGUF)."""
     archs = config.get("architectures") or []
     if any(a in assistant.SUPPORTED_ARCHITECTURES for a in archs):
+
+        ordered = config.get("use_ordered_embeddings", False)
 
         def drafter_role(name: str, ndim: int) -> str:
             try:
                 mapped = assistant.gguf_tensor_name(name)
             except GgufExactError:
-                mapped = None
-            return "dropped" if mapped is None else ("matrix" if ndim >= 2 else "F32")
+                return "dropped"
+            if mapped == assistant.CENTROIDS:
+                return "probe" if ordered else "dropped"  # Q4_0 if on the grid, else its own type
+            if mapped == assistant.ORDERING:
+                return "I32" if ordered else "dropped"
+            return "matrix" if ndim >= 2 else "F32"
 
         return drafter_role
     if any(a in names.SUPPORTED_ARCHITECTURES for a in archs):
@@ -143,7 +149,9 @@ def inspect_checkpoint(folder: str | Path, progress: Callable[[str], None] | Non
             if progress:
                 progress(name)
             info = ckpt.tensors[name]
-            role = "dropped" if info.dtype == "I64" else role_of(name, len(info.shape))
+            role = role_of(name, len(info.shape))
+            if info.dtype == "I64" and role != "I32":
+                role = "dropped"
             if role not in ("matrix", "probe") or len(info.shape) < 2:
                 planned = "F32" if role in ("matrix", "probe") else role
                 if planned == "F32":

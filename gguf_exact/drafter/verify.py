@@ -3,7 +3,8 @@ its checkpoint, header to last block.
 
 The checkpoint gives the plan: the tensors a conversion writes
 (:func:`gguf_exact.drafter.convert.drafter_jobs`) and every key/value pair
-(:func:`gguf_exact.drafter.convert.drafter_kv`), compared as bytes. The ``tokenizer.*``
+(:func:`gguf_exact.drafter.convert.drafter_kv`), compared as bytes; a file without the
+ordered-embedding head is held to ``convert --full-head``'s plan. The ``tokenizer.*``
 pairs are the target's, copied by ``--vocab-from``: with the target given they are
 compared as bytes too; without it they cannot be judged and are named as such.
 :func:`gguf_exact.stream.verify.verify_tensors` judges the tensors. A bf16 reference
@@ -21,7 +22,7 @@ from gguf_exact.formats.checkpoint import Checkpoint
 from gguf_exact.formats.gguf_reader import GgufFile, opened
 from gguf_exact.formats.kv_judge import KeyJudgement, judge_keys
 from gguf_exact.formats.vocab import TargetInfo, Tokenizer, read_target
-from gguf_exact.gemma4.assistant import AssistantConfig
+from gguf_exact.gemma4.assistant import CENTROIDS, AssistantConfig
 from gguf_exact.stream.jobs import TensorJob, is_reference, reference_jobs
 from gguf_exact.stream.verify import OffGridRule, TensorCheck, Verification, measure_tensors, verify_tensors
 
@@ -50,14 +51,16 @@ def verify_gguf(
     whose tokenizer the file must carry; ``off_grid``: the ``--off-grid`` choice of the
     conversion (None: the type the file records for an off-grid matrix)."""
     rule = OffGridRule.of(off_grid, keep_allowed=False)
-    with Checkpoint(source_dir) as ckpt:
-        cfg = AssistantConfig.from_hf(ckpt.config, str(ckpt.folder / "config.json"))
-        jobs = drafter_jobs(ckpt, cfg)
-    target = None
-    if vocab_from is not None:
-        target = read_target(vocab_from)
-        check_target(target, cfg, Path(vocab_from))
     with opened(path) as gguf:
+        with Checkpoint(source_dir) as ckpt:
+            cfg = AssistantConfig.from_hf(ckpt.config, str(ckpt.folder / "config.json"))
+            if not any(t.name == CENTROIDS for t in gguf.tensors):
+                cfg = cfg.full_head()  # convert --full-head's file (or upstream's): judged as that
+            jobs = drafter_jobs(ckpt, cfg)
+        target = None
+        if vocab_from is not None:
+            target = read_target(vocab_from)
+            check_target(target, cfg, Path(vocab_from))
         if not judge:
             return measure_tensors(gguf, jobs, progress)
         writer = "convert"

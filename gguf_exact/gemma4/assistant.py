@@ -6,7 +6,7 @@ writes it, in one table each so that a reader can check them against upstream.
 """
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 from gguf import GGUFValueType
@@ -39,15 +39,21 @@ LAYER_TENSORS = {
     "post_feedforward_layernorm.weight": "post_ffw_norm",
     "layer_scalar": "layer_output_scale",
 }
-# Dropped as upstream drops them: llama.cpp's drafter graph does not use them.
-DROPPED_PREFIXES = ("masked_embedding.",)
+# The ordered-embedding head (transformers' Gemma4AssistantMaskedEmbedder), under the names
+# llama-arch.cpp gives it (the ordering has no ``.weight``). Kept when the config uses it and
+# llama.cpp carries gguf-exact's patch #24; dropped otherwise, as upstream's converter does.
+HEAD_TENSORS = {
+    "masked_embedding.centroids.weight": "masked_embd_centroids.weight",
+    "masked_embedding.token_ordering": "masked_embd_ordering",
+}
+CENTROIDS, ORDERING = HEAD_TENSORS.values()
 ROPE_FREQS = "rope_freqs.weight"
 _LAYER = re.compile(r"^model\.layers\.(\d+)\.(.+)$")
 _PREFIX_ALIASES = (("model.language_model.", "model."),)  # Unified checkpoints
 
 
-def gguf_tensor_name(hf_name: str) -> str | None:
-    """GGUF name for an HF tensor name; None for tensors that are dropped.
+def gguf_tensor_name(hf_name: str) -> str:
+    """GGUF name for an HF tensor name (the head's too: whether it is kept is the config's call).
 
     Raises :class:`GgufExactError` for a name with no mapping.
     """
@@ -55,8 +61,8 @@ def gguf_tensor_name(hf_name: str) -> str | None:
     for old, new in _PREFIX_ALIASES:
         if name.startswith(old):
             name = new + name[len(old) :]
-    if name.startswith(DROPPED_PREFIXES):
-        return None
+    if name in HEAD_TENSORS:
+        return HEAD_TENSORS[name]
     if name in GLOBAL_TENSORS:
         return GLOBAL_TENSORS[name]
     match = _LAYER.match(name)
@@ -76,6 +82,7 @@ INT_FIELDS = (
     "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads",
     "head_dim", "global_head_dim", "sliding_window", "vocab_size", "num_kv_shared_layers",
     "max_position_embeddings", "hidden_size_per_layer_input", "backbone_hidden_size",
+    "num_centroids", "centroid_intermediate_top_k",
 )  # fmt: skip
 FLOAT_FIELDS = ("rms_norm_eps", "final_logit_softcapping")
 
@@ -102,13 +109,48 @@ def check_types(config: dict, text: object, source: str) -> None:
 
 
 @dataclass(frozen=True)
+class OrderedHead:
+    """The config's ordered-embedding head: ``num_centroids`` clusters of ``vocab / num_centroids``
+    tokens each; a step scores the centroids and keeps ``top_k`` clusters' tokens."""
+
+    num_centroids: int
+    top_k: int
+
+    @classmethod
+    def from_hf(cls, config: dict, vocab_size: int, source: str) -> "OrderedHead | None":
+        """None when the config does not use ordered embeddings."""
+        if not config.get("use_ordered_embeddings", False):
+            return None
+        n = config.get("num_centroids")
+        k = config.get("centroid_intermediate_top_k", 32)  # transformers' default
+        if n is None:
+            raise InputError(f"{source}: use_ordered_embeddings is true but num_centroids is missing")
+        if n <= 0 or vocab_size % n:
+            raise InputError(f"{source}: num_centroids {n} does not divide the vocabulary of {vocab_size} tokens")
+        if not 1 <= k <= n:
+            raise InputError(f"{source}: centroid_intermediate_top_k {k} is not in 1..{n} (num_centroids)")
+        return cls(int(n), int(k))
+
+
+@dataclass(frozen=True)
 class AssistantConfig:
-    """The parts of an HF assistant config.json that the GGUF needs."""
+    """The parts of an HF assistant config.json that the GGUF needs. ``head``: the ordered
+    embedding head the GGUF carries (None: the full 262,144-row head only)."""
 
     architecture: str
     backbone_hidden_size: int
     vocab_size: int
     text: TextHparams
+    head: OrderedHead | None = None
+
+    def full_head(self) -> "AssistantConfig":
+        """The same drafter written without its ordered head (as upstream's converter writes it)."""
+        return replace(self, head=None)
+
+    @property
+    def candidates(self) -> int:
+        """Tokens the head scores per step: ``top_k`` clusters of ``vocab / num_centroids``, or all."""
+        return self.vocab_size // self.head.num_centroids * self.head.top_k if self.head else self.vocab_size
 
     @property
     def num_hidden_layers(self) -> int:
@@ -140,17 +182,25 @@ class AssistantConfig:
             )
         if text_config.get("vocab_size") is None:
             raise InputError(f"{source}: missing text_config.vocab_size")
-        return cls(arch, int(backbone), int(text_config["vocab_size"]), text)
+        vocab = int(text_config["vocab_size"])
+        return cls(arch, int(backbone), vocab, text, OrderedHead.from_hf(config, vocab, source))
 
 
 def metadata(cfg: AssistantConfig) -> list[Field]:
     """Every ``gemma4-assistant.*`` key, in upstream's order (tokenizer keys aside):
-    the Gemma 4 text-stack keys (:func:`.hparams.text_fields`), then the drafter's two."""
+    the Gemma 4 text-stack keys (:func:`.hparams.text_fields`), then the drafter's two, then
+    the ordered head's two when it is kept (read by patch #24, as the config names them)."""
     u32 = GGUFValueType.UINT32
+    head = []
+    if cfg.head is not None:
+        head = [
+            Field(f"{ARCH}.num_centroids", cfg.head.num_centroids, u32),
+            Field(f"{ARCH}.centroid_intermediate_top_k", cfg.head.top_k, u32),
+        ]
     return text_fields(ARCH, cfg.text) + [
         Field(f"{ARCH}.embedding_length_out", cfg.backbone_hidden_size, u32),
         Field(f"{ARCH}.nextn_predict_layers", cfg.num_hidden_layers, u32),
-    ]
+    ] + head
 
 
 def rope_freqs(cfg: AssistantConfig) -> np.ndarray:
@@ -166,10 +216,13 @@ def expected_shape(gguf_name: str, cfg: AssistantConfig) -> tuple[int, ...] | No
     n, e = t.n_embd, cfg.backbone_hidden_size
     fixed = {
         "token_embd.weight": (cfg.vocab_size, n),
+        ORDERING: (cfg.vocab_size,),
         "output_norm.weight": (n,),
         "nextn.pre_projection.weight": (n, 2 * e),
         "nextn.post_projection.weight": (e, n),
     }
+    if cfg.head is not None:
+        fixed[CENTROIDS] = (cfg.head.num_centroids, n)
     if gguf_name in fixed:
         return fixed[gguf_name]
     match = re.match(r"^blk\.(\d+)\.(\w+)\.weight$", gguf_name)

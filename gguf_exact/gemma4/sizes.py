@@ -116,6 +116,8 @@ class AssistantShape:
     text: TextShape
     backbone_hidden_size: int
     num_centroids: int = 2048
+    centroid_top_k: int = 32  # the E2B/E4B configs' centroid_intermediate_top_k
+    ordered_embeddings: bool = True  # E2B/E4B ship the ordered-embedding head; 26B-A4B and 31B do not
 
     def config(self, architecture: str = "Gemma4AssistantForCausalLM") -> dict:
         """A full HF ``config.json``."""
@@ -128,8 +130,8 @@ class AssistantShape:
             "model_type": "gemma4_assistant",
             "backbone_hidden_size": self.backbone_hidden_size,
             "num_centroids": self.num_centroids,
-            "centroid_intermediate_top_k": 32,
-            "use_ordered_embeddings": True,
+            "centroid_intermediate_top_k": self.centroid_top_k,
+            "use_ordered_embeddings": self.ordered_embeddings,
             "tie_word_embeddings": True,
             "dtype": "bfloat16",
             "text_config": text,
@@ -149,7 +151,7 @@ class Gemma4Size:
 
 # The assistants share the target's head sizes, sliding window and per-type KV heads:
 # their layers attend to the target's last sliding and last full layer's KV cache.
-def _assistant(target: TextShape, hidden: int, ffn: int, heads: int) -> AssistantShape:
+def _assistant(target: TextShape, hidden: int, ffn: int, heads: int, ordered: bool = True) -> AssistantShape:
     text = TextShape(
         num_hidden_layers=4,
         hidden_size=hidden,
@@ -167,7 +169,7 @@ def _assistant(target: TextShape, hidden: int, ffn: int, heads: int) -> Assistan
         max_position_embeddings=target.max_position_embeddings,
         final_logit_softcapping=None,
     )
-    return AssistantShape(text, backbone_hidden_size=target.hidden_size)
+    return AssistantShape(text, backbone_hidden_size=target.hidden_size, ordered_embeddings=ordered)
 
 
 E2B_TEXT = TextShape(
@@ -217,7 +219,7 @@ SIZES: dict[str, Gemma4Size] = {
             "google/gemma-4-26B-A4B-it",
             "google/gemma-4-26B-A4B-it-assistant",
             A4B_TEXT,
-            _assistant(A4B_TEXT, hidden=1024, ffn=8192, heads=16),
+            _assistant(A4B_TEXT, hidden=1024, ffn=8192, heads=16, ordered=False),
             ("public-copies", "llama.cpp", "transformers"),
             unknown=(
                 "assistant hidden_size (public copies say 1024 and 256)",
@@ -230,7 +232,7 @@ SIZES: dict[str, Gemma4Size] = {
             "google/gemma-4-31B-it",
             "google/gemma-4-31B-it-assistant",
             B31_TEXT,
-            _assistant(B31_TEXT, hidden=1024, ffn=8192, heads=32),
+            _assistant(B31_TEXT, hidden=1024, ffn=8192, heads=32, ordered=False),
             ("public-copies", "llama.cpp", "transformers"),
         ),
     )

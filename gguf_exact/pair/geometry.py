@@ -37,6 +37,7 @@ class Geometry:
     n_embd_per_layer: int
     n_vocab: int
     n_ctx_train: int
+    n_head_candidates: int = 0  # tokens a drafter's ordered head scores per step (0: a full head)
 
     @classmethod
     def from_gguf(cls, gguf) -> Geometry:
@@ -88,7 +89,12 @@ class Geometry:
             n_embd_per_layer=num("embedding_length_per_layer_input", 0),
             n_vocab=gguf.array_length("tokenizer.ggml.tokens") or 0,
             n_ctx_train=num("context_length", 0),
+            n_head_candidates=head_candidates(gguf),
         )
+
+    @property
+    def ordered_head(self) -> bool:
+        return self.n_head_candidates > 0
 
     def has_own_kv(self, il: int) -> bool:
         """Whether layer ``il`` allocates cache rows (``llama_hparams::has_kv``; a
@@ -100,6 +106,18 @@ class Geometry:
 
     def v_width(self, il: int) -> int:
         return self.n_head_kv[il] * (self.head_v_swa if self.swa[il] else self.head_v_full)
+
+
+def head_candidates(gguf) -> int:
+    """Tokens per step the ordered-embedding head of a drafter scores (patch #24): the top-k
+    clusters of ``vocab / num_centroids`` tokens; 0 when the file has no such head."""
+    arch = gguf.architecture
+    n_c, k = gguf.numbers(f"{arch}.num_centroids"), gguf.numbers(f"{arch}.centroid_intermediate_top_k")
+    n_vocab = gguf.array_length("tokenizer.ggml.tokens") or 0
+    has = any(t.name == "masked_embd_centroids.weight" for t in gguf.tensors)
+    if not has or n_c is None or int(n_c[0]) <= 0:
+        return 0
+    return n_vocab // int(n_c[0]) * (int(k[0]) if k is not None else 32)
 
 
 @dataclass(frozen=True)

@@ -5,7 +5,7 @@ how it compares with the published file: ``reproduced``, ``same levels`` or ``di
 Steps: fetch the ``[source]`` files at their pinned commit (verified), fetch the
 ``[target]`` GGUF for the vocabulary unless a path is given, convert with
 :func:`gguf_exact.convert_drafter` (which verifies the written file against the
-source), then compare the output's sha256 with the ``[exact]`` file's pinned sha256.
+source; without the ordered-embedding head, as the published files are made), then compare the output's sha256 with the ``[exact]`` file's pinned sha256.
 When they differ, the published file is fetched (verified against its pin) and
 compared block by block. The output is kept either way, so it can be inspected.
 """
@@ -87,7 +87,9 @@ def build_recipe(
     out_dir = Path(out_dir)
     output_folder(out_dir)
     source_dir = part_dir(models_dir, recipe.part("source"))
-    result = convert_drafter(source_dir, out_dir / recipe.output, vocab_from, progress=progress)
+    # the published exact drafters carry no ordered-embedding head (made as upstream's converter
+    # makes them): the rebuild drops it too, or it could never reproduce them
+    result = convert_drafter(source_dir, out_dir / recipe.output, vocab_from, progress=progress, ordered_head=False)
     outcome = None
     if published is not None and result.sha256 == published.sha256:
         outcome = Outcome(REPRODUCED, result.path, part_dir(models_dir, recipe.part("exact")) / published.filename)

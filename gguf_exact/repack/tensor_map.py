@@ -94,8 +94,9 @@ def _by_gguf_name(arch: str, hf_names: list[str]) -> tuple[dict[str, tuple[str, 
             except GgufExactError:
                 unknown.append(hf)
                 continue
-            if name is not None:
-                out[name] = (hf, None)  # role from the shape below
+            if name in (gemma4_assistant.CENTROIDS, gemma4_assistant.ORDERING):
+                continue  # the optional ordered head: a donor's copy is kept as it is (unmapped), none is no loss
+            out[name] = (hf, None)  # role from the shape below
     return out, unknown
 
 

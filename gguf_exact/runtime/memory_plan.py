@@ -50,6 +50,7 @@ from gguf_exact.pair.geometry import Geometry
 MIB = 1024 * 1024
 KV_PAD = 256  # llama.cpp pads n_ctx and the SWA cache to 256 cells
 INPUT_TENSORS = ("token_embd.weight", "per_layer_token_embd.weight")  # LLM_TENSOR_LAYER_INPUT: host memory
+OUTPUT_LAYER_PREFIXES = ("output", "masked_embd_")  # LLM_TENSOR_LAYER_OUTPUT (the ordered head: patch #24)
 KV_CACHE_TYPES = ("f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "iq4_nl", "q5_0", "q5_1")  # common/arg.cpp
 
 
@@ -247,8 +248,8 @@ def weight_split(tensors: list[TensorEntry], n_layer: int, gpu_layers: int) -> t
                 device += t.nbytes  # the tied output head: a copy on the output layer's device
             continue
         il = _layer_of(t.name)
-        if il is None:  # output norm and head: the output layer; rope_freqs, per_layer_*: with layer 0
-            il = n_layer if t.name.startswith("output") else 0
+        if il is None:  # output norm, head, ordered head: the output layer; rope_freqs, per_layer_*: with layer 0
+            il = n_layer if t.name.startswith(OUTPUT_LAYER_PREFIXES) else 0
         if il >= gpu_from:
             device += t.nbytes
         else:
@@ -309,7 +310,8 @@ def compute_estimate(geom: Geometry, s: Settings, mask_cells: list[int], n_outpu
     attention scores (``n_head x cells`` per token, twice: scores and softmax; with flash
     attention only Q and the output, ``n_head x head_k`` each), the feed-forward
     activations (gate, up and their product, ``n_ff`` per token), or the logits
-    (``n_vocab`` per output row). All F32 but the F16 masks.
+    (``n_vocab`` per output row; a drafter's ordered head adds its candidates' rows of the
+    tied head, ``n_embd`` each). All F32 but the F16 masks.
     """
     t = s.ubatch(geom)
     f32 = 4
@@ -320,7 +322,7 @@ def compute_estimate(geom: Geometry, s: Settings, mask_cells: list[int], n_outpu
     n_head, head = max(geom.n_head), max(geom.head_k_full, geom.head_k_swa)
     attention = f32 * 2 * n_head * t * (head if fa else max(mask_cells))
     ffn = f32 * 3 * max(geom.n_ff) * t
-    logits = f32 * geom.n_vocab * n_outputs
+    logits = f32 * (geom.n_vocab + geom.n_embd * geom.n_head_candidates) * n_outputs
     return masks + inputs + hidden + max(attention, ffn, logits)
 
 

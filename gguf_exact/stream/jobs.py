@@ -8,7 +8,8 @@ One :class:`TensorJob` per output tensor, decided from names, shapes and configs
 Roles:
 
 - ``qat``: a weight matrix trained onto the 4-bit grid: exact Q4_0 from the source; a
-  block off the grid stops the write unless an off-grid policy says otherwise;
+  block off the grid stops the write unless an off-grid policy says otherwise (or the job
+  names a ``lossless`` type to store such a source in);
 - ``probe``: exact Q4_0 when the source happens to be on the grid, else the donor's
   tensor (the MoE router, which QAT may leave in full precision);
 - ``encode``: the source stored as ``entry.type`` (a drafter's norms, as F32);
@@ -48,6 +49,9 @@ class TensorJob:
     source: RowSource | None = None
     note: str = ""
     data: np.ndarray | None = None  # role data: (rows, row bytes) uint8
+    # qat: the type an off-grid source is stored as whatever the off-grid policy says, keeping
+    # every source bit (the drafter's ordered-head centroids, which no one promises are QAT)
+    lossless: GGMLQuantizationType | None = None
 
     @property
     def exact(self) -> bool:

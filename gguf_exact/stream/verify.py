@@ -179,13 +179,16 @@ class _Judge:
     # -- kinds of tensors -------------------------------------------------------------------
 
     def _data(self, job: TensorJob, t: TensorEntry, check: TensorCheck) -> TensorCheck:
-        check.note = "generated from config.json"
+        origin = f"the source's {job.hf_name} as {job.entry.type.name}" if job.hf_name else "generated from config.json"
+        check.note = origin
         if t.type != job.entry.type:
-            return _failed(
-                check, f"is {t.type.name}; {self.writer} writes {job.entry.type.name}, generated from config.json"
-            )
+            return _failed(check, f"is {t.type.name}; {self.writer} writes {job.entry.type.name}, {origin}")
         raw = self.gguf.read_rows(t, 0, t.rows).reshape(-1)
         want = job.data.reshape(-1)
+        if t.type == T.I32 and not np.array_equal(raw, want):
+            got, exp = raw.view("<i4"), want.view("<i4")
+            i = int(np.flatnonzero(got != exp)[0])
+            return _failed(check, f"value {i} is {int(got[i])}; {origin} gives {int(exp[i])}")
         if not np.array_equal(raw, want):
             got, exp = decode(raw, t.type, (t.n_values,)), decode(want, t.type, (t.n_values,))
             i = int(np.flatnonzero(got.view(np.uint32) != exp.view(np.uint32))[0]) if t.type == T.F32 else 0
@@ -280,6 +283,11 @@ class _Judge:
         else:
             where = f"its source {job.hf_name} is off the 4-bit grid ({at})"
         kept = job.role == PROBE or self.off_grid.keep
+        if job.lossless is not None:  # stored in the source's own type whatever the policy (chunks compared as bytes)
+            check.planned, check.note = job.lossless.name, f"off the grid: the source as {job.lossless.name}, every bit"
+            if t.type != job.lossless:
+                return _failed(check, f"is {t.type.name}, but {where}: {self.writer} stores it as {job.lossless.name}")
+            return _finish(check, chunks)
         if t.type in self.off_grid.types and job.role != PROBE:  # chunks from _fallback_chunk: bytes compared
             check.planned = t.type.name
             how = Param("off_grid", value=t.type.name.lower())

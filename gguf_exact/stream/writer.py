@@ -248,6 +248,9 @@ class TensorWriter:
             share = f"{result.off_grid_blocks} of {result.n_blocks} blocks are off the 4-bit grid"
             choices = ("keep|" if self.donor is not None else "") + "q8_0|f16|bf16"
             how = Message("pass ", Param("off_grid", value=choices), " to store such matrices in another way")
+        if job.lossless is not None:
+            return self._encoded_fallback(j, job, result, job.lossless, f"off grid ({share}), stored as "
+                                          f"{job.lossless.name.lower()}, every source bit")  # fmt: skip
         if job.role == PROBE or self.off_grid == "keep":
             result.note = f"off grid ({share}), kept as the donor has it"
             return self._finish(job, result, *self._chunks("copy_chunk", j, self.writer.replace_last(e)))
@@ -255,10 +258,13 @@ class TensorWriter:
             first = next((f for c in chunks for f in c.first_off_grid), None)
             at = f" (first at row {first[0]}, column {first[1]}, residual {first[2]:.3g} steps)" if first else ""
             raise OffGridError(f"{where}: {share}{at}; ", how)
-        qtype = TYPES[self.off_grid]
-        fallback = TensorEntry(e.name, e.ne, qtype)
-        result.out_type, result.out_bytes, result.rewritten = qtype.name, fallback.nbytes, True
-        result.note = f"off grid ({share}), stored as {self.off_grid}"
+        return self._encoded_fallback(j, job, result, TYPES[self.off_grid], f"off grid ({share}), stored as {self.off_grid}")
+
+    def _encoded_fallback(
+        self, j: int, job: TensorJob, result: TensorResult, qtype: GGMLQuantizationType, note: str
+    ) -> TensorResult:
+        fallback = TensorEntry(job.entry.name, job.entry.ne, qtype)
+        result.out_type, result.out_bytes, result.rewritten, result.note = qtype.name, fallback.nbytes, True, note
         return self._finish(job, result, *self._chunks("encode_chunk", j, self.writer.replace_last(fallback), qtype))
 
     def _data(self, job: TensorJob, result: TensorResult) -> TensorResult:

@@ -53,7 +53,14 @@ from gguf_exact.formats.safe_write import output_folder
 from gguf_exact.gemma4.hparams import TextHparams, rope_freqs
 from gguf_exact.gemma4.sizes import SIZES
 from gguf_exact.tiny.main_model import NORM, SCALAR, MainSpec, donor_kv, hf_config, model_tensors
-from gguf_exact.tiny.models import TinyDrafter, drafter_config, drafter_tensors, pass_through_layers, write_checkpoint
+from gguf_exact.tiny.models import (
+    TinyDrafter,
+    consistent_head,
+    drafter_config,
+    drafter_tensors,
+    pass_through_layers,
+    write_checkpoint,
+)
 from gguf_exact.tiny.vocab import Vocabulary, gemma4_vocabulary, vocabulary_pairs
 
 T = GGMLQuantizationType
@@ -232,17 +239,21 @@ def drafter_weights(size: str, kind: str, cycle: list[int]) -> tuple[dict, dict[
         "masked_embedding.token_ordering": np.arange(spec.vocab_size, dtype=np.int64),
     }
     pass_through_layers(small, spec.num_hidden_layers)
+    consistent_head(small, spec.num_centroids)  # the clusters hold the tokens the drafter proposes
     return drafter_config(spec), small
 
 
-def write_drafter(path: str | Path, size: str, kind: str, cycle: list[int], target: str | Path) -> Path:
-    """The assistant of :func:`drafter_weights`, converted by ``gguf-exact convert`` against ``target``."""
+def write_drafter(
+    path: str | Path, size: str, kind: str, cycle: list[int], target: str | Path, ordered_head: bool = True
+) -> Path:
+    """The assistant of :func:`drafter_weights`, converted by ``gguf-exact convert`` against ``target``
+    (``ordered_head=False``: as ``convert --full-head``, the 262,144-row head only)."""
     path = Path(path)
     scratch = Path(tempfile.mkdtemp(prefix="drafter-hf-", dir=path.parent))
     try:
         config, tensors = drafter_weights(size, kind, cycle)
         write_checkpoint(scratch, config, tensors)
-        return convert_drafter(scratch, path, target).path
+        return convert_drafter(scratch, path, target, ordered_head=ordered_head).path
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
 

@@ -21,7 +21,15 @@ from gguf_exact.formats.gguf_layout import Field, TensorEntry, encode_header, la
 from gguf_exact.formats.safe_write import atomic_output
 from gguf_exact.formats.vocab import read_target
 from gguf_exact.gemma4.assistant import ARCH as ASSISTANT
-from gguf_exact.gemma4.assistant import LAYER_TENSORS, ROPE_FREQS, AssistantConfig, expected_shape, metadata
+from gguf_exact.gemma4.assistant import (
+    CENTROIDS,
+    LAYER_TENSORS,
+    ORDERING,
+    ROPE_FREQS,
+    AssistantConfig,
+    expected_shape,
+    metadata,
+)
 from gguf_exact.gemma4.sizes import SIZES
 from gguf_exact.tiny.main_model import MainSpec, donor_kv, model_tensors
 
@@ -59,6 +67,9 @@ def assistant_tensors(cfg: AssistantConfig) -> list[TensorEntry]:
         assert shape is not None, name
         out.append(TensorEntry(name, tuple(reversed(shape)), Q4_0 if len(shape) == 2 else F32))
     out.append(TensorEntry(ROPE_FREQS, (cfg.text.head_dim_full // 2,), F32))
+    if cfg.head is not None:  # the ordered-embedding head (its centroids taken to be on the grid)
+        out.append(TensorEntry(CENTROIDS, tuple(reversed(expected_shape(CENTROIDS, cfg))), Q4_0))
+        out.append(TensorEntry(ORDERING, (cfg.vocab_size,), GGMLQuantizationType.I32))
     return out
 
 

@@ -36,6 +36,7 @@ from gguf_exact.formats.safe_write import output_folder
 from gguf_exact.tiny.models import (
     TinyDrafter,
     TinyTarget,
+    consistent_head,
     drafter_config,
     drafter_tensors,
     pass_through_layers,
@@ -116,6 +117,7 @@ def hidden_drafter_tensors(seed: int = 0) -> dict[str, np.ndarray]:
     t["model.embed_tokens.weight"] = embed
     t["model.norm.weight"] = np.full_like(t["model.norm.weight"], one)
     pass_through_layers(t, spec.num_hidden_layers)
+    consistent_head(t, spec.num_centroids)
     return t
 
 

@@ -225,6 +225,8 @@ class TinyDrafter:
     global_head_dim: int = 128  # = the target's full head dim
     vocab_size: int = 320
     num_centroids: int = 32
+    centroid_top_k: int = 4  # 4 clusters of 10 tokens: 40 candidates of 320, so the ordered head matters
+    ordered_embeddings: bool = True
     architecture: str = "Gemma4AssistantForCausalLM"
     num_global_key_value_heads: int | None = None  # the target's full layers' (with attention_k_eq_v)
     attention_k_eq_v: bool = False
@@ -239,7 +241,9 @@ class TinyDrafter:
             intermediate_size=t.intermediate_size, num_hidden_layers=t.num_hidden_layers,
             num_attention_heads=t.num_attention_heads, num_key_value_heads=t.num_key_value_heads,
             head_dim=t.head_dim, global_head_dim=t.global_head_dim, vocab_size=t.vocab_size,
-            num_centroids=shape.num_centroids, num_global_key_value_heads=t.num_global_key_value_heads,
+            num_centroids=shape.num_centroids, centroid_top_k=shape.centroid_top_k,
+            ordered_embeddings=shape.ordered_embeddings,
+            num_global_key_value_heads=t.num_global_key_value_heads,
             attention_k_eq_v=t.attention_k_eq_v, sliding_window=t.sliding_window,
             max_position_embeddings=t.max_position_embeddings,
         )  # fmt: skip
@@ -256,7 +260,9 @@ class TinyDrafter:
             num_kv_shared_layers=self.num_hidden_layers, vocab_size=self.vocab_size,
             max_position_embeddings=self.max_position_embeddings, final_logit_softcapping=None,
         )  # fmt: skip
-        return AssistantShape(text, self.backbone_hidden_size, self.num_centroids)
+        return AssistantShape(
+            text, self.backbone_hidden_size, self.num_centroids, self.centroid_top_k, self.ordered_embeddings
+        )
 
 
 def drafter_config(spec: TinyDrafter = TinyDrafter()) -> dict:
@@ -296,6 +302,16 @@ def drafter_tensors(
         t[p + "post_feedforward_layernorm.weight"] = norm_vector(rng, s.hidden_size)
         t[p + "layer_scalar"] = bf16.from_f32(np.array([0.5 + 0.1 * il], dtype=np.float32))
     return t
+
+
+def consistent_head(tensors: dict[str, np.ndarray], num_centroids: int) -> None:
+    """Give a designed drafter an ordered head that proposes what its full head does: each
+    centroid is the sum of its cluster's rows of the tied head (``token_ordering`` as it is), so
+    the cluster of the token a step's hidden state points at scores highest. Rows of small
+    integers sum to small integers, which stay on the 4-bit grid (exact Q4_0)."""
+    embed = bf16.to_f32(tensors["model.embed_tokens.weight"])
+    ordering = tensors["masked_embedding.token_ordering"].reshape(num_centroids, -1)
+    tensors["masked_embedding.centroids.weight"] = bf16.from_f32(embed[ordering].sum(axis=1))
 
 
 def write_checkpoint(folder: str | Path, config: dict, tensors: dict[str, np.ndarray], shards: int = 1) -> Path:
@@ -401,5 +417,6 @@ def write_agreeing_pair(folder: str | Path, seed: int = 0) -> tuple[Path, Path]:
     tensors["model.embed_tokens.weight"] = snap_to_grid(embd @ p.T)  # row j = P e_j
     tensors["model.norm.weight"] = ones
     pass_through_layers(tensors, spec.num_hidden_layers)
+    consistent_head(tensors, spec.num_centroids)
     drafter = write_checkpoint(folder / "drafter-hf", drafter_config(spec), tensors)
     return target, drafter

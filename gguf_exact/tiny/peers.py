@@ -67,7 +67,7 @@ def float_drafter_gguf(
     from gguf_exact.drafter.convert import drafter_jobs, drafter_kv
 
     with Checkpoint(source) as ckpt:
-        cfg = AssistantConfig.from_hf(ckpt.config)
+        cfg = AssistantConfig.from_hf(ckpt.config).full_head()  # upstream drops the ordered head
         jobs = drafter_jobs(ckpt, cfg)
     tensors = []
     for j in jobs:
