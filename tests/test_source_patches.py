@@ -34,11 +34,19 @@ def context_tree(sdist, tmp_path):
 
 
 def test_only_gpu_backends_carry_the_27572_fix_and_their_cache_keys_say_so():
-    assert source_patches.patches_for("cpu") == ()
-    assert llama_build.build_key("cpu", CPU) == "0c1e57098-cpu-avx.avx2.bmi2.f16c.fma.sse42"
+    # the adaptive draft (23) is llama-server's alone: every server build has it, no wheel does
+    assert [p.id for p in source_patches.patches_for("cpu")] == ["23"]
+    assert source_patches.patches_for("cpu", bindings=True) == ()
+    assert llama_build.build_key("cpu", CPU) == "0c1e57098+23-cpu-avx.avx2.bmi2.f16c.fma.sse42"
+    assert llama_build.build_key("cpu", CPU, bindings=True) == "0c1e57098-cpu-avx.avx2.bmi2.f16c.fma.sse42"
     for backend in ("cuda75", "cuda86", "vulkan"):
-        assert [p.id for p in source_patches.patches_for(backend)] == ["27572"]
-        assert llama_build.build_key(backend, CPU) == f"0c1e57098+27572-{backend}-avx.avx2.bmi2.f16c.fma.sse42"
+        assert [p.id for p in source_patches.patches_for(backend)] == ["27572", "23"]
+        assert [p.id for p in source_patches.patches_for(backend, bindings=True)] == ["27572"]
+        assert llama_build.build_key(backend, CPU) == f"0c1e57098+27572+23-{backend}-avx.avx2.bmi2.f16c.fma.sse42"
+        assert (
+            llama_build.build_key(backend, CPU, bindings=True)
+            == f"0c1e57098+27572-{backend}-avx.avx2.bmi2.f16c.fma.sse42"
+        )
 
 
 def test_the_27572_fix_synchronizes_before_every_set_inputs(context_tree):
@@ -49,7 +57,7 @@ def test_the_27572_fix_synchronizes_before_every_set_inputs(context_tree):
     assert before.count(SET_INPUTS) == 2
     assert "llm_graph_result * llama_context::process_ubatch(" in before.partition(SET_INPUTS)[0]
 
-    assert source_patches.apply_patches(context_tree, "cuda86") == ["27572"]
+    assert source_patches.apply_patches(context_tree, "cuda86", bindings=True) == ["27572"]
 
     after = (context_tree / CONTEXT).read_text()
     assert "if (cparams.pipeline_parallel) {\n            " + SYNC not in after
@@ -69,11 +77,14 @@ def test_the_27572_fix_synchronizes_before_every_set_inputs(context_tree):
 
 
 def test_a_fix_that_does_not_apply_stops_the_build(context_tree):
-    source_patches.apply_patches(context_tree, "vulkan")
+    source_patches.apply_patches(context_tree, "vulkan", bindings=True)
     with pytest.raises(BuildError) as e:  # already applied: --forward refuses it
-        source_patches.apply_patches(context_tree, "vulkan")
+        source_patches.apply_patches(context_tree, "vulkan", bindings=True)
     assert str(e.value).startswith(f"{source_patches.PATCH_DIR}/27572-sync-before-set-inputs.patch: does not apply to ")
-    assert source_patches.apply_patches(context_tree, "cpu") == []  # nothing to apply
+    assert source_patches.apply_patches(context_tree, "cpu", bindings=True) == []  # nothing to apply
+    with pytest.raises(BuildError) as e:  # llama-server's sources are not in this tree
+        source_patches.apply_patches(context_tree, "cpu")
+    assert str(e.value).startswith(f"{source_patches.PATCH_DIR}/23-adaptive-draft.patch: does not apply to ")
 
 
 def test_the_bindings_build_from_the_sdist_with_the_same_fix(sdist, tmp_path):
@@ -81,15 +92,22 @@ def test_the_bindings_build_from_the_sdist_with_the_same_fix(sdist, tmp_path):
     assert (root / "pyproject.toml").is_file()
     text = (root / "vendor" / "llama.cpp" / CONTEXT).read_text()
     assert "(ref: #27572)" in text
+    assert not (root / "vendor" / "llama.cpp" / "common" / "draft-policy.h").exists()  # llama-server's only
     assert not list(root.rglob("*.orig")) and not list(root.rglob("*.rej"))
 
 
 def test_a_gpu_build_without_the_patch_tool_fails_before_any_work(tmp_path, monkeypatch):
     monkeypatch.setenv("PATH", str(tmp_path))
-    source_patches.require_patch_tool("cpu")  # the CPU carries nothing: no tool needed
+    source_patches.require_patch_tool("cpu", bindings=True)  # the CPU wheel carries nothing: no tool needed
     with pytest.raises(BuildError) as e:
-        source_patches.require_patch_tool("cuda86")
+        source_patches.require_patch_tool("cuda86", bindings=True)
     assert str(e.value) == (
         "patch not found on PATH; the cuda86 build carries fixes for llama.cpp (#27572); "
+        "install it (Debian: apt-get install patch)"
+    )
+    with pytest.raises(BuildError) as e:
+        source_patches.require_patch_tool("cpu")
+    assert str(e.value) == (
+        "patch not found on PATH; the cpu build carries fixes for llama.cpp (#23); "
         "install it (Debian: apt-get install patch)"
     )

@@ -114,10 +114,11 @@ def build_command(backend: str) -> str:
     return "gguf-exact build-llama" + (" --vulkan" if backend == "vulkan" else "")
 
 
-def build_key(backend: str, cpu: CpuTarget | None = None, commit: str = COMMIT) -> str:
+def build_key(backend: str, cpu: CpuTarget | None = None, commit: str = COMMIT, bindings: bool = False) -> str:
     """``<commit>[+<patch ids>]-<backend>-<cpu tag>``: one cache entry per backend, CPU feature
-    set and set of carried fixes (:mod:`.source_patches`; none for the CPU)."""
-    return f"{commit}{source_patches.patch_tag(backend)}-{backend}-{(cpu or host_cpu()).tag}"
+    set and set of carried patches (:mod:`.source_patches`; the bindings' (``bindings``) leave
+    out those that change only llama-server)."""
+    return f"{commit}{source_patches.patch_tag(backend, bindings)}-{backend}-{(cpu or host_cpu()).tag}"
 
 
 def install_dir(backend: str = "cpu", commit: str = COMMIT, cpu: CpuTarget | None = None) -> Path:
@@ -398,11 +399,13 @@ def unpack_patched_sdist(sdist: Path, dest: Path, backend: str) -> Path:
     roots = sorted(p.parent for p in dest.glob("*/pyproject.toml"))
     if len(roots) != 1 or not (roots[0] / "vendor" / "llama.cpp" / "CMakeLists.txt").is_file():
         raise BuildError(f"{sdist}: expected one package folder with vendor/llama.cpp inside")
-    source_patches.apply_patches(roots[0] / "vendor" / "llama.cpp", backend)
+    source_patches.apply_patches(roots[0] / "vendor" / "llama.cpp", backend, bindings=True)
     return roots[0]
 
 
-def prepare_sources(backend: str, sdist: Path | None, log: Log) -> tuple[PinnedSdist, Path, VulkanTools | None]:
+def prepare_sources(
+    backend: str, sdist: Path | None, log: Log, bindings: bool = False
+) -> tuple[PinnedSdist, Path, VulkanTools | None]:
     """What every build of ``backend`` needs before it starts, checked first (toolchain,
     cmake, the pin), then the verified sdist: ``sdist`` if given, else fetched with pip."""
     if backend.startswith("cuda"):
@@ -411,7 +414,7 @@ def prepare_sources(backend: str, sdist: Path | None, log: Log) -> tuple[PinnedS
     for tool in ("cmake", "c++"):
         if not shutil.which(tool):
             raise BuildError(f"{tool} not found on PATH; install it (Debian: apt-get install cmake build-essential)")
-    source_patches.require_patch_tool(backend)
+    source_patches.require_patch_tool(backend, bindings)
     pin = pinned_sdist()
     if VENDORED_COMMITS.get(pin.version) != COMMIT:
         raise BuildError(
@@ -420,7 +423,7 @@ def prepare_sources(backend: str, sdist: Path | None, log: Log) -> tuple[PinnedS
     return pin, verify_sdist(Path(sdist), pin) if sdist else fetch_sdist(pin, log=log), vulkan_tools
 
 
-def build_record(backend: str, cpu: CpuTarget, probe: dict, pin: PinnedSdist) -> dict:
+def build_record(backend: str, cpu: CpuTarget, probe: dict, pin: PinnedSdist, bindings: bool = False) -> dict:
     """What every ``build-info.json`` (llama-server's and the bindings') starts with."""
     return {
         "commit": COMMIT,
@@ -430,7 +433,7 @@ def build_record(backend: str, cpu: CpuTarget, probe: dict, pin: PinnedSdist) ->
         "probe": probe,
         "package": f"{PACKAGE}=={pin.version}",
         "sdist_sha256": pin.sha256,
-        "patches": [p.id for p in source_patches.patches_for(backend)],
+        "patches": [p.id for p in source_patches.patches_for(backend, bindings)],
     }
 
 
