@@ -57,6 +57,7 @@ from gguf_exact.gemma4.names import ARCH as TARGET_ARCH
 from gguf_exact.runtime.engine_options import EngineOptions, engine_options
 from gguf_exact.runtime.generation import Generation
 from gguf_exact.speculative.bindings import _meta_str, errors_only_logs
+from gguf_exact.speculative.draft_length import DraftLength
 from gguf_exact.speculative.drafter import LlamaDrafter, TargetSide
 from gguf_exact.speculative.llama_adapter import LlamaAdapter
 from gguf_exact.speculative.request import CURRENT_REQUEST
@@ -183,13 +184,23 @@ class MtpDraftModel(LlamaDraftModel):
     at position ``len(input_ids) - 1``, not yet decoded. The drafter starts from the
     target's hidden state of the position before it, which is row
     ``pos - 1 - batch_start`` of the target's last decode. ``n_max`` may be changed
-    between calls; 0 (or no drafter) drafts nothing: the target alone.
+    between calls; 0 (or no drafter) drafts nothing: the target alone. ``length``
+    (:class:`.draft_length.DraftLength`) says how many to draft within it: ``n_max``, or
+    the adaptive policy's choice, within what the request being served asks for.
     """
 
-    def __init__(self, n_max: int) -> None:
-        self.n_max = n_max
+    def __init__(self, n_max: int, adaptive: bool = False, p_min: float = 0.0) -> None:
+        self.length = DraftLength(n_max, adaptive, p_min)
         self.drafter: LlamaDrafter | None = None
         self.llm: MtpLlama | None = None
+
+    @property
+    def n_max(self) -> int:
+        return self.length.n_max
+
+    @n_max.setter
+    def n_max(self, value: int) -> None:
+        self.length.n_max = value
 
     def hidden(self, pos: int) -> Any:
         """The target's hidden state for a draft at ``pos``: that of position ``pos - 1``,
@@ -207,13 +218,20 @@ class MtpDraftModel(LlamaDraftModel):
         llm._verify_next = True  # the next eval is a verification pass: logits on every row
         call = llm._call
         pos = len(input_ids) - 1
-        k = self.n_max if self.drafter is not None else 0
+        if self.drafter is None:
+            return _NO_DRAFTS
+        limit = llm.context_size - pos - 2  # leave room in the context, as llama-server does
         if call is not None:
-            k = min(k, call.remaining() - 1)  # a pass yields at most k + 1 tokens
-        k = min(k, llm.context_size - pos - 2)  # leave room in the context, as llama-server does
+            limit = min(limit, call.remaining() - 1)  # a pass yields at most k + 1 tokens
+            if call.pass_drafts and call.pass_drafts[-1] > 0:  # what the target kept of the last draft
+                self.length.policy.observe_result(call.pass_drafts[-1], max(0, call.pass_emitted[-1] - 1))
+        request = CURRENT_REQUEST.get()
+        k, p_min = self.length.plan(limit, request.speculation if request is not None else None)
         if k <= 0:
             return _NO_DRAFTS
-        drafts = self.drafter.draft(int(input_ids[-1]), pos, k, self.hidden(pos))  # type: ignore[union-attr]
+        seconds = self.drafter.seconds
+        drafts = self.drafter.draft(int(input_ids[-1]), pos, k, self.hidden(pos), p_min)
+        self.length.policy.observe_steps(self.drafter.last_steps, self.drafter.seconds - seconds)
         if call is not None:
             call.pending_drafts = len(drafts)
         return np.asarray(drafts, dtype=np.intc)
@@ -240,6 +258,8 @@ class MtpLlama(LlamaAdapter):
         draft_path: str | Path | None = None,
         *,
         n_max: int = 2,
+        adaptive: bool = False,
+        p_min: float = 0.0,
         n_gpu_layers_draft: int | None = None,
         logits_all: bool = False,
         verbose: bool = False,
@@ -270,7 +290,7 @@ class MtpLlama(LlamaAdapter):
         self.draft_path = Path(draft_path) if draft_path is not None else None
         self.target_seconds = 0.0  # inside the target's llama_decode, since load
         self.target_rows = 0  # batch rows the target decoded since load (prompt rows included)
-        draft = MtpDraftModel(n_max)
+        draft = MtpDraftModel(n_max, adaptive, p_min)
         if draft_path is not None and checked is None:
             # Architecture, widths and the two vocabularies (as bytes) from the GGUF headers,
             # before llama.cpp loads anything: a 262,144-token vocabulary costs 0.2 s here
@@ -342,6 +362,11 @@ class MtpLlama(LlamaAdapter):
             raise ArgumentError(f"n_max must be >= 0, got {value}")
         self.draft_model.n_max = value  # type: ignore[union-attr]
 
+    @property
+    def draft_length(self) -> DraftLength:
+        """The draft length's settings and the adaptive policy's state (``adaptive``, ``p_min``)."""
+        return self.draft_model.length  # type: ignore[union-attr]
+
     def _gguf_chat_formatter(self) -> llama_chat_format.Jinja2ChatFormatter | None:
         """The GGUF's own ``tokenizer.chat_template``, formatted as ``Llama`` itself would;
         kept so that a request's prompt length can be checked before it streams."""
@@ -386,6 +411,8 @@ class MtpLlama(LlamaAdapter):
                 call.target_seconds += dt
                 if call.logits is not None:
                     self._record_logits(call.logits, n_past, n, all_rows)
+            if verify and n == len(tokens):  # a generation pass in one decode: its cost, for the draft length
+                self.draft_model.length.policy.observe_pass(n, dt)  # type: ignore[union-attr]
             self._batch_start = n_past
             self.n_tokens += n
             self.mark_evaluated()
@@ -577,6 +604,7 @@ def load_with_drafter(
     n_max: int | None = None,
     profile: str | Path | Any | None = None,
     overrides: Sequence[str] = (),
+    adaptive: bool | None = None,
     **llama_kwargs: Any,
 ) -> MtpLlama:
     """Load a gemma4 target with its gemma4-assistant MTP drafter as a ``llama_cpp.Llama``.
@@ -585,9 +613,10 @@ def load_with_drafter(
     or a :class:`~gguf_exact.runtime.profiles.Profile`) sets the context size, GPU layers
     (target and drafter), flash attention, threads, batch sizes and n-max as it does
     for ``gguf-exact serve``; ``overrides`` are its ``KEY=VALUE`` pairs (with no profile:
-    over ``auto``'s); ``n_max`` and ``llama_kwargs`` (any ``Llama`` argument) win over
-    both. Without a profile: a context of 4096 tokens and n-max 2. ``drafter=None``: the
-    target alone.
+    over ``auto``'s); ``n_max``, ``adaptive`` (the draft length chosen before each pass,
+    up to n-max: the profile's ``spec-draft-adaptive``) and ``llama_kwargs`` (any ``Llama``
+    argument) win over both. Without a profile: a context of 4096 tokens and a fixed n-max
+    of 2. ``drafter=None``: the target alone.
     """
     opts, prof = EngineOptions(), None
     if profile is not None or overrides:
@@ -600,6 +629,8 @@ def load_with_drafter(
         opts, _ = engine_options(prof, with_draft=drafter is not None)
     if n_max is not None:
         opts = replace(opts, n_max=n_max)
+    if adaptive is not None:
+        opts = replace(opts, adaptive=adaptive)
     return load_with_options(target, drafter, opts, prof, **llama_kwargs)
 
 
@@ -619,7 +650,14 @@ def load_with_options(
         log.warning(warning)
     kwargs = {k: v for k, v in opts.llama_kwargs().items() if v is not None} | llama_kwargs
     return MtpLlama(
-        target, drafter, n_max=opts.n_max, n_gpu_layers_draft=opts.n_gpu_layers_draft, checked=checked, **kwargs
+        target,
+        drafter,
+        n_max=opts.n_max,
+        adaptive=opts.adaptive,
+        p_min=opts.p_min,
+        n_gpu_layers_draft=opts.n_gpu_layers_draft,
+        checked=checked,
+        **kwargs,
     )
 
 
