@@ -110,6 +110,20 @@ def test_cost_estimates_are_running_means_and_unknown_rows_borrow_one_row_fewer(
     assert policy.step_cost == pytest.approx(0.012)
 
 
+def test_snapshot_survives_metrics_text_as_both_engines_write_it() -> None:
+    from gguf_exact.engines.stats import parse_metrics
+    from gguf_exact.runtime.draft_policy import parse_snapshot, snapshot_metrics
+
+    _, policy = simulate(CURVES["avx512"], step=0.006, streams=[Stream(1.0)] * 4, passes=30)
+    snap = policy.snapshot()
+    back = parse_snapshot(parse_metrics(snapshot_metrics(snap)))
+    assert back is not None and back.draft_n == snap.draft_n == 3
+    assert back.acceptance == pytest.approx(snap.acceptance, rel=1e-5)
+    assert [r for r, _ in back.pass_seconds] == [1, 2, 3, 4, 5]
+    assert back.pass_seconds[3][1] == pytest.approx(0.202) and back.step_seconds == pytest.approx(0.006)
+    assert parse_snapshot(parse_metrics("llamacpp:n_decode_total 3\n")) is None  # not adaptive
+
+
 def test_snapshot_reports_choice_acceptance_and_costs() -> None:
     ks, policy = simulate(CURVES["gpu"], step=0.001, streams=[Stream(1.0)] * 2, passes=10, n_max=2)
     snap = policy.snapshot()
