@@ -54,7 +54,7 @@ _LAZY = {
     "verify_gguf": "gguf_exact.drafter.verify",
     "verify_file": "gguf_exact.verify",
     "repack_model": "gguf_exact.repack.pipeline",
-    "load_with_drafter": "gguf_exact.speculative.engine",
+    "load_with_drafter": "gguf_exact.speculative.load",
 }
 
 

@@ -139,6 +139,7 @@ def test_the_cpu_server_build_is_probed_and_named_by_its_features():
 
 
 @pytest.mark.bindings
+@pytest.mark.llama_server
 def test_the_bindings_are_ours_built_like_the_server_and_probed():
     installed = bindings_build.installed_bindings()
     assert installed is not None and installed.version == "0.3.36"
@@ -185,7 +186,7 @@ def test_doctor_reports_features_bindings_and_probe():
 @pytest.mark.bindings
 def test_gpu_profile_on_cpu_bindings_warns_in_one_line():
     from gguf_exact.runtime.engine_options import EngineOptions
-    from gguf_exact.speculative.engine import gpu_offload_warning
+    from gguf_exact.speculative.load import gpu_offload_warning
 
     gpu = EngineOptions(n_gpu_layers=-1)
     text = gpu_offload_warning("rtx3050", "cuda86", gpu, supports_gpu=False)
@@ -202,7 +203,7 @@ def test_gpu_profile_on_cpu_bindings_warns_in_one_line():
 @pytest.mark.bindings
 def test_load_with_a_gpu_profile_warns_here(tiny, caplog):
     from gguf_exact.runtime.engine_options import EngineOptions
-    from gguf_exact.speculative.engine import gpu_offload_warning, load_with_drafter
+    from gguf_exact.speculative.load import gpu_offload_warning, load_with_drafter
 
     with caplog.at_level("WARNING", logger="gguf_exact.speculative.engine"):
         llm = load_with_drafter(tiny / "target.gguf", None, profile="rtx3050", n_ctx=256)

@@ -25,7 +25,8 @@ from gguf_exact.engines.status import stop_server
 from gguf_exact.errors import GgufExactError
 from gguf_exact.runtime.engine_options import EngineOptions, engine_options
 from gguf_exact.runtime.profiles import load_profile
-from gguf_exact.speculative.engine import MtpDraftModel, load_with_drafter
+from gguf_exact.speculative.engine import MtpDraftModel
+from gguf_exact.speculative.load import load_with_drafter
 from gguf_exact.speculative.runner import Runner
 from gguf_exact.tiny.hidden_pair import CYCLE, next_in_cycle
 from gguf_exact.tiny.pairs import write_runner_pairs

@@ -181,3 +181,28 @@ def test_no_function_outside_the_cli_takes_more_than_ten_parameters():
     assert wide == WIDE_FUNCTIONS
     eleven = "def f(" + ", ".join(f"a{i}" for i in range(11)) + "): pass\nclass C:\n    def m(self, a, b): pass\n"
     assert wide_functions(ROOT / "bench" / "run.py", eleven) == ["bench/run.py:f"]
+
+
+MAX_LINES = 450  # a module past this is two concepts: split it
+
+
+def test_no_module_over_450_lines():
+    long = {str(p.relative_to(ROOT)): n for p in MODULES if (n := len(p.read_text().splitlines())) > MAX_LINES}
+    assert long == {}
+
+
+ENV_READ = re.compile(r"""(environ\.get|environ\[|getenv)\(?\s*["']GGUF_EXACT_""")
+
+
+def test_every_environment_variable_is_read_in_constants():
+    reads = [
+        f"{p.relative_to(ROOT)}:{i}"
+        for p in MODULES
+        if p.name != "constants.py"
+        for i, line in enumerate(p.read_text().splitlines(), 1)
+        if ENV_READ.search(line)
+    ]
+    assert reads == []
+    assert ENV_READ.search('key = os.environ.get("GGUF_EXACT_API_KEY")') and ENV_READ.search(
+        "os.environ['GGUF_EXACT_CACHE']"
+    )

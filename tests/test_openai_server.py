@@ -28,7 +28,6 @@ from gguf_exact.engines.settings import ServeSettings
 from gguf_exact.engines.status import server_status, stop_server
 from gguf_exact.tiny.hidden_pair import write_hidden_state_pair
 
-
 PROMPTS = load_prompts()
 ALIAS = "target"  # the target file's name without .gguf
 CHAT = [{"role": "system", "content": "answer briefly"}, {"role": "user", "content": "count for me"}]
@@ -73,7 +72,16 @@ def post_raw(url: str, data: bytes) -> tuple[int, dict]:
 @pytest.mark.bindings
 def test_models_health_and_the_command(servers):
     spec, _ = servers
-    assert spec.command[1:3] == ["-m", "gguf_exact.speculative.openai_server"]
+    # the engine's own module, reading the settings plan_launch resolved (no profile, no pair check)
+    assert spec.command[1:] == [
+        "-m",
+        "gguf_exact.engines.llama_cpp_python",
+        "--settings",
+        str(spec.run_dir / "settings.json"),
+    ]
+    written = json.loads((spec.run_dir / "settings.json").read_text())
+    assert written["pair_checked"] is True and written["engine_options"]["n_max"] == 3
+    assert written["profile"]["server"]["ctx-size"] == 512 and written["api_key"] is False
     assert [m.id for m in client(spec).models.list().data] == [ALIAS]
     with urllib.request.urlopen(spec.url + "/health") as r:
         assert json.loads(r.read()) == {"status": "ok"}
@@ -275,3 +283,47 @@ def test_stop_then_status_says_down(pair, run_dir):
     assert proc.wait(timeout=30) in (0, -15)  # uvicorn shuts down, then re-raises SIGTERM
     res = CliRunner().invoke(main, ["status", "--port", str(launch.port)])
     assert res.exit_code == 1 and "down" in res.output
+
+
+@pytest.mark.bindings
+@pytest.mark.parametrize("stream", [False, True])
+@pytest.mark.parametrize(
+    "path, body",
+    [
+        ("/v1/completions", {"prompt": "the quick brown fox", "max_tokens": 4, "temperature": 0}),
+        ("/v1/chat/completions", {"messages": CHAT, "max_tokens": 4, "temperature": 0}),
+    ],
+)
+def test_a_request_is_parsed_checked_and_tokenized_once(pair, path, body, stream):
+    """The check tokenizes the prompt; llama-cpp-python's own tokenize calls for the same
+    text (create_completion, the chat handler) are answered from it: one tokenizer call."""
+    import asyncio
+
+    import httpx2 as httpx  # the HTTP client the openai package (test extra) brings
+
+    from gguf_exact.speculative.load import load_with_drafter
+    from gguf_exact.speculative.openai_server import build_app
+    from gguf_exact.speculative.request import CURRENT_REQUEST
+
+    llm = load_with_drafter(*pair, n_max=2, n_ctx=256, n_threads=2)
+    calls = []
+    tokenize = llm.tokenizer_.tokenize
+    llm.tokenizer_.tokenize = lambda *a, **k: calls.append(a[0]) or tokenize(*a, **k)
+    app = build_app(llm, ALIAS)
+
+    async def send() -> httpx.Response:
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://engine") as c:
+            return await c.post(path, json=body | {"stream": stream}, timeout=120)
+
+    try:
+        answer = asyncio.run(send())
+        assert answer.status_code == 200, answer.text
+        assert len(calls) == 1 and CURRENT_REQUEST.get() is None
+        assert llm.last_generation is not None and llm.last_generation.n_tokens == 4
+        calls.clear()
+        assert (
+            llm.tokenize(b"the quick brown fox", add_bos=False, special=True) and len(calls) == 1
+        )  # outside a request: each call
+    finally:
+        llm.close()

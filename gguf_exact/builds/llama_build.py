@@ -2,8 +2,8 @@
 
 The server and the Python bindings then run the same llama.cpp commit: the sdist
 vendors llama.cpp at :data:`COMMIT` in ``vendor/llama.cpp``. The sdist is fetched with
-pip from the package registry, its sha256 checked against ``checksums/``, and the
-binaries built with CMake into a temp dir, then moved into
+pip from the package registry, its sha256 checked against ``checksums/`` (:mod:`.sdist`),
+and the binaries built with CMake (:mod:`.cmake_args`) into a temp dir, then moved into
 ``<cache>/llama.cpp/<commit>-<backend>-<cpu features>/bin`` only once the probe
 (:mod:`.build_probe`: a batched Q4_0 matmul) has run on them. A second call finds them
 there and returns at once. The CPU features are named, never ``-march=native``
@@ -24,24 +24,37 @@ import shutil
 import signal
 import subprocess
 import sys
-import tarfile
 import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import Iterator
 
 from gguf_exact.builds import build_probe, gpu_toolchains, source_patches
+from gguf_exact.builds.cmake_args import (  # noqa: F401  (importable from here, as before)
+    backend_cmake_args,
+    cmake_args,
+    cuda_cmake_args,
+    toolchain_info,
+)
 from gguf_exact.builds.cpu_features import CpuTarget, host_cpu
-from gguf_exact.builds.gpu_toolchains import CudaSetup, VulkanTools
+from gguf_exact.builds.gpu_toolchains import VulkanTools
+from gguf_exact.builds.sdist import (  # noqa: F401  (importable from here, as before)
+    CHECKSUM_FILE,
+    COMMIT,
+    PACKAGE,
+    VENDORED_COMMITS,
+    Log,
+    PinnedSdist,
+    _extract_llama_cpp,
+    extract_data,
+    fetch_sdist,
+    pinned_sdist,
+    unpack_patched_sdist,
+    verify_sdist,
+)
 from gguf_exact.constants import cache_root
 from gguf_exact.errors import ArgumentError, BuildError, GgufExactError, Param
-from gguf_exact.formats.gguf_file import sha256_file
-from gguf_exact.hub import checksums
-
-VENDORED_COMMITS = {"0.3.36": "0c1e57098"}
-"""llama-cpp-python version -> the llama.cpp commit its sdist vendors."""
-COMMIT = VENDORED_COMMITS["0.3.36"]
 
 TARGETS = ("llama-server", "llama-bench", "llama-perplexity", "llama-quantize")
 CUDA_ARCHS = ("75", "86")
@@ -49,11 +62,8 @@ CUDA_ARCHS = ("75", "86")
 BACKEND = re.compile(r"cpu|vulkan|cuda[0-9]{2,3}")
 """Every backend name: the suffix of a build's cache folder and a profile's ``build``."""
 
-PACKAGE = "llama-cpp-python"
-CHECKSUM_FILE = checksums.CHECKSUMS_DIR / checksums.LLAMA_CPP_PYTHON
 INFO_FILE = "build-info.json"
 
-Log = Callable[[str], None]
 
 # Failures with a known cause: (text in the build log, what to do).
 KNOWN_FAILURES = (
@@ -85,13 +95,6 @@ class LlamaBuild:
     def info(self) -> dict:
         path = self.bin_dir.parent / INFO_FILE
         return json.loads(path.read_text()) if path.is_file() else {}
-
-
-@dataclass(frozen=True)
-class PinnedSdist:
-    version: str
-    sha256: str
-    filename: str
 
 
 def backend_name(cuda: str | None, vulkan: bool = False) -> str:
@@ -132,163 +135,6 @@ def find_build(backend: str = "cpu", commit: str = COMMIT, cpu: CpuTarget | None
     if all(os.access(bin_dir / t, os.X_OK) for t in TARGETS):
         return LlamaBuild(commit, backend, bin_dir)
     return None
-
-
-def pinned_sdist(checksum_file: Path = CHECKSUM_FILE) -> PinnedSdist:
-    """The sdist's version and sha256 from ``checksums/llama-cpp-python.sha256``."""
-    if not checksum_file.is_file():
-        raise BuildError(
-            f"{checksum_file}: missing; it pins the llama-cpp-python sdist (sha256 and file name) that llama.cpp is built from"
-        )
-    if checksum_file.name == checksums.LLAMA_CPP_PYTHON:
-        found = checksums.llama_cpp_python_sdist(checksum_file.parent)
-    else:
-        found = next(
-            (
-                (m.group(1), e.sha256, m.group(0))
-                for e in checksums.read(checksum_file).entries
-                if (m := re.fullmatch(r"llama_cpp_python-([0-9][0-9A-Za-z.]*)\.tar\.gz", e.path.rsplit("/", 1)[-1]))
-            ),
-            None,
-        )
-    if found is None:
-        raise BuildError(
-            f"{checksum_file}: no line '<sha256>  llama_cpp_python-<version>.tar.gz'; add the sdist's sha256 there"
-        )
-    version, sha, filename = found
-    return PinnedSdist(version, sha, filename)
-
-
-def fetch_sdist(pin: PinnedSdist, dest: Path | None = None, log: Log = print) -> Path:
-    """The pinned sdist, verified: from ``dest`` if already there, else ``pip download``."""
-    dest = dest or cache_root() / "sdist"
-    dest.mkdir(parents=True, exist_ok=True)
-    path = dest / pin.filename
-    if not path.is_file():
-        log(f"fetching {PACKAGE}=={pin.version} sdist with pip")
-        cmd = [
-            sys.executable,
-            "-m",
-            "pip",
-            "download",
-            "--no-deps",
-            "--no-binary",
-            ":all:",
-            "--dest",
-            str(dest),
-            f"{PACKAGE}=={pin.version}",
-        ]
-        proc = subprocess.run(cmd, capture_output=True, text=True)
-        if not path.is_file():
-            tail = (proc.stderr or proc.stdout).strip().splitlines()[-1:] or ["no output"]
-            raise BuildError(
-                f"pip download {PACKAGE}=={pin.version} failed ({tail[0]}); check access to the package registry or pass ",
-                Param("sdist"),
-                " PATH",
-            )
-    return verify_sdist(path, pin)
-
-
-def verify_sdist(path: Path, pin: PinnedSdist) -> Path:
-    if not path.is_file():
-        raise BuildError(f"{path}: sdist not found")
-    digest = sha256_file(path)
-    if digest != pin.sha256:
-        raise BuildError(
-            f"{path}: sha256 {digest} differs from {pin.sha256} pinned in {CHECKSUM_FILE.name}; delete the file and fetch it again"
-        )
-    return path
-
-
-def cmake_args(
-    src: Path,
-    build: Path,
-    backend: str,
-    cuda: CudaSetup | None = None,
-    vulkan: VulkanTools | None = None,
-    cpu: CpuTarget | None = None,
-) -> list[str]:
-    """The CMake configure command line for ``backend`` (CUDA needs ``cuda``; ``vulkan``
-    pins the headers and glslc that :func:`.gpu_toolchains.require_vulkan_tools` checked)."""
-    args = [
-        "cmake",
-        "-S",
-        str(src),
-        "-B",
-        str(build),
-        "-G",
-        "Ninja" if shutil.which("ninja") else "Unix Makefiles",
-        "-DCMAKE_BUILD_TYPE=Release",
-        "-DBUILD_SHARED_LIBS=OFF",  # self-contained binaries: they can move out of the build dir
-        "-DLLAMA_CURL=OFF",
-        "-DLLAMA_OPENSSL=OFF",  # no downloads from the server
-        "-DLLAMA_USE_PREBUILT_UI=OFF",
-        "-DLLAMA_BUILD_UI=OFF",  # no web UI fetch at build time
-        "-DLLAMA_BUILD_TESTS=OFF",
-        "-DLLAMA_BUILD_EXAMPLES=OFF",
-        "-DLLAMA_BUILD_TOOLS=ON",
-        "-DLLAMA_BUILD_SERVER=ON",
-        f"-DLLAMA_BUILD_COMMIT={COMMIT}",  # the sdist has no .git; --version would say 'unknown'
-    ]
-    return args + backend_cmake_args(backend, cuda, vulkan, cpu)
-
-
-def backend_cmake_args(
-    backend: str, cuda: CudaSetup | None = None, vulkan: VulkanTools | None = None, cpu: CpuTarget | None = None
-) -> list[str]:
-    """The options that choose what the code runs on: the CPU features (every backend
-    compiles ggml's CPU code), then CUDA or Vulkan. llama-server and the bindings share them."""
-    args = (cpu or host_cpu()).cmake_args()
-    if backend == "vulkan":
-        args += ["-DGGML_VULKAN=ON"]
-        if vulkan is not None:
-            args += [f"-DVulkan_INCLUDE_DIR={vulkan.include_dir}", f"-DVulkan_GLSLC_EXECUTABLE={vulkan.glslc_path}"]
-    if backend.startswith("cuda"):
-        if cuda is None:
-            raise ValueError(f"cmake_args: backend {backend} needs a CudaSetup")
-        args += cuda_cmake_args(backend[4:], cuda)
-    return args
-
-
-def cuda_cmake_args(arch: str, cuda: CudaSetup) -> list[str]:
-    """Point CMake's FindCUDAToolkit at exactly the toolkit, cuBLAS and libcuda of ``cuda``.
-
-    A wheel's cuBLAS sits outside the toolkit, so its libraries are given by path and its
-    headers by ``-isystem``. The RUNPATH names only the folders of libcudart and libcublas
-    (not the build-local libcuda stub): the binary loads the driver's libcuda.so.1.
-    """
-    args = ["-DGGML_CUDA=ON", f"-DCMAKE_CUDA_ARCHITECTURES={arch}", f"-DCMAKE_CUDA_COMPILER={cuda.toolkit.nvcc}"]
-    # Debian's split layout (nvcc under /usr/lib/nvidia-cuda-toolkit, headers in /usr/include)
-    # is found by CMake itself; a root is given only where it holds the headers.
-    if (cuda.toolkit.root / "include" / "cuda_runtime.h").is_file():
-        args.append(f"-DCUDAToolkit_ROOT={cuda.toolkit.root}")
-    args.append(f"-DCUDA_cuda_driver_LIBRARY={cuda.driver_library}")
-    if cuda.cublas.source == "wheel":
-        args += [
-            f"-DCUDA_cublas_LIBRARY={cuda.cublas.libraries[0]}",
-            f"-DCUDA_cublasLt_LIBRARY={cuda.cublas.libraries[1]}",
-            f"-DCMAKE_CUDA_FLAGS=-isystem {cuda.cublas.include_dir}",
-        ]
-    rpath = ":".join(str(d) for d in cuda.runtime_dirs())
-    args.append("-DCMAKE_SKIP_BUILD_RPATH=ON")
-    if rpath:
-        args.append(f"-DCMAKE_EXE_LINKER_FLAGS=-Wl,-rpath,{rpath}")
-    return args
-
-
-def toolchain_info(cuda: CudaSetup | None, vulkan: VulkanTools | None) -> dict:
-    """What ``build-info.json`` records about the toolchain (``doctor`` prints it)."""
-    if cuda is not None:
-        t, c = cuda.toolkit, cuda.cublas
-        return {
-            "cuda_toolkit": {"version": t.version, "root": str(t.root), "nvcc": str(t.nvcc)},
-            "cublas": {"source": c.source, "package": c.package, "lib_dir": str(c.lib_dir)},
-            "driver_link": {"source": cuda.driver_source, "library": str(cuda.driver_library)},
-            "min_driver": gpu_toolchains.MIN_DRIVER.get(t.major, ""),
-        }
-    if vulkan is not None:
-        return {"glslc": vulkan.glslc, "vulkan_headers": f"{vulkan.header_version} ({vulkan.include_dir})"}
-    return {}
 
 
 def _progress(logfile: Path) -> str | None:
@@ -358,49 +204,6 @@ def sigterm_as_interrupt() -> Iterator[None]:
         yield
     finally:
         signal.signal(signal.SIGTERM, previous)
-
-
-def extract_data(tar: tarfile.TarFile, dest: Path, members: list[tarfile.TarInfo]) -> None:
-    """``extractall`` with the "data" filter's rules: plain files and folders inside
-    ``dest`` only. Python has the filter from 3.10.12 and 3.11.4 on; on older patch
-    releases the same rules are checked here first (the project supports all of 3.10)."""
-    if hasattr(tarfile, "data_filter"):
-        try:
-            tar.extractall(dest, members=members, filter="data")
-        except tarfile.FilterError as err:
-            raise BuildError(f"{tar.name}: {err}") from None
-        return
-    root = dest.resolve()
-    for m in members:
-        target = (root / m.name).resolve()
-        if not (m.isfile() or m.isdir()) or Path(m.name).is_absolute() or not target.is_relative_to(root):
-            raise BuildError(f"{tar.name}: member {m.name!r} is not a plain file inside the archive's folder")
-    tar.extractall(dest, members=members)
-
-
-def _extract_llama_cpp(sdist: Path, dest: Path) -> Path:
-    """Unpack only ``vendor/llama.cpp`` of the sdist under ``dest``; return it."""
-    with tarfile.open(sdist) as tar:
-        members = [m for m in tar.getmembers() if "/vendor/llama.cpp/" in m.name + "/"]
-        if not members:
-            raise BuildError(f"{sdist}: no vendor/llama.cpp inside; is it the llama-cpp-python sdist?")
-        extract_data(tar, dest, members)
-    found = sorted(dest.glob("*/vendor/llama.cpp"))
-    if not found or not (found[0] / "CMakeLists.txt").is_file():
-        raise BuildError(f"{sdist}: vendor/llama.cpp has no CMakeLists.txt")
-    return found[0]
-
-
-def unpack_patched_sdist(sdist: Path, dest: Path, backend: str) -> Path:
-    """The whole sdist unpacked under ``dest`` with ``backend``'s fixes applied to its
-    ``vendor/llama.cpp`` (:mod:`.source_patches`): the folder pip builds the bindings from."""
-    with tarfile.open(sdist) as tar:
-        extract_data(tar, dest, tar.getmembers())
-    roots = sorted(p.parent for p in dest.glob("*/pyproject.toml"))
-    if len(roots) != 1 or not (roots[0] / "vendor" / "llama.cpp" / "CMakeLists.txt").is_file():
-        raise BuildError(f"{sdist}: expected one package folder with vendor/llama.cpp inside")
-    source_patches.apply_patches(roots[0] / "vendor" / "llama.cpp", backend, bindings=True)
-    return roots[0]
 
 
 def prepare_sources(

@@ -179,7 +179,7 @@ def chat(
     """
     from gguf_exact.runtime.profile_choice import resolve_profile
     from gguf_exact.speculative.chat import chat_session, stats_line
-    from gguf_exact.speculative.engine import load_with_drafter
+    from gguf_exact.speculative.load import load_with_drafter
 
     found = drafter_from_options(target, drafter, no_draft, fetch_draft, models_dir, auto=True)
     if not found.given and found.path is not None:

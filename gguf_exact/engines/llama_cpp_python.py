@@ -44,7 +44,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         import uvicorn
 
-        from gguf_exact.speculative.engine import load_with_options
+        from gguf_exact.speculative.load import load_with_options
         from gguf_exact.speculative.openai_server import build_app, default_alias
 
         settings = read_settings(args.settings, constants.api_key())

@@ -42,30 +42,27 @@ import logging
 import time
 from contextlib import ExitStack
 from contextvars import ContextVar
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterator, Sequence
 
 import llama_cpp
 import numpy as np
 from llama_cpp import llama_chat_format, llama_cpp_ext
-from llama_cpp.llama_speculative import LlamaDraftModel
 
 from gguf_exact.errors import ArgumentError, InputError
 from gguf_exact.formats.paths import check_input_file
 from gguf_exact.gemma4.names import ARCH as TARGET_ARCH
-from gguf_exact.runtime.engine_options import EngineOptions, engine_options
 from gguf_exact.runtime.generation import Generation
 from gguf_exact.speculative.bindings import _meta_str, errors_only_logs
-from gguf_exact.speculative.draft_length import DraftLength
+from gguf_exact.speculative.draft_model import MtpDraftModel
 from gguf_exact.speculative.drafter import LlamaDrafter, TargetSide
 from gguf_exact.speculative.llama_adapter import LlamaAdapter
 from gguf_exact.speculative.request import CURRENT_REQUEST
 from gguf_exact.speculative.tokenizer import PieceCache
+from gguf_exact.speculative.totals import SpecTotals
 
 log = logging.getLogger(__name__)
-
-_NO_DRAFTS = np.zeros(0, dtype=np.intc)
 
 # False: the next generate decodes its whole prompt, as llama-server does for a request with
 # cache_prompt false, instead of resuming from the previous request's KV cache. A context
@@ -90,69 +87,6 @@ def _count_contexts(llm: MtpLlama, n: int) -> None:
     llm.on_close(release)
 
 
-# --- counters -------------------------------------------------------------------------
-
-
-@dataclass
-class SpecTotals:
-    """Counters since the engine was loaded (``/metrics``, ``chat``'s ``/stats``)."""
-
-    requests: int = 0
-    prompt_tokens: int = 0
-    tokens: int = 0  # sampled tokens, an end-of-generation token included (as llama-server counts them)
-    target_passes: int = 0
-    drafts: int = 0  # target passes that carried a draft (llama-server's drafts / verification steps)
-    draft_tokens: int = 0
-    accepted_tokens: int = 0
-    accepted_per_position: list[int] = field(default_factory=list)
-    prefill_seconds: float = 0.0
-    generation_seconds: float = 0.0  # after the first token, as llama-server's predicted time
-    target_seconds: float = 0.0
-    drafter_seconds: float = 0.0
-    wall_seconds: float = 0.0
-
-    def add(self, g: Generation) -> None:
-        self.requests += 1
-        self.prompt_tokens += g.n_prompt
-        self.tokens += g.n_tokens
-        self.target_passes += g.target_passes
-        self.drafts += g.draft_rounds
-        self.draft_tokens += g.drafts_generated
-        self.accepted_tokens += g.drafts_accepted
-        for a in g.accepted_per_round:
-            if len(self.accepted_per_position) < a:
-                self.accepted_per_position += [0] * (a - len(self.accepted_per_position))
-            for i in range(a):
-                self.accepted_per_position[i] += 1
-        self.prefill_seconds += g.prefill_seconds
-        self.generation_seconds += max(0.0, g.wall_seconds - g.prefill_seconds)
-        self.target_seconds += g.target_seconds
-        self.drafter_seconds += g.drafter_seconds
-        self.wall_seconds += g.wall_seconds
-
-    @property
-    def acceptance_rate(self) -> float | None:
-        return self.accepted_tokens / self.draft_tokens if self.draft_tokens else None
-
-    @property
-    def tokens_per_target_pass(self) -> float | None:
-        return self.tokens / self.target_passes if self.target_passes else None
-
-    @property
-    def tokens_per_second(self) -> float | None:
-        """Tokens after the first over the time after the first (generation phase)."""
-        return (self.tokens - self.requests) / self.generation_seconds if self.generation_seconds > 0 else None
-
-    @property
-    def python_seconds(self) -> float:
-        """Time inside generate calls but outside llama_decode: the Python side."""
-        return max(0.0, self.wall_seconds - self.target_seconds - self.drafter_seconds)
-
-    @property
-    def python_us_per_pass(self) -> float | None:
-        return 1e6 * self.python_seconds / self.target_passes if self.target_passes else None
-
-
 @dataclass
 class _Call:
     """Book-keeping of one ``generate`` call."""
@@ -172,69 +106,6 @@ class _Call:
 
     def remaining(self) -> int:
         return self.budget - len(self.tokens)
-
-
-# --- the draft model ---------------------------------------------------------------
-
-
-class MtpDraftModel(LlamaDraftModel):
-    """llama-cpp-python's draft-model hook, drafting with a gemma4-assistant MTP drafter.
-
-    ``Llama.generate`` calls it with every token so far; the last one is the newest,
-    at position ``len(input_ids) - 1``, not yet decoded. The drafter starts from the
-    target's hidden state of the position before it, which is row
-    ``pos - 1 - batch_start`` of the target's last decode. ``n_max`` may be changed
-    between calls; 0 (or no drafter) drafts nothing: the target alone. ``length``
-    (:class:`.draft_length.DraftLength`) says how many to draft within it: ``n_max``, or
-    the adaptive policy's choice, within what the request being served asks for.
-    """
-
-    def __init__(self, n_max: int, adaptive: bool = False, p_min: float = 0.0) -> None:
-        self.length = DraftLength(n_max, adaptive, p_min)
-        self.drafter: LlamaDrafter | None = None
-        self.llm: MtpLlama | None = None
-
-    @property
-    def n_max(self) -> int:
-        return self.length.n_max
-
-    @n_max.setter
-    def n_max(self, value: int) -> None:
-        self.length.n_max = value
-
-    def hidden(self, pos: int) -> Any:
-        """The target's hidden state for a draft at ``pos``: that of position ``pos - 1``,
-        row ``pos - 1 - batch_start`` of the target's last decode (a pointer to
-        ``n_embd`` floats)."""
-        llm = self.llm
-        h = llama_cpp_ext.llama_get_embeddings_nextn_ith(llm.ctx, pos - 1 - llm._batch_start)  # type: ignore[union-attr]
-        if not h:
-            raise InputError(f"target: llama.cpp returned no hidden state for position {pos - 1}")
-        return h
-
-    def __call__(self, input_ids: np.ndarray, /, **kwargs: Any) -> np.ndarray:
-        llm = self.llm
-        assert llm is not None
-        llm._verify_next = True  # the next eval is a verification pass: logits on every row
-        call = llm._call
-        pos = len(input_ids) - 1
-        if self.drafter is None:
-            return _NO_DRAFTS
-        limit = llm.context_size - pos - 2  # leave room in the context, as llama-server does
-        if call is not None:
-            limit = min(limit, call.remaining() - 1)  # a pass yields at most k + 1 tokens
-            if call.pass_drafts and call.pass_drafts[-1] > 0:  # what the target kept of the last draft
-                self.length.policy.observe_result(call.pass_drafts[-1], max(0, call.pass_emitted[-1] - 1))
-        request = CURRENT_REQUEST.get()
-        k, p_min = self.length.plan(limit, request.speculation if request is not None else None)
-        if k <= 0:
-            return _NO_DRAFTS
-        seconds = self.drafter.seconds
-        drafts = self.drafter.draft(int(input_ids[-1]), pos, k, self.hidden(pos), p_min)
-        self.length.policy.observe_steps(self.drafter.last_steps, self.drafter.seconds - seconds)
-        if call is not None:
-            call.pending_drafts = len(drafts)
-        return np.asarray(drafts, dtype=np.intc)
 
 
 # --- the engine ---------------------------------------------------------------------
@@ -259,7 +130,6 @@ class MtpLlama(LlamaAdapter):
         *,
         n_max: int = 2,
         adaptive: bool = False,
-        p_min: float = 0.0,
         n_gpu_layers_draft: int | None = None,
         logits_all: bool = False,
         verbose: bool = False,
@@ -290,7 +160,7 @@ class MtpLlama(LlamaAdapter):
         self.draft_path = Path(draft_path) if draft_path is not None else None
         self.target_seconds = 0.0  # inside the target's llama_decode, since load
         self.target_rows = 0  # batch rows the target decoded since load (prompt rows included)
-        draft = MtpDraftModel(n_max, adaptive, p_min)
+        draft = MtpDraftModel(n_max, adaptive)
         if draft_path is not None and checked is None:
             # Architecture, widths and the two vocabularies (as bytes) from the GGUF headers,
             # before llama.cpp loads anything: a 262,144-token vocabulary costs 0.2 s here
@@ -362,10 +232,7 @@ class MtpLlama(LlamaAdapter):
             raise ArgumentError(f"n_max must be >= 0, got {value}")
         self.draft_model.n_max = value  # type: ignore[union-attr]
 
-    @property
-    def draft_length(self) -> DraftLength:
-        """The draft length's settings and the adaptive policy's state (``adaptive``, ``p_min``)."""
-        return self.draft_model.length  # type: ignore[union-attr]
+    draft_length = property(lambda self: self.draft_model.length, doc="The draft length: fixed or adaptive, its policy")
 
     def _gguf_chat_formatter(self) -> llama_chat_format.Jinja2ChatFormatter | None:
         """The GGUF's own ``tokenizer.chat_template``, formatted as ``Llama`` itself would;
@@ -411,8 +278,6 @@ class MtpLlama(LlamaAdapter):
                 call.target_seconds += dt
                 if call.logits is not None:
                     self._record_logits(call.logits, n_past, n, all_rows)
-            if verify and n == len(tokens):  # a generation pass in one decode: its cost, for the draft length
-                self.draft_model.length.policy.observe_pass(n, dt)  # type: ignore[union-attr]
             self._batch_start = n_past
             self.n_tokens += n
             self.mark_evaluated()
@@ -576,97 +441,10 @@ class MtpLlama(LlamaAdapter):
 _COMPLETION_SIGNATURE = inspect.signature(llama_cpp.Llama.create_completion)
 
 
-def gpu_offload_warning(profile: str, build: str, opts: EngineOptions, supports_gpu: bool | None = None) -> str | None:
-    """One line when a profile offloads layers but these bindings can only run on the CPU
-    (``supports_gpu``: ``llama_supports_gpu_offload()`` unless given)."""
-    if opts.n_gpu_layers == 0 and not opts.n_gpu_layers_draft:
-        return None
-    if supports_gpu is None:
-        supports_gpu = bool(llama_cpp.llama_supports_gpu_offload())
-    if supports_gpu:
-        return None
-    from gguf_exact.builds.bindings_build import build_command
-
-    fix = (
-        f"`{build_command(build)} --install`"
-        if build != "cpu"
-        else "GPU bindings (`gguf-exact build-bindings --cuda 86 --install`)"
-    )
-    return (
-        f"profile {profile} offloads layers to the GPU, but these llama-cpp-python bindings are CPU-only, "
-        f"so the Python engine runs on the CPU; build {fix}, or serve with llama-server instead"
-    )
-
-
-def load_with_drafter(
-    target: str | Path,
-    drafter: str | Path | None,
-    n_max: int | None = None,
-    profile: str | Path | Any | None = None,
-    overrides: Sequence[str] = (),
-    adaptive: bool | None = None,
-    **llama_kwargs: Any,
-) -> MtpLlama:
-    """Load a gemma4 target with its gemma4-assistant MTP drafter as a ``llama_cpp.Llama``.
-
-    ``profile`` (a name in ``serve/`` such as ``"rtx3050"``, ``"auto"``, a ``.toml`` path,
-    or a :class:`~gguf_exact.runtime.profiles.Profile`) sets the context size, GPU layers
-    (target and drafter), flash attention, threads, batch sizes and n-max as it does
-    for ``gguf-exact serve``; ``overrides`` are its ``KEY=VALUE`` pairs (with no profile:
-    over ``auto``'s); ``n_max``, ``adaptive`` (the draft length chosen before each pass,
-    up to n-max: the profile's ``spec-draft-adaptive``) and ``llama_kwargs`` (any ``Llama``
-    argument) win over both. Without a profile: a context of 4096 tokens and a fixed n-max
-    of 2. ``drafter=None``: the target alone.
-    """
-    opts, prof = EngineOptions(), None
-    if profile is not None or overrides:
-        from gguf_exact.runtime.profile_choice import AUTO, resolve_profile
-        from gguf_exact.runtime.profiles import Profile
-
-        prof = profile if isinstance(profile, Profile) else resolve_profile(str(profile or AUTO))[0]
-        if overrides:
-            prof = prof.with_overrides(list(overrides))
-        opts, _ = engine_options(prof, with_draft=drafter is not None)
-    if n_max is not None:
-        opts = replace(opts, n_max=n_max)
-    if adaptive is not None:
-        opts = replace(opts, adaptive=adaptive)
-    return load_with_options(target, drafter, opts, prof, **llama_kwargs)
-
-
-def load_with_options(
-    target: str | Path,
-    drafter: str | Path | None,
-    opts: EngineOptions,
-    profile: Any = None,
-    checked: Any = None,
-    **llama_kwargs: Any,
-) -> MtpLlama:
-    """:class:`MtpLlama` with a profile's :class:`EngineOptions` as computed before
-    (``serve --engine python`` computes them once, in the parent); ``profile`` only names
-    the profile in the GPU-offload warning. ``checked``: the pair passed
-    :func:`~gguf_exact.pair.checks.check_pair` already (not checked again)."""
-    if profile is not None and (warning := gpu_offload_warning(profile.name, profile.build, opts)) is not None:
-        log.warning(warning)
-    kwargs = {k: v for k, v in opts.llama_kwargs().items() if v is not None} | llama_kwargs
-    return MtpLlama(
-        target,
-        drafter,
-        n_max=opts.n_max,
-        adaptive=opts.adaptive,
-        p_min=opts.p_min,
-        n_gpu_layers_draft=opts.n_gpu_layers_draft,
-        checked=checked,
-        **kwargs,
-    )
-
-
 __all__ = [
     "PROMPT_CACHE",
     "MtpDraftModel",
     "MtpLlama",
     "SpecTotals",
     "live_contexts",
-    "load_with_drafter",
-    "load_with_options",
 ]
