@@ -66,7 +66,8 @@ def test_builds_for_two_cpus_never_share_a_cache_folder():
     xeon, zen = cpu_target(AMX_XEON, "x86_64"), cpu_target(ZEN1, "x86_64")
     assert llama_build.install_dir("cpu", cpu=xeon) != llama_build.install_dir("cpu", cpu=zen)
     assert bindings_build.wheel_dir("cpu", cpu=xeon) != bindings_build.wheel_dir("cpu", cpu=zen)
-    assert llama_build.install_dir("cpu", cpu=zen).name == "0c1e57098+24-cpu-avx.avx2.bmi2.f16c.fma.sse42"
+    assert llama_build.install_dir("cpu", cpu=zen).name == "0c1e57098+24+23+22142-cpu-avx.avx2.bmi2.f16c.fma.sse42"
+    assert bindings_build.wheel_dir("cpu", cpu=zen).name == "0c1e57098+24-cpu-avx.avx2.bmi2.f16c.fma.sse42"
     assert bindings_build.wheel_dir("cuda86", cpu=zen).name == "0c1e57098+27572+24-cuda86-avx.avx2.bmi2.f16c.fma.sse42"
 
 
@@ -129,7 +130,7 @@ def test_the_cpu_server_build_is_probed_and_named_by_its_features():
     binary = server_binary()
     info = json.loads((binary.parent.parent / "build-info.json").read_text())
     cpu = host_cpu()
-    assert binary.parent.parent.name == f"0c1e57098+24-cpu-{cpu.tag}"
+    assert binary.parent.parent.name == f"0c1e57098+24+23+22142-cpu-{cpu.tag}"
     assert info["cpu_features"] == cpu.tag
     assert info["probe"] == {"what": "llama-bench", "ok": True, "returncode": 0, "signal": "", "prompt_tokens": 64}
     assert [a for a in info["cmake"] if a.startswith("-DGGML_")] == cpu.cmake_args()[0:]

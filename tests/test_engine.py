@@ -241,9 +241,11 @@ def test_requests_that_cannot_fit_are_refused_before_streaming(engines):
 
 def test_engine_options_follow_the_profiles():
     opts, ignored = engine_options(load_profile("rtx3050"))
-    assert opts == EngineOptions(n_ctx=8192, n_max=2, n_gpu_layers=99, n_gpu_layers_draft=-1, flash_attn=True)
+    assert opts == EngineOptions(
+        n_ctx=8192, n_max=4, adaptive=True, n_gpu_layers=99, n_gpu_layers_draft=-1, flash_attn=True
+    )
     assert ignored == []
-    assert engine_options(load_profile("gtx1650ti"))[0].n_max == 1
+    assert engine_options(load_profile("gtx1650ti"))[0].n_max == 4
     cpu = load_profile("cpu").with_overrides(["ctx-size=512", "threads=1", "spec-draft-n-max=3", "mlock=true"])
     opts, ignored = engine_options(cpu)
     assert (opts.n_ctx, opts.n_threads, opts.n_threads_batch, opts.n_max, opts.n_gpu_layers) == (512, 1, 1, 3, 0)
@@ -261,7 +263,7 @@ def test_load_with_drafter_takes_the_profile(pairs):
     target, drafter = pairs["hidden"]
     llm = load_with_drafter(target, drafter, profile="cpu", overrides=["ctx-size=768"])
     try:
-        assert (llm.n_ctx(), llm.n_max) == (768, 2)
+        assert (llm.n_ctx(), llm.n_max, llm.draft_length.adaptive) == (768, 4, True)
     finally:
         llm.close()
     llm = load_with_drafter(target, drafter, n_max=1, profile="gtx1650ti", overrides=["ctx-size=256", "n-gpu-layers=0"])

@@ -243,7 +243,8 @@ def test_generate_defaults_as_chat_and_the_cpu_profile():
     from gguf_exact.runtime.sampling_defaults import SERVER_SAMPLING
 
     n_max = next(p for p in main.commands["generate"].params if p.name == "n_max")
-    assert n_max.default == 2 == load_profile("cpu").draft["spec-draft-n-max"]
+    assert n_max.default == 2  # generate drafts a fixed length by default (no profile)
+    assert load_profile("cpu").draft["spec-draft-n-max"] == 4 and load_profile("cpu").draft["spec-draft-adaptive"]
     for command in ("generate", "chat"):
         params = {p.name: p.default for p in main.commands[command].params}
         assert params["temperature"] == 0.0

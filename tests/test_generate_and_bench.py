@@ -271,7 +271,10 @@ def test_chat_command_streams_and_reports(pairs):
     target, drafter = pairs["hidden"]
     res = CliRunner().invoke(
         main,
-        ["chat", "--model", str(target), "--draft", str(drafter), "--set", "ctx-size=512", "--max-tokens", "16"],
+        [
+            "chat", "--model", str(target), "--draft", str(drafter), "--set", "ctx-size=512", "--max-tokens", "16",
+            "--no-adaptive", "--n-max", "2",
+        ],  # fmt: skip
         input="hello there\n/stats\n\nand again\n/exit\n",
     )
     assert res.exit_code == 0, res.output

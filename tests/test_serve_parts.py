@@ -74,14 +74,17 @@ def test_shipped_profiles():
         "1",
         "--spec-type",
         "draft-mtp",
+        "--spec-draft-adaptive",
         "--spec-draft-n-max",
-        "2",
+        "4",
         "--n-gpu-layers-draft",
         "all",
     ]
     assert "--spec-type" not in rtx.args(with_draft=False)
     gtx = load_profile("gtx1650ti")
-    assert gtx.build == "cuda75" and gtx.draft["spec-draft-n-max"] == 1 and gtx.server["ctx-size"] < 8192
+    assert gtx.build == "cuda75" and gtx.server["ctx-size"] < 8192
+    assert gtx.draft["spec-draft-n-max"] == 4 and gtx.draft["spec-draft-adaptive"] is True
+    assert "--spec-draft-adaptive" not in rtx.with_overrides(["spec-draft-adaptive=false"]).args(with_draft=True)
     assert load_profile("cpu").build == "cpu"
     # every value in a shipped profile carries a comment saying why
     for name in ("rtx3050", "gtx1650ti", "cpu"):

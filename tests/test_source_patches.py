@@ -24,8 +24,15 @@ def sdist():
 
 
 def patched_files() -> list[str]:
-    """Every file the carried patches touch, relative to vendor/llama.cpp."""
-    return sorted({line[6:].strip() for p in source_patches.PATCHES for line in p.path.read_text().splitlines() if line.startswith("+++ b/")})
+    """Every file of the sdist the carried patches change, relative to vendor/llama.cpp
+    (not those a patch creates: a hunk that starts at line 0)."""
+    files = set()
+    for p in source_patches.PATCHES:
+        lines = p.path.read_text().splitlines()
+        for i, line in enumerate(lines):
+            if line.startswith("+++ b/") and not lines[i + 1].startswith("@@ -0,0 "):
+                files.add(line[6:].strip())
+    return sorted(files)
 
 
 @pytest.fixture
@@ -43,12 +50,24 @@ def context_tree(sdist, tmp_path):
     return tmp_path
 
 
-def test_only_gpu_backends_carry_the_27572_fix_every_backend_the_ordered_head_and_cache_keys_say_so():
-    assert [p.id for p in source_patches.patches_for("cpu")] == ["24"]
-    assert llama_build.build_key("cpu", CPU) == "0c1e57098+24-cpu-avx.avx2.bmi2.f16c.fma.sse42"
+def test_which_backends_carry_which_patch_and_the_cache_keys_say_so():
+    # 27572 is for asynchronous (GPU) backends; the ordered head (24) is in every build; the
+    # adaptive draft (23) and the perplexity log flush (22142) change only llama-server's
+    # programs: every server build has them, no wheel does
+    assert [p.id for p in source_patches.patches_for("cpu")] == ["24", "23", "22142"]
+    assert [p.id for p in source_patches.patches_for("cpu", bindings=True)] == ["24"]
+    assert llama_build.build_key("cpu", CPU) == "0c1e57098+24+23+22142-cpu-avx.avx2.bmi2.f16c.fma.sse42"
+    assert llama_build.build_key("cpu", CPU, bindings=True) == "0c1e57098+24-cpu-avx.avx2.bmi2.f16c.fma.sse42"
     for backend in ("cuda75", "cuda86", "vulkan"):
-        assert [p.id for p in source_patches.patches_for(backend)] == ["27572", "24"]
-        assert llama_build.build_key(backend, CPU) == f"0c1e57098+27572+24-{backend}-avx.avx2.bmi2.f16c.fma.sse42"
+        assert [p.id for p in source_patches.patches_for(backend)] == ["27572", "24", "23", "22142"]
+        assert [p.id for p in source_patches.patches_for(backend, bindings=True)] == ["27572", "24"]
+        assert (
+            llama_build.build_key(backend, CPU) == f"0c1e57098+27572+24+23+22142-{backend}-avx.avx2.bmi2.f16c.fma.sse42"
+        )
+        assert (
+            llama_build.build_key(backend, CPU, bindings=True)
+            == f"0c1e57098+27572+24-{backend}-avx.avx2.bmi2.f16c.fma.sse42"
+        )
 
 
 def test_the_27572_fix_synchronizes_before_every_set_inputs(context_tree):
@@ -59,7 +78,7 @@ def test_the_27572_fix_synchronizes_before_every_set_inputs(context_tree):
     assert before.count(SET_INPUTS) == 2
     assert "llm_graph_result * llama_context::process_ubatch(" in before.partition(SET_INPUTS)[0]
 
-    assert source_patches.apply_patches(context_tree, "cuda86") == ["27572", "24"]
+    assert source_patches.apply_patches(context_tree, "cuda86", bindings=True) == ["27572", "24"]
 
     after = (context_tree / CONTEXT).read_text()
     assert "if (cparams.pipeline_parallel) {\n            " + SYNC not in after
@@ -79,12 +98,15 @@ def test_the_27572_fix_synchronizes_before_every_set_inputs(context_tree):
 
 
 def test_a_fix_that_does_not_apply_stops_the_build(context_tree):
-    source_patches.apply_patches(context_tree, "vulkan")
+    source_patches.apply_patches(context_tree, "vulkan", bindings=True)
     with pytest.raises(BuildError) as e:  # already applied: --forward refuses it
-        source_patches.apply_patches(context_tree, "vulkan")
+        source_patches.apply_patches(context_tree, "vulkan", bindings=True)
     assert str(e.value).startswith(f"{source_patches.PATCH_DIR}/27572-sync-before-set-inputs.patch: does not apply to ")
-    # the CPU carries only the ordered head, which touches other files than this tree holds
-    assert [p.id for p in source_patches.patches_for("cpu")] == ["24"]
+    # the CPU server's patches: the ordered head was applied above with the vulkan set, so
+    # --forward refuses it again here, before the server-only ones
+    with pytest.raises(BuildError) as e:
+        source_patches.apply_patches(context_tree, "cpu")
+    assert str(e.value).startswith(f"{source_patches.PATCH_DIR}/24-ordered-embedding-head.patch: does not apply to ")
 
 
 def test_the_bindings_build_from_the_sdist_with_the_same_fix(sdist, tmp_path):
@@ -93,13 +115,14 @@ def test_the_bindings_build_from_the_sdist_with_the_same_fix(sdist, tmp_path):
     text = (root / "vendor" / "llama.cpp" / CONTEXT).read_text()
     assert "(ref: #27572)" in text
     assert "build_ordered_head" in (root / "vendor" / "llama.cpp" / ASSISTANT).read_text()
+    assert not (root / "vendor" / "llama.cpp" / "common" / "draft-policy.h").exists()  # llama-server's only
     assert not list(root.rglob("*.orig")) and not list(root.rglob("*.rej"))
 
 
 def test_a_gpu_build_without_the_patch_tool_fails_before_any_work(tmp_path, monkeypatch):
     monkeypatch.setenv("PATH", str(tmp_path))
     with pytest.raises(BuildError) as e:
-        source_patches.require_patch_tool("cuda86")
+        source_patches.require_patch_tool("cuda86", bindings=True)
     assert str(e.value) == (
         "patch not found on PATH; the cuda86 build carries fixes for llama.cpp (#27572, #24); "
         "install it (Debian: apt-get install patch)"
@@ -112,7 +135,7 @@ def test_the_ordered_head_patch_loads_the_head_and_scores_only_its_candidates(co
     output head, and the graph scores the top-k clusters' tokens, -INF elsewhere."""
     before = (context_tree / ASSISTANT).read_text()
     assert before.count("{}, TENSOR_NOT_REQUIRED") == 2 and "ggml_top_k" not in before
-    assert source_patches.apply_patches(context_tree, "cpu") == ["24"]
+    assert source_patches.apply_patches(context_tree, "cpu") == ["24", "23", "22142"]
     after = (context_tree / ASSISTANT).read_text()
     assert "{}, TENSOR_NOT_REQUIRED" not in after
     assert "{ n_embd, n_c }, 0)" in after and "{ n_vocab }, 0)" in after

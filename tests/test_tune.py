@@ -40,6 +40,8 @@ def test_set_n_max_keeps_everything_else():
     assert set_n_max(no_key, 1).splitlines()[6:8] == ["[draft]", "spec-draft-n-max = 1"]
     no_table = PROFILE[: PROFILE.index("[draft]")]
     assert set_n_max(no_table, 4).endswith("\n[draft]\nspec-draft-n-max = 4\n")
+    pinned = set_n_max(out, False, "fixed", "spec-draft-adaptive")
+    assert "spec-draft-adaptive = false  # fixed" in pinned.splitlines() and "spec-draft-n-max = 3  # measured" in pinned
     # a key of the same name in another table is not touched
     other = '[server]\nspec-draft-n-max = 9\n\n[draft]\nspec-type = "draft-mtp"\n'
     assert (
@@ -90,6 +92,7 @@ def test_tune_writes_the_best_n_max_and_serve_uses_it(pair, tmp_path, monkeypatc
     assert sorted(p.name for p in user.iterdir()) == ["cpu-tuned.toml"]  # never cpu.toml: no shadowing
     tuned = load_profile(written)
     assert tuned.draft["spec-draft-n-max"] == best and tuned.name == "cpu-tuned"
+    assert tuned.draft["spec-draft-adaptive"] is False  # the fixed length tune measured, not adaptive
     text = written.read_text()
     assert text.startswith(f"{TUNED_MARK} on ") and "--profile cpu --n-max 1,2,3,4 --n-predict 16" in text
     assert hashlib.sha256((PROFILE_DIR / "cpu.toml").read_bytes()).hexdigest() == shipped
@@ -101,6 +104,7 @@ def test_tune_writes_the_best_n_max_and_serve_uses_it(pair, tmp_path, monkeypatc
     )
     assert dry.exit_code == 0, dry.output
     assert f"--spec-draft-n-max {best}" in dry.output and f"from {written}" in dry.output
+    assert "--spec-draft-adaptive" not in dry.output
     # tuning again measures without writing (--no-write); --as names the copy, and naming a shipped
     # profile says what it does
     again = CliRunner().invoke(main, [*args, "--n-max", "1,2", "--no-write"], env=env)

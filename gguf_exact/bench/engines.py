@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from gguf_exact.bench.report import Figures, Report, cell, machine, yes_no
-from gguf_exact.bench.request import BenchRequest
+from gguf_exact.bench.request import BenchRequest, fixed_length
 from gguf_exact.errors import ArgumentError, Param
 from gguf_exact.runtime.generation import Generation
 
@@ -186,7 +186,7 @@ def bench_engines(
             launches = {}
             try:
                 for engine in engines:
-                    sets = list(overrides) + ([f"spec-draft-n-max={n_max}"] if n_max > 0 else [])
+                    sets = list(overrides) + fixed_length(n_max)
                     settings = ServeSettings(
                         model,
                         draft if n_max > 0 else None,

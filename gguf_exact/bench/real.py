@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any, Iterator, Sequence
 
 from gguf_exact.bench.report import Figures
-from gguf_exact.bench.request import BENCH_PROFILE
+from gguf_exact.bench.request import BENCH_PROFILE, fixed_length
 from gguf_exact.engines.settings import ENGINES  # what serve --engine takes
 
 HEAD_NODE = "result_output"  # the drafter's tied output head (gemma4-assistant.cpp)
@@ -122,7 +122,7 @@ def engines_arm(
     engines hold where the absolute figures wander."""
     from gguf_exact.engines.http import openai_generate
 
-    extra = [f"spec-draft-n-max={n_max}"] if n_max else []
+    extra = fixed_length(n_max)
     with ExitStack() as stack:
         servers = {}
         for engine in engines:
@@ -204,7 +204,7 @@ def concurrent_arm(
     Every request also keeps its client-side seconds: how long a queued one waited shows."""
     from gguf_exact.engines.http import openai_generate, post_json, server_generate
 
-    extra = [f"spec-draft-n-max={n_max}"] if n_max else []
+    extra = fixed_length(n_max)
     slots = [f"parallel={parallel}"] if engine == "llama-server" else []
     results: list[dict] = [{} for _ in prompts]
     with running(target, drafter if n_max else None, engine, [*sets, *slots, *extra], profile) as (launch, _p, _l):

@@ -14,6 +14,16 @@ from pathlib import Path
 BENCH_PROFILE = "cpu"
 
 
+N_MAX_KEY = "spec-draft-n-max"
+ADAPTIVE_KEY = "spec-draft-adaptive"
+
+
+def fixed_length(n_max: int) -> list[str]:
+    """The overrides of an arm that drafts ``n_max`` every pass (none: the target alone), the
+    shipped profiles' adaptive length switched off so the arm measures that length."""
+    return [f"{ADAPTIVE_KEY}=false", f"{N_MAX_KEY}={n_max}"] if n_max else []
+
+
 @dataclass(frozen=True)
 class BenchRequest:
     """A bench run: in-process (``target``, ``draft``), against running llama-servers
@@ -43,4 +53,4 @@ class BenchRequest:
             object.__setattr__(self, "prompt_names", tuple(self.prompt_names))
 
 
-__all__ = ["BENCH_PROFILE", "BenchRequest"]
+__all__ = ["ADAPTIVE_KEY", "BENCH_PROFILE", "N_MAX_KEY", "BenchRequest", "fixed_length"]

@@ -27,13 +27,13 @@ from pathlib import Path
 from typing import Callable
 
 from gguf_exact.bench.report import TARGET, Arm, alternating_order
+from gguf_exact.bench.request import ADAPTIVE_KEY, N_MAX_KEY, fixed_length
 from gguf_exact.bench.run import BenchReport, bench_servers, summarize
 from gguf_exact.errors import ArgumentError, InputError, NotExactError, Param
 from gguf_exact.formats.paths import check_not_input
 from gguf_exact.formats.safe_write import atomic_output, output_folder
 from gguf_exact.runtime.profiles import PROFILE_DIR, Profile, load_profile, user_profile_dir
 
-N_MAX_KEY = "spec-draft-n-max"
 TUNED_MARK = "# tuned by gguf-exact tune"
 
 
@@ -68,7 +68,7 @@ def tune_n_max(
     runs = []
     with scratch_run_root("tune") as root:  # its servers' run folders: not the user's, removed after
         for order, (rnd, arm) in enumerate(alternating_order(arms, rounds)):
-            sets = list(overrides) + ([f"{N_MAX_KEY}={arm.n_max}"] if arm.n_max else [])
+            sets = list(overrides) + fixed_length(arm.n_max)
             launch = plan_launch(
                 ServeSettings(
                     target,
@@ -183,19 +183,20 @@ def tune_profile(
     return tuned
 
 
-def set_n_max(toml_text: str, n_max: int, note: str = "") -> str:
-    """``toml_text`` with ``spec-draft-n-max = n_max`` in its ``[draft]`` table (the
-    line replaced, else added under ``[draft]``, else a ``[draft]`` table appended);
-    every other line, comments included, kept."""
+def set_n_max(toml_text: str, n_max: int, note: str = "", key_name: str = N_MAX_KEY) -> str:
+    """``toml_text`` with ``spec-draft-n-max = n_max`` (or ``key_name = n_max``) in its
+    ``[draft]`` table (the line replaced, else added under ``[draft]``, else a ``[draft]``
+    table appended); every other line, comments included, kept."""
     lines = toml_text.splitlines()
     comment = f"  # {note}" if note else ""
-    entry = f"{N_MAX_KEY} = {n_max}{comment}"
+    value = str(n_max).lower() if isinstance(n_max, bool) else n_max
+    entry = f"{key_name} = {value}{comment}"
     header = re.compile(r"^\s*\[([^\]]+)\]\s*(#.*)?$")
     start = next((i for i, ln in enumerate(lines) if (m := header.match(ln)) and m.group(1).strip() == "draft"), None)
     if start is None:
         return "\n".join(lines).rstrip("\n") + f"\n\n[draft]\n{entry}\n"
     end = next((i for i in range(start + 1, len(lines)) if header.match(lines[i])), len(lines))
-    key = re.compile(rf"^\s*{re.escape(N_MAX_KEY)}\s*=")
+    key = re.compile(rf"^\s*{re.escape(key_name)}\s*=")
     for i in range(start + 1, end):
         if key.match(lines[i]):
             lines[i] = entry
@@ -271,6 +272,8 @@ def write_tuned_profile(
     if body and body[0].startswith(TUNED_MARK):  # a copy tuned before: its header is replaced
         body = body[len(tuned_header(result, command)) :]
     new = set_n_max("\n".join(tuned_header(result, command) + body), result.best_n_max, "measured by gguf-exact tune")
+    if base.draft.get(ADAPTIVE_KEY):  # the measured fixed length, not an adaptive one bounded by it
+        new = set_n_max(new, False, "tune measured fixed lengths", ADAPTIVE_KEY)
     output_folder(dest.parent)
     with atomic_output(dest, inputs=profile_input(base)) as tmp:
         tmp.write_text(new)

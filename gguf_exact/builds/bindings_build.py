@@ -82,7 +82,7 @@ def config_settings(cmake_args: list[str]) -> list[str]:
 
 
 def wheel_dir(backend: str = "cpu", cpu: CpuTarget | None = None) -> Path:
-    return cache_root() / "wheels" / build_key(backend, cpu)
+    return cache_root() / "wheels" / build_key(backend, cpu, bindings=True)
 
 
 def find_wheel(backend: str = "cpu", cpu: CpuTarget | None = None) -> BindingsWheel | None:
@@ -136,7 +136,7 @@ def build_bindings(
     found = find_wheel(backend, cpu)
     if found and not force:
         return found
-    pin, sdist_path, vulkan_tools = prepare_sources(backend, sdist, log)
+    pin, sdist_path, vulkan_tools = prepare_sources(backend, sdist, log, bindings=True)
 
     final = wheel_dir(backend, cpu)
     final.parent.mkdir(parents=True, exist_ok=True)
@@ -156,9 +156,10 @@ def build_bindings(
         cmake = backend_cmake_args(backend, setup, vulkan_tools, cpu) + EXTRA_CMAKE_ARGS
         cmd = [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-cache-dir", "-w", str(work / "dist")]
         source = sdist_path
-        if source_patches.patches_for(backend):  # the same fixes as this backend's llama-server
+        # the same fixes as this backend's llama-server, less those only llama-server compiles
+        if carried := source_patches.patches_for(backend, bindings=True):
             source = unpack_patched_sdist(sdist_path, work / "src", backend)
-            log("carried fixes applied: " + ", ".join(f"#{p.id}" for p in source_patches.patches_for(backend)))
+            log("carried fixes applied: " + ", ".join(f"#{p.id}" for p in carried))
         with _environ({"CMAKE_BUILD_PARALLEL_LEVEL": str(jobs)}):
             _run([*cmd, *config_settings(cmake), str(source)], logfile, log, "bindings build")
         wheels = sorted((work / "dist").glob(f"{DIST}-*.whl"))
@@ -170,7 +171,7 @@ def build_bindings(
         staged.mkdir()
         shutil.move(str(wheels[0]), staged / wheels[0].name)
         info = {
-            **build_record(backend, cpu, probe, pin),
+            **build_record(backend, cpu, probe, pin, bindings=True),
             "cmake_args": cmake,
             "build_seconds": build_seconds,
             "jobs": jobs,

@@ -124,10 +124,11 @@ def make_command(backend: str) -> str:
     return "make llama-server" + (" VULKAN=1" if backend == "vulkan" else "")
 
 
-def build_key(backend: str, cpu: CpuTarget | None = None, commit: str = COMMIT) -> str:
+def build_key(backend: str, cpu: CpuTarget | None = None, commit: str = COMMIT, bindings: bool = False) -> str:
     """``<commit>[+<patch ids>]-<backend>-<cpu tag>``: one cache entry per backend, CPU feature
-    set and set of carried patches (:mod:`.source_patches`)."""
-    return f"{commit}{source_patches.patch_tag(backend)}-{backend}-{(cpu or host_cpu()).tag}"
+    set and set of carried patches (:mod:`.source_patches`; the bindings' (``bindings``) leave
+    out those that change only llama-server)."""
+    return f"{commit}{source_patches.patch_tag(backend, bindings)}-{backend}-{(cpu or host_cpu()).tag}"
 
 
 def install_dir(backend: str = "cpu", commit: str = COMMIT, cpu: CpuTarget | None = None) -> Path:
@@ -212,7 +213,9 @@ def sigterm_as_interrupt() -> Iterator[None]:
         signal.signal(signal.SIGTERM, previous)
 
 
-def prepare_sources(backend: str, sdist: Path | None, log: Log) -> tuple[PinnedSdist, Path, VulkanTools | None]:
+def prepare_sources(
+    backend: str, sdist: Path | None, log: Log, bindings: bool = False
+) -> tuple[PinnedSdist, Path, VulkanTools | None]:
     """What every build of ``backend`` needs before it starts, checked first (toolchain,
     cmake, the pin), then the verified sdist: ``sdist`` if given, else fetched with pip."""
     if backend.startswith("cuda"):
@@ -221,7 +224,7 @@ def prepare_sources(backend: str, sdist: Path | None, log: Log) -> tuple[PinnedS
     for tool in ("cmake", "c++"):
         if not shutil.which(tool):
             raise BuildError(f"{tool} not found on PATH; install it (Debian: apt-get install cmake build-essential)")
-    source_patches.require_patch_tool(backend)
+    source_patches.require_patch_tool(backend, bindings)
     pin = pinned_sdist()
     if VENDORED_COMMITS.get(pin.version) != COMMIT:
         raise BuildError(
@@ -230,7 +233,7 @@ def prepare_sources(backend: str, sdist: Path | None, log: Log) -> tuple[PinnedS
     return pin, verify_sdist(Path(sdist), pin) if sdist else fetch_sdist(pin, log=log), vulkan_tools
 
 
-def build_record(backend: str, cpu: CpuTarget, probe: dict, pin: PinnedSdist) -> dict:
+def build_record(backend: str, cpu: CpuTarget, probe: dict, pin: PinnedSdist, bindings: bool = False) -> dict:
     """What every ``build-info.json`` (llama-server's and the bindings') starts with."""
     return {
         "commit": COMMIT,
@@ -240,7 +243,7 @@ def build_record(backend: str, cpu: CpuTarget, probe: dict, pin: PinnedSdist) ->
         "probe": probe,
         "package": f"{PACKAGE}=={pin.version}",
         "sdist_sha256": pin.sha256,
-        "patches": [p.id for p in source_patches.patches_for(backend)],
+        "patches": [p.id for p in source_patches.patches_for(backend, bindings)],
     }
 
 

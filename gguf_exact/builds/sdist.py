@@ -147,7 +147,7 @@ def unpack_patched_sdist(sdist: Path, dest: Path, backend: str) -> Path:
     roots = sorted(p.parent for p in dest.glob("*/pyproject.toml"))
     if len(roots) != 1 or not (roots[0] / "vendor" / "llama.cpp" / "CMakeLists.txt").is_file():
         raise BuildError(f"{sdist}: expected one package folder with vendor/llama.cpp inside")
-    source_patches.apply_patches(roots[0] / "vendor" / "llama.cpp", backend)
+    source_patches.apply_patches(roots[0] / "vendor" / "llama.cpp", backend, bindings=True)
     return roots[0]
 
 

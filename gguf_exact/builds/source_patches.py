@@ -2,10 +2,14 @@
 
 Each patch (``patches/*.patch``, ``patch -p1`` from the llama.cpp source root, which is
 ``vendor/llama.cpp`` in the sdist) fixes an upstream defect that is still open at the
-pinned commit and that a backend can hit, or adds what the pinned commit lacks (the
-drafter's ordered-embedding head, #24, in every backend). Its id goes into the build's
-cache key (``0c1e57098+24-cpu-...``, ``0c1e57098+27572+24-cuda86-...``) and ``build-info.json``, so a patched build is never
-taken for a plain one, and llama-server and the bindings of one backend carry the same.
+pinned commit and that a backend can hit, or adds what this project serves with (the
+drafter's ordered-embedding head, #24, in every backend; the adaptive draft length, #23).
+Its id goes into the build's cache key (``0c1e57098+24-cpu-...``, ``0c1e57098+27572+24+23-cuda86-...``)
+and ``build-info.json``, so a patched build is never taken for a plain one, and llama-server
+and the bindings of one backend carry the same, except a patch marked ``server_only``: it
+changes only ``common/`` and ``tools/`` programs, which the bindings' wheel does not ship
+(llama-cpp-python installs libllama, libggml* and libmtmd, none of which links
+``common``), so the bindings neither apply it nor name it, and keep their cache.
 
 The system ``patch`` tool applies them (it comes with build-essential, beside the
 compiler the build needs anyway); nothing here re-implements diff application.
@@ -31,13 +35,14 @@ class SourcePatch:
     file: str
     gpu_only: bool
     why: str
+    server_only: bool = False  # llama-server's sources only: not in the bindings' wheel
 
     @property
     def path(self) -> Path:
         return PATCH_DIR / self.file
 
-    def applies_to(self, backend: str) -> bool:
-        return backend != "cpu" or not self.gpu_only
+    def applies_to(self, backend: str, bindings: bool = False) -> bool:
+        return (backend != "cpu" or not self.gpu_only) and not (bindings and self.server_only)
 
 
 PATCHES: tuple[SourcePatch, ...] = (
@@ -65,33 +70,58 @@ PATCHES: tuple[SourcePatch, ...] = (
             "never used them"
         ),
     ),
+    SourcePatch(
+        id="23",
+        file="23-adaptive-draft.patch",
+        gpu_only=False,
+        server_only=True,
+        why=(
+            "--spec-draft-adaptive: llama-server chooses the draft length before each pass from the "
+            "measured pass and drafter-step costs and the acceptance per depth (common/draft-policy.h, "
+            "the twin of gguf_exact/runtime/draft_policy.py); the per-request speculative.n_max, "
+            "speculative.p_min and speculative.adaptive fields; draft-mtp stops at a sequence's own "
+            "n_max. Only common/ and tools/server/ change, which the bindings do not ship"
+        ),
+    ),
+    SourcePatch(
+        id="22142",
+        file="22142-perplexity-log-flush.patch",
+        gpu_only=False,
+        server_only=True,
+        why=(
+            "llama.cpp #22142: the log worker thread is never joined, so llama-perplexity's last lines "
+            "(the KL divergence statistics `quality` reads) could be lost at exit under load; drain the "
+            "log queue before returning. Only tools/perplexity/ changes, which the bindings do not ship"
+        ),
+    ),
 )
 
 
-def patches_for(backend: str) -> tuple[SourcePatch, ...]:
-    """The patches a build of ``backend`` carries."""
-    return tuple(p for p in PATCHES if p.applies_to(backend))
+def patches_for(backend: str, bindings: bool = False) -> tuple[SourcePatch, ...]:
+    """The patches a build of ``backend`` carries: llama-server's, or the bindings' (``bindings``)."""
+    return tuple(p for p in PATCHES if p.applies_to(backend, bindings))
 
 
-def patch_tag(backend: str) -> str:
-    """What the patches add to the commit in a cache key: ``+27572+24`` (GPU), ``+24`` (CPU)."""
-    return "".join(f"+{p.id}" for p in patches_for(backend))
+def patch_tag(backend: str, bindings: bool = False) -> str:
+    """What the patches add to the commit in a cache key: ``+27572+23``, ``+23``, or nothing."""
+    return "".join(f"+{p.id}" for p in patches_for(backend, bindings))
 
 
-def require_patch_tool(backend: str) -> None:
+def require_patch_tool(backend: str, bindings: bool = False) -> None:
     """Fail before any work when ``backend`` carries patches and ``patch`` is missing."""
-    if patches_for(backend) and not shutil.which("patch"):
+    if patches_for(backend, bindings) and not shutil.which("patch"):
         raise BuildError(
             f"patch not found on PATH; the {backend} build carries fixes for llama.cpp "
-            f"({', '.join('#' + p.id for p in patches_for(backend))}); install it (Debian: apt-get install patch)"
+            f"({', '.join('#' + p.id for p in patches_for(backend, bindings))}); install it (Debian: apt-get install patch)"
         )
 
 
-def apply_patches(llama_cpp_root: Path, backend: str) -> list[str]:
-    """Apply ``backend``'s patches to the llama.cpp tree at ``llama_cpp_root``; their ids.
-    A patch that does not apply cleanly (a hunk rejected, or already applied) stops the build."""
+def apply_patches(llama_cpp_root: Path, backend: str, bindings: bool = False) -> list[str]:
+    """Apply ``backend``'s patches (llama-server's, or the bindings') to the llama.cpp tree at
+    ``llama_cpp_root``; their ids. A patch that does not apply cleanly (a hunk rejected, or
+    already applied) stops the build."""
     applied = []
-    for p in patches_for(backend):
+    for p in patches_for(backend, bindings):
         proc = subprocess.run(
             ["patch", "-p1", "--forward", "--batch", "--no-backup-if-mismatch", "-i", str(p.path)],
             cwd=llama_cpp_root,

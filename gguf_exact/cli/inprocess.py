@@ -54,6 +54,13 @@ def generation_line(g) -> str:
     "--n-max", default=2, show_default=True, help="Most draft tokens per target pass; 0 runs the target alone."
 )
 @click.option(
+    "--adaptive/--no-adaptive",
+    default=False,
+    show_default=True,
+    help="Choose the draft length before each pass, up to --n-max, from what passes cost here and what the "
+    "drafter gets right; --no-adaptive drafts --n-max every pass.",
+)
+@click.option(
     "--n-predict",
     default=128,
     show_default=True,
@@ -80,6 +87,7 @@ def generate(
     prompt: str | None,
     prompt_file: Path | None,
     n_max: int,
+    adaptive: bool,
     n_predict: int,
     temperature: float,
     top_k: int,
@@ -115,7 +123,7 @@ def generate(
     if not found.given and found.path is not None:
         note(f"drafter {found.path} ({found.how})")
     with Runner(target, found.path, n_ctx=n_ctx, n_threads=threads, checked=found.pair) as r:
-        g = r.complete(prompt, n_predict, n_max if found.path else 0, sampler, stops, chat)  # type: ignore[arg-type]
+        g = r.complete(prompt, n_predict, n_max if found.path else 0, sampler, stops, chat, adaptive)  # type: ignore[arg-type]
     if as_json:
         draft = str(found.path) if found.path else None
         click.echo(json.dumps({"model": str(target), "draft": draft} | g.as_dict(), indent=2))
@@ -131,6 +139,12 @@ def generate(
 )
 @click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE", help="Override a profile value.")
 @click.option("--n-max", type=int, help="Most draft tokens per target pass (default: the profile's, else 2).")
+@click.option(
+    "--adaptive/--no-adaptive",
+    default=None,
+    help="Choose the draft length before each pass, up to --n-max (default: the profile's spec-draft-adaptive; "
+    "without a profile, off); --no-adaptive --n-max N drafts N every pass.",
+)
 @sampling_options
 @click.option("--max-tokens", default=512, show_default=True, help="Most tokens per reply.")
 @click.option("--system", help="A system message to start the conversation with.")
@@ -143,6 +157,7 @@ def chat(
     profile: str | None,
     overrides: tuple[str, ...],
     n_max: int | None,
+    adaptive: bool | None,
     temperature: float,
     top_k: int,
     top_p: float,
@@ -173,10 +188,11 @@ def chat(
     if profile:
         prof, choice = resolve_profile(profile)
         note(profile_line(prof, choice))
-    llm = load_with_drafter(target, found.path, n_max, prof, overrides, checked=found.pair)
+    llm = load_with_drafter(target, found.path, n_max, prof, overrides, adaptive, checked=found.pair)
     sampler = sampling(temperature, top_k, top_p, min_p, repeat_penalty, seed)
     with_draft = f" + {found.path.name}" if found.path else ""
-    note(f"{target.name}{with_draft}: n-max {llm.n_max}, context {llm.n_ctx()} tokens. /stats, /reset, /exit")
+    length = f"adaptive up to {llm.n_max}" if llm.draft_length.adaptive else str(llm.n_max)
+    note(f"{target.name}{with_draft}: n-max {length}, context {llm.n_ctx()} tokens. /stats, /reset, /exit")
     try:
         chat_session(
             llm,

@@ -244,6 +244,12 @@ def status(port: int | None, last: int, as_json: bool, probe: bool, api_key: str
                     show(f"by position  {per} of drafts had that draft token accepted")
             else:
                 show("drafts       - (no draft counters in /metrics)")
+            if (p := st.policy) is not None:
+                depth = ", ".join(f"{j}: {a:.0%}" for j, a in enumerate(p.acceptance, 1))
+                costs = ", ".join(f"{r} rows {1000 * s:.1f} ms" for r, s in p.pass_seconds) or "-"
+                step = "-" if p.step_seconds is None else f"{1000 * p.step_seconds:.1f} ms"
+                show(f"adaptive     draft length {p.draft_n} now; acceptance by depth {depth}")
+                show(f"pass cost    {costs}; drafter step {step}")
         for a in st.recent:
             show(
                 f"request      acceptance {a.rate:.5f}: {a.accepted} accepted / {a.generated} drafted, mean len {a.mean_len:.2f}"

@@ -26,6 +26,7 @@ from gguf_exact.engines.process import (
 from gguf_exact.engines.settings import LOG_FILE, PID_FILE
 from gguf_exact.engines.speculation import Verdict, judge, probe
 from gguf_exact.engines.stats import Acceptance, DraftCounters, draft_counters, parse_acceptance, parse_metrics
+from gguf_exact.runtime.draft_policy import PolicySnapshot, parse_snapshot
 
 
 def server_label(engine: str | None) -> str:
@@ -43,6 +44,7 @@ class ServerStatus:
     models: list[str] = field(default_factory=list)
     speculative: bool | None = None
     counters: DraftCounters | None = None
+    policy: PolicySnapshot | None = None  # spec-draft-adaptive: the length chosen, acceptance by depth, costs
     recent: list[Acceptance] = field(default_factory=list)
     speculation: Verdict | None = None  # is draft-mtp drafting? (:mod:`.speculation`)
     needs_key: bool = False  # the server wants an API key this call did not have (HTTP 401)
@@ -102,7 +104,9 @@ def server_status(
             pass
     code, body = get_text(url + "/metrics", api_key=api_key)
     if code == 200:
-        st.counters = draft_counters(parse_metrics(body))
+        figures = parse_metrics(body)
+        st.counters = draft_counters(figures)
+        st.policy = parse_snapshot(figures)
     st.speculation = speculation_verdict(st, probe_request, api_key)
     return st
 

@@ -19,6 +19,8 @@ class EngineOptions:
 
     n_ctx: int = 4096
     n_max: int = 2
+    adaptive: bool = False  # the draft length chosen before each pass, up to n_max (spec-draft-adaptive)
+    p_min: float = 0.0  # a draft stops below this drafter confidence (spec-draft-p-min)
     n_gpu_layers: int = 0
     n_gpu_layers_draft: int | None = None  # None: as the target
     flash_attn: bool = True  # llama-server's auto
@@ -77,6 +79,9 @@ _PROFILE_KEYS: dict[str, tuple[str, Callable[[str, Any], Any]]] = {
     "ub": ("n_ubatch", lambda k, v: int(v)),
     "spec-draft-n-max": ("n_max", lambda k, v: int(v)),
     "draft-max": ("n_max", lambda k, v: int(v)),
+    "spec-draft-adaptive": ("adaptive", _flag),
+    "spec-draft-p-min": ("p_min", lambda k, v: float(v)),
+    "draft-p-min": ("p_min", lambda k, v: float(v)),
 }
 # llama-server options with nothing to do in one in-process engine serving one request at a time.
 _NOT_APPLICABLE = {"parallel", "np", "metrics", "no-warmup", "cont-batching", "spec-draft-threads", "jinja"}
@@ -102,7 +107,7 @@ def engine_options(profile: Any, with_draft: bool = True) -> tuple[EngineOptions
                 )
             if key in _PROFILE_KEYS:
                 name, convert = _PROFILE_KEYS[key]
-                if value is not False:
+                if value is not False or name == "adaptive":  # false pins a fixed length
                     opts[name] = convert(key, value)
             elif key not in _NOT_APPLICABLE:
                 ignored.append(key)

@@ -118,12 +118,16 @@ class LlamaDrafter:
         batch.logits[0] = 1
         batch.n_tokens = 1
         self.seconds = 0.0  # time inside llama_decode
+        self.last_steps = 0  # decodes of the latest draft
 
-    def draft(self, token: int, pos: int, n: int, h: Any) -> list[int]:
+    def draft(self, token: int, pos: int, n: int, h: Any, p_min: float = 0.0) -> list[int]:
         """Up to ``n`` greedy draft tokens after ``token`` at ``pos``; ``h`` points to the
-        target's hidden state (``n_embd`` floats) of the row that produced ``token``."""
+        target's hidden state (``n_embd`` floats) of the row that produced ``token``. The
+        draft stops before a token whose probability is below ``p_min``, as llama.cpp's
+        draft-mtp measures it: softmax over the drafter's 10 best logits."""
         b, ctx = self.batch, self.ctx
         out: list[int] = []
+        self.last_steps = 0
         for step in range(n):
             ctypes.memmove(b.embd, h, self._embd_bytes)
             b.token[0] = token
@@ -131,9 +135,13 @@ class LlamaDrafter:
             t = time.perf_counter()
             rc = int(llama_cpp.llama_decode(ctx, b))
             self.seconds += time.perf_counter() - t
+            self.last_steps += 1
             if rc != 0:
                 raise InputError(f"drafter decode failed with code {rc} at draft step {step}")
-            token = int(self._logits_row().argmax())
+            row = self._logits_row()
+            token = int(row.argmax())
+            if p_min > 0 and top_probability(row) < p_min:
+                break
             out.append(token)
             if step + 1 < n:
                 h = llama_cpp_ext.llama_get_embeddings_nextn_ith(ctx, 0)
@@ -154,4 +162,11 @@ class LlamaDrafter:
         return view
 
 
-__all__ = ["LlamaDrafter", "TargetSide", "check_compatible"]
+def top_probability(logits: np.ndarray, k: int = 10) -> float:
+    """The best token's probability among the ``k`` best (llama.cpp's draft-mtp samples
+    its drafts through top-k 10 and compares that to p-min)."""
+    top = np.partition(logits, -k)[-k:].astype(np.float64)
+    return float(1.0 / np.exp(top - top.max()).sum())
+
+
+__all__ = ["LlamaDrafter", "TargetSide", "check_compatible", "top_probability"]

@@ -129,6 +129,7 @@ class MtpLlama(LlamaAdapter):
         draft_path: str | Path | None = None,
         *,
         n_max: int = 2,
+        adaptive: bool = False,
         n_gpu_layers_draft: int | None = None,
         logits_all: bool = False,
         verbose: bool = False,
@@ -159,7 +160,7 @@ class MtpLlama(LlamaAdapter):
         self.draft_path = Path(draft_path) if draft_path is not None else None
         self.target_seconds = 0.0  # inside the target's llama_decode, since load
         self.target_rows = 0  # batch rows the target decoded since load (prompt rows included)
-        draft = MtpDraftModel(n_max)
+        draft = MtpDraftModel(n_max, adaptive)
         if draft_path is not None and checked is None:
             # Architecture, widths and the two vocabularies (as bytes) from the GGUF headers,
             # before llama.cpp loads anything: a 262,144-token vocabulary costs 0.2 s here
@@ -230,6 +231,8 @@ class MtpLlama(LlamaAdapter):
         if value < 0:
             raise ArgumentError(f"n_max must be >= 0, got {value}")
         self.draft_model.n_max = value  # type: ignore[union-attr]
+
+    draft_length = property(lambda self: self.draft_model.length, doc="The draft length: fixed or adaptive, its policy")
 
     def _gguf_chat_formatter(self) -> llama_chat_format.Jinja2ChatFormatter | None:
         """The GGUF's own ``tokenizer.chat_template``, formatted as ``Llama`` itself would;

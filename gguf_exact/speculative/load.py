@@ -47,6 +47,7 @@ def load_with_drafter(
     n_max: int | None = None,
     profile: str | Path | Any | None = None,
     overrides: Sequence[str] = (),
+    adaptive: bool | None = None,
     **llama_kwargs: Any,
 ) -> MtpLlama:
     """Load a gemma4 target with its gemma4-assistant MTP drafter as a ``llama_cpp.Llama``.
@@ -55,9 +56,10 @@ def load_with_drafter(
     or a :class:`~gguf_exact.runtime.profiles.Profile`) sets the context size, GPU layers
     (target and drafter), flash attention, threads, batch sizes and n-max as it does
     for ``gguf-exact serve``; ``overrides`` are its ``KEY=VALUE`` pairs (with no profile:
-    over ``auto``'s); ``n_max`` and ``llama_kwargs`` (any ``Llama`` argument) win over
-    both. Without a profile: a context of 4096 tokens and n-max 2. ``drafter=None``: the
-    target alone.
+    over ``auto``'s); ``n_max``, ``adaptive`` (the draft length chosen before each pass,
+    up to n-max: the profile's ``spec-draft-adaptive``) and ``llama_kwargs`` (any ``Llama``
+    argument) win over both. Without a profile: a context of 4096 tokens and a fixed n-max
+    of 2. ``drafter=None``: the target alone.
     """
     opts, prof = EngineOptions(), None
     if profile is not None or overrides:
@@ -70,6 +72,8 @@ def load_with_drafter(
         opts, _ = engine_options(prof, with_draft=drafter is not None)
     if n_max is not None:
         opts = replace(opts, n_max=n_max)
+    if adaptive is not None:
+        opts = replace(opts, adaptive=adaptive)
     return load_with_options(target, drafter, opts, prof, **llama_kwargs)
 
 
@@ -88,9 +92,17 @@ def load_with_options(
     if profile is not None and (warning := gpu_offload_warning(profile.name, profile.build, opts)) is not None:
         log.warning(warning)
     kwargs = {k: v for k, v in opts.llama_kwargs().items() if v is not None} | llama_kwargs
-    return MtpLlama(
-        target, drafter, n_max=opts.n_max, n_gpu_layers_draft=opts.n_gpu_layers_draft, checked=checked, **kwargs
+    llm = MtpLlama(
+        target,
+        drafter,
+        n_max=opts.n_max,
+        adaptive=opts.adaptive,
+        n_gpu_layers_draft=opts.n_gpu_layers_draft,
+        checked=checked,
+        **kwargs,
     )
+    llm.draft_length.p_min = opts.p_min  # a draft stops below this drafter confidence
+    return llm
 
 
 __all__ = ["gpu_offload_warning", "load_with_drafter", "load_with_options"]

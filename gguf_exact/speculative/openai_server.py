@@ -43,6 +43,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
+from gguf_exact.runtime.draft_policy import snapshot_metrics
 from gguf_exact.speculative.engine import PROMPT_CACHE, MtpLlama
 from gguf_exact.speculative.llama_adapter import serve_one_model
 from gguf_exact.speculative.request import COMPLETION_PATHS, CURRENT_REQUEST, Refusal, check_request
@@ -189,6 +190,8 @@ def metrics_text(llm: MtpLlama, in_flight: int) -> str:
         name = "llamacpp:spec_decode_num_accepted_tokens_per_pos_total"
         out.append(f"# HELP {name} Accepted tokens per draft position\n# TYPE {name} counter\n")
         out += [f'{name}{{position="{i}"}} {n}\n' for i, n in enumerate(t.accepted_per_position)]
+    if (snap := llm.draft_length.snapshot()) is not None:  # spec-draft-adaptive: as llama-server's
+        out.append(snapshot_metrics(snap))
     return "".join(out)
 
 

@@ -18,6 +18,8 @@ from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any
 
+from gguf_exact.speculative.draft_length import RequestSpeculation, request_speculation
+
 CHAT_PATH, COMPLETION_PATH = "/v1/chat/completions", "/v1/completions"
 COMPLETION_PATHS = (COMPLETION_PATH, CHAT_PATH)
 TokenKey = tuple[bytes, bool, bool]  # (text, add_bos, special): one tokenize call
@@ -42,6 +44,13 @@ class CheckedRequest:
     @property
     def cache_prompt(self) -> bool:
         return self.body.get("cache_prompt") is not False
+
+    @property
+    def speculation(self) -> RequestSpeculation:
+        """llama-server's per-request ``speculative.n_max``, ``.p_min`` and ``.adaptive``
+        (checked by :func:`check_request`)."""
+        found = request_speculation(self.body)
+        return found if isinstance(found, RequestSpeculation) else RequestSpeculation()
 
 
 @dataclass(frozen=True)
@@ -108,6 +117,8 @@ def _body_problem(path: str, body: dict, names: set[str]) -> Refusal | None:
         if body.get(key) not in (None, 1):
             return Refusal(400, f"{key} = {body[key]!r}: this server answers with one choice (n = 1)", None, key)
     bad_field = field_problem(path, body)
+    if bad_field is None and not isinstance(found := request_speculation(body), RequestSpeculation):
+        bad_field = found
     if bad_field is not None:
         return Refusal(400, bad_field[0], None, bad_field[1])
     return None

@@ -156,9 +156,11 @@ class Runner:
         n_max: int = 3,
         record_margins: bool = False,
         sampling: Sampling = GREEDY,
+        adaptive: bool = False,
     ) -> Generation:
         """Up to ``n_predict`` tokens from ``prompt`` (text, tokenized with BOS, or
-        token ids), drafting up to ``n_max`` tokens per target pass; ``n_max=0`` or
+        token ids), drafting up to ``n_max`` tokens per target pass (``adaptive``: as
+        many, up to ``n_max``, as the draft-length policy chooses); ``n_max=0`` or
         no drafter runs the target alone. Stops after the first token in
         :attr:`stop_tokens` (end-of-generation tokens; it is included in ``tokens``).
         ``record_margins`` also keeps, per token, the gap between the target's two
@@ -168,6 +170,7 @@ class Runner:
         ids = self._prompt_ids(prompt, n_predict)
         llm = self.llm
         llm.n_max = n_max
+        llm.draft_length.adaptive = adaptive
         llm.reset()  # every run from a clean cache: runs are independent
         if sampling.seed is not None:
             llm.set_seed(sampling.seed)
@@ -198,11 +201,14 @@ class Runner:
         sampling: Sampling = GREEDY,
         stop: Sequence[str] = (),
         chat: bool = False,
+        adaptive: bool = False,
     ) -> Generation:
         """:func:`run_completion` on this runner's engine (``create_completion``, or with
-        ``chat`` the GGUF's chat template), checked against the context first."""
+        ``chat`` the GGUF's chat template), checked against the context first; ``adaptive``
+        as for :meth:`generate`."""
         if n_max < 0:
             raise ArgumentError(f"n_max must be >= 0, got {n_max}")
+        self.llm.draft_length.adaptive = adaptive
         if chat:
             if self.llm.chat_formatter is None:
                 raise ArgumentError(

@@ -1,0 +1,248 @@
+"""The draft length chosen while speculation runs: before each target pass, the k (0 = the
+target alone) that maximises expected tokens per second on this machine, for this text.
+
+For k drafts with per-depth acceptance a_1..a_k (a_j: the chance draft j is right once
+drafts 1..j-1 were), a pass yields ``E(k) = 1 + sum_j prod_{i<=j} a_i`` tokens and costs
+``T(k) = k * drafter_step + pass_cost(k + 1)``; the policy picks ``argmax E(k) / T(k)``
+for k in 0..min(n_max, limit). Its inputs are measured online:
+
+- ``pass_cost(r)``: the target's decode of r rows, a running mean per row count (seeded
+  by the first passes of a run or by ``tune``). A row count not measured yet costs what
+  one row fewer does (optimism: it is tried once, then known; longer ones wait until it
+  is), so a non-monotonic curve (AVX-512's repacked Q4_0 kernels: 4 rows cheaper than 3)
+  is found;
+- ``drafter_step``: one drafter decode, a running mean (0 until measured);
+- ``a_j``: decayed counts of drafts tried and accepted at depth j, around a prior.
+
+The drafter's own confidence enters through ``p_min``: a draft stops at a token whose
+top probability (softmax over the drafter's 10 best logits, as llama.cpp's draft-mtp)
+is below it.
+
+Recovery: the policy drafts one depth deeper than its best every ``probe_interval``
+passes where that could pay (it would if the drafter were always right there); a failed
+probe doubles the interval (up to ``probe_interval_max``), a successful one halves it,
+so after a change of text (prose to code) the estimates move and drafting comes back,
+and where longer drafts cannot pay at all (k rows cost k passes) nothing is spent on them.
+
+Deterministic (no RNG, probes on a schedule) and written as plain arithmetic in one
+order, so llama.cpp's ``--spec-draft-adaptive`` (the C++ twin in the build patch
+``builds/patches/23-adaptive-draft.patch``, header ``common/draft-policy.h``) chooses the
+same k on the same recorded inputs (``tests/test_draft_policy_cpp.py``). Pure: no I/O, no
+clock; callers time their passes and report them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+# /metrics names (after llama-server's "llamacpp:"), the same from both engines: the draft
+# length chosen last, acceptance{depth}, pass_seconds{rows} and the drafter step's seconds
+METRIC_DRAFT_N, METRIC_ACCEPTANCE = "spec_draft_n", "spec_draft_acceptance"
+METRIC_PASS_SECONDS, METRIC_STEP_SECONDS = "spec_draft_pass_seconds", "spec_draft_step_seconds"
+
+# Two rates within this relative margin are a tie, and the shorter draft wins: the C++
+# build may fuse multiply-adds (-march=native), which moves the last bits of a rate.
+TIE_MARGIN = 1e-9
+
+
+@dataclass(frozen=True)
+class PolicySettings:
+    """The policy's knobs (profile keys ``spec-draft-n-max``, ``spec-draft-p-min``)."""
+
+    n_max: int = 4  # most drafts per pass
+    p_min: float = 0.0  # a draft stops below this drafter confidence (llama.cpp's --spec-draft-p-min)
+    prior: float = 0.5  # acceptance assumed at a depth before any draft was tried there
+    prior_weight: float = 1.0  # in drafts: how soon measurements outweigh the prior
+    decay: float = 0.95  # per draft tried at a depth: about 1 / (1 - decay) = 20 drafts remembered
+    cost_weight: float = 0.2  # weight of a new pass timing in its row count's running mean
+    probe_interval: int = 8  # passes between probes one depth deeper than the best
+    probe_interval_max: int = 64  # failed probes double the interval up to this
+
+
+@dataclass
+class DraftPolicy:
+    """One slot's (or one engine's) policy state; see the module's docstring."""
+
+    settings: PolicySettings = field(default_factory=PolicySettings)
+    pass_cost: dict[int, float] = field(default_factory=dict)  # rows -> seconds
+    step_cost: float | None = None  # seconds per drafter step
+    tried: list[float] = field(default_factory=list)  # decayed drafts tried at depth j (index j - 1)
+    accepted: list[float] = field(default_factory=list)  # decayed drafts accepted there
+    interval: int = 0  # current probe interval (0: the settings' base)
+    since_probe: int = 0
+    probing: int = 0  # the depth of the probe in flight, 0 when the last choice was no probe
+    last_k: int = 0
+
+    def __post_init__(self) -> None:
+        n = self.settings.n_max
+        self.tried = self.tried or [0.0] * n
+        self.accepted = self.accepted or [0.0] * n
+        self.interval = self.interval or self.settings.probe_interval
+
+    # --- estimates ---
+
+    def acceptance(self, depth: int) -> float:
+        """a_depth: the chance draft ``depth`` (1-based) is right once the ones before it were."""
+        s = self.settings
+        return (self.accepted[depth - 1] + s.prior * s.prior_weight) / (self.tried[depth - 1] + s.prior_weight)
+
+    def cost(self, rows: int) -> float | None:
+        """A verification pass of ``rows`` rows: measured, else what one row fewer was
+        measured to cost, else None (not considered): longer drafts are explored one row
+        at a time, each tried once on the optimistic guess and then known."""
+        if rows in self.pass_cost:
+            return self.pass_cost[rows]
+        return self.pass_cost.get(rows - 1)
+
+    def expected_tokens(self, k: int) -> float:
+        e, p = 1.0, 1.0
+        for j in range(1, k + 1):
+            p = p * self.acceptance(j)
+            e = e + p
+        return e
+
+    def rate(self, k: int) -> float | None:
+        """Expected tokens per second with ``k`` drafts (None while unknown)."""
+        c = self.cost(k + 1)
+        if c is None:
+            return None
+        t = k * (self.step_cost or 0.0) + c
+        return self.expected_tokens(k) / t if t > 0 else None
+
+    def best(self, limit: int) -> int:
+        """The k in 0..min(n_max, limit) with the highest rate (ties: the shorter draft)."""
+        top = min(self.settings.n_max, limit)
+        best_k, best_rate = 0, self.rate(0)
+        if best_rate is None:
+            return 0  # the first pass alone measures one row
+        for k in range(1, top + 1):
+            r = self.rate(k)
+            if r is not None and r > best_rate * (1.0 + TIE_MARGIN):
+                best_k, best_rate = k, r
+        return best_k
+
+    def worth_probing(self, k: int) -> bool:
+        """Could one draft more than ``k`` pay if the drafter were always right there?
+        (On a machine where k + 2 rows cost k + 2 passes it never can: no probe is paid.)"""
+        here, c = self.rate(k), self.cost(k + 2)
+        if here is None or c is None:
+            return False
+        t = (k + 1) * (self.step_cost or 0.0) + c
+        return t > 0 and (k + 2) / t > here * (1.0 + TIE_MARGIN)
+
+    # --- the loop's calls ---
+
+    def choose(self, limit: int) -> int:
+        """How many tokens to draft before the next pass, at most ``limit`` (what the context
+        and the request's budget leave); one call per pass that could carry a draft."""
+        top = min(self.settings.n_max, limit)
+        k = self.best(limit)
+        self.probing = 0
+        if k < top and self.worth_probing(k):
+            self.since_probe += 1
+            if self.since_probe >= self.interval:
+                self.since_probe = 0
+                k = k + 1
+                self.probing = k
+        else:
+            self.since_probe = 0
+        self.last_k = k
+        return k
+
+    def observe_pass(self, rows: int, seconds: float) -> None:
+        """A generation pass of ``rows`` rows (1 + drafts) took ``seconds`` in the target's decode
+        (row counts the policy never asks for, above ``n_max + 1``, are not kept)."""
+        if not 1 <= rows <= self.settings.n_max + 1:
+            return
+        old = self.pass_cost.get(rows)
+        self.pass_cost[rows] = seconds if old is None else old + self.settings.cost_weight * (seconds - old)
+
+    def observe_steps(self, steps: int, seconds: float) -> None:
+        """``steps`` drafter decodes took ``seconds`` together."""
+        if steps <= 0:
+            return
+        each = seconds / steps
+        old = self.step_cost
+        self.step_cost = each if old is None else old + self.settings.cost_weight * (each - old)
+
+    def observe_result(self, drafted: int, accepted: int) -> None:
+        """The pass verified ``drafted`` drafts and kept the first ``accepted`` of them."""
+        d = self.settings.decay
+        for j in range(1, min(accepted + 1, drafted, self.settings.n_max) + 1):
+            self.tried[j - 1] = self.tried[j - 1] * d + 1.0
+            self.accepted[j - 1] = self.accepted[j - 1] * d + (1.0 if j <= accepted else 0.0)
+        if self.probing:
+            ok = drafted >= self.probing and accepted >= self.probing
+            self.interval = (
+                max(self.interval // 2, self.settings.probe_interval)
+                if ok
+                else min(2 * self.interval, self.settings.probe_interval_max)
+            )
+            self.probing = 0
+
+    def snapshot(self) -> PolicySnapshot:
+        """What ``status`` and ``/metrics`` show."""
+        n = self.settings.n_max
+        return PolicySnapshot(
+            draft_n=self.last_k,
+            acceptance=tuple(self.acceptance(j) for j in range(1, n + 1)),
+            pass_seconds=tuple(sorted(self.pass_cost.items())),
+            step_seconds=self.step_cost,
+        )
+
+
+@dataclass(frozen=True)
+class PolicySnapshot:
+    """The policy's current choice and estimates."""
+
+    draft_n: int  # drafts chosen for the latest pass
+    acceptance: tuple[float, ...]  # a_1..a_n_max
+    pass_seconds: tuple[tuple[int, float], ...]  # (rows, seconds) measured
+    step_seconds: float | None
+
+
+def snapshot_metrics(snap: PolicySnapshot, prefix: str = "llamacpp:") -> str:
+    """Prometheus text of a snapshot, as llama-server's ``--spec-draft-adaptive`` writes it."""
+    n, a, p, s = (prefix + m for m in (METRIC_DRAFT_N, METRIC_ACCEPTANCE, METRIC_PASS_SECONDS, METRIC_STEP_SECONDS))
+    out = [f"# HELP {n} Speculative: drafts chosen for the latest pass\n# TYPE {n} gauge\n{n} {snap.draft_n}\n"]
+    out.append(f"# HELP {a} Speculative: estimated acceptance at each draft depth, given the ones before\n# TYPE {a} gauge\n")
+    out += [f'{a}{{depth="{j}"}} {v:g}\n' for j, v in enumerate(snap.acceptance, 1)]
+    out.append(f"# HELP {p} Speculative: measured cost of a verification pass of this many rows\n# TYPE {p} gauge\n")
+    out += [f'{p}{{rows="{r}"}} {v:g}\n' for r, v in snap.pass_seconds]
+    if snap.step_seconds is not None:
+        out.append(f"# HELP {s} Speculative: measured cost of one drafter step\n# TYPE {s} gauge\n{s} {snap.step_seconds:g}\n")
+    return "".join(out)
+
+
+def parse_snapshot(metrics: dict[str, float], prefix: str = "llamacpp:") -> PolicySnapshot | None:
+    """The snapshot back from parsed ``/metrics`` (``{name: value}`` and ``name{labels}``), or
+    None when the server did not choose a length adaptively."""
+    if prefix + METRIC_DRAFT_N not in metrics:
+        return None
+    acceptance, rows = [], []
+    while (key := f'{prefix}{METRIC_ACCEPTANCE}{{depth="{len(acceptance) + 1}"}}') in metrics:
+        acceptance.append(metrics[key])
+    for name, value in metrics.items():
+        head, _, rest = name.partition('{rows="')
+        if head == prefix + METRIC_PASS_SECONDS and rest:
+            rows.append((int(rest.rstrip('"}')), value))
+    return PolicySnapshot(
+        draft_n=int(metrics[prefix + METRIC_DRAFT_N]),
+        acceptance=tuple(acceptance),
+        pass_seconds=tuple(sorted(rows)),
+        step_seconds=metrics.get(prefix + METRIC_STEP_SECONDS),
+    )
+
+
+__all__ = [
+    "METRIC_ACCEPTANCE",
+    "METRIC_DRAFT_N",
+    "METRIC_PASS_SECONDS",
+    "METRIC_STEP_SECONDS",
+    "TIE_MARGIN",
+    "DraftPolicy",
+    "PolicySettings",
+    "PolicySnapshot",
+    "parse_snapshot",
+    "snapshot_metrics",
+]

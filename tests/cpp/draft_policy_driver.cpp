@@ -1,0 +1,53 @@
+// Replays recorded policy inputs through common/draft-policy.h (the llama-server twin of
+// gguf_exact/runtime/draft_policy.py) and prints the k of every "choose" line.
+// Input lines: "settings N_MAX PRIOR PRIOR_WEIGHT DECAY COST_WEIGHT PROBE PROBE_MAX" first, then
+// "choose LIMIT", "pass ROWS SECONDS", "steps N SECONDS", "result DRAFTED ACCEPTED".
+#include "draft-policy.h"
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <iostream>
+#include <string>
+
+int main() {
+    common_draft_policy_settings s;
+    std::string what;
+    std::cin >> what;
+    if (what != "settings") {
+        std::fprintf(stderr, "expected a settings line first\n");
+        return 2;
+    }
+    std::string prior, weight, decay, cost_weight;
+    std::cin >> s.n_max >> prior >> weight >> decay >> cost_weight >> s.probe_interval >> s.probe_interval_max;
+    s.prior        = std::strtod(prior.c_str(), nullptr);
+    s.prior_weight = std::strtod(weight.c_str(), nullptr);
+    s.decay        = std::strtod(decay.c_str(), nullptr);
+    s.cost_weight  = std::strtod(cost_weight.c_str(), nullptr);
+    common_draft_policy policy(s);
+    while (std::cin >> what) {
+        if (what == "choose") {
+            int limit;
+            std::cin >> limit;
+            std::printf("%d\n", policy.choose(limit));
+        } else if (what == "pass" || what == "steps") {
+            int n;
+            std::string seconds;
+            std::cin >> n >> seconds;
+            const double t = std::strtod(seconds.c_str(), nullptr);
+            if (what == "pass") {
+                policy.observe_pass(n, t);
+            } else {
+                policy.observe_steps(n, t);
+            }
+        } else if (what == "result") {
+            int drafted, accepted;
+            std::cin >> drafted >> accepted;
+            policy.observe_result(drafted, accepted);
+        } else {
+            std::fprintf(stderr, "unknown event %s\n", what.c_str());
+            return 2;
+        }
+    }
+    return 0;
+}

@@ -1,0 +1,120 @@
+"""The Python engine with the draft length chosen while it runs (spec-draft-adaptive), on the tiny
+pairs: text equal to the target alone's, the policy fed this machine's measured costs and the
+drafter's hits, a request's own speculative fields, and the figures /metrics shows."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from gguf_exact.bench.prompt_set import load_prompts
+from gguf_exact.engines.stats import parse_metrics
+from gguf_exact.runtime.draft_policy import parse_snapshot
+from gguf_exact.runtime.engine_options import engine_options
+from gguf_exact.runtime.profiles import load_profile
+from gguf_exact.speculative.draft_length import RequestSpeculation, request_speculation
+from gguf_exact.speculative.openai_server import metrics_text
+from gguf_exact.speculative.request import CURRENT_REQUEST, CheckedRequest
+from gguf_exact.speculative.runner import Runner, Sampling
+from gguf_exact.tiny.pairs import write_runner_pairs
+
+pytestmark = [pytest.mark.bindings]
+
+PROMPTS = list(load_prompts().values())
+N_PREDICT = 48
+
+
+@pytest.fixture(scope="module")
+def pairs(tmp_path_factory) -> dict[str, tuple[Path, Path]]:
+    return write_runner_pairs(tmp_path_factory.mktemp("pairs"))
+
+
+SEEDED = Sampling(temperature=0.8, top_k=40, top_p=0.95, min_p=0.05, repeat_penalty=1.0, seed=7)
+
+
+# Seeded on the mixed pair, fixed lengths part from the target alone too (batched rows' logits
+# differ in the last bits, and sampling reads them): that pair is compared greedy only.
+@pytest.mark.parametrize("kind,samplings", [("hidden", (Sampling(), SEEDED)), ("mixed", (Sampling(),))])
+def test_adaptive_text_equals_the_target_alone_greedy_and_seeded(pairs, kind, samplings):
+    target, drafter = pairs[kind]
+    with Runner(target, drafter, n_ctx=512) as r:
+        for sampling in samplings:
+            for text in PROMPTS[:3]:
+                alone = r.generate(text, N_PREDICT, 0, sampling=sampling)
+                adaptive = r.generate(text, N_PREDICT, 4, sampling=sampling, adaptive=True)
+                assert adaptive.tokens == alone.tokens
+                assert adaptive.target_passes <= alone.target_passes
+
+
+def test_the_policy_sees_this_machines_passes_and_the_drafters_hits(pairs):
+    target, drafter = pairs["hidden"]  # always right when drafting
+    with Runner(target, drafter, n_ctx=512) as r:
+        fixed = r.generate(PROMPTS[0], N_PREDICT, 2)  # fixed length: every pass drafts two (the last what is left)
+        policy = r.llm.draft_length.policy
+        assert fixed.accepted_per_round[:-1] == [2] * (fixed.draft_rounds - 1)
+        assert fixed.drafts_accepted == fixed.drafts_generated
+        assert sorted(policy.pass_cost)[-1] == 3 and set(policy.pass_cost) <= {1, 2, 3}  # the prompt is not a pass
+        assert policy.step_cost is not None and policy.step_cost > 0
+        assert policy.tried[0] > 5 and policy.acceptance(1) > 0.9 and policy.acceptance(2) > 0.9
+        r.llm.n_max = 4  # a new bound: estimates start again
+        g = r.generate(PROMPTS[1], N_PREDICT, 4, adaptive=True)
+        policy = r.llm.draft_length.policy
+        assert 1 in policy.pass_cost  # the first pass ran alone and measured one row
+        assert g.target_passes == len(g.accepted_per_round) + (g.target_passes - g.draft_rounds)
+        snap = r.llm.draft_length.snapshot()
+        assert snap is not None and len(snap.acceptance) == 4
+        assert snap.draft_n == policy.last_k
+
+
+def test_a_request_switches_speculation_off_or_bounds_it(pairs):
+    target, drafter = pairs["hidden"]
+    with Runner(target, drafter, n_ctx=512) as r:
+        r.llm.n_max = 3
+        for fields, most in (({"speculative.n_max": 0}, 0), ({"speculative.n_max": 1}, 1), ({}, 3)):
+            scope = CURRENT_REQUEST.set(CheckedRequest("/v1/completions", fields))
+            try:
+                res = r.llm.create_completion(PROMPTS[0], max_tokens=24, temperature=0)
+            finally:
+                CURRENT_REQUEST.reset(scope)
+            g = r.llm.last_generation
+            assert res["usage"]["completion_tokens"] == 24
+            # the hidden drafter is always right: every pass but the budget's last drafts `most`
+            assert g.accepted_per_round[:-1] == [most] * (g.draft_rounds - 1)
+            assert (g.draft_rounds > 0) == (most > 0)
+
+
+def test_request_fields_are_checked_as_llama_server_checks_them():
+    assert request_speculation({}) == RequestSpeculation()
+    assert request_speculation({"speculative.n_max": 2, "speculative.p_min": 0.5, "speculative.adaptive": False}) == (
+        RequestSpeculation(2, 0.5, False)
+    )
+    assert request_speculation({"speculative.n_max": -1}) == (
+        "speculative.n_max must be an integer >= 0 (0: no drafts), got -1",
+        "speculative.n_max",
+    )
+    assert request_speculation({"speculative.p_min": 1.5})[1] == "speculative.p_min"
+    assert request_speculation({"speculative.adaptive": "yes"})[1] == "speculative.adaptive"
+
+
+def test_metrics_show_the_length_the_acceptance_by_depth_and_the_costs(pairs):
+    target, drafter = pairs["hidden"]
+    with Runner(target, drafter, n_ctx=512) as r:
+        assert "llamacpp:spec_draft_n " not in metrics_text(r.llm, 0)  # not adaptive: no such figures
+        r.generate(PROMPTS[0], N_PREDICT, 3, adaptive=True)
+        snap = parse_snapshot(parse_metrics(metrics_text(r.llm, 0)))
+        policy = r.llm.draft_length.policy
+    assert snap is not None
+    assert snap.draft_n == policy.last_k
+    assert snap.acceptance == pytest.approx([policy.acceptance(j) for j in (1, 2, 3)], rel=1e-5)
+    assert [rows for rows, _ in snap.pass_seconds] == sorted(policy.pass_cost)
+
+
+def test_profile_keys_choose_adaptive_or_a_fixed_length():
+    cpu = load_profile("cpu")
+    opts, _ = engine_options(cpu)
+    assert (opts.adaptive, opts.n_max) == (True, 4)
+    pinned, _ = engine_options(cpu.with_overrides(["spec-draft-adaptive=false", "spec-draft-n-max=2"]))
+    assert (pinned.adaptive, pinned.n_max) == (False, 2)
+    p_min, _ = engine_options(cpu.with_overrides(["spec-draft-p-min=0.4"]))
+    assert p_min.p_min == 0.4

@@ -1,0 +1,98 @@
+"""llama-server built with the 23 patch: --spec-draft-adaptive gives the target alone's text
+(greedy and seeded), shows its figures on /metrics and /slots, and takes a request's own
+speculative.n_max, speculative.p_min and speculative.adaptive."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from _llama_server import TEST_SETTINGS, free_port, get_json, post_json, server_binary
+
+from gguf_exact.engines.http import get_text
+from gguf_exact.engines.launch import plan_launch, start_server
+from gguf_exact.engines.settings import ServeSettings
+from gguf_exact.engines.stats import parse_metrics
+from gguf_exact.engines.status import stop_server
+from gguf_exact.runtime.draft_policy import parse_snapshot
+from gguf_exact.tiny.pairs import write_runner_pairs
+
+pytestmark = [pytest.mark.llama_server]
+
+PROMPTS = ("def f(x): return x + 1", "the quick brown fox", "abc abc abc")
+ADAPTIVE = (*TEST_SETTINGS, "spec-draft-adaptive=true", "spec-draft-n-max=4", "metrics=true")
+SEEDED = {"temperature": 0.8, "top_k": 40, "top_p": 0.95, "min_p": 0.05, "seed": 11}
+
+
+@pytest.fixture(scope="module")
+def pairs(tmp_path_factory) -> dict[str, tuple[Path, Path]]:
+    return write_runner_pairs(tmp_path_factory.mktemp("pairs"))
+
+
+def answers(url: str, extra: dict | None = None) -> list[dict]:
+    out = []
+    for prompt in PROMPTS:
+        for sampling in ({"temperature": 0}, SEEDED):
+            body = {"prompt": prompt, "n_predict": 40, "return_tokens": True, "cache_prompt": False, "ignore_eos": True}
+            out.append(post_json(url + "/completion", body | sampling | (extra or {})))
+    return out
+
+
+def served(target: Path, drafter: Path | None, sets, tmp_path: Path, monkeypatch, name: str):
+    server_binary()
+    monkeypatch.setenv("GGUF_EXACT_RUN_DIR", str(tmp_path / name))
+    launch = plan_launch(ServeSettings(target, drafter, "cpu", list(sets), port=free_port()))
+    start_server(launch, detach=True, timeout=120)
+    return launch
+
+
+@pytest.mark.parametrize("kind", ["hidden", "mixed"])
+def test_adaptive_llama_server_gives_the_target_alones_text(pairs, kind, tmp_path, monkeypatch):
+    target, drafter = pairs[kind]
+    alone = served(target, None, TEST_SETTINGS, tmp_path, monkeypatch, "alone")
+    try:
+        want = [a["tokens"] for a in answers(alone.url)]
+    finally:
+        stop_server(alone.port)
+    launch = served(target, drafter, ADAPTIVE, tmp_path, monkeypatch, "adaptive")
+    try:
+        got = answers(launch.url)
+        code, text = get_text(launch.url + "/metrics")
+        slots = get_json(launch.url + "/slots")
+    finally:
+        stop_server(launch.port)
+    greedy = [g["tokens"] for g in got[0::2]]
+    assert greedy == want[0::2]
+    if kind == "hidden":  # seeded: batched rows' logits may differ in the last bits on the mixed pair
+        assert [g["tokens"] for g in got[1::2]] == want[1::2]
+    assert code == 200
+    snap = parse_snapshot(parse_metrics(text))
+    assert snap is not None and 0 <= snap.draft_n <= 4 and len(snap.acceptance) == 4
+    assert snap.pass_seconds and snap.pass_seconds[0][0] == 1 and all(s > 0 for _, s in snap.pass_seconds)
+    policy = slots[0]["draft_policy"]
+    assert policy["n_draft"] == snap.draft_n and len(policy["acceptance"]) == 4
+    assert set(policy["pass_seconds"]) == {str(r) for r, _ in snap.pass_seconds}
+
+
+def test_a_request_bounds_or_switches_off_speculation(pairs, tmp_path, monkeypatch):
+    target, drafter = pairs["hidden"]  # always right: a fixed length drafts n_max every pass
+    launch = served(target, drafter, ADAPTIVE, tmp_path, monkeypatch, "fields")
+    try:
+        off = answers(launch.url, {"speculative.n_max": 0})
+        one = answers(launch.url, {"speculative.n_max": 1, "speculative.adaptive": False})
+        three = answers(launch.url, {"speculative.n_max": 3, "speculative.adaptive": False})
+        bad = None
+        try:
+            post_json(launch.url + "/completion", {"prompt": "x", "n_predict": 2, "speculative.n_max": -1})
+        except Exception as e:  # urllib raises on the 400
+            bad = str(e)
+    finally:
+        stop_server(launch.port)
+    assert all(a["timings"].get("draft_n", 0) == 0 for a in off)
+    for got, n in ((one, 1), (three, 3)):
+        for a in got[0::2]:  # greedy: every draft kept, so passes = 1 + (40 - 1 - accepted) ...
+            t = a["timings"]
+            assert t["draft_n_accepted"] == t["draft_n"] > 0
+            assert t["draft_n"] <= n * (40 // (n + 1) + 1)
+    assert [a["tokens"] for a in one] == [a["tokens"] for a in three] == [a["tokens"] for a in off]
+    assert bad is not None and "400" in bad

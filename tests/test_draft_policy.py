@@ -1,0 +1,133 @@
+"""The draft-length policy on synthetic cost curves and acceptance streams: the exact k it picks."""
+
+from __future__ import annotations
+
+import pytest
+from policy_traces import CURVES, Stream, simulate
+
+from gguf_exact.runtime.draft_policy import DraftPolicy, PolicySettings
+
+
+def steady(ks: list[int], tail: int = 40) -> list[int]:
+    return sorted(set(ks[-tail:]))
+
+
+def test_cpu_like_curve_never_drafts_even_when_the_drafter_is_always_right() -> None:
+    # k + 1 rows cost k + 1 passes: a draft can at best break even, minus the drafter step
+    ks, policy = simulate(CURVES["cpu"], step=0.01, streams=[Stream(1.0)] * 4, passes=200)
+    assert ks[:3] == [0, 1, 0]  # one row measured, two rows tried once, then known
+    assert ks.count(0) == 199
+    assert policy.pass_cost == {1: 0.1, 2: 0.2}  # 3+ rows never tried: they cannot pay
+    assert policy.since_probe == 0  # no probe either
+
+
+def test_gpu_like_curve_drafts_the_bound_with_an_always_right_drafter() -> None:
+    ks, policy = simulate(CURVES["gpu"], step=0.001, streams=[Stream(1.0)] * 4, passes=100)
+    assert ks[:5] == [0, 1, 2, 3, 4]  # row counts explored one at a time
+    assert ks[4:] == [4] * 96
+    assert sorted(policy.pass_cost) == [1, 2, 3, 4, 5]
+
+
+def test_gpu_like_curve_with_middling_acceptance_picks_a_middle_length() -> None:
+    streams = [Stream(0.45)] * 4
+    ks, policy = simulate(CURVES["gpu"], step=0.001, streams=streams, passes=300)
+    assert steady(ks) == [2, 3]  # 2, probing 3 on its schedule
+    assert ks[-40:].count(2) == 39
+    assert policy.acceptance(1) == pytest.approx(0.45, abs=0.03)
+    assert policy.acceptance(2) == pytest.approx(0.45, abs=0.03)
+
+
+def test_avx512_curve_finds_the_cheap_four_row_pass() -> None:
+    # 117, 188, 260, 202, 268 ms for 1..5 rows: 3 drafts (4 rows) beat 2 and 4 with an always-right drafter
+    ks, policy = simulate(CURVES["avx512"], step=0.006, streams=[Stream(1.0)] * 4, passes=100)
+    assert ks[:5] == [0, 1, 2, 3, 4]
+    assert steady(ks) == [3]
+    assert policy.best(99) == 3
+    # Fixed at 2 drafts the policy would expect 2.9 tokens in 0.272 s; at 3, 3.8 in 0.22 s
+    assert policy.rate(3) > policy.rate(4) > policy.rate(2) > policy.rate(1) > policy.rate(0)
+
+
+def test_avx512_curve_with_real_like_acceptance_drafts_three_for_the_cheap_four_rows() -> None:
+    # about 0.85 at the first draft, 0.62 deeper: 2.7 tokens for 0.220 s at 3 drafts beat
+    # 1.84 for 0.194 s at 1 and 1 for 0.117 s alone
+    streams = [Stream(0.85), Stream(0.62), Stream(0.62), Stream(0.62)]
+    ks, policy = simulate(CURVES["avx512"], step=0.006, streams=streams, passes=300)
+    assert steady(ks) == [3, 4]  # probing 4 on its schedule
+    assert ks[-40:].count(3) == 38
+    assert policy.expected_tokens(3) == pytest.approx(2.71, abs=0.02)
+
+
+def test_mixed_acceptance_on_avx512_curve_is_the_target_alone_with_rare_probes() -> None:
+    ks, policy = simulate(CURVES["avx512"], step=0.006, streams=[Stream(0.45)] * 4, passes=400)
+    assert steady(ks, 200) == [0, 1, 2]
+    probes = [(i, ks[i]) for i in range(200, 400) if ks[i]]
+    # 10 of 200 passes draft: probes of one draft (a failed one doubles the interval, a right one
+    # halves it); once, a right probe made one draft the best for a pass, which probed two
+    assert probes == [(201, 1), (217, 1), (249, 1), (265, 1), (297, 1), (313, 1), (345, 1), (346, 2), (362, 1), (394, 1)]
+    assert policy.interval == 16
+
+
+def test_limit_bounds_the_draft() -> None:
+    ks, _ = simulate(CURVES["gpu"], step=0.001, streams=[Stream(1.0)] * 4, passes=30, limit=2)
+    assert max(ks) == 2 and ks[-1] == 2
+    policy = DraftPolicy(PolicySettings(n_max=4))
+    policy.observe_pass(1, 0.1)
+    assert policy.choose(0) == 0
+
+
+def test_a_change_of_text_brings_drafting_back() -> None:
+    # 200 passes where the drafter is never right, then text it always gets right
+    streams = [Stream(0.0, then=1.0, after=200)] * 4
+    ks, _ = simulate(CURVES["gpu"], step=0.001, streams=streams, passes=400)
+    assert set(ks[150:200]) == {0, 1}  # probes only
+    assert [i for i in range(200, 282) if ks[i]] == [250]  # the first probe after the change
+    back = next(i for i in range(200, 400) if ks[i] == 4)
+    assert back == 286
+    assert ks[back:] == [4] * (400 - back)
+
+
+def test_prior_and_decay_give_the_acceptance_estimate() -> None:
+    policy = DraftPolicy(PolicySettings(n_max=2))
+    assert policy.acceptance(1) == 0.5
+    policy.observe_result(2, 1)  # depth 1 right, depth 2 wrong
+    assert policy.acceptance(1) == (1.0 + 0.5) / (1.0 + 1.0)
+    assert policy.acceptance(2) == (0.0 + 0.5) / (1.0 + 1.0)
+    policy.observe_result(2, 0)  # depth 1 wrong: depth 2 not tried
+    assert policy.tried == [0.95 + 1.0, 1.0]
+    assert policy.accepted == [0.95, 0.0]
+
+
+def test_cost_estimates_are_running_means_and_unknown_rows_borrow_one_row_fewer() -> None:
+    policy = DraftPolicy(PolicySettings(n_max=3))
+    assert policy.choose(5) == 0  # nothing measured: the target alone
+    policy.observe_pass(1, 0.100)
+    policy.observe_pass(1, 0.150)
+    assert policy.pass_cost[1] == pytest.approx(0.110)
+    assert policy.cost(2) == policy.cost(1)
+    assert policy.cost(3) is None
+    policy.observe_steps(2, 0.02)
+    policy.observe_steps(1, 0.02)
+    assert policy.step_cost == pytest.approx(0.012)
+
+
+def test_snapshot_survives_metrics_text_as_both_engines_write_it() -> None:
+    from gguf_exact.engines.stats import parse_metrics
+    from gguf_exact.runtime.draft_policy import parse_snapshot, snapshot_metrics
+
+    _, policy = simulate(CURVES["avx512"], step=0.006, streams=[Stream(1.0)] * 4, passes=30)
+    snap = policy.snapshot()
+    back = parse_snapshot(parse_metrics(snapshot_metrics(snap)))
+    assert back is not None and back.draft_n == snap.draft_n == 3
+    assert back.acceptance == pytest.approx(snap.acceptance, rel=1e-5)
+    assert [r for r, _ in back.pass_seconds] == [1, 2, 3, 4, 5]
+    assert back.pass_seconds[3][1] == pytest.approx(0.202) and back.step_seconds == pytest.approx(0.006)
+    assert parse_snapshot(parse_metrics("llamacpp:n_decode_total 3\n")) is None  # not adaptive
+
+
+def test_snapshot_reports_choice_acceptance_and_costs() -> None:
+    ks, policy = simulate(CURVES["gpu"], step=0.001, streams=[Stream(1.0)] * 2, passes=10, n_max=2)
+    snap = policy.snapshot()
+    assert snap.draft_n == 2 == ks[-1]
+    assert [r for r, _ in snap.pass_seconds] == [1, 2, 3]
+    assert snap.step_seconds == pytest.approx(0.001)
+    assert len(snap.acceptance) == 2 and snap.acceptance[0] > 0.9

@@ -1,0 +1,122 @@
+"""llama-server's adaptive draft length (the 23 patch's common/draft-policy.h) and the Python
+engine's (gguf_exact.runtime.draft_policy) choose the same k on the same recorded inputs."""
+
+from __future__ import annotations
+
+import random
+import subprocess
+import tarfile
+from pathlib import Path
+
+import pytest
+from policy_traces import CURVES, Stream, simulate
+
+from gguf_exact.builds import llama_build, source_patches
+from gguf_exact.runtime.draft_policy import DraftPolicy, PolicySettings
+
+DRIVER = Path(__file__).parent / "cpp" / "draft_policy_driver.cpp"
+PATCH = next(p for p in source_patches.PATCHES if p.id == "23")
+
+
+def patched_files(patch: Path) -> list[str]:
+    return [line[6:].strip() for line in patch.read_text().splitlines() if line.startswith("+++ b/")]
+
+
+@pytest.fixture(scope="module")
+def patched_tree(tmp_path_factory) -> Path:
+    """The files the patch touches, from the pinned sdist's vendor/llama.cpp, patched as a build does."""
+    sdist = llama_build.fetch_sdist(llama_build.pinned_sdist(), log=lambda _m: None)
+    root = tmp_path_factory.mktemp("llama.cpp")
+    wanted = set(patched_files(PATCH.path))
+    with tarfile.open(sdist) as tar:
+        for member in tar.getmembers():
+            rel = member.name.partition("/vendor/llama.cpp/")[2]
+            if rel in wanted:
+                (root / rel).parent.mkdir(parents=True, exist_ok=True)
+                (root / rel).write_bytes(tar.extractfile(member).read())
+    assert source_patches.apply_patches(root, "cpu") == ["23"]
+    return root
+
+
+@pytest.fixture(scope="module")
+def driver(patched_tree, tmp_path_factory) -> Path:
+    # -ffp-contract=off: no fused multiply-adds, so both sides round every step alike
+    exe = tmp_path_factory.mktemp("driver") / "draft_policy_driver"
+    subprocess.run(
+        ["c++", "-std=c++17", "-O2", "-ffp-contract=off", "-Wall", "-Werror", "-I", str(patched_tree / "common"),
+         str(DRIVER), "-o", str(exe)],
+        check=True,
+    )
+    return exe
+
+
+def replay(exe: Path, settings: PolicySettings, events: list[tuple]) -> list[int]:
+    s = settings
+    lines = [f"settings {s.n_max} {s.prior!r} {s.prior_weight!r} {s.decay!r} {s.cost_weight!r} {s.probe_interval} {s.probe_interval_max}"]
+    for e in events:
+        if e[0] == "choose":
+            lines.append(f"choose {e[1]}")
+        elif e[0] in ("pass", "steps"):
+            lines.append(f"{e[0]} {e[1]} {e[2]!r}")
+        else:
+            lines.append(f"result {e[1]} {e[2]}")
+    out = subprocess.run([str(exe)], input="\n".join(lines) + "\n", capture_output=True, text=True, check=True)
+    return [int(x) for x in out.stdout.split()]
+
+
+def test_the_patch_adds_the_option_the_fields_and_the_policy(patched_tree):
+    arg = (patched_tree / "common" / "arg.cpp").read_text()
+    assert '{"--spec-draft-adaptive"},' in arg and '{"--no-spec-draft-adaptive"},' in arg
+    schema = (patched_tree / "tools" / "server" / "server-schema.cpp").read_text()
+    enabled = schema.partition("#if 0")[0]  # upstream keeps its speculative fields switched off
+    for field in ('"speculative.n_max"', '"speculative.p_min"', '"speculative.adaptive"'):
+        assert field in enabled
+    server = (patched_tree / "tools" / "server" / "server-context.cpp").read_text()
+    assert "slot.draft_policy.choose(n_draft_max)" in server
+    assert "observe_pass(off, batch.view.size(), t_decode_us)" in server
+
+
+@pytest.mark.parametrize(
+    "curve,step,streams",
+    [
+        ("cpu", 0.01, [Stream(1.0)] * 4),
+        ("gpu", 0.001, [Stream(0.45)] * 4),
+        ("gpu", 0.001, [Stream(0.0, then=1.0, after=150)] * 4),
+        ("avx512", 0.006, [Stream(0.85), Stream(0.62), Stream(0.62), Stream(0.62)]),
+        ("avx512", 0.006, [Stream(0.45)] * 4),
+    ],
+)
+def test_cpp_and_python_choose_the_same_k_on_synthetic_runs(driver, curve, step, streams):
+    events: list[tuple] = []
+    ks, _ = simulate(CURVES[curve], step=step, streams=streams, passes=300, events=events)
+    assert replay(driver, PolicySettings(n_max=4), events) == ks
+    assert len(set(ks)) >= 2  # the run exercised more than one length
+
+
+def test_cpp_and_python_agree_on_noisy_recorded_timings_and_short_drafts(driver):
+    # timings as a machine reports them (jitter, odd digits), drafts cut short by p_min, limits
+    # from the request's budget, and settings away from the defaults
+    rng = random.Random(23)
+    settings = PolicySettings(n_max=6, prior=0.6, prior_weight=2.0, decay=0.9, cost_weight=0.3, probe_interval=5, probe_interval_max=40)
+    policy = DraftPolicy(settings)
+    events: list[tuple] = []
+    ks = []
+    for i in range(600):
+        limit = rng.choice([6, 6, 6, 3, 1, 0]) if i % 50 > 45 else 6
+        k = policy.choose(limit)
+        ks.append(k)
+        events.append(("choose", limit, k))
+        drafted = k if rng.random() > 0.2 else rng.randint(0, k)
+        accepted = 0
+        while accepted < drafted and rng.random() < (0.9 if (i // 100) % 2 else 0.3):
+            accepted += 1
+        rows = drafted + 1
+        seconds = (0.05 + 0.012 * rows + (0.03 if rows in (3, 5) else 0.0)) * rng.uniform(0.9, 1.15)
+        steps_s = drafted * 0.004 * rng.uniform(0.8, 1.3)
+        for e in (("pass", rows, seconds), ("steps", drafted + (drafted < k), steps_s), ("result", drafted, accepted)):
+            events.append(e)
+        policy.observe_pass(rows, seconds)
+        policy.observe_steps(drafted + (drafted < k), steps_s)
+        policy.observe_result(drafted, accepted)
+    assert replay(driver, settings, events) == ks
+    assert set(ks) >= {0, 1, 2, 3}
