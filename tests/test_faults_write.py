@@ -383,9 +383,9 @@ def test_a_killed_run_leaves_nothing_or_the_old_file(big, tmp_path, command):
         out.unlink(missing_ok=True)
         if old:
             out.write_bytes(old)
-        proc = subprocess.Popen(
-            gguf_exact(*[out if a == "OUT" else a for a in args]), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
-        )
+        log = tmp_path / f"run-{i}.log"
+        with open(log, "wb") as err:
+            proc = subprocess.Popen(gguf_exact(*[out if a == "OUT" else a for a in args]), stdout=err, stderr=err)
         if kill_when(proc, ready):
             killed_in.append(point)
             # nothing, or the old file: never a partial one
@@ -393,7 +393,8 @@ def test_a_killed_run_leaves_nothing_or_the_old_file(big, tmp_path, command):
             leftover = [p.name for p in out.parent.iterdir() if p != out]
             assert leftover in ([], [f".model.gguf.gguf-exact-{proc.pid}.part"]), (point, leftover)
         else:  # it finished first: the whole file
-            assert sha256(out) == digest
+            assert proc.returncode == 0, (point, log.read_text())
+            assert sha256(out) == digest, (point, log.read_text())
     print(f"{command}: killed {killed_in} of {list(points)}")
     assert len(killed_in) >= 3, killed_in  # most points are reached on any machine
     # the next run removes the dead runs' temp files and writes the whole file
