@@ -9,6 +9,7 @@ name; other modules call the functions here.
 | ``GGUF_EXACT_CACHE`` | the build cache (default ``$XDG_CACHE_HOME/gguf-exact``, else ``~/.cache/gguf-exact``) |
 | ``GGUF_EXACT_RUN_DIR`` | the root of the servers' run folders (default ``<cache>/run``) |
 | ``GGUF_EXACT_LLAMA_SERVER`` | a llama-server executable to serve with instead of the cached build |
+| ``GGUF_EXACT_LLAMA_PERPLEXITY`` | a llama-perplexity executable for ``quality`` instead of the cached build's |
 | ``GGUF_EXACT_API_KEY`` | the API key of ``serve`` and ``status`` (kept out of command lines and run folders) |
 | ``GGUF_EXACT_CPU_FEATURES`` | the CPU features builds compile for (``native`` or a comma list) |
 | ``GGUF_EXACT_PROFILES`` | a serving-profile folder searched first (where ``tune`` writes) |
@@ -24,6 +25,7 @@ from pathlib import Path
 CACHE_ENV = "GGUF_EXACT_CACHE"
 RUN_DIR_ENV = "GGUF_EXACT_RUN_DIR"
 LLAMA_SERVER_ENV = "GGUF_EXACT_LLAMA_SERVER"
+LLAMA_PERPLEXITY_ENV = "GGUF_EXACT_LLAMA_PERPLEXITY"
 API_KEY_ENV = "GGUF_EXACT_API_KEY"
 CPU_FEATURES_ENV = "GGUF_EXACT_CPU_FEATURES"
 PROFILES_ENV = "GGUF_EXACT_PROFILES"
@@ -73,6 +75,11 @@ def llama_server_bin() -> str | None:
     return env_text(LLAMA_SERVER_ENV)
 
 
+def llama_perplexity_bin() -> Path | None:
+    """``$GGUF_EXACT_LLAMA_PERPLEXITY`` as a path (``~`` expanded; None when unset or empty)."""
+    return env_path(LLAMA_PERPLEXITY_ENV)
+
+
 def cpu_features() -> str | None:
     """``$GGUF_EXACT_CPU_FEATURES`` as written (None when unset or empty)."""
     return env_text(CPU_FEATURES_ENV)
@@ -83,6 +90,7 @@ __all__ = [
     "CACHE_ENV",
     "CHECKSUMS_ENV",
     "CPU_FEATURES_ENV",
+    "LLAMA_PERPLEXITY_ENV",
     "LLAMA_SERVER_ENV",
     "LLAMA_SERVER_KEY_ENV",
     "PROFILES_ENV",
@@ -93,6 +101,7 @@ __all__ = [
     "cpu_features",
     "env_path",
     "env_text",
+    "llama_perplexity_bin",
     "llama_server_bin",
     "run_root",
     "user_config_dir",

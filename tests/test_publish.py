@@ -18,7 +18,7 @@ from gguf_exact.errors import HubError, NotExactError
 from gguf_exact.formats.gguf_file import sha256_file
 from gguf_exact.hub.fetch import PinnedFile, fetch_file
 from gguf_exact.hub.session import HubConfig
-from gguf_exact.publish.release import publish_release
+from gguf_exact.publish.release import PublishRequest, publish_release
 from gguf_exact.quality.report import QualityRow
 from gguf_exact.repack.pipeline import repack_model
 from gguf_exact.tiny.main_model import TINY, write_donor, write_main_checkpoint
@@ -53,6 +53,11 @@ def hub():
         yield h
 
 
+def publish(file: Path, repo: str, source: Path, config: HubConfig | None = None, **fields):
+    """:func:`publish_release` of the request these fields make."""
+    return publish_release(PublishRequest(file, repo, source, **fields), config)
+
+
 def front_matter(card: str) -> dict:
     assert card.startswith("---\n")
     return yaml.safe_load(card[4:].split("\n---\n", 1)[0])
@@ -60,7 +65,7 @@ def front_matter(card: str) -> dict:
 
 def test_publish_uploads_one_commit_that_fetches_back_and_verifies(model, hub, tmp_path):
     config = HubConfig(hub.url, tmp_path / "cache", token=hub.token)
-    rel = publish_release(
+    rel = publish(
         model / "exact.gguf", REPO, model / "src", donor=model / "donor.gguf", out=tmp_path / "release",
         base_model=BASE, license="apache-2.0", config=config,
     )  # fmt: skip
@@ -88,7 +93,7 @@ def test_model_card_holds_the_evidence(model, tmp_path):
         QualityRow("exact.gguf", 0.0077, 0.05, 0.71, 1.01, 3380352),
         QualityRow("donor.gguf", 0.068, 0.4, 0.27, 1.2, 3516800),
     ]
-    rel = publish_release(
+    rel = publish(
         model / "exact.gguf", REPO, model / "src", donor=model / "donor.gguf", out=tmp_path / "r", quality=rows,
         base_model=BASE, license="apache-2.0", quantized_by="someone", dry_run=True,
     )  # fmt: skip
@@ -110,7 +115,7 @@ def test_model_card_holds_the_evidence(model, tmp_path):
 
 def test_bf16_reference_card_reproduces_with_bf16(model, tmp_path):
     repack_model(model / "donor.gguf", model / "src", tmp_path / "ref.gguf", bf16_reference=True)
-    rel = publish_release(
+    rel = publish(
         tmp_path / "ref.gguf", REPO, model / "src", donor=model / "donor.gguf", out=tmp_path / "r",
         base_model=BASE, license="apache-2.0", dry_run=True,
     )  # fmt: skip
@@ -121,7 +126,7 @@ def test_bf16_reference_card_reproduces_with_bf16(model, tmp_path):
 def test_a_file_that_fails_verify_is_not_published(model, hub, tmp_path):
     config = HubConfig(hub.url, tmp_path / "cache", token=hub.token)
     with pytest.raises(NotExactError):  # the donor is no exact re-pack of itself
-        publish_release(
+        publish(
             model / "donor.gguf", REPO, model / "src", donor=model / "donor.gguf", out=tmp_path / "r",
             base_model=BASE, license="apache-2.0", config=config,
         )  # fmt: skip
@@ -131,7 +136,7 @@ def test_a_file_that_fails_verify_is_not_published(model, hub, tmp_path):
 def test_a_wrong_token_is_one_hub_error(model, hub, tmp_path):
     config = HubConfig(hub.url, tmp_path / "cache", token="hf_wrong")
     with pytest.raises(HubError, match="HTTP 401"):
-        publish_release(
+        publish(
             model / "exact.gguf", REPO, model / "src", donor=model / "donor.gguf", out=tmp_path / "r",
             base_model=BASE, license="apache-2.0", config=config,
         )  # fmt: skip

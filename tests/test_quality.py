@@ -13,8 +13,10 @@ from gguf_exact.cli import main
 from gguf_exact.drafter.convert import convert_drafter
 from gguf_exact.errors import ArgumentError, InputError
 from gguf_exact.quality.drafters import measure_drafters
+from gguf_exact.quality.forms import run_quality
 from gguf_exact.quality.measure import measure_quality
 from gguf_exact.quality.perplexity import OUTPUT_ATTEMPTS, parse_kld, perplexity_binary
+from gguf_exact.quality.request import QualityRequest
 from gguf_exact.repack.pipeline import repack_model
 from gguf_exact.tiny.main_model import TINY, write_donor, write_main_checkpoint
 from gguf_exact.tiny.models import write_agreeing_pair
@@ -30,6 +32,11 @@ def write_text(path: Path, n_words: int = 900) -> Path:
     words = [WORDS[(i * 7 + i // 5) % len(WORDS)] for i in range(n_words)]
     path.write_text(" ".join(words) + "\n")
     return path
+
+
+def measure(source: Path, files: list[Path], text: Path, **fields):
+    """:func:`measure_quality` on the request of main models these fields make."""
+    return measure_quality(QualityRequest(files, source=source, text=text, **fields))
 
 
 @pytest.fixture(scope="module")
@@ -48,7 +55,7 @@ def main_model(tmp_path_factory) -> Path:
 def measured(main_model):
     m = main_model
     files = [m / "bf16.gguf", m / "exact.gguf", m / "donor.gguf"]
-    report = measure_quality(m / "src", files, m / "text.txt", reference=m / "bf16.gguf", chunks=CHUNKS, ctx=CTX)
+    report = measure(m / "src", files, m / "text.txt", reference=m / "bf16.gguf", chunks=CHUNKS, ctx=CTX)
     return {Path(r.file).name: r for r in report.rows}, report
 
 
@@ -75,14 +82,14 @@ def test_exact_repack_is_far_closer_to_the_reference_than_the_donor(measured, ma
 
 def test_reference_is_built_once_from_the_donor_and_reused(main_model, tmp_path):
     m = main_model
-    first = measure_quality(
+    first = measure(
         m / "src", [m / "exact.gguf"], m / "text.txt", donor=m / "donor.gguf", chunks=2, ctx=CTX * 2, work=tmp_path
     )
     built = first.reference
     assert built.parent == tmp_path and verify_file(built, m / "src", donor=m / "donor.gguf").writer == "repack --bf16"
     assert built.read_bytes() == (m / "bf16.gguf").read_bytes()
     stamp = built.stat().st_mtime_ns
-    again = measure_quality(
+    again = measure(
         m / "src", [m / "exact.gguf"], m / "text.txt", donor=m / "donor.gguf", chunks=2, ctx=CTX * 2, work=tmp_path
     )
     assert again.reference == built and built.stat().st_mtime_ns == stamp
@@ -122,11 +129,11 @@ def test_text_too_short_and_window_too_small(main_model, tmp_path):
         InputError,
         match=r"short.txt: llama-perplexity scored no windows with bf16.gguf \(it needs 256 tokens or more for --ctx 128\)",
     ):
-        measure_quality(m / "src", [m / "exact.gguf"], short, reference=m / "bf16.gguf", chunks=CHUNKS, ctx=CTX)
+        measure(m / "src", [m / "exact.gguf"], short, reference=m / "bf16.gguf", chunks=CHUNKS, ctx=CTX)
     with pytest.raises(ArgumentError, match="scores 31 positions"):
-        measure_quality(m / "src", [m / "exact.gguf"], m / "text.txt", reference=m / "bf16.gguf", chunks=1, ctx=64)
+        measure(m / "src", [m / "exact.gguf"], m / "text.txt", reference=m / "bf16.gguf", chunks=1, ctx=64)
     with pytest.raises(ArgumentError, match="does not run alone in llama-perplexity"):
-        measure_quality(m / "src", [m / "exact.gguf"], m / "text.txt", vocab_from=m / "donor.gguf")
+        measure(m / "src", [m / "exact.gguf"], m / "text.txt", vocab_from=m / "donor.gguf")
 
 
 def test_cli_json_is_exactly_the_rows_and_plot_is_a_png(main_model, tmp_path):
@@ -174,3 +181,34 @@ def test_drafters_acceptance_against_the_bf16_drafter(drafters, run_dir, capsys)
     assert 0 < ref.accepted < ref.drafted
     assert exact.accepted == ref.accepted and exact.drafted == ref.drafted  # every trained level kept
     assert exact.bytes < q8.bytes < ref.bytes
+
+
+def test_a_request_is_checked_before_any_build_is_looked_for(tmp_path):
+    """No llama.cpp build needed: the request's form is refused first."""
+    with pytest.raises(ArgumentError, match="both target and prompts|both --target and --prompts"):
+        run_quality(QualityRequest([tmp_path / "d.gguf"], target=tmp_path / "t.gguf"))
+    with pytest.raises(ArgumentError, match="source"):
+        run_quality(QualityRequest([tmp_path / "a.gguf"], text=tmp_path / "text.txt"))
+    with pytest.raises(ArgumentError, match="source"):
+        measure_quality(QualityRequest([tmp_path / "a.gguf"], donor=tmp_path / "donor.gguf"))
+    with pytest.raises(ArgumentError, match="does not run alone in llama-perplexity"):
+        measure(tmp_path, [tmp_path / "a.gguf"], tmp_path / "text.txt", vocab_from=tmp_path / "t.gguf")
+    assert QualityRequest([tmp_path / "a.gguf"]).files == (tmp_path / "a.gguf",)
+
+
+def test_perplexity_binary_from_the_environment_or_a_hint(tmp_path, monkeypatch):
+    from gguf_exact.errors import BuildError
+    from gguf_exact.quality import perplexity
+
+    monkeypatch.setenv("GGUF_EXACT_LLAMA_PERPLEXITY", str(tmp_path / "missing"))
+    with pytest.raises(BuildError, match=r"\$GGUF_EXACT_LLAMA_PERPLEXITY\): no such executable"):
+        perplexity_binary()
+    tool = tmp_path / "llama-perplexity"
+    tool.write_text("#!/bin/sh\n")
+    tool.chmod(0o755)
+    monkeypatch.setenv("GGUF_EXACT_LLAMA_PERPLEXITY", str(tool))
+    assert perplexity_binary() == tool
+    monkeypatch.delenv("GGUF_EXACT_LLAMA_PERPLEXITY")
+    monkeypatch.setattr(perplexity, "find_build", lambda backend: None)
+    with pytest.raises(BuildError, match=r"run `gguf-exact build-llama` \(or `make llama-server`\) first"):
+        perplexity_binary()

@@ -51,11 +51,13 @@ def publish(
     that reproduce and check the file; then creates the repo and uploads the folder
     in one commit through huggingface_hub, unless --dry-run.
     """
-    from gguf_exact.publish.release import publish_release
+    from gguf_exact.publish.release import PublishRequest, publish_release
 
-    r = publish_release(
-        gguf_path, repo, source, donor, vocab_from, out, quality_json, base_model, license_id, quantized_by, dry_run
-    )
+    request = PublishRequest(
+        gguf_path, repo, source, donor=donor, vocab_from=vocab_from, out=out, quality=quality_json,
+        base_model=base_model, license=license_id, quantized_by=quantized_by, dry_run=dry_run,
+    )  # fmt: skip
+    r = publish_release(request)
     say(f"release folder {r.folder}: {r.file.name} ({r.size:,} bytes, sha256 {r.sha256}), {r.card.name}")
     if r.uploaded is None:
         say("dry run: nothing uploaded")

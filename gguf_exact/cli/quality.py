@@ -67,12 +67,14 @@ def quality(
     """
     from gguf_exact.quality.forms import run_quality
     from gguf_exact.quality.report import plot_quality
+    from gguf_exact.quality.request import QualityRequest
 
+    request = QualityRequest(
+        gguf_paths, source=source, donor=donor, vocab_from=vocab_from, reference=reference, text=text,
+        chunks=chunks, ctx=ctx, threads=threads, target=target, prompts=prompts, n_predict=n_predict, work=work,
+    )  # fmt: skip
     with tensor_progress("quality", not as_json) as progress:
-        report = run_quality(
-            list(gguf_paths), source, donor, vocab_from, reference, text, chunks, ctx, threads, target, prompts,
-            n_predict, work, progress,
-        )  # fmt: skip
+        report = run_quality(request, progress)
     if plot_path is not None:
         plot_quality(report, plot_path)
     if as_json:

@@ -125,28 +125,43 @@ def _write_folder(folder: Path, file: Path, card: str) -> tuple[Path, Path]:
     return placed, folder / CARD
 
 
-def publish_release(
-    file: str | Path,
-    repo: str,
-    source: str | Path,
-    donor: str | Path | None = None,
-    vocab_from: str | Path | None = None,
-    out: str | Path | None = None,
-    quality: str | Path | list[QualityRow] | None = None,
-    base_model: str | None = None,
-    license: str | None = None,
-    quantized_by: str | None = None,
-    dry_run: bool = False,
-    config: HubConfig | None = None,
-) -> Release:
-    """Verify ``file`` against ``source`` (and ``donor`` or ``vocab_from``), write the release
-    folder ``out`` (default: the repo's name) with the file and its model card, and upload
-    it to ``repo`` in one commit unless ``dry_run``. ``quality``: ``quality --json``'s
-    output (a path) or its rows, for the card's quality table."""
+@dataclass(frozen=True)
+class PublishRequest:
+    """A release of ``file`` to ``repo``: verified against ``source`` with ``donor`` (a
+    re-pack) or ``vocab_from`` (a drafter), written to the folder ``out`` (default: the
+    repo's name), uploaded unless ``dry_run``. ``quality``: ``quality --json``'s output (a
+    path) or its rows, for the card's quality table; ``base_model`` (``REPO[@REVISION]``),
+    ``license`` and ``quantized_by`` for the card (defaults: :func:`base_model_of`,
+    :func:`license_of`, the repo's owner)."""
+
+    file: str | Path
+    repo: str
+    source: str | Path
+    donor: str | Path | None = None
+    vocab_from: str | Path | None = None
+    out: str | Path | None = None
+    quality: str | Path | tuple[QualityRow, ...] | None = None
+    base_model: str | None = None
+    license: str | None = None
+    quantized_by: str | None = None
+    dry_run: bool = False
+
+    def __post_init__(self) -> None:
+        if isinstance(self.quality, list):
+            object.__setattr__(self, "quality", tuple(self.quality))
+
+
+def publish_release(request: PublishRequest, config: HubConfig | None = None) -> Release:
+    """Verify the request's file against its source, write the release folder with the
+    file and its model card, and upload it to the repo in one commit (through ``config``,
+    default :meth:`HubConfig.from_env`) unless it is a dry run."""
     from gguf_exact.verify import verify_file
 
-    file, source = Path(file), Path(source)
-    repo = check_repo_id(repo, "repo")
+    r = request
+    donor, vocab_from, quality = r.donor, r.vocab_from, r.quality
+
+    file, source = Path(r.file), Path(r.source)
+    repo = check_repo_id(r.repo, "repo")
     if not file.is_file():
         raise InputError(f"{file}: no such GGUF file")
     check_input_folder(source)
@@ -154,9 +169,9 @@ def publish_release(
         raise ArgumentError(
             "give ", Param("donor"), " (a re-pack) or ", Param("vocab_from"), " (a drafter), one of them"
         )
-    rows = quality if isinstance(quality, list) else _read_quality(Path(quality)) if quality is not None else []
-    base, rev = base_model_of(source, base_model)
-    lic = license_of(source, license)
+    rows = list(quality) if isinstance(quality, tuple) else _read_quality(Path(quality)) if quality is not None else []
+    base, rev = base_model_of(source, r.base_model)
+    lic = license_of(source, r.license)
     v = verify_file(file, source, vocab_from, donor)
     problem = v.error()
     if problem:
@@ -171,16 +186,16 @@ def publish_release(
         else [f"llama-server -m {with_path.name} -md {file.name} --spec-type draft-mtp --spec-draft-n-max 2"]
     )
     facts = CardFacts(
-        repo, file.name, file.stat().st_size, v.sha256, v.writer, lic, base, rev, quantized_by or repo.split("/")[0],
+        repo, file.name, file.stat().st_size, v.sha256, v.writer, lic, base, rev, r.quantized_by or repo.split("/")[0],
         [(role, with_path.name, with_path.stat().st_size, sha256_file(with_path))], exactness_by_kind(file, v),
         v.verdict().replace(str(file), file.name).replace(f"against {source}", f"against {src}"), reproduce, check, use, f"gguf-exact {__version__}", rows,
         "Measured with `gguf-exact quality`: llama-perplexity `--kl-divergence` against the bf16 reference "
         "(`--bf16`: the same header over the source's own bytes)",
     )  # fmt: skip
-    folder = Path(out) if out is not None else Path(repo.split("/", 1)[1])
+    folder = Path(r.out) if r.out is not None else Path(repo.split("/", 1)[1])
     placed, card = _write_folder(folder, file, model_card(facts))
     uploaded = None
-    if not dry_run:
+    if not r.dry_run:
         uploaded = upload_folder(
             folder, repo, f"Upload {file.name} ({v.writer}, gguf-exact {__version__})", config or HubConfig.from_env()
         )

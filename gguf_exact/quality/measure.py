@@ -21,6 +21,7 @@ from gguf_exact.formats.paths import check_input_folder
 from gguf_exact.progress import Progress, announce
 from gguf_exact.quality.perplexity import check_window, perplexity_binary, run_base, run_kld
 from gguf_exact.quality.report import QualityReport, QualityRow
+from gguf_exact.quality.request import QualityRequest
 from gguf_exact.version import __version__
 
 DRAFTER_NOTE = (
@@ -62,24 +63,18 @@ def reference_for(donor: Path, source: Path, work: Path) -> Path:
     return path
 
 
-def measure_quality(
-    source: str | Path,
-    files: list[str | Path],
-    text: str | Path,
-    donor: str | Path | None = None,
-    vocab_from: str | Path | None = None,
-    reference: str | Path | None = None,
-    chunks: int = 16,
-    ctx: int = 512,
-    threads: int | None = None,
-    work: str | Path | None = None,
-    progress: Progress | None = None,
-) -> QualityReport:
-    """Each of ``files`` against the bf16 reference of ``source`` (built from ``donor``
-    into ``work``, :func:`work_dir`, or the ``reference`` given) on ``chunks`` windows of
-    ``ctx`` tokens of ``text``: mean and 99th-percentile KL divergence, same top token,
-    PPL ratio, size."""
-    source, text = Path(source), Path(text)
+def measure_quality(request: QualityRequest, progress: Progress | None = None) -> QualityReport:
+    """Each of ``request.files`` against the bf16 reference of ``source`` (built from
+    ``donor`` into ``work``, :func:`work_dir`, or the ``reference`` given) on ``chunks``
+    windows of ``ctx`` tokens of ``text``: mean and 99th-percentile KL divergence, same top
+    token, PPL ratio, size. The drafters' fields of the request are not read here."""
+    r = request
+    files, donor, vocab_from, reference, chunks, ctx, threads = (
+        r.files, r.donor, r.vocab_from, r.reference, r.chunks, r.ctx, r.threads,
+    )  # fmt: skip
+    if r.source is None or r.text is None:
+        raise ArgumentError("main models are measured with both ", Param("source"), " and ", Param("text"))
+    source, text = Path(r.source), Path(r.text)
     if vocab_from is not None:
         raise ArgumentError(
             Param("vocab_from"), f" {vocab_from}: {DRAFTER_NOTE}", Param("target"), " and ", Param("prompts")
@@ -102,7 +97,7 @@ def measure_quality(
     announce(progress, len(paths) + 2)
     if progress:
         progress("bf16 reference")
-    scratch = work_dir(work)
+    scratch = work_dir(r.work)
     ref = Path(reference) if reference is not None else reference_for(Path(donor), source, scratch)
     if not ref.is_file():
         raise InputError(f"{ref}: no such reference GGUF")

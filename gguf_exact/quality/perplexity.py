@@ -17,7 +17,8 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from gguf_exact.builds.llama_build import build_command, find_build
+from gguf_exact.builds.llama_build import build_command, find_build, make_command
+from gguf_exact.constants import LLAMA_PERPLEXITY_ENV, llama_perplexity_bin
 from gguf_exact.errors import ArgumentError, BuildError, InputError, Param
 
 BINARY = "llama-perplexity"
@@ -77,15 +78,14 @@ def _tail(text: str, n: int = 3) -> str:
 
 def perplexity_binary() -> Path:
     """The cached build's ``llama-perplexity`` (``$GGUF_EXACT_LLAMA_PERPLEXITY`` first)."""
-    chosen = os.environ.get("GGUF_EXACT_LLAMA_PERPLEXITY")
-    if chosen:
-        path = Path(chosen).expanduser()
+    path = llama_perplexity_bin()
+    if path is not None:
         if not (path.is_file() and os.access(path, os.X_OK)):
-            raise BuildError(f"{BINARY} {path} ($GGUF_EXACT_LLAMA_PERPLEXITY): no such executable")
+            raise BuildError(f"{BINARY} {path} (${LLAMA_PERPLEXITY_ENV}): no such executable")
         return path
     build = find_build("cpu")
     if build is None:
-        raise BuildError(f"{BINARY} not found; run `{build_command('cpu')}` (or make llama-server) first")
+        raise BuildError(f"{BINARY} not found; run `{build_command('cpu')}` (or `{make_command('cpu')}`) first")
     return build.binary(BINARY)
 
 
