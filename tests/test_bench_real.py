@@ -85,6 +85,8 @@ def test_the_cost_model_on_a_card_is_the_cpu_model_with_the_cards_pass():
     assert card_prediction(3.56, 0.01224, 0.158, 0.0, 3) == pytest.approx(3.56)
 
 
+@pytest.mark.bindings
+@pytest.mark.llama_server
 def test_drafter_profile_times_the_ordered_head_as_the_head(pair, tmp_path):
     """With the head (patch #24) the step has the ordered_head.* nodes, timed as its head; the
     same drafter converted --full-head has only the 320-row head (result_output)."""

@@ -10,6 +10,7 @@ from helpers import source_bits
 
 from gguf_exact.drafter.convert import convert_drafter
 from gguf_exact.errors import ArgumentError
+from gguf_exact.gemma4.assistant import CENTROIDS
 from gguf_exact.repack.pipeline import repack_model
 from gguf_exact.tiny.main_model import TINY, model_tensors, write_donor, write_main_checkpoint
 from gguf_exact.verify import verify_file
@@ -73,7 +74,11 @@ def test_drafter_reference_has_the_exact_files_header_and_the_sources_bits(tiny,
     same_header_but_file_type(drafter / "exact.gguf", drafter / "bf16.gguf")
     exact = {t.name: t for t in GGUFReader(drafter / "exact.gguf").tensors}
     ref = GGUFReader(drafter / "bf16.gguf").tensors
-    assert sum(t.tensor_type == BF16 for t in ref) == sum(t.tensor_type == Q4_0 for t in exact.values()) == 23
+    # the 23 Q4_0 matrices and the ordered head's centroids (off the grid in the tiny drafter, so
+    # the exact file keeps them in the source's own bf16 too): every matrix, the source's bits
+    assert sum(t.tensor_type == Q4_0 for t in exact.values()) == 23
+    assert exact[CENTROIDS].tensor_type == BF16
+    assert sum(t.tensor_type == BF16 for t in ref) == 24
     pre = next(t for t in ref if t.name == "nextn.pre_projection.weight")
     assert np.asarray(pre.data).tobytes() == source_bits(tiny / "drafter-bf16", "pre_projection.weight").tobytes()
     for t in ref:  # F32 norms and rope_freqs exactly as the exact file has them
@@ -86,7 +91,7 @@ def test_verify_holds_a_reference_to_the_sources_bits(tiny, main, drafter):
     assert v.ok() and v.writer == "repack --bf16"
     assert "a bf16 reference: 67 matrices, 5,898,240 values, the source's bytes" in v.verdict()
     d = verify_file(drafter / "bf16.gguf", tiny / "drafter-bf16", vocab_from=tiny / "target.gguf")
-    assert d.ok() and d.writer == "convert --bf16" and "a bf16 reference: 23 matrices" in d.verdict()
+    assert d.ok() and d.writer == "convert --bf16" and "a bf16 reference: 24 matrices" in d.verdict()
     assert verify_file(main / "exact.gguf", main / "src", donor=main / "donor.gguf").writer == "repack"
 
 

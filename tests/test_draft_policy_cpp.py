@@ -34,7 +34,11 @@ def patched_tree(tmp_path_factory) -> Path:
             if rel in wanted:
                 (root / rel).parent.mkdir(parents=True, exist_ok=True)
                 (root / rel).write_bytes(tar.extractfile(member).read())
-    assert source_patches.apply_patches(root, "cpu") == ["23"]
+    # this patch alone: the tree holds only its files (the build applies every patch of its backend)
+    subprocess.run(
+        ["patch", "-p1", "--forward", "--batch", "-i", str(PATCH.path)], cwd=root, check=True, capture_output=True
+    )
+    assert PATCH in source_patches.patches_for("cpu")
     return root
 
 
@@ -43,8 +47,19 @@ def driver(patched_tree, tmp_path_factory) -> Path:
     # -ffp-contract=off: no fused multiply-adds, so both sides round every step alike
     exe = tmp_path_factory.mktemp("driver") / "draft_policy_driver"
     subprocess.run(
-        ["c++", "-std=c++17", "-O2", "-ffp-contract=off", "-Wall", "-Werror", "-I", str(patched_tree / "common"),
-         str(DRIVER), "-o", str(exe)],
+        [
+            "c++",
+            "-std=c++17",
+            "-O2",
+            "-ffp-contract=off",
+            "-Wall",
+            "-Werror",
+            "-I",
+            str(patched_tree / "common"),
+            str(DRIVER),
+            "-o",
+            str(exe),
+        ],
         check=True,
     )
     return exe
@@ -52,7 +67,9 @@ def driver(patched_tree, tmp_path_factory) -> Path:
 
 def replay(exe: Path, settings: PolicySettings, events: list[tuple]) -> list[int]:
     s = settings
-    lines = [f"settings {s.n_max} {s.prior!r} {s.prior_weight!r} {s.decay!r} {s.cost_weight!r} {s.probe_interval} {s.probe_interval_max}"]
+    lines = [
+        f"settings {s.n_max} {s.prior!r} {s.prior_weight!r} {s.decay!r} {s.cost_weight!r} {s.probe_interval} {s.probe_interval_max}"
+    ]
     for e in events:
         if e[0] == "choose":
             lines.append(f"choose {e[1]}")
@@ -97,7 +114,9 @@ def test_cpp_and_python_agree_on_noisy_recorded_timings_and_short_drafts(driver)
     # timings as a machine reports them (jitter, odd digits), drafts cut short by p_min, limits
     # from the request's budget, and settings away from the defaults
     rng = random.Random(23)
-    settings = PolicySettings(n_max=6, prior=0.6, prior_weight=2.0, decay=0.9, cost_weight=0.3, probe_interval=5, probe_interval_max=40)
+    settings = PolicySettings(
+        n_max=6, prior=0.6, prior_weight=2.0, decay=0.9, cost_weight=0.3, probe_interval=5, probe_interval_max=40
+    )
     policy = DraftPolicy(settings)
     events: list[tuple] = []
     ks = []

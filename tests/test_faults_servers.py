@@ -133,6 +133,8 @@ def server_pids(run: Path, port: int) -> list[int]:
     return [pid, *(int(c) for c in children.read_text().split())] if children.exists() else [pid]
 
 
+@pytest.mark.bindings
+@pytest.mark.llama_server
 @pytest.mark.parametrize("engine", ["python", "llama-server"])
 def test_a_server_under_faults_keeps_serving(engine, pairs, tmp_path):
     key = "k-" + secrets.token_hex(8)

@@ -112,6 +112,8 @@ def candidates(logits: np.ndarray) -> set[int]:
     return set(np.flatnonzero(np.isfinite(logits) & (logits > -1e30)).tolist())
 
 
+@pytest.mark.bindings
+@pytest.mark.llama_server
 def test_llama_cpp_scores_the_same_candidates_as_transformers_algorithm(drafts):
     tensors = drafter_tensors(SPEC, seed=3, step_kind="bf16")
     picked = set()
@@ -127,6 +129,8 @@ def test_llama_cpp_scores_the_same_candidates_as_transformers_algorithm(drafts):
     assert len(picked) >= 4  # the positions drafted different tokens
 
 
+@pytest.mark.bindings
+@pytest.mark.llama_server
 def test_without_the_head_every_token_is_scored_and_the_head_picks_its_best_candidate(drafts):
     for i, ((h_head, with_head), (h_full, full)) in enumerate(zip(drafts["head"], drafts["full"])):
         if i % 3:  # chained steps follow each file's own draft; compare each draft's first step
@@ -140,6 +144,8 @@ def test_without_the_head_every_token_is_scored_and_the_head_picks_its_best_cand
         assert full[pick] >= full[cand].max() - 1e-2 * np.abs(full).max(), f"step {i}"
 
 
+@pytest.mark.bindings
+@pytest.mark.llama_server
 @pytest.mark.skipif(not PARITY_PYTHON.is_file(), reason="transformers runs in the parity venv: make parity builds it")
 def test_transformers_gemma4_assistant_agrees(drafts, tmp_path):
     hidden = np.stack([h for h, _ in drafts["head"]])

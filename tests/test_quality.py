@@ -59,6 +59,7 @@ def measured(main_model):
     return {Path(r.file).name: r for r in report.rows}, report
 
 
+@pytest.mark.llama_server
 def test_reference_against_itself(measured):
     rows, report = measured
     ref = rows["bf16.gguf"]
@@ -68,6 +69,7 @@ def test_reference_against_itself(measured):
     assert report.ppl_reference > 1
 
 
+@pytest.mark.llama_server
 def test_exact_repack_is_far_closer_to_the_reference_than_the_donor(measured, main_model, capsys):
     rows, _ = measured
     exact, donor = rows["exact.gguf"], rows["donor.gguf"]
@@ -80,6 +82,7 @@ def test_exact_repack_is_far_closer_to_the_reference_than_the_donor(measured, ma
     assert donor.bytes == (main_model / "donor.gguf").stat().st_size
 
 
+@pytest.mark.llama_server
 def test_reference_is_built_once_from_the_donor_and_reused(main_model, tmp_path):
     m = main_model
     first = measure(
@@ -97,6 +100,7 @@ def test_reference_is_built_once_from_the_donor_and_reused(main_model, tmp_path)
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".base-")]  # base log-probabilities removed
 
 
+@pytest.mark.llama_server
 def test_parse_real_output_and_fail_on_cut_output(main_model, tmp_path):
     m = main_model
     binary = perplexity_binary()
@@ -122,6 +126,7 @@ def test_parse_real_output_and_fail_on_cut_output(main_model, tmp_path):
         parse_kld(cut, "exact.gguf")
 
 
+@pytest.mark.llama_server
 def test_text_too_short_and_window_too_small(main_model, tmp_path):
     m = main_model
     short = write_text(tmp_path / "short.txt", n_words=20)
@@ -136,6 +141,7 @@ def test_text_too_short_and_window_too_small(main_model, tmp_path):
         measure(m / "src", [m / "exact.gguf"], m / "text.txt", vocab_from=m / "donor.gguf")
 
 
+@pytest.mark.llama_server
 def test_cli_json_is_exactly_the_rows_and_plot_is_a_png(main_model, tmp_path):
     m = main_model
     args = ["quality", "--source", str(m / "src"), "--reference", str(m / "bf16.gguf"), "--text", str(m / "text.txt")]
@@ -168,6 +174,7 @@ def drafters(tmp_path_factory) -> dict[str, Path]:
     return {"target": mixed, "hf": hf, "exact": exact, "q8": q8, "prompts": root / "prompts.txt", "root": root}
 
 
+@pytest.mark.llama_server
 def test_drafters_acceptance_against_the_bf16_drafter(drafters, run_dir, capsys):
     d = drafters
     report = measure_drafters(
