@@ -219,7 +219,7 @@ def status(port: int | None, last: int, as_json: bool, probe: bool, api_key: str
     else:
         show = lambda line: console.out.print(line, markup=False)  # noqa: E731
         s = st.state
-        state = "up" if st.up else ("down: process not running (exited or killed)" if not st.running else st.health)
+        state = "up" if st.up else (f"down: {st.down_reason}" if not st.running else st.health)
         show(f"server       {s['url']}  pid {st.pid or s['pid']}  {state}")
         show(f"engine       {s.get('engine', 'llama-server')}")
         show(f"health       {st.health}")
