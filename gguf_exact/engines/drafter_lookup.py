@@ -194,7 +194,10 @@ def resolve_drafter(
 ) -> DrafterFound:
     """What ``--draft``/``--no-draft``/``--fetch-draft`` mean, for every command: a path
     is used as given; ``auto`` (or nothing, where ``default_auto``) searches; ``--no-draft``
-    serves the target alone."""
+    serves the target alone. Every path checks the target first (:func:`check_pair`'s
+    header checks, before anything loads): a drafter given as the target is one line."""
+    if draft is None or str(draft) == AUTO or no_draft:
+        check_pair(target, checksums={})  # the search checks it again, with the pins
     if no_draft:
         if draft is not None and str(draft) != AUTO:
             raise ArgumentError("give ", Param("draft"), " FILE or ", Param("no_draft"), ", not both")
