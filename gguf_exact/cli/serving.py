@@ -336,7 +336,14 @@ def tune(
     base = result.target_tokens_per_second
     vs = f"; the target alone {base:.1f} tokens/s" if base else ""
     say_fitted(f"best: n-max {result.best_n_max} at {result.best_tokens_per_second:.1f} tokens/s (median run){vs}")
-    if base and result.best_tokens_per_second < base:
+    if result.spread is not None:
+        say_fitted(
+            f"spread: +-{result.spread:.1%} (half the range of the tokens/s ratios of the same request on two arms); "
+            "a gain within it does not count"
+        )
+    for line in result.notes:
+        say_fitted(line)
+    if base and result.best_tokens_per_second < base and not result.target_within_noise:
         console.out.print(
             "drafting is slower than the target alone on this machine (noisy if it is busy)", markup=False
         )
