@@ -14,7 +14,7 @@ from helpers import cli
 
 from gguf_exact.engines.process import process_start_time
 
-ACCEPT_LINE = "draft acceptance rate = 0.50000 (    5 accepted /    10 generated), mean len 1.50"
+ACCEPT_LINE = "slot print_timing: id  0 | task 5 | draft acceptance = 0.50000 (    5 accepted /    10 generated), mean len =  1.50"
 
 
 def fake_server(root, port):
@@ -62,7 +62,10 @@ def test_stop_twice_then_status_says_stopped(tmp_path):
         assert "request      acceptance" not in r.stdout  # the old log's lines are not shown as live
         data = json.loads(cli("status", "--port", str(port), "--json", env=env).stdout)
         assert data["up"] is False and data["running"] is False
-        assert isinstance(data["stopped"], float) and data["recent"] == []
+        assert isinstance(data["stopped"], float) and data["recent"][0]["accepted"] == 5  # the log's, as history
+        assert (
+            r.stdout.splitlines()[-2] == "earlier      1 request line(s) in the log from before it stopped (not live)"
+        )
     finally:
         proc.kill()
         proc.wait()

@@ -250,10 +250,13 @@ def status(port: int | None, last: int, as_json: bool, probe: bool, api_key: str
                 step = "-" if p.step_seconds is None else f"{1000 * p.step_seconds:.1f} ms"
                 show(f"adaptive     draft length {p.draft_n} now; acceptance by depth {depth}")
                 show(f"pass cost    {costs}; drafter step {step}")
-        for a in st.recent:
-            show(
-                f"request      acceptance {a.rate:.5f}: {a.accepted} accepted / {a.generated} drafted, mean len {a.mean_len:.2f}"
-            )
+        if st.running:
+            for a in st.recent:
+                show(
+                    f"request      acceptance {a.rate:.5f}: {a.accepted} accepted / {a.generated} drafted, mean len {a.mean_len:.2f}"
+                )
+        elif st.recent:  # a server that is gone: its log's lines are history, not live requests
+            show(f"earlier      {len(st.recent)} request line(s) in the log from before it stopped (not live)")
         show(f"log          {st.run_dir / LOG_FILE}")
     if not st.up:
         sys.exit(1)

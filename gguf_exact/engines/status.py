@@ -99,10 +99,8 @@ def server_status(
     stopped = state.get("stopped")
     if not running and isinstance(stopped, (int, float)) and not isinstance(stopped, bool):
         st.stopped = float(stopped)
-    if not running:
-        return st  # the log's request lines belong to a server that is gone: not shown as if live
-    st.recent = parse_acceptance(read_tail(rdir / LOG_FILE), last)
-    if st.health == "down":
+    st.recent = parse_acceptance(read_tail(rdir / LOG_FILE), last)  # a gone server's: the CLI shows them as past
+    if not running or st.health == "down":
         return st
     if state.get("engine") == "python":
         st.speculative = bool(state.get("drafter"))  # no /slots: drafting is on whenever a drafter is loaded
