@@ -196,8 +196,8 @@ def resolve_drafter(
     is used as given; ``auto`` (or nothing, where ``default_auto``) searches; ``--no-draft``
     serves the target alone. Every path checks the target first (:func:`check_pair`'s
     header checks, before anything loads): a drafter given as the target is one line."""
-    if draft is None or str(draft) == AUTO or no_draft:
-        check_pair(target, checksums={})  # the search checks it again, with the pins
+    if no_draft or (draft is None and not default_auto and not fetch):
+        check_pair(target, checksums={})  # the search (find_drafter) checks it itself, reading it once
     if no_draft:
         if draft is not None and str(draft) != AUTO:
             raise ArgumentError("give ", Param("draft"), " FILE or ", Param("no_draft"), ", not both")

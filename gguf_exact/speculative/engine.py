@@ -164,8 +164,7 @@ class MtpLlama(LlamaAdapter):
         if checked is None:
             # Architecture, widths and the two vocabularies (as bytes) from the GGUF headers,
             # before llama.cpp loads anything: a 262,144-token vocabulary costs 0.2 s here
-            # against a ctypes call per token after loading. The target alone is checked too:
-            # a drafter passed as the target is one line, not llama.cpp's load failure.
+            # against a ctypes call per token after loading. A target alone too (a drafter as target).
             from gguf_exact.pair.checks import check_pair
 
             check_pair(path, draft_path, checksums={})
