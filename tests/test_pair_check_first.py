@@ -7,7 +7,6 @@ import pytest
 from click.testing import CliRunner
 
 from gguf_exact.cli import main
-from gguf_exact.engines.drafter_lookup import resolve_drafter
 from gguf_exact.errors import PairError
 from gguf_exact.tiny.pairs import write_runner_pairs
 
@@ -27,13 +26,6 @@ def expected(drafter: Path) -> str:
 def last_line(args: list[str]) -> tuple[int, str]:
     res = CliRunner().invoke(main, args, input="")
     return res.exit_code, res.output.strip().splitlines()[-1]
-
-
-def test_resolve_drafter_checks_the_target_on_every_path(pair):
-    _, drafter = pair
-    for kwargs in ({"draft": None, "default_auto": False}, {"draft": None, "no_draft": True}, {"draft": "auto"}):
-        with pytest.raises(PairError, match=r"that is a drafter: pass it as draft\)"):
-            resolve_drafter(drafter, **kwargs)
 
 
 def test_serve_refuses_a_drafter_as_target(pair):
