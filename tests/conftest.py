@@ -59,6 +59,7 @@ def drafter_copy(tiny, tmp_path) -> Path:
 GENERATION_JSON_KEYS = {
     "tokens", "text", "target_passes", "drafts_generated", "drafts_accepted", "acceptance_rate",
     "mean_accepted_length", "tokens_per_target_pass", "wall_seconds", "tokens_per_second",
+    "overhead_per_step_us",  # the Generation attribute's name (docs/python-engine.md), not python_overhead_...
 }  # fmt: skip
 
 

@@ -89,6 +89,33 @@ def test_generate_text_and_errors(pairs, tmp_path):
     assert res.exit_code == 1 and "no such file" in res.output
 
 
+@pytest.mark.bindings
+def test_generate_small_context_and_json_names(pairs):
+    target, _ = pairs["mixed"]
+    # llama.cpp rounds a 64-token context up to 256; the message names the 64 asked for and kept
+    res = CliRunner().invoke(main, ["generate", "--model", str(target), "--prompt", "abc " * 100, "--n-ctx", "64"])
+    assert res.exit_code == 1
+    assert res.output.strip().splitlines()[-1] == (
+        "error: the prompt is 302 tokens, longer than the context of 64; raise n_ctx (--n-ctx) or shorten it"
+    )
+    res = CliRunner().invoke(
+        main, ["generate", "--model", str(target), "--prompt", "abc " * 10, "--n-ctx", "64", "--n-predict", "100"]
+    )
+    assert res.exit_code == 1
+    assert res.output.strip().splitlines()[-1] == (
+        "error: the prompt (32 tokens) plus n_predict (100) exceeds the context of 64; "
+        "raise n_ctx (--n-ctx) or lower n_predict"
+    )
+    # the JSON key is the Generation attribute's name, as docs/python-engine.md says
+    res = CliRunner().invoke(
+        main, ["generate", "--model", str(target), "--prompt", "abc", "--n-ctx", "64", "--n-predict", "8", "--json"]
+    )
+    assert res.exit_code == 0, res.output
+    d = json.loads(res.output[res.output.index("{") :])
+    assert GENERATION_JSON_KEYS <= set(d) and "python_overhead_per_step_us" not in d
+    assert isinstance(d["overhead_per_step_us"], float) and d["overhead_per_step_us"] >= 0
+
+
 def test_alternating_order():
     a, b, c = Arm("target", 0), Arm("n_max=1", 1), Arm("n_max=2", 2)
     assert [x.label for _, x in alternating_order([a, b], 2)] == ["target", "n_max=1", "n_max=1", "target"] * 2
@@ -272,8 +299,18 @@ def test_chat_command_streams_and_reports(pairs):
     res = CliRunner().invoke(
         main,
         [
-            "chat", "--model", str(target), "--draft", str(drafter), "--set", "ctx-size=512", "--max-tokens", "16",
-            "--no-adaptive", "--n-max", "2",
+            "chat",
+            "--model",
+            str(target),
+            "--draft",
+            str(drafter),
+            "--set",
+            "ctx-size=512",
+            "--max-tokens",
+            "16",
+            "--no-adaptive",
+            "--n-max",
+            "2",
         ],  # fmt: skip
         input="hello there\n/stats\n\nand again\n/exit\n",
     )

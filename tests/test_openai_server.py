@@ -29,7 +29,7 @@ from gguf_exact.engines.status import server_status, stop_server
 from gguf_exact.tiny.hidden_pair import write_hidden_state_pair
 
 PROMPTS = load_prompts()
-ALIAS = "target"  # the target file's name without .gguf
+ALIAS = "target"  # the target file's name without .gguf: requests may name the model so
 CHAT = [{"role": "system", "content": "answer briefly"}, {"role": "user", "content": "count for me"}]
 
 
@@ -82,7 +82,7 @@ def test_models_health_and_the_command(servers):
     written = json.loads((spec.run_dir / "settings.json").read_text())
     assert written["pair_checked"] is True and written["engine_options"]["n_max"] == 3
     assert written["profile"]["server"]["ctx-size"] == 512 and written["api_key"] is False
-    assert [m.id for m in client(spec).models.list().data] == [ALIAS]
+    assert [m.id for m in client(spec).models.list().data] == [str(spec.settings.target_path.resolve())]
     with urllib.request.urlopen(spec.url + "/health") as r:
         assert json.loads(r.read()) == {"status": "ok"}
 

@@ -202,3 +202,32 @@ def test_published_drafter_name_with_other_bytes(models, fake_server, tmp_path):
     assert_refused(
         r, "060f5a0158f8120d25137866b90e04e21cd0d2d23de1db7a9cc3b7f00e60bd11", "not the published one", fake=fake_server
     )
+
+
+def test_profile_not_found_names_tune_folder_and_nearest(models, fake_server, tmp_path):
+    mine = tmp_path / "my-profiles"
+    mine.mkdir()
+    (mine / "cpu-tuned.toml").write_text((Path(__file__).parents[1] / "serve" / "cpu.toml").read_text())
+    env = {"GGUF_EXACT_PROFILES": str(mine), "XDG_CONFIG_HOME": str(tmp_path / "xdg")}
+    r = serve("--model", str(models["target"]), "--profile", "rtx3005", fake=fake_server, env=env)
+    line = assert_refused(r, fake=fake_server)
+    shipped = Path(__file__).parents[1] / "serve"
+    assert line == (
+        "error: profile 'rtx3005' not found (did you mean rtx3050?); "
+        f"profiles in {mine} (where tune writes): cpu-tuned; "
+        f"in {shipped} (shipped): cpu, gtx1650ti, gtx1650ti-vulkan, rtx3050; or pass a .toml file"
+    )
+    # without $GGUF_EXACT_PROFILES tune writes to the user profile folder, listed even when empty
+    r = serve(
+        "--model",
+        str(models["target"]),
+        "--profile",
+        "zzz",
+        fake=fake_server,
+        env={"XDG_CONFIG_HOME": str(tmp_path / "xdg"), "GGUF_EXACT_PROFILES": ""},
+    )
+    line = assert_refused(r, fake=fake_server)
+    assert line.startswith(
+        f"error: profile 'zzz' not found; profiles in {tmp_path / 'xdg' / 'gguf-exact' / 'profiles'} (where tune writes): none yet; "
+    )
+    assert "did you mean" not in line

@@ -123,7 +123,7 @@ def test_overrides_and_user_profiles(tmp_path, monkeypatch):
     ):
         with pytest.raises(GgufExactError, match=msg):
             p.with_overrides([bad])
-    with pytest.raises(GgufExactError, match="not found; choose one of"):
+    with pytest.raises(GgufExactError, match=r"not found; profiles in .* \(where tune writes\)"):
         load_profile("no-such-card")
     (tmp_path / "bad.toml").write_text("[server\n")
     with pytest.raises(GgufExactError, match="not valid TOML"):

@@ -6,12 +6,13 @@ import hashlib
 import json
 import tempfile
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 from _llama_server import server_binary
 from click.testing import CliRunner
 
-from gguf_exact.bench.tune import TUNED_MARK, set_n_max, write_tuned_profile
+from gguf_exact.bench.tune import TUNED_MARK, pick_setting, set_n_max, write_tuned_profile
 from gguf_exact.cli import main
 from gguf_exact.drafter.convert import convert_drafter
 from gguf_exact.errors import GgufExactError
@@ -41,7 +42,9 @@ def test_set_n_max_keeps_everything_else():
     no_table = PROFILE[: PROFILE.index("[draft]")]
     assert set_n_max(no_table, 4).endswith("\n[draft]\nspec-draft-n-max = 4\n")
     pinned = set_n_max(out, False, "fixed", "spec-draft-adaptive")
-    assert "spec-draft-adaptive = false  # fixed" in pinned.splitlines() and "spec-draft-n-max = 3  # measured" in pinned
+    assert (
+        "spec-draft-adaptive = false  # fixed" in pinned.splitlines() and "spec-draft-n-max = 3  # measured" in pinned
+    )
     # a key of the same name in another table is not touched
     other = '[server]\nspec-draft-n-max = 9\n\n[draft]\nspec-type = "draft-mtp"\n'
     assert (
@@ -83,7 +86,15 @@ def test_tune_writes_the_best_n_max_and_serve_uses_it(pair, tmp_path, monkeypatc
     assert {s["runs"] for s in arms.values()} == {4}
     drafting = [s for s in report["summary"] if s["n_max"]]
     assert all(s["acceptance_rate"] == 1.0 and s["same_as_target"] for s in drafting)
-    best = max(drafting, key=lambda s: s["tokens_per_second_median"])["n_max"]
+    # the kept n-max: the fastest median, or a shorter one within the noise (pick_setting)
+    pick = pick_setting(
+        [SimpleNamespace(**s) for s in report["summary"]], [SimpleNamespace(**x) for x in report["runs"]]
+    )
+    best = pick.n_max
+    assert pick.fastest_n_max == max(drafting, key=lambda s: s["tokens_per_second_median"])["n_max"]
+    flat = " ".join(r.output.split())  # the lines are wrapped to the console's width
+    assert f"spread: +-{pick.spread:.1%} (half the range of the tokens/s ratios" in flat
+    assert all(" ".join(line.split()) in flat for line in pick.notes)
     # ten servers started and stopped, and no run folder left: not in the user's run root, not in /tmp
     assert not run.exists() or list(run.iterdir()) == []
     assert set(Path(tempfile.gettempdir()).glob("gguf-exact-tune-*")) == temp_roots

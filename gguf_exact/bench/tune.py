@@ -7,7 +7,10 @@ started with the profile and ``spec-draft-n-max=N`` (:func:`.server.plan_launch`
 shipped prompts, timings from llama-server itself). One server runs at a time (a
 small card holds one model), the arms in alternating order, each round forward then
 backward (the target alone first and last), so slow drift of the machine falls on
-every arm alike. The arm with the highest median tokens/s over its runs wins.
+every arm alike. The arm with the highest median tokens/s over its runs is the fastest;
+a shorter n-max is kept instead when the fastest's gain over it is within the noise (half
+the range of the tokens/s ratios of the same request on both arms), and the output says
+when drafting's gain over the target alone is within the noise too (:func:`pick_setting`).
 
 :func:`write_tuned_profile` copies the profile's file into the user's profile folder
 (:func:`.profiles.user_profile_dir`: ``$GGUF_EXACT_PROFILES``, else
@@ -21,6 +24,7 @@ picks) is shadowed only when ``--as`` names it. The project's ``serve/`` is neve
 from __future__ import annotations
 
 import re
+import statistics
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -40,9 +44,79 @@ TUNED_MARK = "# tuned by gguf-exact tune"
 @dataclass
 class TuneResult:
     report: BenchReport
-    best_n_max: int
+    best_n_max: int  # the setting kept: the shortest n-max within the noise of the fastest
     best_tokens_per_second: float
     target_tokens_per_second: float | None
+    fastest_n_max: int | None = None  # the n-max with the highest median, kept or not
+    spread: float | None = None  # the measurements' noise: a relative half-range (0.03: +-3%), see pick_setting
+    target_within_noise: bool = False  # drafting's gain over the target alone is within the noise
+    notes: tuple[str, ...] = ()  # what pick_setting kept and why, one line each
+
+
+@dataclass(frozen=True)
+class Pick:
+    """What :func:`pick_setting` keeps."""
+
+    n_max: int
+    tokens_per_second: float
+    fastest_n_max: int
+    spread: float | None
+    target_within_noise: bool
+    notes: tuple[str, ...]
+
+
+def _ratios(runs: list, a: str, b: str) -> list[float]:
+    """tokens/s of arm ``a`` over arm ``b``, paired by (prompt, round): the same request on both."""
+    of_b = {(r.prompt, r.round): r.tokens_per_second for r in runs if r.arm == b}
+    return [
+        r.tokens_per_second / of_b[(r.prompt, r.round)]
+        for r in runs
+        if r.arm == a and of_b.get((r.prompt, r.round), 0) > 0
+    ]
+
+
+def gain_and_noise(runs: list, a: str, b: str) -> tuple[float, float]:
+    """How much faster arm ``a`` is than ``b`` (the median paired ratio, less 1) and the
+    noise of that figure: half the range of the paired ratios (0 with fewer than two)."""
+    ratios = _ratios(runs, a, b)
+    if not ratios:
+        return 0.0, 0.0
+    noise = (max(ratios) - min(ratios)) / 2 if len(ratios) > 1 else 0.0
+    return statistics.median(ratios) - 1.0, noise
+
+
+def pick_setting(summary: list, runs: list) -> Pick:
+    """The setting tune keeps: the fastest n-max by median run, unless a shorter one is
+    within the noise of it (its gain no more than the spread of the paired measurements),
+    then the shortest such; and whether drafting's gain over the target alone is within
+    the noise too (then the target alone is as fast)."""
+    drafting = sorted((s for s in summary if s.n_max), key=lambda s: s.n_max)
+    fastest = max(drafting, key=lambda s: s.tokens_per_second_median)
+    kept, notes, spread = fastest, [], None
+    for s in drafting:
+        if s.n_max >= fastest.n_max:
+            break
+        gain, noise = gain_and_noise(runs, fastest.label, s.label)
+        spread = noise if spread is None else max(spread, noise)
+        if gain <= noise:
+            kept = s
+            notes.append(
+                f"kept n-max {s.n_max}, the simpler setting: n-max {fastest.n_max} is {gain:+.1%} faster, "
+                f"within the noise (+-{noise:.1%})"
+            )
+            break
+    within = False
+    target = next((s for s in summary if s.label == TARGET), None)
+    if target is not None:
+        gain, noise = gain_and_noise(runs, kept.label, TARGET)
+        spread = noise if spread is None else max(spread, noise)
+        if gain <= noise:
+            within = True
+            notes.append(
+                f"n-max {kept.n_max} is {gain:+.1%} against the target alone, within the noise (+-{noise:.1%}): "
+                "the target alone (--no-draft) is as fast on this machine"
+            )
+    return Pick(int(kept.n_max), kept.tokens_per_second_median, int(fastest.n_max), spread, within, tuple(notes))
 
 
 def tune_n_max(
@@ -99,8 +173,9 @@ def tune_n_max(
             f"profile {profile.name}: no draft tokens at {', '.join(silent)}: its [draft] table does not turn draft-mtp on "
             '(spec-type = "draft-mtp"), so there is no n-max to tune'
         )
-    # the median run: one slow run (a page fault, another process) must not pick the winner
-    best = max(drafting, key=lambda s: s.tokens_per_second_median)
+    # the median run: one slow run (a page fault, another process) must not pick the winner;
+    # a gain within the noise does not either (pick_setting)
+    pick = pick_setting(summary, runs)
     base = next((s.tokens_per_second_median for s in summary if s.label == TARGET), None)
     meta = {
         "backend": "llama-server, one server per arm and visit",
@@ -114,7 +189,16 @@ def tune_n_max(
         "draft": str(drafter),
         "time": time.strftime("%Y-%m-%d %H:%M:%S"),
     }
-    return TuneResult(BenchReport(meta, runs, summary), int(best.n_max or 0), best.tokens_per_second_median, base)
+    return TuneResult(
+        BenchReport(meta, runs, summary),
+        pick.n_max,
+        pick.tokens_per_second,
+        base,
+        fastest_n_max=pick.fastest_n_max,
+        spread=pick.spread,
+        target_within_noise=pick.target_within_noise,
+        notes=pick.notes,
+    )
 
 
 @dataclass(frozen=True)
@@ -287,11 +371,14 @@ def write_tuned_profile(
 
 __all__ = [
     "N_MAX_KEY",
+    "Pick",
     "TuneRequest",
     "TuneResult",
     "Tuned",
     "set_n_max",
     "shadows_builtin",
+    "gain_and_noise",
+    "pick_setting",
     "tune_n_max",
     "tune_profile",
     "tuned_destination",

@@ -175,7 +175,8 @@ def chat(
     Each line you type is a user message; the reply uses the GGUF's chat template
     and the sampler options. /stats shows acceptance, tokens per target pass and
     tokens/s so far; /reset starts over; /exit (or Ctrl-D) ends and prints the
-    same figures.
+    same figures. Any other line starting with / is not sent: it gets the list of
+    commands (start a line with // to send it with one /).
     """
     from gguf_exact.runtime.profile_choice import resolve_profile
     from gguf_exact.speculative.chat import chat_session, stats_line

@@ -219,7 +219,7 @@ def status(port: int | None, last: int, as_json: bool, probe: bool, api_key: str
     else:
         show = lambda line: console.out.print(line, markup=False)  # noqa: E731
         s = st.state
-        state = "up" if st.up else ("down: process not running (exited or killed)" if not st.running else st.health)
+        state = "up" if st.up else (f"down: {st.down_reason}" if not st.running else st.health)
         show(f"server       {s['url']}  pid {st.pid or s['pid']}  {state}")
         show(f"engine       {s.get('engine', 'llama-server')}")
         show(f"health       {st.health}")
@@ -250,10 +250,13 @@ def status(port: int | None, last: int, as_json: bool, probe: bool, api_key: str
                 step = "-" if p.step_seconds is None else f"{1000 * p.step_seconds:.1f} ms"
                 show(f"adaptive     draft length {p.draft_n} now; acceptance by depth {depth}")
                 show(f"pass cost    {costs}; drafter step {step}")
-        for a in st.recent:
-            show(
-                f"request      acceptance {a.rate:.5f}: {a.accepted} accepted / {a.generated} drafted, mean len {a.mean_len:.2f}"
-            )
+        if st.running:
+            for a in st.recent:
+                show(
+                    f"request      acceptance {a.rate:.5f}: {a.accepted} accepted / {a.generated} drafted, mean len {a.mean_len:.2f}"
+                )
+        elif st.recent:  # a server that is gone: its log's lines are history, not live requests
+            show(f"earlier      {len(st.recent)} request line(s) in the log from before it stopped (not live)")
         show(f"log          {st.run_dir / LOG_FILE}")
     if not st.up:
         sys.exit(1)
@@ -336,7 +339,14 @@ def tune(
     base = result.target_tokens_per_second
     vs = f"; the target alone {base:.1f} tokens/s" if base else ""
     say_fitted(f"best: n-max {result.best_n_max} at {result.best_tokens_per_second:.1f} tokens/s (median run){vs}")
-    if base and result.best_tokens_per_second < base:
+    if result.spread is not None:
+        say_fitted(
+            f"spread: +-{result.spread:.1%} (half the range of the tokens/s ratios of the same request on two arms); "
+            "a gain within it does not count"
+        )
+    for line in result.notes:
+        say_fitted(line)
+    if base and result.best_tokens_per_second < base and not result.target_within_noise:
         console.out.print(
             "drafting is slower than the target alone on this machine (noisy if it is busy)", markup=False
         )

@@ -194,7 +194,8 @@ def resolve_drafter(
 ) -> DrafterFound:
     """What ``--draft``/``--no-draft``/``--fetch-draft`` mean, for every command: a path
     is used as given; ``auto`` (or nothing, where ``default_auto``) searches; ``--no-draft``
-    serves the target alone."""
+    serves the target alone. The target is checked (:func:`check_pair`) by the search, by
+    ``serve``'s plan and by the engine before anything loads."""
     if no_draft:
         if draft is not None and str(draft) != AUTO:
             raise ArgumentError("give ", Param("draft"), " FILE or ", Param("no_draft"), ", not both")

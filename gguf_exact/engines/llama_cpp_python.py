@@ -45,7 +45,7 @@ def main(argv: list[str] | None = None) -> int:
         import uvicorn
 
         from gguf_exact.speculative.load import load_with_options
-        from gguf_exact.speculative.openai_server import build_app, default_alias
+        from gguf_exact.speculative.openai_server import build_app, served_name
 
         settings = read_settings(args.settings, constants.api_key())
         opts, prof = settings.engine_options, settings.loaded_profile
@@ -56,7 +56,7 @@ def main(argv: list[str] | None = None) -> int:
         llm = load_with_options(
             settings.target_path, settings.drafter_path, opts, prof, logits_all=settings.logprobs, checked=True
         )
-        alias = default_alias(settings.target_path)
+        alias = served_name(settings.target_path)
         drafter = f" + drafter {settings.drafter_path}" if settings.drafter_path else ""
         log.info(
             "engine python: %s%s, n_ctx %d, n-max %d, alias %s",

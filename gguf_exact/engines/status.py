@@ -9,6 +9,8 @@ and start time, never a process that has since been given its pid.
 from __future__ import annotations
 
 import json
+import os
+import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -23,7 +25,7 @@ from gguf_exact.engines.process import (
     read_tail,
     terminate,
 )
-from gguf_exact.engines.settings import LOG_FILE, PID_FILE
+from gguf_exact.engines.settings import LOG_FILE, PID_FILE, STATE_FILE
 from gguf_exact.engines.speculation import Verdict, judge, probe
 from gguf_exact.engines.stats import Acceptance, DraftCounters, draft_counters, parse_acceptance, parse_metrics
 from gguf_exact.runtime.draft_policy import PolicySnapshot, parse_snapshot
@@ -48,6 +50,18 @@ class ServerStatus:
     recent: list[Acceptance] = field(default_factory=list)
     speculation: Verdict | None = None  # is draft-mtp drafting? (:mod:`.speculation`)
     needs_key: bool = False  # the server wants an API key this call did not have (HTTP 401)
+    stopped: float | None = None  # when ``gguf-exact stop`` stopped it (server.json ``stopped``), else None
+
+    @property
+    def down_reason(self) -> str:
+        """Why a server that is not running is down, in a few words."""
+        if self.stopped is not None:
+            return (
+                "stopped (by gguf-exact stop at "
+                + time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(self.stopped))
+                + ")"
+            )
+        return "process not running (exited or killed)"
 
     @property
     def up(self) -> bool:
@@ -82,7 +96,10 @@ def server_status(
     running = bool(pid) and is_server_process(pid, state)  # type: ignore[arg-type]
     url = state["url"]
     st = ServerStatus(rdir, state, pid, running, health(url) if running else "down")
-    st.recent = parse_acceptance(read_tail(rdir / LOG_FILE), last)
+    stopped = state.get("stopped")
+    if not running and isinstance(stopped, (int, float)) and not isinstance(stopped, bool):
+        st.stopped = float(stopped)
+    st.recent = parse_acceptance(read_tail(rdir / LOG_FILE), last)  # a gone server's: the CLI shows them as past
     if not running or st.health == "down":
         return st
     if state.get("engine") == "python":
@@ -135,20 +152,40 @@ def speculation_verdict(st: ServerStatus, probe_request: bool = False, api_key: 
 
 def stop_server(port: int | None = None, root: Path | None = None, timeout: float = 15.0) -> str:
     """Stop a server started by ``start_server`` (SIGTERM, then SIGKILL after
-    ``timeout``); returns what happened, in one line."""
+    ``timeout``); returns what happened, in one line. Stopping nothing is not an error:
+    no server started on ``port`` (or none at all) is one line saying nothing is running.
+    A clean stop is recorded in server.json (``stopped``), for ``status``."""
+    root = root or constants.run_root()
+    if port is not None and not (root / str(port) / STATE_FILE).is_file():
+        return f"nothing is running on port {port} (no server was started there by gguf-exact serve)"
+    if port is None and not any((p / STATE_FILE).is_file() for p in root.glob("*")):
+        return "nothing is running (no server was started by gguf-exact serve)"
     rdir = find_run_dir(port, root)
     state = read_state(rdir)
     pid = read_pid(rdir)
     where = f"{server_label(state.get('engine'))} on port {state['port']}"
     if pid is None:
-        return f"{where} is not running (no pid file in {rdir})"
+        how = "stopped by gguf-exact stop" if state.get("stopped") is not None else f"no pid file in {rdir}"
+        return f"{where} is not running ({how})"
     if not is_server_process(pid, state):
         (rdir / PID_FILE).unlink(missing_ok=True)
         reused = " (that pid now belongs to another process, left alone)" if alive(pid, None) else ""
         return f"{where} (pid {pid}) is not running: it exited or was killed{reused}; removed its pid file"
     terminate(pid, state.get("start_time"), timeout)
+    mark_stopped(rdir, state)
     (rdir / PID_FILE).unlink(missing_ok=True)
     return f"stopped {where} (pid {pid})"
+
+
+def mark_stopped(rdir: Path, state: dict) -> None:
+    """Record in server.json that ``stop`` stopped the server (a new ``serve`` rewrites it)."""
+    path = rdir / STATE_FILE
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        tmp.write_text(json.dumps({**state, "stopped": time.time()}, indent=2) + "\n")
+        os.replace(tmp, path)
+    except OSError:
+        tmp.unlink(missing_ok=True)
 
 
 __all__ = ["ServerStatus", "server_label", "server_status", "speculation_verdict", "stop_server"]

@@ -95,7 +95,7 @@ class Generation:
             "wall_seconds": self.wall_seconds,
             "prefill_seconds": self.prefill_seconds,
             "tokens_per_second": self.tokens_per_second,
-            "python_overhead_per_step_us": self.overhead_per_step_us,
+            "overhead_per_step_us": self.overhead_per_step_us,
         }
 
 

@@ -9,6 +9,7 @@ A GPU profile also says which cards it is for: ``cards`` (parts of the name
 auto`` (:mod:`.profile_choice`) and by the memory plan's warning.
 """
 
+import difflib
 import os
 import re
 import sys
@@ -174,9 +175,22 @@ def find_profile(name_or_path: str | Path) -> Path:
     for d in profile_dirs():
         if (d / f"{text}.toml").is_file():
             return d / f"{text}.toml"
-    raise InputError(
-        f"profile {text!r} not found; choose one of {', '.join(available_profiles()) or 'none'} or pass a .toml file"
-    )
+    raise InputError(not_found_line(text))
+
+
+def not_found_line(name: str) -> str:
+    """The one line for a profile name found in none of :func:`profile_dirs`: the nearest
+    name, and what each folder holds, naming the one ``tune`` writes to."""
+    dirs = profile_dirs()
+    near = difflib.get_close_matches(name, available_profiles(), n=1)
+    hint = f" (did you mean {near[0]}?)" if near else ""
+    parts = []
+    for i, d in enumerate(dirs):
+        names = sorted(p.stem for p in d.glob("*.toml")) if d.is_dir() else []
+        label = " (where tune writes)" if i == 0 else (" (shipped)" if d == PROFILE_DIR else "")
+        if names or i == 0:
+            parts.append(f"in {d}{label}: {', '.join(names) or 'none yet'}")
+    return f"profile {name!r} not found{hint}; profiles {'; '.join(parts)}; or pass a .toml file"
 
 
 def load_profile(name_or_path: str | Path) -> Profile:

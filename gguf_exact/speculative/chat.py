@@ -4,6 +4,8 @@ The conversation is a list of messages sent whole with every turn through
 ``create_chat_completion`` (the GGUF's chat template); llama-cpp-python keeps the
 common prefix in the KV cache, so only the new turn is decoded. Commands:
 ``/stats`` (the figures so far), ``/reset`` (forget the conversation), ``/exit``.
+Any other line starting with ``/`` is not sent to the model: it gets one line naming the
+commands (``//`` at the start sends the line with one ``/``).
 """
 
 from __future__ import annotations
@@ -14,6 +16,14 @@ from gguf_exact.speculative.engine import MtpLlama, SpecTotals
 from gguf_exact.speculative.runner import GREEDY, Sampling
 
 COMMANDS = ("/stats", "/reset", "/exit", "/quit")
+
+
+def unknown_command_line(text: str) -> str:
+    """The one line an unknown slash command gets."""
+    word = text.split()[0]
+    return (
+        f"unknown command {word}: the commands are {', '.join(COMMANDS)} (start a line with // to send it with one /)"
+    )
 
 
 def stats_line(t: SpecTotals) -> str:
@@ -60,6 +70,11 @@ def chat_session(
             continue
         if not text:
             continue
+        if text.startswith("//"):
+            text = text[1:]
+        elif text.startswith("/"):
+            note(unknown_command_line(text))
+            continue
         messages.append({"role": "user", "content": text})
         try:
             chunks = llm.create_chat_completion(
@@ -78,4 +93,4 @@ def chat_session(
         messages.append({"role": "assistant", "content": "".join(reply)})
 
 
-__all__ = ["chat_session", "stats_line"]
+__all__ = ["COMMANDS", "chat_session", "stats_line", "unknown_command_line"]

@@ -161,10 +161,10 @@ class MtpLlama(LlamaAdapter):
         self.target_seconds = 0.0  # inside the target's llama_decode, since load
         self.target_rows = 0  # batch rows the target decoded since load (prompt rows included)
         draft = MtpDraftModel(n_max, adaptive)
-        if draft_path is not None and checked is None:
+        if checked is None:
             # Architecture, widths and the two vocabularies (as bytes) from the GGUF headers,
             # before llama.cpp loads anything: a 262,144-token vocabulary costs 0.2 s here
-            # against a ctypes call per token after loading.
+            # against a ctypes call per token after loading. A target alone too (a drafter as target).
             from gguf_exact.pair.checks import check_pair
 
             check_pair(path, draft_path, checksums={})

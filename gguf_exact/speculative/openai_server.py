@@ -77,11 +77,12 @@ class RequestChecks:
     HTTP 4xx when it cannot be served (a streamed answer has sent its 200 by the time
     the model would notice)."""
 
-    def __init__(self, app: Any, llm: MtpLlama, names: set[str], stats: dict) -> None:
+    def __init__(self, app: Any, llm: MtpLlama, names: set[str], stats: dict, served: str | None = None) -> None:
         self.app = app
         self.llm = llm
         self.names = names
         self.stats = stats
+        self.served = served  # the one name answers carry, as /v1/models lists it (whatever name the request used)
 
     async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
         if scope["type"] != "http" or scope["method"] != "POST" or scope["path"] not in COMPLETION_PATHS:
@@ -102,6 +103,8 @@ class RequestChecks:
             await send({"type": "http.response.start", "status": checked.status, "headers": headers})
             await send({"type": "http.response.body", "body": body})
             return
+        if self.served is not None:
+            checked.body = {**checked.body, "model": self.served}
         raw, replayed = checked.raw, False
 
         async def replay() -> dict:
@@ -238,8 +241,8 @@ def build_app(llm: MtpLlama, alias: str, api_key: str | None = None) -> Any:
             log.info("%s", acceptance_line(g))
 
     llm.on_generation = on_generation
-    names = {alias, str(llm.model_path), Path(llm.model_path).name}
-    checked = RequestChecks(app, llm, names, stats)
+    names = {alias, str(llm.model_path), Path(llm.model_path).name, default_alias(llm.model_path)}
+    checked = RequestChecks(app, llm, names, stats, served=alias)
     return ApiKeyCheck(checked, api_key) if api_key else checked
 
 
@@ -248,4 +251,11 @@ def default_alias(target: str | Path) -> str:
     return Path(target).name.removesuffix(".gguf")
 
 
-__all__ = ["ApiKeyCheck", "RequestChecks", "build_app", "default_alias", "metrics_text"]
+def served_name(target: str | Path) -> str:
+    """The one name the server gives its model, in ``/v1/models`` and in every answer's
+    ``model``: the target's full path, as llama-server (``--model``, resolved) gives it.
+    Requests may name it so, by file name, or by :func:`default_alias`."""
+    return str(Path(target).resolve())
+
+
+__all__ = ["ApiKeyCheck", "RequestChecks", "build_app", "default_alias", "metrics_text", "served_name"]

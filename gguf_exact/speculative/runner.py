@@ -96,7 +96,9 @@ class Runner:
         )
         self.drafter = self.llm.drafter
         self.n_vocab = self.llm.n_vocab()
-        self.n_ctx = self.llm.n_ctx()
+        # llama.cpp rounds a small context up (to 256): the bound a caller asked for is the one
+        # kept, and the one its messages name
+        self.n_ctx = min(n_ctx, self.llm.n_ctx())
         vocab = self.llm.vocab_handle
         self.stop_tokens = frozenset(t for t in range(self.n_vocab) if llama_cpp.llama_vocab_is_eog(vocab, t))
 
