@@ -72,7 +72,10 @@ def test_verify_at_80_columns_is_compact_and_keeps_every_name(tiny, tmp_path, na
     assert re.search(r"^\(all\) +228,740 +99\.9\d% +1 ", r.stdout, re.M)
     assert "blocks p/e/m/l: as planned / equally exact / more exact / less exact than the" in r.stdout
     verdict = r.stdout[r.stdout.index("verify: PASS — ") :]
-    assert " ".join(verdict.split()).endswith("every block as exact as the plan")
+    # the tiny drafter's ordered-head centroids are off the grid: stored in their own float type
+    assert " ".join(verdict.split()).endswith(
+        "every block as exact as the plan; 1 matrix off the grid, stored as convert defines"
+    )
 
 
 def test_bench_and_tune_tables_fit(narrow):

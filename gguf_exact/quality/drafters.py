@@ -52,7 +52,10 @@ def _run_drafter(target: Path, drafter: Path, prompts: list[str], n_predict: int
     from gguf_exact.engines.settings import ServeSettings
     from gguf_exact.engines.status import stop_server
 
-    launch = plan_launch(ServeSettings(target, drafter, "cpu", port=free_port(), runs=root))
+    # a fixed draft length: acceptance compared at one length, not at what the adaptive policy
+    # picks on this machine (on tiny models it rightly stops drafting)
+    fixed = ("spec-draft-adaptive=false",)
+    launch = plan_launch(ServeSettings(target, drafter, "cpu", fixed, port=free_port(), runs=root))
     start_server(launch, detach=True, timeout=600)
     try:
         return [server_generate(launch.url, p, n_predict) for p in prompts]
