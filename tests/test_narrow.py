@@ -119,7 +119,6 @@ def test_doctor_lines_fit(narrow):
 @pytest.mark.bindings
 @pytest.mark.llama_server
 def test_demo_rules_are_ascii_and_fit(tmp_path):
-    pytest.importorskip("llama_cpp", reason="the demo's step 4 runs llama.cpp (make setup installs the bindings)")
     from gguf_exact.demo import run_demo
 
     captured = Console(highlight=False, width=WIDTH, record=True, file=open("/dev/null", "w"))

@@ -68,9 +68,9 @@ def patched_function() -> str:
 def harness(tmp_path_factory):
     spec = importlib.util.find_spec("llama_cpp")  # its ggml libraries, without loading them into pytest
     if spec is None or not spec.submodule_search_locations:
-        pytest.skip("the bindings are not installed (make setup)")
+        pytest.fail("the bindings are not installed (make setup)")
     if not shutil.which("c++"):
-        pytest.skip("no C++ compiler")
+        pytest.fail("no C++ compiler (build-essential, which the builds need too)")
     lib = Path(spec.submodule_search_locations[0]) / "lib"
     root = tmp_path_factory.mktemp("head-graph")
     sdist = llama_build.fetch_sdist(llama_build.pinned_sdist(), log=lambda _m: None)
@@ -90,6 +90,7 @@ def harness(tmp_path_factory):
     return root
 
 
+@pytest.mark.bindings
 def test_the_patched_head_scores_transformers_candidates_for_every_output(harness):
     rng = np.random.default_rng(11)
     centroids = rng.normal(0, 1, (N_C, N_EMBD)).astype(np.float32)
