@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import tarfile
 from pathlib import Path
 
 import numpy as np
@@ -38,3 +39,15 @@ def cli(*args: str, env: dict) -> subprocess.CompletedProcess:
 def block(levels, d=0.01) -> np.ndarray:
     """One Q4_0 block of 32 ``levels`` with scale ``d``."""
     return q4_0.pack(np.array([levels], dtype=np.int8), np.array([d], dtype=np.float16))
+
+
+def sdist_files(sdist: Path, wanted: set[str] | list[str], root: Path) -> Path:
+    """The files ``wanted`` (relative to vendor/llama.cpp) of the pinned sdist, in a tree at ``root``."""
+    wanted = set(wanted)
+    with tarfile.open(sdist) as tar:
+        for member in tar.getmembers():
+            rel = member.name.partition("/vendor/llama.cpp/")[2]
+            if rel in wanted:
+                (root / rel).parent.mkdir(parents=True, exist_ok=True)
+                (root / rel).write_bytes(tar.extractfile(member).read())
+    return root

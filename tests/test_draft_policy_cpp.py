@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import random
 import subprocess
-import tarfile
 from pathlib import Path
 
 import pytest
+from helpers import sdist_files
 from policy_traces import CURVES, Stream, simulate
 
 from gguf_exact.builds import llama_build, source_patches
@@ -26,14 +26,7 @@ def patched_files(patch: Path) -> list[str]:
 def patched_tree(tmp_path_factory) -> Path:
     """The files the patch touches, from the pinned sdist's vendor/llama.cpp, patched as a build does."""
     sdist = llama_build.fetch_sdist(llama_build.pinned_sdist(), log=lambda _m: None)
-    root = tmp_path_factory.mktemp("llama.cpp")
-    wanted = set(patched_files(PATCH.path))
-    with tarfile.open(sdist) as tar:
-        for member in tar.getmembers():
-            rel = member.name.partition("/vendor/llama.cpp/")[2]
-            if rel in wanted:
-                (root / rel).parent.mkdir(parents=True, exist_ok=True)
-                (root / rel).write_bytes(tar.extractfile(member).read())
+    root = sdist_files(sdist, patched_files(PATCH.path), tmp_path_factory.mktemp("llama.cpp"))
     # this patch alone: the tree holds only its files (the build applies every patch of its backend)
     subprocess.run(
         ["patch", "-p1", "--forward", "--batch", "-i", str(PATCH.path)], cwd=root, check=True, capture_output=True

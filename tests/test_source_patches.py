@@ -3,9 +3,8 @@ pinned sdist and change exactly what they say, and how a build names them."""
 
 from __future__ import annotations
 
-import tarfile
-
 import pytest
+from helpers import sdist_files
 
 from gguf_exact.builds import llama_build, source_patches
 from gguf_exact.builds.cpu_features import cpu_target
@@ -40,12 +39,7 @@ def context_tree(sdist, tmp_path):
     """Only the files the patches touch (src/llama-context.cpp, the drafter's sources) of the
     sdist's vendor/llama.cpp, in a tree of their own."""
     wanted = patched_files()
-    with tarfile.open(sdist) as tar:
-        for member in tar.getmembers():
-            rel = member.name.partition("/vendor/llama.cpp/")[2]
-            if rel in wanted:
-                (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
-                (tmp_path / rel).write_bytes(tar.extractfile(member).read())
+    sdist_files(sdist, wanted, tmp_path)
     assert sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*") if p.is_file()) == wanted
     return tmp_path
 
