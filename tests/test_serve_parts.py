@@ -138,7 +138,7 @@ def test_build_plan():
     assert "-DCMAKE_BUILD_TYPE=Release" in cpu and "-DLLAMA_CURL=OFF" in cpu and f"-DLLAMA_BUILD_COMMIT={COMMIT}" in cpu
     assert not any("CUDA" in a for a in cpu)
     # CUDA and Vulkan arguments: tests/test_gpu_builds.py
-    assert TARGETS == ("llama-server", "llama-bench", "llama-perplexity", "llama-quantize")
+    assert TARGETS == ("llama-server", "llama-bench", "llama-perplexity", "llama-quantize", "rpc-server")
 
 
 def test_pinned_sdist_and_hash_check(tmp_path):

@@ -50,13 +50,13 @@ def test_which_backends_carry_which_patch_and_the_cache_keys_say_so():
     # programs: every server build has them, no wheel does
     assert [p.id for p in source_patches.patches_for("cpu")] == ["24", "23", "22142"]
     assert [p.id for p in source_patches.patches_for("cpu", bindings=True)] == ["24"]
-    assert llama_build.build_key("cpu", CPU) == "0c1e57098+24+23+22142-cpu-avx.avx2.bmi2.f16c.fma.sse42"
+    assert llama_build.build_key("cpu", CPU) == "0c1e57098+24+23+22142+rpc-cpu-avx.avx2.bmi2.f16c.fma.sse42"
     assert llama_build.build_key("cpu", CPU, bindings=True) == "0c1e57098+24-cpu-avx.avx2.bmi2.f16c.fma.sse42"
     for backend in ("cuda75", "cuda86", "vulkan"):
         assert [p.id for p in source_patches.patches_for(backend)] == ["27572", "24", "23", "22142"]
         assert [p.id for p in source_patches.patches_for(backend, bindings=True)] == ["27572", "24"]
         assert (
-            llama_build.build_key(backend, CPU) == f"0c1e57098+27572+24+23+22142-{backend}-avx.avx2.bmi2.f16c.fma.sse42"
+            llama_build.build_key(backend, CPU) == f"0c1e57098+27572+24+23+22142+rpc-{backend}-avx.avx2.bmi2.f16c.fma.sse42"
         )
         assert (
             llama_build.build_key(backend, CPU, bindings=True)

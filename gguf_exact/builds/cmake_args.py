@@ -38,6 +38,7 @@ def cmake_args(
         "-DLLAMA_BUILD_TOOLS=ON",
         "-DLLAMA_BUILD_SERVER=ON",
         f"-DLLAMA_BUILD_COMMIT={COMMIT}",  # the sdist has no .git; --version would say 'unknown'
+        "-DGGML_RPC=ON",  # llama-server --rpc and the rpc-server worker (serving across machines)
     ]
     return args + backend_cmake_args(backend, cuda, vulkan, cpu)
 

@@ -56,7 +56,14 @@ from gguf_exact.builds.sdist import (  # noqa: F401  (importable from here, as b
 from gguf_exact.constants import cache_root
 from gguf_exact.errors import ArgumentError, BuildError, GgufExactError, Param
 
-TARGETS = ("llama-server", "llama-bench", "llama-perplexity", "llama-quantize")
+TARGETS = ("llama-server", "llama-bench", "llama-perplexity", "llama-quantize", "rpc-server")
+"""Every llama-server build also builds llama.cpp's ``rpc-server`` (``GGML_RPC=ON``, same commit,
+options and patches), so ``serve --rpc`` and ``gguf-exact rpc-server`` run one build."""
+CMAKE_TARGETS = {"rpc-server": "ggml-rpc-server"}
+"""Installed names whose CMake target (and built binary) is named otherwise at the pinned commit."""
+BUILD_OPTIONS = "+rpc"
+"""Options beyond the backend that change what a llama-server build holds, in its cache key
+(a build from before RPC was added lacks ``--rpc`` and is never taken for one with it)."""
 CUDA_ARCHS = ("75", "86")
 """75: Turing (GTX 1650 Ti); 86: Ampere (RTX 3050). Others are accepted too."""
 BACKEND = re.compile(r"cpu|vulkan|cuda[0-9]{2,3}")
@@ -127,8 +134,9 @@ def make_command(backend: str) -> str:
 def build_key(backend: str, cpu: CpuTarget | None = None, commit: str = COMMIT, bindings: bool = False) -> str:
     """``<commit>[+<patch ids>]-<backend>-<cpu tag>``: one cache entry per backend, CPU feature
     set and set of carried patches (:mod:`.source_patches`; the bindings' (``bindings``) leave
-    out those that change only llama-server)."""
-    return f"{commit}{source_patches.patch_tag(backend, bindings)}-{backend}-{(cpu or host_cpu()).tag}"
+    out those that change only llama-server), and llama-server's :data:`BUILD_OPTIONS`."""
+    options = "" if bindings else BUILD_OPTIONS
+    return f"{commit}{source_patches.patch_tag(backend, bindings)}{options}-{backend}-{(cpu or host_cpu()).tag}"
 
 
 def install_dir(backend: str = "cpu", commit: str = COMMIT, cpu: CpuTarget | None = None) -> Path:
@@ -294,7 +302,7 @@ def build_llama_cpp(
             log(f"CUDA {setup.toolkit.version} ({setup.toolkit.root}), cuBLAS {setup.cublas.describe()}")
         _run(cmake_args(src, build, backend, setup, vulkan_tools, cpu), logfile, log, "configure")
         _run(
-            ["cmake", "--build", str(build), "--config", "Release", f"-j{jobs}", "--target", *TARGETS],
+            ["cmake", "--build", str(build), "--config", "Release", f"-j{jobs}", "--target", *(CMAKE_TARGETS.get(t, t) for t in TARGETS)],
             logfile,
             log,
             "build",
@@ -302,7 +310,8 @@ def build_llama_cpp(
         staged = work / "install"
         (staged / "bin").mkdir(parents=True)
         for target in TARGETS:
-            built = next((p for p in (build / "bin" / target, build / target) if p.is_file()), None)
+            name = CMAKE_TARGETS.get(target, target)
+            built = next((p for p in (build / "bin" / name, build / name) if p.is_file()), None)
             if built is None:
                 raise BuildError(f"llama.cpp build finished without {target}; full log: {logfile}")
             shutil.copy2(built, staged / "bin" / target)
