@@ -12,7 +12,7 @@ from click.testing import CliRunner
 from hubserver import FakeHub
 from huggingface_hub import constants
 
-from gguf_exact.cli import main
+from gguf_exact.cli import load_groups, main
 from gguf_exact.cli.app import message
 from gguf_exact.drafter.convert import convert_drafter
 from gguf_exact.engines.drafter_lookup import find_drafter, resolve_drafter
@@ -127,7 +127,7 @@ def test_no_drafter_is_one_line_that_says_what_to_do(models, tmp_path):
     os.link(models["E4B"], lonely)  # a hard link: a copy would write the sparse file's 3 GB of zeros
     with pytest.raises(GgufExactError) as e:
         find_drafter(lonely, tmp_path / "models")
-    assert message(e.value, main.commands["serve"]) == (
+    assert message(e.value, load_groups()["serve"]) == (
         f"no MTP drafter for {lonely} (Gemma 4 E4B) in {tmp_path / 'models'}/ or beside it; fetch it with "
         "--fetch-draft (recipe e4b-assistant, pinned and hash-checked) or `gguf-exact fetch e4b-assistant`, "
         "pass --draft FILE, or serve the target alone with --no-draft"

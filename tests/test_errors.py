@@ -7,7 +7,7 @@ import pytest
 from click.testing import CliRunner
 
 import gguf_exact
-from gguf_exact.cli import main
+from gguf_exact.cli import load_groups, main
 from gguf_exact.errors import (
     ArgumentError,
     GgufExactError,
@@ -134,6 +134,6 @@ def test_library_messages_name_parameters_the_cli_names_flags(case):
     from gguf_exact.cli.app import flags
 
     command, text, api_words, cli_words = _spelled_cases()[case]
-    api, cli = text(param_name), text(flags(main.commands[command]))
+    api, cli = text(param_name), text(flags(load_groups()[command]))
     assert api_words in api and not re.search(r"(?<![\w-])--[a-z]", api), api
     assert cli_words in cli, cli

@@ -14,7 +14,7 @@ from gguf import GGMLQuantizationType, GGUFReader
 from helpers import off_grid_checkpoint
 from rich.console import Console
 
-from gguf_exact.cli import console, main, options
+from gguf_exact.cli import console, load_groups, main, options
 from gguf_exact.core import bf16
 from gguf_exact.formats.checkpoint import Checkpoint
 
@@ -155,7 +155,7 @@ def test_off_grid_f32_as_the_readme_says(tiny, tmp_path):
     from gguf_exact.repack.pipeline import OFF_GRID_CHOICES
 
     assert "`--off-grid q8_0|f16|bf16|f32`" in DOCS and "`q8_0|f16|bf16|f32` (the source in that type)" in DOCS
-    params = {c.name: c for c in main.commands.values()}
+    params = {c.name: c for c in load_groups().values()}
     for command, api in (("convert", OFF_GRID_TYPES), ("repack", OFF_GRID_CHOICES)):
         choice = next(p for p in params[command].params if p.name == "off_grid").type.choices
         assert tuple(choice) == api, command
@@ -209,7 +209,7 @@ def test_recipes_and_fetch_of_a_missing_part():
 
 
 def test_tune_has_no_no_draft_and_names_its_profile():
-    tune = main.commands["tune"]
+    tune = load_groups()["tune"]
     names = {p.name for p in tune.params}
     assert "no_draft" not in names and "save_as" in names
     r = run("tune", "--model", "x.gguf", "--no-draft")
@@ -234,7 +234,7 @@ def test_bench_and_tune_write_under_the_cache(monkeypatch, tmp_path):
         d = options.results_dir(kind)
         assert d.parent == tmp_path / kind and re.fullmatch(r"\d{8}-\d{6}", d.name)
     for command in ("bench", "tune"):
-        out = next(p for p in main.commands[command].params if p.name == "out_dir")
+        out = next(p for p in load_groups()[command].params if p.name == "out_dir")
         assert not isinstance(out.default, (str, Path)) and "~/.cache/gguf-exact" in out.help  # no cwd-relative default
 
 
@@ -242,11 +242,11 @@ def test_generate_defaults_as_chat_and_the_cpu_profile():
     from gguf_exact.runtime.profiles import load_profile
     from gguf_exact.runtime.sampling_defaults import SERVER_SAMPLING
 
-    n_max = next(p for p in main.commands["generate"].params if p.name == "n_max")
+    n_max = next(p for p in load_groups()["generate"].params if p.name == "n_max")
     assert n_max.default == 2  # generate drafts a fixed length by default (no profile)
     assert load_profile("cpu").draft["spec-draft-n-max"] == 4 and load_profile("cpu").draft["spec-draft-adaptive"]
     for command in ("generate", "chat"):
-        params = {p.name: p.default for p in main.commands[command].params}
+        params = {p.name: p.default for p in load_groups()[command].params}
         assert params["temperature"] == 0.0
         assert [params[k] for k in ("top_k", "top_p", "min_p", "repeat_penalty")] == [40, 0.95, 0.05, 1.0]
     assert SERVER_SAMPLING == {"temperature": 0.8, "top_k": 40, "top_p": 0.95, "min_p": 0.05, "repeat_penalty": 1.0}

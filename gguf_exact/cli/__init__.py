@@ -18,16 +18,11 @@ result; no command holds logic of its own. The modules:
 - :mod:`.publish` - ``publish``
 
 A new command is a function under ``@main.command()`` in the group module it belongs
-to, or a module of its own named in :data:`GROUPS`.
+to, or a module of its own, and its name in :data:`~gguf_exact.cli.app.COMMANDS`: a
+command's module is imported only when that command runs (or ``--help`` lists them all;
+:func:`load_groups` imports every one).
 """
 
-import importlib
+from gguf_exact.cli.app import COMMANDS, GROUPS, load_groups, main, run
 
-from gguf_exact.cli.app import main, run
-
-GROUPS = ("files", "repack", "hub", "builds", "serving", "inprocess", "tiny", "quality", "publish")
-
-for _group in GROUPS:
-    importlib.import_module(f"{__name__}.{_group}")
-
-__all__ = ["GROUPS", "main", "run"]
+__all__ = ["COMMANDS", "GROUPS", "load_groups", "main", "run"]

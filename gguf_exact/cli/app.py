@@ -1,13 +1,15 @@
 """The ``gguf-exact`` group: errors as one ``error:`` line naming the flags, and the executable.
 
 Commands attach themselves with ``@main.command()`` in the group modules
-(:mod:`gguf_exact.cli`); this module holds what they share at the top: how a
+(:mod:`gguf_exact.cli`), each imported when one of its commands runs (:data:`COMMANDS`);
+this module holds what they share at the top: how a
 :class:`~gguf_exact.errors.GgufExactError` reaches the user (one line, exit status 1,
 the parameters it names spelled as the command's flags) and :func:`run`.
 """
 
 from __future__ import annotations
 
+import importlib
 import os
 import sys
 from typing import Callable
@@ -56,9 +58,46 @@ def message(e: GgufExactError | str, command: click.Command | None = None) -> st
     return e.render(name) if isinstance(e, GgufExactError) else render(e, name)
 
 
+# Each command's group module (gguf_exact.cli.<module>), imported when the command runs:
+# `convert` then loads what it uses and not what `serve`, `fetch` or `bench` import (rich's
+# tables, huggingface_hub, the engines' settings), about a tenth of its whole process.
+COMMANDS = {
+    "inspect": "files", "convert": "files", "verify": "files", "compare": "files",
+    "repack": "repack",
+    "recipes": "hub", "fetch": "hub", "build": "hub", "pin": "hub",
+    "build-llama": "builds", "build-bindings": "builds", "doctor": "builds",
+    "serve": "serving", "status": "serving", "stop": "serving", "tune": "serving",
+    "generate": "inprocess", "chat": "inprocess", "bench": "inprocess",
+    "make-tiny": "tiny", "make-pair": "tiny", "demo": "tiny",
+    "quality": "quality",
+    "publish": "publish",
+}  # fmt: skip
+GROUPS = tuple(dict.fromkeys(COMMANDS.values()))
+
+
+def load_groups() -> dict[str, click.Command]:
+    """Every command, its group module imported: ``main.commands`` whole (``--help``, an
+    unknown name's suggestions, code that walks every command)."""
+    for group in GROUPS:
+        importlib.import_module(f"gguf_exact.cli.{group}")
+    return main.commands
+
+
 class Group(click.Group):
     """Turns :class:`GgufExactError` into one ``error:`` line and exit status 1; each
-    command records what it reads, which none of its outputs may be (:func:`one_command`)."""
+    command records what it reads, which none of its outputs may be (:func:`one_command`).
+    A command's module is imported when it is looked up (:data:`COMMANDS`)."""
+
+    def get_command(self, ctx, cmd_name: str) -> click.Command | None:
+        if cmd_name not in self.commands:
+            if cmd_name in COMMANDS:
+                importlib.import_module(f"gguf_exact.cli.{COMMANDS[cmd_name]}")
+            else:  # a misspelling: click suggests the closest of self.commands
+                load_groups()
+        return self.commands.get(cmd_name)
+
+    def list_commands(self, ctx) -> list[str]:
+        return sorted(load_groups())
 
     def invoke(self, ctx):
         try:

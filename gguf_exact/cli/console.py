@@ -11,12 +11,14 @@ import contextlib
 import os
 import re
 import sys
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 from rich.console import Console
 from rich.markup import escape
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-from rich.table import Table
+
+if TYPE_CHECKING:  # imported where used: a command off a terminal draws neither (`convert` in a script)
+    from rich.progress import Progress
+    from rich.table import Table
 
 
 def width() -> int | None:
@@ -150,6 +152,8 @@ def tensor_progress(label: str, enabled: bool = True):
     if not enabled or not err.is_terminal:
         yield _Bar()
         return
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
     columns = (
         TextColumn(label),
         BarColumn(),
@@ -188,6 +192,7 @@ def fitted_table(
     most names share shown once in the title and as "…" in them, and the names (and the
     columns in ``wrap``) wrapped, never cut short."""
     from rich import box
+    from rich.table import Table
 
     def build(compact: bool) -> Table:
         cells = rows(compact)

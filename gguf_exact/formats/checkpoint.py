@@ -185,10 +185,13 @@ class Checkpoint:
             raise InputError(f"{self.folder}: neither {SINGLE_FILE} nor {INDEX_FILE} found")
         return [single]
 
-    def _handle(self, file: Path):
+    def _handle(self, file: Path, dtype: str):
         # Imported here: a conversion reads rows with pread (stream.source_rows) and needs
-        # neither; ml_dtypes registers the bfloat16 dtype that safetensors' numpy reader uses.
-        import ml_dtypes  # noqa: F401
+        # neither. ml_dtypes registers the bfloat16 dtype that safetensors' numpy reader uses,
+        # and only a BF16 tensor needs it: ml_dtypes 0.7 takes 0.6-1.3 s to import here, more
+        # than the rest of `convert`'s start-up, which reads one I64 tensor this way.
+        if dtype == "BF16":
+            import ml_dtypes  # noqa: F401
         from safetensors import SafetensorError, safe_open
 
         if file not in self._handles:
@@ -203,7 +206,7 @@ class Checkpoint:
         bits (uint16, the form :mod:`gguf_exact.core.bf16` works on), F16 and F32 as they
         are. A NaN or Inf is an error naming the tensor and where."""
         info = self.tensors[name]
-        tensor = self._handle(info.file).get_slice(name)
+        tensor = self._handle(info.file, info.dtype).get_slice(name)
         data = np.ascontiguousarray(tensor[rows] if rows is not None else tensor[:])
         if info.dtype == "BF16":
             data = data.view(np.uint16)

@@ -1,0 +1,55 @@
+"""What a command loads before it works (issue 25, item 6): each command's group module is
+imported when that command runs, and `convert` loads none of what `serve`, `fetch`,
+`bench` or the bf16 safetensors reader need. The time itself is measured by
+`scripts/bench_convert.py` (`make bench`), not here."""
+
+import hashlib
+import subprocess
+import sys
+
+from gguf_exact.cli import COMMANDS, load_groups
+
+# What `convert` has no use for; each was imported by it before (ml_dtypes alone took
+# 0.6-1.3 s at version 0.7).
+NOT_FOR_CONVERT = (
+    "ml_dtypes",  # only a BF16 tensor read through safetensors needs it
+    "huggingface_hub",
+    "gguf_exact.hub.fetch",
+    "gguf_exact.engines.settings",
+    "gguf_exact.runtime.profiles",
+    "gguf_exact.builds.llama_build",
+    "gguf_exact.cli.serving",
+    "gguf_exact.cli.hub",
+    "gguf_exact.cli.inprocess",
+    "rich.table",  # no table printed, no progress bar off a terminal
+    "rich.progress",
+)
+
+CONVERT_AND_LIST_MODULES = """
+import sys
+from gguf_exact.cli import main
+main(sys.argv[1:], standalone_mode=False)
+print("MODULES", *sorted(sys.modules))
+"""
+
+
+def test_every_command_is_in_the_table_under_its_module():
+    commands = load_groups()
+    assert {name: c.callback.__module__ for name, c in commands.items()} == {
+        name: f"gguf_exact.cli.{module}" for name, module in COMMANDS.items()
+    }
+
+
+def test_convert_loads_only_what_it_uses(tiny, tmp_path):
+    out = tmp_path / "drafter.gguf"
+    args = ["convert", tiny / "drafter-bf16", out, "--vocab-from", tiny / "target.gguf"]
+    proc = subprocess.run(
+        [sys.executable, "-c", CONVERT_AND_LIST_MODULES, *map(str, args)],
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    printed_sha = next(line.split()[1] for line in proc.stdout.splitlines() if line.startswith("sha256 "))
+    assert hashlib.sha256(out.read_bytes()).hexdigest() == printed_sha
+    modules = set(next(line for line in proc.stdout.splitlines() if line.startswith("MODULES ")).split()[1:])
+    assert "gguf_exact.cli.files" in modules and "numba" in modules  # it did load what it runs
+    assert [m for m in NOT_FOR_CONVERT if m in modules] == []
