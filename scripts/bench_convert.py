@@ -8,8 +8,8 @@ Inputs, made once in a temp folder:
 - the E2B assistant as a QAT checkpoint (gemma4/sizes.py shapes: 77.2 million matrix
   values, fp32 training steps);
 - the E2B target's header and tensor table (its data a hole: tiny/peers.py) carrying a
-  262,144-token vocabulary with 500,000 merges (tiny/vocab.py), which `convert
-  --vocab-from` copies;
+  262,144-token vocabulary (tiny/vocab.py), which `convert --vocab-from` copies, in
+  both forms the issue names: without merges, and with 500,000 (each form one table);
 - the same drafter as llama.cpp's converter writes it with `--outtype bf16` (same keys
   and vocabulary): what llama-quantize starts from.
 
@@ -20,7 +20,7 @@ tensor, sha256) and `llama-quantize --pure BF16.gguf OUT Q4_0 2`. Peak RSS is GN
 one process). Bit-exact shares: ours from convert's report, llama-quantize's measured
 against the source (gguf_exact.drafter.verify, measured only). Not a test: nothing asserts.
 
-    python scripts/bench_convert.py [--rounds 2] [--vocab 262144] [--merges 500000] [--no-peer]
+    python scripts/bench_convert.py [--rounds 2] [--vocab 262144] [--merges 0,500000] [--no-peer]
 """
 
 import argparse
@@ -110,23 +110,14 @@ def _timed(fn) -> float:
     return time.perf_counter() - start
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--rounds", type=int, default=2, help="rounds of A B B A")
-    parser.add_argument("--vocab", type=int, default=GEMMA4_VOCAB, help="vocabulary size (token_embd rows)")
-    parser.add_argument("--merges", type=int, default=GEMMA4_MERGES)
-    parser.add_argument("--llama-quantize", help="path to llama-quantize (default: the gguf-exact build cache)")
-    parser.add_argument("--dir", type=Path, help="where to make the inputs (default: a temp folder)")
-    parser.add_argument("--no-peer", action="store_true", help="convert and verify only, without llama-quantize")
-    args = parser.parse_args()
-
-    quantize = None if args.no_peer else find_llama_quantize(args.llama_quantize)
-    if not args.no_peer and (quantize is None or not quantize.exists()):
-        sys.exit("llama-quantize not found: run `gguf-exact build-llama` (or pass --llama-quantize, or --no-peer)")
+def bench_form(args, quantize: Path | None, merges: int, kernel: bool) -> None:
+    """One vocabulary form: inputs made, the commands timed, the table printed; with
+    ``kernel`` also the packer alone and the published method (the same matrices in
+    every form)."""
     gguf_exact = Path(sys.executable).with_name("gguf-exact")
     root = Path(tempfile.mkdtemp(prefix="bench-convert-", dir=args.dir))
     try:
-        paths = make_inputs(root, args.vocab, args.merges)
+        paths = make_inputs(root, args.vocab, merges)
         report = root / "report.json"
         ours_cmd = [str(gguf_exact), "convert", str(paths["source"]), str(root / "ours.gguf"), "--vocab-from", str(paths["target"]), "--report", str(report)]  # fmt: skip
         peer_cmd = [str(quantize), "--pure", str(paths["bf16"]), str(root / "peer.gguf"), "Q4_0", "2"]
@@ -135,12 +126,14 @@ def main() -> None:
         commands = {"ours": [*ours_cmd[:3], str(again), *ours_cmd[4:]], "verify": verify_cmd, "peer": peer_cmd}
         order = (
             ("ours", "verify", "verify", "ours")
-            if args.no_peer
+            if quantize is None
             else ("ours", "peer", "verify", "verify", "peer", "ours")
         )
         runs: dict[str, list] = {"ours": [], "peer": [], "verify": []}
         run(ours_cmd)  # warm-up: numba's cache, the page cache
         run(verify_cmd)
+        if quantize is not None:
+            run(peer_cmd)
         for _ in range(args.rounds):
             for who in order:
                 {"ours": again, "peer": root / "peer.gguf"}.get(who, root / "none").unlink(missing_ok=True)
@@ -154,21 +147,22 @@ def main() -> None:
         from gguf_exact.drafter.verify import verify_gguf
 
         peer_exact = None
-        if not args.no_peer:
+        if quantize is not None:
             peer_checks = verify_gguf(root / "peer.gguf", paths["source"], judge=False).tensors
             peer_q4 = [t for t in peer_checks if t.type == "Q4_0"]
             peer_exact = sum(t.exact for t in peer_q4) / sum(t.n_values for t in peer_q4)
         ours_exact = sum(t["exact_values"] for t in figures["tensors"] if t["type"] == "Q4_0") / matrix_values
-        matrices = load_matrices(paths["source"])
-        rates = kernel_rates(matrices)
-        published = published_method(matrices)
-        del matrices
+        if kernel:
+            matrices = load_matrices(paths["source"])
+            rates = kernel_rates(matrices)
+            published = published_method(matrices)
+            del matrices
         sizes = {w: (root / f"{w}.gguf").stat().st_size for w in ("ours", "peer") if (root / f"{w}.gguf").exists()}
         verdict = runs["verify"][-1].stdout.strip().splitlines()[-1]
     finally:
         shutil.rmtree(root, ignore_errors=True)
 
-    print(f"\nE2B drafter, full shapes, {args.vocab:,}-token vocabulary and {args.merges:,} merges; "
+    print(f"\nE2B drafter, full shapes, {args.vocab:,}-token vocabulary and {merges:,} merges; "
           f"{matrix_values:,} matrix values ({values:,} with norms); {args.rounds} rounds {' '.join(order)}; {load()} at the end")  # fmt: skip
     print(
         f"{'whole process':42} {'seconds (median, range)':>26} {'M values/s':>11} {'peak RSS MiB':>13} {'bit-exact':>10} {'bytes':>12}"
@@ -195,17 +189,53 @@ def main() -> None:
     )
     if "peer" in rows:
         print(
-            f"gguf-exact / llama-quantize: {rows['peer'] / rows['ours']:.2f}x the values/s end to end; "
-            f"peak RSS {max(m.peak_mib for m in runs['ours']):.0f} vs {max(m.peak_mib for m in runs['peer']):.0f} MiB"
+            f"gguf-exact / llama-quantize: {rows['peer'] / rows['ours']:.2f}x the values/s end to end "
+            f"({merges:,} merges; bar: 1.0x); peak RSS {max(m.peak_mib for m in runs['ours']):.0f} vs "
+            f"{max(m.peak_mib for m in runs['peer']):.0f} MiB"
         )
-    print(
-        f"packer kernel alone (in memory): {rates[1]:.1f} M values/s on 1 core, {rates[2]:.1f} on 2 ({rates[2] / rates[1]:.2f}x)"
-    )
-    print(
-        f"published method, re-implemented (in memory, 1 core): {published[0]:.1f} M values/s, "
-        f"{published[1]:.4%} bit-exact; the packer on 1 core is {rates[1] / published[0]:.1f}x its speed"
-    )
+    if kernel:
+        print(
+            f"packer kernel alone (in memory): {rates[1]:.1f} M values/s on 1 core, {rates[2]:.1f} on 2 ({rates[2] / rates[1]:.2f}x)"
+        )
+        print(
+            f"published method, re-implemented (in memory, 1 core): {published[0]:.1f} M values/s, "
+            f"{published[1]:.4%} bit-exact; the packer on 1 core is {rates[1] / published[0]:.1f}x its speed"
+        )
     print(f"convert's own timing (last run): {figures['seconds']}")
+
+
+def compile_bytecode() -> None:
+    """The package's modules compiled to bytecode first, as pip does when it installs a
+    wheel: a checkout run with PYTHONDONTWRITEBYTECODE=1 would otherwise compile about 40
+    modules from source in every `convert` (0.04-0.1 s here), which no installed copy does."""
+    import compileall
+
+    import gguf_exact
+
+    compileall.compile_dir(str(Path(gguf_exact.__file__).parent), quiet=1)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--rounds", type=int, default=2, help="rounds of A B B A")
+    parser.add_argument("--vocab", type=int, default=GEMMA4_VOCAB, help="vocabulary size (token_embd rows)")
+    parser.add_argument(
+        "--merges",
+        default=f"0,{GEMMA4_MERGES}",
+        help="the vocabulary forms, comma-separated merge counts (default: none, and Gemma 4's 500,000)",
+    )
+    parser.add_argument("--llama-quantize", help="path to llama-quantize (default: the gguf-exact build cache)")
+    parser.add_argument("--dir", type=Path, help="where to make the inputs (default: a temp folder)")
+    parser.add_argument("--no-peer", action="store_true", help="convert and verify only, without llama-quantize")
+    args = parser.parse_args()
+
+    quantize = None if args.no_peer else find_llama_quantize(args.llama_quantize)
+    if not args.no_peer and (quantize is None or not quantize.exists()):
+        sys.exit("llama-quantize not found: run `gguf-exact build-llama` (or pass --llama-quantize, or --no-peer)")
+    compile_bytecode()
+    forms = [int(m) for m in args.merges.split(",")]
+    for i, merges in enumerate(forms):
+        bench_form(args, quantize, merges, kernel=i == len(forms) - 1)
 
 
 if __name__ == "__main__":
