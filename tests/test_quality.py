@@ -5,11 +5,13 @@ import json
 import subprocess
 from pathlib import Path
 
+import numpy as np
 import pytest
 from _llama_server import server_binary
 from click.testing import CliRunner
 
 from gguf_exact.cli import main
+from gguf_exact.core import bf16
 from gguf_exact.drafter.convert import convert_drafter
 from gguf_exact.errors import ArgumentError, InputError
 from gguf_exact.quality.drafters import measure_drafters
@@ -19,7 +21,7 @@ from gguf_exact.quality.perplexity import OUTPUT_ATTEMPTS, parse_kld, perplexity
 from gguf_exact.quality.request import QualityRequest
 from gguf_exact.repack.pipeline import repack_model
 from gguf_exact.tiny.main_model import TINY, write_donor, write_main_checkpoint
-from gguf_exact.tiny.models import write_agreeing_pair
+from gguf_exact.tiny.models import char_vocabulary, write_agreeing_pair
 from gguf_exact.tiny.pairs import write_mixed_target
 from gguf_exact.verify import verify_file
 
@@ -219,3 +221,42 @@ def test_perplexity_binary_from_the_environment_or_a_hint(tmp_path, monkeypatch)
     monkeypatch.setattr(perplexity, "find_build", lambda backend: None)
     with pytest.raises(BuildError, match=r"run `gguf-exact build-llama` \(or `make llama-server`\) first"):
         perplexity_binary()
+
+
+def test_char_vocabulary_is_one_character_per_token():
+    """The vocabulary of `scripts/bench_quality.py`'s model: its sampled text must tokenize back
+    to the tokens it was sampled as, so no token may be two others joined."""
+    tokens, scores, types = char_vocabulary(262_144)
+    chars = tokens[259:]
+    assert len(tokens) == len(scores) == len(types) == 262_144 and tokens[:3] == ["<unk>", "<s>", "</s>"]
+    assert chars[0] == "▁" and all(len(c) == 1 for c in chars) and len(set(chars)) == len(chars)
+    assert all(ord(c) >= 0x10000 and ord(c) & 0xFFFE != 0xFFFE for c in chars[1:])  # no surrogates, no nonchars
+
+
+@pytest.mark.bindings
+def test_char_vocabulary_text_tokenizes_back_in_llama_cpp(tmp_path):
+    import llama_cpp
+
+    from gguf_exact.tiny.main_model import TINY, write_donor, write_main_checkpoint
+
+    write_main_checkpoint(tmp_path / "src", TINY, seed=0)
+    write_donor(tmp_path / "donor.gguf", tmp_path / "src", TINY, char_tokens=True)
+    llm = llama_cpp.Llama(model_path=str(tmp_path / "donor.gguf"), vocab_only=True, verbose=False)
+    ids = [259 + (i * 7919) % 61 for i in range(1, 501)]  # "▁" and the 60 characters, scrambled
+    text = llm.detokenize(ids).decode("utf-8")
+    assert ids[0] != 259 and len(text) == 500
+    # the same tokens, after the "▁" llama.cpp's SPM tokenizer puts before any text
+    assert llm.tokenize(text.encode("utf-8"), add_bos=False, special=False) == [259, *ids]
+
+
+def test_peaked_embedding_changes_only_the_token_embedding(tmp_path):
+    from gguf_exact.formats.checkpoint import Checkpoint
+    from gguf_exact.tiny.main_model import PEAKED_EMBED_SCALE, TINY, write_main_checkpoint
+
+    write_main_checkpoint(tmp_path / "plain", TINY, seed=0)
+    write_main_checkpoint(tmp_path / "peaked", TINY, seed=0, embed_scale=PEAKED_EMBED_SCALE)
+    with Checkpoint(tmp_path / "plain") as plain, Checkpoint(tmp_path / "peaked") as peaked:
+        differ = [n for n in plain.tensors if not np.array_equal(plain.read(n), peaked.read(n))]
+        assert differ == ["model.language_model.embed_tokens.weight"]
+        rms = [float(np.sqrt(np.mean(bf16.to_f32(c.read(differ[0])) ** 2))) for c in (plain, peaked)]
+    assert 14 < rms[1] / rms[0] < 16  # the QAT scale, 0.3 against 0.02

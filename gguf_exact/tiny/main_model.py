@@ -32,7 +32,7 @@ from gguf_exact.gemma4 import names as gemma4_names
 from gguf_exact.gemma4.hparams import TextHparams, rope_freqs, text_fields
 from gguf_exact.gemma4.sizes import SIZES, TextShape
 from gguf_exact.stream.source_rows import RowSource, locate
-from gguf_exact.tiny.models import vocabulary
+from gguf_exact.tiny.models import char_vocabulary, vocabulary
 from gguf_exact.tiny.synthetic import qat_matrix, random_matrix
 
 T = GGMLQuantizationType
@@ -235,8 +235,9 @@ def _seed(seed: int, name: str, r0: int) -> np.random.Generator:
     return np.random.default_rng([seed, zlib.crc32(name.encode()), r0])
 
 
-def source_fill(t: ModelTensor, seed: int, step_kind: str = "fp32"):
-    """Rows [r0, r1) of a tensor's source values (bf16 bits), seeded per chunk."""
+def source_fill(t: ModelTensor, seed: int, step_kind: str = "fp32", scale: float = 0.02):
+    """Rows [r0, r1) of a tensor's source values (bf16 bits), seeded per chunk; a matrix's
+    values on the QAT grid at ``scale`` (:func:`~gguf_exact.tiny.synthetic.qat_matrix`)."""
     cols = t.shape[-1]
     per_row = int(np.prod(t.shape[1:-1], dtype=np.int64)) if len(t.shape) > 2 else 1
 
@@ -244,7 +245,8 @@ def source_fill(t: ModelTensor, seed: int, step_kind: str = "fp32"):
         rng = _seed(seed, t.hf_name, r0)
         n = (r1 - r0) * per_row
         if t.what == MAT:
-            return qat_matrix(rng, n, cols, step_kind=step_kind, zero_fraction=0.01).reshape(r1 - r0, *t.shape[1:])
+            values = qat_matrix(rng, n, cols, scale=scale, step_kind=step_kind, zero_fraction=0.01)
+            return values.reshape(r1 - r0, *t.shape[1:])
         if t.what == ROUTER:
             return random_matrix(rng, n, cols).reshape(r1 - r0, *t.shape[1:])
         if t.what == SCALAR:
@@ -255,11 +257,30 @@ def source_fill(t: ModelTensor, seed: int, step_kind: str = "fp32"):
     return fill
 
 
+# The token embedding's QAT scale that makes the next-token distribution peaked, as a trained
+# model's is: the tied head's logits then spread over several units (before the soft cap)
+# instead of a fraction of one, where every token is about as likely as any other.
+PEAKED_EMBED_SCALE = 0.3
+
+
 def write_main_checkpoint(
-    folder: str | Path, spec: MainSpec = TINY, seed: int = 0, step_kind: str = "fp32", shards: int = 1
+    folder: str | Path,
+    spec: MainSpec = TINY,
+    seed: int = 0,
+    step_kind: str = "fp32",
+    shards: int = 1,
+    embed_scale: float | None = None,
 ) -> Path:
-    """A QAT ``Gemma4ForConditionalGeneration`` folder, written in row chunks."""
-    stream = [StreamTensor(t.hf_name, t.shape, "BF16", source_fill(t, seed, step_kind)) for t in model_tensors(spec)]
+    """A QAT ``Gemma4ForConditionalGeneration`` folder, written in row chunks;
+    ``embed_scale``: ``embed_tokens``' QAT scale (default that of every matrix, 0.02;
+    :data:`PEAKED_EMBED_SCALE` for a peaked next-token distribution)."""
+
+    def fill(t: ModelTensor):
+        if embed_scale is not None and t.gguf_name == "token_embd.weight":
+            return source_fill(t, seed, step_kind, scale=embed_scale)
+        return source_fill(t, seed, step_kind)
+
+    stream = [StreamTensor(t.hf_name, t.shape, "BF16", fill(t)) for t in model_tensors(spec)]
     vision = "model.vision_tower.encoder.layers.0.self_attn.q_proj.linear.weight"  # not part of the text GGUF
     stream.append(
         StreamTensor(vision, (64, 64), "BF16", lambda r0, r1: random_matrix(_seed(seed, vision, r0), r1 - r0, 64))
@@ -267,8 +288,9 @@ def write_main_checkpoint(
     return write_folder(folder, hf_config(spec), sorted(stream, key=lambda t: t.name), shards)
 
 
-def donor_kv(spec: MainSpec = TINY, file_type: int = 2) -> list[bytes]:
-    """The donor's key/value pairs, raw, as Google's GGUFs carry them."""
+def donor_kv(spec: MainSpec = TINY, file_type: int = 2, char_tokens: bool = False) -> list[bytes]:
+    """The donor's key/value pairs, raw, as Google's GGUFs carry them; ``char_tokens``:
+    one character per token (:func:`~gguf_exact.tiny.models.char_vocabulary`)."""
     s, a = spec, gemma4_names.ARCH
     u32, f32, string = GGUFValueType.UINT32, GGUFValueType.FLOAT32, GGUFValueType.STRING
     kv = [
@@ -284,7 +306,7 @@ def donor_kv(spec: MainSpec = TINY, file_type: int = 2) -> list[bytes]:
             if f.sub_type is not None
             else encode_kv(f.key, f.vtype, f.value)
         )
-    tokens, scores, types = vocabulary(_rows(s, s.n_vocab))
+    tokens, scores, types = (char_vocabulary if char_tokens else vocabulary)(_rows(s, s.n_vocab))
     kv += [
         encode_kv("tokenizer.ggml.model", string, "llama"),
         encode_array_kv("tokenizer.ggml.tokens", string, tokens),
@@ -318,10 +340,12 @@ def write_donor(
     types: dict[str, GGMLQuantizationType] | None = None,
     split_experts: bool = False,
     chunk_values: int = 1 << 20,
+    char_tokens: bool = False,
 ) -> Path:
     """A Google-style ``gemma4`` GGUF made from the checkpoint at ``source``.
 
-    ``types`` overrides the donor type of GGUF names (tests: an F32 reference, ...).
+    ``types`` overrides the donor type of GGUF names (tests: an F32 reference, ...);
+    ``char_tokens``: its vocabulary one character per token (:func:`donor_kv`).
     """
     path = Path(path)
     tensors = [
@@ -332,7 +356,8 @@ def write_donor(
     rope = rope_freqs(TextHparams.from_hf(hf_config(spec)["text_config"]))
     entries = [TensorEntry(t.gguf_name, tuple(reversed(t.shape)), t.donor_type) for t in tensors]
     entries.insert(1, TensorEntry("rope_freqs.weight", (rope.size,), T.F32))
-    with streaming_gguf(path, 3, donor_kv(spec), entries, 32) as writer:
+    kv = donor_kv(spec, char_tokens=char_tokens)
+    with streaming_gguf(path, 3, kv, entries, 32) as writer:
         for entry in entries:
             offset = writer.place(entry)
             if entry.name == "rope_freqs.weight":
@@ -346,5 +371,5 @@ def write_donor(
                 r1 = min(rows, r0 + step)
                 raw = donor_bytes(as_f32(src.read(r0, r1)), entry.type)
                 pwrite_all(writer.fd, raw, offset + r0 * raw.shape[1])
-        writer.finish(donor_kv(spec))
+        writer.finish(kv)
     return path

@@ -67,6 +67,28 @@ def vocabulary(n_vocab: int) -> tuple[list[str], list[float], list[int]]:
     return tokens, scores, [int(t) for t in types]
 
 
+# Single code points from plane 1 up (no surrogates, no noncharacters U+xFFFE/U+xFFFF):
+# every token of char_vocabulary is one character, so no two tokens concatenate to a third.
+FIRST_CHAR = 0x10000
+
+
+def char_vocabulary(n_vocab: int) -> tuple[list[str], list[float], list[int]]:
+    """:func:`vocabulary`'s specials and byte tokens, then one token per character (``▁``
+    first): llama.cpp's SPM tokenizer merges no pair of them, so any text of these
+    characters is one token per character and a detokenized token sequence tokenizes
+    back to itself (what a benchmark that generates its text from the model needs)."""
+    tokens, _, types = vocabulary(259)
+    chars = ["▁"]
+    cp = FIRST_CHAR
+    while len(tokens) + len(chars) < n_vocab:
+        if cp & 0xFFFE != 0xFFFE:
+            chars.append(chr(cp))
+        cp += 1
+    tokens += chars
+    types += [int(TokenType.NORMAL)] * len(chars)
+    return tokens, [0.0] * len(tokens), types
+
+
 def write_hf_tokenizer(folder: str | Path, n_vocab: int) -> Path:
     """The same vocabulary as an HF fast tokenizer in ``folder``: ``tokenizer.json``
     (BPE with byte fallback and a ``Sequence`` decoder, the form llama.cpp's converter
