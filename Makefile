@@ -48,11 +48,16 @@ test-quick: $(VENV)/.installed
 demo: setup
 	$(BIN)/gguf-exact demo build/demo
 
-# convert against llama-quantize (full E2B drafter, 262,144-token vocabulary), then every
-# command's GGUF checks on that vocabulary: the tables in docs/benchmarks.md.
+# convert against llama-quantize (full E2B drafter, 262,144-token vocabulary without merges and
+# with 500,000), every command's GGUF checks on that vocabulary, then quality at the full E2B shape
+# (a peaked synthetic QAT model, its exact re-pack and its Google-style donor against the bf16
+# reference: about 30 GB in a temp folder, deleted after; half an hour or more on 2 cores):
+# the tables in docs/benchmarks.md and docs/quality.md.
+BENCH_QUALITY_ARGS ?= --chunks 4 --ctx 256
 bench: setup llama-server
 	$(BIN)/python scripts/bench_convert.py
 	$(BIN)/python scripts/bench_checks.py
+	$(BIN)/python scripts/bench_quality.py $(BENCH_QUALITY_ARGS)
 
 # In-process draft-mtp runner against llama-server on tiny models (tokens/s ratio, Python
 # overhead per step); without a built llama-server it prints the runner's figures only.
