@@ -51,7 +51,7 @@ demo: setup
 # convert against llama-quantize (full E2B drafter, 262,144-token vocabulary without merges and
 # with 500,000), every command's GGUF checks on that vocabulary, then quality at the full E2B shape
 # (a peaked synthetic QAT model, its exact re-pack and its Google-style donor against the bf16
-# reference: about 30 GB in a temp folder, deleted after; half an hour or more on 2 cores):
+# reference: about 30 GB in a temp folder, deleted after; 45 minutes or more on 2 shared cores):
 # the tables in docs/benchmarks.md and docs/quality.md.
 BENCH_QUALITY_ARGS ?= --chunks 4 --ctx 256
 bench: setup llama-server
