@@ -55,12 +55,12 @@ from gguf_exact.gemma4.sizes import SIZES
 from gguf_exact.tiny.main_model import NORM, SCALAR, MainSpec, donor_kv, hf_config, model_tensors
 from gguf_exact.tiny.models import (
     TinyDrafter,
-    consistent_head,
     drafter_config,
     drafter_tensors,
     pass_through_layers,
     write_checkpoint,
 )
+from gguf_exact.tiny.ordered_head import consistent_head
 from gguf_exact.tiny.vocab import Vocabulary, gemma4_vocabulary, vocabulary_pairs
 
 T = GGMLQuantizationType
@@ -239,7 +239,7 @@ def drafter_weights(size: str, kind: str, cycle: list[int]) -> tuple[dict, dict[
         "masked_embedding.token_ordering": np.arange(spec.vocab_size, dtype=np.int64),
     }
     pass_through_layers(small, spec.num_hidden_layers)
-    consistent_head(small, spec.num_centroids)  # the clusters hold the tokens the drafter proposes
+    consistent_head(small, spec.num_centroids, spec.centroid_top_k)  # the clusters hold the tokens the drafter proposes
     return drafter_config(spec), small
 
 
