@@ -254,16 +254,17 @@ def target_pass_seconds(
         logits_all=True, verbose=False, n_gpu_layers=gpu_layers, flash_attn=True,  # as both engines run it
     )  # fmt: skip
     try:
-        prefix = list(range(300, 332))
+        n_vocab = llm.n_vocab()
+        prefix = vocab_ids(300, 32, n_vocab)
         llm.eval(prefix)
-        llm.eval([400])  # pages the weights in
+        llm.eval(vocab_ids(400, 1, n_vocab))  # pages the weights in
         out = {}
         for k in rows:
             times = []
             for i in range(repeats + 1):  # the first, discarded, pages in what k rows touch
                 llm.n_tokens = len(prefix)
                 t = time.perf_counter()
-                llm.eval(list(range(500, 500 + k)))
+                llm.eval(vocab_ids(500, k, n_vocab))
                 if i:
                     times.append(time.perf_counter() - t)
             out[k] = statistics.median(times)
@@ -275,9 +276,10 @@ def target_pass_seconds(
 @dataclass
 class DrafterProfile:
     step_seconds: float  # one drafter decode (one draft token), no hook attached
-    head_seconds: float  # its output head node, timed node by node
+    head_seconds: float  # its output head's nodes, timed node by node
     profiled_step_seconds: float  # the whole step, timed node by node
     nodes: int
+    head_nodes: tuple[str, ...] = ()  # the nodes timed as the head, in llama.cpp's order
 
     @property
     def head_share(self) -> float:
@@ -285,6 +287,13 @@ class DrafterProfile:
 
     def as_dict(self) -> dict:
         return self.__dict__ | {"head_share": self.head_share}
+
+
+def vocab_ids(first: int, count: int, n_vocab: int) -> list[int]:
+    """``count`` consecutive token ids from ``first`` (the profiles' arbitrary text), moved down
+    to end at the last id of a vocabulary too small for them (the tiny pairs' 320 tokens)."""
+    start = max(0, min(first, n_vocab - count))
+    return list(range(start, start + count))
 
 
 def drafter_profile(target: Path, drafter: Path, threads: int, steps: int = 10, gpu_layers: int = 0) -> DrafterProfile:
@@ -308,16 +317,17 @@ def drafter_profile(target: Path, drafter: Path, threads: int, steps: int = 10, 
 
     hook = llama_cpp.ggml_backend_sched_eval_callback(callback)
     with Runner(target, drafter, n_ctx=512, n_threads=threads, n_gpu_layers=gpu_layers) as r:
-        r.generate(list(range(300, 332)), 2, 1)  # a target cache for the drafter to read
+        r.generate(vocab_ids(300, 32, r.n_vocab), 2, 1)  # a target cache for the drafter to read
+        (token,) = vocab_ids(400, 1, r.n_vocab)
         pos = r.llm.n_tokens  # llama.cpp wants the draft right after the cache's last position
         plain = r.drafter
         h = (ctypes.c_float * plain.n_embd)()
         for _ in range(5):  # the first steps page the head in (0.4 s each on a full-size E2B)
-            plain.draft(400, pos, 1, h)
+            plain.draft(token, pos, 1, h)
         times = []
         for _ in range(steps):
             plain.seconds = 0.0
-            plain.draft(400, pos, 1, h)
+            plain.draft(token, pos, 1, h)
             times.append(plain.seconds)
         step = statistics.median(times)
         defaults = llama_cpp.llama_context_default_params
@@ -335,21 +345,22 @@ def drafter_profile(target: Path, drafter: Path, threads: int, steps: int = 10, 
             finally:
                 llama_cpp.llama_context_default_params = defaults
             for _ in range(3):
-                timed.draft(400, pos, 1, h)
+                timed.draft(token, pos, 1, h)
             heads, totals = [], []
             for _ in range(steps):
                 seen.clear()
                 t0 = time.perf_counter()
-                timed.draft(400, pos, 1, h)
-                last, head = t0, 0.0
+                timed.draft(token, pos, 1, h)
+                last, head, head_nodes = t0, 0.0, []
                 for name, t in seen:
                     if name == HEAD_NODE or name.startswith(ORDERED_HEAD_NODES):
                         head += t - last
+                        head_nodes.append(name)
                     last = t
                 heads.append(head)
                 totals.append(last - t0)
             nodes = len(seen)
-    return DrafterProfile(step, statistics.median(heads), statistics.median(totals), nodes)
+    return DrafterProfile(step, statistics.median(heads), statistics.median(totals), nodes, tuple(head_nodes))
 
 
 def predicted_speedup(
@@ -379,6 +390,7 @@ __all__ = [
     "DrafterProfile",
     "concurrent_arm",
     "drafter_profile",
+    "vocab_ids",
     "peak_rss_mib",
     "predicted_speedup",
     "engines_arm",
