@@ -100,15 +100,17 @@ PORT    ?= 8080
 serve: setup
 	$(BIN)/gguf-exact serve --profile $(PROFILE) --model $(MODEL) $(if $(DRAFT),--draft $(DRAFT)) --port $(PORT) $(ARGS)
 
-# The published exact drafters, each checked against checksums/<recipe>.sha256 before it is
-# placed in $(MODELS)/<repo>/<file> (downloads go through the Hub cache and resume).
+# The drafters: each recipe's checkpoint and published exact file, checked against
+# checksums/<recipe>.sha256 before they are placed in $(MODELS)/<repo>/<file> (downloads go
+# through the Hub cache and resume), the checkpoint converted with its ordered-embedding head to
+# $(MODELS)/converted/ (the published file alone where the checkpoint is not pinned: E4B's).
 # build-draft rebuilds them from Google's sources at the pinned commits and fails unless the
 # rebuild is the published file (same sha256) or holds the same levels with other scales.
 .PHONY: draft build-draft
 MODELS  ?= models
 DRAFTS  ?= e2b-assistant e4b-assistant
 draft: setup
-	@for r in $(DRAFTS); do $(BIN)/gguf-exact fetch $$r --what exact --models-dir $(MODELS) || exit 1; done
+	@for r in $(DRAFTS); do $(BIN)/gguf-exact fetch $$r --models-dir $(MODELS) || exit 1; done
 build-draft: setup
 	@for r in $(DRAFTS); do $(BIN)/gguf-exact build $$r --models-dir $(MODELS) --out-dir build/drafters || exit 1; done
 
