@@ -14,6 +14,9 @@ CUDA    ?=
 VULKAN  ?=
 BACKEND := $(if $(CUDA),cuda$(CUDA),$(if $(VULKAN),vulkan,cpu))
 BACKEND_FLAGS := $(strip $(if $(CUDA),--cuda $(CUDA)) $(if $(VULKAN),--vulkan))
+# A Vulkan build first installs the Debian packages it needs (glslc, spirv-headers, libvulkan-dev,
+# lavapipe, vulkaninfo), as apt-get would; nothing when they are there.
+VULKAN_DEPS := $(if $(VULKAN),scripts/install-vulkan-deps.sh && )
 
 .PHONY: setup test test-quick demo bench clean parity
 
@@ -30,7 +33,7 @@ $(VENV)/.installed: pyproject.toml
 # old venv never keeps bindings built without them.
 SOURCE_PATCHES := gguf_exact/builds/source_patches.py $(wildcard gguf_exact/builds/patches/*.patch)
 $(VENV)/.bindings-$(BACKEND): $(VENV)/.installed $(SOURCE_PATCHES)
-	$(BIN)/python -m gguf_exact.builds.bindings_build --install $(BACKEND_FLAGS)
+	$(VULKAN_DEPS)$(BIN)/python -m gguf_exact.builds.bindings_build --install $(BACKEND_FLAGS)
 	$(BIN)/pip install -q -e '.[llama,server,test]'
 	rm -f $(VENV)/.bindings-*
 	touch $@
@@ -91,7 +94,7 @@ parity: setup $(PARITY_VENV)/.installed
 # `make test`; see docs/building-llama-cpp.md for their times): make llama-server CUDA=86 (or 75), VULKAN=1
 .PHONY: llama-server serve
 llama-server: setup
-	scripts/build-llama-cpp.sh $(BACKEND_FLAGS)
+	$(VULKAN_DEPS)scripts/build-llama-cpp.sh $(BACKEND_FLAGS)
 
 # make serve MODEL=target.gguf [DRAFT=drafter.gguf] [PROFILE=auto|rtx3050|...] [PORT=8080] [ARGS=--detach]
 # (without DRAFT serve finds the drafter; ARGS=--fetch-draft fetches it)

@@ -15,7 +15,6 @@ from gguf_exact.builds.gpu_toolchains import (
     binary_gpu_archs,
     find_cuda_toolkit,
     parse_wheel_pins,
-    require_vulkan_tools,
     system_cublas,
     wheel_pin_for,
 )
@@ -28,6 +27,7 @@ from gguf_exact.builds.llama_build import (
     server_version,
     unresolved_libraries,
 )
+from gguf_exact.builds.vulkan_tools import require_vulkan_tools
 from gguf_exact.errors import GgufExactError
 from gguf_exact.hub import checksums
 
@@ -177,7 +177,7 @@ def cuda() -> Finding:
 
 def vulkan() -> Finding:
     try:
-        tools = require_vulkan_tools()
+        tools = require_vulkan_tools(fetch=False)  # doctor downloads nothing
         return Finding(
             "Vulkan build tools", f"glslc: {tools.glslc}, headers {tools.header_version} ({tools.include_dir})", True
         )
