@@ -70,7 +70,7 @@ CUDA_ARCHS = ("75", "86")
 BACKEND = re.compile(r"cpu|vulkan|cuda[0-9]{2,3}")
 """Every backend name: the suffix of a build's cache folder and a profile's ``build``."""
 
-INFO_FILE = "build-info.json"
+INFO_FILE = build_probe.INFO_FILE
 
 
 # Failures with a known cause: (text in the build log, what to do).
@@ -326,8 +326,8 @@ def build_llama_cpp(
         if missing:  # no libcuda.so.1: a CUDA build made without the driver cannot run here
             probe = {"ok": None, "what": "llama-bench", "note": "not run here: no libcuda.so.1"}
         else:
-            log("probe: a batched Q4_0 matmul through llama-bench")
-            result = build_probe.probe_server_build(staged / "bin")
+            log("probe: a batched Q4_0 matmul through llama-bench, on the device the build is for")
+            result = build_probe.probe_server_build(staged / "bin", backend)
             build_probe.require_ok(result, cpu, f"llama.cpp {final.name}", build_command(backend))
             probe = result.record()
         info = {
@@ -356,6 +356,15 @@ def build_llama_cpp(
     if result is None:
         raise BuildError(f"{final}: build did not install every target; full log: {logfile}")
     return result
+
+
+def reprobe_build(backend: str) -> build_probe.ProbeResult:
+    """The installed ``backend`` build's probe run again on its device and recorded in its
+    ``build-info.json`` (:func:`.build_probe.reprobe_install`); nothing is built."""
+    found = find_build(backend)
+    if found is None:
+        raise BuildError(f"llama.cpp {backend}: not built here, nothing to probe; run `{build_command(backend)}`")
+    return build_probe.reprobe_install(found.bin_dir.parent, backend)
 
 
 def unresolved_libraries(binary: Path) -> list[str]:
