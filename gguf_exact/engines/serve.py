@@ -52,10 +52,13 @@ class ServePlan:
         return not self.launch.api_key and not is_loopback(self.launch.host)
 
 
-def card_memory(profile: Profile, choice: Choice | None) -> tuple[int | None, str]:
-    """The GPU memory the plan must fit, and the card's name: nvidia-smi's first GPU,
-    else the profile's ``memory_mib``."""
+def card_memory(profile: Profile, choice: Choice | None, device: Device | None = None) -> tuple[int | None, str]:
+    """The GPU memory the plan must fit, and the card's name: nvidia-smi's first GPU, else
+    the device llama-server reports (a Vulkan device nvidia-smi does not know), else the
+    profile's ``memory_mib``."""
     gpu = choice.gpu if choice is not None else None
+    if gpu is None and device is not None and device.backend == "Vulkan":
+        return device.total_mib, f"{device.name} ({device.description}, as llama-server reports it)"
     if gpu is None and profile.build != "cpu":
         from gguf_exact.runtime.gpus import query_gpus
 
@@ -88,9 +91,9 @@ def plan_serve(settings: ServeSettings, dry_run: bool = False) -> ServePlan:
     )
     pair = launch.pair
     memory = plan_memory(pair.target, pair.drafter, launch.profile, launch.engine)
-    warning = memory.warning(*card_memory(launch.profile, choice))
     device = require_device(launch) if not dry_run and launch.engine == "llama-server" else None
     software = device is not None and is_software(device)
+    warning = memory.warning(*card_memory(launch.profile, choice, device))
     return ServePlan(launch, choice, found, memory, warning, dry_run, device, software)
 
 
