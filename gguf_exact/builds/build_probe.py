@@ -32,6 +32,8 @@ INFO_FILE = "build-info.json"
 PROMPT_TOKENS = 64
 """A batch wide enough for every quantized matmul path (AMX takes batches of 16 and up)."""
 TIMEOUT_S = 300
+DEVICE_TIMEOUT_S = 900
+"""On a device: lavapipe compiles every shader pipeline on first use (the probe took 159 s on 2 busy cores)."""
 
 
 @dataclass(frozen=True)
@@ -69,11 +71,11 @@ print("probe ok", m.n_tokens)
 """
 
 
-def _run(what: str, cmd: list[str], env: dict | None = None) -> ProbeResult:
+def _run(what: str, cmd: list[str], env: dict | None = None, timeout: float = TIMEOUT_S) -> ProbeResult:
     try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=TIMEOUT_S, env=env)
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
     except subprocess.TimeoutExpired:
-        return ProbeResult(what, False, -1, "", f"no answer in {TIMEOUT_S} s")
+        return ProbeResult(what, False, -1, "", f"no answer in {timeout:.0f} s")
     except OSError as e:
         return ProbeResult(what, False, -1, "", f"cannot run {cmd[0]}: {e.strerror}")
     rc = proc.returncode
@@ -105,7 +107,8 @@ def probe_server_build(bin_dir: Path, backend: str = "cpu") -> ProbeResult:
     with tempfile.TemporaryDirectory(prefix="gguf-exact-probe-") as tmp:
         model = write_probe_model(Path(tmp) / "probe-q4_0.gguf")
         cmd = [str(bin_dir / "llama-bench"), "-m", str(model), "-p", str(PROMPT_TOKENS), "-n", "2", "-r", "1"]
-        result = _run("llama-bench", cmd + ["-ngl", str(layers), "-t", "2", "-o", "csv"], devices.device_env(visible))
+        args = cmd + ["-ngl", str(layers), "-t", "2", "-o", "csv"]
+        result = _run("llama-bench", args, devices.device_env(visible), DEVICE_TIMEOUT_S if device else TIMEOUT_S)
     result = replace(result, device=device.line() if device else "", visible_devices=visible or "", gpu_layers=layers)
     gpu_info = _csv_column(result.stdout, "gpu_info")
     if device is not None and result.ok and device.description not in gpu_info:

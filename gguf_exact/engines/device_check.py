@@ -38,6 +38,22 @@ def is_software(device: devices.Device) -> bool:
     }
 
 
+def refuse_software_flash_attn(launch: Launch, device: devices.Device) -> None:
+    """Flash attention on a software device (lavapipe): refused. Mesa 22.3.6's lavapipe (Debian 12)
+    dies with SIGSEGV inside ``libvulkan_lvp.so`` on the first request that runs llama.cpp's
+    flash-attention shader (the target alone, ``-fa on`` or ``auto``; ``-fa off`` serves), so a
+    profile that leaves it on would start, pass ``/health`` and die on its first request."""
+    server = launch.profile.server
+    value = next((server[k] for k in ("flash-attn", "fa") if k in server), "auto")  # llama.cpp's default: auto
+    if str(value).lower() not in ("off", "false", "0"):
+        raise ServerError(
+            f"flash-attn {value} on {device.line()}: this software device crashes (SIGSEGV in libvulkan_lvp.so) on the first request "
+            "that runs llama.cpp's flash-attention shader; pass ",
+            Param("overrides"),
+            " flash-attn=off to serve on it",
+        )
+
+
 def require_device(launch: Launch) -> devices.Device | None:
     """The first device of the profile's GPU backend that llama-server sees with the server's
     environment; None for a CPU build; one line when there is none."""
@@ -93,4 +109,10 @@ def _what_to_do(kind: str, launch: Launch) -> tuple:
     )
 
 
-__all__ = ["SOFTWARE_PROBE_TIMEOUT_S", "check_vulkan_devices", "is_software", "require_device"]
+__all__ = [
+    "SOFTWARE_PROBE_TIMEOUT_S",
+    "check_vulkan_devices",
+    "is_software",
+    "refuse_software_flash_attn",
+    "require_device",
+]

@@ -13,7 +13,13 @@ import subprocess
 from dataclasses import dataclass, replace
 
 from gguf_exact.builds.devices import Device
-from gguf_exact.engines.device_check import SOFTWARE_PROBE_TIMEOUT_S, check_vulkan_devices, is_software, require_device
+from gguf_exact.engines.device_check import (
+    SOFTWARE_PROBE_TIMEOUT_S,
+    check_vulkan_devices,
+    is_software,
+    refuse_software_flash_attn,
+    require_device,
+)
 from gguf_exact.engines.drafter_lookup import DrafterFound, resolve_drafter
 from gguf_exact.engines.launch import Launch, is_loopback, plan_launch
 from gguf_exact.engines.settings import ServeSettings
@@ -93,6 +99,8 @@ def plan_serve(settings: ServeSettings, dry_run: bool = False) -> ServePlan:
     memory = plan_memory(pair.target, pair.drafter, launch.profile, launch.engine)
     device = require_device(launch) if not dry_run and launch.engine == "llama-server" else None
     software = device is not None and is_software(device)
+    if software:
+        refuse_software_flash_attn(launch, device)  # type: ignore[arg-type]
     warning = memory.warning(*card_memory(launch.profile, choice, device))
     return ServePlan(launch, choice, found, memory, warning, dry_run, device, software)
 
