@@ -14,8 +14,11 @@ CUDA    ?=
 VULKAN  ?=
 BACKEND := $(if $(CUDA),cuda$(CUDA),$(if $(VULKAN),vulkan,cpu))
 BACKEND_FLAGS := $(strip $(if $(CUDA),--cuda $(CUDA)) $(if $(VULKAN),--vulkan))
+# A Vulkan build first installs the Debian packages it needs (glslc, spirv-headers, libvulkan-dev,
+# lavapipe, vulkaninfo), as apt-get would; nothing when they are there.
+VULKAN_DEPS := $(if $(VULKAN),scripts/install-vulkan-deps.sh && )
 
-.PHONY: setup test test-quick demo bench clean parity
+.PHONY: setup test test-quick test-vulkan demo bench clean parity
 
 # Everything but the bindings; pip never builds llama-cpp-python itself (its native build
 # traps on AMX CPUs at the pinned commit): the next step builds and installs it.
@@ -30,7 +33,7 @@ $(VENV)/.installed: pyproject.toml
 # old venv never keeps bindings built without them.
 SOURCE_PATCHES := gguf_exact/builds/source_patches.py $(wildcard gguf_exact/builds/patches/*.patch)
 $(VENV)/.bindings-$(BACKEND): $(VENV)/.installed $(SOURCE_PATCHES)
-	$(BIN)/python -m gguf_exact.builds.bindings_build --install $(BACKEND_FLAGS)
+	$(VULKAN_DEPS)$(BIN)/python -m gguf_exact.builds.bindings_build --install $(BACKEND_FLAGS)
 	$(BIN)/pip install -q -e '.[llama,server,test]'
 	rm -f $(VENV)/.bindings-*
 	touch $@
@@ -38,12 +41,22 @@ $(VENV)/.bindings-$(BACKEND): $(VENV)/.installed $(SOURCE_PATCHES)
 setup: $(VENV)/.installed $(VENV)/.bindings-$(BACKEND)
 
 test: setup llama-server
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -m "not vulkan"
+
+# The GPU path where there is no GPU: the Vulkan llama-server on Mesa's lavapipe (a Vulkan device
+# on the CPU), through the real profiles, beside the CPU build (tests marked vulkan). Installs the
+# Debian packages, builds the Vulkan llama-server once (about 35 min on 2 cores; cached), then the
+# tests (about 15 min). Not in `make test`: see README, "Tests". Run it after any change to the
+# serving path.
+test-vulkan: setup llama-server
+	scripts/install-vulkan-deps.sh
+	scripts/build-llama-cpp.sh --vulkan
+	$(BIN)/python -m pytest -q -m vulkan
 
 # The tests that need neither build (pytest -m: no llama_server, no bindings mark): a venv
 # from PyPI only, nothing built, a few minutes. `make test` (CI) runs these and the rest.
 test-quick: $(VENV)/.installed
-	$(BIN)/python -m pytest -q -m "not llama_server and not bindings"
+	$(BIN)/python -m pytest -q -m "not llama_server and not bindings and not vulkan"
 
 demo: setup
 	$(BIN)/gguf-exact demo build/demo
@@ -91,7 +104,7 @@ parity: setup $(PARITY_VENV)/.installed
 # `make test`; see docs/building-llama-cpp.md for their times): make llama-server CUDA=86 (or 75), VULKAN=1
 .PHONY: llama-server serve
 llama-server: setup
-	scripts/build-llama-cpp.sh $(BACKEND_FLAGS)
+	$(VULKAN_DEPS)scripts/build-llama-cpp.sh $(BACKEND_FLAGS)
 
 # make serve MODEL=target.gguf [DRAFT=drafter.gguf] [PROFILE=auto|rtx3050|...] [PORT=8080] [ARGS=--detach]
 # (without DRAFT serve finds the drafter; ARGS=--fetch-draft fetches it)

@@ -9,13 +9,13 @@ import shutil
 import subprocess
 from dataclasses import dataclass
 
+from gguf_exact.builds import devices
 from gguf_exact.builds.cpu_features import host_cpu
 from gguf_exact.builds.gpu_toolchains import (
     CUBLAS_CHECKSUMS,
     binary_gpu_archs,
     find_cuda_toolkit,
     parse_wheel_pins,
-    require_vulkan_tools,
     system_cublas,
     wheel_pin_for,
 )
@@ -28,6 +28,8 @@ from gguf_exact.builds.llama_build import (
     server_version,
     unresolved_libraries,
 )
+from gguf_exact.builds.vulkan_tools import require_vulkan_tools
+from gguf_exact.constants import VULKAN_VISIBLE_ENV
 from gguf_exact.errors import GgufExactError
 from gguf_exact.hub import checksums
 
@@ -91,13 +93,26 @@ def bindings() -> list[Finding]:
 PROBE_WORDS = {True: "probe passed", None: "probe not run here", False: "probe FAILED"}
 
 
+def describe_probe(probe: dict, backend: str = "cpu") -> str:
+    """A probe record in a few words: how it went and where it ran (``-ngl 99`` on which device)."""
+    words = PROBE_WORDS[probe.get("ok")]
+    if probe.get("device"):
+        shown = f", {VULKAN_VISIBLE_ENV}={probe['visible_devices']}" if probe.get("visible_devices") else ""
+        return f"{words} on {probe['device']} (-ngl {probe.get('gpu_layers', '?')}{shown})"
+    if backend == "cpu" or probe.get("ok") is None:
+        return words
+    if "device" in probe:
+        return f"{words} on the CPU: no {backend} device here"
+    return f"{words} on the CPU (recorded before probes ran on the device; `{build_command(backend)} --reprobe`)"
+
+
 def describe_build(info: dict) -> str:
     """What a build's ``build-info.json`` says it was made with, in one line."""
     parts = []
     if info.get("cpu_features"):
         parts.append(f"CPU features {info['cpu_features']}")
     if isinstance(info.get("probe"), dict):
-        parts.append(PROBE_WORDS[info["probe"].get("ok")])
+        parts.append(describe_probe(info["probe"], info.get("backend", "cpu")))
     if "cuda_toolkit" in info:
         t, c = info["cuda_toolkit"], info.get("cublas", {})
         parts.append(f"CUDA {t.get('version', '?')} ({t.get('root', '?')})")
@@ -177,7 +192,7 @@ def cuda() -> Finding:
 
 def vulkan() -> Finding:
     try:
-        tools = require_vulkan_tools()
+        tools = require_vulkan_tools(fetch=False)  # doctor downloads nothing
         return Finding(
             "Vulkan build tools", f"glslc: {tools.glslc}, headers {tools.header_version} ({tools.include_dir})", True
         )
@@ -185,6 +200,36 @@ def vulkan() -> Finding:
         return Finding(
             "Vulkan build tools", e.render(lambda p: "").removeprefix(": "), False
         )  # the problem, not the flag
+
+
+def vulkan_devices() -> Finding:
+    """The Vulkan devices the loader lists (vulkaninfo) and which of them the Vulkan
+    llama-server sees: a CPU-type device (lavapipe) only when named (``serve --vulkan-devices``)."""
+    name = "Vulkan devices"
+    listed = devices.vulkan_devices()
+    if listed is None:
+        return Finding(name, "vulkaninfo not found (scripts/install-vulkan-deps.sh installs vulkan-tools)", False)
+    there = "; ".join(d.line() for d in listed) or "none"
+    build = find_build("vulkan")
+    if build is None or not listed:
+        return Finding(name, f"vulkaninfo: {there}", bool(listed))
+    try:
+        seen = devices.list_devices(build.binary())
+        soft = None if seen else devices.software_visible()
+        named = devices.list_devices(build.binary(), devices.device_env(soft)) if soft else []
+    except GgufExactError as e:
+        return Finding(name, f"vulkaninfo: {there}; llama-server (vulkan): {e}", False)
+    if seen:
+        return Finding(name, f"vulkaninfo: {there}; llama-server (vulkan) uses {', '.join(d.line() for d in seen)}", True)
+    if named:
+        shown = ", ".join(d.line() for d in named)
+        return Finding(
+            name,
+            f"vulkaninfo: {there}; llama-server (vulkan) sees none by itself (llama.cpp hides CPU-type devices), "
+            f"{shown} with {VULKAN_VISIBLE_ENV}={soft}: `gguf-exact serve --vulkan-devices {soft}`",
+            True,
+        )
+    return Finding(name, f"vulkaninfo: {there}; llama-server (vulkan) sees none of them", False)
 
 
 def gpus() -> Finding:
@@ -199,4 +244,4 @@ def gpus() -> Finding:
 
 def diagnose() -> list[Finding]:
     """Every finding, in the order ``gguf-exact doctor`` prints them."""
-    return [cpu(), *bindings(), *server_builds(), cuda(), vulkan(), gpus()]
+    return [cpu(), *bindings(), *server_builds(), cuda(), vulkan(), vulkan_devices(), gpus()]

@@ -73,6 +73,13 @@ from gguf_exact.engines.settings import DEFAULT_ENGINE, DEFAULT_HOST, DEFAULT_PO
 @click.option(
     "--logprobs", is_flag=True, help="--engine python: keep every row's logits so requests may ask for logprobs."
 )
+@click.option(
+    "--vulkan-devices",
+    metavar="LIST",
+    help="The Vulkan devices the server may use, by index as `vulkaninfo --summary` numbers them (GPU0 is 0), "
+    "given to it as GGML_VK_VISIBLE_DEVICES: what makes a CPU-type device such as Mesa's lavapipe usable "
+    "(llama.cpp hides those). A GPU profile whose server sees no device of its backend is refused.",
+)
 @click.argument("extra", nargs=-1, type=click.UNPROCESSED, metavar="[-- LLAMA_SERVER_ARGS...]")
 def serve(
     target: Path,
@@ -93,6 +100,7 @@ def serve(
     no_probe: bool,
     engine: str,
     logprobs: bool,
+    vulkan_devices: str | None,
     extra: tuple[str, ...],
 ) -> None:
     """Serve a Gemma 4 target with its MTP drafter (draft-mtp) over HTTP.
@@ -132,6 +140,7 @@ def serve(
         logprobs=logprobs,
         server_bin=server_bin,
         extra_args=extra,
+        vulkan_devices=vulkan_devices,
         no_draft=no_draft,
         fetch_draft=fetch_draft,
         models_dir=models_dir,
@@ -149,6 +158,13 @@ def serve(
     if pair.drafter is not None:
         say(f"{'total':<8} {pair.target.weight_bytes + pair.drafter.weight_bytes:,} bytes of weights")
     say(profile_line(plan.profile, plan.choice))
+    if plan.device is not None:
+        soft = (
+            " (a software device: its first requests compile the GPU pipelines, tens of seconds)"
+            if plan.software_device
+            else ""
+        )
+        say(f"device   {plan.device.line()}{soft}")
     engine_note = "python engine: one sequence, the whole SWA cache; " if engine == "python" else ""
     say(
         f"memory plan ({'GPU' if plan.memory.gpu else 'CPU'}, {engine_note}estimated from the GGUF headers as llama.cpp sizes them):"

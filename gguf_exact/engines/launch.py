@@ -167,11 +167,14 @@ def server_env(launch: Launch) -> dict[str, str]:
     """The server's environment: this one, with the API key where its engine reads it
     (llama-server: ``LLAMA_API_KEY``; the python engine: ``GGUF_EXACT_API_KEY``) and no
     key at all when none was given (a key in the caller's environment is not inherited
-    by the servers ``tune`` and ``bench`` start for themselves)."""
+    by the servers ``tune`` and ``bench`` start for themselves); ``GGML_VK_VISIBLE_DEVICES``
+    set to the settings' ``vulkan_devices`` when given."""
     import os
 
+    from gguf_exact.builds.devices import device_env
+
     keys = (constants.API_KEY_ENV, constants.LLAMA_SERVER_KEY_ENV)
-    env = {k: v for k, v in os.environ.items() if k not in keys}
+    env = device_env(launch.settings.vulkan_devices, {k: v for k, v in os.environ.items() if k not in keys})
     if launch.api_key:
         env[constants.LLAMA_SERVER_KEY_ENV if launch.engine == llama_server.NAME else constants.API_KEY_ENV] = (
             launch.api_key

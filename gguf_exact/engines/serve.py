@@ -12,6 +12,14 @@ from __future__ import annotations
 import subprocess
 from dataclasses import dataclass, replace
 
+from gguf_exact.builds.devices import Device
+from gguf_exact.engines.device_check import (
+    SOFTWARE_PROBE_TIMEOUT_S,
+    check_vulkan_devices,
+    is_software,
+    refuse_software_flash_attn,
+    require_device,
+)
 from gguf_exact.engines.drafter_lookup import DrafterFound, resolve_drafter
 from gguf_exact.engines.launch import Launch, is_loopback, plan_launch
 from gguf_exact.engines.settings import ServeSettings
@@ -32,6 +40,8 @@ class ServePlan:
     memory: MemoryPlan
     memory_warning: str | None  # the plan exceeds the card's memory (a Message: render it with name=)
     dry_run: bool = False
+    device: Device | None = None  # the GPU device llama-server sees (a GPU build, not a dry run)
+    software_device: bool = False  # a CPU-type Vulkan device (lavapipe): slow first requests
 
     @property
     def profile(self) -> Profile:
@@ -48,10 +58,13 @@ class ServePlan:
         return not self.launch.api_key and not is_loopback(self.launch.host)
 
 
-def card_memory(profile: Profile, choice: Choice | None) -> tuple[int | None, str]:
-    """The GPU memory the plan must fit, and the card's name: nvidia-smi's first GPU,
-    else the profile's ``memory_mib``."""
+def card_memory(profile: Profile, choice: Choice | None, device: Device | None = None) -> tuple[int | None, str]:
+    """The GPU memory the plan must fit, and the card's name: nvidia-smi's first GPU, else
+    the device llama-server reports (a Vulkan device nvidia-smi does not know), else the
+    profile's ``memory_mib``."""
     gpu = choice.gpu if choice is not None else None
+    if gpu is None and device is not None and device.backend == "Vulkan":
+        return device.total_mib, f"{device.name} ({device.description}, as llama-server reports it)"
     if gpu is None and profile.build != "cpu":
         from gguf_exact.runtime.gpus import query_gpus
 
@@ -72,6 +85,7 @@ def plan_serve(settings: ServeSettings, dry_run: bool = False) -> ServePlan:
         (settings.profile, None) if isinstance(settings.profile, Profile) else resolve_profile(str(settings.profile))
     )
     s = settings
+    check_vulkan_devices(s.vulkan_devices)
     found = resolve_drafter(
         s.target, s.drafter, s.no_draft, s.models_dir, s.fetch_draft, default_auto=True, dry_run=dry_run
     )  # type: ignore[arg-type]
@@ -83,8 +97,12 @@ def plan_serve(settings: ServeSettings, dry_run: bool = False) -> ServePlan:
     )
     pair = launch.pair
     memory = plan_memory(pair.target, pair.drafter, launch.profile, launch.engine)
-    warning = memory.warning(*card_memory(launch.profile, choice))
-    return ServePlan(launch, choice, found, memory, warning, dry_run)
+    device = require_device(launch) if not dry_run and launch.engine == "llama-server" else None
+    software = device is not None and is_software(device)
+    if software:
+        refuse_software_flash_attn(launch, device)  # type: ignore[arg-type]
+    warning = memory.warning(*card_memory(launch.profile, choice, device))
+    return ServePlan(launch, choice, found, memory, warning, dry_run, device, software)
 
 
 @dataclass
@@ -99,7 +117,8 @@ class Started:
 
 def start_planned(plan: ServePlan, detach: bool = False, timeout: float = 600.0, probe: bool = True) -> Started:
     """Start the planned server and wait for ``/health``; then, with a drafter and
-    ``probe``, send one short request and judge whether draft-mtp is drafting."""
+    ``probe``, send one short request and judge whether draft-mtp is drafting (waiting up to
+    :data:`.device_check.SOFTWARE_PROBE_TIMEOUT_S` for it on a software device, else 120 s)."""
     from gguf_exact.engines.launch import start_server
     from gguf_exact.engines.status import server_status
 
@@ -108,7 +127,10 @@ def start_planned(plan: ServePlan, detach: bool = False, timeout: float = 600.0,
     started = Started(proc, seconds)
     if launch.pair.drafter is not None and probe:
         try:
-            status = server_status(launch.port, launch.run_dir.parent, probe_request=True, api_key=launch.api_key)
+            wait = SOFTWARE_PROBE_TIMEOUT_S if plan.software_device else None
+            status = server_status(
+                launch.port, launch.run_dir.parent, probe_request=True, api_key=launch.api_key, probe_timeout=wait
+            )
             started.speculation = status.speculation
         except GgufExactError as e:  # the server is up: say so, and keep serving
             started.probe_error = e

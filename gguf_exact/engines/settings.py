@@ -61,6 +61,7 @@ class ServeSettings:
     logprobs: bool = False  # the Python engine keeps every row's logits
     server_bin: str | Path | None = None  # llama-server: this executable instead of the cached build
     extra_args: tuple[str, ...] = ()  # llama-server: arguments after the profile's
+    vulkan_devices: str | None = None  # GGML_VK_VISIBLE_DEVICES for the server ("0"; lavapipe needs it)
     no_draft: bool = False  # plan_serve: the target alone, no lookup
     fetch_draft: bool = False  # plan_serve: fetch the recipe's drafter when none is found
     models_dir: str | Path = DEFAULT_MODELS_DIR  # plan_serve: where fetched drafters are placed and looked for
@@ -136,6 +137,7 @@ class ServeSettings:
             "overrides": list(self.overrides),
             "logprobs": self.logprobs,
             "insecure": self.insecure,
+            "vulkan_devices": self.vulkan_devices,
             "api_key": bool(self.api_key),
             "engine_options": asdict(self.engine_options) if self.engine_options else None,
             "ignored_keys": list(self.ignored_keys),
@@ -166,6 +168,7 @@ class ServeSettings:
             port=int(data["port"]),
             api_key=api_key,
             insecure=bool(data.get("insecure", False)),
+            vulkan_devices=data.get("vulkan_devices"),
             logprobs=bool(data.get("logprobs", False)),
             pair_checked=bool(data.get("pair_checked", False)),
             engine_options=EngineOptions(**options) if options else None,

@@ -83,6 +83,7 @@ def server_status(
     last: int = 5,
     probe_request: bool = False,
     api_key: str | None = None,
+    probe_timeout: float | None = None,
 ) -> ServerStatus:
     """Health, models, speculation, draft counters (``/metrics``) and the last
     ``last`` per-request ``draft acceptance`` lines of a server started by ``start_server``;
@@ -124,18 +125,23 @@ def server_status(
         figures = parse_metrics(body)
         st.counters = draft_counters(figures)
         st.policy = parse_snapshot(figures)
-    st.speculation = speculation_verdict(st, probe_request, api_key)
+    st.speculation = speculation_verdict(st, probe_request, api_key, probe_timeout)
     return st
 
 
-def speculation_verdict(st: ServerStatus, probe_request: bool = False, api_key: str | None = None) -> Verdict:
-    """Whether a running server is drafting: from a probe request's draft tokens, or the
-    counters since start, ``/slots`` and the log (:func:`.speculation.judge`)."""
+def speculation_verdict(
+    st: ServerStatus, probe_request: bool = False, api_key: str | None = None, probe_timeout: float | None = None
+) -> Verdict:
+    """Whether a running server is drafting: from a probe request's draft tokens (waiting
+    ``probe_timeout`` seconds for it, default :func:`.speculation.probe`'s), or the counters
+    since start, ``/slots`` and the log (:func:`.speculation.judge`)."""
     state = st.state
     engine = state.get("engine") or "llama-server"
     drafted = accepted = None
     if probe_request:
-        drafted, accepted = probe(state["url"], api_key=api_key)
+        drafted, accepted = probe(
+            state["url"], api_key=api_key, **({"timeout": probe_timeout} if probe_timeout else {})
+        )
     elif st.counters is not None:
         drafted, accepted = st.counters.draft_tokens, st.counters.accepted_tokens
     return judge(
