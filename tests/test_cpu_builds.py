@@ -133,7 +133,7 @@ def test_the_cpu_server_build_is_probed_and_named_by_its_features():
     assert binary.parent.parent.name == f"0c1e57098+24+23+22142+rpc-cpu-{cpu.tag}"
     assert info["cpu_features"] == cpu.tag
     assert info["probe"] == {"what": "llama-bench", "ok": True, "returncode": 0, "signal": "", "prompt_tokens": 64}
-    assert [a for a in info["cmake"] if a.startswith("-DGGML_")] == cpu.cmake_args()[0:]
+    assert [a for a in info["cmake"] if a.startswith("-DGGML_")] == ["-DGGML_RPC=ON", *cpu.cmake_args()]
     # the probe passes on the installed build, not only when it was made
     assert build_probe.probe_server_build(binary.parent).ok
 
