@@ -107,6 +107,8 @@ def describe_build(info: dict) -> str:
             parts.append(f"cuBLAS system ({c.get('lib_dir', '?')})")
         if info.get("min_driver"):
             parts.append(f"needs NVIDIA driver >= {info['min_driver']}")
+    if rpc := rpc_worker_build(info):
+        parts.append(rpc)
     if info.get("glslc"):
         parts.append(f"glslc: {info['glslc']}")
     if info.get("vulkan_headers"):
@@ -115,6 +117,18 @@ def describe_build(info: dict) -> str:
         jobs = f" with -j{info['jobs']}" if "jobs" in info else ""
         parts.append(f"built in {info['build_seconds']:.0f} s{jobs}")
     return ", ".join(parts)
+
+
+def rpc_worker_build(info: dict) -> str | None:
+    """The build's RPC part in a few words (``rpc-server, GGML_RPC=ON, protocol 7.0.0``), or None
+    for a build without it. Builds made before ``build-info.json`` had its ``rpc`` record
+    say so only in their CMake arguments."""
+    rpc = info.get("rpc")
+    if isinstance(rpc, dict) and rpc.get("ggml_rpc"):
+        return f"{rpc.get('server', 'rpc-server')}, GGML_RPC=ON, RPC protocol {rpc.get('protocol', '?')}"
+    if "-DGGML_RPC=ON" in info.get("cmake", []):
+        return "rpc-server, GGML_RPC=ON"
+    return None
 
 
 def build_finding(backend: str) -> Finding:
