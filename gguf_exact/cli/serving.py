@@ -24,7 +24,8 @@ from gguf_exact.cli.options import (
     target_and_draft_options,
 )
 from gguf_exact.constants import API_KEY_ENV
-from gguf_exact.engines.settings import DEFAULT_ENGINE, DEFAULT_HOST, DEFAULT_PORT, ENGINES, LOG_FILE, ServeSettings
+from gguf_exact.cli.rpc import rpc_plan_lines, show_worker
+from gguf_exact.engines.settings import DEFAULT_ENGINE, DEFAULT_HOST, DEFAULT_PORT, ENGINES, LOG_FILE, RPC_ENGINE, ServeSettings
 
 
 @main.command()
@@ -52,6 +53,12 @@ from gguf_exact.engines.settings import DEFAULT_ENGINE, DEFAULT_HOST, DEFAULT_PO
     "--insecure", is_flag=True, help="Serve a --host other machines can reach without an API key: anyone may use it."
 )
 @server_bin_option
+@click.option(
+    "--rpc",
+    metavar="HOST:PORT[,HOST:PORT...]",
+    help="Split the model over these RPC workers' devices and this machine's (`gguf-exact rpc-server` on each "
+    "worker; the profile's rpc key otherwise). llama-server only.",
+)
 @click.option("--detach", is_flag=True, help="Run in the background (pid file and log in the run directory).")
 @click.option(
     "--dry-run",
@@ -87,6 +94,7 @@ def serve(
     api_key: str | None,
     insecure: bool,
     server_bin: Path | None,
+    rpc: str | None,
     detach: bool,
     dry_run: bool,
     timeout: float,
@@ -132,6 +140,7 @@ def serve(
         logprobs=logprobs,
         server_bin=server_bin,
         extra_args=extra,
+        rpc=(rpc,) if rpc else (),
         no_draft=no_draft,
         fetch_draft=fetch_draft,
         models_dir=models_dir,
@@ -150,11 +159,14 @@ def serve(
         say(f"{'total':<8} {pair.target.weight_bytes + pair.drafter.weight_bytes:,} bytes of weights")
     say(profile_line(plan.profile, plan.choice))
     engine_note = "python engine: one sequence, the whole SWA cache; " if engine == "python" else ""
-    say(
-        f"memory plan ({'GPU' if plan.memory.gpu else 'CPU'}, {engine_note}estimated from the GGUF headers as llama.cpp sizes them):"
-    )
-    for line in plan.memory.lines():
+    if plan.devices is None:
+        say(
+            f"memory plan ({'GPU' if plan.memory.gpu else 'CPU'}, {engine_note}estimated from the GGUF headers as llama.cpp sizes them):"
+        )
+    for line in plan.memory.lines() if plan.devices is None else rpc_plan_lines(plan):
         say(line)
+    for line in plan.devices.warnings() if plan.devices else ():
+        warn(message(line))
     if plan.memory_warning:
         warn(message(plan.memory_warning))
     say(launch.command_line)
@@ -216,6 +228,8 @@ def status(port: int | None, last: int, as_json: bool, probe: bool, api_key: str
     st = server_status(port, last=last, probe_request=probe, api_key=api_key)
     if as_json:
         click.echo(json.dumps(st.as_dict(), indent=2, default=str))
+    elif st.state.get("engine") == RPC_ENGINE:
+        show_worker(st, lambda line: console.out.print(line, markup=False))
     else:
         show = lambda line: console.out.print(line, markup=False)  # noqa: E731
         s = st.state

@@ -14,10 +14,12 @@ from dataclasses import dataclass, replace
 
 from gguf_exact.engines.drafter_lookup import DrafterFound, resolve_drafter
 from gguf_exact.engines.launch import Launch, is_loopback, plan_launch
+from gguf_exact.engines.rpc_probe import WorkerReport, parse_endpoints, probe_worker, require_workers
 from gguf_exact.engines.settings import ServeSettings
 from gguf_exact.engines.speculation import Verdict
 from gguf_exact.errors import GgufExactError
-from gguf_exact.runtime.memory_plan import MemoryPlan, plan_memory
+from gguf_exact.runtime.device_plan import Device, DevicePlan, plan_devices
+from gguf_exact.runtime.memory_plan import MemoryPlan, Settings, plan_memory
 from gguf_exact.runtime.profile_choice import Choice, resolve_profile
 from gguf_exact.runtime.profiles import Profile
 
@@ -32,6 +34,8 @@ class ServePlan:
     memory: MemoryPlan
     memory_warning: str | None  # the plan exceeds the card's memory (a Message: render it with name=)
     dry_run: bool = False
+    devices: DevicePlan | None = None  # serve --rpc: the plan over the workers' and local devices
+    workers: list[WorkerReport] | None = None  # serve --rpc: what each worker answered
 
     @property
     def profile(self) -> Profile:
@@ -83,8 +87,40 @@ def plan_serve(settings: ServeSettings, dry_run: bool = False) -> ServePlan:
     )
     pair = launch.pair
     memory = plan_memory(pair.target, pair.drafter, launch.profile, launch.engine)
-    warning = memory.warning(*card_memory(launch.profile, choice))
-    return ServePlan(launch, choice, found, memory, warning, dry_run)
+    rpc = launch.profile.server.get("rpc")
+    if not rpc:
+        warning = memory.warning(*card_memory(launch.profile, choice))
+        return ServePlan(launch, choice, found, memory, warning, dry_run)
+    workers = [probe_worker(e) for e in parse_endpoints(str(rpc))] if dry_run else require_workers(parse_endpoints(str(rpc)))
+    devices = plan_over_devices(launch, workers, choice)
+    if pair.drafter is not None and "spec-draft-device" not in launch.profile.draft:
+        placed = f"draft.spec-draft-device={devices.draft_device}"  # where the plan put it, on the command line
+        launch = plan_launch(
+            replace(launch.settings, overrides=launch.settings.overrides + (placed,)),
+            check_port=not dry_run,
+            require_build=not dry_run,
+        )
+    return ServePlan(launch, choice, found, memory, None, dry_run, devices, workers)
+
+
+def plan_over_devices(launch: Launch, workers: list[WorkerReport], choice: Choice | None) -> DevicePlan:
+    """The plan over the workers' devices (``RPC0``, ``RPC1``, ... in ``--rpc`` order; a worker
+    that did not answer, in a dry run, as one device of unknown memory) and the local GPU."""
+    devices, k = [], 0
+    for w in workers:
+        for d in w.devices or [None]:
+            devices.append(Device(f"RPC{k}", w.endpoint, d.free if d else None, d.total if d else None))
+            k += 1
+    prof = launch.profile
+    if prof.build != "cpu":
+        card, _ = card_memory(prof, choice)
+        local = card * 2**20 if card else None
+        devices.append(Device(("Vulkan0" if prof.build == "vulkan" else "CUDA0"), "local", local, local))
+    settings = Settings.from_profile(prof, with_draft=launch.pair.drafter is not None, engine=launch.engine)
+    return plan_devices(
+        launch.pair.target, launch.pair.drafter, settings, devices,
+        prof.server.get("tensor-split", prof.server.get("ts")), prof.draft.get("spec-draft-device"),
+    )  # fmt: skip
 
 
 @dataclass
@@ -115,4 +151,4 @@ def start_planned(plan: ServePlan, detach: bool = False, timeout: float = 600.0,
     return started
 
 
-__all__ = ["ServePlan", "Started", "card_memory", "plan_serve", "start_planned"]
+__all__ = ["ServePlan", "Started", "card_memory", "plan_over_devices", "plan_serve", "start_planned"]
