@@ -270,3 +270,17 @@ def test_the_plan_over_devices_splits_every_byte_and_places_the_drafter_with_its
         plan_devices(t, d, s, devs, draft_device="RPC7")
     assert plan_devices(t, None, s, devs).draft_device is None
     assert CPU == "CPU"
+
+
+def test_doctor_lists_the_workers_given_and_those_running_here(fake, tmp_path, monkeypatch):
+    monkeypatch.setenv("GGUF_EXACT_RUN_DIR", str(tmp_path))
+    assert doctor.rpc_workers() == [
+        doctor.Finding("RPC workers", "none given or running here (`gguf-exact rpc-server` starts one)", True)
+    ]
+    w, busy = fake(), fake("silent")
+    found = doctor.rpc_workers((f"{w.endpoint},{busy.endpoint}",))
+    assert [f.ok for f in found] == [True, True]  # busy: serving its head, which is fine
+    assert found[0].value.startswith(f"{w.endpoint}: rpc-server, protocol 7.0.0, 2 device(s)")
+    assert found[1].value.startswith(f"{busy.endpoint}: busy (accepts but does not answer")
+    with pytest.raises(rpc_probe.ArgumentError, match="rpc 'nope'"):
+        doctor.rpc_workers(("nope",))

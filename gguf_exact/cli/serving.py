@@ -125,7 +125,8 @@ def serve(
     instead, with the same profile.
     """
     from gguf_exact.engines.launch import serve_foreground
-    from gguf_exact.engines.serve import plan_serve, start_planned
+    from gguf_exact.engines.serve import plan_serve, start_planned, workers_gone
+    from gguf_exact.errors import ServerError
 
     settings = ServeSettings(
         target=target,
@@ -198,7 +199,10 @@ def serve(
         key = f" (with {API_KEY_ENV} set)" if launch.api_key else ""
         say(f"detached; `gguf-exact status --port {port}`{key} reports on it, `gguf-exact stop --port {port}` ends it")
         return
-    sys.exit(serve_foreground(launch, started.process))
+    code = serve_foreground(launch, started.process)
+    if gone := workers_gone(plan, code):
+        raise ServerError(gone)
+    sys.exit(code)
 
 
 @main.command()

@@ -32,7 +32,7 @@ PROBE_TIMEOUT = 3.0  # seconds for the connect and for each answer
 MAX_DEVICES = 16  # more than any worker exposes; a larger count is not an rpc-server's answer
 
 
-def parse_endpoint(text: str, what: Param | str = "rpc") -> tuple[str, int]:
+def parse_endpoint(text: str, what: Param | str = Param("rpc")) -> tuple[str, int]:
     """``HOST:PORT`` (``[::1]:PORT`` for IPv6) as (host, port); one line naming ``what`` otherwise."""
     host, sep, port = text.strip().rpartition(":")
     host = host.strip("[]")
@@ -43,7 +43,7 @@ def parse_endpoint(text: str, what: Param | str = "rpc") -> tuple[str, int]:
     return host, int(port)
 
 
-def parse_endpoints(text: str | tuple[str, ...] | list[str], what: Param | str = "rpc") -> tuple[str, ...]:
+def parse_endpoints(text: str | tuple[str, ...] | list[str], what: Param | str = Param("rpc")) -> tuple[str, ...]:
     """``HOST:PORT[,HOST:PORT...]`` (or a list of them) as checked ``HOST:PORT`` strings, in order."""
     items = text.split(",") if isinstance(text, str) else [p for t in text for p in str(t).split(",")]
     out = []

@@ -151,4 +151,19 @@ def start_planned(plan: ServePlan, detach: bool = False, timeout: float = 600.0,
     return started
 
 
-__all__ = ["ServePlan", "Started", "card_memory", "plan_over_devices", "plan_serve", "start_planned"]
+def workers_gone(plan: ServePlan, code: int) -> str | None:
+    """Why a server with RPC workers exited with ``code``, when a worker is gone (llama.cpp's RPC
+    backend aborts the server when a worker stops answering: ``Remote RPC server crashed``);
+    None when every worker still answers or there are none."""
+    if not code or not plan.workers:
+        return None
+    gone = [w.line() for w in (probe_worker(r.endpoint, timeout=1.0) for r in plan.workers) if w.state == "down"]
+    if not gone:
+        return None
+    return (
+        f"{plan.launch.label} exited with code {code}: RPC worker {'; '.join(gone)}; llama.cpp's RPC backend stops "
+        "the server when a worker goes away: start the worker again, then serve again"
+    )
+
+
+__all__ = ["ServePlan", "Started", "card_memory", "plan_over_devices", "plan_serve", "start_planned", "workers_gone"]
