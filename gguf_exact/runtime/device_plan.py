@@ -114,9 +114,9 @@ class DevicePlan:
                 Message(
                     f"{s.device.name} ({s.device.where}) gets {mib(s.total)} of {free / MIB:,.0f} MiB free "
                     "(llama.cpp keeps 1 GiB free: its --fit will shrink the context or keep layers on the CPU); "
-                    "move layers with ",
+                    "move layers with tensor-split",
                     Param("overrides", aside=" ({} tensor-split=A,B,...)"),
-                    " or lower ctx-size",
+                    ", keep some on the CPU with n-gpu-layers, or lower ctx-size",
                 )
             )
         return out

@@ -1,0 +1,295 @@
+#!/usr/bin/env python3
+"""Serving over llama.cpp's RPC backend, measured: tokens/s with and without the drafter on
+this machine alone and over two RPC workers on loopback, and what one request moves over
+the wire per target pass and per draft step (`make bench-rpc`).
+
+Each worker is `gguf-exact rpc-server` (the CPU build) behind a counting TCP proxy in this
+process: the head (`llama-server --rpc`) talks to the proxies. The proxy reads the
+protocol's requests (a command byte, a u64 size, the payload) and forwards every byte
+unchanged; it counts each command's bytes, and a GET_TENSOR's answer from the size it
+asks for. Each GRAPH_COMPUTE (or GRAPH_RECOMPUTE, the same graph again) ends one worker's
+share of a pass: the SET_TENSORs before it (inputs: activations, positions, masks) and
+the GET_TENSORs after it (outputs) are counted to it, by graph (its node count tells the
+target's layers from the drafter's). Two requests per arm, of N1 and N2 tokens from the
+same prompt, are taken apart, so the prompt's pass drops out.
+
+Loopback shows the protocol's cost, not a speed-up: both workers share this machine's
+cores with the head, and what crosses the wire crosses memory. On a real network add
+(bytes per pass / bandwidth + round trips x latency) per target pass and per draft step.
+
+    .venv/bin/python scripts/bench_rpc.py --shape e2b             # full-size E2B pair (made once under --work)
+    .venv/bin/python scripts/bench_rpc.py --tiny --n2 48          # the tiny pair, in seconds
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import socket
+import struct
+import sys
+import threading
+import time
+from collections import defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from gguf_exact.engines.http import post_json
+from gguf_exact.engines.launch import plan_launch, start_server
+from gguf_exact.engines.process import free_port, scratch_run_root
+from gguf_exact.engines.rpc_worker import plan_worker, start_worker
+from gguf_exact.engines.settings import ServeSettings, WorkerSettings
+from gguf_exact.engines.status import stop_server
+
+GRAPH_COMPUTE, GET_TENSOR, SET_TENSOR, GRAPH_RECOMPUTE = 10, 8, 6, 16  # enum rpc_cmd at the pinned commit
+PROMPT = "The quick brown fox"
+
+
+def log(msg: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
+
+
+@dataclass
+class Wire:
+    """One worker's traffic: bytes each way, per command, and per graph (node count)."""
+
+    to_worker: int = 0
+    from_worker: int = 0
+    commands: dict = field(default_factory=lambda: defaultdict(lambda: [0, 0]))  # cmd: [count, bytes]
+    graphs: dict = field(default_factory=lambda: defaultdict(lambda: [0, 0]))  # n_nodes: [passes, bytes]
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def snapshot(self) -> dict:
+        with self.lock:
+            return {"graphs": {k: list(v) for k, v in self.graphs.items()}, "to": self.to_worker, "from": self.from_worker}
+
+
+class CountingProxy:
+    """A loopback TCP proxy in front of one worker that counts the RPC protocol's bytes."""
+
+    def __init__(self, worker_host: str, worker_port: int):
+        self.worker, self.wire = (worker_host, worker_port), Wire()
+        self.server = socket.create_server(("127.0.0.1", 0))
+        self.port = self.server.getsockname()[1]
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                client, _ = self.server.accept()
+            except OSError:
+                return
+            upstream = socket.create_connection(self.worker)
+            threading.Thread(target=self._requests, args=(client, upstream), daemon=True).start()
+            threading.Thread(target=self._answers, args=(upstream, client), daemon=True).start()
+
+    def _answers(self, src: socket.socket, dst: socket.socket) -> None:
+        try:
+            while data := src.recv(1 << 20):
+                with self.wire.lock:
+                    self.wire.from_worker += len(data)
+                dst.sendall(data)
+        except OSError:
+            pass
+        finally:
+            dst.close()
+
+    def _requests(self, src: socket.socket, dst: socket.socket) -> None:
+        buf, graph, pending = b"", None, 0  # graph: the node count of the last graph command
+        try:
+            while data := src.recv(1 << 20):
+                dst.sendall(data)
+                buf += data
+                with self.wire.lock:
+                    self.wire.to_worker += len(data)
+                    while len(buf) >= 9:
+                        cmd, size = buf[0], struct.unpack("<Q", buf[1:9])[0]
+                        if len(buf) < 9 + size:
+                            break
+                        payload, buf = buf[9 : 9 + size], buf[9 + size :]
+                        nbytes = 9 + size
+                        if cmd == GET_TENSOR:
+                            nbytes += 8 + struct.unpack("<Q", payload[-8:])[0]  # its answer: the bytes it asks for
+                        c = self.wire.commands[cmd]
+                        c[0], c[1] = c[0] + 1, c[1] + nbytes
+                        if cmd in (GRAPH_COMPUTE, GRAPH_RECOMPUTE):
+                            if cmd == GRAPH_COMPUTE:
+                                graph = struct.unpack("<I", payload[4:8])[0]
+                            g = self.wire.graphs[graph]
+                            g[0], g[1], pending = g[0] + 1, g[1] + pending + nbytes, 0
+                        elif cmd == GET_TENSOR and graph is not None and pending == 0:
+                            self.wire.graphs[graph][1] += nbytes  # an output of the graph just run
+                        else:
+                            pending += nbytes  # inputs of the next graph
+        except OSError:
+            pass
+        finally:
+            dst.close()
+
+    def close(self) -> None:
+        self.server.close()
+
+
+def request(url: str, n: int) -> dict:
+    body = {"prompt": PROMPT, "n_predict": n, "temperature": 0, "cache_prompt": False, "ignore_eos": True}
+    return post_json(url + "/completion", body, timeout=1800)
+
+
+def delta(a: dict, b: dict) -> dict:
+    graphs = {k: [b["graphs"][k][0] - a["graphs"].get(k, [0, 0])[0], b["graphs"][k][1] - a["graphs"].get(k, [0, 0])[1]]
+              for k in b["graphs"]}  # fmt: skip
+    return {"graphs": {k: v for k, v in graphs.items() if v[0]}, "to": b["to"] - a["to"], "from": b["from"] - a["from"]}
+
+
+def arm(name: str, target: Path, drafter: Path | None, sets: list[str], rpc: tuple[str, ...], proxies, runs, args) -> dict:
+    """One server: a warm-up, then requests of N1 and N2 tokens; their figures and, over RPC, the wire's."""
+    settings = ServeSettings(target, drafter, args.profile, tuple(sets), port=free_port(), rpc=rpc, runs=runs)
+    launch = plan_launch(settings)
+    t0 = time.monotonic()
+    start_server(launch, detach=True, timeout=1800)
+    load = time.monotonic() - t0
+    try:
+        request(launch.url, 4)
+        snaps, answers = [], []
+        for n in (args.n1, args.n2):
+            before = [p.wire.snapshot() for p in proxies]
+            answers.append(request(launch.url, n))
+            snaps.append([delta(b, p.wire.snapshot()) for b, p in zip(before, proxies)])
+    finally:
+        stop_server(launch.port, runs)
+    t1, t2 = answers[0]["timings"], answers[1]["timings"]
+    out = {
+        "arm": name,
+        "load_seconds": round(load, 1),
+        "tokens_per_second": t2["predicted_per_second"],
+        "draft_n": t2.get("draft_n", 0),
+        "draft_accepted": t2.get("draft_n_accepted", 0),
+        "tokens": answers[1]["tokens"] if "tokens" in answers[1] else None,
+        "content": answers[1]["content"],
+    }
+    if proxies:
+        tokens = t2["predicted_n"] - t1["predicted_n"]
+        drafts = t2.get("draft_n", 0) - t1.get("draft_n", 0)
+        workers = []
+        for d1, d2 in zip(*snaps):
+            graphs = {}
+            for k, (count, nbytes) in d2["graphs"].items():
+                c1, b1 = d1["graphs"].get(k, [0, 0])
+                graphs[str(k)] = {"passes": count - c1, "bytes": nbytes - b1}
+            workers.append({"graphs": graphs, "to_worker": d2["to"] - d1["to"], "from_worker": d2["from"] - d1["from"]})
+        out["wire"] = {"tokens": tokens, "draft_steps": drafts, "workers": workers}
+    log(f"{name}: {out['tokens_per_second']:.2f} tokens/s, drafts {out['draft_accepted']}/{out['draft_n']}, load {load:.0f} s")
+    return out
+
+
+def split_wire(alone: dict, drafted: dict) -> dict:
+    """Bytes per target pass (every worker's target graphs) and per draft step (the graph the
+    drafter's arm adds) from the arms' wire counts; the drafter's graphs are those the target
+    alone never ran."""
+    target_graphs = [set(w["graphs"]) for w in alone["wire"]["workers"]]
+    per_pass_alone = sum(
+        g["bytes"] / g["passes"] for w in alone["wire"]["workers"] for g in w["graphs"].values() if g["passes"]
+    )
+    verify = draft = 0.0
+    steps = 0
+    for known, w in zip(target_graphs, drafted["wire"]["workers"]):
+        for key, g in w["graphs"].items():
+            if not g["passes"]:
+                continue
+            if key in known:
+                verify += g["bytes"] / g["passes"]
+            else:
+                draft += g["bytes"]
+                steps += g["passes"]
+    total = lambda a: sum(w["to_worker"] + w["from_worker"] for w in a["wire"]["workers"])  # noqa: E731
+    return {
+        "bytes_per_target_pass_alone": round(per_pass_alone),
+        "bytes_per_verify_pass": round(verify),
+        "bytes_per_draft_step": round(draft / steps) if steps else None,
+        "drafter_graphs_run": steps,
+        "draft_tokens": drafted["wire"]["draft_steps"],
+        "wire_bytes_per_token_alone": round(total(alone) / alone["wire"]["tokens"]),
+        "wire_bytes_per_token_drafted": round(total(drafted) / drafted["wire"]["tokens"]),
+    }
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--shape", default="e2b", help="e2b or e4b: the full-size pair made under --work")
+    ap.add_argument("--tiny", action="store_true", help="the tiny hidden-state pair instead (seconds, for a smoke run)")
+    ap.add_argument("--work", type=Path, default=Path("build/rpc-bench"))
+    ap.add_argument("--kind", default="mixed", help="the drafter kind make-pair writes (mixed: right part of the time)")
+    ap.add_argument("--n1", type=int, default=8)
+    ap.add_argument("--n2", type=int, default=40)
+    ap.add_argument("--n-max", type=int, default=2, help="a fixed draft length (the drafter arm)")
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--ctx", type=int, default=1024)
+    ap.add_argument("--profile", default="cpu", help="the head's serving profile (a GPU one: its card joins the split)")
+    ap.add_argument("--workers", default=None, metavar="HOST:PORT[,...]",
+                    help="RPC workers already running (`gguf-exact rpc-server` on other machines) instead of two on loopback")
+    ap.add_argument("--split", default="1,1", help="tensor-split over the devices (the workers', then the head's GPU)")
+    ap.add_argument("--out", type=Path, default=None, help="write the figures here as JSON")
+    args = ap.parse_args()
+
+    if args.tiny:
+        from gguf_exact.tiny.pairs import write_runner_pairs
+
+        target, drafter = write_runner_pairs(args.work / "tiny")["hidden"]
+    else:
+        folder = args.work / args.shape
+        target, drafter = folder / "target.gguf", folder / "drafter.gguf"
+        if not target.is_file() or not drafter.is_file():
+            from gguf_exact.tiny.full_pair import write_pair
+
+            log(f"{args.shape}: make-pair --kind {args.kind}")
+            write_pair(folder, args.shape, args.kind)
+    sets = [f"threads={args.threads}", f"threads-batch={args.threads}", f"ctx-size={args.ctx}", "no-warmup=true",
+            "spec-draft-adaptive=false", f"spec-draft-n-max={args.n_max}"]  # fmt: skip
+    results = {"target": str(target), "drafter": str(drafter), "n1": args.n1, "n2": args.n2, "n_max": args.n_max}
+    with scratch_run_root("bench-rpc") as runs:
+        arms = [arm("one machine, target alone", target, None, sets, (), [], runs, args)]
+        arms.append(arm("one machine, drafter", target, drafter, sets, (), [], runs, args))
+        workers = []
+        if args.workers:
+            from gguf_exact.engines.rpc_probe import parse_endpoints
+
+            ports = [(h, int(p)) for h, _, p in (e.rpartition(":") for e in parse_endpoints(args.workers))]
+        else:
+            for _ in range(2):
+                wl = plan_worker(WorkerSettings(profile="cpu", port=free_port(), threads=args.threads, runs=runs))
+                start_worker(wl, detach=True)
+                workers.append(wl)
+            ports = [("127.0.0.1", w.settings.port) for w in workers]
+        proxies = [CountingProxy(host, port) for host, port in ports]
+        rpc = tuple(f"127.0.0.1:{p.port}" for p in proxies)
+        where = "remote workers" if args.workers else "two loopback workers"
+        try:
+            split = [*sets, f"tensor-split={args.split}"]
+            arms.append(arm(f"{where}, target alone", target, None, split, rpc, proxies, runs, args))
+            arms.append(arm(f"{where}, drafter", target, drafter, split, rpc, proxies, runs, args))
+        finally:
+            for p in proxies:
+                p.close()
+            for w in workers:
+                stop_server(w.settings.port, runs)
+    results["arms"] = arms
+    results["wire"] = split_wire(arms[2], arms[3])
+    results["same_text"] = len({a["content"] for a in arms}) == 1
+    print(f"| arm | tokens/s | vs one machine, target alone | drafts accepted | load s |")
+    print("|---|---|---|---|---|")
+    base = arms[0]["tokens_per_second"]
+    for a in arms:
+        print(f"| {a['arm']} | {a['tokens_per_second']:.2f} | {a['tokens_per_second'] / base:.2f}x | "
+              f"{a['draft_accepted']}/{a['draft_n']} | {a['load_seconds']:.0f} |")  # fmt: skip
+    print()
+    for k, v in results["wire"].items():
+        print(f"{k:<30} {v:,}" if isinstance(v, int) else f"{k:<30} {v}")
+    print(f"{'same text in every arm':<30} {results['same_text']}")
+    if args.out:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(json.dumps(results, indent=2) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
