@@ -64,6 +64,33 @@ class Wire:
             return {"graphs": {k: list(v) for k, v in self.graphs.items()}, "to": self.to_worker, "from": self.from_worker}
 
 
+KEEP = 16 << 20  # payloads up to this size are kept to be read (graphs are a few MiB at most)
+
+
+class Tally:
+    """One connection's requests, counted into its worker's :class:`Wire`: each command, and
+    each graph's share (the inputs set before it, the outputs got after it)."""
+
+    def __init__(self, wire: Wire):
+        self.wire, self.graph, self.pending = wire, None, 0
+
+    def command(self, cmd: int, payload: bytes, nbytes: int) -> None:
+        if cmd == GET_TENSOR:
+            nbytes += 8 + struct.unpack("<Q", payload[-8:])[0]  # its answer: the bytes it asks for
+        with self.wire.lock:
+            c = self.wire.commands[cmd]
+            c[0], c[1] = c[0] + 1, c[1] + nbytes
+            if cmd in (GRAPH_COMPUTE, GRAPH_RECOMPUTE):
+                if cmd == GRAPH_COMPUTE:
+                    self.graph = struct.unpack("<I", payload[4:8])[0]  # its node count
+                g = self.wire.graphs[self.graph]
+                g[0], g[1], self.pending = g[0] + 1, g[1] + self.pending + nbytes, 0
+            elif cmd == GET_TENSOR and self.graph is not None and self.pending == 0:
+                self.wire.graphs[self.graph][1] += nbytes  # an output of the graph just run
+            else:
+                self.pending += nbytes  # inputs of the next graph (or loading: weights)
+
+
 class CountingProxy:
     """A loopback TCP proxy in front of one worker that counts the RPC protocol's bytes."""
 
@@ -95,32 +122,31 @@ class CountingProxy:
             dst.close()
 
     def _requests(self, src: socket.socket, dst: socket.socket) -> None:
-        buf, graph, pending = b"", None, 0  # graph: the node count of the last graph command
+        """Forward the head's requests and parse them as they pass: a 9-byte header, then the
+        payload (kept when small: graphs and GET_TENSOR requests; large SET_TENSORs only counted)."""
+        tally = Tally(self.wire)
+        header, cmd, size, remaining, kept = b"", None, 0, 0, None
         try:
             while data := src.recv(1 << 20):
                 dst.sendall(data)
-                buf += data
+                view, i = memoryview(data), 0
                 with self.wire.lock:
                     self.wire.to_worker += len(data)
-                    while len(buf) >= 9:
-                        cmd, size = buf[0], struct.unpack("<Q", buf[1:9])[0]
-                        if len(buf) < 9 + size:
-                            break
-                        payload, buf = buf[9 : 9 + size], buf[9 + size :]
-                        nbytes = 9 + size
-                        if cmd == GET_TENSOR:
-                            nbytes += 8 + struct.unpack("<Q", payload[-8:])[0]  # its answer: the bytes it asks for
-                        c = self.wire.commands[cmd]
-                        c[0], c[1] = c[0] + 1, c[1] + nbytes
-                        if cmd in (GRAPH_COMPUTE, GRAPH_RECOMPUTE):
-                            if cmd == GRAPH_COMPUTE:
-                                graph = struct.unpack("<I", payload[4:8])[0]
-                            g = self.wire.graphs[graph]
-                            g[0], g[1], pending = g[0] + 1, g[1] + pending + nbytes, 0
-                        elif cmd == GET_TENSOR and graph is not None and pending == 0:
-                            self.wire.graphs[graph][1] += nbytes  # an output of the graph just run
-                        else:
-                            pending += nbytes  # inputs of the next graph
+                while i < len(view):
+                    if cmd is None:
+                        take = min(9 - len(header), len(view) - i)
+                        header, i = header + bytes(view[i : i + take]), i + take
+                        if len(header) < 9:
+                            continue
+                        cmd, size = header[0], struct.unpack("<Q", header[1:])[0]
+                        header, remaining, kept = b"", size, bytearray() if size <= KEEP else None
+                    take = min(remaining, len(view) - i)
+                    if kept is not None:
+                        kept += view[i : i + take]
+                    remaining, i = remaining - take, i + take
+                    if remaining == 0:
+                        tally.command(cmd, bytes(kept) if kept is not None else b"", 9 + size)
+                        cmd = None
         except OSError:
             pass
         finally:
