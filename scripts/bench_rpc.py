@@ -38,6 +38,7 @@ from gguf_exact.engines.http import post_json
 from gguf_exact.engines.launch import plan_launch, start_server
 from gguf_exact.engines.process import free_port, scratch_run_root
 from gguf_exact.engines.rpc_worker import plan_worker, start_worker
+from gguf_exact.engines.serve import plan_serve
 from gguf_exact.engines.settings import ServeSettings, WorkerSettings
 from gguf_exact.engines.status import stop_server
 
@@ -62,6 +63,17 @@ class Wire:
     def snapshot(self) -> dict:
         with self.lock:
             return {"graphs": {k: list(v) for k, v in self.graphs.items()}, "to": self.to_worker, "from": self.from_worker}
+
+
+def hang_up(sock: socket.socket) -> None:
+    """Close both ways: shutdown wakes the thread reading the socket and sends the FIN (a
+    plain close would not while that thread is in recv, and a worker serves one client at a
+    time: it would wait for this one forever)."""
+    try:
+        sock.shutdown(socket.SHUT_RDWR)
+    except OSError:
+        pass
+    sock.close()
 
 
 KEEP = 16 << 20  # payloads up to this size are kept to be read (graphs are a few MiB at most)
@@ -107,6 +119,8 @@ class CountingProxy:
             except OSError:
                 return
             upstream = socket.create_connection(self.worker)
+            for sock in (client, upstream):  # as ggml-rpc's own sockets: no Nagle delay on small messages
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             threading.Thread(target=self._requests, args=(client, upstream), daemon=True).start()
             threading.Thread(target=self._answers, args=(upstream, client), daemon=True).start()
 
@@ -119,7 +133,7 @@ class CountingProxy:
         except OSError:
             pass
         finally:
-            dst.close()
+            hang_up(dst)
 
     def _requests(self, src: socket.socket, dst: socket.socket) -> None:
         """Forward the head's requests and parse them as they pass: a 9-byte header, then the
@@ -150,7 +164,7 @@ class CountingProxy:
         except OSError:
             pass
         finally:
-            dst.close()
+            hang_up(dst)
 
     def close(self) -> None:
         self.server.close()
@@ -167,10 +181,14 @@ def delta(a: dict, b: dict) -> dict:
     return {"graphs": {k: v for k, v in graphs.items() if v[0]}, "to": b["to"] - a["to"], "from": b["from"] - a["from"]}
 
 
-def arm(name: str, target: Path, drafter: Path | None, sets: list[str], rpc: tuple[str, ...], proxies, runs, args) -> dict:
+def arm(
+    name: str, target: Path, drafter: Path | None, sets: list[str], rpc: tuple[str, ...], proxies, runs, args, placed=False
+) -> dict:
     """One server: a warm-up, then requests of N1 and N2 tokens; their figures and, over RPC, the wire's."""
     settings = ServeSettings(target, drafter, args.profile, tuple(sets), port=free_port(), rpc=rpc, runs=runs)
-    launch = plan_launch(settings)
+    # placed: as `serve --rpc` plans it (the drafter on the device with the caches it reads);
+    # else llama.cpp's default (the drafter's layers follow the target's devices)
+    launch = plan_serve(settings).launch if placed else plan_launch(settings)
     t0 = time.monotonic()
     start_server(launch, detach=True, timeout=1800)
     load = time.monotonic() - t0
@@ -196,6 +214,7 @@ def arm(name: str, target: Path, drafter: Path | None, sets: list[str], rpc: tup
     if proxies:
         tokens = t2["predicted_n"] - t1["predicted_n"]
         drafts = t2.get("draft_n", 0) - t1.get("draft_n", 0)
+        accepted = t2.get("draft_n_accepted", 0) - t1.get("draft_n_accepted", 0)
         workers = []
         for d1, d2 in zip(*snaps):
             graphs = {}
@@ -203,37 +222,34 @@ def arm(name: str, target: Path, drafter: Path | None, sets: list[str], rpc: tup
                 c1, b1 = d1["graphs"].get(k, [0, 0])
                 graphs[str(k)] = {"passes": count - c1, "bytes": nbytes - b1}
             workers.append({"graphs": graphs, "to_worker": d2["to"] - d1["to"], "from_worker": d2["from"] - d1["from"]})
-        out["wire"] = {"tokens": tokens, "draft_steps": drafts, "workers": workers}
+        out["wire"] = {"tokens": tokens, "draft_steps": drafts, "target_passes": tokens - accepted, "workers": workers}
+        out["command"] = launch.command
     log(f"{name}: {out['tokens_per_second']:.2f} tokens/s, drafts {out['draft_accepted']}/{out['draft_n']}, load {load:.0f} s")
     return out
 
 
 def split_wire(alone: dict, drafted: dict) -> dict:
-    """Bytes per target pass (every worker's target graphs) and per draft step (the graph the
-    drafter's arm adds) from the arms' wire counts; the drafter's graphs are those the target
-    alone never ran."""
-    target_graphs = [set(w["graphs"]) for w in alone["wire"]["workers"]]
-    per_pass_alone = sum(
-        g["bytes"] / g["passes"] for w in alone["wire"]["workers"] for g in w["graphs"].values() if g["passes"]
-    )
-    verify = draft = 0.0
-    steps = 0
-    for known, w in zip(target_graphs, drafted["wire"]["workers"]):
-        for key, g in w["graphs"].items():
-            if not g["passes"]:
-                continue
-            if key in known:
-                verify += g["bytes"] / g["passes"]
+    """Bytes per target pass and per draft step from the arms' wire counts. Each worker runs
+    one target graph per target pass (tokens - accepted drafts of them with the drafter); its
+    other graphs are the drafter's, one per draft step, on every worker that holds a drafter
+    layer."""
+    per_pass_alone = sum(g["bytes"] for w in alone["wire"]["workers"] for g in w["graphs"].values())
+    per_pass_alone /= alone["wire"]["target_passes"]
+    passes, steps = drafted["wire"]["target_passes"], drafted["wire"]["draft_steps"]
+    verify = draft = 0
+    for w in drafted["wire"]["workers"]:
+        for g in w["graphs"].values():
+            if g["passes"] == passes:
+                verify += g["bytes"]
             else:
                 draft += g["bytes"]
-                steps += g["passes"]
     total = lambda a: sum(w["to_worker"] + w["from_worker"] for w in a["wire"]["workers"])  # noqa: E731
     return {
         "bytes_per_target_pass_alone": round(per_pass_alone),
-        "bytes_per_verify_pass": round(verify),
+        "bytes_per_verify_pass": round(verify / passes),
         "bytes_per_draft_step": round(draft / steps) if steps else None,
-        "drafter_graphs_run": steps,
-        "draft_tokens": drafted["wire"]["draft_steps"],
+        "target_passes": passes,
+        "draft_steps": steps,
         "wire_bytes_per_token_alone": round(total(alone) / alone["wire"]["tokens"]),
         "wire_bytes_per_token_drafted": round(total(drafted) / drafted["wire"]["tokens"]),
     }
@@ -292,14 +308,15 @@ def main() -> int:
         try:
             split = [*sets, f"tensor-split={args.split}"]
             arms.append(arm(f"{where}, target alone", target, None, split, rpc, proxies, runs, args))
-            arms.append(arm(f"{where}, drafter", target, drafter, split, rpc, proxies, runs, args))
+            arms.append(arm(f"{where}, drafter where llama.cpp puts it", target, drafter, split, rpc, proxies, runs, args))
+            arms.append(arm(f"{where}, drafter placed by serve --rpc", target, drafter, split, rpc, proxies, runs, args, True))
         finally:
             for p in proxies:
                 p.close()
             for w in workers:
                 stop_server(w.settings.port, runs)
     results["arms"] = arms
-    results["wire"] = split_wire(arms[2], arms[3])
+    results["wire"] = {"default": split_wire(arms[2], arms[3]), "placed": split_wire(arms[2], arms[4])}
     results["same_text"] = len({a["content"] for a in arms}) == 1
     print(f"| arm | tokens/s | vs one machine, target alone | drafts accepted | load s |")
     print("|---|---|---|---|---|")
@@ -308,8 +325,10 @@ def main() -> int:
         print(f"| {a['arm']} | {a['tokens_per_second']:.2f} | {a['tokens_per_second'] / base:.2f}x | "
               f"{a['draft_accepted']}/{a['draft_n']} | {a['load_seconds']:.0f} |")  # fmt: skip
     print()
-    for k, v in results["wire"].items():
-        print(f"{k:<30} {v:,}" if isinstance(v, int) else f"{k:<30} {v}")
+    print("| bytes over the wire | drafter where llama.cpp puts it | drafter placed by serve --rpc |")
+    print("|---|---|---|")
+    for k in results["wire"]["default"]:
+        print(f"| {k.replace('_', ' ')} | {results['wire']['default'][k]:,} | {results['wire']['placed'][k]:,} |")
     print(f"{'same text in every arm':<30} {results['same_text']}")
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
