@@ -284,3 +284,22 @@ def test_doctor_lists_the_workers_given_and_those_running_here(fake, tmp_path, m
     assert found[1].value.startswith(f"{busy.endpoint}: busy (accepts but does not answer")
     with pytest.raises(rpc_probe.ArgumentError, match="rpc 'nope'"):
         doctor.rpc_workers(("nope",))
+
+
+def test_the_plan_says_when_shared_caches_travel_every_pass(tmp_path):
+    """E2B's layers 15-34 reuse the caches of layers 13 (sliding) and 14 (full): split at 18, both
+    caches go from RPC0 to RPC1 at every pass (measured on loopback: 12.2 MB per pass against 1.2 MB
+    split at 13, scripts/bench_rpc.py); split at 13, nothing does."""
+    from gguf_exact.pair.checks import read_model
+    from gguf_exact.runtime.device_plan import Device, plan_devices
+    from gguf_exact.runtime.memory_plan import Settings, layer_kv
+    from gguf_exact.tiny.full_size import write_full_size_target
+
+    t = read_model(write_full_size_target(tmp_path / "e2b.gguf", "E2B"), "target")
+    s = Settings(n_ctx=1024, n_parallel=1, flash_attn="on")
+    devs = [Device("RPC0", "a:1", 8 << 30), Device("RPC1", "b:1", 8 << 30)]
+    kv = {il: k + v for il, _, k, v in layer_kv(t.geometry(), s)}
+    even = plan_devices(t, None, s, devs, tensor_split="1,1")
+    assert even.shared_kv_moves == [("RPC0", "RPC1", kv[13] + kv[14])] and kv[13] + kv[14] == 3 << 20
+    assert any(ln.startswith("  note: layers on RPC1 reuse caches held on RPC0: 3.00 MiB copied") for ln in even.lines())
+    assert plan_devices(t, None, s, devs, tensor_split="13,23").shared_kv_moves == []

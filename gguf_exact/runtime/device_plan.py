@@ -84,6 +84,7 @@ class DevicePlan:
     draft_reason: str
     split_from: str  # "tensor-split", "free memory" or "equal shares"
     kv_layers: tuple[int, ...] = ()  # the target layers whose caches the drafter reads
+    shared_kv_moves: list[tuple[str, str, int]] = field(default_factory=list)  # (from, to, bytes per pass)
 
     def share(self, name: str) -> DeviceShare:
         return next(s for s in self.shares if s.device.name == name)
@@ -101,6 +102,12 @@ class DevicePlan:
             )
         if self.draft_device:
             out.append(f"  drafter on {self.draft_device}: {self.draft_reason}")
+        for src, dst, nbytes in self.shared_kv_moves:
+            out.append(
+                f"  note: layers on {dst} reuse caches held on {src}: {mib(nbytes)} copied to {dst} at every "
+                "target pass (through the head: out of one worker and into the other); a tensor-split that starts the next device at or before "
+                "the last layer with a cache of its own avoids it"
+            )
         return out
 
     def warnings(self) -> list[Message]:
@@ -213,6 +220,7 @@ def plan_devices(
         rows[-1].compute += compute_estimate(tgeom, s, cells, n_outputs if where[n] is None else 0)
 
     kv_layers = drafter_kv_layers(tgeom)
+    moves = shared_kv_moves(tgeom, s, where, rows) if s.kv_offload else []
     chosen, reason = draft_device, "as the profile's spec-draft-device says"
     if drafter is not None and chosen is None:
         holders = [row(where[il]) for il in kv_layers] if s.kv_offload else [rows[-1]]
@@ -238,7 +246,27 @@ def plan_devices(
             elif not copy or on_device:
                 (home if on_device else rows[-1]).drafter_weights += nbytes
         (home if on_device else rows[-1]).drafter_compute = compute_estimate(dgeom, s, cells, s.n_seq)
-    return DevicePlan(rows, chosen if drafter is not None else None, reason, split_from, kv_layers)
+    return DevicePlan(rows, chosen if drafter is not None else None, reason, split_from, kv_layers, moves)
+
+
+def shared_kv_moves(geom: Geometry, s: Settings, where: list[int | None], rows: list[DeviceShare]) -> list[tuple[str, str, int]]:
+    """Caches that travel each pass: a layer past ``n_layer - shared_kv_layers`` attends to the last
+    earlier layer of its kind (sliding or full) that owns cache rows (E2B: 13 and 14); where the
+    two sit on different devices the scheduler copies that whole cache to the reader's device."""
+    kv = {il: k + v for il, _, k, v in layer_kv(geom, s)}
+    own = [il for il in range(geom.n_layer) if geom.has_own_kv(il)]
+    moved: dict[tuple[int | None, int | None], set[int]] = {}
+    for il in range(geom.n_layer):
+        if geom.has_own_kv(il):
+            continue
+        src = max((o for o in own if geom.swa[o] == geom.swa[il]), default=None)
+        if src is not None and where[src] != where[il]:
+            moved.setdefault((where[src], where[il]), set()).add(src)
+
+    def name(idx: int | None) -> str:
+        return (rows[-1] if idx is None else rows[idx]).device.name
+
+    return [(name(a), name(b), sum(kv[il] for il in srcs)) for (a, b), srcs in moved.items()]
 
 
 __all__ = [
@@ -250,4 +278,5 @@ __all__ = [
     "layer_devices",
     "parse_split",
     "plan_devices",
+    "shared_kv_moves",
 ]
