@@ -66,7 +66,7 @@ def test_builds_for_two_cpus_never_share_a_cache_folder():
     xeon, zen = cpu_target(AMX_XEON, "x86_64"), cpu_target(ZEN1, "x86_64")
     assert llama_build.install_dir("cpu", cpu=xeon) != llama_build.install_dir("cpu", cpu=zen)
     assert bindings_build.wheel_dir("cpu", cpu=xeon) != bindings_build.wheel_dir("cpu", cpu=zen)
-    assert llama_build.install_dir("cpu", cpu=zen).name == "0c1e57098+24+23+22142-cpu-avx.avx2.bmi2.f16c.fma.sse42"
+    assert llama_build.install_dir("cpu", cpu=zen).name == "0c1e57098+24+23+22142+rpc-cpu-avx.avx2.bmi2.f16c.fma.sse42"
     assert bindings_build.wheel_dir("cpu", cpu=zen).name == "0c1e57098+24-cpu-avx.avx2.bmi2.f16c.fma.sse42"
     assert bindings_build.wheel_dir("cuda86", cpu=zen).name == "0c1e57098+27572+24-cuda86-avx.avx2.bmi2.f16c.fma.sse42"
 
