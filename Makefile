@@ -144,6 +144,14 @@ BENCH_REAL_ARGS ?=
 bench-real: setup llama-server
 	$(BIN)/python scripts/bench_real.py $(BENCH_REAL_ARGS)
 
+# Serving over llama.cpp's RPC backend (scripts/bench_rpc.py): tokens/s with and without the
+# drafter on one machine and over two loopback rpc-server workers, and the bytes one request
+# moves per target pass and per draft step; the full-size pair kept in build/rpc-bench.
+.PHONY: bench-rpc
+BENCH_RPC_ARGS ?= --shape e2b
+bench-rpc: setup llama-server
+	$(BIN)/python scripts/bench_rpc.py $(BENCH_RPC_ARGS) --out build/bench-rpc.json
+
 # The memory plan against llama-server's logged buffers for the full-size pairs at the cpu,
 # rtx3050 and gtx1650ti profiles' settings (scripts/memory_real.py); pairs kept in build/real-pairs.
 memory-real: setup llama-server

@@ -122,6 +122,8 @@ def describe_build(info: dict) -> str:
             parts.append(f"cuBLAS system ({c.get('lib_dir', '?')})")
         if info.get("min_driver"):
             parts.append(f"needs NVIDIA driver >= {info['min_driver']}")
+    if rpc := rpc_worker_build(info):
+        parts.append(rpc)
     if info.get("glslc"):
         parts.append(f"glslc: {info['glslc']}")
     if info.get("vulkan_headers"):
@@ -130,6 +132,18 @@ def describe_build(info: dict) -> str:
         jobs = f" with -j{info['jobs']}" if "jobs" in info else ""
         parts.append(f"built in {info['build_seconds']:.0f} s{jobs}")
     return ", ".join(parts)
+
+
+def rpc_worker_build(info: dict) -> str | None:
+    """The build's RPC part in a few words (``rpc-server, GGML_RPC=ON, protocol 7.0.0``), or None
+    for a build without it. Builds made before ``build-info.json`` had its ``rpc`` record
+    say so only in their CMake arguments."""
+    rpc = info.get("rpc")
+    if isinstance(rpc, dict) and rpc.get("ggml_rpc"):
+        return f"{rpc.get('server', 'rpc-server')}, GGML_RPC=ON, RPC protocol {rpc.get('protocol', '?')}"
+    if "-DGGML_RPC=ON" in info.get("cmake", []):
+        return "rpc-server, GGML_RPC=ON"
+    return None
 
 
 def build_finding(backend: str) -> Finding:
@@ -242,6 +256,36 @@ def gpus() -> Finding:
     return Finding("GPUs", "; ".join(ln.strip() for ln in out.splitlines()), True)
 
 
-def diagnose() -> list[Finding]:
-    """Every finding, in the order ``gguf-exact doctor`` prints them."""
-    return [cpu(), *bindings(), *server_builds(), cuda(), vulkan(), vulkan_devices(), gpus()]
+def local_workers() -> list[str]:
+    """The endpoints of the RPC workers ``gguf-exact rpc-server`` runs on this machine (their run folders)."""
+    from gguf_exact import constants
+    from gguf_exact.engines.process import read_state, running_pid
+    from gguf_exact.engines.settings import RPC_ENGINE, STATE_FILE
+
+    found = []
+    for rdir in sorted(constants.run_root().glob("*")):
+        if not (rdir / STATE_FILE).is_file() or running_pid(rdir) is None:
+            continue
+        state = read_state(rdir)
+        if state.get("engine") == RPC_ENGINE:
+            found.append(state["url"].removeprefix("rpc://"))
+    return found
+
+
+def rpc_workers(endpoints: tuple[str, ...] = ()) -> list[Finding]:
+    """Each RPC worker given (``doctor --rpc``) or running here: what it answers and its devices'
+    memory (the protocol's hello and device queries, bounded: a worker serving a llama-server
+    is ``busy``, not waited for)."""
+    from gguf_exact.engines.rpc_probe import parse_endpoints, probe_worker
+
+    given = parse_endpoints(endpoints) if endpoints else ()
+    every = list(given) + [e for e in local_workers() if e not in given]
+    if not every:
+        return [Finding("RPC workers", "none given or running here (`gguf-exact rpc-server` starts one)", True)]
+    reports = [probe_worker(e) for e in every]
+    return [Finding("RPC worker", r.line(), r.state in ("ok", "busy")) for r in reports]
+
+
+def diagnose(rpc: tuple[str, ...] = ()) -> list[Finding]:
+    """Every finding, in the order ``gguf-exact doctor`` prints them; ``rpc``: RPC workers to ask."""
+    return [cpu(), *bindings(), *server_builds(), cuda(), vulkan(), vulkan_devices(), gpus(), *rpc_workers(rpc)]

@@ -14,11 +14,18 @@
 #      a software device is no card to measure, and the full-size pairs exceed its 2048 MiB),
 #   6. writes one JSON: $OUT/gpu-check.json (the card, the commands, every figure) and
 #      $OUT/bench-real.md (the README's table).
+#   7. with RPC_WORKER=HOST:PORT, two machines (docs/serving.md, "Across two machines"): the other
+#      machine runs `gguf-exact rpc-server --profile gtx1650ti --host ITS_ADDRESS --allow-network`
+#      (a private link only; the protocol has no authentication); this one asks it what it
+#      holds (doctor --rpc), prints the 31B pair's plan over both cards (scripts/rpc_plan.py,
+#      RPC_WORKER_MIB: the worker card's MiB, default 4096) and measures E2B over the worker's
+#      card and this one's (scripts/bench_rpc.py --workers): $OUT/rpc-*.txt, $OUT/bench-rpc.json.
 #
 #   scripts/gpu-check.sh                      # CUDA where nvidia-smi is, else Vulkan (about 30-40 min with the builds)
 #   BACKEND=vulkan scripts/gpu-check.sh       # Vulkan on an NVIDIA card too (the gtx1650ti-vulkan path)
 #   QUICK=1 scripts/gpu-check.sh              # E2B only, n-max 1,2, 32 tokens (about 10 min after the builds)
 #   OUT=build/gpu-check WORK=/tmp/gpu-pairs scripts/gpu-check.sh
+#   RPC_WORKER=192.168.1.20:50052 QUICK=1 scripts/gpu-check.sh   # and the two-machine recipe
 #
 # Bad environment: one `error:` line, exit 1. Nothing here needs the network once the
 # sdist is cached (make setup fetches it through pip otherwise).
@@ -118,3 +125,12 @@ result = {"card": card, "compute_capability": cap, "memory_mib": int(mem), "driv
 (Path(out) / "gpu-check.json").write_text(json.dumps(result, indent=1) + "\n")
 print(f"wrote {out}/gpu-check.json and {out}/bench-real.md ({card})")
 EOF
+
+# 6. two machines: the worker's card and this one's
+if [[ -n "${RPC_WORKER:-}" ]]; then
+    .venv/bin/gguf-exact doctor --rpc "$RPC_WORKER" | tee "$OUT/rpc-doctor.txt"
+    .venv/bin/python scripts/rpc_plan.py --size 31B --profile "$PROFILE" --device "RPC0=${RPC_WORKER_MIB:-4096}" \
+        --device "CUDA0=$MEM_MIB" --set n-gpu-layers=27 --set tensor-split=2,5 --set ctx-size=4096 | tee "$OUT/rpc-plan-31b.txt"
+    .venv/bin/python scripts/bench_rpc.py --work "$WORK" --shape e2b --profile "$PROFILE" --workers "$RPC_WORKER" \
+        --split 1,2 --threads "$THREADS" --ctx 4096 --out "$OUT/bench-rpc.json" | tee "$OUT/rpc-bench.txt"
+fi

@@ -71,6 +71,18 @@ BACKEND = re.compile(r"cpu|vulkan|cuda[0-9]{2,3}")
 """Every backend name: the suffix of a build's cache folder and a profile's ``build``."""
 
 INFO_FILE = build_probe.INFO_FILE
+RPC_HEADER = "ggml/include/ggml-rpc.h"  # in the llama.cpp source: the RPC protocol's version
+
+
+def rpc_record(src: Path) -> dict:
+    """What ``build-info.json`` says of the build's RPC backend: ``GGML_RPC=ON``, the worker
+    binary, and the protocol version its header declares (workers and heads must agree on
+    the major version: ``ggml-rpc.cpp`` refuses another at the hello)."""
+    text = (src / RPC_HEADER).read_text()
+    version = [re.search(rf"#define RPC_PROTO_{part}_VERSION +([0-9]+)", text) for part in ("MAJOR", "MINOR", "PATCH")]
+    if not all(version):
+        raise BuildError(f"{src / RPC_HEADER}: no RPC_PROTO_*_VERSION defines; is it llama.cpp {COMMIT}?")
+    return {"ggml_rpc": True, "server": "rpc-server", "protocol": ".".join(m.group(1) for m in version)}
 
 
 # Failures with a known cause: (text in the build log, what to do).
@@ -334,6 +346,7 @@ def build_llama_cpp(
             **build_record(backend, cpu, probe, pin),
             "cmake": cmake_args(Path("SRC"), Path("BUILD"), backend, setup, vulkan_tools, cpu)[7:],
             "targets": list(TARGETS),
+            "rpc": rpc_record(src),
             "build_seconds": build_seconds,
             "jobs": jobs,
             **toolchain_info(setup, vulkan_tools),

@@ -12,6 +12,7 @@ result; no command holds logic of its own. The modules:
 - :mod:`.hub` - ``recipes``, ``fetch``, ``build``, ``pin``
 - :mod:`.builds` - ``build-llama``, ``build-bindings``, ``doctor``
 - :mod:`.serving` - ``serve``, ``status``, ``stop``, ``tune``
+- :mod:`.rpc` - ``rpc-server`` (an RPC worker for ``serve --rpc``)
 - :mod:`.inprocess` - ``generate``, ``chat``, ``bench``
 - :mod:`.tiny` - ``make-tiny``, ``demo``
 - :mod:`.quality` - ``quality``
@@ -25,7 +26,7 @@ import importlib
 
 from gguf_exact.cli.app import main, run
 
-GROUPS = ("files", "repack", "hub", "builds", "serving", "inprocess", "tiny", "quality", "publish")
+GROUPS = ("files", "repack", "hub", "builds", "serving", "rpc", "inprocess", "tiny", "quality", "publish")
 
 for _group in GROUPS:
     importlib.import_module(f"{__name__}.{_group}")

@@ -109,11 +109,16 @@ def build_bindings(cuda: str | None, vulkan: bool, sdist: Path | None, force: bo
 
 
 @main.command()
-def doctor() -> None:
-    """Report what this machine has for serving: CPU features, bindings, llama-server, CUDA, GPUs."""
+@click.option(
+    "--rpc",
+    metavar="HOST:PORT[,HOST:PORT...]",
+    help="Also ask these RPC workers (`gguf-exact rpc-server`) what they hold; workers running here are always asked.",
+)
+def doctor(rpc: str | None) -> None:
+    """Report what this machine has for serving: CPU features, bindings, llama-server, CUDA, GPUs, RPC workers."""
     from gguf_exact.doctor import diagnose
 
-    for f in diagnose():
+    for f in diagnose((rpc,) if rpc else ()):
         # wrapped to the terminal, continued under the value's column
         first, *rest = console.fit(f"{'ok' if f.ok else '--'}  {f.name:<22} {f.value}", console.out.width, " " * 27)
         mark = "[green]ok[/]" if f.ok else "[yellow]--[/]"

@@ -24,7 +24,8 @@ from gguf_exact.cli.options import (
     target_and_draft_options,
 )
 from gguf_exact.constants import API_KEY_ENV
-from gguf_exact.engines.settings import DEFAULT_ENGINE, DEFAULT_HOST, DEFAULT_PORT, ENGINES, LOG_FILE, ServeSettings
+from gguf_exact.cli.rpc import rpc_plan_lines, show_worker
+from gguf_exact.engines.settings import DEFAULT_ENGINE, DEFAULT_HOST, DEFAULT_PORT, ENGINES, LOG_FILE, RPC_ENGINE, ServeSettings
 
 
 @main.command()
@@ -52,6 +53,12 @@ from gguf_exact.engines.settings import DEFAULT_ENGINE, DEFAULT_HOST, DEFAULT_PO
     "--insecure", is_flag=True, help="Serve a --host other machines can reach without an API key: anyone may use it."
 )
 @server_bin_option
+@click.option(
+    "--rpc",
+    metavar="HOST:PORT[,HOST:PORT...]",
+    help="Split the model over these RPC workers' devices and this machine's (`gguf-exact rpc-server` on each "
+    "worker; the profile's rpc key otherwise). llama-server only.",
+)
 @click.option("--detach", is_flag=True, help="Run in the background (pid file and log in the run directory).")
 @click.option(
     "--dry-run",
@@ -94,6 +101,7 @@ def serve(
     api_key: str | None,
     insecure: bool,
     server_bin: Path | None,
+    rpc: str | None,
     detach: bool,
     dry_run: bool,
     timeout: float,
@@ -125,7 +133,8 @@ def serve(
     instead, with the same profile.
     """
     from gguf_exact.engines.launch import serve_foreground
-    from gguf_exact.engines.serve import plan_serve, start_planned
+    from gguf_exact.engines.serve import plan_serve, start_planned, workers_gone
+    from gguf_exact.errors import ServerError
 
     settings = ServeSettings(
         target=target,
@@ -141,6 +150,7 @@ def serve(
         server_bin=server_bin,
         extra_args=extra,
         vulkan_devices=vulkan_devices,
+        rpc=(rpc,) if rpc else (),
         no_draft=no_draft,
         fetch_draft=fetch_draft,
         models_dir=models_dir,
@@ -166,11 +176,14 @@ def serve(
         )
         say(f"device   {plan.device.line()}{soft}")
     engine_note = "python engine: one sequence, the whole SWA cache; " if engine == "python" else ""
-    say(
-        f"memory plan ({'GPU' if plan.memory.gpu else 'CPU'}, {engine_note}estimated from the GGUF headers as llama.cpp sizes them):"
-    )
-    for line in plan.memory.lines():
+    if plan.devices is None:
+        say(
+            f"memory plan ({'GPU' if plan.memory.gpu else 'CPU'}, {engine_note}estimated from the GGUF headers as llama.cpp sizes them):"
+        )
+    for line in plan.memory.lines() if plan.devices is None else rpc_plan_lines(plan):
         say(line)
+    for line in plan.devices.warnings() if plan.devices else ():
+        warn(message(line))
     if plan.memory_warning:
         warn(message(plan.memory_warning))
     say(launch.command_line)
@@ -202,7 +215,10 @@ def serve(
         key = f" (with {API_KEY_ENV} set)" if launch.api_key else ""
         say(f"detached; `gguf-exact status --port {port}`{key} reports on it, `gguf-exact stop --port {port}` ends it")
         return
-    sys.exit(serve_foreground(launch, started.process))
+    code = serve_foreground(launch, started.process)
+    if gone := workers_gone(plan, code):
+        raise ServerError(gone)
+    sys.exit(code)
 
 
 @main.command()
@@ -232,6 +248,8 @@ def status(port: int | None, last: int, as_json: bool, probe: bool, api_key: str
     st = server_status(port, last=last, probe_request=probe, api_key=api_key)
     if as_json:
         click.echo(json.dumps(st.as_dict(), indent=2, default=str))
+    elif st.state.get("engine") == RPC_ENGINE:
+        show_worker(st, lambda line: console.out.print(line, markup=False))
     else:
         show = lambda line: console.out.print(line, markup=False)  # noqa: E731
         s = st.state

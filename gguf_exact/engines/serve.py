@@ -22,10 +22,13 @@ from gguf_exact.engines.device_check import (
 )
 from gguf_exact.engines.drafter_lookup import DrafterFound, resolve_drafter
 from gguf_exact.engines.launch import Launch, is_loopback, plan_launch
+from gguf_exact.engines.rpc_probe import WorkerReport, parse_endpoints, probe_worker, require_workers
 from gguf_exact.engines.settings import ServeSettings
 from gguf_exact.engines.speculation import Verdict
 from gguf_exact.errors import GgufExactError
-from gguf_exact.runtime.memory_plan import MemoryPlan, plan_memory
+from gguf_exact.runtime.device_plan import Device as SplitDevice
+from gguf_exact.runtime.device_plan import DevicePlan, plan_devices
+from gguf_exact.runtime.memory_plan import MemoryPlan, Settings, plan_memory
 from gguf_exact.runtime.profile_choice import Choice, resolve_profile
 from gguf_exact.runtime.profiles import Profile
 
@@ -42,6 +45,8 @@ class ServePlan:
     dry_run: bool = False
     device: Device | None = None  # the GPU device llama-server sees (a GPU build, not a dry run)
     software_device: bool = False  # a CPU-type Vulkan device (lavapipe): slow first requests
+    devices: DevicePlan | None = None  # serve --rpc: the plan over the workers' and local devices
+    workers: list[WorkerReport] | None = None  # serve --rpc: what each worker answered
 
     @property
     def profile(self) -> Profile:
@@ -101,8 +106,40 @@ def plan_serve(settings: ServeSettings, dry_run: bool = False) -> ServePlan:
     software = device is not None and is_software(device)
     if software:
         refuse_software_flash_attn(launch, device)  # type: ignore[arg-type]
-    warning = memory.warning(*card_memory(launch.profile, choice, device))
-    return ServePlan(launch, choice, found, memory, warning, dry_run, device, software)
+    rpc = launch.profile.server.get("rpc")
+    if not rpc:
+        warning = memory.warning(*card_memory(launch.profile, choice, device))
+        return ServePlan(launch, choice, found, memory, warning, dry_run, device, software)
+    workers = [probe_worker(e) for e in parse_endpoints(str(rpc))] if dry_run else require_workers(parse_endpoints(str(rpc)))
+    devices = plan_over_devices(launch, workers, choice)
+    if pair.drafter is not None and "spec-draft-device" not in launch.profile.draft:
+        placed = f"draft.spec-draft-device={devices.draft_device}"  # where the plan put it, on the command line
+        launch = plan_launch(
+            replace(launch.settings, overrides=launch.settings.overrides + (placed,)),
+            check_port=not dry_run,
+            require_build=not dry_run,
+        )
+    return ServePlan(launch, choice, found, memory, None, dry_run, device, software, devices, workers)
+
+
+def plan_over_devices(launch: Launch, workers: list[WorkerReport], choice: Choice | None) -> DevicePlan:
+    """The plan over the workers' devices (``RPC0``, ``RPC1``, ... in ``--rpc`` order; a worker
+    that did not answer, in a dry run, as one device of unknown memory) and the local GPU."""
+    devices, k = [], 0
+    for w in workers:
+        for d in w.devices or [None]:
+            devices.append(SplitDevice(f"RPC{k}", w.endpoint, d.free if d else None, d.total if d else None))
+            k += 1
+    prof = launch.profile
+    if prof.build != "cpu":
+        card, _ = card_memory(prof, choice)
+        local = card * 2**20 if card else None
+        devices.append(SplitDevice(("Vulkan0" if prof.build == "vulkan" else "CUDA0"), "local", local, local))
+    settings = Settings.from_profile(prof, with_draft=launch.pair.drafter is not None, engine=launch.engine)
+    return plan_devices(
+        launch.pair.target, launch.pair.drafter, settings, devices,
+        prof.server.get("tensor-split", prof.server.get("ts")), prof.draft.get("spec-draft-device"),
+    )  # fmt: skip
 
 
 @dataclass
@@ -137,4 +174,19 @@ def start_planned(plan: ServePlan, detach: bool = False, timeout: float = 600.0,
     return started
 
 
-__all__ = ["ServePlan", "Started", "card_memory", "plan_serve", "start_planned"]
+def workers_gone(plan: ServePlan, code: int) -> str | None:
+    """Why a server with RPC workers exited with ``code``, when a worker is gone (llama.cpp's RPC
+    backend aborts the server when a worker stops answering: ``Remote RPC server crashed``);
+    None when every worker still answers or there are none."""
+    if not code or not plan.workers:
+        return None
+    gone = [w.line() for w in (probe_worker(r.endpoint, timeout=1.0) for r in plan.workers) if w.state == "down"]
+    if not gone:
+        return None
+    return (
+        f"{plan.launch.label} exited with code {code}: RPC worker {'; '.join(gone)}; llama.cpp's RPC backend stops "
+        "the server when a worker goes away: start the worker again, then serve again"
+    )
+
+
+__all__ = ["ServePlan", "Started", "card_memory", "plan_over_devices", "plan_serve", "start_planned", "workers_gone"]
