@@ -185,7 +185,7 @@ def adaptive_goals(arms: list[dict], alone: dict[str, dict]) -> list[str]:
         fixed = [b for b in arms if b["engine"] == a["engine"] and b["kind"] == a["kind"] and b["n_max"] and not b.get("adaptive")]
         base = alone.get(a["engine"])
         tps = a["generation_tokens_per_second"]
-        parts = [f"{base and tps / base['generation_tokens_per_second']:.2f}x the target alone"] if base else []
+        parts = [f"{tps / base['generation_tokens_per_second']:.2f}x the target alone"] if base else []
         if fixed:
             best = max(fixed, key=lambda b: b["generation_tokens_per_second"])
             parts.append(f"{tps / best['generation_tokens_per_second']:.2f}x the best fixed length (n-max {best['n_max']})")
