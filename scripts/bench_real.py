@@ -182,13 +182,19 @@ def adaptive_goals(arms: list[dict], alone: dict[str, dict]) -> list[str]:
     the target alone on mixed, >= 0.97x the best fixed length on hidden and real)."""
     out = []
     for a in (x for x in arms if x.get("adaptive")):
-        fixed = [b for b in arms if b["engine"] == a["engine"] and b["kind"] == a["kind"] and b["n_max"] and not b.get("adaptive")]
+        fixed = [
+            b
+            for b in arms
+            if b["engine"] == a["engine"] and b["kind"] == a["kind"] and b["n_max"] and not b.get("adaptive")
+        ]
         base = alone.get(a["engine"])
         tps = a["generation_tokens_per_second"]
         parts = [f"{tps / base['generation_tokens_per_second']:.2f}x the target alone"] if base else []
         if fixed:
             best = max(fixed, key=lambda b: b["generation_tokens_per_second"])
-            parts.append(f"{tps / best['generation_tokens_per_second']:.2f}x the best fixed length (n-max {best['n_max']})")
+            parts.append(
+                f"{tps / best['generation_tokens_per_second']:.2f}x the best fixed length (n-max {best['n_max']})"
+            )
         out.append(f"- {a['engine']}, {a['kind']}, adaptive up to n-max {a['n_max']}: " + ", ".join(parts))
     return out
 
@@ -198,7 +204,9 @@ def table(result: dict) -> str:
     c = result["costs"]
     passes = {int(k): v for k, v in c["target_pass_seconds"].items()}
     steps = {"ordered": c["drafter"]["step_seconds"]}
-    heads = [f"drafter step {1e3 * steps['ordered']:.2f} ms with its ordered head ({100 * c['drafter']['head_share']:.0f}% of it)"]
+    heads = [
+        f"drafter step {1e3 * steps['ordered']:.2f} ms with its ordered head ({100 * c['drafter']['head_share']:.0f}% of it)"
+    ]
     if "drafter_full_head" in c:  # runs before issue 24 timed one head
         full = c["drafter_full_head"]
         steps["full"] = full["step_seconds"]
@@ -212,7 +220,8 @@ def table(result: dict) -> str:
     lines = [
         f"**{result['shape'].upper()}**: target pass {1e3 * passes[1]:.0f} ms at 1 row, "
         + ", ".join(f"{1e3 * v:.0f} ms at {k}" for k, v in passes.items() if k > 1)
-        + "; " + ", ".join(heads),
+        + "; "
+        + ", ".join(heads),
         "",
         "| kind | n-max | engine | tokens/s | generation tokens/s | speed-up | predicted | acceptance | tokens/pass "
         "| TTFT s | load s | peak RSS MiB | same text |" + (" card, predicted |" if card else ""),
@@ -240,7 +249,9 @@ def table(result: dict) -> str:
         if a["engine"] == "python":
             other = next((b for b in result["arms"] if b["engine"] == "llama-server" and same_arm(a, b)), None)
             if other and other["generation_tokens_per_second"]:
-                ratios.append((a["kind"], arm_n_max(a), a["generation_tokens_per_second"] / other["generation_tokens_per_second"]))
+                ratios.append(
+                    (a["kind"], arm_n_max(a), a["generation_tokens_per_second"] / other["generation_tokens_per_second"])
+                )
     if ratios:
         lines.append("")
         lines.append(

@@ -14,6 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from _llama_server import TEST_SETTINGS, complete, completion_body, free_port, post_json, server_binary
+from _pair_drafter import Drafter
 from click.testing import CliRunner
 from gguf import GGMLQuantizationType
 from gguf.quants import dequantize
@@ -28,12 +29,13 @@ from gguf_exact.gemma4.sizes import SIZES
 from gguf_exact.runtime.profiles import load_profile
 from gguf_exact.speculative.runner import Runner
 from gguf_exact.tiny.full_pair import N_AXES, next_token, write_drafter, write_pair
-from gguf_exact.tiny.pair_walk import predict_run
 from gguf_exact.tiny.main_model import MainSpec, model_tensors
+from gguf_exact.tiny.pair_walk import predict_run
 
 pytestmark = [pytest.mark.bindings, pytest.mark.llama_server]
 
 N_PREDICT = 12
+REAL_PREDICT = 24
 HEAD_HEADER_BYTES = 224  # the head's two tensor entries and two keys in the header, with alignment
 PROMPT = "hello world"
 E2B = SIZES["E2B"]
@@ -152,7 +154,7 @@ def expected_walk(first_next: int, cycle: list[int], n: int) -> list[int]:
     return out
 
 
-def serve(tmp_path, monkeypatch, target, drafter, n_max, extra=None):
+def serve(tmp_path, monkeypatch, target, drafter, n_max, extra=None, n_predict=N_PREDICT):
     """Greedy completions of PROMPT (and of PROMPT with each body in ``extra``: per-request
     fields) on one llama-server at a fixed n-max."""
     monkeypatch.setenv("GGUF_EXACT_RUN_DIR", str(tmp_path / f"run-{n_max}"))
@@ -161,8 +163,8 @@ def serve(tmp_path, monkeypatch, target, drafter, n_max, extra=None):
     start_server(launch, detach=True, timeout=300)
     url = f"http://127.0.0.1:{launch.port}"
     try:
-        first = complete(url, PROMPT, N_PREDICT)
-        more = [post_json(url + "/completion", completion_body(PROMPT, N_PREDICT) | body) for body in extra or []]
+        first = complete(url, PROMPT, n_predict)
+        more = [post_json(url + "/completion", completion_body(PROMPT, n_predict) | body) for body in extra or []]
         return first if extra is None else [first, *more]
     finally:
         stop_server(launch.port)
@@ -189,11 +191,14 @@ def test_llama_server_same_text_and_the_predicted_counts(pair, tmp_path, monkeyp
     run = predict_run("mixed", first, N_PREDICT, 1)
     assert counts(half["timings"]) == (run.drafted, run.accepted)
     # real: wrong on some first drafts and more deeper ones; per request, p-min 0.5 stops
-    # before the unsure deeper drafts (the same accepted), 0.9 before every wrong one
-    plain, p5, p9 = serve(tmp_path, monkeypatch, p.target, real, 3, [{"speculative.p_min": 0.5}, {"speculative.p_min": 0.9}])
+    # before the unsure deeper drafts (the same accepted), 0.9 before every wrong one (24
+    # tokens: the walk from the prompt's token reaches wrong drafts of both kinds)
+    p_mins = [{"speculative.p_min": 0.5}, {"speculative.p_min": 0.9}]
+    plain, p5, p9 = serve(tmp_path, monkeypatch, p.target, real, 3, p_mins, n_predict=REAL_PREDICT)
     for r in (plain, p5, p9):
-        assert r["tokens"] == alone["tokens"]
-    runs = [predict_run("real", first, N_PREDICT, 3, p_min) for p_min in (0.0, 0.5, 0.9)]
+        assert r["tokens"] == expected_walk(alone["tokens"][0], cycle, REAL_PREDICT)
+    conf = Drafter("real", cycle).confidence()  # the drafter's top probabilities, from its weights
+    runs = [predict_run("real", first, REAL_PREDICT, 3, p_min, conf) for p_min in (0.0, 0.5, 0.9)]
     assert [counts(r["timings"]) for r in (plain, p5, p9)] == [(x.drafted, x.accepted) for x in runs]
     assert runs[0].drafted > runs[1].drafted > runs[2].drafted == runs[2].accepted == runs[0].accepted
 
@@ -210,6 +215,13 @@ def test_engine_same_text_and_the_predicted_counts(pair):
             g = r.generate(PROMPT, N_PREDICT, n_max)
         run = predict_run(kind, first, N_PREDICT, n_max)
         assert g.tokens == alone and (g.drafts_generated, g.drafts_accepted) == (run.drafted, run.accepted), kind
+    conf = Drafter("real", cycle).confidence()
+    with Runner(p.target, real, n_ctx=512) as r:
+        for p_min in (0.5, 0.9):  # a profile's spec-draft-p-min, as load_with_drafter sets it
+            r.llm.draft_length.p_min = p_min
+            g = r.generate(PROMPT, REAL_PREDICT, 3)
+            run = predict_run("real", first, REAL_PREDICT, 3, p_min, conf)
+            assert (g.drafts_generated, g.drafts_accepted) == (run.drafted, run.accepted), p_min
 
 
 def test_make_pair_refuses_bad_input_in_one_line(tmp_path):

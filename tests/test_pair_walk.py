@@ -1,7 +1,7 @@
 """make-pair's drafters worked out (gguf_exact.tiny.pair_walk) and the weights that do it
 (gguf_exact.tiny.full_pair.drafter_weights), without llama.cpp: the drafter's arithmetic
-(projections, RMS norm, tied head, top-10 softmax) run on the E2B-size HF tensors in numpy
-proposes what the walk says, with the confidence it says; the steady states are the figures
+(projections, RMS norm, ordered head, top-10 softmax; tests/_pair_drafter.py) run on the
+E2B-size HF tensors in numpy proposes what the walk says, with the confidence it says; the steady states are the figures
 the docs state, from every start. Through llama-server and the Python engine:
 tests/test_full_pair.py."""
 
@@ -9,12 +9,10 @@ from __future__ import annotations
 
 from fractions import Fraction as F
 
-import numpy as np
 import pytest
+from _pair_drafter import Drafter
 
-from gguf_exact.core import bf16
-from gguf_exact.gemma4.sizes import SIZES
-from gguf_exact.tiny.full_pair import cycle_ids, drafter_weights
+from gguf_exact.tiny.full_pair import cycle_ids
 from gguf_exact.tiny.pair_walk import (
     KINDS,
     N_AXES,
@@ -27,8 +25,6 @@ from gguf_exact.tiny.pair_walk import (
 )
 from gguf_exact.tiny.vocab import gemma4_vocabulary
 
-WIDTH = SIZES["E2B"].assistant.text.hidden_size
-
 
 @pytest.fixture(scope="module")
 def cycle():
@@ -39,56 +35,35 @@ def test_the_cycle_has_its_tokens(cycle):
     assert len(cycle) == N_AXES == len(set(cycle))
 
 
-class Drafter:
-    """The gemma4-assistant graph on a one-hot ``h`` with pass-through layers: pre_projection
-    of [token half (zero) | h], RMS norm times the final norm, then the tied head and
-    post_projection. The ordered head scores the proposed token's cluster first, so the full
-    head's argmax is what it proposes."""
-
-    def __init__(self, kind: str, cycle: list[int]) -> None:
-        _, t = drafter_weights("E2B", kind, cycle)
-        self.backbone = SIZES["E2B"].assistant.backbone_hidden_size
-        self.pre = bf16.to_f32(t["pre_projection.weight"])[:, self.backbone :]  # the hidden half
-        assert not bf16.to_f32(t["pre_projection.weight"])[:, : self.backbone].any()  # reads h only
-        self.post = bf16.to_f32(t["post_projection.weight"])
-        self.norm = bf16.to_f32(t["model.norm.weight"])
-        self.embed = bf16.to_f32(t["model.embed_tokens.weight"])
-
-    def step(self, h: np.ndarray) -> tuple[int, float, np.ndarray]:
-        x = self.pre @ h
-        normed = x / np.sqrt(np.mean(x * x) + 1e-6) * self.norm
-        logits = self.embed @ normed
-        top = np.sort(logits)[-10:].astype(np.float64)
-        p = 1.0 / np.exp(top - top.max()).sum()
-        return int(np.argmax(logits)), float(p), self.post @ normed
-
-
 @pytest.mark.parametrize("kind", KINDS)
 def test_the_weights_propose_what_the_walk_says(kind, cycle):
+    """Along every chain while its drafts are right (what acceptance depends on): the token the
+    walk's rule says, a token of its own where wrong, and a top probability on the same side
+    of p-min 0.5, 0.7 and 0.9 as the rule's. After a wrong draft the chain reads an h the wrong
+    axis's small weight scaled and the ordered head may find nothing (top probability 0.1):
+    those drafts are rejected either way, and test_full_pair.py takes their probabilities
+    from this simulation."""
     d = Drafter(kind, cycle)
-    never = set()
+    never: dict[int, int] = {}
     for s in range(N_AXES):
-        h = np.zeros(d.backbone, np.float32)
-        h[s] = 39.2  # the target's h: its axis s RMS-normed at width 1536
-        for depth in range(1, 6):
-            token, p, h = d.step(h)
+        for depth, (token, p) in enumerate(d.chain(s, 5), 1):
             axis = (s + depth) % N_AXES
-            if right(kind, axis, depth):
-                assert token == cycle[axis], (s, depth)
-            else:
+            model = top_probability(kind, axis, depth)
+            assert [p < t for t in (0.5, 0.7, 0.9)] == [model < t for t in (0.5, 0.7, 0.9)], (s, depth)
+            if not right(kind, axis, depth):
                 assert token not in cycle, (s, depth)
-                never.add(token)
-            assert p == pytest.approx(top_probability(kind, axis, depth, WIDTH), rel=1e-4)
-    wrong = {"hidden": 0, "mixed": 8, "real": len(REAL_FIRST_WRONG) + len(REAL_DEEP_WRONG)}[kind]
-    assert len(never) == wrong  # one token of its own for each wrong axis
+                assert never.setdefault(token, axis) == axis  # one token of its own per wrong axis
+                break
+            assert token == cycle[axis], (s, depth)
+    assert len(never) == {"hidden": 0, "mixed": 8, "real": len(REAL_FIRST_WRONG) + len(REAL_DEEP_WRONG)}[kind]
 
 
 def test_real_confidence_is_low_where_it_is_wrong():
     p = {(ok, depth): set() for ok in (True, False) for depth in (1, 2)}
     for a in range(N_AXES):
         for depth in (1, 2, 3):
-            p[(right("real", a, depth), min(depth, 2))].add(round(top_probability("real", a, depth, WIDTH), 4))
-    assert p == {(True, 1): {1.0}, (True, 2): {1.0}, (False, 1): {0.8585}, (False, 2): {0.4509}}
+            p[(right("real", a, depth), min(depth, 2))].add(round(top_probability("real", a, depth), 3))
+    assert p == {(True, 1): {1.0}, (True, 2): {1.0}, (False, 1): {0.838}, (False, 2): {0.431}}
 
 
 def test_steady_states_from_every_start():
@@ -115,13 +90,17 @@ def test_steady_states_from_every_start():
             assert {(s.acceptance, s.per_depth, s.tokens_per_pass) for s in got} == {row}, (kind, n_max)
 
 
-def test_real_with_p_min_stops_before_wrong_drafts():
-    # 0.5: the deeper wrong drafts (0.45) are not made, the first ones (0.86) are; 0.9: none wrong
-    assert [steady_state("real", n, 0, 0.5).acceptance for n in (1, 2, 3, 4)] == [F(11, 13), F(9, 11), F(6, 7), F(16, 17)]
-    assert {steady_state("real", n, s, 0.9).acceptance for n in (1, 2, 3, 4) for s in range(N_AXES)} == {F(1)}
+def test_real_with_p_min_stops_before_wrong_drafts(cycle):
+    """With the drafter's own probabilities (the simulation's): 0.5 stops before the unsure
+    deeper wrong drafts (0.43) and after most wrong ones, 0.9 before every wrong one (0.84)."""
+    conf = Drafter("real", cycle).confidence()
+    got = [{steady_state("real", n, s, 0.5, conf).acceptance for s in range(N_AXES)} for n in (1, 2, 3, 4)]
+    assert got == [{F(11, 13)}, {F(27, 32)}, {F(10, 11)}, {F(16, 17)}]
+    assert {steady_state("real", n, s, 0.9, conf).acceptance for n in (1, 2, 3, 4) for s in range(N_AXES)} == {F(1)}
     # the same tokens per pass: a draft not made would have been rejected
     for n in (1, 2, 3, 4):
-        assert steady_state("real", n, 0, 0.9).tokens_per_pass == steady_state("real", n, 0).tokens_per_pass
+        for p_min in (0.5, 0.9):
+            assert steady_state("real", n, 0, p_min, conf).tokens_per_pass == steady_state("real", n, 0).tokens_per_pass
 
 
 def test_a_run_counts_from_its_first_token():

@@ -75,11 +75,15 @@ def tune_settings(request: TuneRequest) -> tuple[list[Setting], Setting]:
     """The arms measured (the target alone, the fixed lengths, the adaptive settings, the
     default among them) and the default adaptive setting."""
     if not request.n_values or any(n < 1 for n in request.n_values):
-        raise ArgumentError(Param("n_values"), f" {','.join(map(str, request.n_values))}: give draft lengths of 1 or more")
+        raise ArgumentError(
+            Param("n_values"), f" {','.join(map(str, request.n_values))}: give draft lengths of 1 or more"
+        )
     if any(n < 1 for n in request.bounds):
         raise ArgumentError(Param("bounds"), f" {','.join(map(str, request.bounds))}: give n-max bounds of 1 or more")
     if any(not 0 <= p <= 1 for p in request.p_mins):
-        raise ArgumentError(Param("p_mins"), f" {','.join(f'{p:g}' for p in request.p_mins)}: give p-min values from 0 to 1")
+        raise ArgumentError(
+            Param("p_mins"), f" {','.join(f'{p:g}' for p in request.p_mins)}: give p-min values from 0 to 1"
+        )
     default = default_adaptive(request.profile)
     adaptive = [Setting(b, True, p) for b in request.bounds for p in request.p_mins]
     if adaptive and default not in adaptive:

@@ -37,13 +37,15 @@ The few non-zero weights make the full-size version of the tiny hidden-state pai
   of :data:`.pair_walk.REAL_FIRST_WRONG` (7 of 24), a deeper one reads the echo and is
   wrong on :data:`.pair_walk.REAL_DEEP_WRONG` (10 of 24). Where it is wrong its final
   norm's weight on that axis is small, so its top probability (llama.cpp's p-min reads
-  the softmax of the 10 best logits) is 0.86 at the first draft and 0.45 deeper, against
-  0.999999 where it is right. Steady state (every start, :func:`.pair_walk.steady_state`):
+  the softmax of the 10 best logits) is 0.84 at the first draft and 0.43 deeper, against
+  1.0 where it is right. Steady state (every start, :func:`.pair_walk.steady_state`):
   per-depth acceptance 11/13 (0.85) at n-max 1; 17/21, 10/17 (0.81, 0.59) at 2; 5/6, 3/5,
   2/3 at 3; 7/8, 4/7, 3/4, 2/3 at 4; overall acceptance 11/13, 9/14, 5/9, 1/2 and tokens per
-  pass 24/13, 16/7, 8/3, 3. With p-min 0.5 its deeper drafts stop where they would be
-  wrong (acceptance 11/13, 9/11, 6/7, 16/17, the same tokens per pass); with 0.9 every
-  wrong draft does (acceptance 1).
+  pass 24/13, 16/7, 8/3, 3. With p-min 0.5 its unsure drafts are not made (acceptance
+  11/13, 27/32, 10/11, 16/17, the same tokens per pass); with 0.9 no wrong one is
+  (acceptance 1). The wrong tokens sit one per cluster of the ordered head, none beside a
+  cycle token (``h`` carries a negative part on the axis before its own, which would cancel
+  an unsure axis in a shared centroid).
 """
 
 from __future__ import annotations
@@ -67,7 +69,6 @@ from gguf_exact.formats.safe_write import output_folder
 from gguf_exact.gemma4.hparams import TextHparams, rope_freqs
 from gguf_exact.gemma4.sizes import SIZES
 from gguf_exact.tiny.main_model import NORM, SCALAR, MainSpec, donor_kv, hf_config, model_tensors
-from gguf_exact.tiny.pair_walk import KINDS, N_AXES, norm_weight, right
 from gguf_exact.tiny.models import (
     TinyDrafter,
     consistent_head,
@@ -76,6 +77,7 @@ from gguf_exact.tiny.models import (
     pass_through_layers,
     write_checkpoint,
 )
+from gguf_exact.tiny.pair_walk import KINDS, N_AXES, norm_weight, right
 from gguf_exact.tiny.vocab import Vocabulary, gemma4_vocabulary, vocabulary_pairs
 
 T = GGMLQuantizationType
@@ -240,7 +242,11 @@ def drafter_weights(size: str, kind: str, cycle: list[int]) -> tuple[dict, dict[
     echo = N_AXES if kind == "real" else 0  # where post_projection hands a drafter axis back in h
     # (depth, first drafter axis, first axis of h read): the first draft reads the target's h
     blocks = [(1, 0, 0)] + ([(2, N_AXES, echo)] if echo else [])
-    never = (t for t in range(N_AXES + 300, spec.vocab_size) if t not in cycle)  # tokens the target never picks
+    # tokens the target never picks, one per cluster of the ordered head and none beside a
+    # cycle token: a cluster's centroid sums its tokens' rows, and h also carries a negative
+    # part on the axis before its own, which would cancel a low-weight (unsure) axis
+    size = spec.vocab_size // spec.num_centroids
+    never = (size * c for c in range(spec.num_centroids // 2, spec.num_centroids) if size * c not in cycle)
     for depth, axes, reads in blocks:
         pre[axes + (k + 1) % N_AXES, backbone + reads + k] = one  # h axis k -> drafter axis k + 1
         post[echo + k, axes + k] = one  # drafter axis k -> h axis k (real: its echo)

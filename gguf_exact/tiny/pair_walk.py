@@ -26,6 +26,7 @@ periodic orbit (:func:`steady_state`), which gives the figures the module docstr
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from fractions import Fraction
 
@@ -38,10 +39,12 @@ KINDS = ("hidden", "mixed", "real")
 # n-max 1..4 from every start
 REAL_FIRST_WRONG = (1, 5, 10, 12, 14, 18, 21)
 REAL_DEEP_WRONG = (3, 4, 6, 7, 8, 9, 15, 16, 22, 23)
-# real's confidence: the drafter's final norm weight on a proposal's axis scales its logit
-# (the hidden state is one-hot, RMS-normed to sqrt(width)); right: 1, wrong: these
-REAL_FIRST_WRONG_WEIGHT = 0.25  # confident and wrong: top probability 0.86 at width 256
-REAL_DEEP_WRONG_WEIGHT = 0.125  # unsure: 0.45
+# real's confidence: the drafter's final norm weight on a proposal's axis scales its logit;
+# right: 1, wrong: these. RIGHT_LOGIT: a right draft's logit as llama.cpp computes it (the
+# target's h is 37.61 on its own axis and -11.02 on the one before, RMS-normed at width 256)
+REAL_FIRST_WRONG_WEIGHT = 0.25  # confident and wrong: top probability 0.84
+REAL_DEEP_WRONG_WEIGHT = 0.125  # unsure: 0.43
+RIGHT_LOGIT = 15.36
 TOP_K = 10  # draft-mtp's top-k: its top probability is a softmax over the 10 best logits
 
 
@@ -64,10 +67,11 @@ def norm_weight(kind: str, axis: int, depth: int) -> float:
     return REAL_FIRST_WRONG_WEIGHT if depth == 1 else REAL_DEEP_WRONG_WEIGHT
 
 
-def top_probability(kind: str, axis: int, depth: int, width: int) -> float:
-    """The drafter's top probability for that proposal: its logit ``sqrt(width) * weight``
-    against nine zero logits (every other candidate's row is zero on the axis)."""
-    x = math.sqrt(width) * norm_weight(kind, axis, depth)
+def top_probability(kind: str, axis: int, depth: int) -> float:
+    """The drafter's top probability for that proposal: its logit ``RIGHT_LOGIT * weight``
+    against nine zero logits (every other candidate's row is zero on the axis; a draft after a
+    wrong one is lower, down to 0.29 for 0.43: on the same side of p-min 0.5, 0.7 and 0.9)."""
+    x = RIGHT_LOGIT * norm_weight(kind, axis, depth)
     return 1.0 / (1.0 + (TOP_K - 1) * math.exp(-x))
 
 
@@ -86,13 +90,21 @@ class WalkCounts:
         return [Fraction(a, t) for a, t in zip(self.kept, self.tried) if t]
 
 
-def one_pass(kind: str, start: int, k: int, p_min: float = 0.0, width: int = 256) -> tuple[int, int]:
+Confidence = Callable[[int, int], float]  # (start axis, depth) -> the draft's top probability
+
+
+def one_pass(
+    kind: str, start: int, k: int, p_min: float = 0.0, confidence: Confidence | None = None
+) -> tuple[int, int]:
     """(drafts made, drafts kept) for a pass from axis ``start`` asked for ``k`` drafts; a draft
-    whose top probability is below ``p_min`` is not made (llama.cpp's ``--spec-draft-p-min``)."""
+    whose top probability is below ``p_min`` is not made (llama.cpp's ``--spec-draft-p-min``).
+    ``confidence``: the drafter's top probabilities as its weights give them (after a wrong
+    draft they differ from :func:`top_probability`'s); by default that model's."""
     made = kept = 0
     wrong = False
     for j in range(1, k + 1):
-        if p_min > 0 and top_probability(kind, start + j, j, width) < p_min:
+        p = confidence(start % N_AXES, j) if confidence else top_probability(kind, start + j, j)
+        if p_min > 0 and p < p_min:
             break
         made += 1
         wrong = wrong or not right(kind, start + j, j)
@@ -101,7 +113,7 @@ def one_pass(kind: str, start: int, k: int, p_min: float = 0.0, width: int = 256
 
 
 def predict_run(
-    kind: str, first_axis: int, n_predict: int, n_max: int, p_min: float = 0.0, width: int = 256
+    kind: str, first_axis: int, n_predict: int, n_max: int, p_min: float = 0.0, confidence: Confidence | None = None
 ) -> WalkCounts:
     """A request of ``n_predict`` tokens at a fixed ``n_max`` whose prompt pass emitted the token
     of ``first_axis``: as llama-server and the Python engine draft, at most the tokens the
@@ -110,7 +122,7 @@ def predict_run(
     s = first_axis
     while len(out.tokens) < n_predict:
         k = min(n_max, n_predict - len(out.tokens) - 1)
-        made, kept = one_pass(kind, s, k, p_min, width)
+        made, kept = one_pass(kind, s, k, p_min, confidence)
         for j in range(1, min(made, kept + 1) + 1):
             out.tried[j - 1] += 1
             out.kept[j - 1] += j <= kept
@@ -133,7 +145,9 @@ class SteadyState:
     tokens_per_pass: Fraction
 
 
-def steady_state(kind: str, n_max: int, start: int = 0, p_min: float = 0.0, width: int = 256) -> SteadyState:
+def steady_state(
+    kind: str, n_max: int, start: int = 0, p_min: float = 0.0, confidence: Confidence | None = None
+) -> SteadyState:
     """The periodic orbit the walk at ``n_max`` reaches from axis ``start``, counted once round."""
     seen: dict[int, int] = {}
     order = []
@@ -141,12 +155,12 @@ def steady_state(kind: str, n_max: int, start: int = 0, p_min: float = 0.0, widt
     while s not in seen:
         seen[s] = len(order)
         order.append(s)
-        s = (s + one_pass(kind, s, n_max, p_min, width)[1] + 1) % N_AXES
+        s = (s + one_pass(kind, s, n_max, p_min, confidence)[1] + 1) % N_AXES
     orbit = order[seen[s] :]
     made = kept = tokens = 0
     tried, right_ = [0] * n_max, [0] * n_max
     for s in orbit:
-        m, a = one_pass(kind, s, n_max, p_min, width)
+        m, a = one_pass(kind, s, n_max, p_min, confidence)
         made, kept, tokens = made + m, kept + a, tokens + a + 1
         for j in range(1, min(m, a + 1) + 1):
             tried[j - 1] += 1
