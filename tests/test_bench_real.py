@@ -58,6 +58,23 @@ def test_the_target_alone_side_by_side(pair):
 
 @pytest.mark.bindings
 @pytest.mark.llama_server
+def test_an_adaptive_arm_serves_the_policy_in_both_engines_with_the_same_text(pair):
+    """bench-real's adaptive arm: spec-draft-adaptive on, n-max its bound; whatever length the
+    policy picks on this pair (a tiny drafter step costs what a target pass does: often none),
+    the text is the target alone's in both engines and nothing drafted is wasted here."""
+    alone = engines_arm(pair[0], None, ("llama-server", "python"), 0, PROMPTS, 9, TEST_SETTINGS, rounds=1)
+    arms = engines_arm(
+        pair[0], pair[1], ("llama-server", "python"), 4, PROMPTS, 9, TEST_SETTINGS, rounds=1, adaptive=True
+    )
+    for a, base in zip(arms, alone):
+        assert (a.engine, a.n_max, a.adaptive, base.adaptive) == (base.engine, 4, True, False)
+        assert a.texts == base.texts and a.tokens == 18
+        assert a.drafts_accepted == a.drafts_generated  # every draft right on this pair, however many
+        assert a.as_dict()["adaptive"] is True
+
+
+@pytest.mark.bindings
+@pytest.mark.llama_server
 @pytest.mark.parametrize("engine, parallel", [("python", 1), ("llama-server", 2)])
 def test_concurrent_clients_each_count_their_own_tokens(pair, engine, parallel):
     r = concurrent_arm(pair[0], pair[1], engine, 2, parallel, PROMPTS, 6, TEST_SETTINGS)

@@ -2,7 +2,7 @@
 
 On a full-size pair (:mod:`gguf_exact.tiny.full_pair`), per engine (llama-server and
 the Python engine, both over HTTP with the same requests) and n-max (0 = the target
-alone):
+alone; a fixed length, or the bound of the adaptive policy's):
 
 - :func:`engines_arm`: both engines loaded side by side and sent the same requests in
   turn, several rounds (medians): load time (start to ``/health`` 200), time to first
@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any, Iterator, Sequence
 
 from gguf_exact.bench.report import Figures
-from gguf_exact.bench.request import BENCH_PROFILE, fixed_length
+from gguf_exact.bench.request import BENCH_PROFILE, adaptive_length, fixed_length
 from gguf_exact.engines.settings import ENGINES  # what serve --engine takes
 
 HEAD_NODE = "result_output"  # the drafter's tied output head (gemma4-assistant.cpp)
@@ -53,6 +53,7 @@ class ArmResult(Figures):
     ttft_seconds: float
     peak_rss_mib: float
     ttft_prompt_tokens: int = 0
+    adaptive: bool = False  # the draft length chosen by the policy, up to n_max
     rounds: int = 1  # the timings are medians over this many rounds
     same_every_round: bool = True  # every round gave the same text (greedy)
     texts: list[str] = field(default_factory=list, repr=False)
@@ -112,8 +113,10 @@ def engines_arm(
     sets: Sequence[str],
     profile: str = BENCH_PROFILE,
     rounds: int = 3,
+    adaptive: bool = False,
 ) -> list[ArmResult]:
-    """Every engine at one n-max (0: the target alone) over ``/v1/completions``, side by side.
+    """Every engine at one n-max (0: the target alone; ``adaptive``: the bound of the length
+    the policy chooses, else the fixed length) over ``/v1/completions``, side by side.
 
     The servers are started one after the other (each load timed while the others idle),
     then the same requests go to each in turn, ``rounds`` times, the order reversed every
@@ -122,7 +125,7 @@ def engines_arm(
     engines hold where the absolute figures wander."""
     from gguf_exact.engines.http import openai_generate
 
-    extra = fixed_length(n_max)
+    extra = adaptive_length(n_max) if adaptive else fixed_length(n_max)
     with ExitStack() as stack:
         servers = {}
         for engine in engines:
@@ -151,6 +154,7 @@ def engines_arm(
                     load_seconds=load,
                     ttft_seconds=ttft[engine].wall_seconds,
                     ttft_prompt_tokens=ttft[engine].n_prompt,
+                    adaptive=adaptive and n_max > 0,
                     tokens=sum(g.n_tokens for g in first),
                     wall_seconds=_median_sum(per_round, lambda g: g.wall_seconds),
                     generation_seconds=_median_sum(per_round, lambda g: g.wall_seconds - g.prefill_seconds),
