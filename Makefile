@@ -14,8 +14,11 @@ CUDA    ?=
 VULKAN  ?=
 BACKEND := $(if $(CUDA),cuda$(CUDA),$(if $(VULKAN),vulkan,cpu))
 BACKEND_FLAGS := $(strip $(if $(CUDA),--cuda $(CUDA)) $(if $(VULKAN),--vulkan))
+# A Vulkan build first installs the Debian packages it needs (glslc, spirv-headers, libvulkan-dev,
+# lavapipe, vulkaninfo), as apt-get would; nothing when they are there.
+VULKAN_DEPS := $(if $(VULKAN),scripts/install-vulkan-deps.sh && )
 
-.PHONY: setup test test-quick demo bench clean parity
+.PHONY: setup test test-quick test-vulkan demo bench clean parity
 
 # Everything but the bindings; pip never builds llama-cpp-python itself (its native build
 # traps on AMX CPUs at the pinned commit): the next step builds and installs it.
@@ -30,7 +33,7 @@ $(VENV)/.installed: pyproject.toml
 # old venv never keeps bindings built without them.
 SOURCE_PATCHES := gguf_exact/builds/source_patches.py $(wildcard gguf_exact/builds/patches/*.patch)
 $(VENV)/.bindings-$(BACKEND): $(VENV)/.installed $(SOURCE_PATCHES)
-	$(BIN)/python -m gguf_exact.builds.bindings_build --install $(BACKEND_FLAGS)
+	$(VULKAN_DEPS)$(BIN)/python -m gguf_exact.builds.bindings_build --install $(BACKEND_FLAGS)
 	$(BIN)/pip install -q -e '.[llama,server,test]'
 	rm -f $(VENV)/.bindings-*
 	touch $@
@@ -38,12 +41,22 @@ $(VENV)/.bindings-$(BACKEND): $(VENV)/.installed $(SOURCE_PATCHES)
 setup: $(VENV)/.installed $(VENV)/.bindings-$(BACKEND)
 
 test: setup llama-server
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -m "not vulkan"
+
+# The GPU path where there is no GPU: the Vulkan llama-server on Mesa's lavapipe (a Vulkan device
+# on the CPU), through the real profiles, beside the CPU build (tests marked vulkan). Installs the
+# Debian packages, builds the Vulkan llama-server once (about 35 min on 2 cores; cached), then the
+# tests (about 15 min). Not in `make test`: see README, "Tests". Run it after any change to the
+# serving path.
+test-vulkan: setup llama-server
+	scripts/install-vulkan-deps.sh
+	scripts/build-llama-cpp.sh --vulkan
+	$(BIN)/python -m pytest -q -m vulkan
 
 # The tests that need neither build (pytest -m: no llama_server, no bindings mark): a venv
 # from PyPI only, nothing built, a few minutes. `make test` (CI) runs these and the rest.
 test-quick: $(VENV)/.installed
-	$(BIN)/python -m pytest -q -m "not llama_server and not bindings"
+	$(BIN)/python -m pytest -q -m "not llama_server and not bindings and not vulkan"
 
 demo: setup
 	$(BIN)/gguf-exact demo build/demo
@@ -96,7 +109,7 @@ parity: setup $(PARITY_VENV)/.installed
 # `make test`; see docs/building-llama-cpp.md for their times): make llama-server CUDA=86 (or 75), VULKAN=1
 .PHONY: llama-server serve
 llama-server: setup
-	scripts/build-llama-cpp.sh $(BACKEND_FLAGS)
+	$(VULKAN_DEPS)scripts/build-llama-cpp.sh $(BACKEND_FLAGS)
 
 # make serve MODEL=target.gguf [DRAFT=drafter.gguf] [PROFILE=auto|rtx3050|...] [PORT=8080] [ARGS=--detach]
 # (without DRAFT serve finds the drafter; ARGS=--fetch-draft fetches it)
@@ -105,15 +118,17 @@ PORT    ?= 8080
 serve: setup
 	$(BIN)/gguf-exact serve --profile $(PROFILE) --model $(MODEL) $(if $(DRAFT),--draft $(DRAFT)) --port $(PORT) $(ARGS)
 
-# The published exact drafters, each checked against checksums/<recipe>.sha256 before it is
-# placed in $(MODELS)/<repo>/<file> (downloads go through the Hub cache and resume).
+# The drafters: each recipe's checkpoint and published exact file, checked against
+# checksums/<recipe>.sha256 before they are placed in $(MODELS)/<repo>/<file> (downloads go
+# through the Hub cache and resume), the checkpoint converted with its ordered-embedding head to
+# $(MODELS)/converted/ (the published file alone where the checkpoint is not pinned: E4B's).
 # build-draft rebuilds them from Google's sources at the pinned commits and fails unless the
 # rebuild is the published file (same sha256) or holds the same levels with other scales.
 .PHONY: draft build-draft
 MODELS  ?= models
 DRAFTS  ?= e2b-assistant e4b-assistant
 draft: setup
-	@for r in $(DRAFTS); do $(BIN)/gguf-exact fetch $$r --what exact --models-dir $(MODELS) || exit 1; done
+	@for r in $(DRAFTS); do $(BIN)/gguf-exact fetch $$r --models-dir $(MODELS) || exit 1; done
 build-draft: setup
 	@for r in $(DRAFTS); do $(BIN)/gguf-exact build $$r --models-dir $(MODELS) --out-dir build/drafters || exit 1; done
 
@@ -126,13 +141,22 @@ bench-repack: setup
 
 # Speculation at the real models' size (scripts/bench_real.py): full-size E2B and E4B pairs made
 # on the spot (gguf-exact make-pair, 3.4 + 5.2 GB under build/real-pairs, deleted after), the target
-# alone and n-max 1..4 in llama-server and the Python engine over HTTP, --parallel 2 and 4; prints
+# alone, n-max 1..4 and the adaptive length up to 4 (drafters hidden, mixed, real) in llama-server
+# and the Python engine over HTTP, --parallel 2 and 4; prints
 # the tables, writes build/bench-real/bench-real.{json,md}. Hours on 2 CPU cores; a short run:
 #   make bench-real BENCH_REAL_ARGS="--shapes e2b --n-max 1,3 --n-predict 16 --prompts 1 --parallel 2"
 .PHONY: bench-real memory-real
 BENCH_REAL_ARGS ?=
 bench-real: setup llama-server
 	$(BIN)/python scripts/bench_real.py $(BENCH_REAL_ARGS)
+
+# Serving over llama.cpp's RPC backend (scripts/bench_rpc.py): tokens/s with and without the
+# drafter on one machine and over two loopback rpc-server workers, and the bytes one request
+# moves per target pass and per draft step; the full-size pair kept in build/rpc-bench.
+.PHONY: bench-rpc
+BENCH_RPC_ARGS ?= --shape e2b
+bench-rpc: setup llama-server
+	$(BIN)/python scripts/bench_rpc.py $(BENCH_RPC_ARGS) --out build/bench-rpc.json
 
 # The memory plan against llama-server's logged buffers for the full-size pairs at the cpu,
 # rtx3050 and gtx1650ti profiles' settings (scripts/memory_real.py); pairs kept in build/real-pairs.

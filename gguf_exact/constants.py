@@ -32,6 +32,7 @@ PROFILES_ENV = "GGUF_EXACT_PROFILES"
 RECIPES_ENV = "GGUF_EXACT_RECIPES"
 CHECKSUMS_ENV = "GGUF_EXACT_CHECKSUMS"
 LLAMA_SERVER_KEY_ENV = "LLAMA_API_KEY"  # llama-server reads its --api-key from this one (set, never read, here)
+VULKAN_VISIBLE_ENV = "GGML_VK_VISIBLE_DEVICES"  # llama.cpp's Vulkan devices by index (set, never read, here)
 
 
 def env_text(name: str) -> str | None:
@@ -96,6 +97,7 @@ __all__ = [
     "PROFILES_ENV",
     "RECIPES_ENV",
     "RUN_DIR_ENV",
+    "VULKAN_VISIBLE_ENV",
     "api_key",
     "cache_root",
     "cpu_features",

@@ -9,13 +9,13 @@ import shutil
 import subprocess
 from dataclasses import dataclass
 
+from gguf_exact.builds import devices
 from gguf_exact.builds.cpu_features import host_cpu
 from gguf_exact.builds.gpu_toolchains import (
     CUBLAS_CHECKSUMS,
     binary_gpu_archs,
     find_cuda_toolkit,
     parse_wheel_pins,
-    require_vulkan_tools,
     system_cublas,
     wheel_pin_for,
 )
@@ -28,6 +28,8 @@ from gguf_exact.builds.llama_build import (
     server_version,
     unresolved_libraries,
 )
+from gguf_exact.builds.vulkan_tools import require_vulkan_tools
+from gguf_exact.constants import VULKAN_VISIBLE_ENV
 from gguf_exact.errors import GgufExactError
 from gguf_exact.hub import checksums
 
@@ -91,13 +93,26 @@ def bindings() -> list[Finding]:
 PROBE_WORDS = {True: "probe passed", None: "probe not run here", False: "probe FAILED"}
 
 
+def describe_probe(probe: dict, backend: str = "cpu") -> str:
+    """A probe record in a few words: how it went and where it ran (``-ngl 99`` on which device)."""
+    words = PROBE_WORDS[probe.get("ok")]
+    if probe.get("device"):
+        shown = f", {VULKAN_VISIBLE_ENV}={probe['visible_devices']}" if probe.get("visible_devices") else ""
+        return f"{words} on {probe['device']} (-ngl {probe.get('gpu_layers', '?')}{shown})"
+    if backend == "cpu" or probe.get("ok") is None:
+        return words
+    if "device" in probe:
+        return f"{words} on the CPU: no {backend} device here"
+    return f"{words} on the CPU (recorded before probes ran on the device; `{build_command(backend)} --reprobe`)"
+
+
 def describe_build(info: dict) -> str:
     """What a build's ``build-info.json`` says it was made with, in one line."""
     parts = []
     if info.get("cpu_features"):
         parts.append(f"CPU features {info['cpu_features']}")
     if isinstance(info.get("probe"), dict):
-        parts.append(PROBE_WORDS[info["probe"].get("ok")])
+        parts.append(describe_probe(info["probe"], info.get("backend", "cpu")))
     if "cuda_toolkit" in info:
         t, c = info["cuda_toolkit"], info.get("cublas", {})
         parts.append(f"CUDA {t.get('version', '?')} ({t.get('root', '?')})")
@@ -107,6 +122,8 @@ def describe_build(info: dict) -> str:
             parts.append(f"cuBLAS system ({c.get('lib_dir', '?')})")
         if info.get("min_driver"):
             parts.append(f"needs NVIDIA driver >= {info['min_driver']}")
+    if rpc := rpc_worker_build(info):
+        parts.append(rpc)
     if info.get("glslc"):
         parts.append(f"glslc: {info['glslc']}")
     if info.get("vulkan_headers"):
@@ -115,6 +132,18 @@ def describe_build(info: dict) -> str:
         jobs = f" with -j{info['jobs']}" if "jobs" in info else ""
         parts.append(f"built in {info['build_seconds']:.0f} s{jobs}")
     return ", ".join(parts)
+
+
+def rpc_worker_build(info: dict) -> str | None:
+    """The build's RPC part in a few words (``rpc-server, GGML_RPC=ON, protocol 7.0.0``), or None
+    for a build without it. Builds made before ``build-info.json`` had its ``rpc`` record
+    say so only in their CMake arguments."""
+    rpc = info.get("rpc")
+    if isinstance(rpc, dict) and rpc.get("ggml_rpc"):
+        return f"{rpc.get('server', 'rpc-server')}, GGML_RPC=ON, RPC protocol {rpc.get('protocol', '?')}"
+    if "-DGGML_RPC=ON" in info.get("cmake", []):
+        return "rpc-server, GGML_RPC=ON"
+    return None
 
 
 def build_finding(backend: str) -> Finding:
@@ -177,7 +206,7 @@ def cuda() -> Finding:
 
 def vulkan() -> Finding:
     try:
-        tools = require_vulkan_tools()
+        tools = require_vulkan_tools(fetch=False)  # doctor downloads nothing
         return Finding(
             "Vulkan build tools", f"glslc: {tools.glslc}, headers {tools.header_version} ({tools.include_dir})", True
         )
@@ -185,6 +214,36 @@ def vulkan() -> Finding:
         return Finding(
             "Vulkan build tools", e.render(lambda p: "").removeprefix(": "), False
         )  # the problem, not the flag
+
+
+def vulkan_devices() -> Finding:
+    """The Vulkan devices the loader lists (vulkaninfo) and which of them the Vulkan
+    llama-server sees: a CPU-type device (lavapipe) only when named (``serve --vulkan-devices``)."""
+    name = "Vulkan devices"
+    listed = devices.vulkan_devices()
+    if listed is None:
+        return Finding(name, "vulkaninfo not found (scripts/install-vulkan-deps.sh installs vulkan-tools)", False)
+    there = "; ".join(d.line() for d in listed) or "none"
+    build = find_build("vulkan")
+    if build is None or not listed:
+        return Finding(name, f"vulkaninfo: {there}", bool(listed))
+    try:
+        seen = devices.list_devices(build.binary())
+        soft = None if seen else devices.software_visible()
+        named = devices.list_devices(build.binary(), devices.device_env(soft)) if soft else []
+    except GgufExactError as e:
+        return Finding(name, f"vulkaninfo: {there}; llama-server (vulkan): {e}", False)
+    if seen:
+        return Finding(name, f"vulkaninfo: {there}; llama-server (vulkan) uses {', '.join(d.line() for d in seen)}", True)
+    if named:
+        shown = ", ".join(d.line() for d in named)
+        return Finding(
+            name,
+            f"vulkaninfo: {there}; llama-server (vulkan) sees none by itself (llama.cpp hides CPU-type devices), "
+            f"{shown} with {VULKAN_VISIBLE_ENV}={soft}: `gguf-exact serve --vulkan-devices {soft}`",
+            True,
+        )
+    return Finding(name, f"vulkaninfo: {there}; llama-server (vulkan) sees none of them", False)
 
 
 def gpus() -> Finding:
@@ -197,6 +256,36 @@ def gpus() -> Finding:
     return Finding("GPUs", "; ".join(ln.strip() for ln in out.splitlines()), True)
 
 
-def diagnose() -> list[Finding]:
-    """Every finding, in the order ``gguf-exact doctor`` prints them."""
-    return [cpu(), *bindings(), *server_builds(), cuda(), vulkan(), gpus()]
+def local_workers() -> list[str]:
+    """The endpoints of the RPC workers ``gguf-exact rpc-server`` runs on this machine (their run folders)."""
+    from gguf_exact import constants
+    from gguf_exact.engines.process import read_state, running_pid
+    from gguf_exact.engines.settings import RPC_ENGINE, STATE_FILE
+
+    found = []
+    for rdir in sorted(constants.run_root().glob("*")):
+        if not (rdir / STATE_FILE).is_file() or running_pid(rdir) is None:
+            continue
+        state = read_state(rdir)
+        if state.get("engine") == RPC_ENGINE:
+            found.append(state["url"].removeprefix("rpc://"))
+    return found
+
+
+def rpc_workers(endpoints: tuple[str, ...] = ()) -> list[Finding]:
+    """Each RPC worker given (``doctor --rpc``) or running here: what it answers and its devices'
+    memory (the protocol's hello and device queries, bounded: a worker serving a llama-server
+    is ``busy``, not waited for)."""
+    from gguf_exact.engines.rpc_probe import parse_endpoints, probe_worker
+
+    given = parse_endpoints(endpoints) if endpoints else ()
+    every = list(given) + [e for e in local_workers() if e not in given]
+    if not every:
+        return [Finding("RPC workers", "none given or running here (`gguf-exact rpc-server` starts one)", True)]
+    reports = [probe_worker(e) for e in every]
+    return [Finding("RPC worker", r.line(), r.state in ("ok", "busy")) for r in reports]
+
+
+def diagnose(rpc: tuple[str, ...] = ()) -> list[Finding]:
+    """Every finding, in the order ``gguf-exact doctor`` prints them; ``rpc``: RPC workers to ask."""
+    return [cpu(), *bindings(), *server_builds(), cuda(), vulkan(), vulkan_devices(), gpus(), *rpc_workers(rpc)]

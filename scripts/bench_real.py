@@ -2,7 +2,7 @@
 """Speculation at the real models' size: `make bench-real` (one run, JSON and a Markdown table).
 
 For each shape (E2B, E4B) it makes the full-size pair (`gguf-exact make-pair`: the
-`hidden` drafter, then the `mixed` one beside the same target; each also as `<kind>-full`,
+`hidden` drafter, then the `mixed` and `real` ones beside the same target; `<kind>-full`:
 converted with `--full-head`, without its ordered-embedding head) under --work, then:
 
 1. in-process costs (the bindings, --threads): a target pass at 1 and at n-max + 1 rows,
@@ -10,9 +10,11 @@ converted with `--full-head`, without its ordered-embedding head) under --work, 
    speed-up they predict, and (stated as a prediction) what they predict on a card whose
    target pass --card-pass-ms gives;
 2. per kind, engine (llama-server, the Python engine; both over HTTP, the same prompts,
-   greedy) and n-max (0 = the target alone, shared by both kinds): tokens/s, acceptance,
-   tokens per target pass, time to first token, load time, peak RSS, and whether the
-   text equals the target alone's;
+   greedy) and arm (the target alone, shared by every kind; each fixed n-max of --n-max,
+   the policy off; the adaptive draft length up to each bound of --adaptive): tokens/s,
+   acceptance, tokens per target pass, time to first token, load time, peak RSS, and
+   whether the text equals the target alone's; each adaptive arm against the target alone
+   and the best fixed length of the same run;
 3. many users: llama-server with --parallel P and P concurrent clients (per-request
    acceptance and text against one slot, aggregate tokens/s), and the Python engine
    with the same clients (it queues them).
@@ -41,7 +43,8 @@ from gguf_exact.bench.real import (
     predicted_speedup,
     target_pass_seconds,
 )
-from gguf_exact.tiny.full_pair import write_drafter, write_pair
+from gguf_exact.tiny.full_pair import cycle_ids, write_drafter, write_pair
+from gguf_exact.tiny.vocab import gemma4_vocabulary
 
 # Text the made-up vocabulary splits into a few dozen tokens; the target's next token
 # depends only on the last one, so each prompt starts the cycle somewhere else.
@@ -57,30 +60,26 @@ def log(msg: str) -> None:
     print(f"[{time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
 
 
-def make_pairs(work: Path, shape: str) -> dict[str, tuple[Path, Path]]:
+def make_pairs(work: Path, shape: str, kinds: list[str]) -> dict[str, tuple[Path, Path]]:
     """The kinds' drafters beside one target; ``<kind>-full``: the same drafter without its
     ordered-embedding head (``convert --full-head``), which scores all 262,144 tokens."""
     folder = work / shape
-    hidden = folder / "drafter.gguf"
-    mixed = folder / "mixed-drafter.gguf"
-    if not (folder / "target.gguf").is_file() or not hidden.is_file():
+    target, hidden = folder / "target.gguf", folder / "drafter.gguf"
+    if not target.is_file() or not hidden.is_file():
         log(f"{shape}: make-pair")
-        p = write_pair(folder, shape, "hidden")
-        cycle = list(p.cycle)
+        cycle = list(write_pair(folder, shape, "hidden").cycle)
     else:
-        from gguf_exact.tiny.full_pair import cycle_ids
-        from gguf_exact.tiny.vocab import gemma4_vocabulary
-
         cycle = cycle_ids(gemma4_vocabulary())
-    if not mixed.is_file():
-        write_drafter(mixed, shape.upper(), "mixed", cycle, folder / "target.gguf")
-    pairs = {"hidden": (folder / "target.gguf", hidden), "mixed": (folder / "target.gguf", mixed)}
-    for kind in ("hidden", "mixed"):
-        full = folder / f"{kind}-full-head-drafter.gguf"
-        if not full.is_file():
-            log(f"{shape}: {kind} drafter without its ordered head")
-            write_drafter(full, shape.upper(), kind, cycle, folder / "target.gguf", ordered_head=False)
-        pairs[f"{kind}-full"] = (folder / "target.gguf", full)
+    pairs = {"hidden": (target, hidden)}  # the cost runs' drafter
+    for kind in kinds:
+        base, full = kind.removesuffix("-full"), kind.endswith("-full")
+        path = folder / (f"{base}-full-head-drafter.gguf" if full else f"{base}-drafter.gguf")
+        if kind == "hidden":
+            continue
+        if not path.is_file():
+            log(f"{shape}: {base} drafter" + (" without its ordered head" if full else ""))
+            write_drafter(path, shape.upper(), base, cycle, target, ordered_head=not full)
+        pairs[kind] = (target, path)
     return pairs
 
 
@@ -99,8 +98,10 @@ def costs(target: Path, drafter: Path, full: Path, n_max_list: list[int], thread
 
 
 def shape_run(shape: str, args, prompts: list[str]) -> dict:
-    pairs = make_pairs(args.work, shape)
-    n_max_list = [int(x) for x in args.n_max.split(",")]
+    kinds = [k for k in args.kinds.split(",") if k]  # --kinds '': the target alone only
+    pairs = make_pairs(args.work, shape, kinds + ["hidden-full"])
+    n_max_list = [int(x) for x in args.n_max.split(",") if x]
+    bounds = [int(x) for x in args.adaptive.split(",") if x]
     sets = [f"threads={args.threads}", f"threads-batch={args.threads}", f"ctx-size={args.ctx}", "no-warmup=true"]
     sets += args.set
     out: dict = {"shape": shape, "files": {k: [str(p) for p in v] for k, v in pairs.items()}}
@@ -112,12 +113,14 @@ def shape_run(shape: str, args, prompts: list[str]) -> dict:
     log(f"{shape}: {', '.join(engines)}, target alone")
     for r in engines_arm(target, None, engines, 0, prompts, args.n_predict, sets, args.profile, args.rounds):
         arms.append({"kind": "none"} | r.as_dict())
-    for kind in [k for k in args.kinds.split(",") if k]:  # --kinds '': the target alone only
-        for n_max in n_max_list:
-            log(f"{shape}: {', '.join(engines)}, {kind}, n-max {n_max}")
-            drafter = pairs[kind][1]
+    for kind in kinds:
+        drafter = pairs[kind][1]
+        # the fixed lengths, then the policy's own choice up to each bound (spec-draft-adaptive)
+        for n_max, adaptive in [(n, False) for n in n_max_list] + [(b, True) for b in bounds]:
+            how = f"adaptive up to n-max {n_max}" if adaptive else f"n-max {n_max}"
+            log(f"{shape}: {', '.join(engines)}, {kind}, {how}")
             for r in engines_arm(
-                target, drafter, engines, n_max, prompts, args.n_predict, sets, args.profile, args.rounds
+                target, drafter, engines, n_max, prompts, args.n_predict, sets, args.profile, args.rounds, adaptive
             ):
                 arms.append({"kind": kind} | r.as_dict())
             save_partial(args.out, out | {"arms": arms})
@@ -164,12 +167,46 @@ def steady_tokens_per_pass(arm: dict) -> float:
     return (arm["tokens"] - n) / passes if passes > 0 else 0.0
 
 
+def arm_n_max(arm: dict) -> str:
+    """The n-max cell: the fixed length, or ``<=B adaptive`` for the policy's bound."""
+    return f"<={arm['n_max']} adaptive" if arm.get("adaptive") else str(arm["n_max"])
+
+
+def same_arm(a: dict, b: dict) -> bool:
+    return (a["kind"], a["n_max"], bool(a.get("adaptive"))) == (b["kind"], b["n_max"], bool(b.get("adaptive")))
+
+
+def adaptive_goals(arms: list[dict], alone: dict[str, dict]) -> list[str]:
+    """Per engine and kind, each adaptive arm against the target alone and the best fixed
+    length of the same run (generation tokens/s), as the goals read them (issue 23: >= 0.98x
+    the target alone on mixed, >= 0.97x the best fixed length on hidden and real)."""
+    out = []
+    for a in (x for x in arms if x.get("adaptive")):
+        fixed = [
+            b
+            for b in arms
+            if b["engine"] == a["engine"] and b["kind"] == a["kind"] and b["n_max"] and not b.get("adaptive")
+        ]
+        base = alone.get(a["engine"])
+        tps = a["generation_tokens_per_second"]
+        parts = [f"{tps / base['generation_tokens_per_second']:.2f}x the target alone"] if base else []
+        if fixed:
+            best = max(fixed, key=lambda b: b["generation_tokens_per_second"])
+            parts.append(
+                f"{tps / best['generation_tokens_per_second']:.2f}x the best fixed length (n-max {best['n_max']})"
+            )
+        out.append(f"- {a['engine']}, {a['kind']}, adaptive up to n-max {a['n_max']}: " + ", ".join(parts))
+    return out
+
+
 def table(result: dict) -> str:
     """The README's table for one shape."""
     c = result["costs"]
     passes = {int(k): v for k, v in c["target_pass_seconds"].items()}
     steps = {"ordered": c["drafter"]["step_seconds"]}
-    heads = [f"drafter step {1e3 * steps['ordered']:.2f} ms with its ordered head ({100 * c['drafter']['head_share']:.0f}% of it)"]
+    heads = [
+        f"drafter step {1e3 * steps['ordered']:.2f} ms with its ordered head ({100 * c['drafter']['head_share']:.0f}% of it)"
+    ]
     if "drafter_full_head" in c:  # runs before issue 24 timed one head
         full = c["drafter_full_head"]
         steps["full"] = full["step_seconds"]
@@ -183,7 +220,8 @@ def table(result: dict) -> str:
     lines = [
         f"**{result['shape'].upper()}**: target pass {1e3 * passes[1]:.0f} ms at 1 row, "
         + ", ".join(f"{1e3 * v:.0f} ms at {k}" for k, v in passes.items() if k > 1)
-        + "; " + ", ".join(heads),
+        + "; "
+        + ", ".join(heads),
         "",
         "| kind | n-max | engine | tokens/s | generation tokens/s | speed-up | predicted | acceptance | tokens/pass "
         "| TTFT s | load s | peak RSS MiB | same text |" + (" card, predicted |" if card else ""),
@@ -194,16 +232,13 @@ def table(result: dict) -> str:
         speed = a["generation_tokens_per_second"] / base["generation_tokens_per_second"] if base else None
         draft = steps["full" if a["kind"].endswith("-full") else "ordered"]
         tpp = steady_tokens_per_pass(a)
-        pred = (
-            predicted_speedup(tpp, passes[1], passes[a["n_max"] + 1], draft, a["n_max"])
-            if a["n_max"]
-            else None
-        )
-        on_card = card_prediction(tpp, card, passes[1], draft, a["n_max"]) if card and a["n_max"] else None
+        fixed = a["n_max"] and not a.get("adaptive")  # the cost model predicts fixed lengths only
+        pred = predicted_speedup(tpp, passes[1], passes[a["n_max"] + 1], draft, a["n_max"]) if fixed else None
+        on_card = card_prediction(tpp, card, passes[1], draft, a["n_max"]) if card and fixed else None
         same = all(t == b for t, b in zip(a["texts"], base_text.get(a["engine"], [])))
         acc = "-" if a["acceptance"] is None else f"{a['acceptance']:.3f}"
         lines.append(
-            f"| {a['kind']} | {a['n_max']} | {a['engine']} | {a['tokens_per_second']:.2f} | "
+            f"| {a['kind']} | {arm_n_max(a)} | {a['engine']} | {a['tokens_per_second']:.2f} | "
             f"{a['generation_tokens_per_second']:.2f} | {speed:.2f}x | {'-' if pred is None else f'{pred:.2f}x'} | "
             f"{acc} | {a['tokens_per_pass']:.2f} | {a['ttft_seconds']:.2f} | {a['load_seconds']:.1f} | "
             f"{a['peak_rss_mib']:,.0f} | {'yes' if same else '**no**'} |"
@@ -212,17 +247,10 @@ def table(result: dict) -> str:
     ratios = []
     for a in result["arms"]:
         if a["engine"] == "python":
-            other = next(
-                (
-                    b
-                    for b in result["arms"]
-                    if b["engine"] == "llama-server" and b["kind"] == a["kind"] and b["n_max"] == a["n_max"]
-                ),
-                None,
-            )
+            other = next((b for b in result["arms"] if b["engine"] == "llama-server" and same_arm(a, b)), None)
             if other and other["generation_tokens_per_second"]:
                 ratios.append(
-                    (a["kind"], a["n_max"], a["generation_tokens_per_second"] / other["generation_tokens_per_second"])
+                    (a["kind"], arm_n_max(a), a["generation_tokens_per_second"] / other["generation_tokens_per_second"])
                 )
     if ratios:
         lines.append("")
@@ -230,6 +258,9 @@ def table(result: dict) -> str:
             "Python engine / llama-server, generation tokens/s: "
             + ", ".join(f"{k} n-max {n}: {r:.2f}x" for k, n, r in ratios)
         )
+    goals = adaptive_goals(result["arms"], alone)
+    if goals:
+        lines += ["", *goals]
     serial = {(m.get("kind", "hidden"), m["clients"]): m for m in result.get("concurrent", []) if m.get("serial")}
     for m in result.get("concurrent", []):
         ref = serial.get((m.get("kind", "hidden"), m["clients"])) if m["parallel"] > 1 else None
@@ -257,10 +288,13 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--shapes", default="e2b,e4b")
     ap.add_argument(
-        "--kinds", default="hidden,mixed,hidden-full,mixed-full", help="drafters; <kind>-full: without the ordered head"
+        "--kinds",
+        default="hidden,mixed,real,hidden-full,mixed-full",
+        help="drafters (hidden, mixed, real); <kind>-full: without the ordered head",
     )
     ap.add_argument("--engines", default=",".join(ENGINES))
-    ap.add_argument("--n-max", default="1,2,3,4")
+    ap.add_argument("--n-max", default="1,2,3,4", help="fixed draft lengths (the policy off)")
+    ap.add_argument("--adaptive", default="4", help="n-max bounds of the adaptive draft length's arms ('' for none)")
     ap.add_argument("--n-predict", type=int, default=48)
     ap.add_argument("--prompts", type=int, default=2, help="how many of the prompts per arm")
     ap.add_argument("--rounds", type=int, default=3, help="rounds of the same requests per arm (medians)")

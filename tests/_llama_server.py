@@ -44,19 +44,21 @@ def post_json(url: str, body: dict) -> dict:
         return json.loads(r.read())
 
 
+def completion_body(prompt: str, n_predict: int = 16) -> dict:
+    """The body of a greedy ``/completion`` request that returns its token ids."""
+    return {
+        "prompt": prompt,
+        "n_predict": n_predict,
+        "temperature": 0,
+        "return_tokens": True,
+        "cache_prompt": False,
+        "ignore_eos": True,
+    }
+
+
 def complete(url: str, prompt: str, n_predict: int = 16) -> dict:
     """A greedy completion with the generated token ids."""
-    return post_json(
-        url + "/completion",
-        {
-            "prompt": prompt,
-            "n_predict": n_predict,
-            "temperature": 0,
-            "return_tokens": True,
-            "cache_prompt": False,
-            "ignore_eos": True,
-        },
-    )
+    return post_json(url + "/completion", completion_body(prompt, n_predict))
 
 
 def model_infos(log_text: str) -> list[dict[str, str]]:

@@ -65,7 +65,7 @@ GENERATION_JSON_KEYS = {
 
 # --- make test-quick: the tests that need no build ------------------------------------------
 
-BUILD_MARKS = ("llama_server", "bindings")
+BUILD_MARKS = ("llama_server", "bindings", "vulkan")
 
 
 def module_marks(path: Path) -> set[str]:

@@ -66,7 +66,7 @@ def test_builds_for_two_cpus_never_share_a_cache_folder():
     xeon, zen = cpu_target(AMX_XEON, "x86_64"), cpu_target(ZEN1, "x86_64")
     assert llama_build.install_dir("cpu", cpu=xeon) != llama_build.install_dir("cpu", cpu=zen)
     assert bindings_build.wheel_dir("cpu", cpu=xeon) != bindings_build.wheel_dir("cpu", cpu=zen)
-    assert llama_build.install_dir("cpu", cpu=zen).name == "0c1e57098+24+23+22142-cpu-avx.avx2.bmi2.f16c.fma.sse42"
+    assert llama_build.install_dir("cpu", cpu=zen).name == "0c1e57098+24+23+22142+rpc-cpu-avx.avx2.bmi2.f16c.fma.sse42"
     assert bindings_build.wheel_dir("cpu", cpu=zen).name == "0c1e57098+24-cpu-avx.avx2.bmi2.f16c.fma.sse42"
     assert bindings_build.wheel_dir("cuda86", cpu=zen).name == "0c1e57098+27572+24-cuda86-avx.avx2.bmi2.f16c.fma.sse42"
 
@@ -130,10 +130,10 @@ def test_the_cpu_server_build_is_probed_and_named_by_its_features():
     binary = server_binary()
     info = json.loads((binary.parent.parent / "build-info.json").read_text())
     cpu = host_cpu()
-    assert binary.parent.parent.name == f"0c1e57098+24+23+22142-cpu-{cpu.tag}"
+    assert binary.parent.parent.name == f"0c1e57098+24+23+22142+rpc-cpu-{cpu.tag}"
     assert info["cpu_features"] == cpu.tag
     assert info["probe"] == {"what": "llama-bench", "ok": True, "returncode": 0, "signal": "", "prompt_tokens": 64}
-    assert [a for a in info["cmake"] if a.startswith("-DGGML_")] == cpu.cmake_args()[0:]
+    assert [a for a in info["cmake"] if a.startswith("-DGGML_")] == ["-DGGML_RPC=ON", *cpu.cmake_args()]
     # the probe passes on the installed build, not only when it was made
     assert build_probe.probe_server_build(binary.parent).ok
 
@@ -148,8 +148,10 @@ def test_the_bindings_are_ours_built_like_the_server_and_probed():
     info = installed.info
     assert (info["backend"], info["cpu_features"], info["probe"]["ok"]) == ("cpu", cpu.tag, True)
     server_info = json.loads((server_binary().parent.parent / "build-info.json").read_text())
+    # the same CPU and backend options; GGML_RPC (llama-server --rpc, rpc-server) is the server's alone
+    assert "-DGGML_RPC=ON" in server_info["cmake"] and "-DGGML_RPC=ON" not in info["cmake_args"]
     assert [a for a in info["cmake_args"] if a.startswith("-DGGML_")] == [
-        a for a in server_info["cmake"] if a.startswith("-DGGML_")
+        a for a in server_info["cmake"] if a.startswith("-DGGML_") and a != "-DGGML_RPC=ON"
     ]
     assert info["sdist_sha256"] == server_info["sdist_sha256"]
     result = build_probe.probe_bindings(sys.executable)

@@ -181,6 +181,38 @@ def test_fetch_draft_pinned_and_checked(models, hub, tmp_path):
     assert again.how.startswith("recipe e2b-test's exact drafter in") and again.path == got.path
 
 
+def test_fetch_draft_converts_the_checkpoint_with_its_ordered_head(models, hub, tmp_path):
+    """Where the recipe pins the checkpoint too, --fetch-draft does what `gguf-exact fetch` does:
+    the checkpoint converted here with its ordered head (the published file, without one, lends
+    its vocabulary), found there the next time before the published file."""
+    target, published = models["s-E2B"], models["s-E2B-drafter"]
+    hf = target.parent / "drafter-hf"
+    headless = convert_drafter(hf, tmp_path / "headless.gguf", target, ordered_head=False).path
+    source = {f: (hf / f).read_bytes() for f in ("config.json", "model.safetensors")}
+    src_commit = hub.commit("google/e2b-assistant", source)
+    commit = hub.commit(REPO, {FILE: headless.read_bytes()})
+    recipes = write_recipe(tmp_path, sha(headless), commit)
+    (recipes / "e2b-test.toml").write_text(
+        (recipes / "e2b-test.toml").read_text().replace('files = ["config.json"]', 'files = ["config.json", "model.safetensors"]')
+    )
+    pins = checksums.read(tmp_path / "checksums" / "e2b-test.sha256")
+    pins.pins["google/e2b-assistant"] = RepoPin("google/e2b-assistant", "main", src_commit)
+    pins.entries += [Entry(hashlib.sha256(d).hexdigest(), f"google/e2b-assistant/{f}") for f, d in source.items()]
+    checksums.write(tmp_path / "checksums" / "e2b-test.sha256", pins)
+    config = HubConfig(hub.url, tmp_path / "hf-cache", token=False)
+    models_dir = tmp_path / "models"
+    dry = find_drafter(target, models_dir, fetch=True, recipes_dir=recipes, config=config, dry_run=True)
+    assert dry.would_fetch == models_dir / "converted" / FILE and not models_dir.exists()
+    got = find_drafter(target, models_dir, fetch=True, recipes_dir=recipes, config=config, progress=False)
+    assert got.path == models_dir / "converted" / FILE and got.how.endswith("with its ordered-embedding head")
+    assert got.path.read_bytes() == published.read_bytes()  # what convert makes of the checkpoint, head and all
+    with open_gguf(got.path) as g:
+        assert "masked_embd_ordering" in {t.name for t in g.tensors}
+    assert (models_dir / REPO / FILE).read_bytes() == headless.read_bytes()  # the published file, as pinned
+    again = find_drafter(target, models_dir, recipes_dir=recipes, config=config)
+    assert again.path == got.path and "converted with its ordered-embedding head" in again.how
+
+
 def test_fetch_draft_refuses_bytes_that_differ(models, hub, tmp_path):
     data = models["s-E2B-drafter"].read_bytes()
     commit = hub.commit(REPO, {FILE: data})

@@ -3,8 +3,8 @@
 The files carry E2B's real structure (every key against gemma4/sizes.py, every tensor
 at its real shape and type, the Gemma-size vocabulary), the target walks its cycle in
 llama-server and in the in-process engine with and without the drafter, and the
-acceptance is what the kinds promise on a short run (12 tokens: a full-size pass costs
-about a second on two shared cores).
+draft counts are exactly what the kinds' walks predict (gguf_exact.tiny.pair_walk) on a
+short run (12 tokens: a full-size pass costs about a second on two shared cores).
 """
 
 from __future__ import annotations
@@ -13,11 +13,13 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from _llama_server import TEST_SETTINGS, complete, free_port, server_binary
+from _llama_server import TEST_SETTINGS, complete, completion_body, free_port, post_json, server_binary
+from _pair_drafter import Drafter
 from click.testing import CliRunner
 from gguf import GGMLQuantizationType
 from gguf.quants import dequantize
 
+from gguf_exact.bench.request import fixed_length
 from gguf_exact.cli import main
 from gguf_exact.engines.launch import plan_launch, start_server
 from gguf_exact.engines.settings import ServeSettings
@@ -28,10 +30,12 @@ from gguf_exact.runtime.profiles import load_profile
 from gguf_exact.speculative.runner import Runner
 from gguf_exact.tiny.full_pair import N_AXES, next_token, write_drafter, write_pair
 from gguf_exact.tiny.main_model import MainSpec, model_tensors
+from gguf_exact.tiny.pair_walk import predict_run
 
 pytestmark = [pytest.mark.bindings, pytest.mark.llama_server]
 
 N_PREDICT = 12
+REAL_PREDICT = 24
 HEAD_HEADER_BYTES = 224  # the head's two tensor entries and two keys in the header, with alignment
 PROMPT = "hello world"
 E2B = SIZES["E2B"]
@@ -42,7 +46,8 @@ def pair(tmp_path_factory):
     root = tmp_path_factory.mktemp("full-pair")
     p = write_pair(root, "e2b", "hidden")
     mixed = write_drafter(root / "mixed-drafter.gguf", "E2B", "mixed", list(p.cycle), p.target)
-    return p, mixed
+    real = write_drafter(root / "real-drafter.gguf", "E2B", "real", list(p.cycle), p.target)
+    return p, mixed, real
 
 
 class Keys:
@@ -64,7 +69,7 @@ def header(path: Path) -> tuple[Keys, dict]:
 
 
 def test_target_has_e2b_structure(pair):
-    p, _ = pair
+    p = pair[0]
     f, tensors = header(p.target)
     t = E2B.target
     assert f["general.architecture"] == "gemma4"
@@ -88,7 +93,7 @@ def test_target_has_e2b_structure(pair):
 
 
 def test_drafter_has_e2b_assistant_structure(pair):
-    p, _ = pair
+    p = pair[0]
     f, tensors = header(p.drafter)
     a = E2B.assistant
     assert f["general.architecture"] == "gemma4-assistant"
@@ -110,7 +115,7 @@ def test_drafter_has_e2b_assistant_structure(pair):
 def test_the_drafters_clusters_hold_the_tokens_it_proposes(pair):
     """make-pair's head is consistent: the cluster of every token the tied head can propose (a
     nonzero row) has a centroid on that token's axis, so the top clusters hold the full head's pick."""
-    p, _ = pair
+    p = pair[0]
     g = open_gguf(p.drafter)
     t = {x.name: x for x in g.tensors}
 
@@ -129,7 +134,7 @@ def test_the_drafters_clusters_hold_the_tokens_it_proposes(pair):
 
 
 def test_target_weights_make_the_cycle(pair):
-    p, _ = pair
+    p = pair[0]
     with open_gguf(p.target) as g:
         embd = g.tensor("token_embd.weight")
         picked = np.concatenate([g.read_rows(embd, r, r + 1) for r in (p.cycle[0], p.cycle[1], 1000)])
@@ -149,47 +154,74 @@ def expected_walk(first_next: int, cycle: list[int], n: int) -> list[int]:
     return out
 
 
-def serve(tmp_path, monkeypatch, target, drafter, n_max):
+def serve(tmp_path, monkeypatch, target, drafter, n_max, extra=None, n_predict=N_PREDICT):
+    """Greedy completions of PROMPT (and of PROMPT with each body in ``extra``: per-request
+    fields) on one llama-server at a fixed n-max."""
     monkeypatch.setenv("GGUF_EXACT_RUN_DIR", str(tmp_path / f"run-{n_max}"))
-    profile = load_profile("cpu").with_overrides([*TEST_SETTINGS, "threads=2", f"spec-draft-n-max={max(n_max, 1)}"])
+    profile = load_profile("cpu").with_overrides([*TEST_SETTINGS, "threads=2", *fixed_length(max(n_max, 1))])
     launch = plan_launch(ServeSettings(target, drafter, profile, port=free_port()))
     start_server(launch, detach=True, timeout=300)
+    url = f"http://127.0.0.1:{launch.port}"
     try:
-        return complete(f"http://127.0.0.1:{launch.port}", PROMPT, N_PREDICT)
+        first = complete(url, PROMPT, n_predict)
+        more = [post_json(url + "/completion", completion_body(PROMPT, n_predict) | body) for body in extra or []]
+        return first if extra is None else [first, *more]
     finally:
         stop_server(launch.port)
 
 
-def test_llama_server_same_text_and_acceptance(pair, tmp_path, monkeypatch):
+def counts(timings: dict) -> tuple[int, int]:
+    return timings.get("draft_n", 0), timings.get("draft_n_accepted", 0)
+
+
+def test_llama_server_same_text_and_the_predicted_counts(pair, tmp_path, monkeypatch):
     server_binary()
-    p, mixed = pair
+    p, mixed, real = pair
     cycle = list(p.cycle)
     alone = serve(tmp_path, monkeypatch, p.target, None, 0)
     assert alone["tokens"] == expected_walk(alone["tokens"][0], cycle, N_PREDICT)
     assert alone["tokens"][0] in cycle
+    first = cycle.index(alone["tokens"][0])
     hidden = serve(tmp_path, monkeypatch, p.target, p.drafter, 3)
     assert hidden["tokens"] == alone["tokens"] and hidden["content"] == alone["content"]
-    t = hidden["timings"]
-    assert t["draft_n"] >= 6 and t["draft_n_accepted"] >= 0.9 * t["draft_n"]
+    run = predict_run("hidden", first, N_PREDICT, 3)
+    assert counts(hidden["timings"]) == (run.drafted, run.accepted) == (8, 8)
     half = serve(tmp_path, monkeypatch, p.target, mixed, 1)
     assert half["tokens"] == alone["tokens"]
-    t = half["timings"]
-    # n-max 1: right on 8 of the 12 axes, two axes per accepted draft: 1/2 in the steady state
-    assert t["draft_n"] >= 6 and 0.3 <= t["draft_n_accepted"] / t["draft_n"] <= 0.7
+    run = predict_run("mixed", first, N_PREDICT, 1)
+    assert counts(half["timings"]) == (run.drafted, run.accepted)
+    # real: wrong on some first drafts and more deeper ones; per request, p-min 0.5 stops
+    # before the unsure deeper drafts (the same accepted), 0.9 before every wrong one (24
+    # tokens: the walk from the prompt's token reaches wrong drafts of both kinds)
+    p_mins = [{"speculative.p_min": 0.5}, {"speculative.p_min": 0.9}]
+    plain, p5, p9 = serve(tmp_path, monkeypatch, p.target, real, 3, p_mins, n_predict=REAL_PREDICT)
+    for r in (plain, p5, p9):
+        assert r["tokens"] == expected_walk(alone["tokens"][0], cycle, REAL_PREDICT)
+    conf = Drafter("real", cycle).confidence()  # the drafter's top probabilities, from its weights
+    runs = [predict_run("real", first, REAL_PREDICT, 3, p_min, conf) for p_min in (0.0, 0.5, 0.9)]
+    assert [counts(r["timings"]) for r in (plain, p5, p9)] == [(x.drafted, x.accepted) for x in runs]
+    assert runs[0].drafted > runs[1].drafted > runs[2].drafted == runs[2].accepted == runs[0].accepted
 
 
-def test_engine_same_text_and_acceptance(pair):
-    p, mixed = pair
+def test_engine_same_text_and_the_predicted_counts(pair):
+    p, mixed, real = pair
     cycle = list(p.cycle)
     with Runner(p.target, None, n_ctx=512) as r:
         alone = r.generate(PROMPT, N_PREDICT, 0).tokens
     assert alone == expected_walk(alone[0], cycle, N_PREDICT)
-    with Runner(p.target, p.drafter, n_ctx=512) as r:
-        g = r.generate(PROMPT, N_PREDICT, 3)
-    assert g.tokens == alone and g.drafts_accepted >= 0.9 * g.drafts_generated >= 5
-    with Runner(p.target, mixed, n_ctx=512) as r:
-        g = r.generate(PROMPT, N_PREDICT, 1)
-    assert g.tokens == alone and 0.3 <= g.drafts_accepted / g.drafts_generated <= 0.7
+    first = cycle.index(alone[0])
+    for kind, drafter, n_max in (("hidden", p.drafter, 3), ("mixed", mixed, 1), ("real", real, 3)):
+        with Runner(p.target, drafter, n_ctx=512) as r:
+            g = r.generate(PROMPT, N_PREDICT, n_max)
+        run = predict_run(kind, first, N_PREDICT, n_max)
+        assert g.tokens == alone and (g.drafts_generated, g.drafts_accepted) == (run.drafted, run.accepted), kind
+    conf = Drafter("real", cycle).confidence()
+    with Runner(p.target, real, n_ctx=512) as r:
+        for p_min in (0.5, 0.9):  # a profile's spec-draft-p-min, as load_with_drafter sets it
+            r.llm.draft_length.p_min = p_min
+            g = r.generate(PROMPT, REAL_PREDICT, 3)
+            run = predict_run("real", first, REAL_PREDICT, 3, p_min, conf)
+            assert (g.drafts_generated, g.drafts_accepted) == (run.drafted, run.accepted), p_min
 
 
 def test_make_pair_refuses_bad_input_in_one_line(tmp_path):
@@ -197,7 +229,7 @@ def test_make_pair_refuses_bad_input_in_one_line(tmp_path):
     r = runner.invoke(main, ["make-pair", str(tmp_path / "p"), "--shape", "e3b", "--kind", "hidden"])
     assert (r.exit_code, r.output) == (1, "error: --shape e3b: expected one of e2b, e4b\n")
     r = runner.invoke(main, ["make-pair", str(tmp_path / "p"), "--shape", "e2b", "--kind", "half"])
-    assert (r.exit_code, r.output) == (1, "error: --kind half: expected one of hidden, mixed\n")
+    assert (r.exit_code, r.output) == (1, "error: --kind half: expected one of hidden, mixed, real\n")
     (tmp_path / "f").write_text("x")
     r = runner.invoke(main, ["make-pair", str(tmp_path / "f"), "--shape", "e2b", "--kind", "hidden"])
     assert (r.exit_code, r.output) == (1, f"error: {tmp_path / 'f'}: exists and is not a folder\n")
@@ -212,7 +244,7 @@ def test_memory_plan_equals_llama_server_log_at_real_shape(pair, tmp_path, monke
     from gguf_exact.runtime.memory_plan import plan_memory
 
     server_binary()
-    p, _ = pair
+    p = pair[0]
     monkeypatch.setenv("GGUF_EXACT_RUN_DIR", str(tmp_path / "run"))
     profile = load_profile("cpu").with_overrides(["threads=2", "no-warmup=true", "log-verbosity=4"])
     plan = plan_memory(p.target, p.drafter, profile)

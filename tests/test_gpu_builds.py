@@ -21,7 +21,7 @@ import pytest
 from click.testing import CliRunner
 
 from gguf_exact import doctor
-from gguf_exact.builds import gpu_toolchains, llama_build
+from gguf_exact.builds import gpu_toolchains, llama_build, vulkan_tools
 from gguf_exact.builds.gpu_toolchains import (
     Cublas,
     CudaSetup,
@@ -194,7 +194,7 @@ def test_cmake_arguments_for_wheel_cublas_and_vulkan(tmp_path):
         cmake_args(Path("s"), Path("b"), "cuda86")
     vk = cmake_args(Path("s"), Path("b"), "vulkan")
     assert vk[-1] == "-DGGML_VULKAN=ON" and not any("CUDA" in a for a in vk)
-    tools = gpu_toolchains.VulkanTools(Path("/sdk/bin/glslc"), "shaderc 2025.2", Path("/sdk/include"), "1.4.309")
+    tools = vulkan_tools.VulkanTools(Path("/sdk/bin/glslc"), "shaderc 2025.2", Path("/sdk/include"), "1.4.309")
     assert cmake_args(Path("s"), Path("b"), "vulkan", vulkan=tools)[-3:] == [
         "-DGGML_VULKAN=ON",
         "-DVulkan_INCLUDE_DIR=/sdk/include",
@@ -416,7 +416,7 @@ def test_makefile_passes_the_backend():
         text=True,
         cwd=Path(llama_build.__file__).parents[2],
     )
-    assert out.stdout.strip() == "scripts/build-llama-cpp.sh --vulkan"
+    assert out.stdout.strip() == "scripts/install-vulkan-deps.sh && scripts/build-llama-cpp.sh --vulkan"
 
 
 def test_doctor_toolkit_and_vulkan_lines(tmp_path, monkeypatch):
@@ -450,12 +450,12 @@ def _vulkan_sdk(sdk: Path, extension: bool) -> None:
 
 
 def test_vulkan_headers_checked_before_building(tmp_path, monkeypatch):
-    assert gpu_toolchains.parse_vulkan_header_version(VULKAN_CORE_H) == "1.4.309"
-    assert gpu_toolchains.parse_vulkan_header_version("#define VK_HEADER_VERSION 239\n") == "239"
-    assert gpu_toolchains.parse_vulkan_header_version("nothing") is None
+    assert vulkan_tools.parse_vulkan_header_version(VULKAN_CORE_H) == "1.4.309"
+    assert vulkan_tools.parse_vulkan_header_version("#define VK_HEADER_VERSION 239\n") == "239"
+    assert vulkan_tools.parse_vulkan_header_version("nothing") is None
     _vulkan_sdk(tmp_path / "sdk", extension=True)
     monkeypatch.setenv("VULKAN_SDK", str(tmp_path / "sdk"))
-    assert gpu_toolchains.require_vulkan_tools() == gpu_toolchains.VulkanTools(
+    assert vulkan_tools.require_vulkan_tools() == vulkan_tools.VulkanTools(
         tmp_path / "sdk" / "bin" / "glslc", "shaderc v2025.2 v2025.2", tmp_path / "sdk" / "include", "1.4.309"
     )
     # headers as old as Debian 12's (1.3.239): stopped with one line, before anything is fetched

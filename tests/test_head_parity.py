@@ -9,7 +9,8 @@ bit for bit), which lets each step's head be recomputed from what llama.cpp saw:
 - in numpy, as ``Gemma4AssistantMaskedEmbedder.forward`` does it (always);
 - by transformers itself, ``Gemma4AssistantForCausalLM.from_pretrained`` on the same
   checkpoint, its ``masked_embedding`` on those hidden states (in the parity venv that
-  ``make parity`` builds; skipped without it).
+  ``make parity`` builds and then runs this file; skipped without it, since ``make test``
+  builds no torch).
 
 Each must give the same candidate set (the tokens with a finite logit) and the same
 drafted token; the same drafter without its head (``convert --full-head``) scores all 320
@@ -51,7 +52,7 @@ def parity_checkpoint(folder: Path) -> Path:
 @pytest.fixture(scope="module")
 def drafts(tmp_path_factory):
     """Per drafter step: (final hidden state, llama.cpp's logits with the head, without it)."""
-    llama_cpp = pytest.importorskip("llama_cpp")
+    import llama_cpp  # the tests are marked bindings: missing bindings fail them, never skip
     from llama_cpp import llama_cpp_ext
 
     from gguf_exact.speculative.runner import Runner
@@ -113,7 +114,6 @@ def candidates(logits: np.ndarray) -> set[int]:
 
 
 @pytest.mark.bindings
-@pytest.mark.llama_server
 def test_llama_cpp_scores_the_same_candidates_as_transformers_algorithm(drafts):
     tensors = drafter_tensors(SPEC, seed=3, step_kind="bf16")
     picked = set()
@@ -130,7 +130,6 @@ def test_llama_cpp_scores_the_same_candidates_as_transformers_algorithm(drafts):
 
 
 @pytest.mark.bindings
-@pytest.mark.llama_server
 def test_without_the_head_every_token_is_scored_and_the_head_picks_its_best_candidate(drafts):
     for i, ((h_head, with_head), (h_full, full)) in enumerate(zip(drafts["head"], drafts["full"])):
         if i % 3:  # chained steps follow each file's own draft; compare each draft's first step
@@ -145,7 +144,6 @@ def test_without_the_head_every_token_is_scored_and_the_head_picks_its_best_cand
 
 
 @pytest.mark.bindings
-@pytest.mark.llama_server
 @pytest.mark.skipif(not PARITY_PYTHON.is_file(), reason="transformers runs in the parity venv: make parity builds it")
 def test_transformers_gemma4_assistant_agrees(drafts, tmp_path):
     hidden = np.stack([h for h, _ in drafts["head"]])

@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from click.testing import CliRunner
-from gguf import GGMLQuantizationType
+from gguf import GGMLQuantizationType, GGUFReader
 from gguf_edit import oracle_figures
 from hubserver import FakeHub
 from huggingface_hub import constants, hf_hub_download
@@ -309,7 +309,7 @@ def test_offline_serves_from_the_cache_and_says_what_is_missing(hub, config, tmp
     assert (models / SRC / "config.json").is_file() and not (models / SRC / "model.safetensors").exists()
     (models / EXACT / OUTPUT).unlink()
     env = {"HF_HUB_OFFLINE": "1", "HF_HUB_CACHE": str(config.cache_dir), "HF_ENDPOINT": "http://127.0.0.1:9"}
-    result = run(["fetch", recipe.path, "--models-dir", models], env)
+    result = run(["fetch", recipe.path, "--what", "exact", "--models-dir", models], env)
     assert result.exit_code == 0, result.output
     assert "from cache" in result.stdout and (models / EXACT / OUTPUT).read_bytes() == published[OUTPUT]
 
@@ -371,6 +371,54 @@ def test_private_repo_with_a_token_and_pin_errors(hub, tmp_path):
     assert f"{SRC}@main: repository not found (HTTP 404)" in line
     line = one_error_line(run(["fetch", path, "--what", "source", "--models-dir", tmp_path / "models"], env))
     assert f"no sha256 pinned for {SRC}/config.json" in line and "gguf-exact pin tiny --what source" in line
+
+
+# --- fetch of a drafter: converted with its ordered head (issue 24) ---------------------------
+
+
+def test_fetch_of_a_drafter_converts_it_with_its_ordered_head_by_default(hub, tmp_path, published, tiny):
+    """A user who fetches a drafter gets the fast head without asking: the published file has
+    none, so fetch gets the checkpoint and the published file (its vocabulary) and converts
+    the checkpoint here; --what exact is the published file as it is."""
+    publish(hub, published)
+    path = write_recipe(tmp_path)
+    env = cli_env(hub, tmp_path)
+    assert run(["pin", path], env).exit_code == 0
+    models = tmp_path / "models"
+    dry = run(["fetch", path, "--models-dir", models, "--dry-run"], env)
+    assert dry.exit_code == 0, dry.output
+    assert f"then: converted here to {models / 'converted' / OUTPUT}" in " ".join(dry.stdout.split())
+    assert not models.exists() or not any(models.rglob("*.gguf"))
+    result = run(["fetch", path, "--models-dir", models], env)
+    assert result.exit_code == 0, result.output
+    out = models / "converted" / OUTPUT
+    assert "with its ordered-embedding head" in result.stdout and str(out) in "".join(result.stdout.split())
+    # the fetched files are the pinned bytes, the converted file what convert makes of the checkpoint
+    assert (models / EXACT / OUTPUT).read_bytes() == published[OUTPUT]
+    assert (models / SRC / "model.safetensors").read_bytes() == published["model.safetensors"]
+    assert hub.gets("target.gguf") == []  # the vocabulary came from the published drafter
+    want = convert_drafter(tiny / "drafter-bf16", tmp_path / "want.gguf", tiny / "target.gguf").path
+    assert out.read_bytes() == want.read_bytes()
+    assert {"masked_embd_centroids.weight", "masked_embd_ordering"} <= {t.name for t in GGUFReader(out).tensors}
+    assert "masked_embd_ordering" not in {t.name for t in GGUFReader(models / EXACT / OUTPUT).tensors}
+    # and verify holds it to its source, the published file lending the vocabulary
+    check = run(["verify", out, "--source", models / SRC, "--vocab-from", models / EXACT / OUTPUT])
+    assert check.exit_code == 0 and "verify: PASS" in check.stdout, check.output
+    # --what exact: the published file alone, nothing converted
+    again = run(["fetch", path, "--what", "exact", "--models-dir", tmp_path / "models2"], env)
+    assert again.exit_code == 0 and not (tmp_path / "models2" / "converted").exists()
+
+
+def test_fetch_of_a_drafter_whose_checkpoint_is_not_pinned_gets_the_published_file(hub, tmp_path, published):
+    publish(hub, published)
+    path = write_recipe(tmp_path)
+    env = cli_env(hub, tmp_path)
+    assert run(["pin", path, "--what", "exact"], env).exit_code == 0
+    result = run(["fetch", path, "--models-dir", tmp_path / "models"], env)
+    assert result.exit_code == 0, result.output
+    assert "without the ordered-embedding head" in result.stderr and "gguf-exact pin tiny --what source" in result.stderr
+    assert (tmp_path / "models" / EXACT / OUTPUT).read_bytes() == published[OUTPUT]
+    assert not (tmp_path / "models" / "converted").exists()
 
 
 # --- build -------------------------------------------------------------------------------

@@ -65,6 +65,7 @@ def test_get_the_real_files_runs_as_the_readme_writes_it(tmp_path, monkeypatch):
         ["gguf-exact", "fetch", "e2b-assistant"],
         ["gguf-exact", "fetch", "e2b-assistant"],
         ["gguf-exact", "fetch", "e2b-assistant"],
+        ["gguf-exact", "fetch", "e2b-assistant"],
         ["gguf-exact", "inspect", "models/google/gemma-4-E2B-it-qat-q4_0-unquantized-assistant"],
         ["gguf-exact", "convert", "models/google/gemma-4-E2B-it-qat-q4_0-unquantized-assistant"],
     ]
@@ -94,7 +95,7 @@ def test_get_the_real_files_runs_as_the_readme_writes_it(tmp_path, monkeypatch):
             assert r.exit_code == 0, (argv, r.output)
             assert all(len(ln) <= 80 for ln in r.stdout.splitlines()), (argv, r.stdout)
             outputs.append(r.stdout)
-    recipes, dry_run, target, exact, source, inspect, convert = outputs
+    recipes, dry_run, target, drafter, exact, source, inspect, convert = outputs
     target_repo = recipe.part("target").repo
     assert "      commit 675cff42a74c pinned, sha256 " in recipes
     assert f"  to      models/{target_repo}/gemma-4-E2B_q4_0-it.gguf" in dry_run
@@ -106,8 +107,12 @@ def test_get_the_real_files_runs_as_the_readme_writes_it(tmp_path, monkeypatch):
         == 1
     )
     assert target.splitlines()[1] == f"  downloaded, {size:,} bytes, commit 675cff42a74c774d6cb76f76d8eacb49b48c9b93"
+    # the default: the checkpoint and the published file fetched, the checkpoint converted with its head
+    assert drafter.count("  downloaded, ") == 3 and "with its ordered-embedding head" in " ".join(drafter.split())
+    converted = work / "models" / "converted" / recipe.output
+    assert converted.read_bytes() == files[recipe.part("exact").repo][recipe.output]  # the stand-in has the head
     assert "sha256 pinned, commit not pinned (from main)" in " ".join(exact.split())
-    assert source.count("  downloaded, ") == 2
+    assert exact.count("  in place, ") == 1 and source.count("  in place, ") == 2
     assert "QAT 4-bit: all 23 weight matrices are on the Q4_0 grid" in " ".join(inspect.split())
     assert "verified" in convert
     for repo, fs in files.items():

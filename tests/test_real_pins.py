@@ -163,7 +163,7 @@ def test_dry_run_against_the_real_pins(tmp_path):
         ]
         assert not hub.gets("gemma-4-E2B_q4_0-it.gguf")  # a HEAD, no download
         # the published drafter: sha256 pinned, commit not pinned; the Hub's main is another file
-        r = run("fetch", "e2b-assistant", "--dry-run", env=env)
+        r = run("fetch", "e2b-assistant", "--what", "exact", "--dry-run", env=env)
         assert r.exit_code == 1
         assert fits(r.stdout)
         assert "  pinned  sha256 pinned, commit not pinned (from main), size not pinned" in r.stdout

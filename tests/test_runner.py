@@ -249,6 +249,11 @@ def test_acceptance_with_the_agreeing_drafter(pairs):
             assert g.drafts_accepted > 0 and g.acceptance_rate == 1.0
             assert g.tokens_per_target_pass > 1.5
             assert g.mean_accepted_length == pytest.approx(1 + g.drafts_accepted / g.draft_rounds)
+        # whatever token the text ends in: the ordered head keeps every token's cluster (issue 24)
+        bos = r.llm.token_bos()
+        for j in sorted(set(range(r.n_vocab)) - r.stop_tokens):
+            g = r.generate([bos, j], 4, 3)
+            assert (g.tokens, g.drafts_generated, g.drafts_accepted) == ([j] * 4, 2, 2), j  # the prompt pass gives the first
 
 
 @pytest.mark.parametrize("pair", PAIRS)

@@ -12,7 +12,8 @@ import pytest
 from _llama_server import server_binary
 from click.testing import CliRunner
 
-from gguf_exact.bench.tune import TUNED_MARK, pick_setting, set_n_max, write_tuned_profile
+from gguf_exact.bench.tune import TUNED_MARK, kept_line, set_n_max, write_tuned_profile
+from gguf_exact.bench.tune_pick import Setting, pick_adaptive, pick_setting
 from gguf_exact.cli import main
 from gguf_exact.drafter.convert import convert_drafter
 from gguf_exact.errors import GgufExactError
@@ -66,7 +67,7 @@ def pair(tmp_path_factory):
 
 
 @pytest.mark.llama_server
-def test_tune_writes_the_best_n_max_and_serve_uses_it(pair, tmp_path, monkeypatch):
+def test_tune_searches_fixed_and_adaptive_settings_and_serve_uses_the_kept_one(pair, tmp_path, monkeypatch):
     server_binary()
     target, drafter = pair
     user = tmp_path / "profiles"
@@ -77,35 +78,50 @@ def test_tune_writes_the_best_n_max_and_serve_uses_it(pair, tmp_path, monkeypatc
     args = ["tune", "--model", str(target), "--draft", str(drafter), "--profile", "cpu", "--prompts", "code"]
     args += ["--n-predict", "16", "--set", "ctx-size=512", "--set", "threads=2", "--out", str(out)]
     temp_roots = set(Path(tempfile.gettempdir()).glob("gguf-exact-tune-*"))
-    r = CliRunner().invoke(main, args, env=env)
+    r = CliRunner().invoke(main, [*args, "--bounds", "4", "--p-min", "0,0.9"], env=env)
     assert r.exit_code == 0, r.output
     report = json.loads((out / "bench.json").read_text())
     arms = {s["label"]: s for s in report["summary"]}
-    assert set(arms) == {"target", "n_max=1", "n_max=2", "n_max=3", "n_max=4"}
+    adaptive = ["adaptive n_max=4 p_min=0", "adaptive n_max=4 p_min=0.9"]
+    assert list(arms) == ["target", "n_max=1", "n_max=2", "n_max=3", "n_max=4", *adaptive]
+    assert report["meta"]["settings"][adaptive[1]] == [
+        "spec-draft-adaptive=true", "spec-draft-n-max=4", "spec-draft-p-min=0.9",
+    ]  # fmt: skip
     # one fresh server per visit, forward then backward: 2 visits x 2 passes (bench's A B B A) per arm
     assert {s["runs"] for s in arms.values()} == {4}
     drafting = [s for s in report["summary"] if s["n_max"]]
-    assert all(s["acceptance_rate"] == 1.0 and s["same_as_target"] for s in drafting)
-    # the kept n-max: the fastest median, or a shorter one within the noise (pick_setting)
-    pick = pick_setting(
-        [SimpleNamespace(**s) for s in report["summary"]], [SimpleNamespace(**x) for x in report["runs"]]
-    )
-    best = pick.n_max
-    assert pick.fastest_n_max == max(drafting, key=lambda s: s["tokens_per_second_median"])["n_max"]
+    assert all(s["same_as_target"] for s in drafting)  # lossless, whatever length the policy chose
+    assert all(arms[f"n_max={n}"]["acceptance_rate"] == 1.0 for n in (1, 2, 3, 4))
+    # what tune kept, recomputed from its report: the best fixed length within the noise, the
+    # adaptive default unless another setting beats it, adaptive unless fixed is faster beyond the noise
+    rows = [SimpleNamespace(**s) for s in report["summary"]]
+    runs = [SimpleNamespace(**x) for x in report["runs"]]
+    pick = pick_setting(rows, runs)
+    default = Setting(4, True, 0.0)
+    settings = {s.label: s for s in (Setting(4, True, 0.0), Setting(4, True, 0.9))}
+    chosen = pick_adaptive(rows, runs, settings, default, Setting(pick.n_max))
+    assert pick.fastest_n_max == max(drafting[:4], key=lambda s: s["tokens_per_second_median"])["n_max"]
     flat = " ".join(r.output.split())  # the lines are wrapped to the console's width
+    assert f"best fixed length: n-max {pick.n_max} at {pick.tokens_per_second:.1f} tokens/s (median run)" in flat
+    assert (
+        f"adaptive default (adaptive, n-max bound 4, p-min 0): {chosen.default_tokens_per_second:.1f} tokens/s, "
+        f"{chosen.default_vs_fixed:.2f}x the best fixed length" in flat
+    )
     assert f"spread: +-{pick.spread:.1%} (half the range of the tokens/s ratios" in flat
-    assert all(" ".join(line.split()) in flat for line in pick.notes)
-    # ten servers started and stopped, and no run folder left: not in the user's run root, not in /tmp
+    assert all(" ".join(line.split()) in flat for line in pick.notes + chosen.notes)
+    # fourteen servers started and stopped, and no run folder left: not in the user's run root, not in /tmp
     assert not run.exists() or list(run.iterdir()) == []
     assert set(Path(tempfile.gettempdir()).glob("gguf-exact-tune-*")) == temp_roots
     written = user / "cpu-tuned.toml"
-    assert f"wrote {written}: spec-draft-n-max = {best}; serve with `--profile cpu-tuned`" in r.output
+    kept = chosen.kept
+    assert f"wrote {written}: {kept_line(kept)}; serve with `--profile cpu-tuned`" in flat
     assert sorted(p.name for p in user.iterdir()) == ["cpu-tuned.toml"]  # never cpu.toml: no shadowing
     tuned = load_profile(written)
-    assert tuned.draft["spec-draft-n-max"] == best and tuned.name == "cpu-tuned"
-    assert tuned.draft["spec-draft-adaptive"] is False  # the fixed length tune measured, not adaptive
+    assert tuned.name == "cpu-tuned" and tuned.draft["spec-draft-n-max"] == kept.n_max
+    assert tuned.draft["spec-draft-adaptive"] is kept.adaptive
+    assert tuned.draft.get("spec-draft-p-min", 0.0) == kept.p_min
     text = written.read_text()
-    assert text.startswith(f"{TUNED_MARK} on ") and "--profile cpu --n-max 1,2,3,4 --n-predict 16" in text
+    assert text.startswith(f"{TUNED_MARK} on ") and "--profile cpu --n-max 1,2,3,4 --bounds 4 --p-min 0,0.9" in text
     assert hashlib.sha256((PROFILE_DIR / "cpu.toml").read_bytes()).hexdigest() == shipped
     monkeypatch.setenv("GGUF_EXACT_PROFILES", str(user))
     assert load_profile("cpu").path == PROFILE_DIR / "cpu.toml"  # --profile cpu (and auto on a CPU) unchanged
@@ -114,16 +130,22 @@ def test_tune_writes_the_best_n_max_and_serve_uses_it(pair, tmp_path, monkeypatc
         main, ["serve", "--model", str(target), "--draft", str(drafter), "--profile", "cpu-tuned", "--dry-run"], env=env
     )
     assert dry.exit_code == 0, dry.output
-    assert f"--spec-draft-n-max {best}" in dry.output and f"from {written}" in dry.output
-    assert "--spec-draft-adaptive" not in dry.output
+    assert f"--spec-draft-n-max {kept.n_max}" in dry.output and f"from {written}" in dry.output
+    assert ("--spec-draft-adaptive" in dry.output) is kept.adaptive
     # tuning again measures without writing (--no-write); --as names the copy, and naming a shipped
-    # profile says what it does
-    again = CliRunner().invoke(main, [*args, "--n-max", "1,2", "--no-write"], env=env)
+    # profile says what it does; --bounds '' measures fixed lengths only
+    again = CliRunner().invoke(main, [*args, "--n-max", "1,2", "--bounds", "", "--no-write"], env=env)
     assert again.exit_code == 0 and "wrote " + str(written) not in again.output
-    named = CliRunner().invoke(main, [*args, "--n-max", "1", "--as", "cpu"], env=env)
+    assert "adaptive default" not in again.output
+    named = CliRunner().invoke(main, [*args, "--n-max", "1", "--bounds", "", "--as", "cpu"], env=env)
     assert named.exit_code == 0, named.output
-    assert f"wrote {user / 'cpu.toml'}: spec-draft-n-max = 1; serve with `--profile cpu`" in named.output
+    assert (
+        f"wrote {user / 'cpu.toml'}: spec-draft-n-max = 1, spec-draft-adaptive = false; serve with `--profile cpu`"
+        in " ".join(named.output.split())
+    )
     assert "note: it replaces the cpu profile shipped with gguf-exact for every later serve" in named.output
     assert load_profile("cpu").path == user / "cpu.toml"
     bad = CliRunner().invoke(main, [*args, "--as", "../cpu"], env=env)
     assert bad.exit_code == 1 and bad.stderr.startswith("error: --as '../cpu': a profile name is letters")
+    bad = CliRunner().invoke(main, [*args, "--p-min", "0,2"], env=env)
+    assert bad.exit_code == 1 and bad.stderr.endswith("\nerror: --p-min 0,2: give p-min values from 0 to 1\n")

@@ -4,7 +4,7 @@ import statistics
 from types import SimpleNamespace as NS
 
 from gguf_exact.bench.report import TARGET
-from gguf_exact.bench.tune import gain_and_noise, pick_setting
+from gguf_exact.bench.tune_pick import Setting, gain_and_noise, pick_adaptive, pick_setting
 
 
 def measured(tps: dict[str, list[float]]):
@@ -57,3 +57,55 @@ def test_a_clear_gain_keeps_the_fastest():
     pick = pick_setting(rows, runs)
     assert (pick.n_max, pick.fastest_n_max, pick.target_within_noise, pick.notes) == (3, 3, False, ())
     assert pick.tokens_per_second == 180.0 and 0 < pick.spread < 0.02
+
+
+FIXED3 = Setting(3)
+DEFAULT = Setting(4, True, 0.0)
+P5 = Setting(4, True, 0.5)
+
+
+def adaptive_measured(tps: dict[Setting, list[float]]):
+    """Runs and rows as tune records them, keyed by each setting's label."""
+    runs = [
+        NS(arm=s.label, prompt=f"p{i}", round=0, tokens_per_second=t) for s, ts in tps.items() for i, t in enumerate(ts)
+    ]
+    rows = [NS(label=s.label, n_max=s.n_max, tokens_per_second_median=statistics.median(ts)) for s, ts in tps.items()]
+    return rows, runs, {s.label: s for s in tps}
+
+
+def test_adaptive_within_the_noise_of_the_best_fixed_length_is_kept():
+    rows, runs, settings = adaptive_measured(
+        {
+            Setting(0): [100.0, 100.0, 100.0],
+            FIXED3: [180.0, 184.0, 176.0],
+            DEFAULT: [178.0, 180.0, 177.0],  # 0.99x n-max 3 (the median ratio of the same requests)
+            P5: [179.0, 181.0, 176.0],  # +0.6% over the default, within its +-0.6%: the default stays
+        }
+    )
+    assert pick_setting(rows, runs).n_max == 3  # adaptive rows are not fixed lengths
+    a = pick_adaptive(rows, runs, settings, DEFAULT, FIXED3)
+    assert (a.best, a.kept, a.default_tokens_per_second, a.best_tokens_per_second) == (DEFAULT, DEFAULT, 178.0, 178.0)
+    assert round(a.default_vs_fixed, 4) == round(178.0 / 180.0, 4)
+    assert a.notes == (
+        "kept the default (adaptive, n-max bound 4, p-min 0): adaptive, n-max bound 4, p-min 0.5 is +0.6% faster, "
+        "within the noise (+-0.6%)",
+    )
+
+
+def test_a_fixed_length_faster_beyond_the_noise_is_kept_and_a_better_threshold_is_found():
+    rows, runs, settings = adaptive_measured(
+        {
+            FIXED3: [180.0, 181.0, 179.0],
+            DEFAULT: [150.0, 151.0, 149.0],
+            P5: [165.0, 166.0, 164.0],  # +10% over the default, beyond the noise
+        }
+    )
+    a = pick_adaptive(rows, runs, settings, DEFAULT, FIXED3)
+    assert (a.best, a.kept, a.best_tokens_per_second) == (P5, FIXED3, 165.0)
+    assert round(a.default_vs_fixed, 3) == round(150 / 180, 3)
+    assert a.notes == ("kept n-max 3: +9.1% faster than adaptive, n-max bound 4, p-min 0.5, beyond the noise (+-0.1%)",)
+    assert [s.overrides() for s in (FIXED3, P5, Setting(0))] == [
+        ["spec-draft-adaptive=false", "spec-draft-n-max=3"],
+        ["spec-draft-adaptive=true", "spec-draft-n-max=4", "spec-draft-p-min=0.5"],
+        [],
+    ]

@@ -2,7 +2,7 @@
 
 On a full-size pair (:mod:`gguf_exact.tiny.full_pair`), per engine (llama-server and
 the Python engine, both over HTTP with the same requests) and n-max (0 = the target
-alone):
+alone; a fixed length, or the bound of the adaptive policy's):
 
 - :func:`engines_arm`: both engines loaded side by side and sent the same requests in
   turn, several rounds (medians): load time (start to ``/health`` 200), time to first
@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any, Iterator, Sequence
 
 from gguf_exact.bench.report import Figures
-from gguf_exact.bench.request import BENCH_PROFILE, fixed_length
+from gguf_exact.bench.request import BENCH_PROFILE, adaptive_length, fixed_length
 from gguf_exact.engines.settings import ENGINES  # what serve --engine takes
 
 HEAD_NODE = "result_output"  # the drafter's tied output head (gemma4-assistant.cpp)
@@ -53,6 +53,7 @@ class ArmResult(Figures):
     ttft_seconds: float
     peak_rss_mib: float
     ttft_prompt_tokens: int = 0
+    adaptive: bool = False  # the draft length chosen by the policy, up to n_max
     rounds: int = 1  # the timings are medians over this many rounds
     same_every_round: bool = True  # every round gave the same text (greedy)
     texts: list[str] = field(default_factory=list, repr=False)
@@ -112,8 +113,10 @@ def engines_arm(
     sets: Sequence[str],
     profile: str = BENCH_PROFILE,
     rounds: int = 3,
+    adaptive: bool = False,
 ) -> list[ArmResult]:
-    """Every engine at one n-max (0: the target alone) over ``/v1/completions``, side by side.
+    """Every engine at one n-max (0: the target alone; ``adaptive``: the bound of the length
+    the policy chooses, else the fixed length) over ``/v1/completions``, side by side.
 
     The servers are started one after the other (each load timed while the others idle),
     then the same requests go to each in turn, ``rounds`` times, the order reversed every
@@ -122,7 +125,7 @@ def engines_arm(
     engines hold where the absolute figures wander."""
     from gguf_exact.engines.http import openai_generate
 
-    extra = fixed_length(n_max)
+    extra = adaptive_length(n_max) if adaptive else fixed_length(n_max)
     with ExitStack() as stack:
         servers = {}
         for engine in engines:
@@ -151,6 +154,7 @@ def engines_arm(
                     load_seconds=load,
                     ttft_seconds=ttft[engine].wall_seconds,
                     ttft_prompt_tokens=ttft[engine].n_prompt,
+                    adaptive=adaptive and n_max > 0,
                     tokens=sum(g.n_tokens for g in first),
                     wall_seconds=_median_sum(per_round, lambda g: g.wall_seconds),
                     generation_seconds=_median_sum(per_round, lambda g: g.wall_seconds - g.prefill_seconds),
@@ -254,16 +258,17 @@ def target_pass_seconds(
         logits_all=True, verbose=False, n_gpu_layers=gpu_layers, flash_attn=True,  # as both engines run it
     )  # fmt: skip
     try:
-        prefix = list(range(300, 332))
+        n_vocab = llm.n_vocab()
+        prefix = vocab_ids(300, 32, n_vocab)
         llm.eval(prefix)
-        llm.eval([400])  # pages the weights in
+        llm.eval(vocab_ids(400, 1, n_vocab))  # pages the weights in
         out = {}
         for k in rows:
             times = []
             for i in range(repeats + 1):  # the first, discarded, pages in what k rows touch
                 llm.n_tokens = len(prefix)
                 t = time.perf_counter()
-                llm.eval(list(range(500, 500 + k)))
+                llm.eval(vocab_ids(500, k, n_vocab))
                 if i:
                     times.append(time.perf_counter() - t)
             out[k] = statistics.median(times)
@@ -275,9 +280,10 @@ def target_pass_seconds(
 @dataclass
 class DrafterProfile:
     step_seconds: float  # one drafter decode (one draft token), no hook attached
-    head_seconds: float  # its output head node, timed node by node
+    head_seconds: float  # its output head's nodes, timed node by node
     profiled_step_seconds: float  # the whole step, timed node by node
     nodes: int
+    head_nodes: tuple[str, ...] = ()  # the nodes timed as the head, in llama.cpp's order
 
     @property
     def head_share(self) -> float:
@@ -285,6 +291,13 @@ class DrafterProfile:
 
     def as_dict(self) -> dict:
         return self.__dict__ | {"head_share": self.head_share}
+
+
+def vocab_ids(first: int, count: int, n_vocab: int) -> list[int]:
+    """``count`` consecutive token ids from ``first`` (the profiles' arbitrary text), moved down
+    to end at the last id of a vocabulary too small for them (the tiny pairs' 320 tokens)."""
+    start = max(0, min(first, n_vocab - count))
+    return list(range(start, start + count))
 
 
 def drafter_profile(target: Path, drafter: Path, threads: int, steps: int = 10, gpu_layers: int = 0) -> DrafterProfile:
@@ -308,16 +321,17 @@ def drafter_profile(target: Path, drafter: Path, threads: int, steps: int = 10, 
 
     hook = llama_cpp.ggml_backend_sched_eval_callback(callback)
     with Runner(target, drafter, n_ctx=512, n_threads=threads, n_gpu_layers=gpu_layers) as r:
-        r.generate(list(range(300, 332)), 2, 1)  # a target cache for the drafter to read
+        r.generate(vocab_ids(300, 32, r.n_vocab), 2, 1)  # a target cache for the drafter to read
+        (token,) = vocab_ids(400, 1, r.n_vocab)
         pos = r.llm.n_tokens  # llama.cpp wants the draft right after the cache's last position
         plain = r.drafter
         h = (ctypes.c_float * plain.n_embd)()
         for _ in range(5):  # the first steps page the head in (0.4 s each on a full-size E2B)
-            plain.draft(400, pos, 1, h)
+            plain.draft(token, pos, 1, h)
         times = []
         for _ in range(steps):
             plain.seconds = 0.0
-            plain.draft(400, pos, 1, h)
+            plain.draft(token, pos, 1, h)
             times.append(plain.seconds)
         step = statistics.median(times)
         defaults = llama_cpp.llama_context_default_params
@@ -335,21 +349,22 @@ def drafter_profile(target: Path, drafter: Path, threads: int, steps: int = 10, 
             finally:
                 llama_cpp.llama_context_default_params = defaults
             for _ in range(3):
-                timed.draft(400, pos, 1, h)
+                timed.draft(token, pos, 1, h)
             heads, totals = [], []
             for _ in range(steps):
                 seen.clear()
                 t0 = time.perf_counter()
-                timed.draft(400, pos, 1, h)
-                last, head = t0, 0.0
+                timed.draft(token, pos, 1, h)
+                last, head, head_nodes = t0, 0.0, []
                 for name, t in seen:
                     if name == HEAD_NODE or name.startswith(ORDERED_HEAD_NODES):
                         head += t - last
+                        head_nodes.append(name)
                     last = t
                 heads.append(head)
                 totals.append(last - t0)
             nodes = len(seen)
-    return DrafterProfile(step, statistics.median(heads), statistics.median(totals), nodes)
+    return DrafterProfile(step, statistics.median(heads), statistics.median(totals), nodes, tuple(head_nodes))
 
 
 def predicted_speedup(
@@ -379,6 +394,7 @@ __all__ = [
     "DrafterProfile",
     "concurrent_arm",
     "drafter_profile",
+    "vocab_ids",
     "peak_rss_mib",
     "predicted_speedup",
     "engines_arm",

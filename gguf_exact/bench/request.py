@@ -16,12 +16,21 @@ BENCH_PROFILE = "cpu"
 
 N_MAX_KEY = "spec-draft-n-max"
 ADAPTIVE_KEY = "spec-draft-adaptive"
+P_MIN_KEY = "spec-draft-p-min"
 
 
 def fixed_length(n_max: int) -> list[str]:
     """The overrides of an arm that drafts ``n_max`` every pass (none: the target alone), the
     shipped profiles' adaptive length switched off so the arm measures that length."""
     return [f"{ADAPTIVE_KEY}=false", f"{N_MAX_KEY}={n_max}"] if n_max else []
+
+
+def adaptive_length(n_max: int, p_min: float | None = None) -> list[str]:
+    """The overrides of an arm whose draft length the policy chooses, up to ``n_max`` (0: the
+    target alone), with the drafter-confidence floor ``p_min`` (None: the profile's)."""
+    if not n_max:
+        return []
+    return [f"{ADAPTIVE_KEY}=true", f"{N_MAX_KEY}={n_max}"] + ([] if p_min is None else [f"{P_MIN_KEY}={p_min:g}"])
 
 
 @dataclass(frozen=True)
@@ -53,4 +62,4 @@ class BenchRequest:
             object.__setattr__(self, "prompt_names", tuple(self.prompt_names))
 
 
-__all__ = ["ADAPTIVE_KEY", "BENCH_PROFILE", "N_MAX_KEY", "BenchRequest", "fixed_length"]
+__all__ = ["ADAPTIVE_KEY", "BENCH_PROFILE", "N_MAX_KEY", "P_MIN_KEY", "BenchRequest", "adaptive_length", "fixed_length"]

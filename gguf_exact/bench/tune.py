@@ -1,41 +1,45 @@
-"""``gguf-exact tune``: measure n-max 1..4 on this machine and keep the best in a local profile.
+"""``gguf-exact tune``: measure the draft settings on this machine and keep the best in a local profile.
 
-llama-server fixes ``--spec-draft-n-max`` at start-up, so each arm is its own server,
-started with the profile and ``spec-draft-n-max=N`` (:func:`.server.plan_launch`,
-``start_server``) and measured over HTTP by the bench machinery
-(:func:`gguf_exact.bench.run.bench_servers`: a warm-up request, then the
-shipped prompts, timings from llama-server itself). One server runs at a time (a
-small card holds one model), the arms in alternating order, each round forward then
-backward (the target alone first and last), so slow drift of the machine falls on
-every arm alike. The arm with the highest median tokens/s over its runs is the fastest;
-a shorter n-max is kept instead when the fastest's gain over it is within the noise (half
-the range of the tokens/s ratios of the same request on both arms), and the output says
-when drafting's gain over the target alone is within the noise too (:func:`pick_setting`).
+It measures the fixed lengths (n-max 1..4, the adaptive policy off), the adaptive policy's
+settings (each n-max bound of ``bounds`` with each drafter-confidence floor of ``p_mins``:
+``spec-draft-adaptive = true``, ``spec-draft-n-max``, ``spec-draft-p-min``) and the target
+alone. llama-server fixes these at start-up, so each arm is its own server, started with the
+profile and the arm's overrides (:func:`.server.plan_launch`, ``start_server``) and measured
+over HTTP by the bench machinery (:func:`gguf_exact.bench.run.bench_servers`: a warm-up
+request, then the shipped prompts, timings from llama-server itself). One server runs at a
+time (a small card holds one model), the arms in alternating order, each round forward then
+backward (the target alone first and last), so slow drift of the machine falls on every arm
+alike. The choices (:mod:`.tune_pick`): the best fixed length by median run, a shorter one
+when the gain is within the noise; the best adaptive setting, the default (the profile's
+bound, p-min 0) unless another is faster beyond the noise; and adaptive is kept unless the
+best fixed length is faster beyond the noise. The output says what the adaptive default
+gives beside the best fixed length.
 
 :func:`write_tuned_profile` copies the profile's file into the user's profile folder
 (:func:`.profiles.user_profile_dir`: ``$GGUF_EXACT_PROFILES``, else
 ``~/.config/gguf-exact/profiles``) under a name of its own, ``<profile>-tuned``
-(``cpu-tuned``; ``--as NAME`` picks another), with ``spec-draft-n-max`` set and the
-measurement in a comment at the top; ``--profile cpu-tuned`` then serves with it. A
-profile shipped with gguf-exact (``cpu``, ``rtx3050``, ...; what ``--profile auto``
-picks) is shadowed only when ``--as`` names it. The project's ``serve/`` is never written.
+(``cpu-tuned``; ``--as NAME`` picks another), with the kept setting and the measurement in
+a comment at the top; ``--profile cpu-tuned`` then serves with it. A profile shipped with
+gguf-exact (``cpu``, ``rtx3050``, ...; what ``--profile auto`` picks) is shadowed only when
+``--as`` names it. The project's ``serve/`` is never written.
 """
 
 from __future__ import annotations
 
 import re
-import statistics
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
 from gguf_exact.bench.report import TARGET, Arm, alternating_order
-from gguf_exact.bench.request import ADAPTIVE_KEY, N_MAX_KEY, fixed_length
+from gguf_exact.bench.request import ADAPTIVE_KEY, N_MAX_KEY, P_MIN_KEY
 from gguf_exact.bench.run import BenchReport, bench_servers, summarize
+from gguf_exact.bench.tune_pick import AdaptivePick, Setting, pick_adaptive, pick_setting
 from gguf_exact.errors import ArgumentError, InputError, NotExactError, Param
 from gguf_exact.formats.paths import check_not_input
 from gguf_exact.formats.safe_write import atomic_output, output_folder
+from gguf_exact.runtime.draft_policy import PolicySettings
 from gguf_exact.runtime.profiles import PROFILE_DIR, Profile, load_profile, user_profile_dir
 
 TUNED_MARK = "# tuned by gguf-exact tune"
@@ -44,79 +48,47 @@ TUNED_MARK = "# tuned by gguf-exact tune"
 @dataclass
 class TuneResult:
     report: BenchReport
-    best_n_max: int  # the setting kept: the shortest n-max within the noise of the fastest
+    best_n_max: int  # the fixed length kept: the shortest n-max within the noise of the fastest
     best_tokens_per_second: float
     target_tokens_per_second: float | None
     fastest_n_max: int | None = None  # the n-max with the highest median, kept or not
     spread: float | None = None  # the measurements' noise: a relative half-range (0.03: +-3%), see pick_setting
     target_within_noise: bool = False  # drafting's gain over the target alone is within the noise
-    notes: tuple[str, ...] = ()  # what pick_setting kept and why, one line each
+    notes: tuple[str, ...] = ()  # what the picks kept and why, one line each
+    adaptive: AdaptivePick | None = None  # None: no adaptive setting measured
+
+    @property
+    def kept(self) -> Setting:
+        """What the tuned profile serves: the adaptive pick's, else the best fixed length."""
+        return self.adaptive.kept if self.adaptive is not None else Setting(self.best_n_max)
 
 
-@dataclass(frozen=True)
-class Pick:
-    """What :func:`pick_setting` keeps."""
-
-    n_max: int
-    tokens_per_second: float
-    fastest_n_max: int
-    spread: float | None
-    target_within_noise: bool
-    notes: tuple[str, ...]
+def default_adaptive(profile: Profile) -> Setting:
+    """The adaptive setting the profile serves by default: its own n-max bound and p-min where
+    it is adaptive, else the policy's defaults."""
+    d, base = profile.draft, PolicySettings()
+    n_max = int(d.get(N_MAX_KEY, base.n_max)) if d.get(ADAPTIVE_KEY) else base.n_max
+    return Setting(n_max, True, float(d.get(P_MIN_KEY, base.p_min)))
 
 
-def _ratios(runs: list, a: str, b: str) -> list[float]:
-    """tokens/s of arm ``a`` over arm ``b``, paired by (prompt, round): the same request on both."""
-    of_b = {(r.prompt, r.round): r.tokens_per_second for r in runs if r.arm == b}
-    return [
-        r.tokens_per_second / of_b[(r.prompt, r.round)]
-        for r in runs
-        if r.arm == a and of_b.get((r.prompt, r.round), 0) > 0
-    ]
-
-
-def gain_and_noise(runs: list, a: str, b: str) -> tuple[float, float]:
-    """How much faster arm ``a`` is than ``b`` (the median paired ratio, less 1) and the
-    noise of that figure: half the range of the paired ratios (0 with fewer than two)."""
-    ratios = _ratios(runs, a, b)
-    if not ratios:
-        return 0.0, 0.0
-    noise = (max(ratios) - min(ratios)) / 2 if len(ratios) > 1 else 0.0
-    return statistics.median(ratios) - 1.0, noise
-
-
-def pick_setting(summary: list, runs: list) -> Pick:
-    """The setting tune keeps: the fastest n-max by median run, unless a shorter one is
-    within the noise of it (its gain no more than the spread of the paired measurements),
-    then the shortest such; and whether drafting's gain over the target alone is within
-    the noise too (then the target alone is as fast)."""
-    drafting = sorted((s for s in summary if s.n_max), key=lambda s: s.n_max)
-    fastest = max(drafting, key=lambda s: s.tokens_per_second_median)
-    kept, notes, spread = fastest, [], None
-    for s in drafting:
-        if s.n_max >= fastest.n_max:
-            break
-        gain, noise = gain_and_noise(runs, fastest.label, s.label)
-        spread = noise if spread is None else max(spread, noise)
-        if gain <= noise:
-            kept = s
-            notes.append(
-                f"kept n-max {s.n_max}, the simpler setting: n-max {fastest.n_max} is {gain:+.1%} faster, "
-                f"within the noise (+-{noise:.1%})"
-            )
-            break
-    within = False
-    target = next((s for s in summary if s.label == TARGET), None)
-    if target is not None:
-        gain, noise = gain_and_noise(runs, kept.label, TARGET)
-        spread = noise if spread is None else max(spread, noise)
-        if gain <= noise:
-            within = True
-            notes.append(
-                f"n-max {kept.n_max} is {gain:+.1%} against the target alone, within the noise (+-{noise:.1%}): "
-                "the target alone (--no-draft) is as fast on this machine"
-            )
-    return Pick(int(kept.n_max), kept.tokens_per_second_median, int(fastest.n_max), spread, within, tuple(notes))
+def tune_settings(request: TuneRequest) -> tuple[list[Setting], Setting]:
+    """The arms measured (the target alone, the fixed lengths, the adaptive settings, the
+    default among them) and the default adaptive setting."""
+    if not request.n_values or any(n < 1 for n in request.n_values):
+        raise ArgumentError(
+            Param("n_values"), f" {','.join(map(str, request.n_values))}: give draft lengths of 1 or more"
+        )
+    if any(n < 1 for n in request.bounds):
+        raise ArgumentError(Param("bounds"), f" {','.join(map(str, request.bounds))}: give n-max bounds of 1 or more")
+    if any(not 0 <= p <= 1 for p in request.p_mins):
+        raise ArgumentError(
+            Param("p_mins"), f" {','.join(f'{p:g}' for p in request.p_mins)}: give p-min values from 0 to 1"
+        )
+    default = default_adaptive(request.profile)
+    adaptive = [Setting(b, True, p) for b in request.bounds for p in request.p_mins]
+    if adaptive and default not in adaptive:
+        adaptive.insert(0, default)
+    return [Setting(0), *(Setting(n) for n in request.n_values), *adaptive], default
 
 
 def tune_n_max(
@@ -125,9 +97,9 @@ def tune_n_max(
     with_target: bool = True,
     progress: Callable[[str], None] = lambda s: None,
 ) -> TuneResult:
-    """Tokens/s of ``request.profile`` at each n-max in ``request.n_values`` (and the
-    target alone when ``with_target``), one llama-server at a time; see the module doc."""
-    target, drafter, profile, n_values = request.target, request.drafter, request.profile, request.n_values
+    """Tokens/s of ``request.profile`` at each setting of :func:`tune_settings` (the target
+    alone only when ``with_target``), one llama-server at a time; see the module doc."""
+    target, drafter, profile = request.target, request.drafter, request.profile
     n_predict, rounds, overrides, server_bin = request.n_predict, request.rounds, request.overrides, request.server_bin
     from gguf_exact.bench.prompt_set import load_prompts
     from gguf_exact.engines.launch import plan_launch, start_server
@@ -135,14 +107,15 @@ def tune_n_max(
     from gguf_exact.engines.settings import ServeSettings
     from gguf_exact.engines.status import stop_server
 
-    if not n_values or any(n < 1 for n in n_values):
-        raise ArgumentError(Param("n_values"), f" {','.join(map(str, n_values))}: give draft lengths of 1 or more")
+    settings, default = tune_settings(request)
+    settings = [s for s in settings if s.n_max or with_target]
+    by_label = {s.label: s for s in settings}
     prompts = prompts or load_prompts()
-    arms = ([Arm(TARGET, 0)] if with_target else []) + [Arm(f"n_max={n}", n) for n in n_values]
+    arms = [Arm(s.label, s.n_max) for s in settings]
     runs = []
     with scratch_run_root("tune") as root:  # its servers' run folders: not the user's, removed after
         for order, (rnd, arm) in enumerate(alternating_order(arms, rounds)):
-            sets = list(overrides) + fixed_length(arm.n_max)
+            sets = list(overrides) + by_label[arm.label].overrides()
             launch = plan_launch(
                 ServeSettings(
                     target,
@@ -166,16 +139,18 @@ def tune_n_max(
     summary = summarize(arms, runs)
     for s in summary:
         s.mean_accepted_length = None  # llama-server does not report draft rounds
-    drafting = [s for s in summary if s.n_max]
-    silent = [s.label for s in drafting if s.acceptance_rate is None]
+    silent = [s.label for s in summary if s.n_max and not by_label[s.label].adaptive and s.acceptance_rate is None]
     if silent:
         raise InputError(
             f"profile {profile.name}: no draft tokens at {', '.join(silent)}: its [draft] table does not turn draft-mtp on "
             '(spec-type = "draft-mtp"), so there is no n-max to tune'
         )
     # the median run: one slow run (a page fault, another process) must not pick the winner;
-    # a gain within the noise does not either (pick_setting)
+    # a gain within the noise does not either (tune_pick)
     pick = pick_setting(summary, runs)
+    chosen = None
+    if any(s.adaptive for s in settings):
+        chosen = pick_adaptive(summary, runs, by_label, default, Setting(pick.n_max))
     base = next((s.tokens_per_second_median for s in summary if s.label == TARGET), None)
     meta = {
         "backend": "llama-server, one server per arm and visit",
@@ -185,6 +160,7 @@ def tune_n_max(
         "order": "each round: arms forward, then backward (A B B A), a fresh server per visit",
         "profile": str(profile.path or profile.name),
         "overrides": list(overrides),
+        "settings": {s.label: s.overrides() for s in settings},
         "model": str(target),
         "draft": str(drafter),
         "time": time.strftime("%Y-%m-%d %H:%M:%S"),
@@ -197,7 +173,8 @@ def tune_n_max(
         fastest_n_max=pick.fastest_n_max,
         spread=pick.spread,
         target_within_noise=pick.target_within_noise,
-        notes=pick.notes,
+        notes=pick.notes + (chosen.notes if chosen else ()),
+        adaptive=chosen,
     )
 
 
@@ -211,6 +188,8 @@ class TuneRequest:
     profile: Profile
     profile_arg: str  # the profile as the user named it ("auto", "cpu", a file): recorded in the command
     n_values: tuple[int, ...] = (1, 2, 3, 4)
+    bounds: tuple[int, ...] = (4, 6)  # the adaptive policy's n-max bounds measured (none: fixed lengths only)
+    p_mins: tuple[float, ...] = (0.0, 0.5, 0.9)  # with each of these drafter-confidence floors
     prompt_names: tuple[str, ...] | None = None  # None: every shipped prompt
     n_predict: int = 64
     rounds: int = 1
@@ -229,7 +208,8 @@ class TuneRequest:
         import shlex
 
         args = ["--model", str(self.target), "--draft", str(self.drafter), "--profile", self.profile_arg]
-        args += ["--n-max", ",".join(map(str, self.n_values)), "--n-predict", str(self.n_predict)]
+        args += ["--n-max", ",".join(map(str, self.n_values)), "--bounds", ",".join(map(str, self.bounds))]
+        args += ["--p-min", ",".join(f"{p:g}" for p in self.p_mins), "--n-predict", str(self.n_predict)]
         args += ["--rounds", str(self.rounds)]
         args += ["--prompts", ",".join(self.prompt_names)] if self.prompt_names else []
         args += ["--as", self.save_as] if self.save_as else []
@@ -267,7 +247,7 @@ def tune_profile(
     return tuned
 
 
-def set_n_max(toml_text: str, n_max: int, note: str = "", key_name: str = N_MAX_KEY) -> str:
+def set_n_max(toml_text: str, n_max: int | float | bool, note: str = "", key_name: str = N_MAX_KEY) -> str:
     """``toml_text`` with ``spec-draft-n-max = n_max`` (or ``key_name = n_max``) in its
     ``[draft]`` table (the line replaced, else added under ``[draft]``, else a ``[draft]``
     table appended); every other line, comments included, kept."""
@@ -290,14 +270,28 @@ def set_n_max(toml_text: str, n_max: int, note: str = "", key_name: str = N_MAX_
     return "\n".join(lines) + "\n"
 
 
+def kept_keys(kept: Setting) -> list[tuple[str, object]]:
+    """The ``[draft]`` keys the tuned profile gets for the kept setting, in the order written."""
+    if not kept.adaptive:
+        return [(N_MAX_KEY, kept.n_max), (ADAPTIVE_KEY, False)]
+    return [(N_MAX_KEY, kept.n_max), (ADAPTIVE_KEY, True), (P_MIN_KEY, kept.p_min)]
+
+
+def kept_line(kept: Setting) -> str:
+    """``spec-draft-n-max = 3, spec-draft-adaptive = false``: what the profile now says."""
+    return ", ".join(f"{k} = {str(v).lower() if isinstance(v, bool) else f'{v:g}'}" for k, v in kept_keys(kept))
+
+
 def tuned_header(result: TuneResult, command: str) -> list[str]:
-    """The comment lines that say what was measured, by which command."""
-    rows = ", ".join(
-        f"{'target alone' if s.label == TARGET else f'n-max {s.n_max}'} {s.tokens_per_second_median:.1f}"
-        for s in result.report.rows
-    )
+    """The comment lines (always three) that say what was measured, by which command."""
+
+    def name(s) -> str:
+        label = s.label
+        return "target alone" if label == TARGET else label.replace("n_max=", "n-max ").replace("p_min=", "p-min ")
+
+    rows = ", ".join(f"{name(s)} {s.tokens_per_second_median:.1f}" for s in result.report.rows)
     return [
-        f"{TUNED_MARK} on {result.report.meta['time']}: spec-draft-n-max = {result.best_n_max}",
+        f"{TUNED_MARK} on {result.report.meta['time']}: {kept_line(result.kept)}",
         f"# median tokens/s on this machine: {rows}",
         f"# command: {command}",
     ]
@@ -348,38 +342,44 @@ def profile_input(base: Profile) -> dict[str, Path | None]:
 def write_tuned_profile(
     base: Profile, result: TuneResult, command: str, folder: Path | None = None, name: str | None = None
 ) -> Path:
-    """Write ``base`` with the best n-max to ``folder/<name>.toml`` (default: the user's
-    profile folder, ``<base>-tuned``, see :func:`tuned_name`) and read it back; the
-    project's ``serve/`` is refused."""
+    """Write ``base`` with the kept setting (:attr:`TuneResult.kept`: the adaptive policy's
+    bound and p-min, or a fixed n-max with the policy off) to ``folder/<name>.toml``
+    (default: the user's profile folder, ``<base>-tuned``, see :func:`tuned_name`) and read
+    it back; the project's ``serve/`` is refused."""
     dest = tuned_destination(base, folder, name)
     body = base.path.read_text().splitlines()
     if body and body[0].startswith(TUNED_MARK):  # a copy tuned before: its header is replaced
         body = body[len(tuned_header(result, command)) :]
-    new = set_n_max("\n".join(tuned_header(result, command) + body), result.best_n_max, "measured by gguf-exact tune")
-    if base.draft.get(ADAPTIVE_KEY):  # the measured fixed length, not an adaptive one bounded by it
-        new = set_n_max(new, False, "tune measured fixed lengths", ADAPTIVE_KEY)
+    new = "\n".join(tuned_header(result, command) + body)
+    kept = result.kept
+    keys = kept_keys(kept)
+    if not kept.adaptive and not base.draft.get(ADAPTIVE_KEY):
+        keys = keys[:1]  # a profile that never was adaptive keeps its form
+    for key, value in keys:
+        note = "measured by gguf-exact tune" if key == N_MAX_KEY else "kept by gguf-exact tune"
+        new = set_n_max(new, value, note, key)  # type: ignore[arg-type]
     output_folder(dest.parent)
     with atomic_output(dest, inputs=profile_input(base)) as tmp:
         tmp.write_text(new)
         written = load_profile(tmp)
-        if written.draft.get(N_MAX_KEY) != result.best_n_max:
-            raise NotExactError(
-                f"{dest}: written with {N_MAX_KEY} = {written.draft.get(N_MAX_KEY)!r}, expected {result.best_n_max}"
-            )
+        for key, value in keys:
+            if written.draft.get(key) != value:
+                raise NotExactError(f"{dest}: written with {key} = {written.draft.get(key)!r}, expected {value!r}")
     return dest
 
 
 __all__ = [
     "N_MAX_KEY",
-    "Pick",
     "TuneRequest",
     "TuneResult",
     "Tuned",
+    "default_adaptive",
+    "kept_keys",
+    "kept_line",
     "set_n_max",
     "shadows_builtin",
-    "gain_and_noise",
-    "pick_setting",
     "tune_n_max",
+    "tune_settings",
     "tune_profile",
     "tuned_destination",
     "tuned_header",

@@ -6,25 +6,34 @@ batch of tokens; F32 models and single-token decodes take other kernels. So afte
 build a tiny Q4_0 ``gemma4`` target (made on the spot) gets a 64-token prompt, through
 ``llama-bench`` for a llama-server build and through ``llama_cpp.Llama`` in a child
 interpreter for the bindings. A probe that dies is one error line naming the signal, the
-CPU features the build used, and how to build for fewer.
+CPU features the build used, and how to build for fewer. A GPU build's probe runs on the
+device it was built for, every layer offloaded (``-ngl 99``), a CPU-type Vulkan device
+(lavapipe) made visible as ``serve`` would (:mod:`.devices`); where this machine has no
+such device it runs on the CPU, and its record says so.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
 import sys
 import tempfile
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
+from gguf_exact.builds import devices
 from gguf_exact.builds.cpu_features import OVERRIDE_ENV, X86_FEATURES, CpuTarget
 from gguf_exact.errors import BuildError
 
+INFO_FILE = "build-info.json"
+"""What an installed build records (beside its bin/): how it was made, and its probe."""
 PROMPT_TOKENS = 64
 """A batch wide enough for every quantized matmul path (AMX takes batches of 16 and up)."""
 TIMEOUT_S = 300
+DEVICE_TIMEOUT_S = 900
+"""On a device: lavapipe compiles every shader pipeline on first use (the probe took 159 s on 2 busy cores)."""
 
 
 @dataclass(frozen=True)
@@ -36,10 +45,14 @@ class ProbeResult:
     returncode: int
     signal: str = ""
     tail: str = ""
+    device: str = ""  # "Vulkan0: llvmpipe (LLVM 15.0.6, 256 bits) (2048 MiB)"; "" on the CPU
+    visible_devices: str = ""  # GGML_VK_VISIBLE_DEVICES the probe set ("" = none set)
+    gpu_layers: int = 0
+    stdout: str = field(default="", repr=False)
 
     def record(self) -> dict:
         """What ``build-info.json`` keeps (``doctor`` prints it)."""
-        return {k: v for k, v in asdict(self).items() if k != "tail"} | {"prompt_tokens": PROMPT_TOKENS}
+        return {k: v for k, v in asdict(self).items() if k not in ("tail", "stdout")} | {"prompt_tokens": PROMPT_TOKENS}
 
 
 def write_probe_model(path: Path) -> Path:
@@ -58,11 +71,11 @@ print("probe ok", m.n_tokens)
 """
 
 
-def _run(what: str, cmd: list[str], env: dict | None = None) -> ProbeResult:
+def _run(what: str, cmd: list[str], env: dict | None = None, timeout: float = TIMEOUT_S) -> ProbeResult:
     try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=TIMEOUT_S, env=env)
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
     except subprocess.TimeoutExpired:
-        return ProbeResult(what, False, -1, "", f"no answer in {TIMEOUT_S} s")
+        return ProbeResult(what, False, -1, "", f"no answer in {timeout:.0f} s")
     except OSError as e:
         return ProbeResult(what, False, -1, "", f"cannot run {cmd[0]}: {e.strerror}")
     rc = proc.returncode
@@ -70,27 +83,61 @@ def _run(what: str, cmd: list[str], env: dict | None = None) -> ProbeResult:
     signum = -rc if rc < 0 else rc - 128 if rc > 128 else 0
     name = signal.Signals(signum).name if signum in signal.valid_signals() and signum else ""
     tail = " | ".join((proc.stderr or proc.stdout).strip().splitlines()[-3:])[-400:]
-    return ProbeResult(what, rc == 0, rc, name, tail)
+    return ProbeResult(what, rc == 0, rc, name, tail, stdout=proc.stdout or "")
 
 
-def probe_server_build(bin_dir: Path) -> ProbeResult:
-    """``llama-bench`` from ``bin_dir`` on the probe model: a 64-token prompt, 2 threads."""
+def probe_device(server: Path, backend: str) -> tuple[str | None, devices.Device | None]:
+    """The device a ``backend`` build runs on here, as its ``server`` (llama-server) sees it:
+    (``GGML_VK_VISIBLE_DEVICES`` to set, or None; the device, or None for the CPU)."""
+    if backend == "cpu":
+        return None, None
+    seen = devices.list_devices(server)
+    if seen:
+        return None, seen[0]
+    soft = devices.software_visible() if backend == "vulkan" else None
+    seen = devices.list_devices(server, devices.device_env(soft)) if soft else []
+    return (soft, seen[0]) if seen else (None, None)
+
+
+def probe_server_build(bin_dir: Path, backend: str = "cpu") -> ProbeResult:
+    """``llama-bench`` from ``bin_dir`` on the probe model: a 64-token prompt, 2 threads; a GPU
+    build's on its device (:func:`probe_device`), failed when llama-bench did not report it."""
+    visible, device = probe_device(bin_dir / "llama-server", backend)
+    layers = 99 if device else 0
     with tempfile.TemporaryDirectory(prefix="gguf-exact-probe-") as tmp:
         model = write_probe_model(Path(tmp) / "probe-q4_0.gguf")
-        cmd = [
-            str(bin_dir / "llama-bench"),
-            "-m",
-            str(model),
-            "-p",
-            str(PROMPT_TOKENS),
-            "-n",
-            "2",
-            "-r",
-            "1",
-            "-ngl",
-            "0",
-        ]
-        return _run("llama-bench", cmd + ["-t", "2", "-o", "csv"])
+        cmd = [str(bin_dir / "llama-bench"), "-m", str(model), "-p", str(PROMPT_TOKENS), "-n", "2", "-r", "1"]
+        args = cmd + ["-ngl", str(layers), "-t", "2", "-o", "csv"]
+        result = _run("llama-bench", args, devices.device_env(visible), DEVICE_TIMEOUT_S if device else TIMEOUT_S)
+    result = replace(result, device=device.line() if device else "", visible_devices=visible or "", gpu_layers=layers)
+    gpu_info = _csv_column(result.stdout, "gpu_info")
+    if device is not None and result.ok and device.description not in gpu_info:
+        return replace(
+            result, ok=False, tail=f"llama-bench ran without {device.name} (its gpu_info: {gpu_info or 'none'})"
+        )
+    return result
+
+
+def reprobe_install(install: Path, backend: str) -> ProbeResult:
+    """The probe of an installed llama-server build (``install``: the folder above its bin/)
+    run again, on its device, and recorded in its ``build-info.json``: for a build made before
+    its probe ran on the device, without building it again."""
+    result = probe_server_build(install / "bin", backend)
+    path = install / INFO_FILE
+    info = json.loads(path.read_text()) if path.is_file() else {}
+    info["probe"] = result.record()
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(info, indent=2) + "\n")
+    os.replace(tmp, path)
+    return result
+
+
+def _csv_column(csv_text: str, name: str) -> str:
+    """``name``'s value in the first row of llama-bench's CSV ('' when absent)."""
+    import csv
+
+    rows = list(csv.DictReader(csv_text.splitlines()))
+    return (rows[0].get(name) or "") if rows else ""
 
 
 def probe_bindings(python: str = sys.executable, pythonpath: Path | None = None) -> ProbeResult:

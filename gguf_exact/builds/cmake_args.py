@@ -5,8 +5,9 @@ from pathlib import Path
 
 from gguf_exact.builds import gpu_toolchains
 from gguf_exact.builds.cpu_features import CpuTarget, host_cpu
-from gguf_exact.builds.gpu_toolchains import CudaSetup, VulkanTools
+from gguf_exact.builds.gpu_toolchains import CudaSetup
 from gguf_exact.builds.sdist import COMMIT
+from gguf_exact.builds.vulkan_tools import VulkanTools
 
 
 def cmake_args(
@@ -18,7 +19,7 @@ def cmake_args(
     cpu: CpuTarget | None = None,
 ) -> list[str]:
     """The CMake configure command line for ``backend`` (CUDA needs ``cuda``; ``vulkan``
-    pins the headers and glslc that :func:`.gpu_toolchains.require_vulkan_tools` checked)."""
+    pins the headers and glslc that :func:`.vulkan_tools.require_vulkan_tools` checked)."""
     args = [
         "cmake",
         "-S",

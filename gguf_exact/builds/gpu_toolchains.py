@@ -1,5 +1,5 @@
-"""What a GPU build of llama.cpp compiles and links with: the CUDA toolkit, cuBLAS, the
-driver library, and the Vulkan tools.
+"""What a CUDA build of llama.cpp compiles and links with: the CUDA toolkit, cuBLAS and the
+driver library (the Vulkan tools: :mod:`.vulkan_tools`).
 
 A CUDA build needs nvcc (from any toolkit: NVIDIA's installer, Debian's, or NVIDIA's
 wheels), cuBLAS (headers and ``libcublas``), and ``libcuda.so`` to link against. When the
@@ -378,50 +378,3 @@ def cuda_setup(arch: str, work: Path, cache: Path, log=print) -> CudaSetup:
     else:
         driver, source = found
     return CudaSetup(toolkit, cublas, driver, source)
-
-
-VULKAN_NEEDS = "VK_EXT_layer_settings"
-"""An extension the pinned llama.cpp's Vulkan backend uses without a guard
-(``vk::LayerSettingEXT``): headers without it (Debian 12's 1.3.239) fail to compile."""
-
-
-@dataclass(frozen=True)
-class VulkanTools:
-    glslc_path: Path
-    glslc: str  # first line of ``glslc --version``: "shaderc 2023.2-1"
-    include_dir: Path  # holds vulkan/vulkan_core.h
-    header_version: str  # "1.4.309"
-
-
-def parse_vulkan_header_version(vulkan_core_h: str) -> str | None:
-    """``1.4.309`` from ``vulkan_core.h`` (``VK_HEADER_VERSION`` and ``..._COMPLETE``)."""
-    patch = re.search(r"#define VK_HEADER_VERSION (\d+)", vulkan_core_h)
-    full = re.search(r"#define VK_HEADER_VERSION_COMPLETE VK_MAKE_API_VERSION\(\d+, (\d+), (\d+),", vulkan_core_h)
-    if not patch:
-        return None
-    return f"{full.group(1)}.{full.group(2)}.{patch.group(1)}" if full else patch.group(1)
-
-
-def require_vulkan_tools() -> VulkanTools:
-    """glslc and Vulkan headers new enough, looked up as CMake's FindVulkan does
-    (``$VULKAN_SDK`` first, then the system); else one clear error."""
-    sdk = Path(os.environ["VULKAN_SDK"]) if os.environ.get("VULKAN_SDK") else None
-    sdk_glslc = sdk / "bin" / "glslc" if sdk else None
-    glslc = str(sdk_glslc) if sdk_glslc and sdk_glslc.is_file() else shutil.which("glslc")
-    include_dirs = ([sdk / "include"] if sdk else []) + [Path("/usr/include")]
-    include = next((d for d in include_dirs if (d / "vulkan" / "vulkan_core.h").is_file()), None)
-    if glslc is None or include is None:
-        missing = "glslc" if glslc is None else "the Vulkan headers (vulkan/vulkan_core.h)"
-        raise BuildError(
-            Param("vulkan"),
-            f": {missing} not found; install them (Debian: apt-get install libvulkan-dev glslc spirv-headers) or the LunarG Vulkan SDK (set VULKAN_SDK)",
-        )
-    text = (include / "vulkan" / "vulkan_core.h").read_text(errors="replace")
-    version = parse_vulkan_header_version(text) or "unknown"
-    if VULKAN_NEEDS not in text:
-        raise BuildError(
-            Param("vulkan"),
-            f": the Vulkan headers in {include} are version {version}, without {VULKAN_NEEDS}, which the pinned llama.cpp's Vulkan backend uses; install newer ones (Debian 13's libvulkan-dev 1.4.309 has it, or the LunarG Vulkan SDK) and set VULKAN_SDK to the folder above their include/",
-        )
-    glslc_version = ((_output([glslc, "--version"]) or "").strip().splitlines() or ["version unknown"])[0]
-    return VulkanTools(Path(glslc), glslc_version, include, version)

@@ -9,7 +9,7 @@ and the binaries built with CMake (:mod:`.cmake_args`) into a temp dir, then mov
 there and returns at once. The CPU features are named, never ``-march=native``
 (:mod:`.cpu_features`: no AMX at the pinned commit), and are part of the folder's name,
 so a cache from another machine is never used where it would trap. Backends: ``cpu``, ``cuda<arch>`` (``cuda75``, ``cuda86``:
-the toolkit, cuBLAS and driver library come from :mod:`.gpu_toolchains`) and ``vulkan``.
+the toolkit, cuBLAS and driver library come from :mod:`.gpu_toolchains`) and ``vulkan`` (glslc and headers: :mod:`.vulkan_tools`).
 Each install holds ``build-info.json``: what it was built with and how long it took.
 
 ``scripts/build-llama-cpp.sh`` and ``gguf-exact build-llama`` both call
@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Iterator
 
 from gguf_exact.builds import build_probe, gpu_toolchains, source_patches
+from gguf_exact.builds import vulkan_tools as vulkan_toolchain
 from gguf_exact.builds.cmake_args import (  # noqa: F401  (importable from here, as before)
     backend_cmake_args,
     cmake_args,
@@ -38,7 +39,6 @@ from gguf_exact.builds.cmake_args import (  # noqa: F401  (importable from here,
     toolchain_info,
 )
 from gguf_exact.builds.cpu_features import CpuTarget, host_cpu
-from gguf_exact.builds.gpu_toolchains import VulkanTools
 from gguf_exact.builds.sdist import (  # noqa: F401  (importable from here, as before)
     CHECKSUM_FILE,
     COMMIT,
@@ -53,6 +53,7 @@ from gguf_exact.builds.sdist import (  # noqa: F401  (importable from here, as b
     unpack_patched_sdist,
     verify_sdist,
 )
+from gguf_exact.builds.vulkan_tools import VulkanTools
 from gguf_exact.constants import cache_root
 from gguf_exact.errors import ArgumentError, BuildError, GgufExactError, Param
 
@@ -69,7 +70,19 @@ CUDA_ARCHS = ("75", "86")
 BACKEND = re.compile(r"cpu|vulkan|cuda[0-9]{2,3}")
 """Every backend name: the suffix of a build's cache folder and a profile's ``build``."""
 
-INFO_FILE = "build-info.json"
+INFO_FILE = build_probe.INFO_FILE
+RPC_HEADER = "ggml/include/ggml-rpc.h"  # in the llama.cpp source: the RPC protocol's version
+
+
+def rpc_record(src: Path) -> dict:
+    """What ``build-info.json`` says of the build's RPC backend: ``GGML_RPC=ON``, the worker
+    binary, and the protocol version its header declares (workers and heads must agree on
+    the major version: ``ggml-rpc.cpp`` refuses another at the hello)."""
+    text = (src / RPC_HEADER).read_text()
+    version = [re.search(rf"#define RPC_PROTO_{part}_VERSION +([0-9]+)", text) for part in ("MAJOR", "MINOR", "PATCH")]
+    if not all(version):
+        raise BuildError(f"{src / RPC_HEADER}: no RPC_PROTO_*_VERSION defines; is it llama.cpp {COMMIT}?")
+    return {"ggml_rpc": True, "server": "rpc-server", "protocol": ".".join(m.group(1) for m in version)}
 
 
 # Failures with a known cause: (text in the build log, what to do).
@@ -228,7 +241,7 @@ def prepare_sources(
     cmake, the pin), then the verified sdist: ``sdist`` if given, else fetched with pip."""
     if backend.startswith("cuda"):
         gpu_toolchains.require_cuda_toolkit(backend[4:])  # fail before fetching anything
-    vulkan_tools = gpu_toolchains.require_vulkan_tools() if backend == "vulkan" else None
+    vulkan_tools = vulkan_toolchain.require_vulkan_tools(log=log) if backend == "vulkan" else None
     for tool in ("cmake", "c++"):
         if not shutil.which(tool):
             raise BuildError(f"{tool} not found on PATH; install it (Debian: apt-get install cmake build-essential)")
@@ -325,14 +338,15 @@ def build_llama_cpp(
         if missing:  # no libcuda.so.1: a CUDA build made without the driver cannot run here
             probe = {"ok": None, "what": "llama-bench", "note": "not run here: no libcuda.so.1"}
         else:
-            log("probe: a batched Q4_0 matmul through llama-bench")
-            result = build_probe.probe_server_build(staged / "bin")
+            log("probe: a batched Q4_0 matmul through llama-bench, on the device the build is for")
+            result = build_probe.probe_server_build(staged / "bin", backend)
             build_probe.require_ok(result, cpu, f"llama.cpp {final.name}", build_command(backend))
             probe = result.record()
         info = {
             **build_record(backend, cpu, probe, pin),
             "cmake": cmake_args(Path("SRC"), Path("BUILD"), backend, setup, vulkan_tools, cpu)[7:],
             "targets": list(TARGETS),
+            "rpc": rpc_record(src),
             "build_seconds": build_seconds,
             "jobs": jobs,
             **toolchain_info(setup, vulkan_tools),
@@ -355,6 +369,15 @@ def build_llama_cpp(
     if result is None:
         raise BuildError(f"{final}: build did not install every target; full log: {logfile}")
     return result
+
+
+def reprobe_build(backend: str) -> build_probe.ProbeResult:
+    """The installed ``backend`` build's probe run again on its device and recorded in its
+    ``build-info.json`` (:func:`.build_probe.reprobe_install`); nothing is built."""
+    found = find_build(backend)
+    if found is None:
+        raise BuildError(f"llama.cpp {backend}: not built here, nothing to probe; run `{build_command(backend)}`")
+    return build_probe.reprobe_install(found.bin_dir.parent, backend)
 
 
 def unresolved_libraries(binary: Path) -> list[str]:

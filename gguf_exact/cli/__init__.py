@@ -12,6 +12,7 @@ result; no command holds logic of its own. The modules:
 - :mod:`.hub` - ``recipes``, ``fetch``, ``build``, ``pin``
 - :mod:`.builds` - ``build-llama``, ``build-bindings``, ``doctor``
 - :mod:`.serving` - ``serve``, ``status``, ``stop``, ``tune``
+- :mod:`.rpc` - ``rpc-server`` (an RPC worker for ``serve --rpc``)
 - :mod:`.inprocess` - ``generate``, ``chat``, ``bench``
 - :mod:`.tiny` - ``make-tiny``, ``demo``
 - :mod:`.quality` - ``quality``

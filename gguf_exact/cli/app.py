@@ -67,6 +67,7 @@ COMMANDS = {
     "recipes": "hub", "fetch": "hub", "build": "hub", "pin": "hub",
     "build-llama": "builds", "build-bindings": "builds", "doctor": "builds",
     "serve": "serving", "status": "serving", "stop": "serving", "tune": "serving",
+    "rpc-server": "rpc",
     "generate": "inprocess", "chat": "inprocess", "bench": "inprocess",
     "make-tiny": "tiny", "make-pair": "tiny", "demo": "tiny",
     "quality": "quality",

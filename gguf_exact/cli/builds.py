@@ -30,7 +30,12 @@ from gguf_exact.cli.console import note
     help="A local copy of the pinned llama-cpp-python sdist (its sha256 is still checked).",
 )
 @click.option("--force", is_flag=True, help="Rebuild even if the build is cached.")
-def build_llama(cuda: str | None, vulkan: bool, sdist: Path | None, force: bool) -> None:
+@click.option(
+    "--reprobe",
+    is_flag=True,
+    help="Build nothing: run the installed build's probe again, on its device, and record it in its build-info.json.",
+)
+def build_llama(cuda: str | None, vulkan: bool, sdist: Path | None, force: bool, reprobe: bool) -> None:
     """Build llama-server, llama-bench, llama-perplexity and llama-quantize.
 
     From the llama-cpp-python sdist pinned in checksums/ (fetched with pip, sha256
@@ -45,11 +50,25 @@ def build_llama(cuda: str | None, vulkan: bool, sdist: Path | None, force: bool)
 
     --cuda needs nvcc on PATH (no GPU needed to build); cuBLAS comes from the toolkit,
     else from NVIDIA's pinned nvidia-cublas wheel. --vulkan needs the Vulkan headers and
-    glslc (Debian: apt-get install libvulkan-dev glslc spirv-headers). `gguf-exact doctor`
-    shows what each build used.
+    glslc (scripts/install-vulkan-deps.sh installs Debian's; headers older than the
+    backend needs are replaced by Debian 13's, pinned in checksums/vulkan-headers.sha256).
+    A GPU build's probe runs on its device (a CPU-type Vulkan device such as lavapipe made
+    visible); --reprobe runs it again on an installed build. `gguf-exact doctor` shows what
+    each build used.
     """
-    from gguf_exact.builds.llama_build import build_llama_cpp, sigterm_as_interrupt
+    from gguf_exact.builds.llama_build import backend_name, build_llama_cpp, reprobe_build, sigterm_as_interrupt
 
+    if reprobe:
+        from gguf_exact.doctor import describe_probe
+
+        backend = backend_name(cuda, vulkan)
+        result = reprobe_build(backend)
+        if not result.ok:
+            from gguf_exact.errors import BuildError
+
+            raise BuildError(f"llama.cpp {backend}: {describe_probe(result.record())} ({result.tail})")
+        click.echo(describe_probe(result.record()))
+        return
     with sigterm_as_interrupt():
         build = build_llama_cpp(cuda, sdist, force=force, log=note, vulkan=vulkan)
     click.echo(build.bin_dir)
@@ -90,11 +109,16 @@ def build_bindings(cuda: str | None, vulkan: bool, sdist: Path | None, force: bo
 
 
 @main.command()
-def doctor() -> None:
-    """Report what this machine has for serving: CPU features, bindings, llama-server, CUDA, GPUs."""
+@click.option(
+    "--rpc",
+    metavar="HOST:PORT[,HOST:PORT...]",
+    help="Also ask these RPC workers (`gguf-exact rpc-server`) what they hold; workers running here are always asked.",
+)
+def doctor(rpc: str | None) -> None:
+    """Report what this machine has for serving: CPU features, bindings, llama-server, CUDA, GPUs, RPC workers."""
     from gguf_exact.doctor import diagnose
 
-    for f in diagnose():
+    for f in diagnose((rpc,) if rpc else ()):
         # wrapped to the terminal, continued under the value's column
         first, *rest = console.fit(f"{'ok' if f.ok else '--'}  {f.name:<22} {f.value}", console.out.width, " " * 27)
         mark = "[green]ok[/]" if f.ok else "[yellow]--[/]"

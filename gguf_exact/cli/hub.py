@@ -7,7 +7,7 @@ from pathlib import Path
 import click
 
 from gguf_exact.cli.app import main
-from gguf_exact.cli.console import say, say_fitted
+from gguf_exact.cli.console import note, say, say_fitted
 from gguf_exact.cli.options import models_dir_option
 from gguf_exact.errors import HubError, NotExactError
 
@@ -57,10 +57,11 @@ def _size_words(size: int | None) -> str:
 @models_dir_option
 @click.option(
     "--what",
-    type=click.Choice(["exact", "source", "target"]),
-    default="exact",
-    show_default=True,
-    help="The published exact GGUF, the source checkpoint, or the target GGUF (vocabulary).",
+    type=click.Choice(["drafter", "exact", "source", "target"]),
+    default=None,
+    help="drafter: the checkpoint converted here with its ordered-embedding head (the default for a "
+    "drafter recipe whose source is pinned); exact: the published exact GGUF (the default otherwise); "
+    "source: the checkpoint; target: the target GGUF (vocabulary).",
 )
 @click.option(
     "--dry-run",
@@ -68,12 +69,15 @@ def _size_words(size: int | None) -> str:
     help="Say what would be downloaded, from which commit, to where and how big, and what is already "
     "there and verified; download nothing.",
 )
-def fetch(recipe: str, models_dir: Path, what: str, dry_run: bool) -> None:
+def fetch(recipe: str, models_dir: Path, what: str | None, dry_run: bool) -> None:
     """Download the files a recipe pins, each checked against its size and sha256.
 
     RECIPE is a name from `gguf-exact recipes` (e.g. e2b-assistant) or a path to a
-    .toml file. --what exact (the default) gets the published exact GGUF, source the
-    checkpoint, target the GGUF whose vocabulary a drafter copies; a part whose files
+    .toml file. For a drafter whose checkpoint is pinned, the default (--what drafter)
+    fetches the checkpoint and the published exact GGUF and converts the checkpoint
+    here, with its ordered-embedding head (the fast draft step), to
+    MODELS_DIR/converted/; --what exact gets the published exact GGUF alone (no head),
+    source the checkpoint, target the GGUF whose vocabulary a drafter copies; a part whose files
     are not pinned yet needs `gguf-exact pin RECIPE --what PART` first. The files come
     from the commit pinned in checksums/RECIPE.sha256 (where no commit is pinned, from
     the recipe's revision, refused unless the sha256 is the pinned one), through
@@ -84,8 +88,14 @@ def fetch(recipe: str, models_dir: Path, what: str, dry_run: bool) -> None:
     """
     from gguf_exact.hub.fetch import fetch_recipe
     from gguf_exact.hub.recipes import load_recipe
+    from gguf_exact.rebuild.with_head import can_convert
 
     r = load_recipe(recipe)
+    headless = what is None and r.kind == "drafter" and not can_convert(r)
+    if what is None:
+        what = "exact" if headless or r.kind != "drafter" else "drafter"
+    if what == "drafter":
+        return _drafter_with_head(r, models_dir, dry_run)
     if dry_run:
         return _dry_run(r, what, models_dir)
     got = fetch_recipe(r, what, models_dir)
@@ -93,9 +103,33 @@ def fetch(recipe: str, models_dir: Path, what: str, dry_run: bool) -> None:
         say_fitted(f"{f.path}")
         say_fitted(f"  {f.how}, {f.size:,} bytes" + (f", commit {f.commit}" if f.commit else ""))
     say_fitted(f"verified: size and sha256 as pinned in {r.checksums}; {got[0].file.pinned}")
+    if headless:
+        note(
+            f"fetch {r.name}: the published drafter, without the ordered-embedding head; pin its checkpoint "
+            f"(`gguf-exact pin {r.name} --what source`) and `fetch` converts it with the head"
+        )
 
 
 VALUE = " " * 8  # wrapped values stay in their column
+
+
+def _drafter_with_head(r, models_dir: Path, dry_run: bool) -> None:
+    from gguf_exact.rebuild.with_head import converted_path, fetch_drafter_with_head
+
+    out = converted_path(r, models_dir)
+    if dry_run:
+        _dry_run(r, "source", models_dir)
+        _dry_run(r, "exact", models_dir)
+        say_fitted(f"then: converted here to {out}, with the checkpoint's ordered-embedding head")
+        return
+    done = fetch_drafter_with_head(r, models_dir)
+    for f in done.fetched:
+        say_fitted(f"{f.path}")
+        say_fitted(f"  {f.how}, {f.size:,} bytes" + (f", commit {f.commit}" if f.commit else ""))
+    say_fitted(f"verified: size and sha256 as pinned in {r.checksums}")
+    head = "with its ordered-embedding head" if done.has_head else "its checkpoint has no ordered-embedding head"
+    say_fitted(f"{done.path}")
+    say_fitted(f"  converted here from the checkpoint, {head}; {done.convert.size:,} bytes, verified on write")
 
 
 def _dry_run(r, what: str, models_dir: Path) -> None:

@@ -12,6 +12,7 @@ from gguf_exact.cli import console
 from gguf_exact.cli.app import main, message
 from gguf_exact.cli.console import note, say, say_fitted, say_markdown, warn
 from gguf_exact.cli.options import (
+    CommaList,
     drafter_from_options,
     n_max_list_option,
     out_dir_option,
@@ -24,7 +25,8 @@ from gguf_exact.cli.options import (
     target_and_draft_options,
 )
 from gguf_exact.constants import API_KEY_ENV
-from gguf_exact.engines.settings import DEFAULT_ENGINE, DEFAULT_HOST, DEFAULT_PORT, ENGINES, LOG_FILE, ServeSettings
+from gguf_exact.cli.rpc import rpc_plan_lines, show_worker
+from gguf_exact.engines.settings import DEFAULT_ENGINE, DEFAULT_HOST, DEFAULT_PORT, ENGINES, LOG_FILE, RPC_ENGINE, ServeSettings
 
 
 @main.command()
@@ -52,6 +54,12 @@ from gguf_exact.engines.settings import DEFAULT_ENGINE, DEFAULT_HOST, DEFAULT_PO
     "--insecure", is_flag=True, help="Serve a --host other machines can reach without an API key: anyone may use it."
 )
 @server_bin_option
+@click.option(
+    "--rpc",
+    metavar="HOST:PORT[,HOST:PORT...]",
+    help="Split the model over these RPC workers' devices and this machine's (`gguf-exact rpc-server` on each "
+    "worker; the profile's rpc key otherwise). llama-server only.",
+)
 @click.option("--detach", is_flag=True, help="Run in the background (pid file and log in the run directory).")
 @click.option(
     "--dry-run",
@@ -73,6 +81,13 @@ from gguf_exact.engines.settings import DEFAULT_ENGINE, DEFAULT_HOST, DEFAULT_PO
 @click.option(
     "--logprobs", is_flag=True, help="--engine python: keep every row's logits so requests may ask for logprobs."
 )
+@click.option(
+    "--vulkan-devices",
+    metavar="LIST",
+    help="The Vulkan devices the server may use, by index as `vulkaninfo --summary` numbers them (GPU0 is 0), "
+    "given to it as GGML_VK_VISIBLE_DEVICES: what makes a CPU-type device such as Mesa's lavapipe usable "
+    "(llama.cpp hides those). A GPU profile whose server sees no device of its backend is refused.",
+)
 @click.argument("extra", nargs=-1, type=click.UNPROCESSED, metavar="[-- LLAMA_SERVER_ARGS...]")
 def serve(
     target: Path,
@@ -87,12 +102,14 @@ def serve(
     api_key: str | None,
     insecure: bool,
     server_bin: Path | None,
+    rpc: str | None,
     detach: bool,
     dry_run: bool,
     timeout: float,
     no_probe: bool,
     engine: str,
     logprobs: bool,
+    vulkan_devices: str | None,
     extra: tuple[str, ...],
 ) -> None:
     """Serve a Gemma 4 target with its MTP drafter (draft-mtp) over HTTP.
@@ -117,7 +134,8 @@ def serve(
     instead, with the same profile.
     """
     from gguf_exact.engines.launch import serve_foreground
-    from gguf_exact.engines.serve import plan_serve, start_planned
+    from gguf_exact.engines.serve import plan_serve, start_planned, workers_gone
+    from gguf_exact.errors import ServerError
 
     settings = ServeSettings(
         target=target,
@@ -132,6 +150,8 @@ def serve(
         logprobs=logprobs,
         server_bin=server_bin,
         extra_args=extra,
+        vulkan_devices=vulkan_devices,
+        rpc=(rpc,) if rpc else (),
         no_draft=no_draft,
         fetch_draft=fetch_draft,
         models_dir=models_dir,
@@ -149,12 +169,22 @@ def serve(
     if pair.drafter is not None:
         say(f"{'total':<8} {pair.target.weight_bytes + pair.drafter.weight_bytes:,} bytes of weights")
     say(profile_line(plan.profile, plan.choice))
+    if plan.device is not None:
+        soft = (
+            " (a software device: its first requests compile the GPU pipelines, tens of seconds)"
+            if plan.software_device
+            else ""
+        )
+        say(f"device   {plan.device.line()}{soft}")
     engine_note = "python engine: one sequence, the whole SWA cache; " if engine == "python" else ""
-    say(
-        f"memory plan ({'GPU' if plan.memory.gpu else 'CPU'}, {engine_note}estimated from the GGUF headers as llama.cpp sizes them):"
-    )
-    for line in plan.memory.lines():
+    if plan.devices is None:
+        say(
+            f"memory plan ({'GPU' if plan.memory.gpu else 'CPU'}, {engine_note}estimated from the GGUF headers as llama.cpp sizes them):"
+        )
+    for line in plan.memory.lines() if plan.devices is None else rpc_plan_lines(plan):
         say(line)
+    for line in plan.devices.warnings() if plan.devices else ():
+        warn(message(line))
     if plan.memory_warning:
         warn(message(plan.memory_warning))
     say(launch.command_line)
@@ -186,7 +216,10 @@ def serve(
         key = f" (with {API_KEY_ENV} set)" if launch.api_key else ""
         say(f"detached; `gguf-exact status --port {port}`{key} reports on it, `gguf-exact stop --port {port}` ends it")
         return
-    sys.exit(serve_foreground(launch, started.process))
+    code = serve_foreground(launch, started.process)
+    if gone := workers_gone(plan, code):
+        raise ServerError(gone)
+    sys.exit(code)
 
 
 @main.command()
@@ -216,6 +249,8 @@ def status(port: int | None, last: int, as_json: bool, probe: bool, api_key: str
     st = server_status(port, last=last, probe_request=probe, api_key=api_key)
     if as_json:
         click.echo(json.dumps(st.as_dict(), indent=2, default=str))
+    elif st.state.get("engine") == RPC_ENGINE:
+        show_worker(st, lambda line: console.out.print(line, markup=False))
     else:
         show = lambda line: console.out.print(line, markup=False)  # noqa: E731
         s = st.state
@@ -284,7 +319,22 @@ def stop(port: int | None) -> None:
 @click.option(
     "--set", "overrides", multiple=True, metavar="KEY=VALUE", help="Override a profile value while measuring."
 )
-@n_max_list_option("Comma-separated n-max values to try.", "1,2,3,4")
+@n_max_list_option("Comma-separated fixed draft lengths to try (the adaptive policy off).", "1,2,3,4")
+@click.option(
+    "--bounds",
+    type=CommaList(int, "4,6"),
+    default="4,6",
+    show_default=True,
+    help="Comma-separated n-max bounds of the adaptive draft length to try ('' for fixed lengths only).",
+)
+@click.option(
+    "--p-min",
+    "p_mins",
+    type=CommaList(float, "0,0.5,0.9"),
+    default="0,0.5,0.9",
+    show_default=True,
+    help="With each bound, these drafter confidences below which a draft stops (spec-draft-p-min).",
+)
 @prompts_option
 @click.option("--n-predict", default=64, show_default=True, help="Tokens per prompt and run.")
 @click.option("--rounds", default=1, show_default=True, help="Rounds; each visits the arms forward then backward.")
@@ -300,6 +350,8 @@ def tune(
     save_as: str | None,
     overrides: tuple[str, ...],
     n_values: list[int],
+    bounds: list[int],
+    p_mins: list[float],
     prompt_names: list[str] | None,
     n_predict: int,
     rounds: int,
@@ -307,12 +359,15 @@ def tune(
     out_dir: Path | None,
     no_write: bool,
 ) -> None:
-    """Measure tokens/s at each n-max on this machine; keep the best in a profile of its own.
+    """Measure the draft settings on this machine; keep the best in a profile of its own.
 
-    Starts llama-server with the profile once per arm (the target alone, then
-    n-max 1, 2, 3, 4; one server at a time, arms forward then backward), runs the
-    shipped prompts against each and prints the table. Its servers' run folders
-    are temporary: `status` never shows them. The best n-max goes into a copy
+    Starts llama-server with the profile once per arm (the target alone, the fixed
+    lengths n-max 1, 2, 3, 4, then the adaptive draft length at each --bounds
+    bound with each --p-min; one server at a time, arms forward then backward),
+    runs the shipped prompts against each and prints the table, the best fixed
+    length and what the adaptive default gives beside it. Its servers' run folders
+    are temporary: `status` never shows them. The kept setting (adaptive unless
+    a fixed length is faster beyond the noise) goes into a copy
     of the profile named PROFILE-tuned (cpu-tuned, rtx3050-tuned; --as NAME for
     another) in the user's profile folder ($GGUF_EXACT_PROFILES, else
     ~/.config/gguf-exact/profiles), the measurement in a comment at its top:
@@ -320,15 +375,15 @@ def tune(
     what --profile auto picks) stay as they are unless --as names one. Delete
     the copy to go back.
     """
-    from gguf_exact.bench.tune import TuneRequest, tune_profile, tuned_name
+    from gguf_exact.bench.tune import TuneRequest, kept_line, tune_profile, tuned_name
     from gguf_exact.runtime.profile_choice import resolve_profile
 
     prof, choice = resolve_profile(profile)
     name = tuned_name(prof, save_as)  # a bad --as stops here, before any measuring
     found = drafter_from_options(target, drafter, False, fetch_draft, models_dir, auto=True)
     request = TuneRequest(
-        target, found.path, prof, profile, tuple(n_values), tuple(prompt_names) if prompt_names else None,
-        n_predict, rounds, tuple(overrides), server_bin, save_as,
+        target, found.path, prof, profile, tuple(n_values), tuple(bounds), tuple(p_mins),
+        tuple(prompt_names) if prompt_names else None, n_predict, rounds, tuple(overrides), server_bin, save_as,
     )  # fmt: skip
     if not found.given:
         note(f"drafter {found.path} ({found.how})")
@@ -338,7 +393,16 @@ def tune(
     say_markdown(result.report.markdown())
     base = result.target_tokens_per_second
     vs = f"; the target alone {base:.1f} tokens/s" if base else ""
-    say_fitted(f"best: n-max {result.best_n_max} at {result.best_tokens_per_second:.1f} tokens/s (median run){vs}")
+    say_fitted(
+        f"best fixed length: n-max {result.best_n_max} at {result.best_tokens_per_second:.1f} tokens/s (median run){vs}"
+    )
+    if (a := result.adaptive) is not None:
+        say_fitted(
+            f"adaptive default ({a.default.describe()}): {a.default_tokens_per_second:.1f} tokens/s, "
+            f"{a.default_vs_fixed:.2f}x the best fixed length (median ratio of the same requests)"
+        )
+        if a.best != a.default:
+            say_fitted(f"best adaptive: {a.best.describe()} at {a.best_tokens_per_second:.1f} tokens/s")
     if result.spread is not None:
         say_fitted(
             f"spread: +-{result.spread:.1%} (half the range of the tokens/s ratios of the same request on two arms); "
@@ -354,7 +418,7 @@ def tune(
     if tuned.profile_file is None:
         return
     dest = tuned.profile_file
-    say_fitted(f"wrote {dest}: spec-draft-n-max = {result.best_n_max}; serve with `--profile {name}`")
+    say_fitted(f"wrote {dest}: {kept_line(result.kept)}; serve with `--profile {name}`")
     if tuned.replaces_builtin:
         say_fitted(
             f"note: it replaces the {name} profile shipped with gguf-exact for every later serve, chat and "

@@ -6,11 +6,15 @@ without ``--draft`` (or with ``--draft auto``).
    compared with every size in :data:`gguf_exact.gemma4.sizes.SIZES`, then its widths.
    A file with a size's structure at other widths (the tiny structural fixtures) is
    that size "in structure"; llama.cpp itself tells the sizes apart by layer count.
-2. The drafter recipes for that size (``convert/*.toml`` with ``size = "E2B"``): their
-   published exact file where ``gguf-exact fetch`` puts it, ``MODELS_DIR/<repo>/<file>``,
-   checked against the recipe's pinned sha256.
+2. The drafter recipes for that size (``convert/*.toml`` with ``size = "E2B"``): the drafter
+   ``gguf-exact fetch`` converted with its ordered-embedding head,
+   ``MODELS_DIR/converted/<output>``, first; then their published exact file where
+   ``fetch --what exact`` puts it, ``MODELS_DIR/<repo>/<file>``, checked against the
+   recipe's pinned sha256.
 3. Any other ``gemma4-assistant`` GGUF under ``MODELS_DIR`` or beside the target.
-4. With ``fetch``: the recipe's exact file, fetched pinned and hash-checked
+4. With ``fetch``: as ``gguf-exact fetch`` does, the checkpoint converted here with its head
+   where the recipe pins it (:func:`gguf_exact.rebuild.with_head.fetch_drafter_with_head`),
+   else the recipe's exact file, fetched pinned and hash-checked
    (:func:`gguf_exact.hub.fetch.fetch_recipe`).
 
 Every candidate must pass the serving checks against the target
@@ -112,6 +116,18 @@ def find_drafter(
     geom = t.geometry()
     size = identify_size(geom)
     recipes = drafter_recipes(size.name, Path(recipes_dir) if recipes_dir else None)
+    from gguf_exact.rebuild.with_head import can_convert, converted_path, fetch_drafter_with_head
+
+    for r in recipes:
+        path = converted_path(r, models_dir)
+        if path.is_file():
+            try:
+                pair = _pair(t, read_model(path, "drafter"))
+            except GgufExactError:
+                continue
+            if isinstance(pair, ServePair):
+                how = f"recipe {r.name}'s drafter, converted with its ordered-embedding head, in {path.parent}/"
+                return DrafterFound(path, how, size, pair=pair)
     for r in recipes:
         path, sha = _published_path(r, models_dir)
         if path.is_file():
@@ -135,17 +151,31 @@ def find_drafter(
             )
     if fetch and recipes and dry_run:
         r = recipes[0]
-        path, _ = _published_path(r, models_dir)
-        how = f"recipe {r.name}: would be fetched to {path} (pinned, sha256 checked); a dry run downloads nothing"
+        if can_convert(r):
+            path = converted_path(r, models_dir)
+            how = (
+                f"recipe {r.name}: its checkpoint would be fetched (pinned, sha256 checked) and converted to {path} "
+                "with its ordered-embedding head; a dry run downloads nothing"
+            )
+        else:
+            path, _ = _published_path(r, models_dir)
+            how = f"recipe {r.name}: would be fetched to {path} (pinned, sha256 checked); a dry run downloads nothing"
         return DrafterFound(None, how, size, would_fetch=path, pair=ServePair(t, None))
     if fetch and recipes:
         from gguf_exact.hub.fetch import fetch_recipe
 
         for r in recipes:
-            got = fetch_recipe(r, "exact", models_dir, config, progress)
-            path = got[0].path
+            if can_convert(r):  # as `gguf-exact fetch` does: the checkpoint, converted with its head
+                done = fetch_drafter_with_head(r, models_dir, config, download_progress=progress)
+                path, digest = done.path, done.convert.sha256
+                how = f"recipe {r.name}: its checkpoint fetched (size and sha256 checked) and converted here, "
+                how += "with its ordered-embedding head" if done.has_head else "without a head (its config has none)"
+            else:
+                got = fetch_recipe(r, "exact", models_dir, config, progress)
+                path, digest = got[0].path, got[0].file.sha256
+                how = f"recipe {r.name}: {got[0].how}, size and sha256 checked; {got[0].file.pinned}"
             try:
-                fetched: ModelFile | Path = replace(read_model(path, "drafter"), digest=got[0].file.sha256)
+                fetched: ModelFile | Path = replace(read_model(path, "drafter"), digest=digest)  # hashed: not again
             except GgufExactError:
                 fetched = path  # check_pair names what is wrong with it
             pair = _pair(t, fetched)
@@ -153,7 +183,6 @@ def find_drafter(
                 raise PairError(
                     f"recipe {r.name}: fetched {path}, but it does not serve beside {target}: ", *pair.parts
                 )
-            how = f"recipe {r.name}: {got[0].how}, size and sha256 checked; {got[0].file.pinned}"
             return DrafterFound(path, how, size, pair=pair)
     raise InputError(*no_drafter_message(target, size, recipes, models_dir, fetch))
 

@@ -30,6 +30,7 @@ from gguf_exact.engines.process import (
     terminate,
     write_state,
 )
+from gguf_exact.engines.rpc_probe import parse_endpoints
 from gguf_exact.engines.settings import CONSOLE_FILE, ENGINES, LOG_FILE, PID_FILE, ServeSettings, write_settings
 from gguf_exact.engines.status import server_label
 from gguf_exact.errors import ArgumentError, Param, ServerError
@@ -117,6 +118,11 @@ def check_exposure(host: str, api_key: str | None, insecure: bool) -> None:
 def _engine_checks(settings: ServeSettings, prof: Profile) -> ServeSettings:
     """What the engine allows of the settings; the Python engine's logprobs from the profile."""
     if settings.engine == llama_cpp_python.NAME:
+        if prof.server.get("rpc"):
+            raise ArgumentError(
+                Param("engine"), " python runs on this machine's devices only: ", Param("rpc"),
+                " (RPC workers) is for llama-server",
+            )  # fmt: skip
         if settings.server_bin or settings.extra_args:
             raise ArgumentError(
                 Param("engine"), " python runs in Python: ", Param("server_bin"), " and ", Param("extra_args"),
@@ -142,6 +148,10 @@ def plan_launch(settings: ServeSettings, *, check_port: bool = True, require_bui
     given = settings.profile
     prof = given if isinstance(given, Profile) else resolve_profile(str(given))[0]
     prof = prof.with_overrides(list(settings.overrides)) if settings.overrides else prof
+    if settings.rpc:  # serve --rpc: over the profile's rpc key
+        prof = prof.with_overrides([f"rpc={','.join(parse_endpoints(settings.rpc, Param('rpc')))}"])
+    elif prof.server.get("rpc"):
+        parse_endpoints(str(prof.server["rpc"]), f"profile {prof.name}: rpc")
     llama_server.check_extra_args(settings.extra_args)
     check_exposure(settings.host, settings.api_key, settings.insecure)
     if not 0 < int(settings.port) < 65536:
@@ -167,11 +177,14 @@ def server_env(launch: Launch) -> dict[str, str]:
     """The server's environment: this one, with the API key where its engine reads it
     (llama-server: ``LLAMA_API_KEY``; the python engine: ``GGUF_EXACT_API_KEY``) and no
     key at all when none was given (a key in the caller's environment is not inherited
-    by the servers ``tune`` and ``bench`` start for themselves)."""
+    by the servers ``tune`` and ``bench`` start for themselves); ``GGML_VK_VISIBLE_DEVICES``
+    set to the settings' ``vulkan_devices`` when given."""
     import os
 
+    from gguf_exact.builds.devices import device_env
+
     keys = (constants.API_KEY_ENV, constants.LLAMA_SERVER_KEY_ENV)
-    env = {k: v for k, v in os.environ.items() if k not in keys}
+    env = device_env(launch.settings.vulkan_devices, {k: v for k, v in os.environ.items() if k not in keys})
     if launch.api_key:
         env[constants.LLAMA_SERVER_KEY_ENV if launch.engine == llama_server.NAME else constants.API_KEY_ENV] = (
             launch.api_key
@@ -218,19 +231,7 @@ def start_server(launch: Launch, detach: bool = False, timeout: float = 600.0) -
     for name in (LOG_FILE, CONSOLE_FILE):
         (rdir / name).unlink(missing_ok=True)
     write_settings(launch.settings, rdir)
-    env = server_env(launch)
-    if detach:
-        with open(rdir / CONSOLE_FILE, "wb") as console:
-            proc = subprocess.Popen(
-                launch.command,
-                stdin=subprocess.DEVNULL,
-                stdout=console,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-                env=env,
-            )
-    else:
-        proc = subprocess.Popen(launch.command, stdin=subprocess.DEVNULL, env=env)
+    proc = spawn(launch.command, rdir, detach, server_env(launch))
     write_state(launch.settings, rdir, launch.command, proc.pid, detach)
     try:
         seconds = wait_healthy(launch, proc, timeout)
@@ -242,8 +243,25 @@ def start_server(launch: Launch, detach: bool = False, timeout: float = 600.0) -
     return proc, seconds
 
 
+def spawn(command: list[str], run_dir: Path, detach: bool, env: dict[str, str] | None = None) -> subprocess.Popen:
+    """Start ``command``: detached, in its own session with its console in ``console.log`` of
+    ``run_dir``, so it outlives this process; otherwise on this terminal."""
+    if not detach:
+        return subprocess.Popen(command, stdin=subprocess.DEVNULL, env=env)
+    with open(run_dir / CONSOLE_FILE, "wb") as console:
+        return subprocess.Popen(
+            command, stdin=subprocess.DEVNULL, stdout=console, stderr=subprocess.STDOUT, start_new_session=True, env=env
+        )
+
+
 def serve_foreground(launch: Launch, proc: subprocess.Popen) -> int:
     """Stay with a started server until it exits (Ctrl-C or SIGTERM stop it); its exit code."""
+    return stay_in_foreground(proc, launch.run_dir)
+
+
+def stay_in_foreground(proc: subprocess.Popen, run_dir: Path) -> int:
+    """Stay with a started process (a server, a worker) until it exits; its exit code. Ctrl-C
+    and SIGTERM stop it; its pid file is removed after."""
     previous = signal.signal(signal.SIGTERM, lambda *_: proc.send_signal(signal.SIGTERM))
     try:
         while True:
@@ -256,7 +274,7 @@ def serve_foreground(launch: Launch, proc: subprocess.Popen) -> int:
                     proc.kill()
     finally:
         signal.signal(signal.SIGTERM, previous)
-        (launch.run_dir / PID_FILE).unlink(missing_ok=True)
+        (run_dir / PID_FILE).unlink(missing_ok=True)
 
 
 __all__ = [
@@ -266,6 +284,8 @@ __all__ = [
     "plan_launch",
     "serve_foreground",
     "server_env",
+    "spawn",
     "start_server",
+    "stay_in_foreground",
     "wait_healthy",
 ]

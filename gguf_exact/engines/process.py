@@ -22,14 +22,14 @@ from pathlib import Path
 from typing import Iterator
 
 from gguf_exact import constants
-from gguf_exact.engines.settings import DEFAULT_HOST, PID_FILE, STATE_FILE, ServeSettings
+from gguf_exact.engines.settings import DEFAULT_HOST, PID_FILE, STATE_FILE, ServeSettings, WorkerSettings
 from gguf_exact.errors import GgufExactError, Param, ServerError
 
 LOG_TAIL_BYTES = 64 * 1024  # status reads at most this much of a server log
 
 
-def run_folder(settings: ServeSettings) -> Path:
-    """The run folder of the server ``settings`` describe: ``<runs>/<port>``."""
+def run_folder(settings: ServeSettings | WorkerSettings) -> Path:
+    """The run folder of the server (or RPC worker) ``settings`` describe: ``<runs>/<port>``."""
     return (settings.runs or constants.run_root()) / str(settings.port)
 
 
@@ -139,22 +139,25 @@ def terminate(pid: int, start_time: int | None, timeout: float = 15.0) -> None:
 
 def write_state(settings: ServeSettings, run_dir: Path, command: list[str], pid: int, detached: bool) -> None:
     """``server.json`` and ``server.pid`` of a server just started (never its API key)."""
-    run_dir.mkdir(parents=True, exist_ok=True)
     state = {
-        "pid": pid,
-        "start_time": process_start_time(pid),
         "engine": settings.engine,
         "host": settings.host,
         "port": settings.port,
         "url": settings.url,
-        "detached": detached,
-        "started": time.time(),
         "profile": settings.loaded_profile.name,
         "api_key": bool(settings.api_key),  # whether clients need one; the key itself is never written
         "command": command,
         "target": str(settings.target_path.resolve()),
         "drafter": str(settings.drafter_path.resolve()) if settings.drafter_path else None,
     }
+    write_run_state(run_dir, state, pid, detached)
+
+
+def write_run_state(run_dir: Path, state: dict, pid: int, detached: bool) -> None:
+    """``server.json`` (``state`` with the process's identity) and ``server.pid`` of a process
+    just started: a server, or an RPC worker (:mod:`.rpc_worker`)."""
+    run_dir.mkdir(parents=True, exist_ok=True)
+    state = {"pid": pid, "start_time": process_start_time(pid), "detached": detached, "started": time.time(), **state}
     (run_dir / STATE_FILE).write_text(json.dumps(state, indent=2) + "\n")
     (run_dir / PID_FILE).write_text(f"{pid}\n")
 
@@ -167,8 +170,8 @@ def read_pid(run_dir: Path) -> int | None:
 
 
 # What ``status`` and ``stop`` read from server.json, with the JSON types it must have.
-STATE_FIELDS = {"pid": int, "port": int, "url": str, "target": str}
-STATE_OPTIONAL = {"start_time": int, "engine": str, "drafter": str, "command": list}
+STATE_FIELDS = {"pid": int, "port": int, "url": str}
+STATE_OPTIONAL = {"start_time": int, "engine": str, "target": str, "drafter": str, "command": list}  # a worker has no target
 
 
 def read_state(run_dir: Path) -> dict:
@@ -267,5 +270,6 @@ __all__ = [
     "running_pid",
     "scratch_run_root",
     "terminate",
+    "write_run_state",
     "write_state",
 ]

@@ -12,12 +12,23 @@ from __future__ import annotations
 import subprocess
 from dataclasses import dataclass, replace
 
+from gguf_exact.builds.devices import Device
+from gguf_exact.engines.device_check import (
+    SOFTWARE_PROBE_TIMEOUT_S,
+    check_vulkan_devices,
+    is_software,
+    refuse_software_flash_attn,
+    require_device,
+)
 from gguf_exact.engines.drafter_lookup import DrafterFound, resolve_drafter
 from gguf_exact.engines.launch import Launch, is_loopback, plan_launch
+from gguf_exact.engines.rpc_probe import WorkerReport, parse_endpoints, probe_worker, require_workers
 from gguf_exact.engines.settings import ServeSettings
 from gguf_exact.engines.speculation import Verdict
 from gguf_exact.errors import GgufExactError
-from gguf_exact.runtime.memory_plan import MemoryPlan, plan_memory
+from gguf_exact.runtime.device_plan import Device as SplitDevice
+from gguf_exact.runtime.device_plan import DevicePlan, plan_devices
+from gguf_exact.runtime.memory_plan import MemoryPlan, Settings, plan_memory
 from gguf_exact.runtime.profile_choice import Choice, resolve_profile
 from gguf_exact.runtime.profiles import Profile
 
@@ -32,6 +43,10 @@ class ServePlan:
     memory: MemoryPlan
     memory_warning: str | None  # the plan exceeds the card's memory (a Message: render it with name=)
     dry_run: bool = False
+    device: Device | None = None  # the GPU device llama-server sees (a GPU build, not a dry run)
+    software_device: bool = False  # a CPU-type Vulkan device (lavapipe): slow first requests
+    devices: DevicePlan | None = None  # serve --rpc: the plan over the workers' and local devices
+    workers: list[WorkerReport] | None = None  # serve --rpc: what each worker answered
 
     @property
     def profile(self) -> Profile:
@@ -48,10 +63,13 @@ class ServePlan:
         return not self.launch.api_key and not is_loopback(self.launch.host)
 
 
-def card_memory(profile: Profile, choice: Choice | None) -> tuple[int | None, str]:
-    """The GPU memory the plan must fit, and the card's name: nvidia-smi's first GPU,
-    else the profile's ``memory_mib``."""
+def card_memory(profile: Profile, choice: Choice | None, device: Device | None = None) -> tuple[int | None, str]:
+    """The GPU memory the plan must fit, and the card's name: nvidia-smi's first GPU, else
+    the device llama-server reports (a Vulkan device nvidia-smi does not know), else the
+    profile's ``memory_mib``."""
     gpu = choice.gpu if choice is not None else None
+    if gpu is None and device is not None and device.backend == "Vulkan":
+        return device.total_mib, f"{device.name} ({device.description}, as llama-server reports it)"
     if gpu is None and profile.build != "cpu":
         from gguf_exact.runtime.gpus import query_gpus
 
@@ -72,6 +90,7 @@ def plan_serve(settings: ServeSettings, dry_run: bool = False) -> ServePlan:
         (settings.profile, None) if isinstance(settings.profile, Profile) else resolve_profile(str(settings.profile))
     )
     s = settings
+    check_vulkan_devices(s.vulkan_devices)
     found = resolve_drafter(
         s.target, s.drafter, s.no_draft, s.models_dir, s.fetch_draft, default_auto=True, dry_run=dry_run
     )  # type: ignore[arg-type]
@@ -83,8 +102,44 @@ def plan_serve(settings: ServeSettings, dry_run: bool = False) -> ServePlan:
     )
     pair = launch.pair
     memory = plan_memory(pair.target, pair.drafter, launch.profile, launch.engine)
-    warning = memory.warning(*card_memory(launch.profile, choice))
-    return ServePlan(launch, choice, found, memory, warning, dry_run)
+    device = require_device(launch) if not dry_run and launch.engine == "llama-server" else None
+    software = device is not None and is_software(device)
+    if software:
+        refuse_software_flash_attn(launch, device)  # type: ignore[arg-type]
+    rpc = launch.profile.server.get("rpc")
+    if not rpc:
+        warning = memory.warning(*card_memory(launch.profile, choice, device))
+        return ServePlan(launch, choice, found, memory, warning, dry_run, device, software)
+    workers = [probe_worker(e) for e in parse_endpoints(str(rpc))] if dry_run else require_workers(parse_endpoints(str(rpc)))
+    devices = plan_over_devices(launch, workers, choice)
+    if pair.drafter is not None and "spec-draft-device" not in launch.profile.draft:
+        placed = f"draft.spec-draft-device={devices.draft_device}"  # where the plan put it, on the command line
+        launch = plan_launch(
+            replace(launch.settings, overrides=launch.settings.overrides + (placed,)),
+            check_port=not dry_run,
+            require_build=not dry_run,
+        )
+    return ServePlan(launch, choice, found, memory, None, dry_run, device, software, devices, workers)
+
+
+def plan_over_devices(launch: Launch, workers: list[WorkerReport], choice: Choice | None) -> DevicePlan:
+    """The plan over the workers' devices (``RPC0``, ``RPC1``, ... in ``--rpc`` order; a worker
+    that did not answer, in a dry run, as one device of unknown memory) and the local GPU."""
+    devices, k = [], 0
+    for w in workers:
+        for d in w.devices or [None]:
+            devices.append(SplitDevice(f"RPC{k}", w.endpoint, d.free if d else None, d.total if d else None))
+            k += 1
+    prof = launch.profile
+    if prof.build != "cpu":
+        card, _ = card_memory(prof, choice)
+        local = card * 2**20 if card else None
+        devices.append(SplitDevice(("Vulkan0" if prof.build == "vulkan" else "CUDA0"), "local", local, local))
+    settings = Settings.from_profile(prof, with_draft=launch.pair.drafter is not None, engine=launch.engine)
+    return plan_devices(
+        launch.pair.target, launch.pair.drafter, settings, devices,
+        prof.server.get("tensor-split", prof.server.get("ts")), prof.draft.get("spec-draft-device"),
+    )  # fmt: skip
 
 
 @dataclass
@@ -99,7 +154,8 @@ class Started:
 
 def start_planned(plan: ServePlan, detach: bool = False, timeout: float = 600.0, probe: bool = True) -> Started:
     """Start the planned server and wait for ``/health``; then, with a drafter and
-    ``probe``, send one short request and judge whether draft-mtp is drafting."""
+    ``probe``, send one short request and judge whether draft-mtp is drafting (waiting up to
+    :data:`.device_check.SOFTWARE_PROBE_TIMEOUT_S` for it on a software device, else 120 s)."""
     from gguf_exact.engines.launch import start_server
     from gguf_exact.engines.status import server_status
 
@@ -108,11 +164,29 @@ def start_planned(plan: ServePlan, detach: bool = False, timeout: float = 600.0,
     started = Started(proc, seconds)
     if launch.pair.drafter is not None and probe:
         try:
-            status = server_status(launch.port, launch.run_dir.parent, probe_request=True, api_key=launch.api_key)
+            wait = SOFTWARE_PROBE_TIMEOUT_S if plan.software_device else None
+            status = server_status(
+                launch.port, launch.run_dir.parent, probe_request=True, api_key=launch.api_key, probe_timeout=wait
+            )
             started.speculation = status.speculation
         except GgufExactError as e:  # the server is up: say so, and keep serving
             started.probe_error = e
     return started
 
 
-__all__ = ["ServePlan", "Started", "card_memory", "plan_serve", "start_planned"]
+def workers_gone(plan: ServePlan, code: int) -> str | None:
+    """Why a server with RPC workers exited with ``code``, when a worker is gone (llama.cpp's RPC
+    backend aborts the server when a worker stops answering: ``Remote RPC server crashed``);
+    None when every worker still answers or there are none."""
+    if not code or not plan.workers:
+        return None
+    gone = [w.line() for w in (probe_worker(r.endpoint, timeout=1.0) for r in plan.workers) if w.state == "down"]
+    if not gone:
+        return None
+    return (
+        f"{plan.launch.label} exited with code {code}: RPC worker {'; '.join(gone)}; llama.cpp's RPC backend stops "
+        "the server when a worker goes away: start the worker again, then serve again"
+    )
+
+
+__all__ = ["ServePlan", "Started", "card_memory", "plan_over_devices", "plan_serve", "start_planned", "workers_gone"]

@@ -34,6 +34,10 @@ DEFAULT_MODELS_DIR = Path("models")
 # and the resolved settings the Python engine's child reads.
 STATE_FILE, PID_FILE, LOG_FILE, CONSOLE_FILE = "server.json", "server.pid", "server.log", "console.log"
 SETTINGS_FILE = "settings.json"
+# RPC workers (llama.cpp's rpc-server, `gguf-exact rpc-server`): their run folders sit beside
+# the servers', by port, and say engine = RPC_ENGINE.
+RPC_ENGINE = "rpc-server"
+DEFAULT_RPC_PORT = 50052  # rpc-server's own default
 
 
 @dataclass(frozen=True)
@@ -61,6 +65,8 @@ class ServeSettings:
     logprobs: bool = False  # the Python engine keeps every row's logits
     server_bin: str | Path | None = None  # llama-server: this executable instead of the cached build
     extra_args: tuple[str, ...] = ()  # llama-server: arguments after the profile's
+    vulkan_devices: str | None = None  # GGML_VK_VISIBLE_DEVICES for the server ("0"; lavapipe needs it)
+    rpc: tuple[str, ...] = ()  # llama-server: RPC workers (HOST:PORT), over the profile's rpc key
     no_draft: bool = False  # plan_serve: the target alone, no lookup
     fetch_draft: bool = False  # plan_serve: fetch the recipe's drafter when none is found
     models_dir: str | Path = DEFAULT_MODELS_DIR  # plan_serve: where fetched drafters are placed and looked for
@@ -74,6 +80,7 @@ class ServeSettings:
     def __post_init__(self) -> None:
         object.__setattr__(self, "overrides", tuple(self.overrides))
         object.__setattr__(self, "extra_args", tuple(self.extra_args))
+        object.__setattr__(self, "rpc", tuple(self.rpc))
 
     @property
     def resolved(self) -> bool:
@@ -134,8 +141,10 @@ class ServeSettings:
                 "memory_mib": prof.memory_mib,
             },
             "overrides": list(self.overrides),
+            "rpc": list(self.rpc),
             "logprobs": self.logprobs,
             "insecure": self.insecure,
+            "vulkan_devices": self.vulkan_devices,
             "api_key": bool(self.api_key),
             "engine_options": asdict(self.engine_options) if self.engine_options else None,
             "ignored_keys": list(self.ignored_keys),
@@ -161,16 +170,40 @@ class ServeSettings:
             drafter=Path(data["drafter"]) if data.get("drafter") else None,
             profile=profile,
             overrides=tuple(data.get("overrides", ())),
+            rpc=tuple(data.get("rpc", ())),
             engine=data["engine"],
             host=data["host"],
             port=int(data["port"]),
             api_key=api_key,
             insecure=bool(data.get("insecure", False)),
+            vulkan_devices=data.get("vulkan_devices"),
             logprobs=bool(data.get("logprobs", False)),
             pair_checked=bool(data.get("pair_checked", False)),
             engine_options=EngineOptions(**options) if options else None,
             ignored_keys=tuple(data.get("ignored_keys", ())),
         )
+
+
+@dataclass(frozen=True)
+class WorkerSettings:
+    """An RPC worker (``gguf-exact rpc-server``): llama.cpp's ``rpc-server`` of the build
+    ``profile`` names, on ``host``:``port``. ``allow_network``: bind an address other
+    machines reach (the protocol has no authentication and no encryption).
+    ``threads``/``cache``: rpc-server's ``--threads`` (its CPU device) and ``--cache``
+    (large tensors kept on the worker's disk between loads)."""
+
+    profile: str | Path | Profile = DEFAULT_PROFILE
+    host: str = DEFAULT_HOST
+    port: int = DEFAULT_RPC_PORT
+    threads: int | None = None
+    cache: bool = False
+    allow_network: bool = False
+    worker_bin: str | Path | None = None  # this executable instead of the cached build's rpc-server
+    runs: Path | None = None
+
+    @property
+    def endpoint(self) -> str:
+        return f"[{self.host}]:{self.port}" if ":" in self.host else f"{self.host}:{self.port}"
 
 
 def _path_of(model: str | Path | ModelFile) -> Path:
@@ -203,12 +236,15 @@ __all__ = [
     "DEFAULT_MODELS_DIR",
     "DEFAULT_PORT",
     "DEFAULT_PROFILE",
+    "DEFAULT_RPC_PORT",
     "ENGINES",
     "LOG_FILE",
     "PID_FILE",
+    "RPC_ENGINE",
     "SETTINGS_FILE",
     "STATE_FILE",
     "ServeSettings",
+    "WorkerSettings",
     "read_settings",
     "write_settings",
 ]

@@ -25,7 +25,8 @@ from gguf_exact.engines.process import (
     read_tail,
     terminate,
 )
-from gguf_exact.engines.settings import LOG_FILE, PID_FILE, STATE_FILE
+from gguf_exact.engines.rpc_probe import WorkerReport, client_connected, probe_worker, worker_devices_logged
+from gguf_exact.engines.settings import CONSOLE_FILE, LOG_FILE, PID_FILE, RPC_ENGINE, STATE_FILE
 from gguf_exact.engines.speculation import Verdict, judge, probe
 from gguf_exact.engines.stats import Acceptance, DraftCounters, draft_counters, parse_acceptance, parse_metrics
 from gguf_exact.runtime.draft_policy import PolicySnapshot, parse_snapshot
@@ -33,6 +34,8 @@ from gguf_exact.runtime.draft_policy import PolicySnapshot, parse_snapshot
 
 def server_label(engine: str | None) -> str:
     """How messages name a server of ``engine``."""
+    if engine == RPC_ENGINE:
+        return "rpc-server worker"
     return "llama-server" if engine in (None, "llama-server") else f"{engine} engine server"
 
 
@@ -51,6 +54,9 @@ class ServerStatus:
     speculation: Verdict | None = None  # is draft-mtp drafting? (:mod:`.speculation`)
     needs_key: bool = False  # the server wants an API key this call did not have (HTTP 401)
     stopped: float | None = None  # when ``gguf-exact stop`` stopped it (server.json ``stopped``), else None
+    worker: WorkerReport | None = None  # an RPC worker: what it answered (health: ok, busy, down, wrong)
+    worker_devices: list[str] = field(default_factory=list)  # an RPC worker's devices, as it logged them
+    rpc_workers: list[WorkerReport] = field(default_factory=list)  # a llama-server's --rpc workers, when it is down
 
     @property
     def down_reason(self) -> str:
@@ -61,11 +67,14 @@ class ServerStatus:
                 + time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(self.stopped))
                 + ")"
             )
+        gone = [w.line() for w in self.rpc_workers if not w.ok]
+        if gone:  # llama.cpp's RPC backend aborts the server when a worker stops answering
+            return f"process not running: an RPC worker it used is gone ({'; '.join(gone)})"
         return "process not running (exited or killed)"
 
     @property
     def up(self) -> bool:
-        return self.running and self.health == "ok"
+        return self.running and self.health in ("ok", "busy")  # busy: an RPC worker serving its head
 
     def as_dict(self) -> dict:
         d = asdict(self)
@@ -83,6 +92,7 @@ def server_status(
     last: int = 5,
     probe_request: bool = False,
     api_key: str | None = None,
+    probe_timeout: float | None = None,
 ) -> ServerStatus:
     """Health, models, speculation, draft counters (``/metrics``) and the last
     ``last`` per-request ``draft acceptance`` lines of a server started by ``start_server``;
@@ -95,10 +105,12 @@ def server_status(
     pid = read_pid(rdir)
     running = bool(pid) and is_server_process(pid, state)  # type: ignore[arg-type]
     url = state["url"]
+    if state.get("engine") == RPC_ENGINE:
+        return worker_status(rdir, state, pid, running)
     st = ServerStatus(rdir, state, pid, running, health(url) if running else "down")
-    stopped = state.get("stopped")
-    if not running and isinstance(stopped, (int, float)) and not isinstance(stopped, bool):
-        st.stopped = float(stopped)
+    _mark_stopped(st)
+    if not running and st.stopped is None:
+        st.rpc_workers = [probe_worker(e, timeout=1.0) for e in rpc_of_command(state.get("command") or [])]
     st.recent = parse_acceptance(read_tail(rdir / LOG_FILE), last)  # a gone server's: the CLI shows them as past
     if not running or st.health == "down":
         return st
@@ -124,18 +136,52 @@ def server_status(
         figures = parse_metrics(body)
         st.counters = draft_counters(figures)
         st.policy = parse_snapshot(figures)
-    st.speculation = speculation_verdict(st, probe_request, api_key)
+    st.speculation = speculation_verdict(st, probe_request, api_key, probe_timeout)
     return st
 
 
-def speculation_verdict(st: ServerStatus, probe_request: bool = False, api_key: str | None = None) -> Verdict:
-    """Whether a running server is drafting: from a probe request's draft tokens, or the
-    counters since start, ``/slots`` and the log (:func:`.speculation.judge`)."""
+def _mark_stopped(st: ServerStatus) -> None:
+    stopped = st.state.get("stopped")
+    if not st.running and isinstance(stopped, (int, float)) and not isinstance(stopped, bool):
+        st.stopped = float(stopped)
+
+
+def rpc_of_command(command: list) -> list[str]:
+    """The ``--rpc`` workers of a llama-server command line."""
+    for flag, value in zip(command, command[1:]):
+        if flag == "--rpc":
+            return [e for e in str(value).split(",") if e]
+    return []
+
+
+def worker_status(rdir: Path, state: dict, pid: int | None, running: bool) -> ServerStatus:
+    """An RPC worker's status: its process, and its answer to the hello (``busy`` while a head
+    is connected: a worker serves one client at a time), its devices as it logged them."""
+    console = read_tail(rdir / CONSOLE_FILE)
+    st = ServerStatus(rdir, state, pid, running, "down", worker_devices=worker_devices_logged(console))
+    _mark_stopped(st)
+    if running:
+        endpoint = state["url"].removeprefix("rpc://")
+        st.worker = probe_worker(endpoint, timeout=1.0)
+        st.health = st.worker.state
+        if st.worker.state == "busy" and client_connected(console):
+            st.worker.detail = "serving its client (a llama-server); it answers others once that one leaves"
+    return st
+
+
+def speculation_verdict(
+    st: ServerStatus, probe_request: bool = False, api_key: str | None = None, probe_timeout: float | None = None
+) -> Verdict:
+    """Whether a running server is drafting: from a probe request's draft tokens (waiting
+    ``probe_timeout`` seconds for it, default :func:`.speculation.probe`'s), or the counters
+    since start, ``/slots`` and the log (:func:`.speculation.judge`)."""
     state = st.state
     engine = state.get("engine") or "llama-server"
     drafted = accepted = None
     if probe_request:
-        drafted, accepted = probe(state["url"], api_key=api_key)
+        drafted, accepted = probe(
+            state["url"], api_key=api_key, **({"timeout": probe_timeout} if probe_timeout else {})
+        )
     elif st.counters is not None:
         drafted, accepted = st.counters.draft_tokens, st.counters.accepted_tokens
     return judge(
@@ -188,4 +234,12 @@ def mark_stopped(rdir: Path, state: dict) -> None:
         tmp.unlink(missing_ok=True)
 
 
-__all__ = ["ServerStatus", "server_label", "server_status", "speculation_verdict", "stop_server"]
+__all__ = [
+    "ServerStatus",
+    "rpc_of_command",
+    "server_label",
+    "server_status",
+    "speculation_verdict",
+    "stop_server",
+    "worker_status",
+]

@@ -87,9 +87,12 @@ class TargetInfo:
 
 
 def read_target(path: str | Path) -> TargetInfo:
-    """The target's architecture, width and tokenizer keys (header only)."""
+    """The target's architecture, width and tokenizer keys (header only); a drafter's GGUF gives
+    the width of the target it drafts for."""
     with open_gguf(path) as gguf:
         tokenizer = tokenizer_of(gguf)
         if not tokenizer.n_tokens:
             raise InputError(f"{path}: has no tokenizer.* keys ({TOKENS_KEY}); pass the target model's GGUF")
-        return TargetInfo(Path(path), gguf.architecture or "?", gguf.arch_value("embedding_length"), tokenizer)
+        # a drafter's GGUF lends its vocabulary as well: the width it drafts for is embedding_length_out
+        width = "embedding_length_out" if gguf.architecture == "gemma4-assistant" else "embedding_length"
+        return TargetInfo(Path(path), gguf.architecture or "?", gguf.arch_value(width), tokenizer)

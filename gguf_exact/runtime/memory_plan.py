@@ -46,6 +46,7 @@ from gguf_exact.errors import ArgumentError, InputError, Message, Param
 from gguf_exact.formats.gguf_layout import TensorEntry
 from gguf_exact.formats.gguf_layout import row_bytes as gguf_row_bytes
 from gguf_exact.pair.geometry import Geometry
+from gguf_exact.runtime.compute_estimate import compute_estimate
 
 MIB = 1024 * 1024
 KV_PAD = 256  # llama.cpp pads n_ctx and the SWA cache to 256 cells
@@ -204,56 +205,69 @@ class KvCache:
         return self.k_bytes + self.v_bytes
 
 
+def cache_cells(geom: Geometry, s: Settings) -> dict[str, int]:
+    """Cells per cache and stream: non-SWA ``n_ctx_seq``; SWA as the module doc says."""
+    _, n_ctx_seq = s.context(geom)
+    swa = n_ctx_seq if s.swa_full else pad(min(n_ctx_seq, geom.n_swa * (s.n_seq if s.unified else 1) + s.ubatch(geom)))
+    return {"non-SWA": n_ctx_seq, "SWA": swa}
+
+
+def layer_kv(geom: Geometry, s: Settings) -> list[tuple[int, str, int, int]]:
+    """(layer, cache name, K bytes, V bytes) of each layer that allocates cache rows."""
+    cells, streams = cache_cells(geom, s), 1 if s.unified else s.n_seq
+    v_max = max(geom.v_width(il) for il in range(geom.n_layer))
+    out = []
+    for il in (il for il in range(geom.n_layer) if geom.has_own_kv(il)):
+        name = "SWA" if geom.swa[il] else "non-SWA"
+        k = row_bytes(s.type_k, geom.k_width(il)) * cells[name] * streams
+        v = row_bytes(s.type_v, v_max if s.v_transposed else geom.v_width(il)) * cells[name] * streams
+        out.append((il, name, k, v))
+    return out
+
+
 def kv_caches(geom: Geometry, s: Settings) -> list[KvCache]:
     """The non-SWA and SWA caches a context for ``geom`` allocates (none for a drafter)."""
-    _, n_ctx_seq = s.context(geom)
-    n_ubatch = s.ubatch(geom)
-    streams = 1 if s.unified else s.n_seq
-    swa_cells = n_ctx_seq if s.swa_full else pad(min(n_ctx_seq, geom.n_swa * (s.n_seq if s.unified else 1) + n_ubatch))
-    v_max = max(geom.v_width(il) for il in range(geom.n_layer))
+    rows, streams = layer_kv(geom, s), 1 if s.unified else s.n_seq
     gpu_from = geom.n_layer + 1 - s.layers_on_gpu(geom.n_layer)
     out = []
-    for name, is_swa, cells in (("non-SWA", False, n_ctx_seq), ("SWA", True, swa_cells)):
-        layers = [il for il in range(geom.n_layer) if geom.has_own_kv(il) and geom.swa[il] == is_swa]
-        k = v = dev = 0
-        for il in layers:
-            lk = row_bytes(s.type_k, geom.k_width(il)) * cells * streams
-            lv = row_bytes(s.type_v, v_max if s.v_transposed else geom.v_width(il)) * cells * streams
-            k, v = k + lk, v + lv
-            if s.kv_offload and il >= gpu_from:
-                dev += lk + lv
-        out.append(KvCache(name, cells, len(layers), streams, k, v, dev))
+    for name, cells in cache_cells(geom, s).items():
+        mine = [r for r in rows if r[1] == name]
+        dev = sum(k + v for il, _, k, v in mine if s.kv_offload and il >= gpu_from)
+        out.append(KvCache(name, cells, len(mine), streams, sum(r[2] for r in mine), sum(r[3] for r in mine), dev))
     return out
 
 
 def _layer_of(name: str) -> int | None:
-    if name.startswith("blk."):
-        try:
-            return int(name.split(".", 2)[1])
-        except ValueError:
-            return None
-    return None
+    parts = name.split(".", 2)
+    return int(parts[1]) if parts[0] == "blk" and len(parts) > 1 and parts[1].isdigit() else None
+
+
+def weight_layers(tensors: list[TensorEntry], n_layer: int) -> list[tuple[int | None, int, bool]]:
+    """(layer, bytes, is a copy) of each weight as llama.cpp places it: layer None for the
+    input tensors (host memory), ``n_layer`` for the output layer; a tied output head adds a
+    copy of ``token_embd`` on the output layer (used where that layer is offloaded)."""
+    names = {t.name for t in tensors}
+    out: list[tuple[int | None, int, bool]] = []
+    for t in tensors:
+        if t.name in INPUT_TENSORS:
+            out.append((None, t.nbytes, False))
+            if t.name == "token_embd.weight" and "output.weight" not in names:
+                out.append((n_layer, t.nbytes, True))
+            continue
+        il = _layer_of(t.name)
+        if il is None:  # output norm, head, ordered head: the output layer; rope_freqs, per_layer_*: with layer 0
+            il = n_layer if t.name.startswith(OUTPUT_LAYER_PREFIXES) else 0
+        out.append((il, t.nbytes, False))
+    return out
 
 
 def weight_split(tensors: list[TensorEntry], n_layer: int, gpu_layers: int) -> tuple[int, int]:
     """(bytes on the GPU, bytes in host memory) of a model's weights with ``gpu_layers``
     of its ``n_layer + 1`` layers offloaded (the output layer is the last)."""
     gpu_from = n_layer + 1 - gpu_layers
-    names = {t.name for t in tensors}
-    device = host = 0
-    for t in tensors:
-        if t.name in INPUT_TENSORS:
-            host += t.nbytes
-            if t.name == "token_embd.weight" and "output.weight" not in names and n_layer >= gpu_from:
-                device += t.nbytes  # the tied output head: a copy on the output layer's device
-            continue
-        il = _layer_of(t.name)
-        if il is None:  # output norm, head, ordered head: the output layer; rope_freqs, per_layer_*: with layer 0
-            il = n_layer if t.name.startswith(OUTPUT_LAYER_PREFIXES) else 0
-        if il >= gpu_from:
-            device += t.nbytes
-        else:
-            host += t.nbytes
+    placed = weight_layers(tensors, n_layer)
+    device = sum(b for il, b, _ in placed if il is not None and il >= gpu_from)
+    host = sum(b for il, b, copy in placed if (il is None or il < gpu_from) and not copy)
     return device, host
 
 
@@ -292,38 +306,6 @@ def cpu_weight_buffers(tensors: list[TensorEntry], repack_rows: int | None) -> t
     kept = sorted((t for t in tensors if t.name in INPUT_TENSORS or not repacks(t)), key=lambda t: t.offset)
     mapped = kept[-1].offset + kept[-1].nbytes - kept[0].offset if kept else 0
     return mapped, repacked
-
-
-def compute_estimate(geom: Geometry, s: Settings, mask_cells: list[int], n_outputs: int) -> int:
-    """Bytes of the compute buffer of ``geom``'s worst-case graph: ``n_ubatch`` tokens
-    against full caches of ``mask_cells`` cells each, ``n_outputs`` rows of logits (an
-    estimate, meant to err high).
-
-    llama.cpp's allocator reuses memory as tensors die, so the peak is what one step
-    keeps alive: the attention masks (without flash attention one F32 row of cells per
-    token and cache; with it, the largest cache's F32 mask and the smallest one's F16
-    copy. At full E2B/E4B size llama-server's target and drafter compute buffers each
-    grow by ``2 x n_ubatch`` bytes per cell of context, the estimate's by twice that: it
-    is 2% over at 4,096 cells and 7% over at 8,192 for E2B, 2.5% under and 3% over for
-    E4B, ``scripts/memory_real.py``), the token and Gemma 4's
-    per-layer embeddings, four hidden-state rows of ``n_embd``, and the largest of: the
-    attention scores (``n_head x cells`` per token, twice: scores and softmax; with flash
-    attention only Q and the output, ``n_head x head_k`` each), the feed-forward
-    activations (gate, up and their product, ``n_ff`` per token), or the logits
-    (``n_vocab`` per output row; a drafter's ordered head adds its candidates' rows of the
-    tied head, ``n_embd`` each). All F32 but the F16 masks.
-    """
-    t = s.ubatch(geom)
-    f32 = 4
-    fa = s.flash_attn != "off"
-    masks = f32 * t * max(mask_cells) + 2 * t * min(mask_cells) if fa else f32 * t * sum(mask_cells)
-    inputs = f32 * t * (geom.n_embd + geom.n_embd_per_layer * geom.n_layer)
-    hidden = f32 * 4 * geom.n_embd * t
-    n_head, head = max(geom.n_head), max(geom.head_k_full, geom.head_k_swa)
-    attention = f32 * 2 * n_head * t * (head if fa else max(mask_cells))
-    ffn = f32 * 3 * max(geom.n_ff) * t
-    logits = f32 * (geom.n_vocab + geom.n_embd * geom.n_head_candidates) * n_outputs
-    return masks + inputs + hidden + max(attention, ffn, logits)
 
 
 @dataclass(frozen=True)
@@ -438,9 +420,12 @@ __all__ = [
     "Settings",
     "compute_estimate",
     "cpu_weight_buffers",
+    "cache_cells",
     "kv_caches",
+    "layer_kv",
     "mib",
     "plan_memory",
     "q4_0_repack_rows",
+    "weight_layers",
     "weight_split",
 ]

@@ -10,7 +10,7 @@ weight is zero, which costs llama.cpp exactly what real weights cost: no kernel 
 at values, so every matrix is really multiplied.
 
 The few non-zero weights make the full-size version of the tiny hidden-state pair
-(:mod:`.hidden_pair`):
+(:mod:`.hidden_pair`); what they do, worked out, is :mod:`.pair_walk`:
 
 - **target**: every token's embedding points along one of :data:`N_AXES` axes (the
   :data:`N_AXES` cycle tokens at twice the length of the rest), layer 0's feed-forward
@@ -24,12 +24,28 @@ The few non-zero weights make the full-size version of the tiny hidden-state pai
   ``k`` to its own axis ``k + 1``; its layers pass their input through; its tied head
   reads its axis ``j`` as cycle token ``j``, and ``post_projection`` hands back
   ``h`` of the same form, so chained drafts keep walking the cycle.
-- ``hidden``: the head names every axis's cycle token: acceptance about 100%.
-  ``mixed``: for the last third of the axes it names a token the target never picks,
+- ``hidden``: the head names every axis's cycle token: acceptance 1.
+  ``mixed``: for the last third of every 12 axes it names a token the target never picks,
   so a draft chain is right while it walks the first two thirds. An accepted draft
   moves two axes per target pass and a rejected one one, so in the steady state
-  acceptance is 1/2 at n-max 1 and 2, 1/3 at n-max 3, 0.35 at n-max 4 (falling with
-  depth, as real drafters' does), and tokens per pass 1.5, 2.0, 2.0, 2.4.
+  acceptance is 1/2 at n-max 1 and 2, 1/3 at n-max 3, 7/20 at n-max 4 (falling with
+  depth, as real drafters' does), and tokens per pass 3/2, 2, 2, 12/5.
+- ``real``: like the real assistants, its first draft and its deeper ones differ.
+  ``post_projection`` hands back its axis on a second set of :data:`N_AXES` axes of
+  ``h`` (the echo), which ``pre_projection`` maps to a second block of drafter axes with
+  a head of its own: the first draft reads the target's ``h`` and is wrong on the axes
+  of :data:`.pair_walk.REAL_FIRST_WRONG` (7 of 24), a deeper one reads the echo and is
+  wrong on :data:`.pair_walk.REAL_DEEP_WRONG` (10 of 24). Where it is wrong its final
+  norm's weight on that axis is small, so its top probability (llama.cpp's p-min reads
+  the softmax of the 10 best logits) is 0.84 at the first draft and 0.43 deeper, against
+  1.0 where it is right. Steady state (every start, :func:`.pair_walk.steady_state`):
+  per-depth acceptance 11/13 (0.85) at n-max 1; 17/21, 10/17 (0.81, 0.59) at 2; 5/6, 3/5,
+  2/3 at 3; 7/8, 4/7, 3/4, 2/3 at 4; overall acceptance 11/13, 9/14, 5/9, 1/2 and tokens per
+  pass 24/13, 16/7, 8/3, 3. With p-min 0.5 its unsure drafts are not made (acceptance
+  11/13, 27/32, 10/11, 16/17, the same tokens per pass); with 0.9 no wrong one is
+  (acceptance 1). The wrong tokens sit one per cluster of the ordered head, none beside a
+  cycle token (``h`` carries a negative part on the axis before its own, which would cancel
+  an unsure axis in a shared centroid).
 """
 
 from __future__ import annotations
@@ -55,18 +71,17 @@ from gguf_exact.gemma4.sizes import SIZES
 from gguf_exact.tiny.main_model import NORM, SCALAR, MainSpec, donor_kv, hf_config, model_tensors
 from gguf_exact.tiny.models import (
     TinyDrafter,
-    consistent_head,
     drafter_config,
     drafter_tensors,
     pass_through_layers,
     write_checkpoint,
 )
+from gguf_exact.tiny.ordered_head import consistent_head
+from gguf_exact.tiny.pair_walk import KINDS, N_AXES, norm_weight, right
 from gguf_exact.tiny.vocab import Vocabulary, gemma4_vocabulary, vocabulary_pairs
 
 T = GGMLQuantizationType
 SHAPES = {"e2b": "E2B", "e4b": "E4B"}
-KINDS = ("hidden", "mixed")
-N_AXES = 12  # the cycle's length: axes 0..11 of the residual stream
 CYCLE_EMBD, OTHER_EMBD = 0.5, 0.25  # embedding lengths: the cycle token wins its axis
 CHUNK_BYTES = 32 << 20
 
@@ -98,11 +113,6 @@ def next_token(token: int, cycle: list[int]) -> int:
     """The target's greedy token after ``token``."""
     axis = cycle.index(token) if token in cycle else token % N_AXES
     return cycle[(axis + 1) % N_AXES]
-
-
-def drafted_axes(kind: str) -> np.ndarray:
-    """Drafter axes whose head names the right cycle token (``mixed``: the first two thirds)."""
-    return np.arange(N_AXES) if kind == "hidden" else np.arange(2 * N_AXES // 3)
 
 
 # --- the target ---------------------------------------------------------------------------
@@ -216,30 +226,42 @@ def _write_matrix(fd: int, offset: int, entry: TensorEntry, head: tuple[int, Row
 
 
 def drafter_weights(size: str, kind: str, cycle: list[int]) -> tuple[dict, dict[str, np.ndarray]]:
-    """(config.json, HF tensors as bf16 bits) of the assistant that reads only ``h``."""
+    """(config.json, HF tensors as bf16 bits) of the assistant that reads only ``h``.
+
+    One block of :data:`N_AXES` drafter axes per kind of input: ``hidden`` and ``mixed`` read
+    the target's ``h`` and their own output alike; ``real`` has a second block for what its
+    ``post_projection`` hands back (on the echo axes of ``h``), with a head of its own."""
     spec = TinyDrafter.from_shape(SIZES[size].assistant)
     small = drafter_tensors(replace(spec, vocab_size=N_AXES))  # every layer tensor at its real shape
     width, backbone, k = spec.hidden_size, spec.backbone_hidden_size, np.arange(N_AXES)
     one = bf16.from_f32(np.ones(1, np.float32))[0]
     pre = np.zeros((width, 2 * backbone), np.uint16)  # [token half | hidden half]
-    pre[(k + 1) % N_AXES, backbone + k] = one  # hidden axis k -> drafter axis k + 1
     post = np.zeros((backbone, width), np.uint16)
-    post[k, k] = one  # drafter axis k -> hidden axis k
     embed = np.zeros((spec.vocab_size, width), np.uint16)  # the tied head: 262,144 rows
-    right = drafted_axes(kind)
-    embed[np.array(cycle)[right], right] = one
-    wrong = np.setdiff1d(k, right)
-    never = [t for t in range(N_AXES + 300, spec.vocab_size) if t not in cycle][: wrong.size]
-    embed[never, wrong] = one  # tokens the target never produces
+    norm = np.full(width, one, np.uint16)
+    echo = N_AXES if kind == "real" else 0  # where post_projection hands a drafter axis back in h
+    # (depth, first drafter axis, first axis of h read): the first draft reads the target's h
+    blocks = [(1, 0, 0)] + ([(2, N_AXES, echo)] if echo else [])
+    # tokens the target never picks, one per cluster of the ordered head and none beside a
+    # cycle token: a cluster's centroid sums its tokens' rows, and h also carries a negative
+    # part on the axis before its own, which would cancel a low-weight (unsure) axis
+    size = spec.vocab_size // spec.num_centroids
+    never = (size * c for c in range(spec.num_centroids // 2, spec.num_centroids) if size * c not in cycle)
+    for depth, axes, reads in blocks:
+        pre[axes + (k + 1) % N_AXES, backbone + reads + k] = one  # h axis k -> drafter axis k + 1
+        post[echo + k, axes + k] = one  # drafter axis k -> h axis k (real: its echo)
+        for a in range(N_AXES):
+            embed[cycle[a] if right(kind, a, depth) else next(never), axes + a] = one
+            norm[axes + a] = bf16.from_f32(np.array([norm_weight(kind, a, depth)], np.float32))[0]
     small |= {
         "pre_projection.weight": pre,
         "post_projection.weight": post,
         "model.embed_tokens.weight": embed,
-        "model.norm.weight": np.full(width, one, np.uint16),
+        "model.norm.weight": norm,
         "masked_embedding.token_ordering": np.arange(spec.vocab_size, dtype=np.int64),
     }
     pass_through_layers(small, spec.num_hidden_layers)
-    consistent_head(small, spec.num_centroids)  # the clusters hold the tokens the drafter proposes
+    consistent_head(small, spec.num_centroids, spec.centroid_top_k)  # the clusters hold the tokens the drafter proposes
     return drafter_config(spec), small
 
 
@@ -285,7 +307,6 @@ __all__ = [
     "SHAPES",
     "FullPair",
     "cycle_ids",
-    "drafted_axes",
     "drafter_weights",
     "next_token",
     "token_axes",

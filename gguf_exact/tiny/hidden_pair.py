@@ -36,7 +36,6 @@ from gguf_exact.formats.safe_write import output_folder
 from gguf_exact.tiny.models import (
     TinyDrafter,
     TinyTarget,
-    consistent_head,
     drafter_config,
     drafter_tensors,
     pass_through_layers,
@@ -44,6 +43,7 @@ from gguf_exact.tiny.models import (
     write_checkpoint,
     write_tiny_target,
 )
+from gguf_exact.tiny.ordered_head import consistent_head
 
 CYCLE = ("▁the", "▁a", "▁of", "▁and", "▁to", "▁in", "▁is", "▁it", "▁on", "▁def", "▁return", "▁x")
 CYCLE_EMBD, OTHER_EMBD = 0.5, 0.25  # embedding lengths: the cycle token wins its axis
@@ -117,7 +117,7 @@ def hidden_drafter_tensors(seed: int = 0) -> dict[str, np.ndarray]:
     t["model.embed_tokens.weight"] = embed
     t["model.norm.weight"] = np.full_like(t["model.norm.weight"], one)
     pass_through_layers(t, spec.num_hidden_layers)
-    consistent_head(t, spec.num_centroids)
+    consistent_head(t, spec.num_centroids, spec.centroid_top_k)
     return t
 
 

@@ -22,6 +22,7 @@ from gguf_exact.formats.safe_write import atomic_output, output_folder, write_te
 from gguf_exact.gemma4.hparams import SLIDING
 from gguf_exact.gemma4.names import ARCH as TARGET_ARCH
 from gguf_exact.gemma4.sizes import AssistantShape, TextShape
+from gguf_exact.tiny.ordered_head import consistent_head
 from gguf_exact.tiny.synthetic import norm_vector, qat_matrix, random_matrix
 
 # Gemma-style turns (as Gemma's own template lays them out, without its system-prompt and tool
@@ -326,16 +327,6 @@ def drafter_tensors(
     return t
 
 
-def consistent_head(tensors: dict[str, np.ndarray], num_centroids: int) -> None:
-    """Give a designed drafter an ordered head that proposes what its full head does: each
-    centroid is the sum of its cluster's rows of the tied head (``token_ordering`` as it is), so
-    the cluster of the token a step's hidden state points at scores highest. Rows of small
-    integers sum to small integers, which stay on the 4-bit grid (exact Q4_0)."""
-    embed = bf16.to_f32(tensors["model.embed_tokens.weight"])
-    ordering = tensors["masked_embedding.token_ordering"].reshape(num_centroids, -1)
-    tensors["masked_embedding.centroids.weight"] = bf16.from_f32(embed[ordering].sum(axis=1))
-
-
 def write_checkpoint(folder: str | Path, config: dict, tensors: dict[str, np.ndarray], shards: int = 1) -> Path:
     """Write an HF folder: config.json and safetensors (uint16 arrays stored as BF16),
     sharded with an index file when ``shards`` > 1."""
@@ -439,6 +430,7 @@ def write_agreeing_pair(folder: str | Path, seed: int = 0) -> tuple[Path, Path]:
     tensors["model.embed_tokens.weight"] = snap_to_grid(embd @ p.T)  # row j = P e_j
     tensors["model.norm.weight"] = ones
     pass_through_layers(tensors, spec.num_hidden_layers)
-    consistent_head(tensors, spec.num_centroids)
+    # its hidden state for token j points along P e_j (the pass-through layers, then the norm)
+    consistent_head(tensors, spec.num_centroids, spec.centroid_top_k, hidden=embd @ p.T)
     drafter = write_checkpoint(folder / "drafter-hf", drafter_config(spec), tensors)
     return target, drafter

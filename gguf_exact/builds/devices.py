@@ -1,0 +1,145 @@
+"""The GPU devices a llama.cpp build sees on this machine, and the Vulkan devices it hides.
+
+llama.cpp's Vulkan backend (``ggml_vk_instance_init`` in ``ggml-vulkan.cpp`` at 0c1e57098)
+takes every discrete and integrated GPU; failing those, the first device that is not of CPU
+type; a CPU-type device (Mesa's lavapipe, ``llvmpipe``) only when ``GGML_VK_VISIBLE_DEVICES``
+names it, by its index in the loader's list (as ``vulkaninfo`` numbers them: ``GPU0`` is 0).
+So on a machine without a GPU a Vulkan build sees no device and runs everything on the CPU,
+saying nothing. :func:`list_devices` asks the build itself (``llama-server --list-devices``,
+in the environment a server would get); :func:`vulkan_devices` asks the Vulkan loader
+(``vulkaninfo --summary``) what there is, with each device's type.
+:func:`parse_list_devices` and :func:`parse_vulkaninfo` are pure.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+from gguf_exact.constants import VULKAN_VISIBLE_ENV
+from gguf_exact.errors import BuildError
+
+LIST_TIMEOUT_S = 60  # a Vulkan instance on lavapipe starts in about a second; a hung driver is not waited for
+
+_DEVICE = re.compile(r"^\s*(\S+): (.*) \((\d+) MiB, (\d+) MiB free\)\s*$")
+_GPU = re.compile(r"^GPU(\d+):\s*$")
+_FIELD = re.compile(r"^\s+(\w+)\s*=\s*(.*?)\s*$")
+
+
+@dataclass(frozen=True)
+class Device:
+    """One device as ``llama-server --list-devices`` prints it."""
+
+    name: str  # Vulkan0, CUDA0
+    description: str  # llvmpipe (LLVM 15.0.6, 256 bits)
+    total_mib: int
+    free_mib: int
+
+    @property
+    def backend(self) -> str:
+        """``Vulkan``, ``CUDA``: the name without its index."""
+        return self.name.rstrip("0123456789")
+
+    def line(self) -> str:
+        return f"{self.name}: {self.description} ({self.total_mib} MiB)"
+
+
+@dataclass(frozen=True)
+class VulkanDevice:
+    """One physical device as ``vulkaninfo --summary`` lists it."""
+
+    index: int  # GPU<index>: what GGML_VK_VISIBLE_DEVICES names
+    name: str
+    device_type: str  # CPU, DISCRETE_GPU, INTEGRATED_GPU, VIRTUAL_GPU, OTHER
+    driver: str
+
+    @property
+    def software(self) -> bool:
+        """A CPU-type device (lavapipe, SwiftShader): llama.cpp hides it unless named."""
+        return self.device_type == "CPU"
+
+    def line(self) -> str:
+        return f"GPU{self.index} {self.name} ({self.device_type.lower().replace('_', ' ')}, {self.driver})"
+
+
+def parse_list_devices(text: str) -> list[Device]:
+    """The devices of ``llama-server --list-devices`` output (``(none)``: [])."""
+    return [Device(m[1], m[2], int(m[3]), int(m[4])) for line in text.splitlines() if (m := _DEVICE.match(line))]
+
+
+def parse_vulkaninfo(text: str) -> list[VulkanDevice]:
+    """The devices of ``vulkaninfo --summary`` output, in the loader's order."""
+    found: list[dict[str, str]] = []
+    for line in text.splitlines():
+        if m := _GPU.match(line):
+            found.append({"index": m[1]})
+        elif found and (m := _FIELD.match(line)):
+            found[-1].setdefault(m[1], m[2])
+    return [
+        VulkanDevice(
+            int(d["index"]),
+            d.get("deviceName", "?"),
+            d.get("deviceType", "").removeprefix("PHYSICAL_DEVICE_TYPE_") or "OTHER",
+            d.get("driverName", "?"),
+        )
+        for d in found
+    ]
+
+
+def device_env(visible: str | None, base: dict[str, str] | None = None) -> dict[str, str]:
+    """``base`` (default: this process's environment) with ``GGML_VK_VISIBLE_DEVICES`` set to
+    ``visible`` (``"0"``, ``"0,1"``), or as it was when ``visible`` is None."""
+    env = dict(os.environ if base is None else base)
+    if visible is not None:
+        env[VULKAN_VISIBLE_ENV] = visible
+    return env
+
+
+def list_devices(binary: Path, env: dict[str, str] | None = None) -> list[Device]:
+    """The devices ``binary`` (a llama-server) sees in ``env``; one line when it cannot tell."""
+    try:
+        proc = subprocess.run(
+            [str(binary), "--list-devices"], capture_output=True, text=True, timeout=LIST_TIMEOUT_S, env=env
+        )
+    except subprocess.TimeoutExpired:
+        raise BuildError(f"{binary} --list-devices: no answer in {LIST_TIMEOUT_S} s (a hung GPU driver?)") from None
+    except OSError as e:
+        raise BuildError(f"{binary}: cannot run ({e.strerror})") from None
+    if proc.returncode != 0:
+        tail = (proc.stderr or proc.stdout).strip().splitlines()[-1:] or ["no output"]
+        raise BuildError(f"{binary} --list-devices exited {proc.returncode} ({tail[0][:200]})")
+    return parse_list_devices(proc.stdout)
+
+
+def vulkan_devices() -> list[VulkanDevice] | None:
+    """What the Vulkan loader lists (``vulkaninfo --summary``), or None without vulkaninfo."""
+    tool = shutil.which("vulkaninfo")
+    if tool is None:
+        return None
+    try:
+        proc = subprocess.run([tool, "--summary"], capture_output=True, text=True, timeout=LIST_TIMEOUT_S)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return parse_vulkaninfo(proc.stdout) if proc.returncode == 0 else []
+
+
+def software_visible() -> str | None:
+    """``GGML_VK_VISIBLE_DEVICES`` naming this machine's CPU-type Vulkan devices (``"0"``), or None."""
+    soft = [d.index for d in vulkan_devices() or [] if d.software]
+    return ",".join(map(str, soft)) or None
+
+
+__all__ = [
+    "Device",
+    "VulkanDevice",
+    "device_env",
+    "list_devices",
+    "parse_list_devices",
+    "parse_vulkaninfo",
+    "software_visible",
+    "vulkan_devices",
+]

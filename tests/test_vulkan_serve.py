@@ -1,0 +1,415 @@
+"""The GPU path where there is no GPU: the Vulkan llama-server on a Vulkan device (Mesa's lavapipe,
+a CPU-type device llama.cpp hides unless named), through the real profiles, beside the CPU build.
+
+What would break first on a user's card: serve running on the CPU without a word (refused),
+layers that do not reach the device (the log says where they went), draft-mtp on an
+asynchronous backend giving other text than the target alone (greedy and seeded), acceptance
+unlike the CPU's, several slots (-np 2, 4) with prompts of different lengths (the #27572
+race), and the memory plan's GPU figures against what llama-server allocates on the device.
+`make test-vulkan` (not `make test`: the Vulkan build takes about 35 minutes on 2 cores).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import threading
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+from _llama_server import TEST_SETTINGS, free_port, server_binary
+from helpers import cli
+
+from gguf_exact.builds.build_probe import probe_device
+from gguf_exact.builds.llama_build import find_build
+from gguf_exact.engines.device_check import is_software
+from gguf_exact.engines.http import health
+from gguf_exact.engines.logged_buffers import logged_buffers
+from gguf_exact.engines.serve import plan_serve, start_planned
+from gguf_exact.engines.settings import LOG_FILE, ServeSettings
+from gguf_exact.engines.status import stop_server
+from gguf_exact.runtime.memory_plan import MIB, plan_memory
+from gguf_exact.runtime.profiles import load_profile
+from gguf_exact.tiny.pairs import write_runner_pairs
+
+pytestmark = [pytest.mark.vulkan, pytest.mark.llama_server]
+
+LAVAPIPE_ICD = Path("/usr/share/vulkan/icd.d/lvp_icd.x86_64.json")
+PROFILE = "gtx1650ti-vulkan"
+# flash attention off: lavapipe (Mesa 22.3.6) crashes in its shader (serve refuses it there: below)
+SETS = (*TEST_SETTINGS, "flash-attn=off", "log-verbosity=4")
+PROMPTS = ("def f(x): return x + 1", "the quick brown fox", "abc abc abc")
+SEEDED = {"temperature": 0.8, "top_k": 40, "top_p": 0.95, "min_p": 0.05, "seed": 11}
+N_PREDICT = 24
+REQUEST_TIMEOUT_S = 600  # a first request on lavapipe compiles its pipelines: tens of seconds to minutes
+
+
+@pytest.fixture(scope="module")
+def device() -> str | None:
+    """What GGML_VK_VISIBLE_DEVICES must name for the Vulkan build to see a device here: None
+    where it sees one by itself (a real card), lavapipe's index where there is only lavapipe."""
+    build = find_build("vulkan")
+    if build is None:
+        pytest.fail(
+            "the Vulkan llama-server is not built; run `make test-vulkan` (scripts/build-llama-cpp.sh --vulkan)"
+        )
+    visible, dev = probe_device(build.binary(), "vulkan")
+    if dev is None:
+        pytest.fail("no Vulkan device here, not even lavapipe; run scripts/install-vulkan-deps.sh")
+    return visible
+
+
+@pytest.fixture(scope="module")
+def pairs(tmp_path_factory) -> dict[str, tuple[Path, Path]]:
+    return write_runner_pairs(tmp_path_factory.mktemp("pairs"))
+
+
+def post(url: str, body: dict) -> dict:
+    req = urllib.request.Request(url, json.dumps(body).encode(), {"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=REQUEST_TIMEOUT_S) as r:
+        return json.loads(r.read())
+
+
+def complete(url: str, prompt: str, sampling: dict | None = None, n_predict: int = N_PREDICT) -> dict:
+    body = {"prompt": prompt, "n_predict": n_predict, "return_tokens": True, "cache_prompt": False, "ignore_eos": True}
+    return post(url + "/completion", body | (sampling or {"temperature": 0}))
+
+
+def answers(url: str, sampling: dict | None = None) -> list[tuple[list[int], int, int]]:
+    """(tokens, drafted, accepted) of each prompt."""
+    out = []
+    for p in PROMPTS:
+        r = complete(url, p, sampling)
+        out.append((r["tokens"], r["timings"].get("draft_n", 0), r["timings"].get("draft_n_accepted", 0)))
+    return out
+
+
+class Served:
+    """A server started through plan_serve/start_planned, as `serve` starts it; stopped on exit."""
+
+    def __init__(self, runs: Path, target, drafter, profile=PROFILE, sets=SETS, vulkan_devices=None):
+        settings = ServeSettings(
+            target, drafter, profile, overrides=tuple(sets), port=free_port(), runs=runs,
+            vulkan_devices=vulkan_devices, no_draft=drafter is None,
+        )  # fmt: skip
+        self.plan = plan_serve(settings)
+        self.started = start_planned(self.plan, detach=True, timeout=600, probe=False)
+        self.url, self.runs = self.plan.launch.url, runs
+
+    def log(self) -> str:
+        return (self.plan.launch.run_dir / LOG_FILE).read_text()
+
+    def __enter__(self) -> Served:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        stop_server(self.plan.launch.port, self.runs)
+
+
+@pytest.fixture(scope="module")
+def cpu_answers(pairs, tmp_path_factory) -> dict[str, dict[str, list]]:
+    """The CPU build's answers (greedy and seeded) with the drafter, per pair: the reference."""
+    server_binary()
+    out = {}
+    for kind in ("hidden", "mixed"):
+        with Served(tmp_path_factory.mktemp(f"cpu-{kind}"), *pairs[kind], profile="cpu") as s:
+            out[kind] = {"greedy": answers(s.url), "seeded": answers(s.url, SEEDED)}
+    return out
+
+
+def test_a_vulkan_profile_that_sees_no_device_is_refused(pairs, tmp_path, device):
+    """Only lavapipe enumerated (VK_ICD_FILENAMES), GGML_VK_VISIBLE_DEVICES unset: llama.cpp hides it,
+    and serve says so in one line instead of serving on the CPU."""
+    target, drafter = pairs["hidden"]
+    env = {k: v for k, v in os.environ.items() if k != "GGML_VK_VISIBLE_DEVICES"}
+    env |= {"VK_ICD_FILENAMES": str(LAVAPIPE_ICD), "GGUF_EXACT_RUN_DIR": str(tmp_path / "run")}
+    r = cli(
+        "serve",
+        "--profile",
+        PROFILE,
+        "--model",
+        str(target),
+        "--draft",
+        str(drafter),
+        "--port",
+        str(free_port()),
+        env=env,
+    )
+    assert r.returncode == 1
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in r.stderr, r.stderr
+    binary = find_build("vulkan").binary()
+    assert re.fullmatch(
+        rf"error: {re.escape(str(binary))} \(profile {PROFILE}, build vulkan\) sees no Vulkan device here, so it would run "
+        r"every layer on the CPU; vulkaninfo lists GPU0 llvmpipe \(.*\) \(cpu, llvmpipe\): a CPU-type device, which llama.cpp "
+        r"hides; pass --vulkan-devices 0 to serve on it \(a software device: slow\), or serve with --profile cpu",
+        lines[0],
+    ), lines[0]
+    assert not (tmp_path / "run").exists() or not any((tmp_path / "run").rglob("server.pid"))  # nothing started
+
+
+@pytest.fixture(scope="module")
+def vulkan_hidden(pairs, device, tmp_path_factory):
+    with Served(tmp_path_factory.mktemp("vk-hidden"), *pairs["hidden"], vulkan_devices=device) as s:
+        yield s
+
+
+def test_target_and_drafter_are_on_the_device(vulkan_hidden):
+    log = vulkan_hidden.log()
+    assert vulkan_hidden.plan.device is not None and vulkan_hidden.plan.device.backend == "Vulkan"
+    offloaded = re.findall(r"load_tensors: offloaded (\d+)/(\d+) layers to GPU", log)
+    assert len(offloaded) == 2 and all(a == b for a, b in offloaded), offloaded  # target, then drafter: every layer
+    models = logged_buffers(log)
+    assert len(models) >= 2 and all("Vulkan0" in m.weights for m in models[:2]), [m.weights for m in models]
+    assert "Vulkan0" in models[0].kv and "Vulkan0" in models[0].compute
+
+
+def test_drafter_text_is_the_target_alones_and_the_cpus(vulkan_hidden, pairs, device, cpu_answers, tmp_path):
+    greedy, seeded = answers(vulkan_hidden.url), answers(vulkan_hidden.url, SEEDED)
+    with Served(tmp_path, pairs["hidden"][0], None, vulkan_devices=device) as alone:
+        want_greedy, want_seeded = answers(alone.url), answers(alone.url, SEEDED)
+    assert [a[0] for a in greedy] == [a[0] for a in want_greedy]
+    assert [a[0] for a in seeded] == [a[0] for a in want_seeded]
+    # the hidden pair has no near-ties (its top logit leads by about 2.7): the CPU gives the same
+    assert [a[0] for a in greedy] == [a[0] for a in cpu_answers["hidden"]["greedy"]]
+    assert [a[0] for a in seeded] == [a[0] for a in cpu_answers["hidden"]["seeded"]]
+    # fed the right hidden row every draft is accepted, on the device as on the CPU
+    assert all(drafted > 0 and accepted == drafted for _, drafted, accepted in greedy), greedy
+    assert [a[1:] for a in greedy] == [a[1:] for a in cpu_answers["hidden"]["greedy"]]
+
+
+def test_serve_through_the_profile_names_the_device_and_drafts(pairs, device, tmp_path):
+    """`serve --profile gtx1650ti-vulkan --vulkan-devices N` as a user types it: the device line,
+    and the probe request (pipelines compiled on a software device's first request) says drafting."""
+    target, drafter = pairs["hidden"]
+    env = dict(os.environ, GGUF_EXACT_RUN_DIR=str(tmp_path / "run"))
+    port = str(free_port())
+    sets = [a for s in (*TEST_SETTINGS, "flash-attn=off") for a in ("--set", s)]
+    devices = ["--vulkan-devices", device] if device is not None else []
+    r = cli(
+        "serve",
+        "--profile",
+        PROFILE,
+        "--model",
+        str(target),
+        "--draft",
+        str(drafter),
+        "--port",
+        port,
+        "--detach",
+        *devices,
+        *sets,
+        env=env,
+    )
+    try:
+        assert r.returncode == 0, r.stdout + r.stderr
+        assert re.search(r"^device   Vulkan0: .+ \(\d+ MiB\)", r.stdout, re.MULTILINE), r.stdout
+        assert "draft-mtp active: " in r.stdout, r.stdout
+        assert "memory plan (GPU" in r.stdout
+    finally:
+        cli("stop", "--port", port, env=env)
+
+
+# Prompts of different lengths: several slots' rows in one batch split it into ubatches unevenly.
+SLOT_PROMPTS = (
+    "a",
+    "the quick brown fox jumps over the lazy dog",
+    "def f(x):\n    return x + 1\n\nprint(f(2))",
+    "abc abc abc abc",
+)
+
+
+def concurrently(url: str, prompts) -> list[dict]:
+    """The prompts sent at once, one client thread each; the answers in prompt order."""
+    out: list[dict | BaseException] = [RuntimeError("no answer")] * len(prompts)
+
+    def one(i: int, p: str) -> None:
+        try:
+            out[i] = complete(url, p)
+        except BaseException as e:  # noqa: BLE001  (reported below, in the test's thread)
+            out[i] = e
+
+    threads = [threading.Thread(target=one, args=(i, p)) for i, p in enumerate(prompts)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(REQUEST_TIMEOUT_S)
+    errors = [x for x in out if isinstance(x, BaseException)]
+    assert not errors, errors
+    return out  # type: ignore[return-value]
+
+
+@pytest.fixture(scope="module")
+def one_slot(pairs, device, tmp_path_factory) -> list[dict]:
+    with Served(
+        tmp_path_factory.mktemp("vk-one-slot"), *pairs["mixed"], sets=(*SETS, "ctx-size=2048"), vulkan_devices=device
+    ) as s:
+        return [complete(s.url, p) for p in SLOT_PROMPTS]
+
+
+@pytest.mark.parametrize(
+    "slots",
+    [
+        2,
+        pytest.param(
+            4,
+            marks=pytest.mark.xfail(
+                strict=False,
+                reason="a defect found here, not fixed: with 4 slots and the drafter on Vulkan (lavapipe) the second "
+                "request's tokens differ from its one-slot run (at token 3 or 8, run to run), even with the #27572 fix "
+                "and GGML_VK_DISABLE_ASYNC=1; the target alone at -np 4 and the CPU build with the drafter at -np 4 "
+                "give the one-slot tokens",
+            ),
+        ),
+    ],
+)
+def test_parallel_slots_keep_each_requests_tokens_and_acceptance(pairs, device, one_slot, tmp_path, slots):
+    """-np 2 and 4, clients at once with prompts of different lengths, on the asynchronous backend
+    with the #27572 fix (a synchronize before each graph's inputs are set): every request's
+    tokens and draft counts are the one-slot run's. (Without the fix, upstream reports
+    acceptance collapsing to 0; that needs a second Vulkan build without it, not made here.)"""
+    target, drafter = pairs["mixed"]
+    sets = (*SETS, f"parallel={slots}", "ctx-size=2048")  # 2048 cells: every slot holds its request
+    with Served(tmp_path, target, drafter, sets=sets, vulkan_devices=device) as s:
+        got = concurrently(s.url, SLOT_PROMPTS[:slots])
+        log = s.log()
+    assert f"n_slots = {slots}" in log
+    for want, have in zip(one_slot, got):
+        assert have["tokens"] == want["tokens"]
+        counts = lambda r: (r["timings"].get("draft_n", 0), r["timings"].get("draft_n_accepted", 0))  # noqa: E731
+        assert counts(have) == counts(want), (counts(have), counts(want))
+    assert sum(r["timings"].get("draft_n_accepted", 0) for r in got) > 0  # the drafter is right part of the time
+
+
+def test_mixed_pair_acceptance_equals_the_cpus(pairs, device, cpu_answers, tmp_path):
+    """A drafter right part of the time: per prompt, the same tokens, drafts and accepted drafts as
+    the CPU build (tolerance: none; a near-tie that batched Vulkan arithmetic flipped would show here)."""
+    with Served(tmp_path, *pairs["mixed"], vulkan_devices=device) as s:
+        greedy = answers(s.url)
+    assert greedy == cpu_answers["mixed"]["greedy"]
+
+
+MEMORY_SETS = (
+    "flash-attn=off",
+    "threads=2",
+    "no-warmup=true",
+    "log-verbosity=4",
+    "spec-draft-adaptive=false",
+    "spec-draft-n-max=2",
+)
+
+
+@pytest.mark.parametrize("profile,extra", [("gtx1650ti-vulkan", ()), ("rtx3050", ("build=vulkan",))])
+def test_memory_plan_gpu_figures_are_what_the_device_allocates(pairs, device, tmp_path, profile, extra):
+    """The plan's device figures against the Vulkan0 buffers llama-server logs at the profile's own
+    context and batch sizes (flash attention off: lavapipe): weights per model and KV cache within
+    10%, what stays in RAM (the token embeddings) against its CPU_Mapped buffer; the compute
+    estimate errs high (measured 1.64x at rtx3050's 8k context), within the CPU test's 2.5x."""
+    target, drafter = pairs["hidden"]
+    prof = load_profile(profile).with_overrides([*extra, *MEMORY_SETS])
+    plan = plan_memory(target, drafter, prof)
+    with Served(tmp_path, target, drafter, profile=prof, sets=(), vulkan_devices=device) as s:
+        models = logged_buffers(s.log())
+    item = {i.what: i for i in plan.items}
+    rows = [
+        ("target weights", item["target weights"].device_bytes, models[0].weights.get("Vulkan0", 0.0)),
+        ("drafter weights", item["drafter weights"].device_bytes, models[1].weights.get("Vulkan0", 0.0)),
+        ("KV cache", item["KV cache"].device_bytes, models[0].kv.get("Vulkan0", 0.0)),
+        (
+            "compute buffers",
+            item["compute buffers"].device_bytes,
+            sum(m.compute.get("Vulkan0", 0.0) for m in models[:2]),
+        ),
+        ("target weights in RAM", item["target weights"].host_bytes, models[0].weights.get("CPU_Mapped", 0.0)),
+    ]
+    table = [(what, round(planned / MIB, 3), logged) for what, planned, logged in rows]
+    print(profile, table)  # the figures, for docs/building-llama-cpp.md (pytest -s)
+    for what, planned, logged in table:
+        if what == "compute buffers":  # an estimate that errs high, as on the CPU (test_memory_plan): not within 10%
+            assert logged <= planned <= 2.5 * logged, (what, table)
+        else:
+            assert logged > 0 and abs(planned - logged) <= 0.10 * logged, (what, table)
+
+
+def _software(device_visible: str | None) -> bool:
+    build = find_build("vulkan")
+    _, dev = probe_device(build.binary(), "vulkan")
+    return dev is not None and is_software(dev)
+
+
+def test_flash_attention_on_lavapipe_is_refused_and_why(pairs, device, tmp_path):
+    """The profile's flash-attn auto on a software device: serve refuses in one line. Why: the same
+    server with -fa on dies (SIGSEGV in libvulkan_lvp.so) on its first request; if a newer Mesa
+    stops crashing, this test fails and the refusal can go."""
+    if not _software(device):
+        pytest.skip(
+            "a real Vulkan card here: the lavapipe crash does not apply"
+        )  # the only skip: a card, not a missing build
+    target, drafter = pairs["hidden"]
+    env = dict(os.environ, GGUF_EXACT_RUN_DIR=str(tmp_path / "run"))
+    sets = [a for s in TEST_SETTINGS for a in ("--set", s)]
+    r = cli(
+        "serve",
+        "--profile",
+        PROFILE,
+        "--model",
+        str(target),
+        "--draft",
+        str(drafter),
+        "--vulkan-devices",
+        device,
+        "--port",
+        str(free_port()),
+        *sets,
+        env=env,
+    )
+    assert r.returncode == 1 and len(r.stderr.strip().splitlines()) == 1, r.stderr
+    assert re.fullmatch(
+        r"error: flash-attn auto on Vulkan0: llvmpipe .* \(\d+ MiB\): this software device crashes \(SIGSEGV in libvulkan_lvp.so\) "
+        r"on the first request that runs llama.cpp's flash-attention shader; pass --set flash-attn=off to serve on it",
+        r.stderr.strip(),
+    ), r.stderr
+    # the evidence: the target alone, -fa on, one request
+    port = free_port()
+    cmd = [str(find_build("vulkan").binary()), "--model", str(target), "--port", str(port), "-ngl", "99", "-fa", "on",
+           "-c", "512", "-t", "2", "-b", "64", "-ub", "64", "--no-warmup"]  # fmt: skip
+    proc = subprocess.Popen(
+        cmd, env=dict(os.environ, GGML_VK_VISIBLE_DEVICES=device), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
+    try:
+        url = f"http://127.0.0.1:{port}"
+        for _ in range(300):
+            if health(url) == "ok":
+                break
+            time.sleep(0.2)
+        with pytest.raises(OSError):  # the connection dies with the server
+            complete(url, "One, two, three", n_predict=4)
+        assert proc.wait(timeout=60) == -signal.SIGSEGV
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+
+
+def test_a_context_beyond_the_devices_memory_is_said_before_starting(pairs, device, tmp_path):
+    """The memory plan held against the memory the Vulkan device reports (nvidia-smi knows no
+    lavapipe, and gtx1650ti-vulkan names no memory_mib): a context that cannot fit is one line
+    before anything starts, not a draft context that fails to allocate later (llama.cpp #24758)."""
+    target, drafter = pairs["hidden"]
+    settings = ServeSettings(
+        target, drafter, PROFILE, overrides=(*SETS, "ctx-size=16777216"), port=free_port(), runs=tmp_path,
+        vulkan_devices=device,
+    )  # fmt: skip
+    plan = plan_serve(settings)
+    assert plan.device is not None and plan.memory_warning is not None
+    text = str(plan.memory_warning)
+    assert re.fullmatch(
+        rf"the plan needs [0-9,.]+ MiB on the GPU but Vulkan0 \(.+, as llama-server reports it\) has {plan.device.total_mib:,} MiB: "
+        r"llama-server may fail to load or run out of memory; lower ctx-size.* or n-gpu-layers",
+        text,
+    ), text
+    assert plan.memory.device_bytes > plan.device.total_mib * MIB
