@@ -23,10 +23,10 @@ from gguf_exact import constants
 from gguf_exact.engines import llama_cpp_python, llama_server
 from gguf_exact.engines.process import (
     check_port_free,
+    claim_run_folder,
     last_lines,
     process_start_time,
     run_folder,
-    running_pid,
     terminate,
     write_state,
 )
@@ -220,14 +220,8 @@ def start_server(launch: Launch, detach: bool = False, timeout: float = 600.0) -
     ``detach`` puts it in its own session with its console in ``console.log``, so it
     outlives this process; otherwise it shares this terminal.
     """
-    check_port_free(launch.host, launch.port)
     rdir = launch.run_dir
-    old = running_pid(rdir)
-    if old:
-        raise ServerError(
-            f"{rdir / PID_FILE}: server pid {old} is still running for port {launch.port}; `gguf-exact stop --port {launch.port}` first"
-        )
-    rdir.mkdir(parents=True, exist_ok=True)
+    claim_run_folder(rdir, launch.host, launch.port, "server ")
     for name in (LOG_FILE, CONSOLE_FILE):
         (rdir / name).unlink(missing_ok=True)
     write_settings(launch.settings, rdir)

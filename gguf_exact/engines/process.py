@@ -79,6 +79,18 @@ def check_port_free(host: str, port: int) -> None:
         )
 
 
+def claim_run_folder(rdir: Path, host: str, port: int, what: str = "") -> None:
+    """Before a start: the port free and no live process of an earlier start in ``rdir``
+    (``what`` names it in the error: ``"server "``); then ``rdir`` exists."""
+    check_port_free(host, port)
+    old = running_pid(rdir)
+    if old:
+        raise ServerError(
+            f"{rdir / PID_FILE}: {what}pid {old} is still running for port {port}; `gguf-exact stop --port {port}` first"
+        )
+    rdir.mkdir(parents=True, exist_ok=True)
+
+
 # --- /proc identity -------------------------------------------------------------------
 
 

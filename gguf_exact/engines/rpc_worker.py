@@ -25,10 +25,10 @@ from gguf_exact.builds.llama_build import build_command, find_build
 from gguf_exact.engines.launch import is_loopback, spawn
 from gguf_exact.engines.process import (
     check_port_free,
+    claim_run_folder,
     last_lines,
     process_start_time,
     run_folder,
-    running_pid,
     terminate,
     write_run_state,
 )
@@ -120,14 +120,8 @@ def wait_ready(launch: WorkerLaunch, proc: subprocess.Popen, timeout: float) -> 
 def start_worker(launch: WorkerLaunch, detach: bool = False, timeout: float = 60.0) -> tuple[subprocess.Popen, float]:
     """Start the worker and wait until it answers: (process, seconds to ready)."""
     s = launch.settings
-    check_port_free(s.host, s.port)
     rdir = launch.run_dir
-    old = running_pid(rdir)
-    if old:
-        raise ServerError(
-            f"{rdir / PID_FILE}: pid {old} is still running for port {s.port}; `gguf-exact stop --port {s.port}` first"
-        )
-    rdir.mkdir(parents=True, exist_ok=True)
+    claim_run_folder(rdir, s.host, s.port)
     (rdir / CONSOLE_FILE).unlink(missing_ok=True)
     proc = spawn(launch.command, rdir, detach)
     state = {
