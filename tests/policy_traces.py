@@ -42,9 +42,11 @@ def simulate(
     n_max: int = 4,
     limit: int = 99,
     events: list[tuple] | None = None,
+    slow: dict[int, float] | None = None,
 ) -> tuple[list[int], DraftPolicy]:
     """Drive a fresh policy for ``passes`` passes; the k chosen before each. ``events``
-    (when given) receives what the policy was told, in order, for a replay."""
+    (when given) receives what the policy was told, in order, for a replay; ``slow`` times
+    pass i at ``slow[i]`` times its cost (the machine busy for that pass)."""
     streams = [Stream(s.rate, s.then, s.after) for s in streams]  # fresh counters
     policy = DraftPolicy(PolicySettings(n_max=n_max))
     ks = []
@@ -55,10 +57,11 @@ def simulate(
             if not streams[j].right(i):
                 break
             accepted += 1
-        policy.observe_pass(k + 1, curve[k + 1])
+        seconds = curve[k + 1] * (slow or {}).get(i, 1.0)
+        policy.observe_pass(k + 1, seconds)
         policy.observe_steps(k, k * step)
         policy.observe_result(k, accepted)
         if events is not None:
-            events += [("choose", limit, k), ("pass", k + 1, curve[k + 1]), ("steps", k, k * step), ("result", k, accepted)]
+            events += [("choose", limit, k), ("pass", k + 1, seconds), ("steps", k, k * step), ("result", k, accepted)]
         ks.append(k)
     return ks, policy

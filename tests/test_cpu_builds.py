@@ -19,7 +19,7 @@ from _llama_server import server_binary
 from click.testing import CliRunner
 
 from gguf_exact import doctor
-from gguf_exact.builds import bindings_build, build_probe, llama_build
+from gguf_exact.builds import bindings_build, build_probe, llama_build, source_patches
 from gguf_exact.builds.cpu_features import OVERRIDE_ENV, cpu_target, host_cpu, parse_override
 from gguf_exact.errors import GgufExactError
 
@@ -66,9 +66,16 @@ def test_builds_for_two_cpus_never_share_a_cache_folder():
     xeon, zen = cpu_target(AMX_XEON, "x86_64"), cpu_target(ZEN1, "x86_64")
     assert llama_build.install_dir("cpu", cpu=xeon) != llama_build.install_dir("cpu", cpu=zen)
     assert bindings_build.wheel_dir("cpu", cpu=xeon) != bindings_build.wheel_dir("cpu", cpu=zen)
-    assert llama_build.install_dir("cpu", cpu=zen).name == "0c1e57098+24+23+22142+rpc-cpu-avx.avx2.bmi2.f16c.fma.sse42"
-    assert bindings_build.wheel_dir("cpu", cpu=zen).name == "0c1e57098+24-cpu-avx.avx2.bmi2.f16c.fma.sse42"
-    assert bindings_build.wheel_dir("cuda86", cpu=zen).name == "0c1e57098+27572+24-cuda86-avx.avx2.bmi2.f16c.fma.sse42"
+    tag = source_patches.patch_tag
+    assert llama_build.install_dir("cpu", cpu=zen).name == f"0c1e57098{tag('cpu')}+rpc-cpu-avx.avx2.bmi2.f16c.fma.sse42"
+    assert (
+        bindings_build.wheel_dir("cpu", cpu=zen).name == f"0c1e57098{tag('cpu', True)}-cpu-avx.avx2.bmi2.f16c.fma.sse42"
+    )
+    assert (
+        bindings_build.wheel_dir("cuda86", cpu=zen).name
+        == f"0c1e57098{tag('cuda86', True)}-cuda86-avx.avx2.bmi2.f16c.fma.sse42"
+    )
+    assert tag("cpu", True).startswith("+24.") and tag("cuda86", True).startswith("+27572+24.")
 
 
 def test_feature_override(monkeypatch):
@@ -130,7 +137,9 @@ def test_the_cpu_server_build_is_probed_and_named_by_its_features():
     binary = server_binary()
     info = json.loads((binary.parent.parent / "build-info.json").read_text())
     cpu = host_cpu()
-    assert binary.parent.parent.name == f"0c1e57098+24+23+22142+rpc-cpu-{cpu.tag}"
+    assert binary.parent.parent.name == f"0c1e57098{source_patches.patch_tag('cpu')}+rpc-cpu-{cpu.tag}"
+    assert [r["id"] for r in info["patches"]] == ["24", "23", "22142"]
+    assert info["patches"] == source_patches.patch_record("cpu")  # the build is of these patches' bytes
     assert info["cpu_features"] == cpu.tag
     assert info["probe"] == {"what": "llama-bench", "ok": True, "returncode": 0, "signal": "", "prompt_tokens": 64}
     assert [a for a in info["cmake"] if a.startswith("-DGGML_")] == ["-DGGML_RPC=ON", *cpu.cmake_args()]

@@ -61,7 +61,7 @@ def driver(patched_tree, tmp_path_factory) -> Path:
 def replay(exe: Path, settings: PolicySettings, events: list[tuple]) -> list[int]:
     s = settings
     lines = [
-        f"settings {s.n_max} {s.prior!r} {s.prior_weight!r} {s.decay!r} {s.cost_weight!r} {s.probe_interval} {s.probe_interval_max}"
+        f"settings {s.n_max} {s.prior!r} {s.prior_weight!r} {s.decay!r} {s.cost_weight!r} {s.probe_interval} {s.probe_interval_max} {s.cost_max_age}"
     ]
     for e in events:
         if e[0] == "choose":
@@ -101,6 +101,17 @@ def test_cpp_and_python_choose_the_same_k_on_synthetic_runs(driver, curve, step,
     ks, _ = simulate(CURVES[curve], step=step, streams=streams, passes=300, events=events)
     assert replay(driver, PolicySettings(n_max=4), events) == ks
     assert len(set(ks)) >= 2  # the run exercised more than one length
+
+
+@pytest.mark.parametrize(
+    ("curve", "streams", "slow"),
+    [("gpu", [Stream(1.0)] * 4, {1: 40.0}), ("cpu", [Stream(0.0)] * 4, {0: 5.0})],
+)
+def test_cpp_and_python_forget_a_stale_slow_timing_alike(driver, curve, streams, slow):
+    events: list[tuple] = []
+    ks, _ = simulate(CURVES[curve], step=0.001, streams=streams, passes=300, events=events, slow=slow)
+    assert replay(driver, PolicySettings(n_max=4), events) == ks
+    assert ks[129:132] == ([0, 0, 1] if curve == "gpu" else [1, 0, 0])  # 2 rows (1 row) timed again
 
 
 def test_cpp_and_python_agree_on_noisy_recorded_timings_and_short_drafts(driver):

@@ -3,6 +3,8 @@ pinned sdist and change exactly what they say, and how a build names them."""
 
 from __future__ import annotations
 
+import hashlib
+
 import pytest
 from helpers import sdist_files
 
@@ -44,24 +46,64 @@ def context_tree(sdist, tmp_path):
     return tmp_path
 
 
+def digest(*ids: str) -> str:
+    """The cache key's patch digest, computed here from the patch files' bytes."""
+    h = hashlib.sha256()
+    for i in ids:
+        (p,) = [p for p in source_patches.PATCHES if p.id == i]
+        h.update(f"{i}\0{hashlib.sha256((source_patches.PATCH_DIR / p.file).read_bytes()).hexdigest()}\0".encode())
+    return h.hexdigest()[:6]
+
+
 def test_which_backends_carry_which_patch_and_the_cache_keys_say_so():
     # 27572 is for asynchronous (GPU) backends; the ordered head (24) is in every build; the
     # adaptive draft (23) and the perplexity log flush (22142) change only llama-server's
     # programs: every server build has them, no wheel does
     assert [p.id for p in source_patches.patches_for("cpu")] == ["24", "23", "22142"]
     assert [p.id for p in source_patches.patches_for("cpu", bindings=True)] == ["24"]
-    assert llama_build.build_key("cpu", CPU) == "0c1e57098+24+23+22142+rpc-cpu-avx.avx2.bmi2.f16c.fma.sse42"
-    assert llama_build.build_key("cpu", CPU, bindings=True) == "0c1e57098+24-cpu-avx.avx2.bmi2.f16c.fma.sse42"
+    server = f"0c1e57098+24+23+22142.{digest('24', '23', '22142')}+rpc-cpu-avx.avx2.bmi2.f16c.fma.sse42"
+    assert llama_build.build_key("cpu", CPU) == server
+    assert (
+        llama_build.build_key("cpu", CPU, bindings=True)
+        == f"0c1e57098+24.{digest('24')}-cpu-avx.avx2.bmi2.f16c.fma.sse42"
+    )
     for backend in ("cuda75", "cuda86", "vulkan"):
         assert [p.id for p in source_patches.patches_for(backend)] == ["27572", "24", "23", "22142"]
         assert [p.id for p in source_patches.patches_for(backend, bindings=True)] == ["27572", "24"]
+        tag = digest("27572", "24", "23", "22142")
         assert (
-            llama_build.build_key(backend, CPU) == f"0c1e57098+27572+24+23+22142+rpc-{backend}-avx.avx2.bmi2.f16c.fma.sse42"
+            llama_build.build_key(backend, CPU)
+            == f"0c1e57098+27572+24+23+22142.{tag}+rpc-{backend}-avx.avx2.bmi2.f16c.fma.sse42"
         )
         assert (
             llama_build.build_key(backend, CPU, bindings=True)
-            == f"0c1e57098+27572+24-{backend}-avx.avx2.bmi2.f16c.fma.sse42"
+            == f"0c1e57098+27572+24.{digest('27572', '24')}-{backend}-avx.avx2.bmi2.f16c.fma.sse42"
         )
+
+
+def test_an_edited_patch_is_a_new_cache_key_and_its_sha256_is_recorded(tmp_path, monkeypatch):
+    # a build of an older revision of a patch must never be taken for the current one
+    before = llama_build.build_key("cpu", CPU), llama_build.build_key("cpu", CPU, bindings=True)
+    for p in source_patches.PATCHES:
+        (tmp_path / p.file).write_bytes(p.path.read_bytes())
+    monkeypatch.setattr(source_patches, "PATCH_DIR", tmp_path)
+    assert (llama_build.build_key("cpu", CPU), llama_build.build_key("cpu", CPU, bindings=True)) == before
+    edited = tmp_path / "23-adaptive-draft.patch"
+    edited.write_bytes(edited.read_bytes().replace(b"cost_max_age       = 128", b"cost_max_age       = 256"))
+    after = llama_build.build_key("cpu", CPU), llama_build.build_key("cpu", CPU, bindings=True)
+    assert (
+        after[0] != before[0]
+        and after[0].startswith("0c1e57098+24+23+22142.")
+        and after[0].endswith("+rpc-cpu-" + CPU.tag)
+    )
+    assert after[1] == before[1]  # the bindings do not carry 23: their wheel stays
+    record = {r["id"]: r for r in source_patches.patch_record("cpu")}
+    assert record["23"] == {
+        "id": "23",
+        "file": "23-adaptive-draft.patch",
+        "sha256": hashlib.sha256(edited.read_bytes()).hexdigest(),
+    }
+    assert [r["id"] for r in source_patches.patch_record("cpu", bindings=True)] == ["24"]
 
 
 def test_the_27572_fix_synchronizes_before_every_set_inputs(context_tree):

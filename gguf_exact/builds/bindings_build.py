@@ -42,6 +42,7 @@ from gguf_exact.builds.llama_build import (
     build_main,
     build_record,
     cache_root,
+    compiler_cache,
     prepare_sources,
     toolchain_info,
     unpack_patched_sdist,
@@ -153,14 +154,15 @@ def build_bindings(
             if backend.startswith("cuda")
             else None
         )
-        cmake = backend_cmake_args(backend, setup, vulkan_tools, cpu) + EXTRA_CMAKE_ARGS
+        launcher, launcher_env = compiler_cache(work)
+        cmake = backend_cmake_args(backend, setup, vulkan_tools, cpu) + EXTRA_CMAKE_ARGS + launcher
         cmd = [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-cache-dir", "-w", str(work / "dist")]
         source = sdist_path
         # the same fixes as this backend's llama-server, less those only llama-server compiles
         if carried := source_patches.patches_for(backend, bindings=True):
             source = unpack_patched_sdist(sdist_path, work / "src", backend)
             log("carried fixes applied: " + ", ".join(f"#{p.id}" for p in carried))
-        with _environ({"CMAKE_BUILD_PARALLEL_LEVEL": str(jobs)}):
+        with _environ({"CMAKE_BUILD_PARALLEL_LEVEL": str(jobs), **launcher_env}):
             _run([*cmd, *config_settings(cmake), str(source)], logfile, log, "bindings build")
         wheels = sorted((work / "dist").glob(f"{DIST}-*.whl"))
         if len(wheels) != 1:

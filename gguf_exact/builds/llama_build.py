@@ -35,6 +35,7 @@ from gguf_exact.builds import vulkan_tools as vulkan_toolchain
 from gguf_exact.builds.cmake_args import (  # noqa: F401  (importable from here, as before)
     backend_cmake_args,
     cmake_args,
+    compiler_cache,
     cuda_cmake_args,
     toolchain_info,
 )
@@ -145,7 +146,7 @@ def make_command(backend: str) -> str:
 
 
 def build_key(backend: str, cpu: CpuTarget | None = None, commit: str = COMMIT, bindings: bool = False) -> str:
-    """``<commit>[+<patch ids>]-<backend>-<cpu tag>``: one cache entry per backend, CPU feature
+    """``<commit>[+<patch ids>.<digest>]-<backend>-<cpu tag>``: one cache entry per backend, CPU feature
     set and set of carried patches (:mod:`.source_patches`; the bindings' (``bindings``) leave
     out those that change only llama-server), and llama-server's :data:`BUILD_OPTIONS`."""
     options = "" if bindings else BUILD_OPTIONS
@@ -173,14 +174,18 @@ def _progress(logfile: Path) -> str | None:
     return marks[-1].decode() if marks else None
 
 
-def _run(cmd: list[str], logfile: Path, log: Log, what: str, every: float = 60.0) -> None:
+def _run(
+    cmd: list[str], logfile: Path, log: Log, what: str, every: float = 60.0, env: dict[str, str] | None = None
+) -> None:
     log("$ " + " ".join(cmd))
     with open(logfile, "a") as f:
         f.write("$ " + " ".join(cmd) + "\n")
         f.flush()
         # A session (process group) of its own: an interrupt stops the whole tree (cmake,
         # ninja, nvcc, cc1plus), not only cmake, which would leave ninja compiling for an hour.
-        proc = subprocess.Popen(cmd, stdout=f, stderr=subprocess.STDOUT, start_new_session=True)
+        proc = subprocess.Popen(
+            cmd, stdout=f, stderr=subprocess.STDOUT, start_new_session=True, env={**os.environ, **(env or {})}
+        )
         t0 = time.monotonic()
         try:
             while True:
@@ -264,7 +269,7 @@ def build_record(backend: str, cpu: CpuTarget, probe: dict, pin: PinnedSdist, bi
         "probe": probe,
         "package": f"{PACKAGE}=={pin.version}",
         "sdist_sha256": pin.sha256,
-        "patches": [p.id for p in source_patches.patches_for(backend, bindings)],
+        "patches": source_patches.patch_record(backend, bindings),
     }
 
 
@@ -313,12 +318,29 @@ def build_llama_cpp(
         )
         if setup is not None:
             log(f"CUDA {setup.toolkit.version} ({setup.toolkit.root}), cuBLAS {setup.cublas.describe()}")
-        _run(cmake_args(src, build, backend, setup, vulkan_tools, cpu), logfile, log, "configure")
+        launcher, launcher_env = compiler_cache(work)
         _run(
-            ["cmake", "--build", str(build), "--config", "Release", f"-j{jobs}", "--target", *(CMAKE_TARGETS.get(t, t) for t in TARGETS)],
+            cmake_args(src, build, backend, setup, vulkan_tools, cpu) + launcher,
+            logfile,
+            log,
+            "configure",
+            env=launcher_env,
+        )
+        _run(
+            [
+                "cmake",
+                "--build",
+                str(build),
+                "--config",
+                "Release",
+                f"-j{jobs}",
+                "--target",
+                *(CMAKE_TARGETS.get(t, t) for t in TARGETS),
+            ],
             logfile,
             log,
             "build",
+            env=launcher_env,
         )
         staged = work / "install"
         (staged / "bin").mkdir(parents=True)

@@ -4,8 +4,10 @@ Each patch (``patches/*.patch``, ``patch -p1`` from the llama.cpp source root, w
 ``vendor/llama.cpp`` in the sdist) fixes an upstream defect that is still open at the
 pinned commit and that a backend can hit, or adds what this project serves with (the
 drafter's ordered-embedding head, #24, in every backend; the adaptive draft length, #23).
-Its id goes into the build's cache key (``0c1e57098+24-cpu-...``, ``0c1e57098+27572+24+23-cuda86-...``)
-and ``build-info.json``, so a patched build is never taken for a plain one, and llama-server
+Its id goes into the build's cache key, followed by a digest of the patches' bytes
+(``0c1e57098+24.3f9a1c-cpu-...``, ``0c1e57098+27572+24+23.b81e07-cuda86-...``), and its id and
+sha256 into ``build-info.json``: a patched build is never taken for a plain one, nor a build
+of an older revision of a patch for the current one (editing a patch rebuilds), and llama-server
 and the bindings of one backend carry the same, except a patch marked ``server_only``: it
 changes only ``common/`` and ``tools/`` programs, which the bindings' wheel does not ship
 (llama-cpp-python installs libllama, libggml* and libmtmd, none of which links
@@ -17,6 +19,7 @@ compiler the build needs anyway); nothing here re-implements diff application.
 
 from __future__ import annotations
 
+import hashlib
 import shutil
 import subprocess
 from dataclasses import dataclass
@@ -40,6 +43,9 @@ class SourcePatch:
     @property
     def path(self) -> Path:
         return PATCH_DIR / self.file
+
+    def sha256(self) -> str:
+        return hashlib.sha256(self.path.read_bytes()).hexdigest()
 
     def applies_to(self, backend: str, bindings: bool = False) -> bool:
         return (backend != "cpu" or not self.gpu_only) and not (bindings and self.server_only)
@@ -103,8 +109,20 @@ def patches_for(backend: str, bindings: bool = False) -> tuple[SourcePatch, ...]
 
 
 def patch_tag(backend: str, bindings: bool = False) -> str:
-    """What the patches add to the commit in a cache key: ``+27572+23``, ``+23``, or nothing."""
-    return "".join(f"+{p.id}" for p in patches_for(backend, bindings))
+    """What the patches add to the commit in a cache key: their ids and the first 6 hex digits
+    of a sha256 over their ids and bytes (``+27572+23.b81e07``, ``+24.3f9a1c``), or nothing."""
+    carried = patches_for(backend, bindings)
+    if not carried:
+        return ""
+    digest = hashlib.sha256()
+    for p in carried:
+        digest.update(f"{p.id}\0{p.sha256()}\0".encode())
+    return "".join(f"+{p.id}" for p in carried) + "." + digest.hexdigest()[:6]
+
+
+def patch_record(backend: str, bindings: bool = False) -> list[dict[str, str]]:
+    """``build-info.json``'s record of the carried patches: id, file and sha256 of each."""
+    return [{"id": p.id, "file": p.file, "sha256": p.sha256()} for p in patches_for(backend, bindings)]
 
 
 def require_patch_tool(backend: str, bindings: bool = False) -> None:
@@ -135,4 +153,4 @@ def apply_patches(llama_cpp_root: Path, backend: str, bindings: bool = False) ->
     return applied
 
 
-__all__ = ["PATCHES", "SourcePatch", "apply_patches", "patch_tag", "patches_for", "require_patch_tool"]
+__all__ = ["PATCHES", "SourcePatch", "apply_patches", "patch_record", "patch_tag", "patches_for", "require_patch_tool"]

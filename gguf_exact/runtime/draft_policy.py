@@ -18,6 +18,13 @@ The drafter's own confidence enters through ``p_min``: a draft stops at a token 
 top probability (softmax over the drafter's 10 best logits, as llama.cpp's draft-mtp)
 is below it.
 
+Timings go stale: a row count not timed in ``cost_max_age`` passes costs at most what one
+row fewer does (so it is tried again where that guess could pay), a single row stale is
+timed again by one pass of the target alone, and a new timing replaces a stale one. Without
+that, one pass timed while the machine was busy (2 rows at 20x their cost) stopped drafting
+for good, since nothing timed 2 rows again; one first pass timed slow (1 row) kept a
+useless drafter drafting.
+
 Recovery: the policy drafts one depth deeper than its best every ``probe_interval``
 passes where that could pay (it would if the drafter were always right there); a failed
 probe doubles the interval (up to ``probe_interval_max``), a successful one halves it,
@@ -57,6 +64,7 @@ class PolicySettings:
     cost_weight: float = 0.2  # weight of a new pass timing in its row count's running mean
     probe_interval: int = 8  # passes between probes one depth deeper than the best
     probe_interval_max: int = 64  # failed probes double the interval up to this
+    cost_max_age: int = 128  # in passes: a row count's timing older than this is forgotten
 
 
 @dataclass
@@ -65,6 +73,8 @@ class DraftPolicy:
 
     settings: PolicySettings = field(default_factory=PolicySettings)
     pass_cost: dict[int, float] = field(default_factory=dict)  # rows -> seconds
+    timed_at: dict[int, int] = field(default_factory=dict)  # rows -> the pass count when last timed
+    passes: int = 0  # passes timed so far
     step_cost: float | None = None  # seconds per drafter step
     tried: list[float] = field(default_factory=list)  # decayed drafts tried at depth j (index j - 1)
     accepted: list[float] = field(default_factory=list)  # decayed drafts accepted there
@@ -86,13 +96,25 @@ class DraftPolicy:
         s = self.settings
         return (self.accepted[depth - 1] + s.prior * s.prior_weight) / (self.tried[depth - 1] + s.prior_weight)
 
+    def timed(self, rows: int) -> bool:
+        """Whether ``rows`` rows were timed within the last ``cost_max_age`` passes."""
+        return rows in self.pass_cost and self.passes - self.timed_at[rows] <= self.settings.cost_max_age
+
     def cost(self, rows: int) -> float | None:
-        """A verification pass of ``rows`` rows: measured, else what one row fewer was
-        measured to cost, else None (not considered): longer drafts are explored one row
-        at a time, each tried once on the optimistic guess and then known."""
-        if rows in self.pass_cost:
+        """A verification pass of ``rows`` rows: timed recently, else what one row fewer was
+        (longer drafts are explored one row at a time, each tried once on that optimistic
+        guess and then known), else None (not considered). A stale timing only ever turns
+        optimistic: the lower of it and that guess (so a cheap row count found once, AVX-512's
+        4 rows, stays found), and one row stale is unknown (one pass of the target alone times
+        it again: drafting's gain is measured against it)."""
+        if self.timed(rows):
             return self.pass_cost[rows]
-        return self.pass_cost.get(rows - 1)
+        guess = self.pass_cost[rows - 1] if self.timed(rows - 1) else None
+        if rows not in self.pass_cost:
+            return guess
+        if rows == 1:
+            return None
+        return self.pass_cost[rows] if guess is None else min(self.pass_cost[rows], guess)
 
     def expected_tokens(self, k: int) -> float:
         e, p = 1.0, 1.0
@@ -154,8 +176,10 @@ class DraftPolicy:
         (row counts the policy never asks for, above ``n_max + 1``, are not kept)."""
         if not 1 <= rows <= self.settings.n_max + 1:
             return
-        old = self.pass_cost.get(rows)
+        self.passes += 1
+        old = self.pass_cost[rows] if self.timed(rows) else None  # a stale timing is replaced
         self.pass_cost[rows] = seconds if old is None else old + self.settings.cost_weight * (seconds - old)
+        self.timed_at[rows] = self.passes
 
     def observe_steps(self, steps: int, seconds: float) -> None:
         """``steps`` drafter decodes took ``seconds`` together."""

@@ -1,6 +1,6 @@
 // Replays recorded policy inputs through common/draft-policy.h (the llama-server twin of
 // gguf_exact/runtime/draft_policy.py) and prints the k of every "choose" line.
-// Input lines: "settings N_MAX PRIOR PRIOR_WEIGHT DECAY COST_WEIGHT PROBE PROBE_MAX" first, then
+// Input lines: "settings N_MAX PRIOR PRIOR_WEIGHT DECAY COST_WEIGHT PROBE PROBE_MAX COST_MAX_AGE" first, then
 // "choose LIMIT", "pass ROWS SECONDS", "steps N SECONDS", "result DRAFTED ACCEPTED".
 #include "draft-policy.h"
 
@@ -19,7 +19,7 @@ int main() {
         return 2;
     }
     std::string prior, weight, decay, cost_weight;
-    std::cin >> s.n_max >> prior >> weight >> decay >> cost_weight >> s.probe_interval >> s.probe_interval_max;
+    std::cin >> s.n_max >> prior >> weight >> decay >> cost_weight >> s.probe_interval >> s.probe_interval_max >> s.cost_max_age;
     s.prior        = std::strtod(prior.c_str(), nullptr);
     s.prior_weight = std::strtod(weight.c_str(), nullptr);
     s.decay        = std::strtod(decay.c_str(), nullptr);
