@@ -34,7 +34,9 @@ def main() -> None:
         write_pair(work, a.shape, "hidden", progress=print)
     full = work / "drafter-full-head.gguf"
     if not full.is_file():
-        write_drafter(full, SHAPES[a.shape], "hidden", cycle_ids(gemma4_vocabulary()), work / "target.gguf", ordered_head=False)
+        write_drafter(
+            full, SHAPES[a.shape], "hidden", cycle_ids(gemma4_vocabulary()), work / "target.gguf", ordered_head=False
+        )
     heads = {"ordered": work / "drafter.gguf", "full": full}
     found: dict[str, list] = {"ordered": [], "full": []}
     for i in range(a.rounds):
@@ -51,6 +53,9 @@ def main() -> None:
     fastest = {name: min(ps, key=lambda p: p.step_seconds) for name, ps in found.items()}
     for name, p in fastest.items():
         print(f"{name:<7} fastest step {p.step_seconds * 1e3:.2f} ms (head share {p.head_share:.2f})")
+        # where the head's time goes (node by node, so each carries the callback's own cost)
+        for node, t in zip(p.head_nodes, p.head_node_seconds):
+            print(f"          {node:<28} {t * 1e3:6.3f} ms")
     print(f"ordered / full: {fastest['ordered'].step_seconds / fastest['full'].step_seconds:.2f}x")
 
 

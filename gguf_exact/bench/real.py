@@ -284,6 +284,7 @@ class DrafterProfile:
     profiled_step_seconds: float  # the whole step, timed node by node
     nodes: int
     head_nodes: tuple[str, ...] = ()  # the nodes timed as the head, in llama.cpp's order
+    head_node_seconds: tuple[float, ...] = ()  # each head node's median time, in that order
 
     @property
     def head_share(self) -> float:
@@ -350,21 +351,26 @@ def drafter_profile(target: Path, drafter: Path, threads: int, steps: int = 10, 
                 llama_cpp.llama_context_default_params = defaults
             for _ in range(3):
                 timed.draft(token, pos, 1, h)
-            heads, totals = [], []
+            heads, totals, per_node = [], [], []
             for _ in range(steps):
                 seen.clear()
                 t0 = time.perf_counter()
                 timed.draft(token, pos, 1, h)
-                last, head, head_nodes = t0, 0.0, []
+                last, head, head_nodes, node_times = t0, 0.0, [], []
                 for name, t in seen:
                     if name == HEAD_NODE or name.startswith(ORDERED_HEAD_NODES):
                         head += t - last
                         head_nodes.append(name)
+                        node_times.append(t - last)
                     last = t
                 heads.append(head)
                 totals.append(last - t0)
+                per_node.append(node_times)
             nodes = len(seen)
-    return DrafterProfile(step, statistics.median(heads), statistics.median(totals), nodes, tuple(head_nodes))
+    node_medians = tuple(statistics.median(ts) for ts in zip(*per_node))
+    return DrafterProfile(
+        step, statistics.median(heads), statistics.median(totals), nodes, tuple(head_nodes), node_medians
+    )
 
 
 def predicted_speedup(
