@@ -262,3 +262,56 @@ def test_memory_plan_equals_llama_server_log_at_real_shape(pair, tmp_path, monke
     for what in ("target weights", "drafter weights", "KV cache"):
         assert abs(rows[what].ratio - 1) < 0.001, rows[what]
     assert abs(rows["compute buffers"].ratio - 1) < 0.10, rows["compute buffers"]
+
+
+def test_over_two_rpc_workers_the_full_size_pair_says_the_same_with_buffers_as_planned(pair, tmp_path, monkeypatch):
+    """Issue 29 at real size: the E2B hidden pair served over two loopback `rpc-server` workers
+    (CPU) gives the one-machine walk and draft counts exactly, and each worker holds the
+    weights and KV cache the plan gives it (within 10%), with the drafter where the plan puts it."""
+    from gguf_exact.engines.logged_buffers import logged_buffers
+    from gguf_exact.engines.rpc_worker import plan_worker, start_worker
+    from gguf_exact.engines.serve import plan_serve
+    from gguf_exact.engines.settings import LOG_FILE, WorkerSettings
+    from gguf_exact.runtime.memory_plan import MIB
+
+    server_binary()
+    p = pair[0]
+    cycle = list(p.cycle)
+    runs = tmp_path / "run"
+    monkeypatch.setenv("GGUF_EXACT_RUN_DIR", str(runs))
+    ports: list[int] = []
+    while len(ports) < 2:
+        port = free_port()
+        ports += [port] if port not in ports else []
+    for port in ports:
+        start_worker(plan_worker(WorkerSettings(profile="cpu", port=port, threads=1, runs=runs)), detach=True)
+    endpoints = tuple(f"127.0.0.1:{port}" for port in ports)
+    try:
+        sets = [*TEST_SETTINGS, "threads=2", *fixed_length(3), "tensor-split=1,1", "log-verbosity=4"]
+        profile = load_profile("cpu").with_overrides(sets)
+        settings = ServeSettings(p.target, p.drafter, profile, port=free_port(), rpc=endpoints, runs=runs)
+        plan = plan_serve(settings)
+        assert [w.state for w in plan.workers] == ["ok", "ok"]
+        cmd = plan.launch.command
+        assert cmd[cmd.index("--spec-draft-device") + 1] == plan.devices.draft_device
+        start_server(plan.launch, detach=True, timeout=600)
+        try:
+            got = complete(plan.launch.url, PROMPT, N_PREDICT)
+            log = (runs / str(plan.launch.port) / LOG_FILE).read_text()
+        finally:
+            stop_server(plan.launch.port, runs)
+    finally:
+        for port in ports:
+            stop_server(port, runs)
+    # the walk and the counts the one-machine test asserts (hidden, n-max 3: 8 drafted, 8 accepted)
+    assert got["tokens"] == expected_walk(got["tokens"][0], cycle, N_PREDICT)
+    run = predict_run("hidden", cycle.index(got["tokens"][0]), N_PREDICT, 3)
+    assert counts(got["timings"]) == (run.drafted, run.accepted) == (8, 8)
+    models = logged_buffers(log)
+    for i, endpoint in enumerate(endpoints):
+        share, name = plan.devices.shares[i], f"RPC0[{endpoint}]"
+        weights, kv = models[0].weights[name] * MIB, models[0].kv[name] * MIB
+        assert abs(weights - share.weights) <= 0.1 * share.weights, (name, weights, share)
+        assert abs(kv - share.kv) <= 0.1 * share.kv, (name, kv, share)
+        drafter = models[1].weights.get(name, 0.0) * MIB
+        assert abs(drafter - share.drafter_weights) <= 0.1 * max(share.drafter_weights, 1), (name, drafter, share)

@@ -174,18 +174,14 @@ def _progress(logfile: Path) -> str | None:
     return marks[-1].decode() if marks else None
 
 
-def _run(
-    cmd: list[str], logfile: Path, log: Log, what: str, every: float = 60.0, env: dict[str, str] | None = None
-) -> None:
+def _run(cmd: list[str], logfile: Path, log: Log, what: str, every: float = 60.0, env: dict | None = None) -> None:
     log("$ " + " ".join(cmd))
     with open(logfile, "a") as f:
         f.write("$ " + " ".join(cmd) + "\n")
         f.flush()
         # A session (process group) of its own: an interrupt stops the whole tree (cmake,
         # ninja, nvcc, cc1plus), not only cmake, which would leave ninja compiling for an hour.
-        proc = subprocess.Popen(
-            cmd, stdout=f, stderr=subprocess.STDOUT, start_new_session=True, env={**os.environ, **(env or {})}
-        )
+        proc = subprocess.Popen(cmd, stdout=f, stderr=subprocess.STDOUT, start_new_session=True, env={**os.environ, **(env or {})})  # fmt: skip
         t0 = time.monotonic()
         try:
             while True:
@@ -318,30 +314,10 @@ def build_llama_cpp(
         )
         if setup is not None:
             log(f"CUDA {setup.toolkit.version} ({setup.toolkit.root}), cuBLAS {setup.cublas.describe()}")
-        launcher, launcher_env = compiler_cache(work)
-        _run(
-            cmake_args(src, build, backend, setup, vulkan_tools, cpu) + launcher,
-            logfile,
-            log,
-            "configure",
-            env=launcher_env,
-        )
-        _run(
-            [
-                "cmake",
-                "--build",
-                str(build),
-                "--config",
-                "Release",
-                f"-j{jobs}",
-                "--target",
-                *(CMAKE_TARGETS.get(t, t) for t in TARGETS),
-            ],
-            logfile,
-            log,
-            "build",
-            env=launcher_env,
-        )
+        launcher, env = compiler_cache(work)
+        _run(cmake_args(src, build, backend, setup, vulkan_tools, cpu) + launcher, logfile, log, "configure", env=env)
+        targets = [CMAKE_TARGETS.get(t, t) for t in TARGETS]
+        _run(["cmake", "--build", str(build), "--config", "Release", f"-j{jobs}", "--target", *targets], logfile, log, "build", env=env)  # fmt: skip
         staged = work / "install"
         (staged / "bin").mkdir(parents=True)
         for target in TARGETS:
