@@ -40,7 +40,7 @@ from gguf_exact.gemma4.assistant import (
 from gguf_exact.gemma4.names import tensor_kind
 from gguf_exact.malloc_tuning import keep_heap_blocks
 from gguf_exact.progress import Progress
-from gguf_exact.stream.jobs import DATA, ENCODE, QAT, SOURCE, TensorJob, reference_jobs
+from gguf_exact.stream.jobs import DATA, ENCODE, QAT, TensorJob, is_source_matrix, llama_q8_0_jobs, reference_jobs
 from gguf_exact.stream.pipeline import write_report, write_verified
 from gguf_exact.stream.source_rows import RowSource, locate
 from gguf_exact.stream.writer import TensorResult
@@ -130,11 +130,6 @@ def drafter_jobs(ckpt: Checkpoint, cfg: AssistantConfig) -> list[TensorJob]:
     return sorted(jobs, key=lambda j: tensor_order(j.entry.name))
 
 
-def is_matrix(job: TensorJob) -> bool:
-    """A drafter matrix: what ``general.file_type`` counts (exact Q4_0, or a reference's source bytes)."""
-    return job.role in (QAT, SOURCE)
-
-
 def head_job(ckpt: Checkpoint, cfg: AssistantConfig, hf_name: str, gguf_name: str, loc) -> TensorJob:
     """The ordered head's two tensors. The centroids: exact Q4_0 when they are on the grid, else
     the source's own float type (every bit; no one promises they are QAT, so never a stop). The
@@ -198,13 +193,16 @@ def convert_drafter(
     workers: int | None = None,
     bf16_reference: bool = False,
     ordered_head: bool = True,
+    llama_q8_0: bool = False,
 ) -> ConvertResult:
     """Convert an HF Gemma 4 assistant folder to an exact Q4_0 GGUF at ``out_path``.
 
     ``off_grid``: how to store a matrix with blocks off the 4-bit grid (``q8_0``,
     ``f16``, ``bf16``, ``f32``); None stops. ``bf16_reference``: write the bf16
     reference instead, every matrix the source's own bytes under the same header and
-    tensor order (:func:`gguf_exact.stream.jobs.reference_jobs`). ``ordered_head``: keep the checkpoint's
+    tensor order (:func:`gguf_exact.stream.jobs.reference_jobs`). ``llama_q8_0``: that plan and
+    header with every matrix as llama.cpp's ``convert_hf_to_gguf.py --outtype q8_0`` stores it
+    (:func:`gguf_exact.stream.jobs.llama_q8_0_jobs`), its peer in acceptance and size. ``ordered_head``: keep the checkpoint's
     ordered-embedding head when its config uses one (the fast draft step of llama.cpp
     with patch #24); False writes the full head only, as upstream's converter does. Nothing is left at
     ``out_path`` unless the file read back as planned and, when given, matched ``expect_sha256``.
@@ -215,6 +213,9 @@ def convert_drafter(
         raise ArgumentError(
             Param("off_grid"), " does not apply to a bf16 reference: every matrix is the source's bytes"
         )
+    if llama_q8_0 and (bf16_reference or off_grid is not None):
+        what = Param("bf16_reference") if bf16_reference else Param("off_grid")
+        raise ArgumentError(what, " does not apply with ", Param("llama_q8_0"), ": every matrix is Q8_0")
     inputs = {"source folder's file": source_dir, Param("vocab_from"): vocab_from}
     out_path = check_output_files(out_path, report_path, inputs)
     keep_heap_blocks()
@@ -229,7 +230,9 @@ def convert_drafter(
         folder = ckpt.folder
     if bf16_reference:
         jobs = reference_jobs(jobs)
-    kv_raw = drafter_kv(cfg, target, [j.stored_type for j in jobs if is_matrix(j)])
+    elif llama_q8_0:
+        jobs = llama_q8_0_jobs(jobs)
+    kv_raw = drafter_kv(cfg, target, [j.stored_type for j in jobs if is_source_matrix(j)])
     written = write_verified(
         out_path,
         jobs,
@@ -237,7 +240,7 @@ def convert_drafter(
         GGUF_VERSION,
         ALIGNMENT,
         kv_raw,
-        lambda placed: drafter_kv(cfg, target, [t.type for t, j in zip(placed, jobs) if is_matrix(j)]),
+        lambda placed: drafter_kv(cfg, target, [t.type for t, j in zip(placed, jobs) if is_source_matrix(j)]),
         _replanner(jobs),
         off_grid=off_grid,
         workers=workers,

@@ -16,14 +16,14 @@ every matrix the source's bytes. ``compare`` measures files made any other way w
 from pathlib import Path
 from typing import Callable
 
-from gguf_exact.drafter.convert import GGUF_VERSION, check_target, drafter_jobs, drafter_kv, is_matrix
+from gguf_exact.drafter.convert import GGUF_VERSION, check_target, drafter_jobs, drafter_kv
 from gguf_exact.errors import Message, Param
 from gguf_exact.formats.checkpoint import Checkpoint
 from gguf_exact.formats.gguf_reader import GgufFile, opened
 from gguf_exact.formats.kv_judge import KeyJudgement, judge_keys
 from gguf_exact.formats.vocab import TargetInfo, Tokenizer, read_target
 from gguf_exact.gemma4.assistant import CENTROIDS, AssistantConfig
-from gguf_exact.stream.jobs import TensorJob, is_reference, reference_jobs
+from gguf_exact.stream.jobs import TensorJob, is_reference, is_source_matrix, reference_jobs
 from gguf_exact.stream.verify import OffGridRule, TensorCheck, Verification, measure_tensors, verify_tensors
 
 __all__ = ["TensorCheck", "Verification", "verify_gguf"]
@@ -77,7 +77,7 @@ def judge_drafter_keys(
     matrix types the file holds (a wrong type is the tensor check's failure), the
     tokenizer from ``target`` when given."""
     stored = {t.name: t.type for t in gguf.tensors}
-    matrix_types = [stored.get(j.entry.name, j.stored_type) for j in jobs if is_matrix(j)]
+    matrix_types = [stored.get(j.entry.name, j.stored_type) for j in jobs if is_source_matrix(j)]
     no_vocab = TargetInfo(Path(), "", None, Tokenizer((), None, None, None, 0, ""))
     expected = drafter_kv(cfg, target or no_vocab, matrix_types)
     return judge_keys(
