@@ -86,13 +86,16 @@ def inputs(work: Path, shape: str, kind: str) -> tuple[Path, Path]:
 
 def drafters(work: Path, shape: str, kind: str, target: Path, checkpoint: Path) -> dict[str, Path]:
     """The three files of one checkpoint, keyed by :data:`FORMS`."""
-    from gguf_exact.drafter.convert import convert_drafter
+    from gguf_exact.drafter.convert import convert_drafter, convert_llama_q8_0
 
     paths = {form: work / shape / f"{kind}-drafter-{form}.gguf" for form in FORMS}
-    how = {"bf16": {"bf16_reference": True}, "exact": {}, "q8_0": {"llama_q8_0": True}}
-    what = {"bf16": "convert --bf16", "exact": "convert (exact Q4_0)", "q8_0": "convert --llama-q8-0"}
-    for form in FORMS:
-        made(paths[form], what[form], lambda f=form: convert_drafter(checkpoint, paths[f], target, **how[f]))
+    makers = {
+        "bf16": ("convert --bf16", lambda: convert_drafter(checkpoint, paths["bf16"], target, bf16_reference=True)),
+        "exact": ("convert (exact Q4_0)", lambda: convert_drafter(checkpoint, paths["exact"], target)),
+        "q8_0": ("convert --llama-q8-0", lambda: convert_llama_q8_0(checkpoint, paths["q8_0"], target)),
+    }
+    for form, (what, make) in makers.items():
+        made(paths[form], what, make)
     return paths
 
 

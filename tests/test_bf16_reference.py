@@ -12,7 +12,7 @@ from helpers import source_bits
 
 from gguf_exact.cli import main as cli_main
 from gguf_exact.core import bf16
-from gguf_exact.drafter.convert import convert_drafter
+from gguf_exact.drafter.convert import convert_drafter, convert_llama_q8_0
 from gguf_exact.errors import ArgumentError
 from gguf_exact.formats.checkpoint import Checkpoint
 from gguf_exact.formats.gguf_file import sha256_file
@@ -46,7 +46,7 @@ def drafter(tiny, tmp_path_factory) -> Path:
     root = tmp_path_factory.mktemp("bf16-drafter")
     convert_drafter(tiny / "drafter-bf16", root / "exact.gguf", tiny / "target.gguf")
     convert_drafter(tiny / "drafter-bf16", root / "bf16.gguf", tiny / "target.gguf", bf16_reference=True)
-    convert_drafter(tiny / "drafter-bf16", root / "q8_0.gguf", tiny / "target.gguf", llama_q8_0=True)
+    convert_llama_q8_0(tiny / "drafter-bf16", root / "q8_0.gguf", tiny / "target.gguf")
     return root
 
 

@@ -10,7 +10,7 @@ import click
 from gguf_exact.cli import console
 from gguf_exact.cli.app import flags, main, message
 from gguf_exact.cli.console import fitted_table, pct, say_fitted, tensor_progress, type_mix
-from gguf_exact.errors import GgufExactError
+from gguf_exact.errors import ArgumentError, GgufExactError, Param
 
 
 @main.command()
@@ -108,13 +108,21 @@ def convert(
     matrix as llama.cpp's own converter stores it at --outtype q8_0 (norms F32): the peer
     an exact drafter's acceptance and size are compared with.
     """
-    from gguf_exact.drafter.convert import convert_drafter
+    from gguf_exact.drafter.convert import convert_drafter, convert_llama_q8_0
 
+    if llama_q8_0 and (bf16_reference or off_grid):
+        what = Param("bf16_reference") if bf16_reference else Param("off_grid")
+        raise ArgumentError(what, " does not apply with ", Param("llama_q8_0"), ": every matrix is Q8_0")
     with tensor_progress("convert") as progress:
-        result = convert_drafter(
-            src_dir, out_gguf, vocab_from, off_grid, expect_sha256, report_path, progress,
-            bf16_reference=bf16_reference, ordered_head=not full_head, llama_q8_0=llama_q8_0,
-        )  # fmt: skip
+        if llama_q8_0:
+            result = convert_llama_q8_0(
+                src_dir, out_gguf, vocab_from, expect_sha256, report_path, progress, ordered_head=not full_head
+            )
+        else:
+            result = convert_drafter(
+                src_dir, out_gguf, vocab_from, off_grid, expect_sha256, report_path, progress,
+                bf16_reference=bf16_reference, ordered_head=not full_head,
+            )  # fmt: skip
     t = result.total
     console.out.print(f"wrote {result.path} ({result.size:,} bytes; {type_mix(result.type_counts)})")
     console.out.print(

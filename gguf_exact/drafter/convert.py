@@ -9,6 +9,7 @@ only then is it renamed into place.
 """
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -193,16 +194,13 @@ def convert_drafter(
     workers: int | None = None,
     bf16_reference: bool = False,
     ordered_head: bool = True,
-    llama_q8_0: bool = False,
 ) -> ConvertResult:
     """Convert an HF Gemma 4 assistant folder to an exact Q4_0 GGUF at ``out_path``.
 
     ``off_grid``: how to store a matrix with blocks off the 4-bit grid (``q8_0``,
     ``f16``, ``bf16``, ``f32``); None stops. ``bf16_reference``: write the bf16
     reference instead, every matrix the source's own bytes under the same header and
-    tensor order (:func:`gguf_exact.stream.jobs.reference_jobs`). ``llama_q8_0``: that plan and
-    header with every matrix as llama.cpp's ``convert_hf_to_gguf.py --outtype q8_0`` stores it
-    (:func:`gguf_exact.stream.jobs.llama_q8_0_jobs`), its peer in acceptance and size. ``ordered_head``: keep the checkpoint's
+    tensor order (:func:`gguf_exact.stream.jobs.reference_jobs`). ``ordered_head``: keep the checkpoint's
     ordered-embedding head when its config uses one (the fast draft step of llama.cpp
     with patch #24); False writes the full head only, as upstream's converter does. Nothing is left at
     ``out_path`` unless the file read back as planned and, when given, matched ``expect_sha256``.
@@ -213,9 +211,55 @@ def convert_drafter(
         raise ArgumentError(
             Param("off_grid"), " does not apply to a bf16 reference: every matrix is the source's bytes"
         )
-    if llama_q8_0 and (bf16_reference or off_grid is not None):
-        what = Param("bf16_reference") if bf16_reference else Param("off_grid")
-        raise ArgumentError(what, " does not apply with ", Param("llama_q8_0"), ": every matrix is Q8_0")
+    plan = reference_jobs if bf16_reference else None
+    return _write_drafter(
+        source_dir, out_path, vocab_from, plan, off_grid, expect_sha256, report_path, progress, workers, ordered_head
+    )
+
+
+@one_command()
+def convert_llama_q8_0(
+    source_dir: str | Path,
+    out_path: str | Path,
+    vocab_from: str | Path,
+    expect_sha256: str | None = None,
+    report_path: str | Path | None = None,
+    progress: Progress | None = None,
+    workers: int | None = None,
+    ordered_head: bool = True,
+) -> ConvertResult:
+    """llama.cpp's Q8_0 peer of a drafter at ``out_path``: the bf16 reference's plan and header
+    (:func:`convert_drafter` with ``bf16_reference``) with every matrix as upstream's
+    ``convert_hf_to_gguf.py --outtype q8_0`` stores it, gguf-py's Q8_0 of the source's values
+    (:func:`gguf_exact.stream.jobs.llama_q8_0_jobs`): the file an exact drafter's acceptance
+    and size are set beside. Written, read back and renamed as :func:`convert_drafter`'s."""
+    return _write_drafter(
+        source_dir,
+        out_path,
+        vocab_from,
+        llama_q8_0_jobs,
+        None,
+        expect_sha256,
+        report_path,
+        progress,
+        workers,
+        ordered_head,
+    )
+
+
+def _write_drafter(
+    source_dir: str | Path,
+    out_path: str | Path,
+    vocab_from: str | Path,
+    plan: Callable[[list[TensorJob]], list[TensorJob]] | None,
+    off_grid: str | None,
+    expect_sha256: str | None,
+    report_path: str | Path | None,
+    progress: Progress | None,
+    workers: int | None,
+    ordered_head: bool,
+) -> ConvertResult:
+    """The exact file's jobs, as ``plan`` re-plans them (None: the exact file itself), written."""
     inputs = {"source folder's file": source_dir, Param("vocab_from"): vocab_from}
     out_path = check_output_files(out_path, report_path, inputs)
     keep_heap_blocks()
@@ -228,10 +272,8 @@ def convert_drafter(
         check_target(target, cfg, Path(vocab_from))
         jobs = drafter_jobs(ckpt, cfg)
         folder = ckpt.folder
-    if bf16_reference:
-        jobs = reference_jobs(jobs)
-    elif llama_q8_0:
-        jobs = llama_q8_0_jobs(jobs)
+    if plan is not None:
+        jobs = plan(jobs)
     kv_raw = drafter_kv(cfg, target, [j.stored_type for j in jobs if is_source_matrix(j)])
     written = write_verified(
         out_path,
