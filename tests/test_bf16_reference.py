@@ -177,3 +177,20 @@ def test_llama_q8_0_refuses_a_checkpoint_missing_a_tensor_and_an_output_that_is_
     line = one_error_line(["convert", "--llama-q8-0", "--bf16", tiny / "drafter-bf16", tmp_path / "out" / "d.gguf",
                            "--vocab-from", target])  # fmt: skip
     assert "--bf16 does not apply with --llama-q8-0" in line and list((tmp_path / "out").iterdir()) == []
+
+
+def test_verify_holds_a_llama_q8_0_file_to_gguf_pys_bytes_and_fails_one_changed(tiny, drafter, tmp_path):
+    v = verify_file(drafter / "q8_0.gguf", tiny / "drafter-bf16", vocab_from=tiny / "target.gguf")
+    assert v.ok() and v.writer == "convert --llama-q8-0"
+    assert "llama.cpp's Q8_0 way: 24 matrices, 227,328 values, gguf-py's quantize" in v.verdict()
+
+    def flip(name, data):
+        if name == "blk.2.ffn_up.weight":
+            data = data.copy()
+            data.reshape(-1)[40] ^= 1  # one bit of one quant of block 1 (34 bytes a block)
+        return data
+
+    broken = rewrite(drafter / "q8_0.gguf", tmp_path / "broken.gguf", change=flip)
+    v = verify_file(broken, tiny / "drafter-bf16", vocab_from=tiny / "target.gguf")
+    assert not v.ok()
+    assert len(v.failures) == 1 and "tensor blk.2.ffn_up.weight" in str(v.failures[0])

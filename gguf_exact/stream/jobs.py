@@ -105,6 +105,14 @@ def llama_q8_0_jobs(jobs: list[TensorJob]) -> list[TensorJob]:
     return out
 
 
+def is_llama_q8_0(jobs: list[TensorJob], stored: dict[str, GGMLQuantizationType]) -> bool:
+    """True when a file (``stored``: tensor name -> type) holds the matrices of ``jobs`` as
+    :func:`llama_q8_0_jobs` plans them (every one Q8_0, or F16 where a row is not whole blocks)."""
+    planned = {j.entry.name: j.entry.type for j in llama_q8_0_jobs(jobs) if is_source_matrix(j)}
+    held = {name: t for name, t in planned.items() if name in stored}
+    return bool(held) and all(stored[name] == t for name, t in held.items())
+
+
 def is_source_matrix(job: TensorJob) -> bool:
     """A matrix with a source: what a reference stores in another way (and what
     ``general.file_type`` counts)."""
