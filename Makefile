@@ -65,12 +65,16 @@ demo: setup
 # with 500,000), every command's GGUF checks on that vocabulary, then quality at the full E2B shape
 # (a peaked synthetic QAT model, its exact re-pack and its Google-style donor against the bf16
 # reference: about 30 GB in a temp folder, deleted after; 45 minutes or more on 2 shared cores):
-# the tables in docs/benchmarks.md and docs/quality.md.
+# the tables in docs/benchmarks.md and docs/quality.md; then the drafter table at the full E2B
+# shape (one bf16 checkpoint as exact Q4_0, llama.cpp's Q8_0 and bf16, each drafting for the same
+# target: acceptance alike; the pair kept in build/bench-drafters and reused).
 BENCH_QUALITY_ARGS ?= --chunks 4 --ctx 256
+BENCH_DRAFTERS_ARGS ?= --shape e2b --kind real
 bench: setup llama-server
 	$(BIN)/python scripts/bench_convert.py
 	$(BIN)/python scripts/bench_checks.py
 	$(BIN)/python scripts/bench_quality.py $(BENCH_QUALITY_ARGS)
+	$(BIN)/python scripts/bench_drafters.py $(BENCH_DRAFTERS_ARGS) --json build/bench-drafters.json
 
 # In-process draft-mtp runner against llama-server on tiny models (tokens/s ratio, Python
 # overhead per step); without a built llama-server it prints the runner's figures only.

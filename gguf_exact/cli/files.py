@@ -10,7 +10,7 @@ import click
 from gguf_exact.cli import console
 from gguf_exact.cli.app import flags, main, message
 from gguf_exact.cli.console import fitted_table, pct, say_fitted, tensor_progress, type_mix
-from gguf_exact.errors import GgufExactError
+from gguf_exact.errors import ArgumentError, GgufExactError, Param
 
 
 @main.command()
@@ -71,6 +71,13 @@ def inspect(src_dir: Path, as_json: bool) -> None:
     help="Write the bf16 reference: the same header and tensors, every matrix the source's own bytes.",
 )
 @click.option(
+    "--llama-q8-0",
+    "llama_q8_0",
+    is_flag=True,
+    help="Write llama.cpp's Q8_0 peer (convert_hf_to_gguf.py --outtype q8_0's matrices, gguf-py's Q8_0) "
+    "under the bf16 reference's header and tensors.",
+)
+@click.option(
     "--full-head",
     is_flag=True,
     help="Drop the ordered-embedding head (masked_embedding.*) as upstream's converter does: for a llama.cpp "
@@ -84,6 +91,7 @@ def convert(
     expect_sha256: str | None,
     off_grid: str | None,
     bf16_reference: bool,
+    llama_q8_0: bool,
     full_head: bool,
 ) -> None:
     """Convert a Gemma 4 MTP drafter to an exact Q4_0 GGUF.
@@ -96,15 +104,25 @@ def convert(
     beside OUT_GGUF, read back and verified, then renamed into place; on any
     failure nothing is left at OUT_GGUF. With --bf16 it writes the bf16 reference
     instead (what `quality` measures against): the exact file's keys and tensor order,
-    every matrix the source's bf16 bits.
+    every matrix the source's bf16 bits. With --llama-q8-0, that header and plan with every
+    matrix as llama.cpp's own converter stores it at --outtype q8_0 (norms F32): the peer
+    an exact drafter's acceptance and size are compared with.
     """
-    from gguf_exact.drafter.convert import convert_drafter
+    from gguf_exact.drafter.convert import convert_drafter, convert_llama_q8_0
 
+    if llama_q8_0 and (bf16_reference or off_grid):
+        what = Param("bf16_reference") if bf16_reference else Param("off_grid")
+        raise ArgumentError(what, " does not apply with ", Param("llama_q8_0"), ": every matrix is Q8_0")
     with tensor_progress("convert") as progress:
-        result = convert_drafter(
-            src_dir, out_gguf, vocab_from, off_grid, expect_sha256, report_path, progress,
-            bf16_reference=bf16_reference, ordered_head=not full_head,
-        )  # fmt: skip
+        if llama_q8_0:
+            result = convert_llama_q8_0(
+                src_dir, out_gguf, vocab_from, expect_sha256, report_path, progress, ordered_head=not full_head
+            )
+        else:
+            result = convert_drafter(
+                src_dir, out_gguf, vocab_from, off_grid, expect_sha256, report_path, progress,
+                bf16_reference=bf16_reference, ordered_head=not full_head,
+            )  # fmt: skip
     t = result.total
     console.out.print(f"wrote {result.path} ({result.size:,} bytes; {type_mix(result.type_counts)})")
     console.out.print(

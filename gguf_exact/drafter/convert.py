@@ -9,6 +9,7 @@ only then is it renamed into place.
 """
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -40,7 +41,7 @@ from gguf_exact.gemma4.assistant import (
 from gguf_exact.gemma4.names import tensor_kind
 from gguf_exact.malloc_tuning import keep_heap_blocks
 from gguf_exact.progress import Progress
-from gguf_exact.stream.jobs import DATA, ENCODE, QAT, SOURCE, TensorJob, reference_jobs
+from gguf_exact.stream.jobs import DATA, ENCODE, QAT, TensorJob, is_source_matrix, llama_q8_0_jobs, reference_jobs
 from gguf_exact.stream.pipeline import write_report, write_verified
 from gguf_exact.stream.source_rows import RowSource, locate
 from gguf_exact.stream.writer import TensorResult
@@ -130,11 +131,6 @@ def drafter_jobs(ckpt: Checkpoint, cfg: AssistantConfig) -> list[TensorJob]:
     return sorted(jobs, key=lambda j: tensor_order(j.entry.name))
 
 
-def is_matrix(job: TensorJob) -> bool:
-    """A drafter matrix: what ``general.file_type`` counts (exact Q4_0, or a reference's source bytes)."""
-    return job.role in (QAT, SOURCE)
-
-
 def head_job(ckpt: Checkpoint, cfg: AssistantConfig, hf_name: str, gguf_name: str, loc) -> TensorJob:
     """The ordered head's two tensors. The centroids: exact Q4_0 when they are on the grid, else
     the source's own float type (every bit; no one promises they are QAT, so never a stop). The
@@ -215,6 +211,55 @@ def convert_drafter(
         raise ArgumentError(
             Param("off_grid"), " does not apply to a bf16 reference: every matrix is the source's bytes"
         )
+    plan = reference_jobs if bf16_reference else None
+    return _write_drafter(
+        source_dir, out_path, vocab_from, plan, off_grid, expect_sha256, report_path, progress, workers, ordered_head
+    )
+
+
+@one_command()
+def convert_llama_q8_0(
+    source_dir: str | Path,
+    out_path: str | Path,
+    vocab_from: str | Path,
+    expect_sha256: str | None = None,
+    report_path: str | Path | None = None,
+    progress: Progress | None = None,
+    workers: int | None = None,
+    ordered_head: bool = True,
+) -> ConvertResult:
+    """llama.cpp's Q8_0 peer of a drafter at ``out_path``: the bf16 reference's plan and header
+    (:func:`convert_drafter` with ``bf16_reference``) with every matrix as upstream's
+    ``convert_hf_to_gguf.py --outtype q8_0`` stores it, gguf-py's Q8_0 of the source's values
+    (:func:`gguf_exact.stream.jobs.llama_q8_0_jobs`): the file an exact drafter's acceptance
+    and size are set beside. Written, read back and renamed as :func:`convert_drafter`'s."""
+    return _write_drafter(
+        source_dir,
+        out_path,
+        vocab_from,
+        llama_q8_0_jobs,
+        None,
+        expect_sha256,
+        report_path,
+        progress,
+        workers,
+        ordered_head,
+    )
+
+
+def _write_drafter(
+    source_dir: str | Path,
+    out_path: str | Path,
+    vocab_from: str | Path,
+    plan: Callable[[list[TensorJob]], list[TensorJob]] | None,
+    off_grid: str | None,
+    expect_sha256: str | None,
+    report_path: str | Path | None,
+    progress: Progress | None,
+    workers: int | None,
+    ordered_head: bool,
+) -> ConvertResult:
+    """The exact file's jobs, as ``plan`` re-plans them (None: the exact file itself), written."""
     inputs = {"source folder's file": source_dir, Param("vocab_from"): vocab_from}
     out_path = check_output_files(out_path, report_path, inputs)
     keep_heap_blocks()
@@ -227,9 +272,9 @@ def convert_drafter(
         check_target(target, cfg, Path(vocab_from))
         jobs = drafter_jobs(ckpt, cfg)
         folder = ckpt.folder
-    if bf16_reference:
-        jobs = reference_jobs(jobs)
-    kv_raw = drafter_kv(cfg, target, [j.stored_type for j in jobs if is_matrix(j)])
+    if plan is not None:
+        jobs = plan(jobs)
+    kv_raw = drafter_kv(cfg, target, [j.stored_type for j in jobs if is_source_matrix(j)])
     written = write_verified(
         out_path,
         jobs,
@@ -237,7 +282,7 @@ def convert_drafter(
         GGUF_VERSION,
         ALIGNMENT,
         kv_raw,
-        lambda placed: drafter_kv(cfg, target, [t.type for t, j in zip(placed, jobs) if is_matrix(j)]),
+        lambda placed: drafter_kv(cfg, target, [t.type for t, j in zip(placed, jobs) if is_source_matrix(j)]),
         _replanner(jobs),
         off_grid=off_grid,
         workers=workers,

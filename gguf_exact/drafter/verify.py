@@ -9,21 +9,30 @@ pairs are the target's, copied by ``--vocab-from``: with the target given they a
 compared as bytes too; without it they cannot be judged and are named as such.
 :func:`gguf_exact.stream.verify.verify_tensors` judges the tensors. A bf16 reference
 (``convert --bf16``: every matrix in the source's dtype) is held to the reference plan,
-every matrix the source's bytes. ``compare`` measures files made any other way with
+every matrix the source's bytes; llama.cpp's Q8_0 peer (``convert --llama-q8-0``: every
+matrix Q8_0) to that plan as :func:`~gguf_exact.stream.jobs.llama_q8_0_jobs` makes it, every
+matrix gguf-py's Q8_0 of the source's values. ``compare`` measures files made any other way with
 ``judge=False``.
 """
 
 from pathlib import Path
 from typing import Callable
 
-from gguf_exact.drafter.convert import GGUF_VERSION, check_target, drafter_jobs, drafter_kv, is_matrix
+from gguf_exact.drafter.convert import GGUF_VERSION, check_target, drafter_jobs, drafter_kv
 from gguf_exact.errors import Message, Param
 from gguf_exact.formats.checkpoint import Checkpoint
 from gguf_exact.formats.gguf_reader import GgufFile, opened
 from gguf_exact.formats.kv_judge import KeyJudgement, judge_keys
 from gguf_exact.formats.vocab import TargetInfo, Tokenizer, read_target
 from gguf_exact.gemma4.assistant import CENTROIDS, AssistantConfig
-from gguf_exact.stream.jobs import TensorJob, is_reference, reference_jobs
+from gguf_exact.stream.jobs import (
+    TensorJob,
+    is_llama_q8_0,
+    is_reference,
+    is_source_matrix,
+    llama_q8_0_jobs,
+    reference_jobs,
+)
 from gguf_exact.stream.verify import OffGridRule, TensorCheck, Verification, measure_tensors, verify_tensors
 
 __all__ = ["TensorCheck", "Verification", "verify_gguf"]
@@ -64,8 +73,11 @@ def verify_gguf(
         if not judge:
             return measure_tensors(gguf, jobs, progress)
         writer = "convert"
-        if is_reference(jobs, {t.name: t.type for t in gguf.tensors}):
+        stored = {t.name: t.type for t in gguf.tensors}
+        if is_reference(jobs, stored):
             jobs, writer = reference_jobs(jobs), "convert --bf16"
+        elif is_llama_q8_0(jobs, stored):
+            jobs, writer = llama_q8_0_jobs(jobs), "convert --llama-q8-0"
         keys = judge_drafter_keys(gguf, cfg, jobs, target)
         return verify_tensors(gguf, jobs, keys, rule, None, writer, Path(source_dir), progress, workers)
 
@@ -77,7 +89,7 @@ def judge_drafter_keys(
     matrix types the file holds (a wrong type is the tensor check's failure), the
     tokenizer from ``target`` when given."""
     stored = {t.name: t.type for t in gguf.tensors}
-    matrix_types = [stored.get(j.entry.name, j.stored_type) for j in jobs if is_matrix(j)]
+    matrix_types = [stored.get(j.entry.name, j.stored_type) for j in jobs if is_source_matrix(j)]
     no_vocab = TargetInfo(Path(), "", None, Tokenizer((), None, None, None, 0, ""))
     expected = drafter_kv(cfg, target or no_vocab, matrix_types)
     return judge_keys(

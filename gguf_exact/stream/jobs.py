@@ -74,11 +74,49 @@ def reference_jobs(jobs: list[TensorJob]) -> list[TensorJob]:
     holds the source's own bytes; everything else (norms, generated and unmapped
     tensors) is written as the plan says, so keys, names and order stay the exact file's."""
     return [
-        replace(j, role=SOURCE, note=f"{j.source.loc.dtype}: the source's bytes")
-        if j.source is not None and len(j.entry.ne) >= 2
-        else j
+        replace(j, role=SOURCE, note=f"{j.source.loc.dtype}: the source's bytes") if is_source_matrix(j) else j
         for j in jobs
     ]
+
+
+def llama_q8_0_jobs(jobs: list[TensorJob]) -> list[TensorJob]:
+    """The plan of :func:`reference_jobs` with every matrix stored as llama.cpp's converter
+    stores it for ``convert_hf_to_gguf.py --outtype q8_0``: gguf-py's
+    ``quants.quantize(values, Q8_0)`` of the source's values as float32 (``encode``).
+
+    The rule followed is upstream's ``ModelBase.prepare_tensors`` (``conversion/base.py`` in
+    the pinned llama.cpp; ``Gemma4AssistantModel`` adds no ``tensor_force_quant``): 1-D
+    tensors and names ending ``_norm.weight`` stay F32, names not ending ``.weight`` stay
+    F32, every other tensor is Q8_0 (F16 where a row is not whole blocks). Here every matrix is a 2-D ``.weight``; the 1-D tensors
+    keep their plan (F32 norms and scalars, ``rope_freqs``) and so do the tensors without a
+    source (the ordered head's I32 ``masked_embd_ordering``, which upstream drops with the
+    centroids: kept here, with the centroids as Q8_0, so the file drafts as the bf16
+    reference and the exact file do and differs from them only in how weights are stored)."""
+    out = []
+    for j in jobs:
+        if not is_source_matrix(j):
+            out.append(j)
+            continue
+        # a row that is not whole Q8_0 blocks: gguf-py's QuantError, on which upstream stores F16
+        qtype = GGMLQuantizationType.F16 if j.entry.cols % 32 else GGMLQuantizationType.Q8_0
+        entry = replace(j.entry, type=qtype)
+        note = f"{qtype.name.lower()}: llama.cpp's converter's way"
+        out.append(replace(j, entry=entry, role=ENCODE, note=note, lossless=None))
+    return out
+
+
+def is_llama_q8_0(jobs: list[TensorJob], stored: dict[str, GGMLQuantizationType]) -> bool:
+    """True when a file (``stored``: tensor name -> type) holds the matrices of ``jobs`` as
+    :func:`llama_q8_0_jobs` plans them (every one Q8_0, or F16 where a row is not whole blocks)."""
+    planned = {j.entry.name: j.entry.type for j in llama_q8_0_jobs(jobs) if is_source_matrix(j)}
+    held = {name: t for name, t in planned.items() if name in stored}
+    return bool(held) and all(stored[name] == t for name, t in held.items())
+
+
+def is_source_matrix(job: TensorJob) -> bool:
+    """A matrix with a source: what a reference stores in another way (and what
+    ``general.file_type`` counts)."""
+    return job.source is not None and len(job.entry.ne) >= 2
 
 
 def is_reference(jobs: list[TensorJob], stored: dict[str, GGMLQuantizationType]) -> bool:

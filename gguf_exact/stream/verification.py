@@ -30,6 +30,7 @@ FLOATS = (T.F32, T.F16, T.BF16)
 FALLBACK_TYPES = (T.Q8_0, T.F16, T.BF16, T.F32)  # what --off-grid may store an off-grid matrix as
 PASS, FAIL, NOT_JUDGED = "pass", "FAIL", "not judged"
 REFERENCE = "the source's bytes, every bit (a bf16 reference)"  # the note of a reference's matrix
+LLAMA_WAY = "gguf-py's quantize of the source's values (llama.cpp's converter's way)"  # a Q8_0 peer's matrix
 ALLOW = Param("allow_unchecked", api="allow_unchecked=True")
 DONOR = Param("donor", value="DONOR.gguf")
 KEEP = Param("off_grid", value="keep")
@@ -152,9 +153,13 @@ class Verification:
         b = self.blocks
         line = f"{name}: {_count(len(judged), 'tensor')} and {_count(self.keys.judged, 'key')} judged against {self.source}; "
         source_bytes = [t for t in judged if t.note.endswith(REFERENCE)]
+        llama_way = [t for t in judged if t.note.endswith(LLAMA_WAY)]
         if source_bytes and not q4:
             held = sum(t.n_values for t in source_bytes)
             line += f"a bf16 reference: {_count(len(source_bytes), 'matrix', 'matrices')}, {held:,} values, the source's bytes"
+        elif llama_way and not q4:
+            held = sum(t.n_values for t in llama_way)
+            line += f"llama.cpp's Q8_0 way: {_count(len(llama_way), 'matrix', 'matrices')}, {held:,} values, gguf-py's quantize of the source's values"
         else:
             line += (
                 f"{_count(len(q4), 'Q4_0 matrix', 'Q4_0 matrices')}, {values.exact_fraction:.4%} of "

@@ -51,6 +51,7 @@ from gguf_exact.stream.verification import (  # noqa: F401  (importable from her
     FALLBACK_TYPES,
     FLOATS,
     KEEP,
+    LLAMA_WAY,
     NOT_JUDGED,
     PASS,
     REFERENCE,
@@ -163,10 +164,9 @@ class _Judge:
         if job.role == SOURCE:
             kind = job.stored_type
             return self._encoded(job, t, check, kind, f"{kind.name}: {REFERENCE}")
-        if job.role == ENCODE:
-            return self._encoded(
-                job, t, check, job.entry.type, f"{job.entry.type.name}: the source's values, every bit"
-            )
+        if job.role == ENCODE:  # F32 norms, or a matrix as llama.cpp's converter stores it
+            how = "the source's values, every bit" if job.entry.type == T.F32 else LLAMA_WAY
+            return self._encoded(job, t, check, job.entry.type, f"{job.entry.type.name}: {how}")
         if job.role in FROM_DONOR and self.donor is not None:
             return self._donor_bytes(job, t, check, "the donor's bytes")
         if job.role == COPY and job.source is not None:  # a re-pack without its donor: as upstream writes norms
