@@ -141,7 +141,11 @@ def test_the_cpu_server_build_is_probed_and_named_by_its_features():
     assert [r["id"] for r in info["patches"]] == ["24", "23", "22142"]
     assert info["patches"] == source_patches.patch_record("cpu")  # the build is of these patches' bytes
     assert info["cpu_features"] == cpu.tag
-    assert info["probe"] == {"what": "llama-bench", "ok": True, "returncode": 0, "signal": "", "prompt_tokens": 64}
+    # on the CPU: no device, nothing offloaded (a GPU build's probe names its device: builds/build_probe.py)
+    assert info["probe"] == {
+        "what": "llama-bench", "ok": True, "returncode": 0, "signal": "",
+        "device": "", "visible_devices": "", "gpu_layers": 0, "prompt_tokens": 64,
+    }  # fmt: skip
     assert [a for a in info["cmake"] if a.startswith("-DGGML_")] == ["-DGGML_RPC=ON", *cpu.cmake_args()]
     # the probe passes on the installed build, not only when it was made
     assert build_probe.probe_server_build(binary.parent).ok
