@@ -310,8 +310,10 @@ def test_over_two_rpc_workers_the_full_size_pair_says_the_same_with_buffers_as_p
     models = logged_buffers(log)
     for i, endpoint in enumerate(endpoints):
         share, name = plan.devices.shares[i], f"RPC0[{endpoint}]"
-        weights, kv = models[0].weights[name] * MIB, models[0].kv[name] * MIB
+        # E2B's last 20 layers share the KV of earlier ones: a worker holding only those has no KV buffer
+        weights, kv = models[0].weights[name] * MIB, models[0].kv.get(name, 0.0) * MIB
         assert abs(weights - share.weights) <= 0.1 * share.weights, (name, weights, share)
         assert abs(kv - share.kv) <= 0.1 * share.kv, (name, kv, share)
         drafter = models[1].weights.get(name, 0.0) * MIB
         assert abs(drafter - share.drafter_weights) <= 0.1 * max(share.drafter_weights, 1), (name, drafter, share)
+    assert [s.kv > 0 for s in plan.devices.shares[:2]] == [True, False]
