@@ -244,16 +244,17 @@ def concurrently(url: str, prompts) -> list[dict]:
     return out  # type: ignore[return-value]
 
 
-# Why 4 slots may flip a token that 2 do not (ggml-vulkan at the pinned commit): a matrix product
-# of at most 8 rows (`mul_mat_vec_max_cols`, ggml-vulkan-types.h) runs the mat-vec shaders in f32;
-# a larger one runs the mat-mat shader (`ggml_vk_mul_mat`), whose tiles are float16 on a device
-# with fp16 (`device->fp16`; lavapipe has it): its inputs are rounded to 11 bits. The draft-mtp
-# verification batch is 1 + 2 rows a slot: at most 6 rows with 2 slots, up to 12 with 4, and a
-# slot still reading its prompt adds more; which batch a row rides in is the clients' timing.
+# Why several slots may flip a token (ggml-vulkan at the pinned commit): a matrix product of at
+# most 8 rows (`mul_mat_vec_max_cols`, ggml-vulkan-types.h), batched over nothing else, runs the
+# mat-vec shaders in f32; any other runs the mat-mat shader (`ggml_vk_mul_mat`), whose tiles are
+# float16 on a device with fp16 (`device->fp16`; lavapipe has it): its inputs are rounded to 11
+# bits. The draft-mtp verification batch is 1 + 2 rows a slot (up to 12 rows with 4 slots), a
+# slot still reading its prompt adds more, and the attention products (batched over heads) are
+# mat-mat whenever a sequence has 2 rows or more; which rows share a pass is the clients' timing.
 # Measured: the same position evaluated in a 1-row and in a 43-to-51-row batch, the gaps between
 # its top 3 logits moved by up to 0.011 nats; the random-weight mixed target has top-2 gaps
-# below that (the second prompt: 0.0036 at token 3, 0.0016 at token 8), and with 4 slots those
-# flip. GGML_VK_DISABLE_F16=1 (f32 tiles) keeps every token and draft count at -np 4.
+# below that (the second prompt: 0.0036 at token 3, 0.0016 at token 8), and with 4 slots (and
+# now and then 2) those flip. GGML_VK_DISABLE_F16=1 (f32 tiles) keeps every token and count.
 NEAR_TIE = 0.02  # nats between the top two logits: about twice the largest move measured
 F32_TILES = {"GGML_VK_DISABLE_F16": "1"}
 
