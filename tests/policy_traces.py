@@ -43,13 +43,15 @@ def simulate(
     limit: int = 99,
     events: list[tuple] | None = None,
     slow: dict[int, float] | None = None,
+    switch: float = 0.0,
 ) -> tuple[list[int], DraftPolicy]:
     """Drive a fresh policy for ``passes`` passes; the k chosen before each. ``events``
     (when given) receives what the policy was told, in order, for a replay; ``slow`` times
-    pass i at ``slow[i]`` times its cost (the machine busy for that pass)."""
+    pass i at ``slow[i]`` times its cost (the machine busy for that pass); ``switch`` seconds are
+    added to a pass whose row count differs from the pass before (llama.cpp's graph rebuilt)."""
     streams = [Stream(s.rate, s.then, s.after) for s in streams]  # fresh counters
     policy = DraftPolicy(PolicySettings(n_max=n_max))
-    ks = []
+    ks, prev = [], 0
     for i in range(passes):
         k = policy.choose(limit)
         accepted = 0
@@ -57,7 +59,8 @@ def simulate(
             if not streams[j].right(i):
                 break
             accepted += 1
-        seconds = curve[k + 1] * (slow or {}).get(i, 1.0)
+        seconds = curve[k + 1] * (slow or {}).get(i, 1.0) + (switch if prev and k + 1 != prev else 0.0)
+        prev = k + 1
         policy.observe_pass(k + 1, seconds)
         policy.observe_steps(k, k * step)
         policy.observe_result(k, accepted)

@@ -25,6 +25,14 @@ that, one pass timed while the machine was busy (2 rows at 20x their cost) stopp
 for good, since nothing timed 2 rows again; one first pass timed slow (1 row) kept a
 useless drafter drafting.
 
+Switches: llama.cpp reuses a decode's graph only for a batch of the same shape, so a pass
+whose row count differs from the one before also rebuilds and reallocates the graph (on a
+2-core CPU at E2B, 2 rows after 1 cost 167 ms where 2 rows after 2 cost 136). A switch
+pass's timing is therefore not kept for a row count already timed; a row count timed only
+by a switch is provisional, and the policy drafts the same length once more to time it
+steadily. And it keeps its last length unless another one's rate is ``switch_margin`` better,
+so two lengths of about one rate do not alternate, rebuilding every pass.
+
 Recovery: the policy drafts one depth deeper than its best every ``probe_interval``
 passes where that could pay (it would if the drafter were always right there); a failed
 probe doubles the interval (up to ``probe_interval_max``), a successful one halves it,
@@ -65,6 +73,7 @@ class PolicySettings:
     probe_interval: int = 8  # passes between probes one depth deeper than the best
     probe_interval_max: int = 64  # failed probes double the interval up to this
     cost_max_age: int = 128  # in passes: a row count's timing older than this is forgotten
+    switch_margin: float = 0.02  # another length must beat the last one's rate by this to switch to it
 
 
 @dataclass
@@ -75,6 +84,8 @@ class DraftPolicy:
     pass_cost: dict[int, float] = field(default_factory=dict)  # rows -> seconds
     timed_at: dict[int, int] = field(default_factory=dict)  # rows -> the pass count when last timed
     passes: int = 0  # passes timed so far
+    provisional: dict[int, bool] = field(default_factory=dict)  # rows -> timed only by a switch pass
+    last_rows: int = 0  # the row count of the pass timed last (0: none yet)
     step_cost: float | None = None  # seconds per drafter step
     tried: list[float] = field(default_factory=list)  # decayed drafts tried at depth j (index j - 1)
     accepted: list[float] = field(default_factory=list)  # decayed drafts accepted there
@@ -132,7 +143,8 @@ class DraftPolicy:
         return self.expected_tokens(k) / t if t > 0 else None
 
     def best(self, limit: int) -> int:
-        """The k in 0..min(n_max, limit) with the highest rate (ties: the shorter draft)."""
+        """The k in 0..min(n_max, limit) with the highest rate (ties: the shorter draft), or the
+        last pass's k while no other beats its rate by ``switch_margin``."""
         top = min(self.settings.n_max, limit)
         best_k, best_rate = 0, self.rate(0)
         if best_rate is None:
@@ -141,6 +153,12 @@ class DraftPolicy:
             r = self.rate(k)
             if r is not None and r > best_rate * (1.0 + TIE_MARGIN):
                 best_k, best_rate = k, r
+        stay = self.last_rows - 1
+        # the margin guards timed lengths against alternating; an untimed one (a guess) is explored
+        if 0 <= stay <= top and stay != best_k and self.timed(best_k + 1):
+            kept = self.rate(stay)
+            if kept is not None and best_rate <= kept * (1.0 + self.settings.switch_margin):
+                return stay
         return best_k
 
     def worth_probing(self, k: int) -> bool:
@@ -158,8 +176,12 @@ class DraftPolicy:
         """How many tokens to draft before the next pass, at most ``limit`` (what the context
         and the request's budget leave); one call per pass that could carry a draft."""
         top = min(self.settings.n_max, limit)
-        k = self.best(limit)
         self.probing = 0
+        held = self.last_rows - 1
+        if self.provisional.get(self.last_rows) and 0 <= held <= top:
+            self.last_k = held  # once more at a length timed only by a switch: a steady timing
+            return held
+        k = self.best(limit)
         if k < top and self.worth_probing(k):
             self.since_probe += 1
             if self.since_probe >= self.interval:
@@ -177,8 +199,14 @@ class DraftPolicy:
         if not 1 <= rows <= self.settings.n_max + 1:
             return
         self.passes += 1
-        old = self.pass_cost[rows] if self.timed(rows) else None  # a stale timing is replaced
-        self.pass_cost[rows] = seconds if old is None else old + self.settings.cost_weight * (seconds - old)
+        steady, fresh = rows == self.last_rows, self.timed(rows)
+        self.last_rows = rows
+        if not fresh or (steady and self.provisional[rows]):  # untimed, stale, or timed by a switch only
+            self.pass_cost[rows], self.provisional[rows] = seconds, not steady
+        elif steady:
+            self.pass_cost[rows] += self.settings.cost_weight * (seconds - self.pass_cost[rows])
+        else:
+            return  # a switch pass of a row count timed steadily: it also rebuilt the graph
         self.timed_at[rows] = self.passes
 
     def observe_steps(self, steps: int, seconds: float) -> None:
@@ -229,12 +257,16 @@ def snapshot_metrics(snap: PolicySnapshot, prefix: str = "llamacpp:") -> str:
     """Prometheus text of a snapshot, as llama-server's ``--spec-draft-adaptive`` writes it."""
     n, a, p, s = (prefix + m for m in (METRIC_DRAFT_N, METRIC_ACCEPTANCE, METRIC_PASS_SECONDS, METRIC_STEP_SECONDS))
     out = [f"# HELP {n} Speculative: drafts chosen for the latest pass\n# TYPE {n} gauge\n{n} {snap.draft_n}\n"]
-    out.append(f"# HELP {a} Speculative: estimated acceptance at each draft depth, given the ones before\n# TYPE {a} gauge\n")
+    out.append(
+        f"# HELP {a} Speculative: estimated acceptance at each draft depth, given the ones before\n# TYPE {a} gauge\n"
+    )
     out += [f'{a}{{depth="{j}"}} {v:g}\n' for j, v in enumerate(snap.acceptance, 1)]
     out.append(f"# HELP {p} Speculative: measured cost of a verification pass of this many rows\n# TYPE {p} gauge\n")
     out += [f'{p}{{rows="{r}"}} {v:g}\n' for r, v in snap.pass_seconds]
     if snap.step_seconds is not None:
-        out.append(f"# HELP {s} Speculative: measured cost of one drafter step\n# TYPE {s} gauge\n{s} {snap.step_seconds:g}\n")
+        out.append(
+            f"# HELP {s} Speculative: measured cost of one drafter step\n# TYPE {s} gauge\n{s} {snap.step_seconds:g}\n"
+        )
     return "".join(out)
 
 
