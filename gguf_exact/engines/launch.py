@@ -22,6 +22,7 @@ from pathlib import Path
 from gguf_exact import constants
 from gguf_exact.engines import llama_cpp_python, llama_server
 from gguf_exact.engines.process import (
+    await_start,
     check_port_free,
     claim_run_folder,
     last_lines,
@@ -227,14 +228,7 @@ def start_server(launch: Launch, detach: bool = False, timeout: float = 600.0) -
     write_settings(launch.settings, rdir)
     proc = spawn(launch.command, rdir, detach, server_env(launch))
     write_state(launch.settings, rdir, launch.command, proc.pid, detach)
-    try:
-        seconds = wait_healthy(launch, proc, timeout)
-    except BaseException:
-        if proc.poll() is None:
-            terminate(proc.pid, process_start_time(proc.pid))
-        (rdir / PID_FILE).unlink(missing_ok=True)
-        raise
-    return proc, seconds
+    return proc, await_start(proc, rdir, lambda: wait_healthy(launch, proc, timeout))
 
 
 def spawn(command: list[str], run_dir: Path, detach: bool, env: dict[str, str] | None = None) -> subprocess.Popen:

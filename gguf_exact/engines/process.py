@@ -16,10 +16,11 @@ import os
 import shutil
 import signal
 import socket
+import subprocess
 import tempfile
 import time
 from pathlib import Path
-from typing import Iterator
+from typing import Callable, Iterator
 
 from gguf_exact import constants
 from gguf_exact.engines.settings import DEFAULT_HOST, PID_FILE, STATE_FILE, ServeSettings, WorkerSettings
@@ -149,6 +150,19 @@ def terminate(pid: int, start_time: int | None, timeout: float = 15.0) -> None:
 # --- the run folder -------------------------------------------------------------------
 
 
+def await_start(proc: subprocess.Popen, run_dir: Path, wait: Callable[[], float]) -> float:
+    """``wait()``'s seconds until a just-started server is ready; if it raises (never ready,
+    exited, interrupted), the process is ended and its pid file removed first, so no
+    half-started server outlives the call."""
+    try:
+        return wait()
+    except BaseException:
+        if proc.poll() is None:
+            terminate(proc.pid, process_start_time(proc.pid))
+        (run_dir / PID_FILE).unlink(missing_ok=True)
+        raise
+
+
 def write_state(settings: ServeSettings, run_dir: Path, command: list[str], pid: int, detached: bool) -> None:
     """``server.json`` and ``server.pid`` of a server just started (never its API key)."""
     state = {
@@ -183,7 +197,13 @@ def read_pid(run_dir: Path) -> int | None:
 
 # What ``status`` and ``stop`` read from server.json, with the JSON types it must have.
 STATE_FIELDS = {"pid": int, "port": int, "url": str}
-STATE_OPTIONAL = {"start_time": int, "engine": str, "target": str, "drafter": str, "command": list}  # a worker has no target
+STATE_OPTIONAL = {
+    "start_time": int,
+    "engine": str,
+    "target": str,
+    "drafter": str,
+    "command": list,
+}  # a worker has no target
 
 
 def read_state(run_dir: Path) -> dict:

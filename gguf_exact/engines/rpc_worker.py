@@ -24,6 +24,7 @@ from pathlib import Path
 from gguf_exact.builds.llama_build import build_command, find_build
 from gguf_exact.engines.launch import is_loopback, spawn
 from gguf_exact.engines.process import (
+    await_start,
     check_port_free,
     claim_run_folder,
     last_lines,
@@ -33,7 +34,7 @@ from gguf_exact.engines.process import (
     write_run_state,
 )
 from gguf_exact.engines.rpc_probe import probe_worker
-from gguf_exact.engines.settings import CONSOLE_FILE, PID_FILE, RPC_ENGINE, WorkerSettings
+from gguf_exact.engines.settings import CONSOLE_FILE, RPC_ENGINE, WorkerSettings
 from gguf_exact.errors import ArgumentError, BuildError, Param, ServerError
 from gguf_exact.runtime.profile_choice import resolve_profile
 from gguf_exact.runtime.profiles import Profile
@@ -134,14 +135,7 @@ def start_worker(launch: WorkerLaunch, detach: bool = False, timeout: float = 60
         "command": launch.command,
     }
     write_run_state(rdir, state, proc.pid, detach)
-    try:
-        seconds = wait_ready(launch, proc, timeout)
-    except BaseException:
-        if proc.poll() is None:
-            terminate(proc.pid, process_start_time(proc.pid))
-        (rdir / PID_FILE).unlink(missing_ok=True)
-        raise
-    return proc, seconds
+    return proc, await_start(proc, rdir, lambda: wait_ready(launch, proc, timeout))
 
 
 __all__ = ["WorkerLaunch", "check_worker_exposure", "plan_worker", "start_worker", "wait_ready", "worker_binary"]
