@@ -8,7 +8,6 @@ stays right, and `stop` leaves no process behind."""
 from __future__ import annotations
 
 import json
-import os
 import secrets
 import socket
 import time
@@ -20,6 +19,7 @@ from _llama_server import free_port, server_binary
 from click.testing import CliRunner
 
 from gguf_exact.cli import main
+from gguf_exact.engines.process import alive
 
 SETTINGS = ["--set", "ctx-size=512", "--set", "threads=2", "--set", "batch-size=64", "--set", "ubatch-size=64"]
 HOST = "127.0.0.1"
@@ -117,15 +117,6 @@ def rss(pid: int) -> int:
     raise AssertionError(f"no VmRSS for {pid}")
 
 
-def alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    # a zombie is gone for every purpose but its table entry
-    return Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0] != "Z"
-
-
 def server_pids(run: Path, port: int) -> list[int]:
     """The server's pid and its children's (the engine's own processes)."""
     pid = int((run / str(port) / "server.pid").read_text())
@@ -209,8 +200,8 @@ def test_a_server_under_faults_keeps_serving(engine, pairs, tmp_path):
             sock.close()
     assert stop.exit_code == 0 and stop.stdout.startswith("stopped "), stop.output
     end = time.monotonic() + 30
-    while any(alive(p) for p in pids) and time.monotonic() < end:
+    while any(alive(p, None) for p in pids) and time.monotonic() < end:
         time.sleep(0.1)
-    assert not [p for p in pids if alive(p)], "stop left a process behind"
+    assert not [p for p in pids if alive(p, None)], "stop left a process behind"
     with pytest.raises(OSError):
         socket.create_connection((HOST, port), timeout=2).close()

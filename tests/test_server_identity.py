@@ -6,14 +6,17 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import socket
 import subprocess
 import sys
+import time
+from pathlib import Path
 
 import pytest
 from _llama_server import TEST_SETTINGS, free_port, get_json, server_binary
 
 from gguf_exact.engines.launch import plan_launch, start_server
-from gguf_exact.engines.process import is_server_process, process_start_time, read_tail
+from gguf_exact.engines.process import alive, is_server_process, process_start_time, read_tail
 from gguf_exact.engines.settings import ServeSettings
 from gguf_exact.engines.status import server_status, stop_server
 from gguf_exact.tiny.models import write_tiny_target
@@ -77,6 +80,42 @@ def test_a_reused_pid_is_not_taken_for_the_server(run_dir):
     finally:
         other.kill()
         other.wait()
+
+
+# A server whose main thread has exited while another still listens (as llama-server's can be
+# for a moment while it shuts down): its leader is a zombie, the process is not gone.
+LEADER_GONE_LISTENER = """
+import ctypes, signal, socket, sys, threading, time
+signal.signal(signal.SIGTERM, signal.SIG_IGN)  # only SIGKILL ends it
+s = socket.socket(); s.bind(("127.0.0.1", int(sys.argv[1]))); s.listen()
+threading.Thread(target=time.sleep, args=(60,)).start()
+print("listening", flush=True)
+ctypes.CDLL(None).pthread_exit(None)
+"""
+
+
+def test_a_server_whose_main_thread_exited_is_alive_until_its_last_thread_is_and_stop_waits_for_it(run_dir):
+    port = free_port()
+    proc = subprocess.Popen([sys.executable, "-c", LEADER_GONE_LISTENER, str(port)], stdout=subprocess.PIPE)
+    try:
+        assert proc.stdout.readline() == b"listening\n"
+        deadline = time.monotonic() + 10
+        while Path(f"/proc/{proc.pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z":
+            assert time.monotonic() < deadline, "the main thread did not exit"
+            time.sleep(0.01)
+        socket.create_connection(("127.0.0.1", port), timeout=2).close()  # still listening
+        started = process_start_time(proc.pid)
+        assert alive(proc.pid, started)
+        _fake_run(run_dir, port, proc.pid, started)
+        assert server_status(port).running
+        assert stop_server(port, timeout=1.0) == f"stopped llama-server on port {port} (pid {proc.pid})"
+        # stop returned only once the port was free: a new server can take it at once
+        with pytest.raises(ConnectionRefusedError):
+            socket.create_connection(("127.0.0.1", port), timeout=2).close()
+        assert not alive(proc.pid, started)
+    finally:
+        proc.kill()
+        proc.wait()
 
 
 def test_read_tail_reads_the_end_from_a_whole_line(tmp_path):

@@ -114,13 +114,27 @@ def alive(pid: int, start_time: int | None) -> bool:
         return False
     except PermissionError:
         pass
-    try:
-        if Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z":
-            return False  # a zombie: it has exited
-    except (OSError, IndexError):
-        pass
+    if _all_threads_exited(pid):
+        return False
     now = process_start_time(pid)
     return start_time is None or now is None or now == start_time
+
+
+def _all_threads_exited(pid: int) -> bool:
+    """Every thread of ``pid`` is a zombie (or dead). Not the leader's state alone: the main
+    thread can be a zombie while others still run and hold the process's sockets, so a
+    server whose leader has exited may still be listening on its port."""
+    try:
+        tasks = list(Path(f"/proc/{pid}/task").iterdir())
+    except OSError:
+        tasks = [Path(f"/proc/{pid}")]
+    states = []
+    for task in tasks:
+        try:
+            states.append((task / "stat").read_text().rsplit(")", 1)[1].split()[0])
+        except (OSError, IndexError):
+            continue  # the thread ended while we looked
+    return all(s in ("Z", "X") for s in states)
 
 
 def is_server_process(pid: int, state: dict) -> bool:
@@ -130,7 +144,8 @@ def is_server_process(pid: int, state: dict) -> bool:
 
 
 def terminate(pid: int, start_time: int | None, timeout: float = 15.0) -> None:
-    """SIGTERM, then SIGKILL after ``timeout`` seconds; never a reused pid."""
+    """SIGTERM, then SIGKILL after ``timeout`` seconds; never a reused pid. Returns once
+    every thread has exited, so the server's port is free again."""
     try:
         os.kill(pid, signal.SIGTERM)
     except ProcessLookupError:
@@ -144,7 +159,11 @@ def terminate(pid: int, start_time: int | None, timeout: float = 15.0) -> None:
         try:
             os.kill(pid, signal.SIGKILL)
         except ProcessLookupError:
-            pass
+            return
+        # a killed process still holds its port until its last thread has exited
+        deadline = time.monotonic() + 5.0
+        while alive(pid, start_time) and time.monotonic() < deadline:
+            time.sleep(0.05)
 
 
 # --- the run folder -------------------------------------------------------------------
