@@ -1,6 +1,7 @@
 """An installed wheel works outside the checkout: it carries the profiles, recipes and
 checksums (setup.py copies serve/, convert/ and checksums/ into gguf_exact/_data), and
-`pin` writes the user's folder, never the installed package's data.
+`pin` writes the user's folder, never the installed package's data; and it serves over an RPC worker
+from the cached build it finds by its patches' digest.
 
 The wheel is built from a copy of the source (`pip wheel --no-deps --no-build-isolation`:
 offline, with the test venv's setuptools) and installed with `--no-deps` into a fresh venv
@@ -170,3 +171,50 @@ def test_pin_writes_the_user_folder_and_fetch_reads_it(installed, work):
         lines = r.stdout.splitlines()
         at = lines.index(f"  source  {SOURCE_REPO}")
         assert lines[at + 1] == f"          sha256 and commit {commit[:12]} pinned, 2 files"
+
+
+@pytest.mark.llama_server
+def test_the_wheel_serves_over_an_rpc_worker_as_on_one_machine(installed, work):
+    """The installed gguf-exact finds the cached build (its key computed from the patches the
+    wheel carries) and runs llama.cpp's rpc-server and `serve --rpc` from it: the tiny pair's
+    greedy tokens and drafts over a loopback worker are those of the same pair on one machine."""
+    from _llama_server import TEST_SETTINGS, complete, free_port, server_binary
+
+    server_binary()  # built by `make test` first; a missing build fails here, in one line
+    assert gguf_exact(installed, work, "make-tiny", "tiny").returncode == 0
+    r = gguf_exact(
+        installed, work, "convert", "tiny/drafter-hf", "tiny/drafter.gguf", "--vocab-from", "tiny/target.gguf"
+    )
+    assert r.returncode == 0, r.stderr
+    sets = [a for x in TEST_SETTINGS for a in ("--set", x)]
+    pair = ["--model", "tiny/target.gguf", "--draft", "tiny/drafter.gguf", "--profile", "cpu", *sets]
+    worker, alone, over = free_port(), free_port(), free_port()
+
+    def answer(port: int) -> list[tuple[list[int], int, int]]:
+        got = [complete(f"http://127.0.0.1:{port}", p) for p in ("def f(x): return x + 1", "the quick brown fox")]
+        return [(g["tokens"], g["timings"]["draft_n"], g["timings"]["draft_n_accepted"]) for g in got]
+
+    r = gguf_exact(installed, work, "serve", *pair, "--port", alone, "--detach")
+    assert r.returncode == 0, r.stderr
+    try:
+        want = answer(alone)
+    finally:
+        assert gguf_exact(installed, work, "stop", "--port", alone).returncode == 0
+    r = gguf_exact(installed, work, "rpc-server", "--profile", "cpu", "--port", worker, "--threads", "1", "--detach")
+    assert r.returncode == 0, r.stderr
+    try:
+        assert f"rpc-server ready at 127.0.0.1:{worker}" in r.stdout
+        r = gguf_exact(installed, work, "serve", *pair, "--port", over, "--rpc", f"127.0.0.1:{worker}",
+                       "--set", "log-verbosity=4", "--detach")  # fmt: skip
+        assert r.returncode == 0, r.stderr
+        try:
+            assert "--rpc 127.0.0.1:" in r.stdout and "memory plan over devices" in r.stdout
+            got = answer(over)
+            log = (work / "run" / str(over) / "server.log").read_text()
+            assert f"RPC0[127.0.0.1:{worker}] model buffer size" in log  # the worker holds weights
+        finally:
+            assert gguf_exact(installed, work, "stop", "--port", over).returncode == 0
+    finally:
+        assert gguf_exact(installed, work, "stop", "--port", worker).returncode == 0
+    assert got == want
+    assert all(len(tokens) == 16 for tokens, _, _ in want) and sum(acc for _, _, acc in want) > 0
