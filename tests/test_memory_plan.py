@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 from _llama_server import server_binary
+from gguf import GGMLQuantizationType
 
 from gguf_exact.drafter.convert import convert_drafter
 from gguf_exact.engines.launch import plan_launch, start_server
@@ -27,6 +28,7 @@ from gguf_exact.runtime.memory_plan import (
     weight_split,
 )
 from gguf_exact.runtime.profiles import load_profile
+from gguf_exact.runtime.weight_placement import probe_bytes, refused
 from gguf_exact.tiny.full_size import write_full_size_drafter, write_full_size_target
 from gguf_exact.tiny.models import write_agreeing_pair, write_tiny_target
 from gguf_exact.tiny.structural import write_structural_pair
@@ -135,6 +137,34 @@ def test_weight_split(full):
     # ten: layers 26..34 and the output layer
     gpu = sum(n for k, n in size.items() if re.match(r"blk\.(2[6-9]|3[0-4])\.", k)) + size["output_norm.weight"]
     assert weight_split(tensors, 35, 10) == (gpu + embd, total - gpu)
+
+
+def test_weight_split_keeps_what_the_device_refuses_in_ram(full):
+    """On a device whose largest tensor is 128 MiB (lavapipe), llama.cpp's probe of a tied
+    head (262,144 x 512 F32 logits: 512 MiB) fails: the target's Q6_K head stays mapped (no
+    second copy), the drafter's Q4_0 head is repacked on an AVX2 CPU (a copy), its I32
+    token ordering (probe: 262,144 x 512 ids) mapped. A 4 GiB device takes them all."""
+    with open_gguf(full["E2B"]) as g:
+        target = list(g.tensors)
+    with open_gguf(full["E2B-drafter"]) as g:
+        drafter = list(g.tensors)
+    embd = next(t for t in target if t.name == "token_embd.weight")
+    assert embd.type == GGMLQuantizationType.Q6_K and probe_bytes(embd, as_head=True) == 262144 * 512 * 4
+    assert probe_bytes(embd) == embd.nbytes == 330301440  # as the input (rows by id): the weight itself
+    assert refused(embd, 2**27, as_head=True) and not refused(embd, 2**32 - 1, as_head=True)
+    on_card = weight_split(target, 35, 36)
+    assert weight_split(target, 35, 36, 2**32 - 1, 8) == on_card
+    assert weight_split(target, 35, 36, 2**27, 8) == (on_card[0] - embd.nbytes, on_card[1])
+    d = {t.name: t for t in drafter}
+    head, ordering = d["token_embd.weight"], d["masked_embd_ordering"]
+    assert head.type == GGMLQuantizationType.Q4_0 and ordering.ne == (262144,)
+    dev, host = weight_split(drafter, 4, 5)
+    assert weight_split(drafter, 4, 5, 2**27, 8) == (
+        dev - head.nbytes - ordering.nbytes,
+        host + head.nbytes + ordering.nbytes,
+    )
+    # a CPU that repacks nothing maps the head's bytes token_embd already maps
+    assert weight_split(drafter, 4, 5, 2**27, None) == (dev - head.nbytes - ordering.nbytes, host + ordering.nbytes)
 
 
 def test_plan_lines_and_warning(full):

@@ -82,3 +82,58 @@ def test_probe_records_in_words():
     )
     assert describe_probe({"ok": True}, "cpu") == "probe passed"
     assert describe_probe({"ok": None, "note": "no libcuda.so.1"}, "cuda86") == "probe not run here"
+
+
+# The whole `vulkaninfo` output, abridged to the lines the limits come from (lavapipe's as
+# Mesa 22.3 reports them; the card's as NVIDIA's drivers do, with 64-bit indexing).
+VULKANINFO_WHOLE = """Device Properties and Extensions:
+=================================
+GPU0:
+VkPhysicalDeviceProperties:
+	deviceType        = PHYSICAL_DEVICE_TYPE_CPU
+	deviceName        = llvmpipe (LLVM 15.0.6, 256 bits)
+VkPhysicalDeviceLimits:
+	maxStorageBufferRange                           = 134217728
+VkPhysicalDeviceDriverProperties:
+	driverName      = llvmpipe
+VkPhysicalDeviceMaintenance3Properties:
+	maxMemoryAllocationSize = 0x80000000
+VkPhysicalDeviceMaintenance4Properties:
+	maxBufferSize = 0xffffffff
+Device Extensions: count = 2
+	VK_EXT_shader_atomic_float                   : extension revision 1
+	VK_KHR_maintenance4                          : extension revision 2
+GPU1:
+VkPhysicalDeviceProperties:
+	deviceType        = PHYSICAL_DEVICE_TYPE_DISCRETE_GPU
+	deviceName        = NVIDIA GeForce RTX 3050
+VkPhysicalDeviceLimits:
+	maxStorageBufferRange                           = 4294967295
+VkPhysicalDeviceMaintenance3Properties:
+	maxMemoryAllocationSize = 0xffffffff000
+Device Extensions: count = 1
+	VK_EXT_shader_64bit_indexing                 : extension revision 1
+"""
+
+
+def test_vulkaninfo_whole_gives_each_devices_tensor_limit():
+    soft, card = devices.parse_vulkaninfo(VULKANINFO_WHOLE)
+    assert (soft.name, soft.device_type, soft.driver) == ("llvmpipe (LLVM 15.0.6, 256 bits)", "CPU", "llvmpipe")
+    assert (soft.max_storage_buffer_range, soft.max_buffer_size, soft.indexing_64bit) == (2**27, 2**32 - 1, False)
+    # no maintenance4: maxMemoryAllocationSize is the buffer limit; 64-bit indexing lifts the range
+    assert (card.max_storage_buffer_range, card.max_buffer_size, card.indexing_64bit) == (
+        2**32 - 1,
+        0xFFFFFFFF000,
+        True,
+    )
+    lavapipe = devices.Device("Vulkan0", soft.name, 2048, 2048)
+    assert devices.tensor_limit(lavapipe, [soft, card]) == 2**27  # the smaller of range and buffer size
+    assert devices.tensor_limit(devices.Device("Vulkan1", card.name, 8192, 8000), [soft, card]) == 0xFFFFFFFF000
+    # a device the loader does not list, CUDA, the CPU: no limit known
+    assert devices.tensor_limit(devices.Device("Vulkan0", "another card", 1, 1), [soft, card]) is None
+    assert devices.tensor_limit(devices.Device("CUDA0", card.name, 8192, 8000), [soft, card]) is None
+    assert devices.tensor_limit(None, [soft, card]) is None
+    # the summary has no limits: none is made up
+    (gpu, cpu) = devices.parse_vulkaninfo(VULKANINFO)
+    assert (cpu.max_storage_buffer_range, cpu.max_buffer_size) == (None, None)
+    assert devices.tensor_limit(devices.Device("Vulkan0", cpu.name, 1, 1), [gpu, cpu]) is None

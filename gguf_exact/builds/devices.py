@@ -7,7 +7,8 @@ names it, by its index in the loader's list (as ``vulkaninfo`` numbers them: ``G
 So on a machine without a GPU a Vulkan build sees no device and runs everything on the CPU,
 saying nothing. :func:`list_devices` asks the build itself (``llama-server --list-devices``,
 in the environment a server would get); :func:`vulkan_devices` asks the Vulkan loader
-(``vulkaninfo --summary``) what there is, with each device's type.
+(``vulkaninfo``) what there is, with each device's type and the limit on one tensor that
+decides what stays in RAM (:func:`tensor_limit`).
 :func:`parse_list_devices` and :func:`parse_vulkaninfo` are pure.
 """
 
@@ -27,6 +28,7 @@ LIST_TIMEOUT_S = 60  # a Vulkan instance on lavapipe starts in about a second; a
 
 _DEVICE = re.compile(r"^\s*(\S+): (.*) \((\d+) MiB, (\d+) MiB free\)\s*$")
 _GPU = re.compile(r"^GPU(\d+):\s*$")
+INDEXING_64BIT = "VK_EXT_shader_64bit_indexing"
 _FIELD = re.compile(r"^\s+(\w+)\s*=\s*(.*?)\s*$")
 
 
@@ -50,12 +52,15 @@ class Device:
 
 @dataclass(frozen=True)
 class VulkanDevice:
-    """One physical device as ``vulkaninfo --summary`` lists it."""
+    """One physical device as ``vulkaninfo`` lists it (``--summary`` has no limits)."""
 
     index: int  # GPU<index>: what GGML_VK_VISIBLE_DEVICES names
     name: str
     device_type: str  # CPU, DISCRETE_GPU, INTEGRATED_GPU, VIRTUAL_GPU, OTHER
     driver: str
+    max_storage_buffer_range: int | None = None  # bytes; None: not listed
+    max_buffer_size: int | None = None  # maintenance4's maxBufferSize, else maxMemoryAllocationSize
+    indexing_64bit: bool = False  # VK_EXT_shader_64bit_indexing: llama.cpp then ignores the range
 
     @property
     def software(self) -> bool:
@@ -72,22 +77,35 @@ def parse_list_devices(text: str) -> list[Device]:
 
 
 def parse_vulkaninfo(text: str) -> list[VulkanDevice]:
-    """The devices of ``vulkaninfo --summary`` output, in the loader's order."""
+    """The devices of ``vulkaninfo`` output (whole or ``--summary``), in the loader's order."""
     found: list[dict[str, str]] = []
     for line in text.splitlines():
         if m := _GPU.match(line):
             found.append({"index": m[1]})
         elif found and (m := _FIELD.match(line)):
             found[-1].setdefault(m[1], m[2])
+        elif found and line.strip().startswith(INDEXING_64BIT + " "):
+            found[-1][INDEXING_64BIT] = "1"
     return [
         VulkanDevice(
             int(d["index"]),
             d.get("deviceName", "?"),
             d.get("deviceType", "").removeprefix("PHYSICAL_DEVICE_TYPE_") or "OTHER",
             d.get("driverName", "?"),
+            _number(d.get("maxStorageBufferRange")),
+            _number(d.get("maxBufferSize")) or _number(d.get("maxMemoryAllocationSize")),
+            INDEXING_64BIT in d,
         )
         for d in found
     ]
+
+
+def _number(text: str | None) -> int | None:
+    """A limit as vulkaninfo prints it (``134217728``, ``0x80000000``), or None."""
+    try:
+        return int(text, 0) if text else None
+    except ValueError:
+        return None
 
 
 def device_env(visible: str | None, base: dict[str, str] | None = None) -> dict[str, str]:
@@ -116,15 +134,32 @@ def list_devices(binary: Path, env: dict[str, str] | None = None) -> list[Device
 
 
 def vulkan_devices() -> list[VulkanDevice] | None:
-    """What the Vulkan loader lists (``vulkaninfo --summary``), or None without vulkaninfo."""
+    """What the Vulkan loader lists (``vulkaninfo``, whole: the summary has no limits), or
+    None without vulkaninfo."""
     tool = shutil.which("vulkaninfo")
     if tool is None:
         return None
     try:
-        proc = subprocess.run([tool, "--summary"], capture_output=True, text=True, timeout=LIST_TIMEOUT_S)
+        proc = subprocess.run([tool], capture_output=True, text=True, timeout=LIST_TIMEOUT_S)
     except (OSError, subprocess.TimeoutExpired):
         return None
     return parse_vulkaninfo(proc.stdout) if proc.returncode == 0 else []
+
+
+def tensor_limit(device: Device | None, known: list[VulkanDevice] | None = None) -> int | None:
+    """The largest tensor ``device``'s backend takes (bytes), None for no limit known: for a
+    Vulkan device, as ``ggml-vulkan.cpp``'s ``tensor_size_supported`` decides, its buffer
+    size limit and, without 64-bit indexing, its ``maxStorageBufferRange``; CUDA and the CPU
+    have none here. ``known``: the loader's devices (default: :func:`vulkan_devices`),
+    matched by name."""
+    if device is None or device.backend != "Vulkan":
+        return None
+    known = vulkan_devices() if known is None else known
+    match = next((d for d in known or [] if d.name == device.description), None)
+    if match is None:
+        return None
+    limits = [match.max_buffer_size] + ([] if match.indexing_64bit else [match.max_storage_buffer_range])
+    return min((x for x in limits if x is not None), default=None)
 
 
 def software_visible() -> str | None:
@@ -138,6 +173,7 @@ __all__ = [
     "VulkanDevice",
     "device_env",
     "list_devices",
+    "tensor_limit",
     "parse_list_devices",
     "parse_vulkaninfo",
     "software_visible",

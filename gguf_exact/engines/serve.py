@@ -12,7 +12,7 @@ from __future__ import annotations
 import subprocess
 from dataclasses import dataclass, replace
 
-from gguf_exact.builds.devices import Device
+from gguf_exact.builds.devices import Device, tensor_limit
 from gguf_exact.engines.device_check import (
     SOFTWARE_PROBE_TIMEOUT_S,
     check_vulkan_devices,
@@ -101,8 +101,9 @@ def plan_serve(settings: ServeSettings, dry_run: bool = False) -> ServePlan:
         replace(s, target=target, drafter=drafter, profile=prof), check_port=not dry_run, require_build=not dry_run
     )
     pair = launch.pair
-    memory = plan_memory(pair.target, pair.drafter, launch.profile, launch.engine)
     device = require_device(launch) if not dry_run and launch.engine == "llama-server" else None
+    # what the device refuses stays in RAM (a head over lavapipe's 128 MiB tensor limit)
+    memory = plan_memory(pair.target, pair.drafter, launch.profile, launch.engine, tensor_limit=tensor_limit(device))
     software = device is not None and is_software(device)
     if software:
         refuse_software_flash_attn(launch, device)  # type: ignore[arg-type]
@@ -110,7 +111,9 @@ def plan_serve(settings: ServeSettings, dry_run: bool = False) -> ServePlan:
     if not rpc:
         warning = memory.warning(*card_memory(launch.profile, choice, device))
         return ServePlan(launch, choice, found, memory, warning, dry_run, device, software)
-    workers = [probe_worker(e) for e in parse_endpoints(str(rpc))] if dry_run else require_workers(parse_endpoints(str(rpc)))
+    workers = (
+        [probe_worker(e) for e in parse_endpoints(str(rpc))] if dry_run else require_workers(parse_endpoints(str(rpc)))
+    )
     devices = plan_over_devices(launch, workers, choice)
     if pair.drafter is not None and "spec-draft-device" not in launch.profile.draft:
         placed = f"draft.spec-draft-device={devices.draft_device}"  # where the plan put it, on the command line

@@ -17,17 +17,8 @@ following llama.cpp 0c1e57098:
   one stream per slot unless the cache is unified. The MTP drafter
   (``gemma4-assistant``) reads the target's cache (its layers share the target's last
   sliding and last full layer) and allocates none.
-- **Weights** (``llama_model::load_tensors``): layer ``il`` is on the GPU when
-  ``il >= block_count + 1 - n_gpu_layers``, the output layer (index ``block_count``)
-  too; ``token_embd`` and ``per_layer_token_embd`` are input-layer tensors and stay in
-  host memory (memory-mapped; Gemma 4 pages ``per_layer_token_embd`` in lazily). A tied
-  output head is a second copy of ``token_embd`` on the output layer's device.
-  On a CPU (``ggml-cpu/repack.cpp``), every Q4_0 matrix that a matmul reads is copied
-  into an interleaved layout (``CPU_REPACK``: 8 rows at a time with AVX2, 4 on ARM
-  with dot-product instructions), the tied Q4_0 head of a drafter included; what
-  stays memory-mapped (``CPU_Mapped``) is the span of the file from the first to the
-  last tensor not repacked (:func:`cpu_weight_buffers`). A CPU serving a full-size
-  E2B holds its ~1 GB of layer matrices twice: mapped, and repacked.
+- **Weights**: where llama.cpp puts each one (layers, the tied head's copy, what a
+  device refuses, the CPU's repacking): :mod:`.weight_placement`.
 - **Compute buffers**: llama.cpp measures them by building the worst-case graph
   (``n_ubatch`` tokens against a full cache); here they are estimated from the graph's
   largest live tensors (:func:`compute_estimate`): an upper-end guess, not a
@@ -47,11 +38,10 @@ from gguf_exact.formats.gguf_layout import TensorEntry
 from gguf_exact.formats.gguf_layout import row_bytes as gguf_row_bytes
 from gguf_exact.pair.geometry import Geometry
 from gguf_exact.runtime.compute_estimate import compute_estimate
+from gguf_exact.runtime.weight_placement import cpu_weight_buffers, q4_0_repack_rows, weight_layers, weight_split
 
 MIB = 1024 * 1024
 KV_PAD = 256  # llama.cpp pads n_ctx and the SWA cache to 256 cells
-INPUT_TENSORS = ("token_embd.weight", "per_layer_token_embd.weight")  # LLM_TENSOR_LAYER_INPUT: host memory
-OUTPUT_LAYER_PREFIXES = ("output", "masked_embd_")  # LLM_TENSOR_LAYER_OUTPUT (the ordered head: patch #24)
 KV_CACHE_TYPES = ("f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "iq4_nl", "q5_0", "q5_1")  # common/arg.cpp
 
 
@@ -237,77 +227,6 @@ def kv_caches(geom: Geometry, s: Settings) -> list[KvCache]:
     return out
 
 
-def _layer_of(name: str) -> int | None:
-    parts = name.split(".", 2)
-    return int(parts[1]) if parts[0] == "blk" and len(parts) > 1 and parts[1].isdigit() else None
-
-
-def weight_layers(tensors: list[TensorEntry], n_layer: int) -> list[tuple[int | None, int, bool]]:
-    """(layer, bytes, is a copy) of each weight as llama.cpp places it: layer None for the
-    input tensors (host memory), ``n_layer`` for the output layer; a tied output head adds a
-    copy of ``token_embd`` on the output layer (used where that layer is offloaded)."""
-    names = {t.name for t in tensors}
-    out: list[tuple[int | None, int, bool]] = []
-    for t in tensors:
-        if t.name in INPUT_TENSORS:
-            out.append((None, t.nbytes, False))
-            if t.name == "token_embd.weight" and "output.weight" not in names:
-                out.append((n_layer, t.nbytes, True))
-            continue
-        il = _layer_of(t.name)
-        if il is None:  # output norm, head, ordered head: the output layer; rope_freqs, per_layer_*: with layer 0
-            il = n_layer if t.name.startswith(OUTPUT_LAYER_PREFIXES) else 0
-        out.append((il, t.nbytes, False))
-    return out
-
-
-def weight_split(tensors: list[TensorEntry], n_layer: int, gpu_layers: int) -> tuple[int, int]:
-    """(bytes on the GPU, bytes in host memory) of a model's weights with ``gpu_layers``
-    of its ``n_layer + 1`` layers offloaded (the output layer is the last)."""
-    gpu_from = n_layer + 1 - gpu_layers
-    placed = weight_layers(tensors, n_layer)
-    device = sum(b for il, b, _ in placed if il is not None and il >= gpu_from)
-    host = sum(b for il, b, copy in placed if (il is None or il < gpu_from) and not copy)
-    return device, host
-
-
-def q4_0_repack_rows(cpu) -> int | None:
-    """Row multiple of the Q4_0 matrices llama.cpp's CPU backend repacks on ``cpu`` (a
-    :class:`~gguf_exact.builds.cpu_features.CpuTarget`), None when it repacks none
-    (``ggml_repack_get_optimal_repack_type``: AVX2 -> 8x8, ARM dot product -> 4x4 / 4x8)."""
-    if "avx2" in cpu.features:
-        return 8
-    if cpu.native and ({"asimddp", "i8mm"} & set(cpu.features)):
-        return 4
-    return None
-
-
-def cpu_weight_buffers(tensors: list[TensorEntry], repack_rows: int | None) -> tuple[int, int]:
-    """(``CPU_Mapped`` bytes, ``CPU_REPACK`` bytes) llama.cpp logs for a model whose weights
-    all stay on the CPU, repacking Q4_0 matrices with rows a multiple of ``repack_rows``.
-
-    Repacked: each 2-D Q4_0 matmul weight (not the input embeddings, which are read a
-    row at a time), and a second copy of a Q4_0 ``token_embd`` when it is also the tied
-    output head. Mapped: the file from the first to the last tensor not repacked."""
-    names = {t.name for t in tensors}
-
-    def repacks(t: TensorEntry) -> bool:
-        return (
-            repack_rows is not None
-            and t.type == GGMLQuantizationType.Q4_0
-            and len(t.ne) == 2
-            and t.ne[1] % repack_rows == 0
-        )
-
-    repacked = sum(t.nbytes for t in tensors if t.name not in INPUT_TENSORS and repacks(t))
-    embd = next((t for t in tensors if t.name == "token_embd.weight"), None)
-    if embd is not None and "output.weight" not in names and repacks(embd):
-        repacked += embd.nbytes  # the tied head's copy
-    kept = sorted((t for t in tensors if t.name in INPUT_TENSORS or not repacks(t)), key=lambda t: t.offset)
-    mapped = kept[-1].offset + kept[-1].nbytes - kept[0].offset if kept else 0
-    return mapped, repacked
-
-
 @dataclass(frozen=True)
 class PlanItem:
     what: str
@@ -362,25 +281,30 @@ def mib(n: int) -> str:
     return f"{n / MIB:,.2f} MiB"
 
 
-def plan_memory(target, drafter, profile, engine: str = "llama-server", cpu=None) -> MemoryPlan:
+def plan_memory(
+    target, drafter, profile, engine: str = "llama-server", cpu=None, tensor_limit: int | None = None
+) -> MemoryPlan:
     """The memory plan for serving ``target`` (and ``drafter``) with ``profile`` on
     ``engine`` (``llama-server`` or ``python``: see :meth:`Settings.from_profile`).
     ``target`` and ``drafter``: paths, or :class:`~gguf_exact.pair.checks.ModelFile`
     as read before (the header is not read again). ``cpu`` (a
     :class:`~gguf_exact.builds.cpu_features.CpuTarget`, default this machine's) says which
-    Q4_0 matrices a CPU-only build repacks."""
+    Q4_0 matrices the CPU backend repacks. ``tensor_limit``: the largest tensor the GPU
+    takes (:func:`gguf_exact.builds.devices.tensor_limit`; None: no limit), over which a
+    weight stays in host memory (:func:`~.weight_placement.refused`)."""
     from gguf_exact.pair.checks import read_model
 
     s = Settings.from_profile(profile, with_draft=drafter is not None, engine=engine)
-    if cpu is None and not s.gpu:
+    if cpu is None:
         from gguf_exact.builds.cpu_features import host_cpu
 
         cpu = host_cpu()
-    repack_rows = None if s.gpu or cpu is None else q4_0_repack_rows(cpu)
+    repack_rows = q4_0_repack_rows(cpu)
 
     def split(tensors: list[TensorEntry], n_layer: int, draft: bool) -> tuple[int, int, str]:
         if s.layers_on_gpu(n_layer, draft):
-            return (*weight_split(tensors, n_layer, s.layers_on_gpu(n_layer, draft)), "")
+            on_gpu = s.layers_on_gpu(n_layer, draft)
+            return (*weight_split(tensors, n_layer, on_gpu, tensor_limit, repack_rows), "")
         mapped, repacked = cpu_weight_buffers(tensors, repack_rows)
         note = f"{mib(mapped)} memory-mapped + {mib(repacked)} of Q4_0 matrices repacked" if repacked else ""
         return 0, mapped + repacked, note
