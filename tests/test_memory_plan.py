@@ -234,13 +234,18 @@ def pairs(tmp_path_factory) -> dict[str, tuple[Path, Path]]:
     return out
 
 
+# how far over the estimate may be: measured 1.62x on the tiny pair (its constant terms), 1.05x on
+# the structural E2B, 1.002x on 26B-A4B without flash attention (was 1.8x: the scores counted twice)
+BOUND = {"tiny": 1.75, "E2B": 1.15, "26B-A4B": 1.10}
+
+
 @pytest.mark.llama_server
 @pytest.mark.parametrize("name,extra", [("tiny", []), ("E2B", []), ("26B-A4B", ["flash-attn=off"])])
 def test_kv_estimate_equals_llama_server_log(pairs, name, extra, tmp_path, monkeypatch):
     """llama-server logs each cache it allocates (``llama_kv_cache: size = ... MiB (N cells,
     L layers ...), K (f16): ... MiB, V (f16): ... MiB``): the plan's figures, to its two
-    decimals, for the target's non-SWA and SWA caches; the compute estimate errs high,
-    within 2.5x of the buffers llama-server reserves for the target and the drafter."""
+    decimals, for the target's non-SWA and SWA caches; the compute estimate errs high, by
+    at most :data:`BOUND` of the buffers llama-server reserves for the target and the drafter."""
     server_binary()
     monkeypatch.setenv("GGUF_EXACT_RUN_DIR", str(tmp_path / "run"))
     target, drafter = pairs[name]
@@ -262,7 +267,7 @@ def test_kv_estimate_equals_llama_server_log(pairs, name, extra, tmp_path, monke
     assert len(compute) >= 2
     reserved = (compute[0] + compute[1]) * MIB  # the target's context, then the drafter's
     estimate = next(i for i in plan.items if i.what == "compute buffers").host_bytes
-    assert reserved <= estimate <= 2.5 * reserved, (estimate / MIB, compute)
+    assert reserved <= estimate <= BOUND[name] * reserved, (estimate / MIB, compute)
 
 
 def test_compute_estimate_formula(full):
@@ -275,6 +280,11 @@ def test_compute_estimate_formula(full):
     hidden = 4 * 4 * 1536 * t
     ffn = 4 * 3 * 12288 * t  # the double-wide MLP of the KV-shared layers
     assert compute_estimate(g, s, [8192, 1024], 3) == masks + inputs + hidden + ffn
+    # without flash attention: one F32 mask per cache, and the scores once (the softmax runs in
+    # their memory) beside Q and the output: 8 heads x (8192 cells + 2 x 512) per token
+    off = replace(s, flash_attn="off")
+    scores = 4 * 8 * t * (8192 + 2 * 512)
+    assert compute_estimate(g, off, [8192, 1024], 3) == 4 * t * (8192 + 1024) + inputs + hidden + scores
 
 
 def test_the_drafters_ordered_head_sits_with_its_output_head_and_its_candidates_are_computed(full):

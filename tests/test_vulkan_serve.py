@@ -401,12 +401,13 @@ MEMORY_SETS = (
 def test_memory_plan_gpu_figures_are_what_the_device_allocates(pairs, device, tmp_path, profile, extra):
     """The plan's device figures against the Vulkan0 buffers llama-server logs at the profile's own
     context and batch sizes (flash attention off: lavapipe): weights per model and KV cache within
-    10%, what stays in RAM (the token embeddings) against its CPU_Mapped buffer; the compute
-    estimate errs high (measured 1.64x at rtx3050's 8k context), within the CPU test's 2.5x."""
+    10%, what stays in RAM (the token embeddings) against its CPU_Mapped buffer, and the compute
+    estimate, which errs high, within 10% (1.04x and 1.02x measured; 1.6x before the scores were
+    counted once)."""
     table = planned_and_logged(pairs["hidden"], profile, extra, device, tmp_path)
     for what, planned, logged in table:
-        if what == "compute buffers":  # an estimate that errs high, as on the CPU (test_memory_plan): not within 10%
-            assert logged <= planned <= 2.5 * logged, (what, table)
+        if what == "compute buffers":  # an estimate that errs high (measured 1.02-1.04x here)
+            assert logged <= planned <= 1.10 * logged, (what, table)
         else:
             assert logged > 0 and abs(planned - logged) <= 0.10 * logged, (what, table)
 
@@ -454,7 +455,8 @@ def test_at_full_size_the_heads_the_device_refuses_stay_in_ram_as_planned(full_p
     """At E2B's shape the tied heads' probe op (262,144 x 512 F32 logits, 512 MiB) is over
     lavapipe's 128 MiB maxStorageBufferRange: llama.cpp keeps the target's Q6_K head (mapped,
     no second copy) and the drafter's Q4_0 head and token ordering (repacked) in RAM. The plan
-    says so: weights on the device and in RAM, and the KV cache, as logged to 1%."""
+    says so: weights on the device and in RAM, and the KV cache, as logged to 1%; the compute
+    estimate within 10%."""
     table = planned_and_logged(full_pair, profile, extra, device, tmp_path)
     got = {what: (planned, logged) for what, planned, logged in table}
     for what in ("target weights", "drafter weights", "KV cache", "target weights in RAM", "drafter weights in RAM"):
@@ -465,7 +467,7 @@ def test_at_full_size_the_heads_the_device_refuses_stay_in_ram_as_planned(full_p
     if is_software(dev):
         assert got["target weights"][1] < 1100 and got["drafter weights"][1] < 6, table
     planned, logged = got["compute buffers"]
-    assert logged <= planned <= 2.5 * logged, table
+    assert logged <= planned <= 1.10 * logged, table  # an estimate that errs high: 1.005-1.009x measured
 
 
 def _software(device_visible: str | None) -> bool:

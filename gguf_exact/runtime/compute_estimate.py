@@ -26,8 +26,11 @@ def compute_estimate(geom: Geometry, s: "Settings", mask_cells: list[int], n_out
     is 2% over at 4,096 cells and 7% over at 8,192 for E2B, 2.5% under and 3% over for
     E4B, ``scripts/memory_real.py``), the token and Gemma 4's
     per-layer embeddings, four hidden-state rows of ``n_embd``, and the largest of: the
-    attention scores (``n_head x cells`` per token, twice: scores and softmax; with flash
-    attention only Q and the output, ``n_head x head_k`` each), the feed-forward
+    attention (Q and its output, ``n_head x head_k`` per token each, and without flash
+    attention the scores, ``n_head x cells`` per token, once: ggml's allocator runs the
+    softmax in the scores' memory; counting them twice made the estimate 1.4-1.8x what
+    llama.cpp reserves without flash attention, within 5% now at full E2B size on Vulkan
+    and on the structural E2B and 26B-A4B on the CPU), the feed-forward
     activations (gate, up and their product, ``n_ff`` per token), or the logits
     (``n_vocab`` per output row; a drafter's ordered head adds its candidates' rows of the
     tied head, ``n_embd`` each). All F32 but the F16 masks.
@@ -39,7 +42,7 @@ def compute_estimate(geom: Geometry, s: "Settings", mask_cells: list[int], n_out
     inputs = f32 * t * (geom.n_embd + geom.n_embd_per_layer * geom.n_layer)
     hidden = f32 * 4 * geom.n_embd * t
     n_head, head = max(geom.n_head), max(geom.head_k_full, geom.head_k_swa)
-    attention = f32 * 2 * n_head * t * (head if fa else max(mask_cells))
+    attention = f32 * n_head * t * (2 * head + (0 if fa else max(mask_cells)))
     ffn = f32 * 3 * max(geom.n_ff) * t
     logits = f32 * (geom.n_vocab + geom.n_embd * geom.n_head_candidates) * n_outputs
     return masks + inputs + hidden + max(attention, ffn, logits)
