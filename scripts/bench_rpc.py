@@ -318,7 +318,7 @@ def main() -> int:
     results["arms"] = arms
     results["wire"] = {"default": split_wire(arms[2], arms[3]), "placed": split_wire(arms[2], arms[4])}
     results["same_text"] = len({a["content"] for a in arms}) == 1
-    print(f"| arm | tokens/s | vs one machine, target alone | drafts accepted | load s |")
+    print("| arm | tokens/s | vs one machine, target alone | drafts accepted | load s |")
     print("|---|---|---|---|---|")
     base = arms[0]["tokens_per_second"]
     for a in arms:

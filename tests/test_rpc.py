@@ -9,11 +9,11 @@ import struct
 import threading
 
 import pytest
+from helpers import sdist_files
 
 from gguf_exact import doctor
 from gguf_exact.builds import llama_build
 from gguf_exact.engines import rpc_probe
-from helpers import sdist_files
 
 
 @pytest.fixture(scope="module")

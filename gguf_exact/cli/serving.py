@@ -24,9 +24,17 @@ from gguf_exact.cli.options import (
     server_bin_option,
     target_and_draft_options,
 )
-from gguf_exact.constants import API_KEY_ENV
 from gguf_exact.cli.rpc import rpc_plan_lines, show_worker
-from gguf_exact.engines.settings import DEFAULT_ENGINE, DEFAULT_HOST, DEFAULT_PORT, ENGINES, LOG_FILE, RPC_ENGINE, ServeSettings
+from gguf_exact.constants import API_KEY_ENV
+from gguf_exact.engines.settings import (
+    DEFAULT_ENGINE,
+    DEFAULT_HOST,
+    DEFAULT_PORT,
+    ENGINES,
+    LOG_FILE,
+    RPC_ENGINE,
+    ServeSettings,
+)
 
 
 @main.command()

@@ -32,7 +32,10 @@ PROBE_TIMEOUT = 3.0  # seconds for the connect and for each answer
 MAX_DEVICES = 16  # more than any worker exposes; a larger count is not an rpc-server's answer
 
 
-def parse_endpoint(text: str, what: Param | str = Param("rpc")) -> tuple[str, int]:
+RPC_PARAM = Param("rpc")  # the option an endpoint came from, unless a caller names another
+
+
+def parse_endpoint(text: str, what: Param | str = RPC_PARAM) -> tuple[str, int]:
     """``HOST:PORT`` (``[::1]:PORT`` for IPv6) as (host, port); one line naming ``what`` otherwise."""
     host, sep, port = text.strip().rpartition(":")
     host = host.strip("[]")
@@ -43,7 +46,7 @@ def parse_endpoint(text: str, what: Param | str = Param("rpc")) -> tuple[str, in
     return host, int(port)
 
 
-def parse_endpoints(text: str | tuple[str, ...] | list[str], what: Param | str = Param("rpc")) -> tuple[str, ...]:
+def parse_endpoints(text: str | tuple[str, ...] | list[str], what: Param | str = RPC_PARAM) -> tuple[str, ...]:
     """``HOST:PORT[,HOST:PORT...]`` (or a list of them) as checked ``HOST:PORT`` strings, in order."""
     items = text.split(",") if isinstance(text, str) else [p for t in text for p in str(t).split(",")]
     out = []
@@ -159,7 +162,9 @@ def require_workers(endpoints: tuple[str, ...], timeout: float = PROBE_TIMEOUT) 
     for r in reports:
         if not r.ok:
             hint = {
-                "down": (f"start it with `gguf-exact rpc-server --port {r.endpoint.rpartition(':')[2]}` on that machine",),
+                "down": (
+                    f"start it with `gguf-exact rpc-server --port {r.endpoint.rpartition(':')[2]}` on that machine",
+                ),
                 "busy": ("another llama-server is using it: stop that one first, or start another worker",),
                 "wrong": ("give ", Param("rpc"), " the address of an rpc-server of this build"),
             }[r.state]

@@ -37,7 +37,6 @@ from bisect import bisect_right
 from dataclasses import dataclass, field
 
 from gguf_exact.errors import ArgumentError, Message, Param
-from gguf_exact.formats.gguf_layout import TensorEntry
 from gguf_exact.pair.geometry import Geometry
 from gguf_exact.runtime.compute_estimate import compute_estimate
 from gguf_exact.runtime.memory_plan import MIB, Settings, cache_cells, layer_kv, mib, weight_layers

@@ -86,7 +86,7 @@ def consistent_head(
             bf16.from_f32(fit_centroids(centroids, hidden[proposed], clusters, top_k).astype(np.float32))
         )
         if (margins(centroids, hidden[proposed], clusters, top_k) < MARGIN).any():
-            raise RuntimeError(f"bf16 rounding of the fitted centroids loses a proposed token's cluster")
+            raise RuntimeError("bf16 rounding of the fitted centroids loses a proposed token's cluster")
     tensors["masked_embedding.centroids.weight"] = bf16.from_f32(centroids.astype(np.float32))
 
 
