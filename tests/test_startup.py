@@ -83,7 +83,9 @@ def test_the_executable_converts_without_the_cyclic_gc_and_turns_it_on_for_the_r
     """`convert` (one of app.WITHOUT_CYCLIC_GC) runs with the collector off, never
     collecting, and writes what it writes with it on; any other command turns it on."""
     out = tmp_path / "drafter.gguf"
-    stdout, enabled, collections = _gc_after(["convert", tiny / "drafter-bf16", out, "--vocab-from", tiny / "target.gguf"])
+    stdout, enabled, collections = _gc_after(
+        ["convert", tiny / "drafter-bf16", out, "--vocab-from", tiny / "target.gguf"]
+    )
     assert (enabled, collections) == ("False", 0)
     printed_sha = next(line.split()[1] for line in stdout.splitlines() if line.startswith("sha256 "))
     assert hashlib.sha256(out.read_bytes()).hexdigest() == printed_sha
