@@ -13,11 +13,13 @@ Inputs, made once in a temp folder:
 - the same drafter as llama.cpp's converter writes it with `--outtype bf16` (same keys
   and vocabulary): what llama-quantize starts from.
 
-Each round runs the commands in A B C C B A order: `gguf-exact convert SRC OUT --vocab-from
+Each round runs the commands in A B C D D C B A order: `gguf-exact convert SRC OUT --vocab-from
 TARGET` (reads safetensors, packs, writes, reads back and verifies, sha256), `gguf-exact
 verify OUT --source SRC --vocab-from TARGET` (replans every block, judges every key and
-tensor, sha256) and `llama-quantize --pure BF16.gguf OUT Q4_0 2`. Peak RSS is GNU time's %M (each tool is
-one process). Bit-exact shares: ours from convert's report, llama-quantize's measured
+tensor, sha256), `llama-quantize --pure BF16.gguf OUT Q4_0 2`, and a Python process that only
+loads what every `convert` must before its first value is packed (numpy, numba, the packer's
+two cached kernels) and exits: the part of `convert`'s start-up a C++ tool does not have.
+Peak RSS is GNU time's %M (each tool is one process). Bit-exact shares: ours from convert's report, llama-quantize's measured
 against the source (gguf_exact.drafter.verify, measured only). Not a test: nothing asserts.
 
     python scripts/bench_convert.py [--rounds 2] [--vocab 262144] [--merges 0,500000] [--no-peer]
@@ -36,6 +38,18 @@ sys.path.insert(0, str(Path(__file__).parent))
 from measure import load, run  # noqa: E402
 
 from gguf_exact.tiny.vocab import GEMMA4_MERGES, GEMMA4_VOCAB  # noqa: E402
+
+# numpy, numba and the two kernels `convert` calls (the vocabulary walk, the packer) loaded
+# from numba's cache, as `convert` loads them (the executable runs it without the cyclic GC).
+KERNELS_LOADED = """
+import gc
+gc.disable()
+import numpy as np
+from gguf_exact.core.exact import plan_rows
+from gguf_exact.formats.string_walk import skip
+skip(bytes(16), 0, 1)
+plan_rows(np.zeros((1, 32), np.uint16), 0, histogram=False, score_partial=False)
+"""
 
 
 def make_inputs(root: Path, vocab: int, merges: int) -> dict[str, Path]:
@@ -123,13 +137,18 @@ def bench_form(args, quantize: Path | None, merges: int, kernel: bool) -> None:
         peer_cmd = [str(quantize), "--pure", str(paths["bf16"]), str(root / "peer.gguf"), "Q4_0", "2"]
         verify_cmd = [str(gguf_exact), "verify", str(root / "ours.gguf"), "--source", str(paths["source"]), "--vocab-from", str(paths["target"])]  # fmt: skip
         again = root / "again.gguf"  # later converts write here: verify reads the warm-up's file, the same bytes
-        commands = {"ours": [*ours_cmd[:3], str(again), *ours_cmd[4:]], "verify": verify_cmd, "peer": peer_cmd}
+        commands = {
+            "ours": [*ours_cmd[:3], str(again), *ours_cmd[4:]],
+            "verify": verify_cmd,
+            "peer": peer_cmd,
+            "kernels": [sys.executable, "-c", KERNELS_LOADED],
+        }
         order = (
-            ("ours", "verify", "verify", "ours")
+            ("ours", "verify", "kernels", "kernels", "verify", "ours")
             if quantize is None
-            else ("ours", "peer", "verify", "verify", "peer", "ours")
+            else ("ours", "peer", "verify", "kernels", "kernels", "verify", "peer", "ours")
         )
-        runs: dict[str, list] = {"ours": [], "peer": [], "verify": []}
+        runs: dict[str, list] = {"ours": [], "peer": [], "verify": [], "kernels": []}
         run(ours_cmd)  # warm-up: numba's cache, the page cache
         run(verify_cmd)
         if quantize is not None:
@@ -172,6 +191,7 @@ def bench_form(args, quantize: Path | None, merges: int, kernel: bool) -> None:
         ("ours", "gguf-exact convert (verify + sha256 on)", ours_exact),
         ("verify", "gguf-exact verify (--vocab-from)", None),
         ("peer", "llama-quantize --pure Q4_0 (from BF16)", peer_exact),
+        ("kernels", "python: numpy, numba, 2 kernels (no work)", None),
     ):
         if not runs[who]:
             continue
@@ -181,9 +201,8 @@ def bench_form(args, quantize: Path | None, merges: int, kernel: bool) -> None:
         rss = max(m.peak_mib for m in runs[who])
         share = f"{exact:>10.4%}" if exact is not None else f"{'-':>10}"
         size = f"{sizes[who]:>12,}" if who in sizes else f"{'-':>12}"
-        print(
-            f"{label:42} {med:>8.2f} ({min(secs):.2f}-{max(secs):.2f}){'':>7} {matrix_values / med / 1e6:>11.1f} {rss:>13.0f} {share} {size}"
-        )
+        rate = f"{matrix_values / med / 1e6:>11.1f}" if who != "kernels" else f"{'-':>11}"
+        print(f"{label:42} {med:>8.2f} ({min(secs):.2f}-{max(secs):.2f}){'':>7} {rate} {rss:>13.0f} {share} {size}")
     print(
         f"verify / convert: {rows['verify'] / rows['ours']:.2f}x the time (bar: under 1.5x); verify's verdict: {verdict}"
     )
@@ -192,6 +211,10 @@ def bench_form(args, quantize: Path | None, merges: int, kernel: bool) -> None:
             f"gguf-exact / llama-quantize: {rows['peer'] / rows['ours']:.2f}x the values/s end to end "
             f"({merges:,} merges; bar: 1.0x); peak RSS {max(m.peak_mib for m in runs['ours']):.0f} vs "
             f"{max(m.peak_mib for m in runs['peer']):.0f} MiB"
+        )
+        print(
+            f"loading numpy, numba and the 2 kernels alone: {rows['kernels']:.2f} s, {rows['kernels'] / rows['peer']:.2f}x "
+            f"llama-quantize's whole run ({rows['kernels'] / rows['ours']:.2f}x convert's)"
         )
     if kernel:
         print(

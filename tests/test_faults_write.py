@@ -235,6 +235,32 @@ def test_an_os_error_mid_write_is_one_line(kit, tmp_path, monkeypatch, fault, wo
     assert old.read_bytes() == b"the user's older file" and list(tmp_path.iterdir()) == [old]
 
 
+def test_the_background_writeback_runs_and_its_error_is_one_line(kit, tmp_path, monkeypatch):
+    """convert starts writing to disk between tensors (os.fdatasync on a thread of its own,
+    same bytes); an I/O error only that sync sees is the write's own error: one line,
+    nothing at the output."""
+    out = tmp_path / "out.gguf"
+    args = ["convert", kit / "drafter-hf", out, "--vocab-from", kit / "target.gguf"]
+    real, synced = os.fdatasync, []
+    monkeypatch.setattr(os, "fdatasync", lambda fd: (synced.append(fd), real(fd))[1])
+    assert CliRunner().invoke(main, [str(a) for a in args]).exit_code == 0
+    assert len(synced) >= 2  # one per tensor that finds none running
+    with_writeback = sha256(out)
+    out.unlink()
+    monkeypatch.setattr(os, "fdatasync", lambda fd: None)
+    assert CliRunner().invoke(main, [str(a) for a in args]).exit_code == 0
+    assert sha256(out) == with_writeback
+    out.unlink()
+
+    def failing(fd: int) -> None:
+        raise OSError(errno.EIO, os.strerror(errno.EIO))
+
+    monkeypatch.setattr(os, "fdatasync", failing)
+    line = one_error(args)
+    assert line == f"error: {out}: cannot write (Input/output error); nothing was written", line
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_the_output_folder_gone_mid_write(kit, tmp_path):
     """The folder removed while convert writes (by a progress callback between tensors)."""
     from gguf_exact.drafter.convert import convert_drafter

@@ -53,3 +53,47 @@ def test_convert_loads_only_what_it_uses(tiny, tmp_path):
     modules = set(next(line for line in proc.stdout.splitlines() if line.startswith("MODULES ")).split()[1:])
     assert "gguf_exact.cli.files" in modules and "numba" in modules  # it did load what it runs
     assert [m for m in NOT_FOR_CONVERT if m in modules] == []
+
+
+# The executable (gguf_exact.cli.run) with os._exit reporting the collector's state first.
+RUN_AND_REPORT_GC = """
+import gc, os, sys
+from gguf_exact.cli import app
+before, real_exit = sum(s["collections"] for s in gc.get_stats()), os._exit
+def report(code):
+    after = sum(s["collections"] for s in gc.get_stats())
+    print("GC", gc.isenabled(), after - before, flush=True)
+    real_exit(code)
+os._exit = report
+sys.argv = ["gguf-exact", *sys.argv[1:]]
+app.run()
+"""
+
+
+def _gc_after(args) -> tuple[str, str, int]:
+    proc = subprocess.run(
+        [sys.executable, "-c", RUN_AND_REPORT_GC, *map(str, args)], capture_output=True, text=True, timeout=300
+    )
+    assert proc.returncode == 0, proc.stderr
+    _, enabled, collections = next(line for line in proc.stdout.splitlines() if line.startswith("GC ")).split()
+    return proc.stdout, enabled, int(collections)
+
+
+def test_the_executable_converts_without_the_cyclic_gc_and_turns_it_on_for_the_rest(tiny, tmp_path):
+    """`convert` (one of app.WITHOUT_CYCLIC_GC) runs with the collector off, never
+    collecting, and writes what it writes with it on; any other command turns it on."""
+    out = tmp_path / "drafter.gguf"
+    stdout, enabled, collections = _gc_after(
+        ["convert", tiny / "drafter-bf16", out, "--vocab-from", tiny / "target.gguf"]
+    )
+    assert (enabled, collections) == ("False", 0)
+    printed_sha = next(line.split()[1] for line in stdout.splitlines() if line.startswith("sha256 "))
+    assert hashlib.sha256(out.read_bytes()).hexdigest() == printed_sha
+    with_gc = tmp_path / "with-gc.gguf"
+    done = subprocess.run(
+        [sys.executable, "-c", CONVERT_AND_LIST_MODULES, "convert", str(tiny / "drafter-bf16"), str(with_gc),
+         "--vocab-from", str(tiny / "target.gguf")], capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert with_gc.read_bytes() == out.read_bytes()
+    assert _gc_after(["recipes"])[1] == "True"

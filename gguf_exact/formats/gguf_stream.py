@@ -6,10 +6,14 @@ reserved first, tensors are streamed in order with ``os.pwrite`` at aligned offs
 (chunks of one tensor may be written by several threads at once), and the header
 is written last, when every tensor's final type is known. Gaps are zero-filled
 and the file ends padded to the alignment, as gguf-py's ``GGUFWriter`` leaves it.
+While tensors are still being written, what is written so far goes to disk in the
+background (:meth:`StreamingGGUF.start_writeback`), so the fsync before the rename
+finds little left to wait for.
 """
 
 import contextlib
 import os
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Iterator
 
@@ -63,6 +67,32 @@ class StreamingGGUF:
         self.placed: list[TensorEntry] = []
         self.end = 0  # relative to the data start, after the last placed tensor
         self.header = b""  # the header as written by finish()
+        self._writeback: ThreadPoolExecutor | None = None
+        self._synced: Future | None = None
+
+    def start_writeback(self) -> None:
+        """Start writing the bytes written so far to disk, in the background: an
+        ``os.fdatasync`` on a thread of its own (it releases the GIL), one at a time (a
+        call while one runs does nothing; the next covers it). The fsync before the rename
+        (:func:`~.safe_write.atomic_output`) then waits only for the tail: for the E2B
+        drafter (53 MB) it waited 0.10-0.14 s when every byte was left to it."""
+        if self._synced is not None and not self._synced.done():
+            return
+        self._raise_writeback_error()
+        if self._writeback is None:
+            self._writeback = ThreadPoolExecutor(1, thread_name_prefix="gguf-writeback")
+        self._synced = self._writeback.submit(os.fdatasync, self.fd)
+
+    def _raise_writeback_error(self) -> None:
+        # An error the background sync met (EIO, ENOSPC) may be reported to that call
+        # only, so it is raised here, as the write's own error.
+        if self._synced is not None and self._synced.done() and self._synced.exception() is not None:
+            raise self._synced.exception()
+
+    def _stop_writeback(self) -> None:
+        if self._writeback is not None:
+            self._writeback.shutdown(wait=True)  # before the descriptor is closed
+            self._writeback = None
 
     def place(self, entry: TensorEntry) -> int:
         """Reserve room for ``entry`` (its type and shape final) after the tensors
@@ -81,6 +111,8 @@ class StreamingGGUF:
     def finish(self, kv_raw: list[bytes]) -> int:
         """Zero the gaps, write the header (``kv_raw`` must have the same lengths as
         at the start), trim; returns the file size."""
+        self._stop_writeback()
+        self._raise_writeback_error()
         header = encode_header(self.version, kv_raw, self.placed, self.alignment)
         self.header = header
         if len(header) != self.data_start:
@@ -96,6 +128,7 @@ class StreamingGGUF:
         return size
 
     def close(self) -> None:
+        self._stop_writeback()
         if self.fd >= 0:
             os.close(self.fd)
             self.fd = -1

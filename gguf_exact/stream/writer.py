@@ -298,6 +298,7 @@ def write_tensors(
             if progress:
                 progress(job.entry.name)
             results.append(tensors.tensor(j))
+            tensors.writer.start_writeback()
     return results
 
 
