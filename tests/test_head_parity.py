@@ -169,9 +169,10 @@ def test_llama_cpp_scores_the_same_candidates_as_transformers_algorithm(drafts):
         assert np.all(np.isneginf(logits[~finite]))  # every other token: the lowest logit
         picked.add(int(logits.argmax()))
     assert len(picked) >= 4  # the positions drafted different tokens
-    # two near-ties, steps 0 and 10: best two 5.3e-4 and 2.6e-3 apart, the rounding's bound 6.4e-3 and 7.6e-3
-    # (at step 0 the rounded state drafts the other of the two, as llama.cpp's full head does)
-    assert decided == len(STEPS) - 2
+    # here two near-ties, steps 0 and 10: best two 5.3e-4 and 2.6e-3 apart, the rounding's bound 6.4e-3 and
+    # 7.6e-3 (at step 0 the rounded state drafts the other of the two, as llama.cpp's full head does); the
+    # chained steps' states follow the drafts, so another CPU's rounding may decide one more
+    assert decided >= len(STEPS) - 2
 
 
 @pytest.mark.bindings
@@ -212,4 +213,4 @@ def test_transformers_gemma4_assistant_agrees(drafts, tmp_path):
         # transformers multiplies the bf16 source rows, llama.cpp the exact Q4_0 ones: equal in bf16
         scale = np.abs(row[row > fill]).max()
         np.testing.assert_allclose(ours[row > fill], row[row > fill], rtol=0, atol=1e-2 * scale)
-    assert decided == len(STEPS) - 2  # steps 0 and 10's near-ties, as in numpy's transcription
+    assert decided >= len(STEPS) - 2  # here steps 0 and 10 are near-ties, as in numpy's transcription
