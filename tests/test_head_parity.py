@@ -132,7 +132,9 @@ def q8_0_rounded(hidden: np.ndarray) -> np.ndarray:
     return dequantize(quantize(hidden.astype(np.float32)[None], q8), q8).reshape(-1).astype(np.float64)
 
 
-def assert_same_draft(ours: np.ndarray, theirs: np.ndarray, tied_head: np.ndarray, hidden: np.ndarray, step: int) -> bool:
+def assert_same_draft(
+    ours: np.ndarray, theirs: np.ndarray, tied_head: np.ndarray, hidden: np.ndarray, step: int
+) -> bool:
     """Our drafted token is ``theirs``' (logits over the same candidates, computed on the unrounded
     state) unless their best two are closer than llama.cpp's Q8_0 rounding of the state can move
     a logit (for each token the sum of its row's |w| times the state's rounding error): then ours
