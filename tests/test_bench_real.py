@@ -105,7 +105,8 @@ def test_the_cost_model_on_a_card_is_the_cpu_model_with_the_cards_pass():
 ORDERED_HEAD = (
     "ordered_head.centroids", "ordered_head.top_k", "ordered_head.top_k (reshaped)",
     "ordered_head.candidates", "ordered_head.candidates (reshaped)", "ordered_head.candidates (reshaped) (reshaped)",
-    "ordered_head.rows", "ordered_head.rows (reshaped)", "ordered_head.scores", "ordered_head.scores (reshaped)",
+    "ordered_head.rows", "ordered_head.rows (view)", "ordered_head.rows (view) (reshaped)",
+    "ordered_head.scores", "ordered_head.scores (reshaped)",
     "ordered_head.fill", "ordered_head.fill (reshaped)", "ordered_head.scatter", "result_output",
 )  # fmt: skip
 
@@ -130,14 +131,15 @@ def test_drafter_profile_times_the_ordered_head_as_the_head(pair, tmp_path):
     target, drafter = pair
     full = convert_drafter(drafter.parent / "drafter-hf", tmp_path / "full.gguf", target, ordered_head=False).path
     ordered, plain = drafter_profile(target, drafter, 2, steps=3), drafter_profile(target, full, 2, steps=3)
-    # the full head is one node (mul_mat, result_output); the ordered head the 14 nodes of patch #24's graph in
-    # its order: centroids, top_k and its flat view, candidates and two views, rows and their 3-D view, scores and
-    # their view, fill (one row per output) and its row-per-token view, scatter, and the logits' 2-D view. Beside
-    # them, untimed as the head (views, no work): the ordering viewed as clusters, and the hidden state's 3-D view
+    # the full head is one node (mul_mat, result_output); the ordered head the 15 nodes of patch #24's graph in
+    # its order: centroids, top_k and its flat view, candidates and two views, rows (their bytes, as I32), their
+    # view as Q4_0 and its 3-D view, scores and their view, fill (one row per output) and its row-per-token view,
+    # scatter, and the logits' 2-D view. Beside them, untimed as the head (views, no work): the ordering viewed as
+    # clusters, the tied head's bytes viewed as I32, and the hidden state's 3-D view
     assert plain.head_nodes == ("result_output",) and ordered.head_nodes == ORDERED_HEAD
-    assert (plain.nodes, ordered.nodes) == (126, 126 - 1 + 14 + 2)
+    assert (plain.nodes, ordered.nodes) == (126, 126 - 1 + 15 + 3)
     # each node's median over the steps: the breakdown bench_head.py prints
-    assert len(ordered.head_node_seconds) == 14 and all(t >= 0 for t in ordered.head_node_seconds)
+    assert len(ordered.head_node_seconds) == 15 and all(t >= 0 for t in ordered.head_node_seconds)
     assert plain.head_node_seconds[0] > 0
     for p in (ordered, plain):
         assert 0 < p.head_seconds < p.profiled_step_seconds and p.step_seconds > 0

@@ -181,6 +181,10 @@ def test_the_ordered_head_patch_loads_the_head_and_scores_only_its_candidates(co
     ops = [op for op in ("ggml_mul_mat", "ggml_top_k", "ggml_get_rows", "ggml_fill", "ggml_set_rows") if op in graph]
     assert ops == ["ggml_mul_mat", "ggml_top_k", "ggml_get_rows", "ggml_fill", "ggml_set_rows"]
     assert "-INFINITY" in graph
+    # the candidates' rows gathered as bytes (the tied head viewed as I32) and multiplied in its own type
+    assert "ggml_get_rows(ctx0, whole_words ? view_row_bytes_as(ctx0, head, GGML_TYPE_I32) : head, ids)" in graph
+    assert "rows = view_row_bytes_as(ctx0, rows, head->type);" in graph
+    assert "static ggml_tensor * view_row_bytes_as(ggml_context * ctx0, ggml_tensor * a, enum ggml_type type)" in after
     arch = (context_tree / "src/llama-arch.cpp").read_text()
     assert '"%s.num_centroids"' in arch and '"%s.centroid_intermediate_top_k"' in arch
     assert "{LLM_TENSOR_MASKED_EMBD_CENTROIDS,      {LLM_TENSOR_LAYER_OUTPUT,    GGML_OP_MUL_MAT}}" in arch
