@@ -28,7 +28,7 @@ import statistics
 import threading
 import time
 from contextlib import ExitStack, contextmanager
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Iterator, Sequence
 
@@ -57,6 +57,12 @@ class ArmResult(Figures):
     rounds: int = 1  # the timings are medians over this many rounds
     same_every_round: bool = True  # every round gave the same text (greedy)
     texts: list[str] = field(default_factory=list, repr=False)
+    # the Python engine's own time per request outside llama_decode (target and drafter), summed
+    # over the prompts (medians over rounds); None for llama-server, which does not report it
+    python_seconds: float | None = None
+    # what the engine's draft-length policy measured by the end of the arm (/metrics: pass
+    # seconds per row count, drafter step, acceptance per depth); None where it chose no length
+    policy: dict | None = None
 
     def as_dict(self) -> dict:
         d = {k: v for k, v in self.__dict__.items()}
@@ -123,7 +129,8 @@ def engines_arm(
     round; each figure is the median over rounds. On a shared machine a burst of other work
     then slows every engine alike instead of whichever arm it fell on: the ratios between
     engines hold where the absolute figures wander."""
-    from gguf_exact.engines.http import openai_generate
+    from gguf_exact.engines.http import get_metrics, openai_generate
+    from gguf_exact.runtime.draft_policy import parse_snapshot
 
     extra = adaptive_length(n_max) if adaptive else fixed_length(n_max)
     with ExitStack() as stack:
@@ -147,6 +154,8 @@ def engines_arm(
             launch, proc, load = servers[engine]
             per_round = runs[engine]
             first = per_round[0]
+            snap = parse_snapshot(get_metrics(launch.url))
+            python = [g.server_python_seconds for g in first]
             results.append(
                 ArmResult(
                     engine=engine,
@@ -165,6 +174,12 @@ def engines_arm(
                     rounds=rounds,
                     same_every_round=all([g.text for g in gs] == [g.text for g in first] for gs in per_round),
                     texts=[g.text for g in first],
+                    python_seconds=(
+                        _median_sum(per_round, lambda g: g.server_python_seconds)
+                        if all(x is not None for x in python)
+                        else None
+                    ),
+                    policy=None if snap is None else asdict(snap),
                 )
             )
     return results
