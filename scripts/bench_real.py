@@ -214,7 +214,7 @@ def engine_costs(arms: list[dict]) -> list[str]:
     for a in arms:
         pol = a.get("policy")
         if pol:
-            rows = ", ".join(f"{r} rows {1e3 * v:.0f} ms" for r, v in pol["pass_seconds"])
+            rows = ", ".join(f"{r} row{'s' if r > 1 else ''} {1e3 * v:.0f} ms" for r, v in pol["pass_seconds"])
             step = "" if pol["step_seconds"] is None else f"; drafter step {1e3 * pol['step_seconds']:.2f} ms"
             out.append(f"- {a['engine']}, {a['kind']}, adaptive up to {a['n_max']}, as its policy timed: {rows}{step}")
     return out

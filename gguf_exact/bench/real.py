@@ -125,10 +125,12 @@ def engines_arm(
     the policy chooses, else the fixed length) over ``/v1/completions``, side by side.
 
     The servers are started one after the other (each load timed while the others idle),
-    then the same requests go to each in turn, ``rounds`` times, the order reversed every
-    round; each figure is the median over rounds. On a shared machine a burst of other work
-    then slows every engine alike instead of whichever arm it fell on: the ratios between
-    engines hold where the absolute figures wander."""
+    then each request goes to every engine in turn before the next request, the order
+    reversed from one request to the next (A B, B A, ...), ``rounds`` times; each figure is
+    the median over rounds. On a shared machine a burst of other work, or the host's own
+    drift (up to 25% within the hour here), then slows every engine alike instead of
+    whichever arm it fell on: the ratios between engines hold where the absolute figures
+    wander, and a request's peers run seconds apart, not a round apart."""
     from gguf_exact.engines.http import get_metrics, openai_generate
     from gguf_exact.runtime.draft_policy import parse_snapshot
 
@@ -146,9 +148,11 @@ def engines_arm(
         ttft = {e: openai_generate(servers[e][0].url, TTFT_PROMPT, 1, 0.0, 1) for e in engines}
         runs: dict[str, list[list[Any]]] = {e: [] for e in engines}
         for r in range(rounds):
-            for engine in engines if r % 2 == 0 else list(reversed(engines)):
-                url = servers[engine][0].url
-                runs[engine].append([openai_generate(url, p, n_predict, 0.0, 1) for p in prompts])
+            for e in engines:
+                runs[e].append([])
+            for i, p in enumerate(prompts):
+                for engine in engines if (r * len(prompts) + i) % 2 == 0 else list(reversed(engines)):
+                    runs[engine][-1].append(openai_generate(servers[engine][0].url, p, n_predict, 0.0, 1))
         results = []
         for engine in engines:
             launch, proc, load = servers[engine]
