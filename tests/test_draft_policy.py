@@ -146,6 +146,16 @@ def test_a_switch_pass_timing_is_not_kept_and_a_close_rate_does_not_switch() -> 
     assert policy.best(9) == 1  # and from one draft, one draft stays
 
 
+def test_a_pass_without_drafts_is_not_taken_for_an_all_right_one() -> None:
+    # the engines tell the policy no result for a pass without drafts: the 1-row pass that
+    # re-times a stale 1 row (a switch) is held once more for a steady timing all the same,
+    # though the last pass with drafts kept every one
+    ks, policy = simulate(CURVES["gpu"], step=0.001, streams=[Stream(1.0)] * 4, passes=300, results_without_drafts=False)
+    assert ks[260:266] == [4, 4, 0, 0, 4, 4]
+    assert ks == simulate(CURVES["gpu"], step=0.001, streams=[Stream(1.0)] * 4, passes=300)[0]
+    assert policy.provisional[1] is False and policy.pass_cost[1] == 0.010
+
+
 def test_limit_bounds_the_draft() -> None:
     ks, _ = simulate(CURVES["gpu"], step=0.001, streams=[Stream(1.0)] * 4, passes=30, limit=2)
     assert max(ks) == 2 and ks[-1] == 2

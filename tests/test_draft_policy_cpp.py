@@ -126,6 +126,16 @@ def test_cpp_and_python_keep_switch_timings_apart_alike(driver, streams):
     assert ks.count(1) > 250 and policy.pass_cost[2] == 0.136  # one draft, its steady cost known
 
 
+def test_cpp_and_python_hold_after_a_pass_without_drafts_alike(driver):
+    # as the engines call it: no observe_result for a pass without drafts
+    events: list[tuple] = []
+    ks, _ = simulate(
+        CURVES["gpu"], step=0.001, streams=[Stream(1.0)] * 4, passes=300, events=events, results_without_drafts=False
+    )
+    assert replay(driver, PolicySettings(n_max=4), events) == ks
+    assert ks[262:264] == [0, 0] and ("result", 0, 0) not in events
+
+
 def test_cpp_and_python_agree_on_noisy_recorded_timings_and_short_drafts(driver):
     # timings as a machine reports them (jitter, odd digits), drafts cut short by p_min, limits
     # from the request's budget, and settings away from the defaults

@@ -99,7 +99,7 @@ class DraftPolicy:
     since_probe: int = 0
     probing: int = 0  # the depth of the probe in flight, 0 when the last choice was no probe
     last_k: int = 0
-    all_right: bool = False  # the last pass that carried drafts kept every one of them
+    all_right: bool = False  # the last pass carried drafts and kept every one (its observe_result says)
 
     def __post_init__(self) -> None:
         n = self.settings.n_max
@@ -221,7 +221,9 @@ class DraftPolicy:
 
     def observe_pass(self, rows: int, seconds: float) -> None:
         """A generation pass of ``rows`` rows (1 + drafts) took ``seconds`` in the target's decode
-        (row counts the policy never asks for, above ``n_max + 1``, are not kept)."""
+        (row counts the policy never asks for, above ``n_max + 1``, are not kept). Call it before
+        the pass's :meth:`observe_result`, which engines skip for a pass without drafts."""
+        self.all_right = False  # until observe_result says this pass kept every draft
         if not 1 <= rows <= self.settings.n_max + 1:
             return
         self.passes += 1
