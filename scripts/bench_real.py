@@ -210,7 +210,10 @@ def engine_costs(arms: list[dict]) -> list[str]:
         if a.get("python_seconds") is not None and a["tokens"] and a["wall_seconds"]
     ]
     if own:
-        out += ["", "Python engine's own time outside llama_decode, per token (share of the request): " + ", ".join(own)]
+        out += [
+            "",
+            "Python engine's own time outside llama_decode, per token (share of the request): " + ", ".join(own),
+        ]
     for a in arms:
         pol = a.get("policy")
         if pol:

@@ -123,7 +123,11 @@ def test_one_slow_timing_of_one_row_does_not_keep_a_useless_drafter_drafting() -
     # 1 makes a second draft worthless whatever it gets right at depth 2
     assert [(i, k) for i, k in enumerate(ks[:retimed]) if k != 1] == [(0, 0), (1, 0), (4, 2), (5, 2)]
     assert policy.pass_cost[1] == pytest.approx(0.1)
-    assert ks.count(0) == 265 and set(ks[retimed:]) == {0, 1, 2}  # then the target alone, but for probes (of 2 where 3 rows' timing is stale)
+    assert ks.count(0) == 265 and set(ks[retimed:]) == {
+        0,
+        1,
+        2,
+    }  # then the target alone, but for probes (of 2 where 3 rows' timing is stale)
 
 
 def test_a_switch_pass_timing_is_not_kept_and_a_close_rate_does_not_switch() -> None:
@@ -150,7 +154,9 @@ def test_a_pass_without_drafts_is_not_taken_for_an_all_right_one() -> None:
     # the engines tell the policy no result for a pass without drafts: the 1-row pass that
     # re-times a stale 1 row (a switch) is held once more for a steady timing all the same,
     # though the last pass with drafts kept every one
-    ks, policy = simulate(CURVES["gpu"], step=0.001, streams=[Stream(1.0)] * 4, passes=300, results_without_drafts=False)
+    ks, policy = simulate(
+        CURVES["gpu"], step=0.001, streams=[Stream(1.0)] * 4, passes=300, results_without_drafts=False
+    )
     assert ks[260:266] == [4, 4, 0, 0, 4, 4]
     assert ks == simulate(CURVES["gpu"], step=0.001, streams=[Stream(1.0)] * 4, passes=300)[0]
     assert policy.provisional[1] is False and policy.pass_cost[1] == 0.010
