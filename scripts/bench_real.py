@@ -199,6 +199,30 @@ def adaptive_goals(arms: list[dict], alone: dict[str, dict]) -> list[str]:
     return out
 
 
+def engine_costs(arms: list[dict]) -> list[str]:
+    """Where each engine's time went: the Python engine's own work outside llama.cpp per token,
+    and the pass and drafter-step costs each engine's policy measured in its adaptive arms."""
+    out = []
+    own = [
+        f"{a['kind']} n-max {arm_n_max(a)}: {1e3 * a['python_seconds'] / a['tokens']:.2f} ms"
+        f" ({100 * a['python_seconds'] / a['wall_seconds']:.1f}%)"
+        for a in arms
+        if a.get("python_seconds") is not None and a["tokens"] and a["wall_seconds"]
+    ]
+    if own:
+        out += [
+            "",
+            "Python engine's own time outside llama_decode, per token (share of the request): " + ", ".join(own),
+        ]
+    for a in arms:
+        pol = a.get("policy")
+        if pol:
+            rows = ", ".join(f"{r} row{'s' if r > 1 else ''} {1e3 * v:.0f} ms" for r, v in pol["pass_seconds"])
+            step = "" if pol["step_seconds"] is None else f"; drafter step {1e3 * pol['step_seconds']:.2f} ms"
+            out.append(f"- {a['engine']}, {a['kind']}, adaptive up to {a['n_max']}, as its policy timed: {rows}{step}")
+    return out
+
+
 def table(result: dict) -> str:
     """The README's table for one shape."""
     c = result["costs"]
@@ -258,6 +282,7 @@ def table(result: dict) -> str:
             "Python engine / llama-server, generation tokens/s: "
             + ", ".join(f"{k} n-max {n}: {r:.2f}x" for k, n, r in ratios)
         )
+    lines += engine_costs(result["arms"])
     goals = adaptive_goals(result["arms"], alone)
     if goals:
         lines += ["", *goals]

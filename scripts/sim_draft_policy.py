@@ -3,7 +3,9 @@
 it (1..5 rows: 105, 136, 190, 200, 250 ms; drafter step 3.5 ms) with a 31 ms cost for a pass
 whose row count differs from the one before (llama.cpp rebuilding its graph): per drafter kind
 (tests/policy_traces.py's even streams), the adaptive length's tokens/s against the target
-alone and against the best fixed length, 600 passes each. Not a test: it prints.
+alone and against the best fixed length, from a fresh policy over 30, 100 and 600 passes (a
+benchmark's few requests of 48 tokens are 30-100 passes: what exploring the lengths costs
+weighs most there). Not a test: it prints.
 
     .venv/bin/python scripts/sim_draft_policy.py
 """
@@ -40,15 +42,17 @@ def run(streams: list[Stream], passes: int = 600, fixed: int | None = None) -> t
 
 def main() -> None:
     kinds = {"mixed": [Stream(0.45)] * 4, "real": [Stream(0.85)] + [Stream(0.62)] * 3, "hidden": [Stream(1.0)] * 4}
-    for name, streams in kinds.items():
-        alone = run(streams, fixed=0)[0]
-        fixed = {k: run(streams, fixed=k)[0] for k in range(1, 5)}
-        best = max(fixed, key=fixed.get)
-        rate, ks = run(streams)
-        print(
-            f"{name:<7} adaptive {rate / alone:.3f}x the target alone; best fixed n-max {best} {fixed[best] / alone:.3f}x;"
-            f" adaptive / best {rate / max(fixed[best], alone):.3f}; lengths {dict(sorted(Counter(ks).items()))}"
-        )
+    for passes in (30, 100, 600):
+        for name, streams in kinds.items():
+            alone = run(streams, passes, fixed=0)[0]
+            fixed = {k: run(streams, passes, fixed=k)[0] for k in range(1, 5)}
+            best = max(fixed, key=fixed.get)
+            rate, ks = run(streams, passes)
+            print(
+                f"{passes:>3} passes, {name:<7} adaptive {rate / alone:.3f}x the target alone; best fixed n-max {best}"
+                f" {fixed[best] / alone:.3f}x; adaptive / best {rate / max(fixed[best], alone):.3f};"
+                f" lengths {dict(sorted(Counter(ks).items()))}"
+            )
 
 
 if __name__ == "__main__":

@@ -44,11 +44,14 @@ def simulate(
     events: list[tuple] | None = None,
     slow: dict[int, float] | None = None,
     switch: float = 0.0,
+    results_without_drafts: bool = True,
 ) -> tuple[list[int], DraftPolicy]:
     """Drive a fresh policy for ``passes`` passes; the k chosen before each. ``events``
     (when given) receives what the policy was told, in order, for a replay; ``slow`` times
     pass i at ``slow[i]`` times its cost (the machine busy for that pass); ``switch`` seconds are
-    added to a pass whose row count differs from the pass before (llama.cpp's graph rebuilt)."""
+    added to a pass whose row count differs from the pass before (llama.cpp's graph rebuilt);
+    ``results_without_drafts=False``: a pass without drafts gets no ``observe_result``, as in
+    both engines."""
     streams = [Stream(s.rate, s.then, s.after) for s in streams]  # fresh counters
     policy = DraftPolicy(PolicySettings(n_max=n_max))
     ks, prev = [], 0
@@ -63,8 +66,10 @@ def simulate(
         prev = k + 1
         policy.observe_pass(k + 1, seconds)
         policy.observe_steps(k, k * step)
-        policy.observe_result(k, accepted)
+        if k or results_without_drafts:
+            policy.observe_result(k, accepted)
         if events is not None:
-            events += [("choose", limit, k), ("pass", k + 1, seconds), ("steps", k, k * step), ("result", k, accepted)]
+            events += [("choose", limit, k), ("pass", k + 1, seconds), ("steps", k, k * step)]
+            events += [("result", k, accepted)] if k or results_without_drafts else []
         ks.append(k)
     return ks, policy

@@ -71,6 +71,14 @@ def test_an_adaptive_arm_serves_the_policy_in_both_engines_with_the_same_text(pa
         assert a.texts == base.texts and a.tokens == 18
         assert a.drafts_accepted == a.drafts_generated  # every draft right on this pair, however many
         assert a.as_dict()["adaptive"] is True
+        # what each engine's policy measured, from its /metrics: the 1-row pass at least, timed
+        pol = a.policy
+        assert pol is not None and pol["draft_n"] in range(5) and len(pol["acceptance"]) == 4
+        assert dict(pol["pass_seconds"])[1] > 0
+    # the Python engine's own time outside llama_decode, per arm; llama-server does not report one
+    py = {a.engine: a.python_seconds for a in arms}
+    assert py["llama-server"] is None and 0 <= py["python"] < next(a.wall_seconds for a in arms if a.engine == "python")
+    assert all(b.policy is None for b in alone)  # the target alone: no length chosen
 
 
 @pytest.mark.bindings

@@ -105,13 +105,14 @@ def test_cpp_and_python_choose_the_same_k_on_synthetic_runs(driver, curve, step,
 
 @pytest.mark.parametrize(
     ("curve", "streams", "slow"),
-    [("gpu", [Stream(1.0)] * 4, {3: 40.0}), ("cpu", [Stream(0.0)] * 4, {1: 5.0})],
+    [("gpu", [Stream(1.0)] * 4, {7: 40.0}), ("cpu", [Stream(0.0)] * 4, {1: 5.0})],
 )
 def test_cpp_and_python_forget_a_stale_slow_timing_alike(driver, curve, streams, slow):
     events: list[tuple] = []
     ks, _ = simulate(CURVES[curve], step=0.001, streams=streams, passes=300, events=events, slow=slow)
     assert replay(driver, PolicySettings(n_max=4), events) == ks
-    assert ks[131:135] == ([0, 0, 1, 1] if curve == "gpu" else [0, 0, 0, 0])  # 2 rows timed again (1 row, from 131)
+    # 1 row timed again from 131; on the card 5 rows too, from 137 (stale: what 4 rows cost again)
+    assert ks[131:139] == ([0, 0, 3, 3, 3, 3, 4, 4] if curve == "gpu" else [0] * 8)
 
 
 @pytest.mark.parametrize("streams", [[Stream(0.45)] * 4, [Stream(0.85), Stream(0.62), Stream(0.62), Stream(0.62)]])
@@ -123,6 +124,16 @@ def test_cpp_and_python_keep_switch_timings_apart_alike(driver, streams):
     ks, policy = simulate(curve, step=0.0035, streams=streams, passes=300, events=events, switch=0.031)
     assert replay(driver, PolicySettings(n_max=4), events) == ks
     assert ks.count(1) > 250 and policy.pass_cost[2] == 0.136  # one draft, its steady cost known
+
+
+def test_cpp_and_python_hold_after_a_pass_without_drafts_alike(driver):
+    # as the engines call it: no observe_result for a pass without drafts
+    events: list[tuple] = []
+    ks, _ = simulate(
+        CURVES["gpu"], step=0.001, streams=[Stream(1.0)] * 4, passes=300, events=events, results_without_drafts=False
+    )
+    assert replay(driver, PolicySettings(n_max=4), events) == ks
+    assert ks[262:264] == [0, 0] and ("result", 0, 0) not in events
 
 
 def test_cpp_and_python_agree_on_noisy_recorded_timings_and_short_drafts(driver):
@@ -154,3 +165,33 @@ def test_cpp_and_python_agree_on_noisy_recorded_timings_and_short_drafts(driver)
         policy.observe_result(drafted, accepted)
     assert replay(driver, settings, events) == ks
     assert set(ks) >= {0, 1, 2, 3}
+
+
+def test_cpp_and_python_price_a_stale_timing_alike(driver):
+    # 2 and 3 rows timed (the drafter always right), then 130 passes of the target alone (a
+    # request's budget left no room for drafts): both are stale. A stale 3 rows behind a stale
+    # 2 counts what it was timed at (no guess from 2 rows); a stale 2 rows the lower of its
+    # timing and 1 row's. The C++ twin once left a stale row count without a guess unpriced.
+    policy = DraftPolicy(PolicySettings(n_max=2))
+    events: list[tuple] = []
+    ks = []
+
+    def run(limit: int, seconds: dict[int, float]) -> None:
+        k = policy.choose(limit)
+        ks.append(k)
+        rows = k + 1
+        for e in (("choose", limit, k), ("pass", rows, seconds[rows]), ("steps", k, k * 0.001), ("result", k, k)):
+            events.append(e)
+        policy.observe_pass(rows, seconds[rows])
+        policy.observe_steps(k, k * 0.001)
+        policy.observe_result(k, k)
+
+    curve = {1: 0.010, 2: 0.011, 3: 0.011}
+    for _ in range(8):
+        run(2, curve)
+    for _ in range(130):
+        run(0, curve)
+    assert not policy.timed(2) and not policy.timed(3) and policy.cost(3) == 0.011
+    run(2, curve)
+    assert ks[:6] == [0, 0, 1, 2, 2, 2] and ks[-1] == 2  # 2 drafts at once: the stale 3 rows priced
+    assert replay(driver, PolicySettings(n_max=2), events) == ks

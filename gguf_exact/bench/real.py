@@ -28,7 +28,7 @@ import statistics
 import threading
 import time
 from contextlib import ExitStack, contextmanager
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Iterator, Sequence
 
@@ -57,6 +57,12 @@ class ArmResult(Figures):
     rounds: int = 1  # the timings are medians over this many rounds
     same_every_round: bool = True  # every round gave the same text (greedy)
     texts: list[str] = field(default_factory=list, repr=False)
+    # the Python engine's own time per request outside llama_decode (target and drafter), summed
+    # over the prompts (medians over rounds); None for llama-server, which does not report it
+    python_seconds: float | None = None
+    # what the engine's draft-length policy measured by the end of the arm (/metrics: pass
+    # seconds per row count, drafter step, acceptance per depth); None where it chose no length
+    policy: dict | None = None
 
     def as_dict(self) -> dict:
         d = {k: v for k, v in self.__dict__.items()}
@@ -119,11 +125,14 @@ def engines_arm(
     the policy chooses, else the fixed length) over ``/v1/completions``, side by side.
 
     The servers are started one after the other (each load timed while the others idle),
-    then the same requests go to each in turn, ``rounds`` times, the order reversed every
-    round; each figure is the median over rounds. On a shared machine a burst of other work
-    then slows every engine alike instead of whichever arm it fell on: the ratios between
-    engines hold where the absolute figures wander."""
-    from gguf_exact.engines.http import openai_generate
+    then each request goes to every engine in turn before the next request, the order
+    reversed from one request to the next (A B, B A, ...), ``rounds`` times; each figure is
+    the median over rounds. On a shared machine a burst of other work, or the host's own
+    drift (up to 25% within the hour here), then slows every engine alike instead of
+    whichever arm it fell on: the ratios between engines hold where the absolute figures
+    wander, and a request's peers run seconds apart, not a round apart."""
+    from gguf_exact.engines.http import get_metrics, openai_generate
+    from gguf_exact.runtime.draft_policy import parse_snapshot
 
     extra = adaptive_length(n_max) if adaptive else fixed_length(n_max)
     with ExitStack() as stack:
@@ -139,14 +148,18 @@ def engines_arm(
         ttft = {e: openai_generate(servers[e][0].url, TTFT_PROMPT, 1, 0.0, 1) for e in engines}
         runs: dict[str, list[list[Any]]] = {e: [] for e in engines}
         for r in range(rounds):
-            for engine in engines if r % 2 == 0 else list(reversed(engines)):
-                url = servers[engine][0].url
-                runs[engine].append([openai_generate(url, p, n_predict, 0.0, 1) for p in prompts])
+            for e in engines:
+                runs[e].append([])
+            for i, p in enumerate(prompts):
+                for engine in engines if (r * len(prompts) + i) % 2 == 0 else list(reversed(engines)):
+                    runs[engine][-1].append(openai_generate(servers[engine][0].url, p, n_predict, 0.0, 1))
         results = []
         for engine in engines:
             launch, proc, load = servers[engine]
             per_round = runs[engine]
             first = per_round[0]
+            snap = parse_snapshot(get_metrics(launch.url))
+            python = [g.server_python_seconds for g in first]
             results.append(
                 ArmResult(
                     engine=engine,
@@ -165,6 +178,12 @@ def engines_arm(
                     rounds=rounds,
                     same_every_round=all([g.text for g in gs] == [g.text for g in first] for gs in per_round),
                     texts=[g.text for g in first],
+                    python_seconds=(
+                        _median_sum(per_round, lambda g: g.server_python_seconds)
+                        if all(x is not None for x in python)
+                        else None
+                    ),
+                    policy=None if snap is None else asdict(snap),
                 )
             )
     return results

@@ -30,14 +30,20 @@ whose row count differs from the one before also rebuilds and reallocates the gr
 2-core CPU at E2B, 2 rows after 1 cost 167 ms where 2 rows after 2 cost 136). A switch
 pass's timing is therefore not kept for a row count already timed; a row count timed only
 by a switch is provisional, and the policy drafts the same length once more to time it
-steadily. And it keeps its last length unless another one's rate is ``switch_margin`` better,
-so two lengths of about one rate do not alternate, rebuilding every pass.
+steadily, unless the climb goes on: every draft of that pass was right and a longer one is the
+best now (an always-right drafter climbs 1, 2, 3, 4 in four passes, not eight; a length passed
+on the way is timed steadily when the policy comes back to it). And it keeps its last length
+unless another one's rate is ``switch_margin`` better, so two lengths of about one rate do not
+alternate, rebuilding every pass.
 
-Recovery: the policy drafts one depth deeper than its best every ``probe_interval``
-passes where that could pay (it would if the drafter were always right there); a failed
+Recovery: every ``probe_interval`` passes the policy drafts the shortest length longer than
+its best that could pay if the drafter were always right one depth deeper than the best (the
+depths up to it are drafted every pass, so their estimates stand; usually one deeper); a failed
 probe doubles the interval (up to ``probe_interval_max``), a successful one halves it,
 so after a change of text (prose to code) the estimates move and drafting comes back,
-and where longer drafts cannot pay at all (k rows cost k passes) nothing is spent on them.
+and where longer drafts cannot pay at all (k rows cost k passes; or an always-right drafter
+one short of the bound, where the longest pass costs more than its draft brings) nothing is
+spent on them: each probe there paid two graph rebuilds for nothing.
 
 Deterministic (no RNG, probes on a schedule) and written as plain arithmetic in one
 order, so llama.cpp's ``--spec-draft-adaptive`` (the C++ twin in the build patch
@@ -93,6 +99,7 @@ class DraftPolicy:
     since_probe: int = 0
     probing: int = 0  # the depth of the probe in flight, 0 when the last choice was no probe
     last_k: int = 0
+    all_right: bool = False  # the last pass carried drafts and kept every one (its observe_result says)
 
     def __post_init__(self) -> None:
         n = self.settings.n_max
@@ -161,14 +168,30 @@ class DraftPolicy:
                 return stay
         return best_k
 
-    def worth_probing(self, k: int) -> bool:
-        """Could one draft more than ``k`` pay if the drafter were always right there?
-        (On a machine where k + 2 rows cost k + 2 passes it never can: no probe is paid.)"""
-        here, c = self.rate(k), self.cost(k + 2)
-        if here is None or c is None:
-            return False
-        t = (k + 1) * (self.step_cost or 0.0) + c
-        return t > 0 and (k + 2) / t > here * (1.0 + TIE_MARGIN)
+    def probe_length(self, k: int, top: int) -> int:
+        """The shortest draft longer than ``k`` (up to ``top``) that could pay if the drafter
+        were always right at depth k + 1, or 0 when none could. The depths up to k are drafted
+        every pass and deeper ones were probed, so their estimates stand: only the next depth
+        is taken on trust. (On a machine where k + 2 rows cost k + 2 passes none can: no probe
+        is paid; nor for an always-right drafter one short of the bound where the longest pass
+        costs more than its draft brings.) A length further down counts too, so a cheap row
+        count behind a dear one (AVX-512: 4 rows cheaper than 3) is probed, and timed, itself."""
+        here = self.rate(k)
+        if here is None:
+            return 0
+        e, p = self.expected_tokens(k), 1.0
+        for j in range(1, k + 1):
+            p = p * self.acceptance(j)
+        for j in range(k + 1, top + 1):
+            p = p * (1.0 if j == k + 1 else self.acceptance(j))
+            e = e + p
+            c = self.cost(j + 1)
+            if c is None:
+                continue
+            t = j * (self.step_cost or 0.0) + c
+            if t > 0 and e / t > here * (1.0 + TIE_MARGIN):
+                return j
+        return 0
 
     # --- the loop's calls ---
 
@@ -178,16 +201,19 @@ class DraftPolicy:
         top = min(self.settings.n_max, limit)
         self.probing = 0
         held = self.last_rows - 1
-        if self.provisional.get(self.last_rows) and 0 <= held <= top:
-            self.last_k = held  # once more at a length timed only by a switch: a steady timing
-            return held
         k = self.best(limit)
-        if k < top and self.worth_probing(k):
+        # once more at a length timed only by a switch (a steady timing), unless the climb goes
+        # on: every draft of that pass was right and a longer draft is the best now (the length
+        # is timed steadily when the policy comes back to it)
+        if self.provisional.get(self.last_rows) and 0 <= held <= top and not (self.all_right and k > held):
+            self.last_k = held
+            return held
+        probe = self.probe_length(k, top) if k < top else 0
+        if probe:
             self.since_probe += 1
             if self.since_probe >= self.interval:
                 self.since_probe = 0
-                k = k + 1
-                self.probing = k
+                k = self.probing = probe
         else:
             self.since_probe = 0
         self.last_k = k
@@ -195,7 +221,9 @@ class DraftPolicy:
 
     def observe_pass(self, rows: int, seconds: float) -> None:
         """A generation pass of ``rows`` rows (1 + drafts) took ``seconds`` in the target's decode
-        (row counts the policy never asks for, above ``n_max + 1``, are not kept)."""
+        (row counts the policy never asks for, above ``n_max + 1``, are not kept). Call it before
+        the pass's :meth:`observe_result`, which engines skip for a pass without drafts."""
+        self.all_right = False  # until observe_result says this pass kept every draft
         if not 1 <= rows <= self.settings.n_max + 1:
             return
         self.passes += 1
@@ -220,6 +248,7 @@ class DraftPolicy:
     def observe_result(self, drafted: int, accepted: int) -> None:
         """The pass verified ``drafted`` drafts and kept the first ``accepted`` of them."""
         d = self.settings.decay
+        self.all_right = drafted > 0 and accepted >= drafted
         for j in range(1, min(accepted + 1, drafted, self.settings.n_max) + 1):
             self.tried[j - 1] = self.tried[j - 1] * d + 1.0
             self.accepted[j - 1] = self.accepted[j - 1] * d + (1.0 if j <= accepted else 0.0)
