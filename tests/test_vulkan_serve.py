@@ -328,8 +328,8 @@ def test_parallel_slots_keep_each_requests_tokens_and_acceptance(pairs, device, 
     """-np 2 and 4 with f32 mat-mat tiles, clients at once with prompts of different lengths, on
     the asynchronous backend with the #27572 fix (a synchronize before each graph's inputs are
     set): every request's tokens and draft counts are the one-slot run's (in the same
-    arithmetic). (Without the fix, upstream reports acceptance collapsing to 0; that needs a second
-    Vulkan build without it, not made here.)"""
+    arithmetic). (Without the fix, upstream reports acceptance collapsing to 0; a build without it,
+    run once by hand here, changed one request's text at -np 4: docs/building-llama-cpp.md.)"""
     got = run_slots(pairs, device, tmp_path, slots, F32_TILES)
     for want, have in zip(one_slot_f32_tiles, got):
         assert have["tokens"] == want["tokens"]
