@@ -478,8 +478,8 @@ def _software(device_visible: str | None) -> bool:
 
 def test_flash_attention_on_lavapipe_is_refused_and_why(pairs, device, tmp_path):
     """The profile's flash-attn auto on a software device: serve refuses in one line. Why: the same
-    server with -fa on dies (SIGSEGV in libvulkan_lvp.so) on its first request; if a newer Mesa
-    stops crashing, this test fails and the refusal can go."""
+    server with -fa on dies (SIGSEGV in libvulkan_lvp.so) on its first request, or one of the next
+    few; if a newer Mesa stops crashing, this test fails and the refusal can go."""
     if not _software(device):
         pytest.skip(
             "a real Vulkan card here: the lavapipe crash does not apply"
@@ -521,8 +521,13 @@ def test_flash_attention_on_lavapipe_is_refused_and_why(pairs, device, tmp_path)
             if health(url) == "ok":
                 break
             time.sleep(0.2)
-        with pytest.raises(OSError):  # the connection dies with the server
-            complete(url, "One, two, three", n_predict=4)
+        # the connection dies with the server: on the first request, mostly; not every time (a
+        # request answered before the crash came in 3 of 6 tries here), so up to 8 requests
+        for _ in range(8):
+            try:
+                complete(url, "One, two, three", n_predict=4)
+            except OSError:
+                break
         assert proc.wait(timeout=60) == -signal.SIGSEGV
     finally:
         if proc.poll() is None:
