@@ -61,7 +61,7 @@ def driver(patched_tree, tmp_path_factory) -> Path:
 def replay(exe: Path, settings: PolicySettings, events: list[tuple]) -> list[int]:
     s = settings
     lines = [
-        f"settings {s.n_max} {s.prior!r} {s.prior_weight!r} {s.decay!r} {s.cost_weight!r} {s.probe_interval} {s.probe_interval_max} {s.cost_max_age} {s.switch_margin!r}"
+        f"settings {s.n_max} {s.prior!r} {s.prior_weight!r} {s.decay!r} {s.cost_weight!r} {s.probe_interval} {s.probe_interval_max} {s.cost_max_age} {s.switch_margin!r} {s.cost_window} {s.retime_margin!r}"
     ]
     for e in events:
         if e[0] == "choose":
