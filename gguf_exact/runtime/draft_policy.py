@@ -37,14 +37,17 @@ unless another one's rate is ``switch_margin`` better, so two lengths of about o
 alternate, rebuilding every pass.
 
 One dear timing: a pass that costs more than it should (the host busy for a moment) is not
-averaged in: a row count costs the lowest of its recent steady timings, so one spike upward is
-ignored once the row count has been timed twice. A row count timed steadily only once, whose
-rate is within ``retime_margin`` of the best's, is timed again (two passes: the switch, then a
-steady one) every ``probe_interval`` passes until it has been: at E2B on 2 CPU cores 5 rows once
-timed at 306 ms against about 250 made 3 drafts look better than 4, and 4 were not tried again
-(4 is the bound: no probe could move it). A spuriously low timing cannot hold a length long:
-the length it favours is then drafted every pass, and the low timing leaves its window after
-``cost_window`` more.
+averaged in: a row count costs the lowest of its last ``cost_window`` steady timings, so one
+spike upward is ignored once the row count has been timed twice. And a longer length than the
+best, timed steadily only once and at least ``probe_interval`` passes ago, whose rate (the next
+depth taken on trust, as a probe's) is within ``retime_margin`` of the best's but below it, is
+timed again (two passes: the switch, then a steady one), at most one such re-time every
+``probe_interval`` passes: at E2B on 2 CPU cores 5 rows once timed at 306-344 ms against about
+250 made 3 drafts look better than 4, and 4 were not tried again until stale (a probe could
+not move it: it prices a length by its timing). Shorter lengths are not re-timed (the drafts
+they make are made every pass at the best; their row counts come back when stale). A
+spuriously low timing cannot hold a length long: the length it favours is then drafted every
+pass, and the low timing leaves its window after ``cost_window`` more.
 
 Recovery: every ``probe_interval`` passes the policy drafts the shortest length longer than
 its best that could pay if the drafter were always right one depth deeper than the best (the
@@ -87,7 +90,7 @@ class PolicySettings:
     decay: float = 0.95  # per draft tried at a depth: about 1 / (1 - decay) = 20 drafts remembered
     cost_weight: float = 0.2  # weight of a new drafter step timing in its running mean
     cost_window: int = 3  # a row count costs the lowest of its last this many steady timings
-    retime_margin: float = 0.2  # a length timed steadily once is timed again while its rate is this close to the best's
+    retime_margin: float = 0.2  # a longer length timed steadily once is timed again while its rate is this close to the best's
     probe_interval: int = 8  # passes between probes one depth deeper than the best
     probe_interval_max: int = 64  # failed probes double the interval up to this
     cost_max_age: int = 128  # in passes: a row count's timing older than this is forgotten
@@ -184,14 +187,14 @@ class DraftPolicy:
         return best_k
 
     def trusting_rate(self, k: int, j: int) -> float | None:
-        """The rate of ``j`` drafts were the drafter always right at depth k + 1 (when j > k), the
+        """The rate of ``j`` > ``k`` drafts were the drafter always right at depth k + 1, the
         other depths as estimated: the depths up to k are drafted every pass and deeper ones
         were probed, so their estimates stand; only the next depth is taken on trust."""
         c = self.cost(j + 1)
         if c is None:
             return None
-        e, p = self.expected_tokens(min(j, k)), 1.0
-        for i in range(1, min(j, k) + 1):
+        e, p = self.expected_tokens(k), 1.0
+        for i in range(1, k + 1):
             p = p * self.acceptance(i)
         for i in range(k + 1, j + 1):
             p = p * (1.0 if i == k + 1 else self.acceptance(i))
@@ -216,22 +219,22 @@ class DraftPolicy:
         return 0
 
     def retime_rows(self, k: int, top: int) -> int:
-        """The row count (of a length up to ``top`` other than ``k``) timed steadily only once
-        whose rate (a longer one's as a probe's, :meth:`trusting_rate`) is within
-        ``retime_margin`` of ``k``'s, the highest-rated first, or 0: one dear timing would
-        otherwise stand until stale, however close that length is."""
+        """The row count of a length longer than ``k`` (up to ``top``) timed steadily only once,
+        at least ``probe_interval`` passes ago, whose :meth:`trusting_rate` is within
+        ``retime_margin`` of ``k``'s rate but not above it (a length that could pay is the
+        probes'), the highest-rated first; or 0. One dear timing would otherwise stand until
+        stale, however close that length is."""
         here = self.rate(k)
         if here is None:
             return 0
         pick, pick_rate = 0, 0.0
-        for j in range(top + 1):
+        for j in range(k + 1, top + 1):
             rows = j + 1
-            if j == k or not self.timed(rows) or len(self.samples.get(rows, ())) != 1:
+            once = self.timed(rows) and len(self.samples.get(rows, ())) == 1
+            if not once or self.passes - self.timed_at[rows] < self.settings.probe_interval:
                 continue
             r = self.trusting_rate(k, j)
-            # a longer length that could pay is the probes' (they re-time it): here only the ones
-            # its one dear timing hides from them
-            if r is None or r * (1.0 + self.settings.retime_margin) < here or (j > k and r > here * (1.0 + TIE_MARGIN)):
+            if r is None or r * (1.0 + self.settings.retime_margin) < here or r > here * (1.0 + TIE_MARGIN):
                 continue
             if pick == 0 or r > pick_rate * (1.0 + TIE_MARGIN):
                 pick, pick_rate = rows, r
