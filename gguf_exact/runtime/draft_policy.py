@@ -90,7 +90,7 @@ class PolicySettings:
     decay: float = 0.95  # per draft tried at a depth: about 1 / (1 - decay) = 20 drafts remembered
     cost_weight: float = 0.2  # weight of a new drafter step timing in its running mean
     cost_window: int = 3  # a row count costs the lowest of its last this many steady timings
-    retime_margin: float = 0.25  # a longer length timed steadily once is timed again while its rate is this close to the best's
+    retime_margin: float = 0.25  # a longer length timed steadily once is timed again within this of the best rate
     probe_interval: int = 8  # passes between probes one depth deeper than the best
     probe_interval_max: int = 64  # failed probes double the interval up to this
     cost_max_age: int = 128  # in passes: a row count's timing older than this is forgotten
