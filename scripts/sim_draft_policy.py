@@ -7,9 +7,12 @@ alone and against the best fixed length, from a fresh policy over 30, 100 and 60
 benchmark's few requests of 48 tokens are 30-100 passes: what exploring the lengths costs
 weighs most there). ``--spikes``: one-off spikes on the same schedule in every arm, both ways
 (every 11th pass, from the 6th, at 1.3x its cost: a busy moment; every 17th, from the 9th, at
-0.8x). Not a test: it prints.
+0.8x). The even streams and the spikes line up with the passes one way only, and a policy's
+choices turn on which passes hit which answers, so each figure is the mean of ``--phases``
+runs (13), each with the streams and the spike schedule started that many passes on; the
+lengths drafted are the first run's. Not a test: it prints.
 
-    .venv/bin/python scripts/sim_draft_policy.py [--spikes]
+    .venv/bin/python scripts/sim_draft_policy.py [--spikes] [--phases N]
 """
 
 import sys
@@ -36,15 +39,21 @@ def spike(i: int) -> float:
 
 
 def run(
-    curve: dict[int, float], step: float, streams: list[Stream], passes: int, fixed: int | None, spikes: bool
+    curve: dict[int, float],
+    step: float,
+    streams: list[Stream],
+    passes: int,
+    fixed: int | None,
+    spikes: bool,
+    phase: int,
 ) -> tuple[float, list[int]]:
-    ss = [Stream(s.rate) for s in streams]
+    ss = [Stream(s.rate, n=phase) for s in streams]
     policy, prev, tokens, seconds, ks = DraftPolicy(PolicySettings(n_max=4)), 0, 0.0, 0.0, []
     for i in range(passes):
         k = policy.choose(99) if fixed is None else fixed
         accepted = next((j for j in range(k) if not ss[j].right(i)), k)
         rows = k + 1
-        t = curve[rows] * (spike(i) if spikes else 1.0) + (SWITCH if prev and rows != prev else 0.0)
+        t = curve[rows] * (spike(i + phase) if spikes else 1.0) + (SWITCH if prev and rows != prev else 0.0)
         prev = rows
         policy.observe_pass(rows, t)
         policy.observe_steps(k, k * step)
@@ -56,18 +65,23 @@ def run(
 
 def main() -> None:
     spikes = "--spikes" in sys.argv[1:]
+    phases = int(sys.argv[sys.argv.index("--phases") + 1]) if "--phases" in sys.argv else 13
     kinds = {"mixed": [Stream(0.45)] * 4, "real": [Stream(0.85)] + [Stream(0.62)] * 3, "hidden": [Stream(1.0)] * 4}
     for title, curve, step in CURVES:
         print(f"{title}: {', '.join(f'{r} rows {c * 1e3:.0f} ms' for r, c in curve.items())}, step {step * 1e3:.1f} ms")
         for passes, (name, streams) in ((p, kind) for p in (30, 100, 600) for kind in kinds.items()):
-            alone = run(curve, step, streams, passes, 0, spikes)[0]
-            fixed = {k: run(curve, step, streams, passes, k, spikes)[0] for k in range(1, 5)}
-            best = max(fixed, key=fixed.get)
-            rate, ks = run(curve, step, streams, passes, None, spikes)
+            runs = []  # per phase: (the target alone, each fixed length, adaptive) tokens/s
+            for phase in range(phases):
+                alone = run(curve, step, streams, passes, 0, spikes, phase)[0]
+                fixed = {k: run(curve, step, streams, passes, k, spikes, phase)[0] for k in range(1, 5)}
+                runs.append((alone, fixed, run(curve, step, streams, passes, None, spikes, phase)))
+            best = max(range(1, 5), key=lambda k: sum(f[k] / a for a, f, _ in runs))
+            mean = lambda xs: sum(xs) / len(xs)  # noqa: E731
             print(
-                f"{passes:>3} passes, {name:<7} adaptive {rate / alone:.3f}x the target alone; best fixed n-max {best}"
-                f" {fixed[best] / alone:.3f}x; adaptive / best {rate / max(fixed[best], alone):.3f};"
-                f" lengths {dict(sorted(Counter(ks).items()))}"
+                f"{passes:>3} passes, {name:<7} adaptive {mean([r[0] / a for a, _, r in runs]):.3f}x the target alone;"
+                f" best fixed n-max {best} {mean([f[best] / a for a, f, _ in runs]):.3f}x;"
+                f" adaptive / best {mean([r[0] / max(max(f.values()), a) for a, f, r in runs]):.3f};"
+                f" lengths {dict(sorted(Counter(runs[0][2][1]).items()))}"
             )
 
 
