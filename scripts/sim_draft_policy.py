@@ -5,9 +5,14 @@ whose row count differs from the one before (llama.cpp rebuilding its graph): pe
 (tests/policy_traces.py's even streams), the adaptive length's tokens/s against the target
 alone and against the best fixed length, from a fresh policy over 30, 100 and 600 passes (a
 benchmark's few requests of 48 tokens are 30-100 passes: what exploring the lengths costs
-weighs most there). Not a test: it prints.
+weighs most there). ``--spikes``: one-off spikes on the same schedule in every arm, both ways
+(every 11th pass, from the 6th, at 1.3x its cost: a busy moment; every 17th, from the 9th, at
+0.8x). The even streams and the spikes line up with the passes one way only, and a policy's
+choices turn on which passes hit which answers, so each figure is the mean of ``--phases``
+runs (13), each with the streams and the spike schedule started that many passes on; the
+lengths drafted are the first run's. Not a test: it prints.
 
-    .venv/bin/python scripts/sim_draft_policy.py
+    .venv/bin/python scripts/sim_draft_policy.py [--spikes] [--phases N]
 """
 
 import sys
@@ -19,39 +24,64 @@ from policy_traces import Stream  # noqa: E402
 
 from gguf_exact.runtime.draft_policy import DraftPolicy, PolicySettings  # noqa: E402
 
-CURVE = {1: 0.105, 2: 0.136, 3: 0.19, 4: 0.20, 5: 0.25}
-SWITCH, STEP = 0.031, 0.0035
+# (name, seconds per pass of 1..5 rows, drafter step): llama-server's /metrics in the 16:15 run,
+# and the 19:10 run's (the Python engine's ordered head; 5 rows from the fixed n-max 4 arm)
+CURVES = [
+    ("E2B 16:15", {1: 0.105, 2: 0.136, 3: 0.19, 4: 0.20, 5: 0.25}, 0.0035),
+    ("E2B 19:10", {1: 0.100, 2: 0.170, 3: 0.220, 4: 0.225, 5: 0.250}, 0.0017),
+]
+SWITCH = 0.031
 
 
-def run(streams: list[Stream], passes: int = 600, fixed: int | None = None) -> tuple[float, list[int]]:
-    ss = [Stream(s.rate) for s in streams]
+def spike(i: int) -> float:
+    """Pass i's cost as a share of the curve's (``--spikes``)."""
+    return 1.3 if i % 11 == 6 else 0.8 if i % 17 == 9 else 1.0
+
+
+def run(
+    curve: dict[int, float],
+    step: float,
+    streams: list[Stream],
+    passes: int,
+    fixed: int | None,
+    spikes: bool,
+    phase: int,
+) -> tuple[float, list[int]]:
+    ss = [Stream(s.rate, n=phase) for s in streams]
     policy, prev, tokens, seconds, ks = DraftPolicy(PolicySettings(n_max=4)), 0, 0.0, 0.0, []
     for i in range(passes):
         k = policy.choose(99) if fixed is None else fixed
         accepted = next((j for j in range(k) if not ss[j].right(i)), k)
         rows = k + 1
-        t = CURVE[rows] + (SWITCH if prev and rows != prev else 0.0)
+        t = curve[rows] * (spike(i + phase) if spikes else 1.0) + (SWITCH if prev and rows != prev else 0.0)
         prev = rows
         policy.observe_pass(rows, t)
-        policy.observe_steps(k, k * STEP)
+        policy.observe_steps(k, k * step)
         policy.observe_result(k, accepted)
-        tokens, seconds = tokens + 1 + accepted, seconds + t + k * STEP
+        tokens, seconds = tokens + 1 + accepted, seconds + t + k * step
         ks.append(k)
     return tokens / seconds, ks
 
 
 def main() -> None:
+    spikes = "--spikes" in sys.argv[1:]
+    phases = int(sys.argv[sys.argv.index("--phases") + 1]) if "--phases" in sys.argv else 13
     kinds = {"mixed": [Stream(0.45)] * 4, "real": [Stream(0.85)] + [Stream(0.62)] * 3, "hidden": [Stream(1.0)] * 4}
-    for passes in (30, 100, 600):
-        for name, streams in kinds.items():
-            alone = run(streams, passes, fixed=0)[0]
-            fixed = {k: run(streams, passes, fixed=k)[0] for k in range(1, 5)}
-            best = max(fixed, key=fixed.get)
-            rate, ks = run(streams, passes)
+    for title, curve, step in CURVES:
+        print(f"{title}: {', '.join(f'{r} rows {c * 1e3:.0f} ms' for r, c in curve.items())}, step {step * 1e3:.1f} ms")
+        for passes, (name, streams) in ((p, kind) for p in (30, 100, 600) for kind in kinds.items()):
+            runs = []  # per phase: (the target alone, each fixed length, adaptive) tokens/s
+            for phase in range(phases):
+                alone = run(curve, step, streams, passes, 0, spikes, phase)[0]
+                fixed = {k: run(curve, step, streams, passes, k, spikes, phase)[0] for k in range(1, 5)}
+                runs.append((alone, fixed, run(curve, step, streams, passes, None, spikes, phase)))
+            best = max(range(1, 5), key=lambda k: sum(f[k] / a for a, f, _ in runs))
+            mean = lambda xs: sum(xs) / len(xs)  # noqa: E731
             print(
-                f"{passes:>3} passes, {name:<7} adaptive {rate / alone:.3f}x the target alone; best fixed n-max {best}"
-                f" {fixed[best] / alone:.3f}x; adaptive / best {rate / max(fixed[best], alone):.3f};"
-                f" lengths {dict(sorted(Counter(ks).items()))}"
+                f"{passes:>3} passes, {name:<7} adaptive {mean([r[0] / a for a, _, r in runs]):.3f}x the target alone;"
+                f" best fixed n-max {best} {mean([f[best] / a for a, f, _ in runs]):.3f}x;"
+                f" adaptive / best {mean([r[0] / max(max(f.values()), a) for a, f, r in runs]):.3f};"
+                f" lengths {dict(sorted(Counter(runs[0][2][1]).items()))}"
             )
 
 

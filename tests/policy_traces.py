@@ -5,7 +5,7 @@ the events so the C++ twin can replay them."""
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from gguf_exact.runtime.draft_policy import DraftPolicy, PolicySettings
 
@@ -14,7 +14,16 @@ CURVES: dict[str, dict[int, float]] = {
     "cpu": {r: 0.1 * r for r in range(1, 7)},  # k rows cost k passes
     "gpu": {1: 0.010, **{r: 0.011 for r in range(2, 7)}},  # up to 5 rows cost 1.1 passes
     "avx512": {1: 0.117, 2: 0.188, 3: 0.260, 4: 0.202, 5: 0.268},  # repacked Q4_0 kernels: rows in fours
+    # E2B on this project's 2 CPU cores as the 2026-12-01 19:10 run timed it (5 rows: the fixed
+    # n-max 4 arm's passes); with E2B_SWITCH for a pass of another row count than the one before
+    "e2b": {1: 0.100, 2: 0.170, 3: 0.220, 4: 0.225, 5: 0.250},
 }
+E2B_SWITCH, E2B_STEP = 0.031, 0.0017  # llama.cpp's graph rebuilt; the drafter step with its ordered head
+
+# One dear steady timing (issue 23's 19:10 run): pass 6, an always-right drafter's first steady
+# pass of 5 rows after the climb 0, 0, 1, 2, 3, 4, at 1.38x (llama-server timed 344 ms against
+# about 250), so 3 drafts look better than 4, the bound
+ONE_DEAR_TIMING = {6: 1.38}
 
 
 @dataclass
@@ -45,15 +54,16 @@ def simulate(
     slow: dict[int, float] | None = None,
     switch: float = 0.0,
     results_without_drafts: bool = True,
+    settings: PolicySettings | None = None,
 ) -> tuple[list[int], DraftPolicy]:
     """Drive a fresh policy for ``passes`` passes; the k chosen before each. ``events``
     (when given) receives what the policy was told, in order, for a replay; ``slow`` times
     pass i at ``slow[i]`` times its cost (the machine busy for that pass); ``switch`` seconds are
     added to a pass whose row count differs from the pass before (llama.cpp's graph rebuilt);
     ``results_without_drafts=False``: a pass without drafts gets no ``observe_result``, as in
-    both engines."""
+    both engines; ``settings`` (``n_max`` ignored) for the defaults."""
     streams = [Stream(s.rate, s.then, s.after) for s in streams]  # fresh counters
-    policy = DraftPolicy(PolicySettings(n_max=n_max))
+    policy = DraftPolicy(replace(settings or PolicySettings(), n_max=n_max))
     ks, prev = [], 0
     for i in range(passes):
         k = policy.choose(limit)
@@ -73,3 +83,19 @@ def simulate(
             events += [("result", k, accepted)] if k or results_without_drafts else []
         ks.append(k)
     return ks, policy
+
+
+def one_dear_timing(
+    passes: int = 200, events: list[tuple] | None = None, settings: PolicySettings | None = None
+) -> tuple[list[int], DraftPolicy]:
+    """The ONE_DEAR_TIMING run on the E2B curve: an always-right drafter, bound 4."""
+    return simulate(
+        CURVES["e2b"],
+        step=E2B_STEP,
+        streams=[Stream(1.0)] * 4,
+        passes=passes,
+        events=events,
+        slow=ONE_DEAR_TIMING,
+        switch=E2B_SWITCH,
+        settings=settings,
+    )

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from policy_traces import CURVES, Stream, simulate
+from policy_traces import CURVES, Stream, one_dear_timing, simulate
 
 from gguf_exact.runtime.draft_policy import DraftPolicy, PolicySettings
 
@@ -17,22 +17,17 @@ def test_cpu_like_curve_never_drafts_even_when_the_drafter_is_always_right() -> 
     ks, policy = simulate(CURVES["cpu"], step=0.01, streams=[Stream(1.0)] * 4, passes=200)
     # each length twice: its first pass follows another length (a switch, timed provisionally),
     # its second times it steadily; 2 rows, then 3 (the drafter right), then known not to pay.
-    # 128 passes later the timings are stale: tried again; then 4 rows, never timed, might pay
-    # if the drafter were right at depth 3 as well: probed once (3 drafts, held once more to
-    # time them steadily), known not to pay. 190 of 200 passes the target alone
+    # Each longer length, timed steadily once and within retime_margin of the target alone's
+    # rate (0.93-0.95x here), is timed again once, one every 8 passes (12, 21; 4 rows, never
+    # timed, might pay if the drafter were right at depth 3 as well: probed at 30, held once
+    # more, then timed again at 40). 128 passes later the timings are stale: the same again.
+    # 176 of 200 passes the target alone
     assert ks[:8] == [0, 0, 1, 1, 2, 2, 0, 0]
     assert [(i, k) for i, k in enumerate(ks) if k] == [
-        (2, 1),
-        (3, 1),
-        (4, 2),
-        (5, 2),
-        (133, 1),
-        (134, 1),
-        (135, 2),
-        (136, 2),
-        (144, 3),
-        (145, 3),
-    ]
+        (2, 1), (3, 1), (4, 2), (5, 2), (12, 1), (13, 1), (21, 2), (22, 2), (30, 3), (31, 3), (40, 3), (41, 3),
+        (143, 1), (144, 1), (152, 2), (153, 2), (154, 1), (155, 1), (163, 2), (164, 2), (171, 3), (172, 3),
+        (181, 3), (182, 3),
+    ]  # fmt: skip
     assert policy.pass_cost == {1: 0.1, 2: 0.2, 3: 0.1 * 3, 4: 0.4}  # 5+ rows never tried: they cannot pay
     assert policy.since_probe == 0  # no probe since
 
@@ -62,9 +57,11 @@ def test_avx512_curve_finds_the_cheap_four_row_pass() -> None:
     # 117, 188, 260, 202, 268 ms for 1..5 rows: 3 drafts (4 rows) beat 2 and 4 with an always-right drafter
     ks, policy = simulate(CURVES["avx512"], step=0.006, streams=[Stream(1.0)] * 4, passes=100)
     # the climb (every draft right) without a second pass at each length, then 4 drafts timed
-    # steadily, then 3; no probe of 4: 5 rows timed, they cannot pay even with the drafter right
+    # steadily, then 3; no probe of 4: 5 rows timed, they cannot pay even with the drafter right;
+    # but their one steady timing, within retime_margin, is timed again once (15-16): as dear
     assert ks[:8] == [0, 0, 1, 2, 3, 4, 4, 3]
-    assert [(i, k) for i, k in enumerate(ks) if i >= 7 and k != 3] == []
+    assert [(i, k) for i, k in enumerate(ks) if i >= 7 and k != 3] == [(15, 4), (16, 4)]
+    assert policy.samples[5] == [0.268, 0.268]
     assert policy.best(99) == 3
     # Fixed at 2 drafts the policy would expect 2.9 tokens in 0.272 s; at 3, 3.8 in 0.22 s
     assert policy.rate(3) > policy.rate(4) > policy.rate(2) > policy.rate(1) > policy.rate(0)
@@ -76,9 +73,18 @@ def test_avx512_curve_with_real_like_acceptance_drafts_three_for_the_cheap_four_
     streams = [Stream(0.85), Stream(0.62), Stream(0.62), Stream(0.62)]
     ks, policy = simulate(CURVES["avx512"], step=0.006, streams=streams, passes=300)
     # re-timing 1 row once (two passes); no probe of 4: at depth 4 even an always-right draft
-    # (after 0.85 x 0.62 x 0.62 for the three before) does not pay for the fifth row
+    # (after 0.85 x 0.62 x 0.62 for the three before) does not pay for the fifth row, but its
+    # one steady timing is timed again (247-248, and 257-258 once a stale one replaced it)
     assert steady(ks) == [0, 3]
-    assert [(i, k) for i, k in enumerate(ks) if i > 260 and k != 3] == [(262, 0), (263, 0)]
+    assert [(i, k) for i, k in enumerate(ks) if i > 240 and k != 3] == [
+        (241, 1),
+        (247, 4),
+        (248, 4),
+        (257, 4),
+        (258, 4),
+        (262, 0),
+        (263, 0),
+    ]
     # the decayed estimate of the last ~20 drafts per depth, about the streams' 2.71
     assert policy.expected_tokens(3) == pytest.approx(2.71, abs=0.12)
 
@@ -101,16 +107,15 @@ def test_one_slow_timing_of_two_rows_does_not_stop_drafting_for_good() -> None:
     # a card (up to 5 rows cost 1.1 passes), an always-right drafter, and pass 2 (the first
     # timing of 2 rows) at 40x while the machine was busy: 2 rows look dearer than 2 passes,
     # so one draft is held once more (a steady timing replaces the switch pass's) and the climb
-    # goes on; pass 7 (the third of 5 rows, averaged in) at 40x: 4 drafts look dear until the
-    # 5-row timing is stale and tried again
+    # goes on; pass 7 (the second steady timing of 5 rows) at 40x: not averaged in, the row
+    # count costs the lowest of its recent steady timings, so 4 drafts stay
     ks, policy = simulate(CURVES["gpu"], step=0.001, streams=[Stream(1.0)] * 4, passes=300, slow={2: 40.0})
     assert ks[:8] == [0, 0, 1, 1, 2, 3, 4, 4]
     ks, policy = simulate(CURVES["gpu"], step=0.001, streams=[Stream(1.0)] * 4, passes=300, slow={7: 40.0})
-    assert ks[:9] == [0, 0, 1, 2, 3, 4, 4, 4, 3]
-    back = ks.index(4, 8)  # the stale 5-row timing costs what 4 rows do again
-    assert back == 137 and set(ks[8:back]) == {0, 3}  # 1 row re-timed at 131-132
-    assert [(i, k) for i, k in enumerate(ks) if k != 4 and i > back] == [(262, 0), (263, 0)]  # 1 row re-timed
-    assert policy.pass_cost[5] == pytest.approx(0.011)  # replaced, not averaged with the busy pass
+    assert ks[:10] == [0, 0, 1, 2, 3, 4, 4, 4, 4, 4]
+    # from then on 4 drafts but where 1 row is stale and timed again (131-132, 262-263)
+    assert [(i, k) for i, k in enumerate(ks) if k != 4 and i > 4] == [(131, 0), (132, 0), (262, 0), (263, 0)]
+    assert policy.pass_cost[5] == 0.011 and policy.samples[5] == [0.011] * 3
 
 
 def test_one_slow_timing_of_one_row_does_not_keep_a_useless_drafter_drafting() -> None:
@@ -123,11 +128,44 @@ def test_one_slow_timing_of_one_row_does_not_keep_a_useless_drafter_drafting() -
     # 1 makes a second draft worthless whatever it gets right at depth 2
     assert [(i, k) for i, k in enumerate(ks[:retimed]) if k != 1] == [(0, 0), (1, 0), (4, 2), (5, 2)]
     assert policy.pass_cost[1] == pytest.approx(0.1)
-    assert ks.count(0) == 265 and set(ks[retimed:]) == {
-        0,
-        1,
-        2,
-    }  # then the target alone, but for probes (of 2 where 3 rows' timing is stale)
+    # then the target alone, but for probes (of 2 where 3 rows' timing is stale) and 2 rows, timed
+    # steadily once, timed again (285-286: 2 rows within retime_margin of 1 row's rate)
+    assert ks.count(0) == 263 and [(i, k) for i, k in enumerate(ks) if i >= retimed and k] == [
+        (142, 2),
+        (143, 2),
+        (275, 1),
+        (276, 1),
+        (285, 1),
+        (286, 1),
+        (309, 2),
+        (310, 2),
+    ]
+
+
+def test_one_dear_steady_timing_at_the_bound_is_timed_again() -> None:
+    # issue 23's 19:10 run: an always-right drafter climbs to 4 drafts, the bound, and its first
+    # steady 5-row pass is timed at 1.38x (0.345 s against 0.25): 3 drafts look better than 4.
+    # 5 rows, timed steadily once 8 passes ago, with a rate (4 drafts: 5 / 0.352 s) within
+    # retime_margin of 3 drafts' (4 / 0.230 s), are timed again at 15-16: 4 drafts from then on
+    ks, policy = one_dear_timing()
+    assert ks[:17] == [0, 0, 1, 2, 3, 4, 4, 3, 3, 3, 3, 3, 3, 3, 3, 4, 4]
+    assert [(i, k) for i, k in enumerate(ks) if i >= 15 and k != 4] == [(131, 0), (132, 0), (133, 1)]  # 1 row stale
+    assert policy.samples[5] == [0.25, 0.25, 0.25] and policy.pass_cost[5] == 0.25
+    # without the re-time (as before): 3 drafts until the dear timing is stale, 130 passes on
+    ks, _ = one_dear_timing(settings=PolicySettings(retime_margin=0.0))
+    assert ks[7:131] == [3] * 124 and ks[136:143] == [4] * 7
+
+
+def test_a_spuriously_low_timing_holds_its_length_only_while_it_is_in_the_window() -> None:
+    # 1 row 0.1 s, 2 rows 0.16 s, acceptance 0.5: one draft (1.5 / 0.16 = 9.4 tokens/s) loses to
+    # the target alone (10); the first steady 2-row timing (pass 3) at 0.75x (0.12 s) makes it
+    # look better (12.5): drafted every pass, timed at 0.16 each, until the low timing leaves
+    # the window of the last three (pass 6); then the target alone, but for probes
+    curve, streams = {1: 0.1, 2: 0.16}, [Stream(0.5)]
+    ks, policy = simulate(curve, step=0.0, streams=streams, passes=30, n_max=1, slow={3: 0.75})
+    assert ks == [0, 0, 1, 1, 1, 1, 1] + [0] * 7 + [1] + [0] * 7 + [1] + [0] * 7
+    assert policy.samples[2] == [0.16, 0.16, 0.16]
+    assert simulate(curve, step=0.0, streams=streams, passes=30, n_max=1)[0][:7] == [0, 0, 1, 1, 0, 0, 0]
 
 
 def test_a_switch_pass_timing_is_not_kept_and_a_close_rate_does_not_switch() -> None:
@@ -192,14 +230,19 @@ def test_prior_and_decay_give_the_acceptance_estimate() -> None:
     assert policy.accepted == [0.95, 0.0]
 
 
-def test_cost_estimates_are_running_means_and_unknown_rows_borrow_one_row_fewer() -> None:
+def test_cost_estimates_are_the_lowest_recent_steady_timing_and_unknown_rows_borrow_one_row_fewer() -> None:
     policy = DraftPolicy(PolicySettings(n_max=3))
     assert policy.choose(5) == 0  # nothing measured: the target alone
     policy.observe_pass(1, 0.100)  # the first pass: provisional (it follows no pass of its size)
     assert policy.provisional == {1: True} and policy.choose(5) == 0  # held: once more for a steady timing
     policy.observe_pass(1, 0.150)  # steady: replaces the provisional timing
-    policy.observe_pass(1, 0.200)  # steady: blended
-    assert policy.pass_cost[1] == pytest.approx(0.160) and policy.provisional == {1: False}
+    policy.observe_pass(1, 0.200)  # steady: the lowest of the last three
+    assert policy.pass_cost[1] == 0.150 and policy.provisional == {1: False} and policy.samples[1] == [0.150, 0.200]
+    costs = []
+    for seconds in (0.120, 0.210, 0.220, 0.230):  # 0.120 leaves the window after three more
+        policy.observe_pass(1, seconds)
+        costs.append(policy.pass_cost[1])
+    assert costs == [0.120, 0.120, 0.120, 0.210] and policy.samples[1] == [0.210, 0.220, 0.230]
     assert policy.cost(2) == policy.cost(1)
     assert policy.cost(3) is None
     policy.observe_steps(2, 0.02)

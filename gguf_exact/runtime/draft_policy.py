@@ -6,8 +6,8 @@ drafts 1..j-1 were), a pass yields ``E(k) = 1 + sum_j prod_{i<=j} a_i`` tokens a
 ``T(k) = k * drafter_step + pass_cost(k + 1)``; the policy picks ``argmax E(k) / T(k)``
 for k in 0..min(n_max, limit). Its inputs are measured online:
 
-- ``pass_cost(r)``: the target's decode of r rows, a running mean per row count (seeded
-  by the first passes of a run or by ``tune``). A row count not measured yet costs what
+- ``pass_cost(r)``: the target's decode of r rows, the lowest of its last ``cost_window``
+  steady timings per row count (seeded by the first passes of a run or by ``tune``). A row count not measured yet costs what
   one row fewer does (optimism: it is tried once, then known; longer ones wait until it
   is), so a non-monotonic curve (AVX-512's repacked Q4_0 kernels: 4 rows cheaper than 3)
   is found;
@@ -35,6 +35,19 @@ best now (an always-right drafter climbs 1, 2, 3, 4 in four passes, not eight; a
 on the way is timed steadily when the policy comes back to it). And it keeps its last length
 unless another one's rate is ``switch_margin`` better, so two lengths of about one rate do not
 alternate, rebuilding every pass.
+
+One dear timing: a pass that costs more than it should (the host busy for a moment) is not
+averaged in: a row count costs the lowest of its last ``cost_window`` steady timings, so one
+spike upward is ignored once the row count has been timed twice. And a longer length than the
+best, timed steadily only once and at least ``probe_interval`` passes ago, whose rate (the next
+depth taken on trust, as a probe's) is within ``retime_margin`` of the best's but below it, is
+timed again (two passes: the switch, then a steady one), at most one such re-time every
+``probe_interval`` passes: at E2B on 2 CPU cores 5 rows once timed at 306-344 ms against about
+250 made 3 drafts look better than 4, and 4 were not tried again until stale (a probe could
+not move it: it prices a length by its timing). Shorter lengths are not re-timed (the drafts
+they make are made every pass at the best; their row counts come back when stale). A
+spuriously low timing cannot hold a length long: the length it favours is then drafted every
+pass, and the low timing leaves its window after ``cost_window`` more.
 
 Recovery: every ``probe_interval`` passes the policy drafts the shortest length longer than
 its best that could pay if the drafter were always right one depth deeper than the best (the
@@ -75,7 +88,9 @@ class PolicySettings:
     prior: float = 0.5  # acceptance assumed at a depth before any draft was tried there
     prior_weight: float = 1.0  # in drafts: how soon measurements outweigh the prior
     decay: float = 0.95  # per draft tried at a depth: about 1 / (1 - decay) = 20 drafts remembered
-    cost_weight: float = 0.2  # weight of a new pass timing in its row count's running mean
+    cost_weight: float = 0.2  # weight of a new drafter step timing in its running mean
+    cost_window: int = 3  # a row count costs the lowest of its last this many steady timings
+    retime_margin: float = 0.25  # a longer length timed steadily once is timed again within this of the best rate
     probe_interval: int = 8  # passes between probes one depth deeper than the best
     probe_interval_max: int = 64  # failed probes double the interval up to this
     cost_max_age: int = 128  # in passes: a row count's timing older than this is forgotten
@@ -88,6 +103,7 @@ class DraftPolicy:
 
     settings: PolicySettings = field(default_factory=PolicySettings)
     pass_cost: dict[int, float] = field(default_factory=dict)  # rows -> seconds
+    samples: dict[int, list[float]] = field(default_factory=dict)  # rows -> its last steady timings
     timed_at: dict[int, int] = field(default_factory=dict)  # rows -> the pass count when last timed
     passes: int = 0  # passes timed so far
     provisional: dict[int, bool] = field(default_factory=dict)  # rows -> timed only by a switch pass
@@ -98,6 +114,8 @@ class DraftPolicy:
     interval: int = 0  # current probe interval (0: the settings' base)
     since_probe: int = 0
     probing: int = 0  # the depth of the probe in flight, 0 when the last choice was no probe
+    since_retime: int = 0
+    retiming: int = 0  # the row count being timed again (its first pass chosen), else 0
     last_k: int = 0
     all_right: bool = False  # the last pass carried drafts and kept every one (its observe_result says)
 
@@ -168,30 +186,59 @@ class DraftPolicy:
                 return stay
         return best_k
 
+    def trusting_rate(self, k: int, j: int) -> float | None:
+        """The rate of ``j`` > ``k`` drafts were the drafter always right at depth k + 1, the
+        other depths as estimated: the depths up to k are drafted every pass and deeper ones
+        were probed, so their estimates stand; only the next depth is taken on trust."""
+        c = self.cost(j + 1)
+        if c is None:
+            return None
+        e, p = self.expected_tokens(k), 1.0
+        for i in range(1, k + 1):
+            p = p * self.acceptance(i)
+        for i in range(k + 1, j + 1):
+            p = p * (1.0 if i == k + 1 else self.acceptance(i))
+            e = e + p
+        t = j * (self.step_cost or 0.0) + c
+        return e / t if t > 0 else None
+
     def probe_length(self, k: int, top: int) -> int:
         """The shortest draft longer than ``k`` (up to ``top``) that could pay if the drafter
-        were always right at depth k + 1, or 0 when none could. The depths up to k are drafted
-        every pass and deeper ones were probed, so their estimates stand: only the next depth
-        is taken on trust. (On a machine where k + 2 rows cost k + 2 passes none can: no probe
-        is paid; nor for an always-right drafter one short of the bound where the longest pass
-        costs more than its draft brings.) A length further down counts too, so a cheap row
-        count behind a dear one (AVX-512: 4 rows cheaper than 3) is probed, and timed, itself."""
+        were always right at depth k + 1 (:meth:`trusting_rate`), or 0 when none could. (On a
+        machine where k + 2 rows cost k + 2 passes none can: no probe is paid; nor for an
+        always-right drafter one short of the bound where the longest pass costs more than its
+        draft brings.) A length further down counts too, so a cheap row count behind a dear one
+        (AVX-512: 4 rows cheaper than 3) is probed, and timed, itself."""
         here = self.rate(k)
         if here is None:
             return 0
-        e, p = self.expected_tokens(k), 1.0
-        for j in range(1, k + 1):
-            p = p * self.acceptance(j)
         for j in range(k + 1, top + 1):
-            p = p * (1.0 if j == k + 1 else self.acceptance(j))
-            e = e + p
-            c = self.cost(j + 1)
-            if c is None:
-                continue
-            t = j * (self.step_cost or 0.0) + c
-            if t > 0 and e / t > here * (1.0 + TIE_MARGIN):
+            r = self.trusting_rate(k, j)
+            if r is not None and r > here * (1.0 + TIE_MARGIN):
                 return j
         return 0
+
+    def retime_rows(self, k: int, top: int) -> int:
+        """The row count of a length longer than ``k`` (up to ``top``) timed steadily only once,
+        at least ``probe_interval`` passes ago, whose :meth:`trusting_rate` is within
+        ``retime_margin`` of ``k``'s rate but not above it (a length that could pay is the
+        probes'), the highest-rated first; or 0. One dear timing would otherwise stand until
+        stale, however close that length is."""
+        here = self.rate(k)
+        if here is None:
+            return 0
+        pick, pick_rate = 0, 0.0
+        for j in range(k + 1, top + 1):
+            rows = j + 1
+            once = self.timed(rows) and len(self.samples.get(rows, ())) == 1
+            if not once or self.passes - self.timed_at[rows] < self.settings.probe_interval:
+                continue
+            r = self.trusting_rate(k, j)
+            if r is None or r * (1.0 + self.settings.retime_margin) < here or r > here * (1.0 + TIE_MARGIN):
+                continue
+            if pick == 0 or r > pick_rate * (1.0 + TIE_MARGIN):
+                pick, pick_rate = rows, r
+        return pick
 
     # --- the loop's calls ---
 
@@ -201,6 +248,10 @@ class DraftPolicy:
         top = min(self.settings.n_max, limit)
         self.probing = 0
         held = self.last_rows - 1
+        retimed, self.retiming = self.retiming, 0
+        if retimed and retimed == self.last_rows and held <= top:
+            self.last_k = held  # the re-time's first pass was a switch: once more, steadily
+            return held
         k = self.best(limit)
         # once more at a length timed only by a switch (a steady timing), unless the climb goes
         # on: every draft of that pass was right and a longer draft is the best now (the length
@@ -216,6 +267,12 @@ class DraftPolicy:
                 k = self.probing = probe
         else:
             self.since_probe = 0
+        # at most one re-time every probe_interval passes (none in a probe's pass)
+        self.since_retime += 1
+        retime = 0 if self.probing or self.since_retime < self.settings.probe_interval else self.retime_rows(k, top)
+        if retime:
+            self.since_retime = 0
+            k, self.retiming = retime - 1, retime
         self.last_k = k
         return k
 
@@ -231,8 +288,10 @@ class DraftPolicy:
         self.last_rows = rows
         if not fresh or (steady and self.provisional[rows]):  # untimed, stale, or timed by a switch only
             self.pass_cost[rows], self.provisional[rows] = seconds, not steady
-        elif steady:
-            self.pass_cost[rows] += self.settings.cost_weight * (seconds - self.pass_cost[rows])
+            self.samples[rows] = [seconds] if steady else []
+        elif steady:  # the lowest of the recent steady timings: one spike upward is not averaged in
+            self.samples[rows] = (self.samples[rows] + [seconds])[-max(1, self.settings.cost_window) :]
+            self.pass_cost[rows] = min(self.samples[rows])
         else:
             return  # a switch pass of a row count timed steadily: it also rebuilt the graph
         self.timed_at[rows] = self.passes
