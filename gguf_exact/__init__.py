@@ -27,6 +27,7 @@ Subpackages, from the bottom (each imports only from those listed before it;
 reports on the builds and both engines; :mod:`.demo` is ``make demo``.
 """
 
+from gguf_exact.core import kernels as _kernels
 from gguf_exact.errors import (
     ArgumentError,
     BuildError,
@@ -39,7 +40,6 @@ from gguf_exact.errors import (
     PairError,
     ServerError,
 )
-from gguf_exact.core import kernels as _kernels
 from gguf_exact.version import __version__ as __version__
 
 ERRORS = (

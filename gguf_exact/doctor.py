@@ -296,4 +296,14 @@ def rpc_workers(endpoints: tuple[str, ...] = ()) -> list[Finding]:
 
 def diagnose(rpc: tuple[str, ...] = ()) -> list[Finding]:
     """Every finding, in the order ``gguf-exact doctor`` prints them; ``rpc``: RPC workers to ask."""
-    return [cpu(), packer_kernels(), *bindings(), *server_builds(), cuda(), vulkan(), vulkan_devices(), gpus(), *rpc_workers(rpc)]
+    return [
+        cpu(),
+        packer_kernels(),
+        *bindings(),
+        *server_builds(),
+        cuda(),
+        vulkan(),
+        vulkan_devices(),
+        gpus(),
+        *rpc_workers(rpc),
+    ]

@@ -230,7 +230,10 @@ def bench_form(args, quantize: Path | None, merges: int, kernel: bool, compiled_
             f"({merges:,} merges; bar: 1.0x); peak RSS {max(m.peak_mib for m in runs['ours']):.0f} vs "
             f"{max(m.peak_mib for m in runs['peer']):.0f} MiB"
         )
-        for who, what in (("kernels", "numpy, numba and the 2 kernels"), ("compiled", "numpy and the 2 compiled kernels")):
+        for who, what in (
+            ("kernels", "numpy, numba and the 2 kernels"),
+            ("compiled", "numpy and the 2 compiled kernels"),
+        ):
             if who in rows:
                 print(
                     f"loading {what} alone: {rows[who]:.2f} s, {rows[who] / rows['peer']:.2f}x "

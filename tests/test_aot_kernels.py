@@ -152,7 +152,10 @@ def test_only_a_matching_intact_entry_is_used(own_entry):
     assert aot_kernels.find_entry().path == so
 
     so.write_bytes(so.read_bytes()[:4096])  # truncated: never imported (dlopen would fail or worse)
-    assert aot_kernels.find_entry().why_not == f"{so}: not the extension its build-info.json records (changed or truncated)"
+    assert (
+        aot_kernels.find_entry().why_not
+        == f"{so}: not the extension its build-info.json records (changed or truncated)"
+    )
     assert aot_kernels.load_cached() is None
     compiled, what = aot_kernels.describe()
     assert compiled is False and what.startswith("numba JIT; no compiled kernels: ")

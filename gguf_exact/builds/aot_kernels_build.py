@@ -205,7 +205,9 @@ def probe(extension: Path) -> str:
     without_numba = "numba" not in sys.modules  # what start-up gains: checked before the JIT is loaded
     found = differences(compiled) + ([] if without_numba else ["importing the extension loaded numba"])
     blocks = sum(bits.shape[0] for bits, _, _ in probe_cases().values())
-    return json.dumps({"ok": not found, "blocks": blocks, "differences": found, "imported_without_numba": without_numba})
+    return json.dumps(
+        {"ok": not found, "blocks": blocks, "differences": found, "imported_without_numba": without_numba}
+    )
 
 
 # --- the build --------------------------------------------------------------------------------
