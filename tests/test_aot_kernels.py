@@ -151,7 +151,7 @@ def test_only_a_matching_intact_entry_is_used(own_entry):
     info_path.write_text(json.dumps(info))
     assert aot_kernels.find_entry().path == so
 
-    so.write_bytes(so.read_bytes()[:4096])  # truncated: never imported (dlopen would fail or worse)
+    _damage(so, 4096)  # truncated: never imported (dlopen would fail or worse)
     assert (
         aot_kernels.find_entry().why_not
         == f"{so}: not the extension its build-info.json records (changed or truncated)"
@@ -163,6 +163,14 @@ def test_only_a_matching_intact_entry_is_used(own_entry):
     shutil.rmtree(own_entry)
     assert aot_kernels.find_entry().why_not.startswith("not built for this machine")
     assert aot_kernels.load_cached() is None
+
+
+def _damage(so: Path, size: int) -> None:
+    """``so`` cut to ``size`` bytes as a new file: the one this process imported stays mapped
+    (writing into a mapped extension would kill the process with SIGBUS)."""
+    data = so.read_bytes()[:size]
+    so.unlink()
+    so.write_bytes(data)
 
 
 def test_the_jit_setting_passes_over_a_good_entry(cache, monkeypatch):
@@ -195,7 +203,7 @@ def test_convert_with_a_damaged_entry_uses_the_jit_and_writes_the_same_file(tiny
     env = {"GGUF_EXACT_CACHE": os.environ["GGUF_EXACT_CACHE"]}
     with_aot = _convert(tiny, tmp_path / "aot.gguf", env)
     so = aot_kernels.extension_path(own_entry, aot_kernels.cache_key())
-    so.write_bytes(so.read_bytes()[:-1])
+    _damage(so, so.stat().st_size - 1)
     with_jit = _convert(tiny, tmp_path / "jit.gguf", env)
     assert with_aot[1:] == ("aot", False) and with_jit[1:] == ("jit", True)
     assert with_aot[0] == with_jit[0]
