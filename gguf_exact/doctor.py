@@ -298,9 +298,9 @@ def diagnose(rpc: tuple[str, ...] = ()) -> list[Finding]:
     """Every finding, in the order ``gguf-exact doctor`` prints them; ``rpc``: RPC workers to ask."""
     return [
         cpu(),
-        packer_kernels(),
         *bindings(),
         *server_builds(),
+        packer_kernels(),
         cuda(),
         vulkan(),
         vulkan_devices(),

@@ -13,6 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from gguf_exact import doctor
 from gguf_exact.builds import aot_kernels
 from gguf_exact.builds.aot_kernels_build import differences, pack_outputs, probe_cases, string_cases
 from gguf_exact.core import bf16, kernels
@@ -178,6 +179,10 @@ def test_the_jit_setting_passes_over_a_good_entry(cache, monkeypatch):
     assert aot_kernels.find_entry().path is not None
     assert aot_kernels.load_cached() is None
     assert aot_kernels.describe() == (False, "numba JIT (GGUF_EXACT_KERNELS=jit)")
+    assert doctor.packer_kernels() == doctor.Finding("packer kernels", "numba JIT (GGUF_EXACT_KERNELS=jit)", False)
+    monkeypatch.delenv("GGUF_EXACT_KERNELS")
+    found = doctor.packer_kernels()
+    assert found.ok and found.value.startswith(f"compiled ahead of time, {aot_kernels.find_entry().path} (built in ")
 
 
 CONVERT = """
