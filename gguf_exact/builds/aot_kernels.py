@@ -31,7 +31,6 @@ import numpy as np
 from gguf_exact import constants
 from gguf_exact.builds.cpu_features import host_cpu
 from gguf_exact.core import kernels
-from gguf_exact.formats.gguf_file import sha256_file
 
 MODULE = "gguf_exact_kernels"
 INFO_FILE = "build-info.json"  # the name every build's record has (build_probe.INFO_FILE)
@@ -97,6 +96,12 @@ def extension_path(folder: Path, key: KernelKey) -> Path:
     return folder / (MODULE + key.python)
 
 
+def extension_sha256(path: Path) -> str:
+    """The extension's sha256 (under a megabyte, read whole; not ``formats.gguf_file.sha256_file``,
+    whose module loads gguf-py, 0.07 s, before anything that needs it)."""
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
 @dataclass(frozen=True)
 class Entry:
     """This machine's cache entry: ``path`` (the extension) when usable, else why not."""
@@ -124,7 +129,7 @@ def find_entry(key: KernelKey | None = None) -> Entry:
         return Entry(None, f"{folder / INFO_FILE}: built for another key", info)
     path = extension_path(folder, key)
     try:
-        same = path.stat().st_size == info.get("bytes") and sha256_file(path) == info.get("sha256")
+        same = path.stat().st_size == info.get("bytes") and extension_sha256(path) == info.get("sha256")
     except OSError:
         same = False
     if not same:

@@ -58,13 +58,13 @@ from gguf_exact.builds.aot_kernels import (
     cache_key,
     entry_dir,
     extension_path,
+    extension_sha256,
     find_entry,
     import_extension,
 )
 from gguf_exact.builds.cpu_features import CpuTarget, host_cpu
 from gguf_exact.core import kernels
 from gguf_exact.errors import BuildError
-from gguf_exact.formats.gguf_file import sha256_file
 
 TIMEOUT_S = 600
 PACKAGE_ROOT = Path(__file__).resolve().parents[2]  # where the child processes import gguf_exact from
@@ -265,7 +265,7 @@ def build_kernels(force: bool = False, log=print) -> Path:
             "cpu": cpu.describe(),
             "file": extension.name,
             "bytes": extension.stat().st_size,
-            "sha256": sha256_file(extension),
+            "sha256": extension_sha256(extension),
             "build_seconds": build_seconds,
             "probe": report,
         }
