@@ -213,3 +213,18 @@ def test_convert_with_a_damaged_entry_uses_the_jit_and_writes_the_same_file(tiny
     assert with_aot[1:] == ("aot", False) and with_jit[1:] == ("jit", True)
     assert with_aot[0] == with_jit[0]
     assert (tmp_path / "aot.gguf").read_bytes() == (tmp_path / "jit.gguf").read_bytes()
+
+
+def test_the_compile_target_is_the_x86_64_level_the_features_reach():
+    from gguf_exact.builds.aot_kernels_build import llvm_cpu
+    from gguf_exact.builds.cpu_features import cpu_target
+
+    def level(flags: str, arch: str = "x86_64") -> str:
+        return llvm_cpu(cpu_target(f"flags\t\t: {flags}\n", arch))
+
+    v3 = "sse4_2 avx f16c fma bmi2 avx2"
+    assert level(v3) == "x86-64-v3"  # this machine's (Zen 1)
+    assert level(v3 + " avx512f avx512cd avx512vl avx512dq avx512bw amx_tile") == "x86-64-v4"
+    assert level("sse4_2 avx") == "x86-64-v2"  # AVX without AVX2 and FMA: not v3
+    assert level("sse2") == "x86-64"
+    assert level("fp asimd", "aarch64") == "host"  # features not named: keyed by their digest
