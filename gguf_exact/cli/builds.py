@@ -119,7 +119,7 @@ def build_kernels(force: bool) -> None:
     features, probed against numba's JIT (same bytes and counters, or nothing is
     installed), into ~/.cache/gguf-exact/kernels/<key>/ (key: kernel source, numba,
     Python, numpy, CPU features). convert, verify, repack and inspect then load it
-    instead of numba, about 0.9 s sooner each; without it, or when it is stale, they use
+    instead of numba, about half a second sooner each here; without it, or when it is stale, they use
     numba's JIT as before. `make setup` runs this; a second call returns at once. Prints
     the folder. GGUF_EXACT_KERNELS=jit passes over it; `gguf-exact doctor` says which is used.
     """
