@@ -38,7 +38,16 @@ $(VENV)/.bindings-$(BACKEND): $(VENV)/.installed $(SOURCE_PATCHES)
 	rm -f $(VENV)/.bindings-*
 	touch $@
 
-setup: $(VENV)/.installed $(VENV)/.bindings-$(BACKEND)
+# The packer's kernels compiled ahead of time (numba.pycc, seconds; cached per machine under
+# ~/.cache/gguf-exact/kernels/): convert and verify then start without loading numba. Remade when
+# the kernels' source changes; a build that fails leaves numba's JIT kernels in use, as before.
+# After the bindings, whose install could move numpy (part of the kernels' key).
+KERNEL_SOURCES := $(wildcard gguf_exact/core/*.py) gguf_exact/builds/aot_kernels.py gguf_exact/builds/aot_kernels_build.py
+$(VENV)/.kernels: $(VENV)/.installed $(KERNEL_SOURCES)
+	$(BIN)/python -m gguf_exact.builds.aot_kernels_build || echo "note: no compiled kernels; convert and verify use numba's JIT"
+	touch $@
+
+setup: $(VENV)/.installed $(VENV)/.bindings-$(BACKEND) $(VENV)/.kernels
 
 test: setup llama-server
 	$(BIN)/python -m pytest -q -m "not vulkan"

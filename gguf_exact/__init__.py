@@ -27,6 +27,7 @@ Subpackages, from the bottom (each imports only from those listed before it;
 reports on the builds and both engines; :mod:`.demo` is ``make demo``.
 """
 
+from gguf_exact.core import kernels as _kernels
 from gguf_exact.errors import (
     ArgumentError,
     BuildError,
@@ -59,6 +60,17 @@ _LAZY = {
     "repack_model": "gguf_exact.repack.pipeline",
     "load_with_drafter": "gguf_exact.speculative.load",
 }
+
+
+def _compiled_kernels():
+    """The packer's kernels compiled ahead of time for this machine, or None (numba's JIT):
+    looked up when a packer first runs, never by ``serve`` or ``status``."""
+    from gguf_exact.builds.aot_kernels import load_cached
+
+    return load_cached()
+
+
+_kernels.set_provider(_compiled_kernels)
 
 
 def __getattr__(name: str):

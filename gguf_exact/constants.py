@@ -12,6 +12,7 @@ name; other modules call the functions here.
 | ``GGUF_EXACT_LLAMA_PERPLEXITY`` | a llama-perplexity executable for ``quality`` instead of the cached build's |
 | ``GGUF_EXACT_API_KEY`` | the API key of ``serve`` and ``status`` (kept out of command lines and run folders) |
 | ``GGUF_EXACT_CPU_FEATURES`` | the CPU features builds compile for (``native`` or a comma list) |
+| ``GGUF_EXACT_KERNELS`` | ``jit``: the packer's numba JIT kernels even where the ahead-of-time build is cached (default ``auto``) |
 | ``GGUF_EXACT_PROFILES`` | a serving-profile folder searched first (where ``tune`` writes) |
 | ``GGUF_EXACT_RECIPES`` | a recipes folder searched first |
 | ``GGUF_EXACT_CHECKSUMS`` | the user's checksums folder (where ``pin`` writes for an installed package) |
@@ -28,6 +29,7 @@ LLAMA_SERVER_ENV = "GGUF_EXACT_LLAMA_SERVER"
 LLAMA_PERPLEXITY_ENV = "GGUF_EXACT_LLAMA_PERPLEXITY"
 API_KEY_ENV = "GGUF_EXACT_API_KEY"
 CPU_FEATURES_ENV = "GGUF_EXACT_CPU_FEATURES"
+KERNELS_ENV = "GGUF_EXACT_KERNELS"
 PROFILES_ENV = "GGUF_EXACT_PROFILES"
 RECIPES_ENV = "GGUF_EXACT_RECIPES"
 CHECKSUMS_ENV = "GGUF_EXACT_CHECKSUMS"
@@ -86,11 +88,17 @@ def cpu_features() -> str | None:
     return env_text(CPU_FEATURES_ENV)
 
 
+def kernels_choice() -> str:
+    """``$GGUF_EXACT_KERNELS``: ``auto`` (default: the ahead-of-time kernels where cached) or ``jit``."""
+    return (env_text(KERNELS_ENV) or "auto").strip().lower()
+
+
 __all__ = [
     "API_KEY_ENV",
     "CACHE_ENV",
     "CHECKSUMS_ENV",
     "CPU_FEATURES_ENV",
+    "KERNELS_ENV",
     "LLAMA_PERPLEXITY_ENV",
     "LLAMA_SERVER_ENV",
     "LLAMA_SERVER_KEY_ENV",
@@ -103,6 +111,7 @@ __all__ = [
     "cpu_features",
     "env_path",
     "env_text",
+    "kernels_choice",
     "llama_perplexity_bin",
     "llama_server_bin",
     "run_root",

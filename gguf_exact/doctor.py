@@ -182,6 +182,14 @@ def cpu() -> Finding:
     return Finding("CPU features", host_cpu().describe(), True)
 
 
+def packer_kernels() -> Finding:
+    """Which build of the packer's kernels convert and verify load (``build-kernels``)."""
+    from gguf_exact.builds.aot_kernels import describe
+
+    compiled, what = describe()
+    return Finding("packer kernels", what, compiled)
+
+
 def cuda() -> Finding:
     """The toolkit on PATH, the archs it compiles, and the cuBLAS a ``--cuda`` build would use."""
     toolkit = find_cuda_toolkit()
@@ -288,4 +296,14 @@ def rpc_workers(endpoints: tuple[str, ...] = ()) -> list[Finding]:
 
 def diagnose(rpc: tuple[str, ...] = ()) -> list[Finding]:
     """Every finding, in the order ``gguf-exact doctor`` prints them; ``rpc``: RPC workers to ask."""
-    return [cpu(), *bindings(), *server_builds(), cuda(), vulkan(), vulkan_devices(), gpus(), *rpc_workers(rpc)]
+    return [
+        cpu(),
+        *bindings(),
+        *server_builds(),
+        packer_kernels(),
+        cuda(),
+        vulkan(),
+        vulkan_devices(),
+        gpus(),
+        *rpc_workers(rpc),
+    ]

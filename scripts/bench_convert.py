@@ -16,9 +16,13 @@ Inputs, made once in a temp folder:
 Each round runs the commands in A B C D D C B A order: `gguf-exact convert SRC OUT --vocab-from
 TARGET` (reads safetensors, packs, writes, reads back and verifies, sha256), `gguf-exact
 verify OUT --source SRC --vocab-from TARGET` (replans every block, judges every key and
-tensor, sha256), `llama-quantize --pure BF16.gguf OUT Q4_0 2`, and a Python process that only
-loads what every `convert` must before its first value is packed (numpy, numba, the packer's
-two cached kernels) and exits: the part of `convert`'s start-up a C++ tool does not have.
+tensor, sha256), `llama-quantize --pure BF16.gguf OUT Q4_0 2`, and two Python processes that
+only load what every `convert` must before its first value is packed, and exit: the part of
+`convert`'s start-up a C++ tool does not have, once with numba's JIT kernels (numpy, numba, the
+packer's two kernels from numba's cache) and once with the same kernels compiled ahead of time
+(numpy and the cached extension, `gguf-exact build-kernels`; that row is left out where it is
+not built). The `convert` and `verify` runs use what this machine has (printed first: `doctor`'s
+"packer kernels" line); the packer alone is timed with each build on 1 and 2 threads.
 Peak RSS is GNU time's %M (each tool is one process). Bit-exact shares: ours from convert's report, llama-quantize's measured
 against the source (gguf_exact.drafter.verify, measured only). Not a test: nothing asserts.
 
@@ -27,6 +31,7 @@ against the source (gguf_exact.drafter.verify, measured only). Not a test: nothi
 
 import argparse
 import json
+import os
 import shutil
 import statistics
 import sys
@@ -39,16 +44,18 @@ from measure import load, run  # noqa: E402
 
 from gguf_exact.tiny.vocab import GEMMA4_MERGES, GEMMA4_VOCAB  # noqa: E402
 
-# numpy, numba and the two kernels `convert` calls (the vocabulary walk, the packer) loaded
-# from numba's cache, as `convert` loads them (the executable runs it without the cyclic GC).
+# What `convert` loads before it packs (the executable runs it without the cyclic GC): numpy, the
+# packer's wrapper and its two kernels (the vocabulary walk, the packer), each called once, from
+# the build argv[1] names: "jit" (numba, its cache hit) or "aot" (the cached extension).
 KERNELS_LOADED = """
-import gc
+import gc, sys
 gc.disable()
 import numpy as np
+from gguf_exact.core import kernels
 from gguf_exact.core.exact import plan_rows
-from gguf_exact.formats.string_walk import skip
-skip(bytes(16), 0, 1)
+kernels.active().skip_strings(np.zeros(16, np.uint8), 0, 1)
 plan_rows(np.zeros((1, 32), np.uint16), 0, histogram=False, score_partial=False)
+assert kernels.active().kind == sys.argv[1] and ("numba" in sys.modules) == (sys.argv[1] == "jit"), sys.argv[1]
 """
 
 
@@ -100,21 +107,31 @@ def published_method(matrices: list) -> tuple[float, float]:
     return values / seconds / 1e6, exact / values
 
 
-def kernel_rates(matrices: list) -> dict[int, float]:
+def kernel_rates(matrices: list) -> dict[str, dict[int, float]]:
     """M values/s of the packer alone (plan_matrix over every matrix, in memory) on 1 and
-    2 threads, after one warm-up; the best of three."""
+    2 threads, after one warm-up, the best of three; with numba's JIT kernels, and with
+    the compiled ones where they are built (their wrapper releases the GIL too, or two
+    threads would run at one core's speed)."""
+    from gguf_exact.builds.aot_kernels import find_entry, import_extension
+    from gguf_exact.core import kernels
     from gguf_exact.core.exact import plan_matrix
 
+    entry = find_entry()
+    builds = {"jit": None} | ({"aot": import_extension(entry.path)} if entry.path else {})
     values = sum(m.size for m in matrices)
-    plan_matrix(matrices[1])
-    rates = {}
-    for workers in (1, 2):
+    rates: dict[str, dict[int, float]] = {}
+    for kind, module in builds.items():
+        kernels.set_provider(lambda module=module: module)
+        plan_matrix(matrices[1])
+        assert kernels.active().kind == kind
+        rates[kind] = {}
+        for workers in (1, 2):
 
-        def pack_all(workers: int = workers) -> None:
-            for m in matrices:
-                plan_matrix(m, keep_data=False, workers=workers)
+            def pack_all(workers: int = workers) -> None:
+                for m in matrices:
+                    plan_matrix(m, keep_data=False, workers=workers)
 
-        rates[workers] = values / min(_timed(pack_all) for _ in range(3)) / 1e6
+            rates[kind][workers] = values / min(_timed(pack_all) for _ in range(3)) / 1e6
     return rates
 
 
@@ -124,7 +141,7 @@ def _timed(fn) -> float:
     return time.perf_counter() - start
 
 
-def bench_form(args, quantize: Path | None, merges: int, kernel: bool) -> None:
+def bench_form(args, quantize: Path | None, merges: int, kernel: bool, compiled_built: bool) -> None:
     """One vocabulary form: inputs made, the commands timed, the table printed; with
     ``kernel`` also the packer alone and the published method (the same matrices in
     every form)."""
@@ -141,14 +158,14 @@ def bench_form(args, quantize: Path | None, merges: int, kernel: bool) -> None:
             "ours": [*ours_cmd[:3], str(again), *ours_cmd[4:]],
             "verify": verify_cmd,
             "peer": peer_cmd,
-            "kernels": [sys.executable, "-c", KERNELS_LOADED],
+            "kernels": [sys.executable, "-c", KERNELS_LOADED, "jit"],
+            "compiled": [sys.executable, "-c", KERNELS_LOADED, "aot"],
         }
-        order = (
-            ("ours", "verify", "kernels", "kernels", "verify", "ours")
-            if quantize is None
-            else ("ours", "peer", "verify", "kernels", "kernels", "verify", "peer", "ours")
-        )
-        runs: dict[str, list] = {"ours": [], "peer": [], "verify": [], "kernels": []}
+        envs = {"kernels": os.environ | {"GGUF_EXACT_KERNELS": "jit"}}
+        loaders = ("kernels", "compiled") if compiled_built else ("kernels",)
+        half = ("ours", "verify", *loaders) if quantize is None else ("ours", "peer", "verify", *loaders)
+        order = (*half, *reversed(half))
+        runs: dict[str, list] = {"ours": [], "peer": [], "verify": [], "kernels": [], "compiled": []}
         run(ours_cmd)  # warm-up: numba's cache, the page cache
         run(verify_cmd)
         if quantize is not None:
@@ -156,7 +173,7 @@ def bench_form(args, quantize: Path | None, merges: int, kernel: bool) -> None:
         for _ in range(args.rounds):
             for who in order:
                 {"ours": again, "peer": root / "peer.gguf"}.get(who, root / "none").unlink(missing_ok=True)
-                m = run(commands[who])
+                m = run(commands[who], envs.get(who))
                 if m.returncode != 0:
                     sys.exit(f"{who} failed: {m.stderr[-2000:]}")
                 runs[who].append(m)
@@ -192,6 +209,7 @@ def bench_form(args, quantize: Path | None, merges: int, kernel: bool) -> None:
         ("verify", "gguf-exact verify (--vocab-from)", None),
         ("peer", "llama-quantize --pure Q4_0 (from BF16)", peer_exact),
         ("kernels", "python: numpy, numba, 2 kernels (no work)", None),
+        ("compiled", "python: numpy, 2 compiled kernels (no work)", None),
     ):
         if not runs[who]:
             continue
@@ -201,7 +219,7 @@ def bench_form(args, quantize: Path | None, merges: int, kernel: bool) -> None:
         rss = max(m.peak_mib for m in runs[who])
         share = f"{exact:>10.4%}" if exact is not None else f"{'-':>10}"
         size = f"{sizes[who]:>12,}" if who in sizes else f"{'-':>12}"
-        rate = f"{matrix_values / med / 1e6:>11.1f}" if who != "kernels" else f"{'-':>11}"
+        rate = f"{matrix_values / med / 1e6:>11.1f}" if who not in ("kernels", "compiled") else f"{'-':>11}"
         print(f"{label:42} {med:>8.2f} ({min(secs):.2f}-{max(secs):.2f}){'':>7} {rate} {rss:>13.0f} {share} {size}")
     print(
         f"verify / convert: {rows['verify'] / rows['ours']:.2f}x the time (bar: under 1.5x); verify's verdict: {verdict}"
@@ -212,19 +230,28 @@ def bench_form(args, quantize: Path | None, merges: int, kernel: bool) -> None:
             f"({merges:,} merges; bar: 1.0x); peak RSS {max(m.peak_mib for m in runs['ours']):.0f} vs "
             f"{max(m.peak_mib for m in runs['peer']):.0f} MiB"
         )
-        print(
-            f"loading numpy, numba and the 2 kernels alone: {rows['kernels']:.2f} s, {rows['kernels'] / rows['peer']:.2f}x "
-            f"llama-quantize's whole run ({rows['kernels'] / rows['ours']:.2f}x convert's)"
-        )
+        for who, what in (
+            ("kernels", "numpy, numba and the 2 kernels"),
+            ("compiled", "numpy and the 2 compiled kernels"),
+        ):
+            if who in rows:
+                print(
+                    f"loading {what} alone: {rows[who]:.2f} s, {rows[who] / rows['peer']:.2f}x "
+                    f"llama-quantize's whole run ({rows[who] / rows['ours']:.2f}x convert's)"
+                )
     if kernel:
-        print(
-            f"packer kernel alone (in memory): {rates[1]:.1f} M values/s on 1 core, {rates[2]:.1f} on 2 ({rates[2] / rates[1]:.2f}x)"
-        )
+        for kind, label in (("jit", "numba's JIT"), ("aot", "compiled ahead of time")):
+            if kind in rates:
+                r = rates[kind]
+                print(
+                    f"packer kernel alone (in memory), {label}: {r[1]:.1f} M values/s on 1 core, {r[2]:.1f} on 2 "
+                    f"({r[2] / r[1]:.2f}x)"
+                )
         print(
             f"published method, re-implemented (in memory, 1 core): {published[0]:.1f} M values/s, "
-            f"{published[1]:.4%} bit-exact; the packer on 1 core is {rates[1] / published[0]:.1f}x its speed"
+            f"{published[1]:.4%} bit-exact; the packer (JIT) on 1 core is {rates['jit'][1] / published[0]:.1f}x its speed"
         )
-    print(f"convert's own timing (last run): {figures['seconds']}")
+    print(f"convert's own timing (last run): {figures['seconds']}; sha256 of its file: {figures['sha256']}")
 
 
 def compile_bytecode() -> None:
@@ -256,9 +283,13 @@ def main() -> None:
     if not args.no_peer and (quantize is None or not quantize.exists()):
         sys.exit("llama-quantize not found: run `gguf-exact build-llama` (or pass --llama-quantize, or --no-peer)")
     compile_bytecode()
+    from gguf_exact.builds.aot_kernels import describe
+
+    compiled_built, what = describe()
+    print(f"packer kernels of convert and verify: {what}")
     forms = [int(m) for m in args.merges.split(",")]
     for i, merges in enumerate(forms):
-        bench_form(args, quantize, merges, kernel=i == len(forms) - 1)
+        bench_form(args, quantize, merges, kernel=i == len(forms) - 1, compiled_built=compiled_built)
 
 
 if __name__ == "__main__":

@@ -25,6 +25,22 @@ def _own_user_config(tmp_path_factory):
         os.environ["XDG_CONFIG_HOME"] = old
 
 
+@pytest.fixture(scope="session")
+def aot_cache(tmp_path_factory) -> Path:
+    """A cache folder (``GGUF_EXACT_CACHE``) holding this machine's kernels compiled ahead of
+    time, built once per session by the build ``make setup`` runs (numba.pycc: seconds)."""
+    import subprocess
+    import sys
+
+    root = tmp_path_factory.mktemp("aot-cache")
+    done = subprocess.run(
+        [sys.executable, "-m", "gguf_exact.builds.aot_kernels_build"],
+        capture_output=True, text=True, timeout=900, env=os.environ | {"GGUF_EXACT_CACHE": str(root)},
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    return root
+
+
 @pytest.fixture(scope="module")
 def run_dir(tmp_path_factory):
     """A run folder of the test module's own (``GGUF_EXACT_RUN_DIR``: the servers' pid files

@@ -7,7 +7,8 @@ import numpy as np
 import pytest
 from gguf import GGUFReader, GGUFWriter
 
-from gguf_exact.formats import gguf_layout, string_walk
+from gguf_exact.core import kernels
+from gguf_exact.formats import gguf_layout
 from gguf_exact.formats.gguf_reader import open_gguf
 from gguf_exact.formats.vocab import read_target
 from gguf_exact.tiny.vocab import add_vocabulary, gemma4_vocabulary
@@ -42,12 +43,9 @@ def test_pairs_and_values_agree_with_gguf_py(vocab_gguf):
 
 @pytest.mark.parametrize("walk", ["compiled", "python"])
 def test_string_walks_find_the_end_and_refuse_what_runs_past_it(vocab_gguf, monkeypatch, walk):
-    import sys
-
-    import numba  # noqa: F401  (loaded: the compiled walk is taken)
-
+    compiled = kernels.active()  # loaded: the compiled walk is taken
     if walk == "python":
-        monkeypatch.delitem(sys.modules, "numba")  # as in `serve`, where numba is not loaded
+        monkeypatch.setattr(kernels, "_active", None)  # as in `serve`, where no packer has loaded them
     raw = vocab_gguf.read_bytes()
     tokens_at = raw.index(b"tokenizer.ggml.tokens") + len(b"tokenizer.ggml.tokens") + 4 + 4 + 8
     expected = tokens_at
@@ -62,7 +60,7 @@ def test_string_walks_find_the_end_and_refuse_what_runs_past_it(vocab_gguf, monk
     huge[tokens_at : tokens_at + 8] = struct.pack("<Q", 1 << 62)  # a length past the end
     with pytest.raises(EOFError):
         gguf_layout._Cursor(bytes(huge), tokens_at).skip_strings(5000)
-    assert string_walk.skip(raw, tokens_at, 5000) == expected
+    assert compiled.skip_strings(np.frombuffer(raw, np.uint8), tokens_at, 5000) == expected
 
 
 def test_drafter_and_target_vocabularies_compare_as_bytes(vocab_gguf, tmp_path):

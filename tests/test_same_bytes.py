@@ -1,6 +1,7 @@
 """Same inputs, same bytes: a fixed conversion and a fixed re-pack have pinned sha256s, whatever
 numba's thread count, its CPU target (forced generic: no AVX2/FMA code paths) and the
-writer's worker count, each in a fresh process (numba compiles, or loads its cache, anew)."""
+writer's worker count, each in a fresh process (numba compiles, or loads its cache, anew),
+and with the kernels compiled ahead of time instead (``builds.aot_kernels``, no numba loaded)."""
 
 import os
 import subprocess
@@ -26,7 +27,8 @@ from gguf_exact.repack.pipeline import repack_model
 root, out, workers = Path(sys.argv[1]), Path(sys.argv[2]), int(sys.argv[3])
 a = convert_drafter(root / "drafter", out / "drafter.gguf", root / "target.gguf", workers=workers)
 b = repack_model(root / "donor.gguf", root / "main", out / "main.gguf", workers=workers)
-print(a.sha256, b.sha256)
+from gguf_exact.core import kernels
+print(a.sha256, b.sha256, kernels.loaded().kind, "numba" in sys.modules)
 """
 
 
@@ -55,9 +57,22 @@ def inputs(tmp_path_factory) -> Path:
 )
 def test_pinned_sha256_whatever_numba_does(inputs, tmp_path, numba_env, workers):
     env = {k: v for k, v in os.environ.items() if not k.startswith("NUMBA_")} | numba_env
+    assert _shas(inputs, tmp_path, workers, env | {"GGUF_EXACT_KERNELS": "jit"}) == ["jit", "True"]
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_pinned_sha256_with_the_kernels_compiled_ahead_of_time(inputs, tmp_path, aot_cache, workers):
+    env = os.environ | {"GGUF_EXACT_CACHE": str(aot_cache), "GGUF_EXACT_KERNELS": "auto"}
+    assert _shas(inputs, tmp_path, workers, env) == ["aot", "False"]
+
+
+def _shas(inputs: Path, out: Path, workers: int, env: dict) -> list[str]:
+    """Convert and re-pack in a fresh process; the pinned hashes checked, the kernels' kind returned."""
     done = subprocess.run(
-        [sys.executable, "-c", SCRIPT, str(inputs), str(tmp_path), str(workers)],
+        [sys.executable, "-c", SCRIPT, str(inputs), str(out), str(workers)],
         capture_output=True, text=True, env=env, timeout=300,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr[-2000:]
-    assert done.stdout.split() == [CONVERT_SHA256, REPACK_SHA256]
+    words = done.stdout.split()
+    assert words[:2] == [CONVERT_SHA256, REPACK_SHA256]
+    return words[2:]

@@ -1,9 +1,11 @@
 """What a command loads before it works (issue 25, item 6): each command's group module is
-imported when that command runs, and `convert` loads none of what `serve`, `fetch`,
-`bench` or the bf16 safetensors reader need. The time itself is measured by
+imported when that command runs, `convert` loads none of what `serve`, `fetch`,
+`bench` or the bf16 safetensors reader need, and with the kernels compiled ahead of time
+(`gguf-exact build-kernels`) not numba either. The time itself is measured by
 `scripts/bench_convert.py` (`make bench`), not here."""
 
 import hashlib
+import os
 import subprocess
 import sys
 
@@ -40,19 +42,33 @@ def test_every_command_is_in_the_table_under_its_module():
     }
 
 
-def test_convert_loads_only_what_it_uses(tiny, tmp_path):
-    out = tmp_path / "drafter.gguf"
+def _convert_modules(tiny, out, env: dict) -> set[str]:
     args = ["convert", tiny / "drafter-bf16", out, "--vocab-from", tiny / "target.gguf"]
     proc = subprocess.run(
         [sys.executable, "-c", CONVERT_AND_LIST_MODULES, *map(str, args)],
-        capture_output=True, text=True, timeout=300,
+        capture_output=True, text=True, timeout=300, env=os.environ | env,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr
     printed_sha = next(line.split()[1] for line in proc.stdout.splitlines() if line.startswith("sha256 "))
     assert hashlib.sha256(out.read_bytes()).hexdigest() == printed_sha
-    modules = set(next(line for line in proc.stdout.splitlines() if line.startswith("MODULES ")).split()[1:])
+    return set(next(line for line in proc.stdout.splitlines() if line.startswith("MODULES ")).split()[1:])
+
+
+def test_convert_loads_only_what_it_uses(tiny, tmp_path):
+    modules = _convert_modules(tiny, tmp_path / "drafter.gguf", {"GGUF_EXACT_KERNELS": "jit"})
     assert "gguf_exact.cli.files" in modules and "numba" in modules  # it did load what it runs
     assert [m for m in NOT_FOR_CONVERT if m in modules] == []
+
+
+def test_with_the_kernels_compiled_ahead_of_time_convert_never_imports_numba(tiny, tmp_path, aot_cache):
+    env = {"GGUF_EXACT_CACHE": str(aot_cache), "GGUF_EXACT_KERNELS": "auto"}
+    modules = _convert_modules(tiny, tmp_path / "aot.gguf", env)
+    assert "gguf_exact.core.exact" in modules and "gguf_exact.builds.aot_kernels" in modules
+    assert [m for m in modules if m.split(".")[0] in ("numba", "llvmlite")] == []
+    assert "gguf_exact.builds.aot_kernels_build" not in modules  # the build's module (and numba.pycc) stays out
+    assert [m for m in NOT_FOR_CONVERT if m in modules] == []
+    _convert_modules(tiny, tmp_path / "jit.gguf", {"GGUF_EXACT_KERNELS": "jit"})
+    assert (tmp_path / "aot.gguf").read_bytes() == (tmp_path / "jit.gguf").read_bytes()
 
 
 # The executable (gguf_exact.cli.run) with os._exit reporting the collector's state first.

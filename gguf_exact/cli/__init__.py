@@ -10,7 +10,7 @@ result; no command holds logic of its own. The modules:
 - :mod:`.files` - ``inspect``, ``convert``, ``verify``, ``compare``
 - :mod:`.repack` - ``repack``
 - :mod:`.hub` - ``recipes``, ``fetch``, ``build``, ``pin``
-- :mod:`.builds` - ``build-llama``, ``build-bindings``, ``doctor``
+- :mod:`.builds` - ``build-llama``, ``build-bindings``, ``build-kernels``, ``doctor``
 - :mod:`.serving` - ``serve``, ``status``, ``stop``, ``tune``
 - :mod:`.rpc` - ``rpc-server`` (an RPC worker for ``serve --rpc``)
 - :mod:`.inprocess` - ``generate``, ``chat``, ``bench``

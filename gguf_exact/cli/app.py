@@ -66,7 +66,7 @@ COMMANDS = {
     "inspect": "files", "convert": "files", "verify": "files", "compare": "files",
     "repack": "repack",
     "recipes": "hub", "fetch": "hub", "build": "hub", "pin": "hub",
-    "build-llama": "builds", "build-bindings": "builds", "doctor": "builds",
+    "build-llama": "builds", "build-bindings": "builds", "build-kernels": "builds", "doctor": "builds",
     "serve": "serving", "status": "serving", "stop": "serving", "tune": "serving",
     "rpc-server": "rpc",
     "generate": "inprocess", "chat": "inprocess", "bench": "inprocess",

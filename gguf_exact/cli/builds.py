@@ -1,4 +1,5 @@
-"""Build commands: ``build-llama`` (llama-server and tools), ``build-bindings`` (llama-cpp-python), ``doctor``."""
+"""Build commands: ``build-llama`` (llama-server and tools), ``build-bindings`` (llama-cpp-python),
+``build-kernels`` (the packer's kernels ahead of time), ``doctor``."""
 
 from __future__ import annotations
 
@@ -106,6 +107,25 @@ def build_bindings(cuda: str | None, vulkan: bool, sdist: Path | None, force: bo
         if install:
             install_bindings(wheel, note)
     click.echo(wheel.wheel)
+
+
+@main.command("build-kernels")
+@click.option("--force", is_flag=True, help="Rebuild even if this machine's build is cached.")
+def build_kernels(force: bool) -> None:
+    """Compile the packer's kernels ahead of time, so convert and verify start without numba.
+
+    The same source numba compiles at run time (gguf_exact/core: the exact packer's
+    per-block kernel and the vocabulary walk), compiled once by numba.pycc for this CPU's
+    features, probed against numba's JIT (same bytes and counters, or nothing is
+    installed), into ~/.cache/gguf-exact/kernels/<key>/ (key: kernel source, numba,
+    Python, numpy, CPU features). convert, verify, repack and inspect then load it
+    instead of numba, about half a second sooner each here; without it, or when it is stale, they use
+    numba's JIT as before. `make setup` runs this; a second call returns at once. Prints
+    the folder. GGUF_EXACT_KERNELS=jit passes over it; `gguf-exact doctor` says which is used.
+    """
+    from gguf_exact.builds.aot_kernels_build import build_kernels as build
+
+    click.echo(build(force, log=note))
 
 
 @main.command()

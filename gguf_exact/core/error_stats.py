@@ -8,7 +8,7 @@ bf16 source by the source's rounding of the trained value (about 2**-9 relative)
 where the bits match, which would hide the difference between formats that these
 figures are for. A chunk that is mostly exact costs a few passes: only values whose
 rounded bits differ from the source are looked at again. The exact Q4_0 packer
-measures its own output the same way inside its kernel (:mod:`gguf_exact.core.exact`).
+measures its own output the same way inside its kernel (:mod:`gguf_exact.core.exact_kernel`).
 """
 
 from dataclasses import dataclass

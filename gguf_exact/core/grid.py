@@ -15,7 +15,8 @@ within 2**-8 of ``s``, so a genuine QAT block has residuals under ``s / 16``. We
 
 The per-block work is a loop compiled by numba (``fit_block``): as whole-array numpy it
 took about 30 passes over the data and ran at a third of the speed (see
-``scripts/bench_convert.py``). Pure functions on numpy arrays, no I/O.
+``scripts/bench_convert.py``). Part of the kernels' source (:mod:`.kernels`): the
+packer's kernel calls it, JIT or compiled ahead of time. Pure functions on numpy arrays, no I/O.
 """
 
 from dataclasses import dataclass
@@ -23,23 +24,10 @@ from dataclasses import dataclass
 import numpy as np
 from numba import njit
 
+from gguf_exact.core.kernels import GCD_BY_LEVEL_SET
 from gguf_exact.core.q4_0 import BLOCK_SIZE
 
 TOLERANCE_STEPS = np.float32(1.0 / 8.0)
-
-
-def _gcd_by_level_set() -> np.ndarray:
-    """Table: bit set of the levels present (bit k + 8 for level k) -> their gcd."""
-    sets = np.arange(1 << 17, dtype=np.int32)
-    gcd = np.ones(sets.size, dtype=np.int32)
-    for divisor in (2, 3, 4, 5, 6, 7, 8):  # ascending, so the largest that fits wins
-        not_multiples = sum(1 << (k + 8) for k in range(-8, 9) if k % divisor)
-        gcd[(sets & not_multiples) == 0] = divisor
-    gcd[sets == 1 << 8] = 1  # only zeros
-    return gcd
-
-
-GCD_BY_LEVEL_SET = _gcd_by_level_set()
 
 
 # The flags let LLVM vectorise; with finite inputs (callers check) they change no value:

@@ -18,12 +18,13 @@ Layout (GGUF v2/v3, little-endian)::
 
 import math
 import struct
-import sys
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 from gguf import GGML_QUANT_SIZES, GGMLQuantizationType, GGUFValueType
+
+from gguf_exact.core import kernels
 
 MAGIC = b"GGUF"
 DEFAULT_ALIGNMENT = 32
@@ -146,10 +147,9 @@ class _Cursor:
         return self.take(self.unpack("<Q"))
 
     def skip_strings(self, count: int) -> None:
-        if "numba" in sys.modules:  # loaded anyway: the compiled walk (see string_walk)
-            from gguf_exact.formats.string_walk import skip
-
-            pos = skip(self.buf, self.pos, count)
+        compiled = kernels.loaded()
+        if compiled is not None:  # loaded anyway: the compiled walk (see core.string_walk)
+            pos = int(compiled.skip_strings(np.frombuffer(self.buf, dtype=np.uint8), self.pos, count))
             if pos < 0:
                 raise EOFError
             self.pos = pos

@@ -2,9 +2,11 @@
 
 Each string is a u64 length and that many bytes, so finding the end of a Gemma 4
 vocabulary (262,144 tokens and 500,000 merges) is 760,000 dependent steps: 0.15 s as a
-Python loop, a few milliseconds compiled. :mod:`.gguf_layout` uses this only when numba is
-loaded anyway (``convert``, ``repack``, ``verify`` import the packer's kernels): for
-``serve`` and ``status`` the Python loop is cheaper than numba's start-up.
+Python loop, a few milliseconds compiled. :mod:`gguf_exact.formats.gguf_layout` uses this
+only when a command that packs has loaded the kernels anyway (:func:`.kernels.loaded`:
+``convert``, ``repack``, ``verify``); for ``serve`` and ``status`` the Python loop is cheaper
+than loading them. Part of the kernels' source (:mod:`.kernels`): JIT or compiled ahead of
+time, it is called as ``kernels.active().skip_strings``.
 """
 
 import numpy as np
@@ -26,7 +28,3 @@ def skip_strings(buf, pos, count):
             return -1
         pos += 8 + np.int64(length)
     return pos
-
-
-def skip(buf, pos: int, count: int) -> int:
-    return int(skip_strings(np.frombuffer(buf, dtype=np.uint8), pos, count))
