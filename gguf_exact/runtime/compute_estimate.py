@@ -68,8 +68,9 @@ def host_compute_estimate(
     host memory; the CPU backend allocates in the GPU's pinned host buffer type. For the
     worst-case graph of ``n_ubatch`` tokens (measured with ``GGML_SCHED_DEBUG=2``):
 
-    - the F32 attention masks, one row of cells per token and cache (with flash attention
-      too: the F16 cast is the device's), and the I32 positions, token ids and output ids;
+    - the attention masks, one row of cells per token and cache (F32; F16 with flash
+      attention, ``build_attn_inp_kq_mask`` in ``llama-graph.cpp``), and the I32 positions,
+      token ids and output ids;
     - a target, which writes its cache: per cache the I64 row indices of K and of V (one
       per token, or one per value when V is stored transposed, without flash attention);
       and the rows of its input tensors, ``token_embd`` and ``per_layer_token_embd``
@@ -85,7 +86,7 @@ def host_compute_estimate(
     Within 4% of what llama-server logs on lavapipe at full E2B size and on the tiny pairs.
     """
     t = s.ubatch(geom)
-    masks = 4 * t * sum(mask_cells)
+    masks = (2 if s.flash_attn != "off" else 4) * t * sum(mask_cells)
     ids = 4 * (2 * t + n_outputs)
     if backbone is None:
         v_max = max(geom.v_width(il) for il in range(geom.n_layer))
