@@ -265,8 +265,10 @@ def counts(r: dict) -> tuple[int, int]:
     return r["timings"].get("draft_n", 0), r["timings"].get("draft_n_accepted", 0)
 
 
-def one_slot_run(runs: Path, pairs, device, env: dict[str, str], draft: bool = True, sampling=None) -> list[dict]:
-    """The mixed pair (or its target alone) at -np 1, the SLOT_PROMPTS one after another."""
+def one_slot_run(
+    runs: Path, pairs, device, env: dict[str, str], draft: bool = True, sampling=None, prompts=SLOT_PROMPTS
+) -> list[dict]:
+    """The mixed pair (or its target alone) at -np 1, the ``prompts`` one after another."""
     target, drafter = pairs["mixed"]
     with pytest.MonkeyPatch.context() as mp:
         for k, v in env.items():
@@ -274,7 +276,7 @@ def one_slot_run(runs: Path, pairs, device, env: dict[str, str], draft: bool = T
         with Served(
             runs, target, drafter if draft else None, sets=(*SETS, "ctx-size=2048"), vulkan_devices=device
         ) as s:
-            return [complete(s.url, p, sampling) for p in SLOT_PROMPTS]
+            return [complete(s.url, p, sampling) for p in prompts]
 
 
 @pytest.fixture(scope="module")
@@ -287,12 +289,14 @@ def one_slot_f32_tiles(pairs, device, tmp_path_factory) -> list[dict]:
     return one_slot_run(tmp_path_factory.mktemp("vk-one-slot-f32"), pairs, device, F32_TILES)
 
 
-def top2_run(runs: Path, pairs, device, env: dict[str, str]) -> list[tuple[list[int], list[tuple[int, float]]]]:
+def top2_run(
+    runs: Path, pairs, device, env: dict[str, str], prompts=SLOT_PROMPTS
+) -> list[tuple[list[int], list[tuple[int, float]]]]:
     """The target alone at -np 1 (one row a pass: the f32 mat-vec path), per SLOT_PROMPTS request:
     its tokens, and for each token of the prefix that llama-server gives probabilities for, the
     runner-up and the top-2 logit gap in nats. (No probabilities for tokens that a draft made,
     hence the target alone; none either for tokens held back as incomplete UTF-8, hence a prefix.)"""
-    got = one_slot_run(runs, pairs, device, env, draft=False, sampling={"temperature": 0, "n_probs": 2})
+    got = one_slot_run(runs, pairs, device, env, draft=False, sampling={"temperature": 0, "n_probs": 2}, prompts=prompts)
     out = []
     for r in got:
         top2 = []
