@@ -43,6 +43,7 @@ from test_vulkan_serve import (  # noqa: F401  (device, pairs: the fixtures)
     top2_run,
 )
 
+from gguf_exact.builds import build_probe
 from gguf_exact.builds.bindings_build import find_wheel, unpack_wheel
 from gguf_exact.engines.serve import plan_serve, start_planned
 from gguf_exact.engines.settings import LOG_FILE, ServeSettings
@@ -254,3 +255,14 @@ def test_vulkan_bindings_that_see_no_device_say_so(pairs, vulkan_site, tmp_path)
         r"vulkan_devices sets; a software device: slow\)",
         lines[0],
     ), lines[0]
+
+
+def test_the_bindings_probe_runs_on_the_device_and_fails_without_it(vulkan_site, device):  # noqa: F811
+    """The wheel's probe (a 64-token Q4_0 prompt, every layer offloaded) on the device the build is
+    for, made visible as serve makes it; the CPU bindings probed as Vulkan ones fail in one line."""
+    result = build_probe.probe_bindings(sys.executable, pythonpath=vulkan_site, backend="vulkan")
+    assert result.ok, result.tail
+    assert re.fullmatch(r"Vulkan0: .+ \(\d+ MiB\)", result.device) and result.gpu_layers == 99
+    assert result.visible_devices == (device or "")
+    cpu = build_probe.probe_bindings(sys.executable, backend="vulkan")  # this environment's CPU bindings
+    assert not cpu.ok and cpu.tail == "the bindings saw no Vulkan device (they saw: none)", cpu.tail
