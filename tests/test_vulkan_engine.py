@@ -10,12 +10,18 @@ tokens and draft counts as JSON) and ``serve --engine python``. The device is ma
 What would break first on a user's card: layers that do not reach the device (llama.cpp's own
 log says where they went), the drafter's text differing from the target alone's or the CPU's,
 acceptance unlike the CPU's, and the engine disagreeing with llama-server on the same device.
-Batched Vulkan arithmetic may flip a near-tie (test_vulkan_serve.py: float16 tiles in the
-mat-mat shader for products of more than 8 rows, batched over nothing else): one slot verifies
-1 + n-max = 3 rows a pass (the f32 mat-vec path) and each prompt is one batch of at most 64 rows,
-in the engine as in llama-server, so the two on one device run the same shaders on the same
-rows; against the CPU the prompt batch differs in rounding, and on these prompts no token's
-top-2 gap is within its move (the tolerance is zero, as for llama-server's one-slot runs).
+Where batched Vulkan arithmetic may flip a near-tie (test_vulkan_serve.py: a product of more
+than 8 rows, or an attention product of 2 rows or more a sequence, runs the mat-mat shader, in
+float16 tiles on lavapipe): one slot verifies 1 + n-max = 3 rows a pass and reads each prompt in
+one batch of at most 64 rows, in the engine as in llama-server. What else differs between the two
+graphs was not pinned down; one thing does: the engine keeps the whole sliding-window cache
+(``swa_full``, for its roll-backs), 512 cells of which attention reads 256 (``n_kv`` is padded to
+256), so the sliding layers' transposed V is a strided view where llama-server's 256-cell cache
+gives a contiguous one, and ggml-vulkan picks its matmul path by contiguity. The hidden pair has
+no near-ties (its top logit leads by about 2.7) and is held to exact equality; the random-weight
+mixed pair to the near-tie rule of the slot tests (``near_tie_departure``: equal up to the first
+token whose top-2 gap is under 0.02 nats, the runner-up there; measured: the third prompt leaves
+the CPU bindings' and llama-server's text at token 19, a 0.0021-nat tie).
 `make test-vulkan`.
 """
 
@@ -169,9 +175,7 @@ def test_mixed_pair_acceptance_equals_the_cpu_bindings(vulkan_engine, cpu_engine
     """A drafter right part of the time, greedy: per prompt, the CPU bindings' tokens, drafts and
     accepted drafts, up to a near-tie. Measured: the third prompt left the CPU's at token 19, for
     the runner-up; llama-server on the device keeps the CPU's there (test_vulkan_serve), the
-    engine does not: it keeps the whole sliding-window cache (``swa_full``, for its roll-backs),
-    so its verification's attention (3 rows a sequence: the float16-tile mat-mat path) runs over
-    512 cells where llama-server's runs over 256. Seeded answers of this random-weight target are
+    engine does not (its graph differs: the module doc). Seeded answers of this random-weight target are
     not compared across backends: a sample drawn at temperature 0.8 from its flat distributions
     moves with any rounding of the logits (the first prompt's left the CPU's at token 5)."""
     got = tokens_and_counts(vulkan_engine["mixed"][0])[::2]
@@ -183,7 +187,7 @@ def test_mixed_pair_acceptance_equals_the_cpu_bindings(vulkan_engine, cpu_engine
 def test_the_engines_tokens_are_llama_servers_on_the_device(vulkan_engine, pairs, device, prompts_top2, tmp_path):  # noqa: F811
     """llama-server on the same device, same settings (one slot, n-max 2, 64-token batches), greedy:
     the hidden pair's tokens, drafts and accepted drafts are the Python engine's; the mixed pair's
-    up to a near-tie (the sliding-window cache's length: test above)."""
+    up to a near-tie (the module doc)."""
     with Served(tmp_path / "hidden", *pairs["hidden"], vulkan_devices=device) as s:
         assert tokens_and_counts(vulkan_engine["hidden"][0])[::2] == answers(s.url)
     with Served(tmp_path / "mixed", *pairs["mixed"], vulkan_devices=device) as s:
