@@ -46,7 +46,7 @@ test: setup llama-server
 # The GPU path where there is no GPU: the Vulkan llama-server and the Python engine on Vulkan
 # bindings, on Mesa's lavapipe (a Vulkan device on the CPU), through the real profiles, beside the
 # CPU builds (tests marked vulkan). Installs the Debian packages, builds the Vulkan llama-server and
-# the Vulkan bindings wheel once (about 35 and 25 min on 2 cores; cached), then the tests (about
+# the Vulkan bindings wheel once (2669 s and 2057 s measured on 2 busy cores; cached), then the tests (about
 # 20 min). The wheel is not installed: the venv keeps its CPU bindings, and the tests unpack the
 # cached wheel into a folder that only the Vulkan engine's processes put first on PYTHONPATH.
 # Not in `make test`: see README, "Tests". Run it after any change to the serving path.
