@@ -62,7 +62,7 @@ elif [[ "$BACKEND" == vulkan ]]; then
     [[ -n "${VK_INDEX:-}" ]] || die "vulkaninfo lists no Vulkan device; install the GPU's Vulkan driver (or mesa-vulkan-drivers for lavapipe)"
     export GGML_VK_VISIBLE_DEVICES=$VK_INDEX   # as serve --vulkan-devices: llama.cpp hides lavapipe otherwise
     BUILD=vulkan; FLASH=auto; CAP=""; DRIVER="$VK_TYPE"
-    make setup          # CPU bindings; the Vulkan ones (make setup VULKAN=1) only where the benchmark runs
+    make setup          # CPU bindings (make test-vulkan builds the Vulkan wheel for its tests; make setup VULKAN=1 installs it where the benchmark runs)
     make llama-server   # the CPU build: the tests' reference
     make llama-server VULKAN=1
     SERVER=$(.venv/bin/python -c "from gguf_exact.builds.llama_build import find_build; print(find_build('vulkan').binary())")

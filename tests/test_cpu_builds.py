@@ -213,6 +213,22 @@ def test_gpu_profile_on_cpu_bindings_warns_in_one_line():
     assert gpu_offload_warning("rtx3050", "cuda86", gpu, supports_gpu=True) is None
     assert gpu_offload_warning("cpu", "cpu", EngineOptions(), supports_gpu=False) is None
     assert "build-bindings --vulkan --install" in gpu_offload_warning("g", "vulkan", gpu, supports_gpu=False)
+    # Vulkan bindings that see no device: lavapipe alone, hidden by llama.cpp; a card without its driver
+    from gguf_exact.builds.devices import VulkanDevice
+
+    lavapipe = [VulkanDevice(0, "llvmpipe (LLVM 15.0.6, 256 bits)", "CPU", "llvmpipe")]
+    assert gpu_offload_warning("gtx1650ti-vulkan", "vulkan", gpu, False, ["Vulkan"], lavapipe) == (
+        "profile gtx1650ti-vulkan offloads layers to the GPU, but these llama-cpp-python bindings (Vulkan) see no "
+        "Vulkan device, so the Python engine runs on the CPU; vulkaninfo lists GPU0 llvmpipe (LLVM 15.0.6, 256 bits) "
+        "(cpu, llvmpipe): a CPU-type device, which llama.cpp hides; set GGML_VK_VISIBLE_DEVICES=0 to run on it "
+        "(what serve's vulkan_devices sets; a software device: slow)"
+    )
+    assert gpu_offload_warning("g", "vulkan", gpu, False, ["Vulkan"], []).endswith(
+        "install the GPU's Vulkan driver (vulkaninfo lists no device it can use)"
+    )
+    assert gpu_offload_warning("rtx3050", "cuda86", gpu, False, ["CUDA"]).endswith(
+        "see no CUDA device, so the Python engine runs on the CPU; check `nvidia-smi`, or serve with llama-server"
+    )
 
 
 @pytest.mark.bindings

@@ -22,13 +22,14 @@ from gguf_exact.runtime.memory_plan import (
     Geometry,
     Settings,
     compute_estimate,
+    host_compute_estimate,
     kv_caches,
     plan_memory,
     row_bytes,
     weight_split,
 )
 from gguf_exact.runtime.profiles import load_profile
-from gguf_exact.runtime.weight_placement import probe_bytes, refused
+from gguf_exact.runtime.weight_placement import head_in_host, probe_bytes, refused
 from gguf_exact.tiny.full_size import write_full_size_drafter, write_full_size_target
 from gguf_exact.tiny.models import write_agreeing_pair, write_tiny_target
 from gguf_exact.tiny.structural import write_structural_pair
@@ -285,6 +286,51 @@ def test_compute_estimate_formula(full):
     off = replace(s, flash_attn="off")
     scores = 4 * 8 * t * (8192 + 2 * 512)
     assert compute_estimate(g, off, [8192, 1024], 3) == 4 * t * (8192 + 1024) + inputs + hidden + scores
+
+
+# What llama-server logged on lavapipe (Vulkan0: llvmpipe, 128 MiB storage range; flash attention off,
+# -np 1, n-max 2) as `Vulkan_Host compute buffer size`, target and drafter, at E2B's full size:
+# gtx1650ti-vulkan (4k) and rtx3050 with build=vulkan (8k). tests/test_vulkan_serve.py checks them live.
+LAVAPIPE_HOST_COMPUTE_MIB = {4096: (37.51, 16.00), 8192: (45.51, 24.00)}
+
+
+@pytest.mark.parametrize("n_ctx", [4096, 8192])
+def test_host_compute_estimate_terms_and_what_lavapipe_logged(full, n_ctx):
+    """The CPU's compute buffer beside the GPU's: the graph inputs (masks, ids, the target's
+    cache indices, transposed V: one per value), the embeddings' rows, and the heads the
+    device refused (the target's logits; the drafter's candidates' Q4_0 rows, 144 bytes each)."""
+    s = Settings.from_profile(
+        load_profile("gtx1650ti-vulkan").with_overrides([f"ctx-size={n_ctx}", "flash-attn=off", "spec-draft-n-max=2"]),
+        with_draft=True,
+    )
+    tg, dg = geometry(full["E2B"]), geometry(full["E2B-drafter"])
+    t, cells = 512, [n_ctx, 1024]
+    with open_gguf(full["E2B"]) as g:
+        target = list(g.tensors)
+    with open_gguf(full["E2B-drafter"]) as g:
+        drafter = list(g.tensors)
+    assert head_in_host(target, 35, 36, 2**27) and head_in_host(drafter, 4, 5, 2**27)  # lavapipe refuses both heads
+    assert not head_in_host(target, 35, 36, 2**32 - 1) and head_in_host(target, 35, 0)  # a card; no layers offloaded
+    masks, ids = 4 * t * (n_ctx + 1024), 4 * (2 * t + 3)
+    idxs = 8 * t * 2 * (1 + 512)  # K: one I64 a token; V transposed: one a value of the widest V row (512)
+    rows = 4 * t * (1536 + 256 * 35)  # token and per-layer embeddings
+    logits = 4 * 3 * (262144 + 1536)
+    host = host_compute_estimate(tg, s, cells, 3, head_in_ram=True)
+    assert host == masks + ids + idxs + rows + logits
+    assert host_compute_estimate(tg, s, cells, 3) == host - logits
+    fa = replace(s, flash_attn="on")
+    # with flash attention the masks are F16 and V is not transposed: one index a token
+    assert host_compute_estimate(tg, fa, cells, 3) == host - logits - 2 * t * (n_ctx + 1024) - 8 * t * 2 * 511
+    draft = host_compute_estimate(dg, s, cells, 1, backbone=1536, head_in_ram=True, head_row_bytes=144)
+    assert draft == 4 * t * (n_ctx + 1024) + 4 * (2 * t + 1) + 4 * t * 2 * 1536 + 4096 * (144 + 4)
+    logged_target, logged_drafter = LAVAPIPE_HOST_COMPUTE_MIB[n_ctx]
+    assert abs(host / MIB - logged_target) <= 0.01 * logged_target, host / MIB
+    assert abs(draft / MIB - logged_drafter) <= 0.04 * logged_drafter, draft / MIB
+    plan = plan_memory(full["E2B"], full["E2B-drafter"], load_profile("gtx1650ti-vulkan").with_overrides(
+        [f"ctx-size={n_ctx}", "flash-attn=off", "spec-draft-n-max=2"]), tensor_limit=2**27)  # fmt: skip
+    compute = next(i for i in plan.items if i.what == "compute buffers")
+    assert compute.host_bytes == host + draft
+    assert "+ {:,.2f} MiB in RAM".format((host + draft) / MIB) in next(x for x in plan.lines() if "compute" in x)
 
 
 def test_the_drafters_ordered_head_sits_with_its_output_head_and_its_candidates_are_computed(full):

@@ -193,20 +193,43 @@ def build_bindings(
 
 
 def _probe_wheel(wheel: Path, work: Path, backend: str, cpu: CpuTarget, log: Log) -> dict:
-    """Run the probe through the wheel unpacked beside (not into) this environment; the
-    wheel's own requirements (numpy, jinja2, ...) are installed here first."""
+    """The probe's record, or one error line when it failed."""
     if backend.startswith("cuda") and ctypes.util.find_library("cuda") is None:
         return {"ok": None, "what": "the llama-cpp-python bindings", "note": "not run here: no libcuda.so.1"}
-    _pip_or_fail(["install", "-q", *wheel_requirements(wheel)], "install of the bindings' requirements")
-    site = work / "probe-site"
-    with zipfile.ZipFile(wheel) as z:
-        z.extractall(site)
-    log("probe: a batched Q4_0 matmul through the bindings")
-    result = build_probe.probe_bindings(sys.executable, pythonpath=site)
+    log("probe: a batched Q4_0 matmul through the bindings" + ("" if backend == "cpu" else ", every layer on the device"))
+    result = _run_probe(wheel, work, backend)
     build_probe.require_ok(
         result, cpu, f"llama-cpp-python bindings {wheel_dir(backend, cpu).name}", build_command(backend)
     )
     return result.record()
+
+
+def _run_probe(wheel: Path, work: Path, backend: str) -> build_probe.ProbeResult:
+    """Run the probe through the wheel unpacked beside (not into) this environment; the
+    wheel's own requirements (numpy, jinja2, ...) are installed here first."""
+    _pip_or_fail(["install", "-q", *wheel_requirements(wheel)], "install of the bindings' requirements")
+    site = unpack_wheel(wheel, work / "probe-site")
+    return build_probe.probe_bindings(sys.executable, pythonpath=site, backend=backend)
+
+
+def unpack_wheel(wheel: Path, site: Path) -> Path:
+    """``wheel``'s files in ``site``, a folder to put first on a child's ``PYTHONPATH``: the bindings
+    used beside, not instead of, this environment's (the Vulkan tests' CPU and Vulkan engines).
+    A binary wheel without scripts needs nothing else of an install."""
+    with zipfile.ZipFile(wheel) as z:
+        z.extractall(site)
+    return site
+
+
+def reprobe_bindings(backend: str) -> build_probe.ProbeResult:
+    """The cached ``backend`` wheel's probe run again (a GPU build's on its device) and recorded
+    in its ``build-info.json``; nothing is built (for a wheel made before its probe ran there)."""
+    found = find_wheel(backend)
+    if found is None:
+        raise BuildError(f"llama-cpp-python bindings {backend}: not built here, nothing to probe; run `{build_command(backend)}`")
+    with tempfile.TemporaryDirectory(prefix="gguf-exact-reprobe-") as tmp:
+        result = _run_probe(found.wheel, Path(tmp), backend)
+    return build_probe.record_probe(found.wheel.parent / INFO_FILE, result)
 
 
 class _environ:

@@ -5,7 +5,7 @@ permission, an AVX-512 the hypervisor hides) does not fail until a Q4_0 matrix m
 batch of tokens; F32 models and single-token decodes take other kernels. So after every
 build a tiny Q4_0 ``gemma4`` target (made on the spot) gets a 64-token prompt, through
 ``llama-bench`` for a llama-server build and through ``llama_cpp.Llama`` in a child
-interpreter for the bindings. A probe that dies is one error line naming the signal, the
+interpreter for the bindings (which report the devices they saw). A probe that dies is one error line naming the signal, the
 CPU features the build used, and how to build for fewer. A GPU build's probe runs on the
 device it was built for, every layer offloaded (``-ngl 99``), a CPU-type Vulkan device
 (lavapipe) made visible as ``serve`` would (:mod:`.devices`); where this machine has no
@@ -64,11 +64,15 @@ def write_probe_model(path: Path) -> Path:
 
 
 BINDINGS_PROBE = f"""
-import sys, llama_cpp
-m = llama_cpp.Llama(sys.argv[1], n_ctx=256, n_batch={PROMPT_TOKENS}, n_threads=2, verbose=False)
+import json, sys, llama_cpp
+from gguf_exact.builds.devices import ggml_gpu_devices
+m = llama_cpp.Llama(sys.argv[1], n_ctx=256, n_batch={PROMPT_TOKENS}, n_threads=2, n_gpu_layers=int(sys.argv[2]), verbose=False)
 m.eval(list(range(3, 3 + {PROMPT_TOKENS})))
 print("probe ok", m.n_tokens)
+print("devices", json.dumps([d.line() for d in ggml_gpu_devices(llama_cpp.llama_cpp._lib)]))
 """
+"""``n_gpu_layers`` (argv[2]) every layer on a GPU build; the devices the bindings saw, as
+``llama-server --list-devices`` names them (:func:`.devices.ggml_gpu_devices`)."""
 
 
 def _run(what: str, cmd: list[str], env: dict | None = None, timeout: float = TIMEOUT_S) -> ProbeResult:
@@ -122,8 +126,11 @@ def reprobe_install(install: Path, backend: str) -> ProbeResult:
     """The probe of an installed llama-server build (``install``: the folder above its bin/)
     run again, on its device, and recorded in its ``build-info.json``: for a build made before
     its probe ran on the device, without building it again."""
-    result = probe_server_build(install / "bin", backend)
-    path = install / INFO_FILE
+    return record_probe(install / INFO_FILE, probe_server_build(install / "bin", backend))
+
+
+def record_probe(path: Path, result: ProbeResult) -> ProbeResult:
+    """``result`` written as the ``probe`` of the ``build-info.json`` at ``path`` (replaced whole)."""
     info = json.loads(path.read_text()) if path.is_file() else {}
     info["probe"] = result.record()
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
@@ -140,14 +147,37 @@ def _csv_column(csv_text: str, name: str) -> str:
     return (rows[0].get(name) or "") if rows else ""
 
 
-def probe_bindings(python: str = sys.executable, pythonpath: Path | None = None) -> ProbeResult:
-    """``llama_cpp.Llama`` in a child ``python`` evaluating a 64-token prompt on the probe model."""
-    env = dict(os.environ)
+def bindings_visible(backend: str) -> str | None:
+    """``GGML_VK_VISIBLE_DEVICES`` for a ``backend`` bindings probe, as ``serve`` would set it:
+    none where the Vulkan loader lists a device llama.cpp takes by itself (a card), else the
+    CPU-type devices (lavapipe); none for other backends."""
+    if backend != "vulkan":
+        return None
+    listed = devices.vulkan_devices() or []
+    return None if any(not d.software for d in listed) else devices.software_visible()
+
+
+def probe_bindings(python: str = sys.executable, pythonpath: Path | None = None, backend: str = "cpu") -> ProbeResult:
+    """``llama_cpp.Llama`` in a child ``python`` evaluating a 64-token prompt on the probe model;
+    a GPU build's with every layer on its device (made visible as by :func:`bindings_visible`),
+    failed when the bindings saw no device of theirs."""
+    visible = bindings_visible(backend)
+    env = devices.device_env(visible)
     if pythonpath is not None:
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(pythonpath), env.get("PYTHONPATH")]))
+    layers = 0 if backend == "cpu" else 99
     with tempfile.TemporaryDirectory(prefix="gguf-exact-probe-") as tmp:
         model = write_probe_model(Path(tmp) / "probe-q4_0.gguf")
-        return _run("the llama-cpp-python bindings", [python, "-c", BINDINGS_PROBE, str(model)], env)
+        cmd = [python, "-c", BINDINGS_PROBE, str(model), str(layers)]
+        result = _run("the llama-cpp-python bindings", cmd, env, DEVICE_TIMEOUT_S if layers else TIMEOUT_S)
+    if backend == "cpu" or not result.ok:
+        return result
+    seen = next((json.loads(x[8:]) for x in result.stdout.splitlines() if x.startswith("devices ")), [])
+    kind = {"vulkan": "Vulkan"}.get(backend, "CUDA")
+    device = next((d for d in seen if d.startswith(kind)), None)
+    if device is None:
+        return replace(result, ok=False, tail=f"the bindings saw no {kind} device (they saw: {', '.join(seen) or 'none'})")
+    return replace(result, device=device, visible_devices=visible or "", gpu_layers=layers)
 
 
 def failure_message(result: ProbeResult, cpu: CpuTarget, build: str, rebuild: str) -> str:

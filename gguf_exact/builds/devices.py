@@ -9,11 +9,13 @@ saying nothing. :func:`list_devices` asks the build itself (``llama-server --lis
 in the environment a server would get); :func:`vulkan_devices` asks the Vulkan loader
 (``vulkaninfo``) what there is, with each device's type and the limit on one tensor that
 decides what stays in RAM (:func:`tensor_limit`).
+:func:`ggml_gpu_devices` asks a loaded llama.cpp library (the bindings') the same.
 :func:`parse_list_devices` and :func:`parse_vulkaninfo` are pure.
 """
 
 from __future__ import annotations
 
+import ctypes
 import os
 import re
 import shutil
@@ -162,6 +164,54 @@ def tensor_limit(device: Device | None, known: list[VulkanDevice] | None = None)
     return min((x for x in limits if x is not None), default=None)
 
 
+# ggml-backend.h at 0c1e57098: enum ggml_backend_dev_type; GPU and IGPU are what layers offload to.
+_GPU_TYPES = (1, 2)
+
+
+def _declare_ggml(lib: ctypes.CDLL) -> ctypes.CDLL:
+    """``lib``'s ggml device-registry functions given their C types (llama-cpp-python 0.3.36
+    binds none of ``ggml_backend_dev_*``; dlsym on libllama finds them in its libggml)."""
+    p, size = ctypes.c_void_p, ctypes.c_size_t
+    for name, res, args in (
+        ("ggml_backend_reg_count", size, []),
+        ("ggml_backend_reg_get", p, [size]),
+        ("ggml_backend_reg_name", ctypes.c_char_p, [p]),
+        ("ggml_backend_dev_count", size, []),
+        ("ggml_backend_dev_get", p, [size]),
+        ("ggml_backend_dev_name", ctypes.c_char_p, [p]),
+        ("ggml_backend_dev_description", ctypes.c_char_p, [p]),
+        ("ggml_backend_dev_type", ctypes.c_int, [p]),
+        ("ggml_backend_dev_memory", None, [p, ctypes.POINTER(size), ctypes.POINTER(size)]),
+    ):
+        fn = getattr(lib, name)
+        fn.restype, fn.argtypes = res, args
+    return lib
+
+
+def ggml_gpu_backends(lib: ctypes.CDLL) -> list[str]:
+    """The GPU backends registered in a loaded llama.cpp library (``Vulkan``, ``CUDA``): what
+    the bindings were built with, whether or not they see a device."""
+    lib = _declare_ggml(lib)
+    names = [lib.ggml_backend_reg_name(lib.ggml_backend_reg_get(i)).decode() for i in range(lib.ggml_backend_reg_count())]
+    return [n for n in names if n not in ("CPU", "BLAS", "RPC")]
+
+
+def ggml_gpu_devices(lib: ctypes.CDLL) -> list[Device]:
+    """The GPU devices a loaded llama.cpp library sees in this process's environment, named as
+    ``llama-server --list-devices`` names them."""
+    lib = _declare_ggml(lib)
+    out = []
+    for i in range(lib.ggml_backend_dev_count()):
+        dev = lib.ggml_backend_dev_get(i)
+        if lib.ggml_backend_dev_type(dev) not in _GPU_TYPES:
+            continue
+        free, total = ctypes.c_size_t(), ctypes.c_size_t()
+        lib.ggml_backend_dev_memory(dev, ctypes.byref(free), ctypes.byref(total))
+        name, text = lib.ggml_backend_dev_name(dev).decode(), lib.ggml_backend_dev_description(dev).decode()
+        out.append(Device(name, text, total.value >> 20, free.value >> 20))
+    return out
+
+
 def software_visible() -> str | None:
     """``GGML_VK_VISIBLE_DEVICES`` naming this machine's CPU-type Vulkan devices (``"0"``), or None."""
     soft = [d.index for d in vulkan_devices() or [] if d.software]
@@ -172,6 +222,8 @@ __all__ = [
     "Device",
     "VulkanDevice",
     "device_env",
+    "ggml_gpu_backends",
+    "ggml_gpu_devices",
     "list_devices",
     "tensor_limit",
     "parse_list_devices",

@@ -60,19 +60,23 @@ def build_llama(cuda: str | None, vulkan: bool, sdist: Path | None, force: bool,
     from gguf_exact.builds.llama_build import backend_name, build_llama_cpp, reprobe_build, sigterm_as_interrupt
 
     if reprobe:
-        from gguf_exact.doctor import describe_probe
-
         backend = backend_name(cuda, vulkan)
-        result = reprobe_build(backend)
-        if not result.ok:
-            from gguf_exact.errors import BuildError
-
-            raise BuildError(f"llama.cpp {backend}: {describe_probe(result.record())} ({result.tail})")
-        click.echo(describe_probe(result.record()))
+        say_reprobe(f"llama.cpp {backend}", reprobe_build(backend))
         return
     with sigterm_as_interrupt():
         build = build_llama_cpp(cuda, sdist, force=force, log=note, vulkan=vulkan)
     click.echo(build.bin_dir)
+
+
+def say_reprobe(what: str, result) -> None:
+    """A probe run again: where it ran, or one error line."""
+    from gguf_exact.doctor import describe_probe
+
+    if not result.ok:
+        from gguf_exact.errors import BuildError
+
+        raise BuildError(f"{what}: {describe_probe(result.record())} ({result.tail})")
+    click.echo(describe_probe(result.record()))
 
 
 @main.command("build-bindings")
@@ -87,7 +91,12 @@ def build_llama(cuda: str | None, vulkan: bool, sdist: Path | None, force: bool,
 )
 @click.option("--force", is_flag=True, help="Rebuild even if the wheel is cached.")
 @click.option("--install", is_flag=True, help="Install the wheel into this Python environment.")
-def build_bindings(cuda: str | None, vulkan: bool, sdist: Path | None, force: bool, install: bool) -> None:
+@click.option(
+    "--reprobe",
+    is_flag=True,
+    help="Build nothing: run the cached wheel's probe again, on its device, and record it in its build-info.json.",
+)
+def build_bindings(cuda: str | None, vulkan: bool, sdist: Path | None, force: bool, install: bool, reprobe: bool) -> None:
     """Build the llama-cpp-python bindings (the Python engine's llama.cpp) as a wheel.
 
     Built from the same pinned sdist, backend and CPU features as `gguf-exact
@@ -96,11 +105,17 @@ def build_bindings(cuda: str | None, vulkan: bool, sdist: Path | None, force: bo
     runs a batched Q4_0 product through the wheel before it is kept in
     ~/.cache/gguf-exact/wheels/<commit>-<backend>-<CPU features>/; a second call
     returns at once. Prints the wheel's path; --install also installs it here,
-    replacing any other llama-cpp-python (such as pip's own native build).
+    replacing any other llama-cpp-python (such as pip's own native build). A GPU wheel's
+    probe runs on its device (lavapipe made visible); --reprobe runs it again.
     """
     from gguf_exact.builds.bindings_build import build_bindings as build
-    from gguf_exact.builds.bindings_build import install_bindings
-    from gguf_exact.builds.llama_build import sigterm_as_interrupt
+    from gguf_exact.builds.bindings_build import install_bindings, reprobe_bindings
+    from gguf_exact.builds.llama_build import backend_name, sigterm_as_interrupt
+
+    if reprobe:
+        backend = backend_name(cuda, vulkan)
+        say_reprobe(f"llama-cpp-python bindings {backend}", reprobe_bindings(backend))
+        return
 
     with sigterm_as_interrupt():
         wheel = build(cuda, vulkan, sdist, force=force, log=note)

@@ -1,6 +1,7 @@
-"""The compute buffer llama.cpp reserves for a Gemma 4 graph, estimated from its shape
-(:func:`compute_estimate`): part of the memory plan (:mod:`.memory_plan`), and of its split
-over devices (:mod:`.device_plan`). Pure: shapes and settings in, bytes out.
+"""The compute buffers llama.cpp reserves for a Gemma 4 graph, estimated from its shape: the
+device's (:func:`compute_estimate`) and, beside a GPU, the CPU's in host memory
+(:func:`host_compute_estimate`). Part of the memory plan (:mod:`.memory_plan`), and of its
+split over devices (:mod:`.device_plan`). Pure: shapes and settings in, bytes out.
 """
 
 from __future__ import annotations
@@ -48,4 +49,58 @@ def compute_estimate(geom: Geometry, s: "Settings", mask_cells: list[int], n_out
     return masks + inputs + hidden + max(attention, ffn, logits)
 
 
-__all__ = ["compute_estimate"]
+def host_compute_estimate(
+    geom: Geometry,
+    s: "Settings",
+    mask_cells: list[int],
+    n_outputs: int,
+    *,
+    backbone: int | None = None,
+    head_in_ram: bool = False,
+    head_row_bytes: int = 0,
+) -> int:
+    """Bytes of the CPU's compute buffer beside a GPU's, which llama.cpp logs as
+    ``Vulkan_Host`` (``CUDA_Host``) ``compute buffer size``: host memory, beside the device's.
+
+    ggml's scheduler (``ggml_backend_sched_backend_id_from_cur`` in ``ggml-backend.cpp`` at
+    0c1e57098: "graph input" goes to the last backend, the CPU) computes every graph input
+    on the CPU and copies it to the device, and runs there each op whose weight stays in
+    host memory; the CPU backend allocates in the GPU's pinned host buffer type. For the
+    worst-case graph of ``n_ubatch`` tokens (measured with ``GGML_SCHED_DEBUG=2``):
+
+    - the attention masks, one row of cells per token and cache (F32; F16 with flash
+      attention, ``build_attn_inp_kq_mask`` in ``llama-graph.cpp``), and the I32 positions,
+      token ids and output ids;
+    - a target, which writes its cache: per cache the I64 row indices of K and of V (one
+      per token, or one per value when V is stored transposed, without flash attention);
+      and the rows of its input tensors, ``token_embd`` and ``per_layer_token_embd``
+      (host memory: :mod:`.weight_placement`), one F32 row per token each;
+    - a drafter (``backbone``: the target's width): the target's hidden rows it is given
+      and its tokens' rows of the target's embeddings, ``backbone`` F32 values per token each;
+    - with the head in RAM (``head_in_ram``: a device that refuses it, as lavapipe does at a
+      262,144-token vocabulary), its matmul: the normed rows copied from the device and the
+      logits, F32, per output row (the soft-cap runs in the logits' memory); an ordered head
+      there gathers its candidates' rows of the tied head instead (``head_row_bytes`` each,
+      with their I32 ids), and scores them on the device.
+
+    Within 4% of what llama-server logs on lavapipe at full E2B size and on the tiny pairs.
+    """
+    t = s.ubatch(geom)
+    masks = (2 if s.flash_attn != "off" else 4) * t * sum(mask_cells)
+    ids = 4 * (2 * t + n_outputs)
+    if backbone is None:
+        v_max = max(geom.v_width(il) for il in range(geom.n_layer))
+        idxs = 8 * t * len(mask_cells) * (1 + (v_max if s.v_transposed else 1))
+        rows = 4 * t * (geom.n_embd + geom.n_embd_per_layer * geom.n_layer)
+    else:
+        idxs, rows = 0, 4 * t * 2 * backbone
+    head = 0
+    if head_in_ram:
+        if geom.n_head_candidates:
+            head = n_outputs * geom.n_head_candidates * (head_row_bytes + 4)
+        else:
+            head = 4 * n_outputs * (geom.n_vocab + geom.n_embd)
+    return masks + ids + idxs + rows + head
+
+
+__all__ = ["compute_estimate", "host_compute_estimate"]

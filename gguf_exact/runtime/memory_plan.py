@@ -22,7 +22,10 @@ following llama.cpp 0c1e57098:
 - **Compute buffers**: llama.cpp measures them by building the worst-case graph
   (``n_ubatch`` tokens against a full cache); here they are estimated from the graph's
   largest live tensors (:func:`compute_estimate`): an upper-end guess, not a
-  measurement. Its formula is in the function's doc.
+  measurement. Beside a GPU the CPU keeps a compute buffer of its own in host memory
+  (``Vulkan_Host``, ``CUDA_Host``: the graph's inputs, the embeddings' rows, a head the
+  device refused; :func:`~.compute_estimate.host_compute_estimate`), which competes with
+  RAM. The formulas are in the functions' docs.
 
 Every function here is pure: header data and numbers in, bytes out.
 """
@@ -37,8 +40,15 @@ from gguf_exact.errors import ArgumentError, InputError, Message, Param
 from gguf_exact.formats.gguf_layout import TensorEntry
 from gguf_exact.formats.gguf_layout import row_bytes as gguf_row_bytes
 from gguf_exact.pair.geometry import Geometry
-from gguf_exact.runtime.compute_estimate import compute_estimate
-from gguf_exact.runtime.weight_placement import cpu_weight_buffers, q4_0_repack_rows, weight_layers, weight_split
+from gguf_exact.runtime.compute_estimate import compute_estimate, host_compute_estimate
+from gguf_exact.runtime.weight_placement import (
+    cpu_weight_buffers,
+    head_in_host,
+    output_head,
+    q4_0_repack_rows,
+    weight_layers,
+    weight_split,
+)
 
 MIB = 1024 * 1024
 KV_PAD = 256  # llama.cpp pads n_ctx and the SWA cache to 256 cells
@@ -260,7 +270,7 @@ class MemoryPlan:
             fig = mib(i.device_bytes if self.gpu else i.host_bytes)
             out.append(f"  {i.what:<18} {fig:>12} {where}{host}" + (f"  ({i.note})" if i.note else ""))
         total = self.device_bytes if self.gpu else self.host_bytes
-        host = f" + {mib(self.host_bytes)} in RAM (memory-mapped)" if self.gpu and self.host_bytes else ""
+        host = f" + {mib(self.host_bytes)} in RAM" if self.gpu and self.host_bytes else ""
         out.append(f"  {'total':<18} {mib(total):>12} {where}{host}")
         return out
 
@@ -324,6 +334,8 @@ def plan_memory(
         PlanItem("KV cache", kv_dev, kv_total - kv_dev, f"context {n_ctx:,}: {layout}"),
     ]
     comp = compute_estimate(tgeom, s, cells, n_outputs)
+    in_ram = head_in_host(t.header.tensors, tgeom.n_layer, s.layers_on_gpu(tgeom.n_layer), tensor_limit)
+    host_comp = host_compute_estimate(tgeom, s, cells, n_outputs, head_in_ram=in_ram)
     if drafter is not None:
         d = read_model(drafter, "drafter")
         dgeom = d.geometry()
@@ -331,8 +343,15 @@ def plan_memory(
         items.append(PlanItem("drafter weights", ddev, dhost, dnote))
         items.append(PlanItem("drafter KV cache", 0, 0, "none: it reads the target's"))
         comp += compute_estimate(dgeom, s, cells, s.n_seq)  # the MTP context: one output per slot
+        head = output_head(d.header.tensors)
+        in_ram = head_in_host(d.header.tensors, dgeom.n_layer, s.layers_on_gpu(dgeom.n_layer, True), tensor_limit)
+        host_comp += host_compute_estimate(
+            dgeom, s, cells, s.n_seq, backbone=tgeom.n_embd, head_in_ram=in_ram,
+            head_row_bytes=head.nbytes // head.ne[1] if head is not None and len(head.ne) > 1 else 0,
+        )  # fmt: skip
     on_gpu = s.gpu and s.layers_on_gpu(tgeom.n_layer) > 0
-    items.append(PlanItem("compute buffers", comp if on_gpu else 0, 0 if on_gpu else comp, "estimate"))
+    # beside a GPU the CPU's own compute buffer is host memory (Vulkan_Host, CUDA_Host); without one it is all of it
+    items.append(PlanItem("compute buffers", comp if on_gpu else 0, host_comp if on_gpu else comp, "estimate"))
     return MemoryPlan(items, s.gpu, n_ctx, caches)
 
 
@@ -344,6 +363,7 @@ __all__ = [
     "Settings",
     "compute_estimate",
     "cpu_weight_buffers",
+    "host_compute_estimate",
     "cache_cells",
     "kv_caches",
     "layer_kv",

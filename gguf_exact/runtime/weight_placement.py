@@ -113,6 +113,21 @@ def weight_split(
     return device, host
 
 
+def output_head(tensors: list[TensorEntry]) -> TensorEntry | None:
+    """The matrix the output head multiplies by: ``output.weight``, else the tied ``token_embd``."""
+    by_name = {t.name: t for t in tensors}
+    return by_name.get("output.weight", by_name.get("token_embd.weight"))
+
+
+def head_in_host(tensors: list[TensorEntry], n_layer: int, gpu_layers: int, tensor_limit: int | None = None) -> bool:
+    """Whether the output head's matmul runs on the CPU with ``gpu_layers`` of the ``n_layer + 1``
+    layers offloaded: its layer (the output layer) stays on the CPU, or the device refuses it."""
+    head = output_head(tensors)
+    if head is None or gpu_layers < 1:
+        return True
+    return refused(head, tensor_limit, as_head=head.name == "token_embd.weight")
+
+
 def repacks(t: TensorEntry, repack_rows: int | None) -> bool:
     """Whether llama.cpp's CPU backend repacks ``t`` (a 2-D Q4_0 matrix whose rows are a
     multiple of ``repack_rows``; None: this CPU repacks nothing)."""
@@ -149,6 +164,8 @@ def cpu_weight_buffers(tensors: list[TensorEntry], repack_rows: int | None) -> t
 
 __all__ = [
     "cpu_weight_buffers",
+    "head_in_host",
+    "output_head",
     "placed_weights",
     "probe_bytes",
     "q4_0_repack_rows",

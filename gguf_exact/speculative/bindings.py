@@ -61,6 +61,7 @@ from typing import Any
 
 import llama_cpp
 
+from gguf_exact.builds.devices import Device, ggml_gpu_backends, ggml_gpu_devices
 from gguf_exact.errors import InputError
 
 # ggml.h at 0c1e57098: NONE 0, DEBUG 1, INFO 2, WARN 3, ERROR 4, CONT 5 (continues the last line).
@@ -94,6 +95,19 @@ def errors_only_logs(stack: ExitStack) -> None:
         llama_cpp.llama_log_set(prev_cb if prev_cb else None, prev_ud)
 
     stack.callback(restore)
+
+
+def gpu_backends() -> list[str]:
+    """The GPU backends these bindings were built with (``Vulkan``, ``CUDA``), devices or not."""
+    return ggml_gpu_backends(llama_cpp.llama_cpp._lib)
+
+
+def gpu_devices() -> list[Device]:
+    """The GPU devices these bindings see in this process's environment, as llama-server's
+    ``--list-devices`` names them (``Vulkan0: llvmpipe (...) (2048 MiB)``): where layers go.
+    A CPU-type Vulkan device (lavapipe) is among them only when ``GGML_VK_VISIBLE_DEVICES``
+    names it (:mod:`gguf_exact.builds.devices`)."""
+    return ggml_gpu_devices(llama_cpp.llama_cpp._lib)
 
 
 def _meta_str(model: Any, key: str) -> str | None:

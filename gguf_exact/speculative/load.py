@@ -19,15 +19,35 @@ from gguf_exact.speculative.engine import MtpLlama
 log = logging.getLogger(__name__)
 
 
-def gpu_offload_warning(profile: str, build: str, opts: EngineOptions, supports_gpu: bool | None = None) -> str | None:
+def gpu_offload_warning(
+    profile: str,
+    build: str,
+    opts: EngineOptions,
+    supports_gpu: bool | None = None,
+    backends: list[str] | None = None,
+    vulkan_listed: list | None = None,
+) -> str | None:
     """One line when a profile offloads layers but these bindings can only run on the CPU
-    (``supports_gpu``: ``llama_supports_gpu_offload()`` unless given)."""
+    (``supports_gpu``: ``llama_supports_gpu_offload()`` unless given): CPU-only bindings, or
+    GPU bindings (``backends``: :func:`.bindings.gpu_backends` unless given) that see no
+    device of theirs, such as Vulkan bindings beside lavapipe alone, which llama.cpp hides
+    (``vulkan_listed``: what ``vulkaninfo`` lists, :func:`gguf_exact.builds.devices.vulkan_devices`
+    unless given)."""
     if opts.n_gpu_layers == 0 and not opts.n_gpu_layers_draft:
         return None
     if supports_gpu is None:
         supports_gpu = bool(llama_cpp.llama_supports_gpu_offload())
     if supports_gpu:
         return None
+    if backends is None:
+        from gguf_exact.speculative.bindings import gpu_backends
+
+        backends = gpu_backends()
+    head = f"profile {profile} offloads layers to the GPU, but these llama-cpp-python bindings"
+    if backends:
+        return f"{head} ({', '.join(backends)}) see no {backends[0]} device, so the Python engine runs on the CPU; " + (
+            _vulkan_hint(vulkan_listed) if "Vulkan" in backends else "check `nvidia-smi`, or serve with llama-server"
+        )
     from gguf_exact.builds.bindings_build import build_command
 
     fix = (
@@ -35,10 +55,23 @@ def gpu_offload_warning(profile: str, build: str, opts: EngineOptions, supports_
         if build != "cpu"
         else "GPU bindings (`gguf-exact build-bindings --cuda 86 --install`)"
     )
-    return (
-        f"profile {profile} offloads layers to the GPU, but these llama-cpp-python bindings are CPU-only, "
-        f"so the Python engine runs on the CPU; build {fix}, or serve with llama-server instead"
-    )
+    return f"{head} are CPU-only, so the Python engine runs on the CPU; build {fix}, or serve with llama-server instead"
+
+
+def _vulkan_hint(listed: list | None) -> str:
+    """What to do when Vulkan bindings see no device: name the CPU-type one vulkaninfo lists."""
+    from gguf_exact.builds import devices
+
+    listed = devices.vulkan_devices() if listed is None else listed
+    soft = [d for d in listed or [] if d.software]
+    if soft:
+        there = "; ".join(d.line() for d in soft)
+        idx = ",".join(str(d.index) for d in soft)
+        return (
+            f"vulkaninfo lists {there}: a CPU-type device, which llama.cpp hides; set GGML_VK_VISIBLE_DEVICES={idx} "
+            f"to run on it (what serve's vulkan_devices sets; a software device: slow)"
+        )
+    return "install the GPU's Vulkan driver (vulkaninfo lists no device it can use)"
 
 
 def load_with_drafter(
@@ -91,6 +124,13 @@ def load_with_options(
     :func:`~gguf_exact.pair.checks.check_pair` already (not checked again)."""
     if profile is not None and (warning := gpu_offload_warning(profile.name, profile.build, opts)) is not None:
         log.warning(warning)
+    elif opts.n_gpu_layers or opts.n_gpu_layers_draft:
+        from gguf_exact.speculative.bindings import gpu_devices
+
+        seen = gpu_devices()
+        where = seen[0].line() if seen else "no GPU device (the CPU)"
+        log.info("Python engine: layers offloaded to %s (n_gpu_layers %s, drafter %s)", where, opts.n_gpu_layers,
+                 "as the target" if opts.n_gpu_layers_draft is None else opts.n_gpu_layers_draft)  # fmt: skip
     kwargs = {k: v for k, v in opts.llama_kwargs().items() if v is not None} | llama_kwargs
     llm = MtpLlama(
         target,
