@@ -242,7 +242,9 @@ def vulkan_devices() -> Finding:
     except GgufExactError as e:
         return Finding(name, f"vulkaninfo: {there}; llama-server (vulkan): {e}", False)
     if seen:
-        return Finding(name, f"vulkaninfo: {there}; llama-server (vulkan) uses {', '.join(d.line() for d in seen)}", True)
+        return Finding(
+            name, f"vulkaninfo: {there}; llama-server (vulkan) uses {', '.join(d.line() for d in seen)}", True
+        )
     if named:
         shown = ", ".join(d.line() for d in named)
         return Finding(

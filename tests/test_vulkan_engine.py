@@ -133,7 +133,12 @@ def test_the_engine_runs_target_and_drafter_on_the_device(vulkan_engine, vulkan_
 
 
 def test_the_drafters_text_is_the_target_alones_and_the_cpu_bindings(
-    vulkan_engine, pairs, device, vulkan_site, cpu_engine, tmp_path  # noqa: F811
+    vulkan_engine,
+    pairs,  # noqa: F811
+    device,  # noqa: F811
+    vulkan_site,
+    cpu_engine,
+    tmp_path,
 ):
     """Greedy and seeded (temperature 0.8, seed 11): with the drafter, the target alone's tokens on
     the device; the hidden pair has no near-ties (top logit ahead by about 2.7), so the CPU
@@ -155,7 +160,9 @@ def prompts_top2(pairs, device, tmp_path_factory):  # noqa: F811
     return top2_run(tmp_path_factory.mktemp("vk-top2-prompts"), pairs, device, {}, prompts=PROMPTS)
 
 
-def check_near_ties(got: list[tuple[list[int], int, int]], want: list[tuple[list[int], int, int]], top2) -> list[int | None]:
+def check_near_ties(
+    got: list[tuple[list[int], int, int]], want: list[tuple[list[int], int, int]], top2
+) -> list[int | None]:
     """Each of ``got`` is ``want``'s up to its first token whose top-2 gap is under NEAR_TIE, where,
     if it leaves, it takes the runner-up (:func:`near_tie_departure`); one that never leaves has
     ``want``'s draft counts too. Where each left (None: nowhere)."""
@@ -225,7 +232,10 @@ def test_serve_engine_python_on_the_device_answers_as_llama_server(pairs, device
     finally:
         stop_server(plan.launch.port, runs)
     assert re.search(r"Python engine: layers offloaded to Vulkan0: .+ \(\d+ MiB\)", log), log[-2000:]
-    counts = [tuple(map(int, m)) for m in re.findall(r"draft acceptance = [0-9.]+ \( *(\d+) accepted / *(\d+) generated\)", log)]
+    counts = [
+        tuple(map(int, m))
+        for m in re.findall(r"draft acceptance = [0-9.]+ \( *(\d+) accepted / *(\d+) generated\)", log)
+    ]
     with Served(tmp_path / "server", target, drafter, vulkan_devices=device) as s:
         server = [
             urllib.request.urlopen(

@@ -296,7 +296,9 @@ def top2_run(
     its tokens, and for each token of the prefix that llama-server gives probabilities for, the
     runner-up and the top-2 logit gap in nats. (No probabilities for tokens that a draft made,
     hence the target alone; none either for tokens held back as incomplete UTF-8, hence a prefix.)"""
-    got = one_slot_run(runs, pairs, device, env, draft=False, sampling={"temperature": 0, "n_probs": 2}, prompts=prompts)
+    got = one_slot_run(
+        runs, pairs, device, env, draft=False, sampling={"temperature": 0, "n_probs": 2}, prompts=prompts
+    )
     out = []
     for r in got:
         top2 = []

@@ -196,7 +196,10 @@ def _probe_wheel(wheel: Path, work: Path, backend: str, cpu: CpuTarget, log: Log
     """The probe's record, or one error line when it failed."""
     if backend.startswith("cuda") and ctypes.util.find_library("cuda") is None:
         return {"ok": None, "what": "the llama-cpp-python bindings", "note": "not run here: no libcuda.so.1"}
-    log("probe: a batched Q4_0 matmul through the bindings" + ("" if backend == "cpu" else ", every layer on the device"))
+    log(
+        "probe: a batched Q4_0 matmul through the bindings"
+        + ("" if backend == "cpu" else ", every layer on the device")
+    )
     result = _run_probe(wheel, work, backend)
     build_probe.require_ok(
         result, cpu, f"llama-cpp-python bindings {wheel_dir(backend, cpu).name}", build_command(backend)
@@ -226,7 +229,9 @@ def reprobe_bindings(backend: str) -> build_probe.ProbeResult:
     in its ``build-info.json``; nothing is built (for a wheel made before its probe ran there)."""
     found = find_wheel(backend)
     if found is None:
-        raise BuildError(f"llama-cpp-python bindings {backend}: not built here, nothing to probe; run `{build_command(backend)}`")
+        raise BuildError(
+            f"llama-cpp-python bindings {backend}: not built here, nothing to probe; run `{build_command(backend)}`"
+        )
     with tempfile.TemporaryDirectory(prefix="gguf-exact-reprobe-") as tmp:
         result = _run_probe(found.wheel, Path(tmp), backend)
     return build_probe.record_probe(found.wheel.parent / INFO_FILE, result)

@@ -176,7 +176,9 @@ def probe_bindings(python: str = sys.executable, pythonpath: Path | None = None,
     kind = {"vulkan": "Vulkan"}.get(backend, "CUDA")
     device = next((d for d in seen if d.startswith(kind)), None)
     if device is None:
-        return replace(result, ok=False, tail=f"the bindings saw no {kind} device (they saw: {', '.join(seen) or 'none'})")
+        return replace(
+            result, ok=False, tail=f"the bindings saw no {kind} device (they saw: {', '.join(seen) or 'none'})"
+        )
     return replace(result, device=device, visible_devices=visible or "", gpu_layers=layers)
 
 

@@ -192,7 +192,9 @@ def ggml_gpu_backends(lib: ctypes.CDLL) -> list[str]:
     """The GPU backends registered in a loaded llama.cpp library (``Vulkan``, ``CUDA``): what
     the bindings were built with, whether or not they see a device."""
     lib = _declare_ggml(lib)
-    names = [lib.ggml_backend_reg_name(lib.ggml_backend_reg_get(i)).decode() for i in range(lib.ggml_backend_reg_count())]
+    names = [
+        lib.ggml_backend_reg_name(lib.ggml_backend_reg_get(i)).decode() for i in range(lib.ggml_backend_reg_count())
+    ]
     return [n for n in names if n not in ("CPU", "BLAS", "RPC")]
 
 

@@ -96,7 +96,9 @@ def say_reprobe(what: str, result) -> None:
     is_flag=True,
     help="Build nothing: run the cached wheel's probe again, on its device, and record it in its build-info.json.",
 )
-def build_bindings(cuda: str | None, vulkan: bool, sdist: Path | None, force: bool, install: bool, reprobe: bool) -> None:
+def build_bindings(
+    cuda: str | None, vulkan: bool, sdist: Path | None, force: bool, install: bool, reprobe: bool
+) -> None:
     """Build the llama-cpp-python bindings (the Python engine's llama.cpp) as a wheel.
 
     Built from the same pinned sdist, backend and CPU features as `gguf-exact

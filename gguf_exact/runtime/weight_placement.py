@@ -58,7 +58,6 @@ def refused(t: TensorEntry, tensor_limit: int | None, as_head: bool = False) -> 
     return tensor_limit is not None and probe_bytes(t, as_head) > tensor_limit
 
 
-
 def _layer_of(name: str) -> int | None:
     parts = name.split(".", 2)
     return int(parts[1]) if parts[0] == "blk" and len(parts) > 1 and parts[1].isdigit() else None
@@ -131,7 +130,12 @@ def head_in_host(tensors: list[TensorEntry], n_layer: int, gpu_layers: int, tens
 def repacks(t: TensorEntry, repack_rows: int | None) -> bool:
     """Whether llama.cpp's CPU backend repacks ``t`` (a 2-D Q4_0 matrix whose rows are a
     multiple of ``repack_rows``; None: this CPU repacks nothing)."""
-    return repack_rows is not None and t.type == GGMLQuantizationType.Q4_0 and len(t.ne) == 2 and t.ne[1] % repack_rows == 0
+    return (
+        repack_rows is not None
+        and t.type == GGMLQuantizationType.Q4_0
+        and len(t.ne) == 2
+        and t.ne[1] % repack_rows == 0
+    )
 
 
 def q4_0_repack_rows(cpu) -> int | None:
@@ -157,7 +161,9 @@ def cpu_weight_buffers(tensors: list[TensorEntry], repack_rows: int | None) -> t
     embd = next((t for t in tensors if t.name == "token_embd.weight"), None)
     if embd is not None and "output.weight" not in names and repacks(embd, repack_rows):
         repacked += embd.nbytes  # the tied head's copy
-    kept = sorted((t for t in tensors if t.name in INPUT_TENSORS or not repacks(t, repack_rows)), key=lambda t: t.offset)
+    kept = sorted(
+        (t for t in tensors if t.name in INPUT_TENSORS or not repacks(t, repack_rows)), key=lambda t: t.offset
+    )
     mapped = kept[-1].offset + kept[-1].nbytes - kept[0].offset if kept else 0
     return mapped, repacked
 
