@@ -52,7 +52,6 @@ import numpy as np
 
 from gguf_exact import constants
 from gguf_exact.builds.aot_kernels import (
-    INFO_FILE,
     MODULE,
     KernelKey,
     cache_key,
@@ -62,6 +61,7 @@ from gguf_exact.builds.aot_kernels import (
     find_entry,
     import_extension,
 )
+from gguf_exact.builds.build_probe import install_entry
 from gguf_exact.builds.cpu_features import CpuTarget, host_cpu
 from gguf_exact.core import kernels
 from gguf_exact.errors import BuildError
@@ -269,10 +269,7 @@ def build_kernels(force: bool = False, log=print) -> Path:
             "build_seconds": build_seconds,
             "probe": report,
         }
-        (staged / INFO_FILE).write_text(json.dumps(info, indent=2) + "\n")
-        if final.exists():
-            shutil.rmtree(final)
-        os.rename(staged, final)
+        install_entry(staged, final, info)
         log(f"built the kernels in {build_seconds:.0f} s -> {final}")
     finally:
         shutil.rmtree(work, ignore_errors=True)

@@ -179,10 +179,7 @@ def build_bindings(
             "jobs": jobs,
             **toolchain_info(setup, vulkan_tools),
         }
-        (staged / INFO_FILE).write_text(json.dumps(info, indent=2) + "\n")
-        if final.exists():
-            shutil.rmtree(final)
-        os.rename(staged, final)
+        build_probe.install_entry(staged, final, info)
         log(f"built the bindings in {build_seconds:.0f} s -> {final}")
     finally:
         shutil.rmtree(work, ignore_errors=True)

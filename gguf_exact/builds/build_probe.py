@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -127,6 +128,15 @@ def reprobe_install(install: Path, backend: str) -> ProbeResult:
     run again, on its device, and recorded in its ``build-info.json``: for a build made before
     its probe ran on the device, without building it again."""
     return record_probe(install / INFO_FILE, probe_server_build(install / "bin", backend))
+
+
+def install_entry(staged: Path, final: Path, info: dict) -> None:
+    """``info`` written as ``staged``'s ``build-info.json``, then ``staged`` renamed into place as
+    the cache entry ``final``, replacing an older entry whole (a rename: never half an entry)."""
+    (staged / INFO_FILE).write_text(json.dumps(info, indent=2) + "\n")
+    if final.exists():
+        shutil.rmtree(final)
+    os.rename(staged, final)
 
 
 def record_probe(path: Path, result: ProbeResult) -> ProbeResult:
