@@ -114,10 +114,12 @@ def burst(events: list[tuple] | None = None, settings: PolicySettings | None = N
     return simulate(BURST_CURVE, 0.0029, streams, 120, events=events, slow=slow, settings=settings)
 
 
-def read_trace(path) -> tuple[PolicySettings, list[tuple], list[int]]:
-    """llama-server's ``LLAMA_SPEC_DRAFT_TRACE`` file (the 23 patch): the settings, the events as
-    :func:`simulate` records them, and the k llama-server's policy chose before each pass."""
-    settings, events, chosen = None, [], []
+def read_trace(path) -> list[tuple[PolicySettings, list[tuple], list[int]]]:
+    """An ``LLAMA_SPEC_DRAFT_TRACE`` file (llama-server's, patch 23, or the Python engine's,
+    ``speculative/policy_trace.py``): per policy in it (a settings line each: a server started
+    again, a new bound), the settings, the events as :func:`simulate` records them, and the k
+    that policy chose before each pass."""
+    sections: list[tuple[PolicySettings, list[tuple], list[int]]] = []
     names = ("n_max", "prior", "prior_weight", "decay", "cost_weight", "probe_interval", "probe_interval_max")
     names += ("cost_max_age", "switch_margin", "cost_window", "retime_margin", "burst_ratio")
     for line in open(path):
@@ -125,8 +127,9 @@ def read_trace(path) -> tuple[PolicySettings, list[tuple], list[int]]:
         if not w:
             continue
         if w[0] == "settings":
-            assert settings is None, "one server's trace: one settings line"
             settings = PolicySettings(**{n: (float if "." in v or "e" in v else int)(v) for n, v in zip(names, w[1:])})
+            sections.append((settings, [], []))
+            events, chosen = sections[-1][1], sections[-1][2]
         elif w[0] == "#":
             if w[1] == "k":
                 chosen.append(int(w[2]))
@@ -138,8 +141,8 @@ def read_trace(path) -> tuple[PolicySettings, list[tuple], list[int]]:
             events.append(("result", int(w[1]), int(w[2])))
         else:
             raise ValueError(f"{path}: unknown trace line {line!r}")
-    assert settings is not None, f"{path}: no settings line"
-    return settings, events, chosen
+    assert sections, f"{path}: no settings line"
+    return sections
 
 
 def replay_python(settings: PolicySettings, events: list[tuple]) -> list[int]:

@@ -114,7 +114,7 @@ def test_both_twins_choose_what_llama_servers_policy_chose_on_what_it_was_told(p
     finally:
         stop_server(launch.port)
     trace = tmp_path / "policy.0"  # slot 0's
-    settings, events, chosen = read_trace(trace)
+    [(settings, events, chosen)] = read_trace(trace)  # one server, one policy
     # 6 requests of 40 tokens: a choice before every pass the budget leaves room for drafts in
     assert settings.n_max == 4 and len(chosen) == sum(e[0] == "choose" for e in events) >= 60
     assert all(s > 0 for e in events if e[0] == "pass" for s in [e[2]])
