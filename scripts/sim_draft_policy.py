@@ -7,12 +7,15 @@ alone and against the best fixed length, from a fresh policy over 30, 100 and 60
 benchmark's few requests of 48 tokens are 30-100 passes: what exploring the lengths costs
 weighs most there). ``--spikes``: one-off spikes on the same schedule in every arm, both ways
 (every 11th pass, from the 6th, at 1.3x its cost: a busy moment; every 17th, from the 9th, at
-0.8x). The even streams and the spikes line up with the passes one way only, and a policy's
+0.8x). ``--bursts``: another job holding the cores for seconds, in every arm: every 40th pass,
+from the 20th, and the two after it at 10x (as on this project's shared machine, issue 23);
+printed for the policy as it is and with ``burst_ratio=0`` (every steady timing kept, as before
+issue 23's fix). The even streams and the spikes line up with the passes one way only, and a policy's
 choices turn on which passes hit which answers, so each figure is the mean of ``--phases``
 runs (13), each with the streams and the spike schedule started that many passes on; the
 lengths drafted are the first run's. Not a test: it prints.
 
-    .venv/bin/python scripts/sim_draft_policy.py [--spikes] [--phases N]
+    .venv/bin/python scripts/sim_draft_policy.py [--spikes] [--bursts] [--phases N]
 """
 
 import sys
@@ -29,6 +32,8 @@ from gguf_exact.runtime.draft_policy import DraftPolicy, PolicySettings  # noqa:
 CURVES = [
     ("E2B 16:15", {1: 0.105, 2: 0.136, 3: 0.19, 4: 0.20, 5: 0.25}, 0.0035),
     ("E2B 19:10", {1: 0.100, 2: 0.170, 3: 0.220, 4: 0.225, 5: 0.250}, 0.0017),
+    # llama-server's LLAMA_SPEC_DRAFT_TRACE of 2026-12-02 00:05, between the bursts (tests/policy_traces.BURST_CURVE)
+    ("E2B 00:05", {1: 0.118, 2: 0.171, 3: 0.228, 4: 0.211, 5: 0.371}, 0.0029),
 ]
 SWITCH = 0.031
 
@@ -36,6 +41,11 @@ SWITCH = 0.031
 def spike(i: int) -> float:
     """Pass i's cost as a share of the curve's (``--spikes``)."""
     return 1.3 if i % 11 == 6 else 0.8 if i % 17 == 9 else 1.0
+
+
+def burst(i: int) -> float:
+    """Pass i's cost as a share of the curve's (``--bursts``)."""
+    return 10.0 if i >= 20 and (i - 20) % 40 < 3 else 1.0
 
 
 def run(
@@ -46,14 +56,17 @@ def run(
     fixed: int | None,
     spikes: bool,
     phase: int,
+    bursts: bool = False,
+    settings: PolicySettings | None = None,
 ) -> tuple[float, list[int]]:
     ss = [Stream(s.rate, n=phase) for s in streams]
-    policy, prev, tokens, seconds, ks = DraftPolicy(PolicySettings(n_max=4)), 0, 0.0, 0.0, []
+    policy, prev, tokens, seconds, ks = DraftPolicy(settings or PolicySettings(n_max=4)), 0, 0.0, 0.0, []
     for i in range(passes):
         k = policy.choose(99) if fixed is None else fixed
         accepted = next((j for j in range(k) if not ss[j].right(i)), k)
         rows = k + 1
-        t = curve[rows] * (spike(i + phase) if spikes else 1.0) + (SWITCH if prev and rows != prev else 0.0)
+        t = curve[rows] * (spike(i + phase) if spikes else 1.0) * (burst(i) if bursts else 1.0)
+        t += SWITCH if prev and rows != prev else 0.0
         prev = rows
         policy.observe_pass(rows, t)
         policy.observe_steps(k, k * step)
@@ -64,23 +77,26 @@ def run(
 
 
 def main() -> None:
-    spikes = "--spikes" in sys.argv[1:]
+    spikes, bursts = "--spikes" in sys.argv[1:], "--bursts" in sys.argv[1:]
     phases = int(sys.argv[sys.argv.index("--phases") + 1]) if "--phases" in sys.argv else 13
     kinds = {"mixed": [Stream(0.45)] * 4, "real": [Stream(0.85)] + [Stream(0.62)] * 3, "hidden": [Stream(1.0)] * 4}
     for title, curve, step in CURVES:
         print(f"{title}: {', '.join(f'{r} rows {c * 1e3:.0f} ms' for r, c in curve.items())}, step {step * 1e3:.1f} ms")
         for passes, (name, streams) in ((p, kind) for p in (30, 100, 600) for kind in kinds.items()):
-            runs = []  # per phase: (the target alone, each fixed length, adaptive) tokens/s
+            runs, kept = [], []  # per phase: (the target alone, each fixed length, adaptive) tokens/s
             for phase in range(phases):
-                alone = run(curve, step, streams, passes, 0, spikes, phase)[0]
-                fixed = {k: run(curve, step, streams, passes, k, spikes, phase)[0] for k in range(1, 5)}
-                runs.append((alone, fixed, run(curve, step, streams, passes, None, spikes, phase)))
+                alone = run(curve, step, streams, passes, 0, spikes, phase, bursts)[0]
+                fixed = {k: run(curve, step, streams, passes, k, spikes, phase, bursts)[0] for k in range(1, 5)}
+                runs.append((alone, fixed, run(curve, step, streams, passes, None, spikes, phase, bursts)))
+                every = PolicySettings(n_max=4, burst_ratio=0.0)  # every steady timing kept
+                kept.append(run(curve, step, streams, passes, None, spikes, phase, bursts, every)[0])
             best = max(range(1, 5), key=lambda k: sum(f[k] / a for a, f, _ in runs))
             mean = lambda xs: sum(xs) / len(xs)  # noqa: E731
             print(
                 f"{passes:>3} passes, {name:<7} adaptive {mean([r[0] / a for a, _, r in runs]):.3f}x the target alone;"
                 f" best fixed n-max {best} {mean([f[best] / a for a, f, _ in runs]):.3f}x;"
-                f" adaptive / best {mean([r[0] / max(max(f.values()), a) for a, f, r in runs]):.3f};"
+                f" adaptive / best {mean([r[0] / max(max(f.values()), a) for a, f, r in runs]):.3f}"
+                f" ({mean([b / max(max(f.values()), a) for (a, f, _), b in zip(runs, kept)]):.3f} keeping every timing);"
                 f" lengths {dict(sorted(Counter(runs[0][2][1]).items()))}"
             )
 

@@ -99,3 +99,62 @@ def one_dear_timing(
         switch=E2B_SWITCH,
         settings=settings,
     )
+
+
+# A burst (issue 23, E2B on this project's 2 shared cores, 2026-12-02 00:05): another job held the
+# cores for seconds, and 3 passes in a row cost 10-40x; E2B's costs as llama-server timed them
+# between bursts (4 rows cheaper than 3), a real-like drafter, the burst while it drafts 3
+BURST_CURVE = {1: 0.118, 2: 0.171, 3: 0.228, 4: 0.211, 5: 0.371}
+BURST = {i: 10.0 for i in range(50, 53)}
+
+
+def burst(events: list[tuple] | None = None, settings: PolicySettings | None = None, slow: dict | None = BURST):
+    """The BURST run: 120 passes, bound 4, drafter step 2.9 ms."""
+    streams = [Stream(0.85)] + [Stream(0.62)] * 3
+    return simulate(BURST_CURVE, 0.0029, streams, 120, events=events, slow=slow, settings=settings)
+
+
+def read_trace(path) -> list[tuple[PolicySettings, list[tuple], list[int]]]:
+    """An ``LLAMA_SPEC_DRAFT_TRACE`` file (llama-server's, patch 23, or the Python engine's,
+    ``speculative/policy_trace.py``): per policy in it (a settings line each: a server started
+    again, a new bound), the settings, the events as :func:`simulate` records them, and the k
+    that policy chose before each pass."""
+    sections: list[tuple[PolicySettings, list[tuple], list[int]]] = []
+    names = ("n_max", "prior", "prior_weight", "decay", "cost_weight", "probe_interval", "probe_interval_max")
+    names += ("cost_max_age", "switch_margin", "cost_window", "retime_margin", "burst_ratio")
+    for line in open(path):
+        w = line.split()
+        if not w:
+            continue
+        if w[0] == "settings":
+            settings = PolicySettings(**{n: (float if "." in v or "e" in v else int)(v) for n, v in zip(names, w[1:])})
+            sections.append((settings, [], []))
+            events, chosen = sections[-1][1], sections[-1][2]
+        elif w[0] == "#":
+            if w[1] == "k":
+                chosen.append(int(w[2]))
+        elif w[0] == "choose":
+            events.append(("choose", int(w[1]), None))
+        elif w[0] in ("pass", "steps"):
+            events.append((w[0], int(w[1]), float(w[2])))
+        elif w[0] == "result":
+            events.append(("result", int(w[1]), int(w[2])))
+        else:
+            raise ValueError(f"{path}: unknown trace line {line!r}")
+    assert sections, f"{path}: no settings line"
+    return sections
+
+
+def replay_python(settings: PolicySettings, events: list[tuple]) -> list[int]:
+    """The k the Python twin chooses on recorded events (``choose`` events' own k ignored)."""
+    policy, ks = DraftPolicy(settings), []
+    for e in events:
+        if e[0] == "choose":
+            ks.append(policy.choose(e[1]))
+        elif e[0] == "pass":
+            policy.observe_pass(e[1], e[2])
+        elif e[0] == "steps":
+            policy.observe_steps(e[1], e[2])
+        else:
+            policy.observe_result(e[1], e[2])
+    return ks

@@ -7,6 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from policy_traces import read_trace, replay_python
 
 from gguf_exact.bench.prompt_set import load_prompts
 from gguf_exact.engines.stats import parse_metrics
@@ -65,6 +66,19 @@ def test_the_policy_sees_this_machines_passes_and_the_drafters_hits(pairs):
         snap = r.llm.draft_length.snapshot()
         assert snap is not None and len(snap.acceptance) == 4
         assert snap.draft_n == policy.last_k
+
+
+def test_the_engines_trace_replays_to_its_own_choices(pairs, tmp_path, monkeypatch):
+    # LLAMA_SPEC_DRAFT_TRACE, as llama-server's: the policy's inputs and choices, which the
+    # Python twin replays to the same k (the C++ driver reads the same lines)
+    monkeypatch.setenv("LLAMA_SPEC_DRAFT_TRACE", str(tmp_path / "policy"))
+    target, drafter = pairs["mixed"]
+    with Runner(target, drafter, n_ctx=512) as r:
+        for text in PROMPTS[:2]:
+            r.generate(text, N_PREDICT, 4, adaptive=True)
+    settings, events, chosen = read_trace(tmp_path / "policy.0")[-1]  # the bound of 4's policy
+    assert settings.n_max == 4 and len(chosen) >= 40 and {e[0] for e in events} >= {"choose", "pass"}
+    assert replay_python(settings, events) == chosen
 
 
 def test_a_request_switches_speculation_off_or_bounds_it(pairs):

@@ -4,10 +4,13 @@ speculative.n_max, speculative.p_min and speculative.adaptive."""
 
 from __future__ import annotations
 
+import subprocess
 from pathlib import Path
 
 import pytest
 from _llama_server import TEST_SETTINGS, free_port, get_json, post_json, server_binary
+from policy_traces import read_trace, replay_python
+from test_draft_policy_cpp import driver, patched_tree  # noqa: F401  (fixtures: the C++ twin's replay driver)
 
 from gguf_exact.engines.http import get_text
 from gguf_exact.engines.launch import plan_launch, start_server
@@ -96,3 +99,26 @@ def test_a_request_bounds_or_switches_off_speculation(pairs, tmp_path, monkeypat
             assert a["timings"]["draft_n"] == a["timings"]["draft_n_accepted"] == drafts
     assert [a["tokens"] for a in one] == [a["tokens"] for a in three] == [a["tokens"] for a in off]
     assert bad is not None and "400" in bad
+
+
+def test_both_twins_choose_what_llama_servers_policy_chose_on_what_it_was_told(pairs, driver, tmp_path, monkeypatch):  # noqa: F811
+    # LLAMA_SPEC_DRAFT_TRACE: llama-server writes its policy's inputs (each generation pass's rows
+    # and seconds, drafter steps, results; every decode's rows and microseconds as comments) and
+    # the k it chose, in the C++ driver's replay format; replayed on them, the Python twin and the
+    # driver (common/draft-policy.h) choose what llama-server chose, pass by pass
+    target, drafter = pairs["mixed"]
+    monkeypatch.setenv("LLAMA_SPEC_DRAFT_TRACE", str(tmp_path / "policy"))
+    launch = served(target, drafter, ADAPTIVE, tmp_path, monkeypatch, "trace")
+    try:
+        answers(launch.url)
+    finally:
+        stop_server(launch.port)
+    trace = tmp_path / "policy.0"  # slot 0's
+    [(settings, events, chosen)] = read_trace(trace)  # one server, one policy
+    # 6 requests of 40 tokens: a choice before every pass the budget leaves room for drafts in
+    assert settings.n_max == 4 and len(chosen) == sum(e[0] == "choose" for e in events) >= 60
+    assert all(s > 0 for e in events if e[0] == "pass" for s in [e[2]])
+    assert replay_python(settings, events) == chosen
+    with open(trace) as f:
+        out = subprocess.run([str(driver)], stdin=f, capture_output=True, text=True, check=True)
+    assert [int(x) for x in out.stdout.split()] == chosen

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from policy_traces import CURVES, Stream, one_dear_timing, simulate
+from policy_traces import CURVES, Stream, burst, one_dear_timing, simulate
 
 from gguf_exact.runtime.draft_policy import DraftPolicy, PolicySettings
 
@@ -154,6 +154,18 @@ def test_one_dear_steady_timing_at_the_bound_is_timed_again() -> None:
     # without the re-time (as before): 3 drafts until the dear timing is stale, 130 passes on
     ks, _ = one_dear_timing(settings=PolicySettings(retime_margin=0.0))
     assert ks[7:131] == [3] * 124 and ks[136:143] == [4] * 7
+
+
+def test_a_burst_of_busy_passes_does_not_price_a_length_out() -> None:
+    # issue 23 (policy_traces.BURST): 3 passes in a row at 10x while the policy drafts 3, the
+    # best here. A row count costs the lowest of its last 3 steady timings, so the burst filled
+    # 4 rows' window: 3 drafts priced at 2.11 s, one draft from then on, until 4 rows went stale.
+    # A steady timing above burst_ratio (2x) its row count's cost is not kept: as if no burst
+    ks, policy = burst()
+    assert ks == burst(slow=None)[0]
+    assert ks[42:] == [3] * 78 and max(policy.samples[4]) == 0.211
+    before, old = burst(settings=PolicySettings(burst_ratio=0.0))
+    assert before[:50] == ks[:50] and set(before[53:]) == {1, 2} and old.pass_cost[4] == 2.11
 
 
 def test_a_spuriously_low_timing_holds_its_length_only_while_it_is_in_the_window() -> None:

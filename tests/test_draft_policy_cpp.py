@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 from helpers import sdist_files
-from policy_traces import CURVES, Stream, one_dear_timing, simulate
+from policy_traces import CURVES, Stream, burst, one_dear_timing, simulate
 
 from gguf_exact.builds import llama_build, source_patches
 from gguf_exact.runtime.draft_policy import DraftPolicy, PolicySettings
@@ -63,7 +63,7 @@ def driver(patched_tree, tmp_path_factory) -> Path:
 def replay(exe: Path, settings: PolicySettings, events: list[tuple]) -> list[int]:
     s = settings
     lines = [
-        f"settings {s.n_max} {s.prior!r} {s.prior_weight!r} {s.decay!r} {s.cost_weight!r} {s.probe_interval} {s.probe_interval_max} {s.cost_max_age} {s.switch_margin!r} {s.cost_window} {s.retime_margin!r}"
+        f"settings {s.n_max} {s.prior!r} {s.prior_weight!r} {s.decay!r} {s.cost_weight!r} {s.probe_interval} {s.probe_interval_max} {s.cost_max_age} {s.switch_margin!r} {s.cost_window} {s.retime_margin!r} {s.burst_ratio!r}"
     ]
     for e in events:
         if e[0] == "choose":
@@ -139,6 +139,16 @@ def test_cpp_and_python_time_one_dear_steady_timing_again_alike(driver, retime_m
     ks, _ = one_dear_timing(events=events, settings=settings)
     assert replay(driver, settings, events) == ks
     assert ks[7:17] == ([3] * 8 + [4, 4] if retime_margin else [3] * 10)
+
+
+@pytest.mark.parametrize("burst_ratio", [2.0, 0.0])
+def test_cpp_and_python_keep_a_burst_of_busy_passes_out_alike(driver, burst_ratio):
+    # policy_traces.BURST: 3 passes at 10x; not kept (3 drafts on), or kept (one draft from then on)
+    settings = PolicySettings(burst_ratio=burst_ratio)
+    events: list[tuple] = []
+    ks, _ = burst(events=events, settings=settings)
+    assert replay(driver, settings, events) == ks
+    assert ks[53:60] == ([3] * 7 if burst_ratio else [1] * 7)
 
 
 def test_cpp_and_python_let_a_spuriously_low_timing_go_alike(driver):

@@ -38,7 +38,12 @@ alternate, rebuilding every pass.
 
 One dear timing: a pass that costs more than it should (the host busy for a moment) is not
 averaged in: a row count costs the lowest of its last ``cost_window`` steady timings, so one
-spike upward is ignored once the row count has been timed twice. And a longer length than the
+spike upward is ignored once the row count has been timed twice. A burst of them (another job
+on the cores for seconds: passes at 2-40x) would fill the window, and a length whose window it
+filled, no longer chosen, kept that price until stale (issue 23: 2 rows priced 241 ms against
+171, 1 row 451 against 118, and 3 drafts' 3-row pass drafted for a whole request): a steady
+timing above ``burst_ratio`` times its row count's cost is not kept at all (nor does it refresh
+the timing's age: a host slower for good shows once the old timing is stale). And a longer length than the
 best, timed steadily only once and at least ``probe_interval`` passes ago, whose rate (the next
 depth taken on trust, as a probe's) is within ``retime_margin`` of the best's but below it, is
 timed again (two passes: the switch, then a steady one), at most one such re-time every
@@ -95,6 +100,7 @@ class PolicySettings:
     probe_interval_max: int = 64  # failed probes double the interval up to this
     cost_max_age: int = 128  # in passes: a row count's timing older than this is forgotten
     switch_margin: float = 0.02  # another length must beat the last one's rate by this to switch to it
+    burst_ratio: float = 2.0  # a steady timing above this many times its row count's cost is not kept (0: all are)
 
 
 @dataclass
@@ -290,6 +296,8 @@ class DraftPolicy:
             self.pass_cost[rows], self.provisional[rows] = seconds, not steady
             self.samples[rows] = [seconds] if steady else []
         elif steady:  # the lowest of the recent steady timings: one spike upward is not averaged in
+            if self.settings.burst_ratio > 0 and seconds > self.settings.burst_ratio * self.pass_cost[rows]:
+                return  # the host busy, not the pass: a burst of such passes would fill the window
             self.samples[rows] = (self.samples[rows] + [seconds])[-max(1, self.settings.cost_window) :]
             self.pass_cost[rows] = min(self.samples[rows])
         else:

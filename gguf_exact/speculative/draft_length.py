@@ -5,7 +5,8 @@ drafts), ``speculative.p_min`` and ``speculative.adaptive``.
 
 The engine reports each generation pass (rows, seconds in the target's decode), each
 draft (drafter steps and their seconds) and what the target kept of it; the policy sees
-them whether it chooses the length or not, so ``/metrics`` shows the measured costs either way.
+them whether it chooses the length or not, so ``/metrics`` shows the measured costs either way
+(and ``LLAMA_SPEC_DRAFT_TRACE`` records them, as llama-server's: :mod:`.policy_trace`).
 """
 
 from __future__ import annotations
@@ -13,7 +14,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from gguf_exact.runtime.draft_policy import DraftPolicy, PolicySettings, PolicySnapshot
+from gguf_exact.runtime.draft_policy import PolicySettings, PolicySnapshot
+from gguf_exact.speculative.policy_trace import new_policy
 
 # llama-server's per-request field names (tools/server/server-schema.cpp with the 23 patch)
 N_MAX_FIELD, P_MIN_FIELD, ADAPTIVE_FIELD = "speculative.n_max", "speculative.p_min", "speculative.adaptive"
@@ -47,7 +49,7 @@ class DraftLength:
     def __init__(self, n_max: int, adaptive: bool = False, p_min: float = 0.0) -> None:
         self.adaptive = adaptive
         self.p_min = p_min
-        self.policy = DraftPolicy(PolicySettings(n_max=n_max, p_min=p_min))
+        self.policy = new_policy(PolicySettings(n_max=n_max, p_min=p_min))
         self.chosen = False  # the policy chose a length at least once (``/metrics`` shows it then)
 
     @property
@@ -57,7 +59,7 @@ class DraftLength:
     @n_max.setter
     def n_max(self, value: int) -> None:
         if value != self.n_max:  # a new bound: estimates for the depths it has, from scratch
-            self.policy = DraftPolicy(PolicySettings(n_max=value, p_min=self.p_min))
+            self.policy = new_policy(PolicySettings(n_max=value, p_min=self.p_min))
 
     def plan(self, limit: int, request: RequestSpeculation | None = None) -> tuple[int, float]:
         """(drafts for the next pass, p_min), at most ``limit`` (what the budget and context leave)."""

@@ -1,8 +1,9 @@
 // Replays recorded policy inputs through common/draft-policy.h (the llama-server twin of
 // gguf_exact/runtime/draft_policy.py) and prints the k of every "choose" line.
 // Input lines: "settings N_MAX PRIOR PRIOR_WEIGHT DECAY COST_WEIGHT PROBE PROBE_MAX COST_MAX_AGE SWITCH_MARGIN COST_WINDOW
-// RETIME_MARGIN" first, then
-// "choose LIMIT", "pass ROWS SECONDS", "steps N SECONDS", "result DRAFTED ACCEPTED".
+// RETIME_MARGIN BURST_RATIO" first, then
+// "choose LIMIT", "pass ROWS SECONDS", "steps N SECONDS", "result DRAFTED ACCEPTED"; a line starting
+// with "#" is a comment (llama-server's LLAMA_SPEC_DRAFT_TRACE writes this format, with comments).
 #include "draft-policy.h"
 
 #include <cstdio>
@@ -19,18 +20,21 @@ int main() {
         std::fprintf(stderr, "expected a settings line first\n");
         return 2;
     }
-    std::string prior, weight, decay, cost_weight, switch_margin, retime_margin;
+    std::string prior, weight, decay, cost_weight, switch_margin, retime_margin, burst_ratio;
     std::cin >> s.n_max >> prior >> weight >> decay >> cost_weight >> s.probe_interval >> s.probe_interval_max >> s.cost_max_age >> switch_margin
-             >> s.cost_window >> retime_margin;
+             >> s.cost_window >> retime_margin >> burst_ratio;
     s.prior        = std::strtod(prior.c_str(), nullptr);
     s.prior_weight = std::strtod(weight.c_str(), nullptr);
     s.decay        = std::strtod(decay.c_str(), nullptr);
     s.cost_weight  = std::strtod(cost_weight.c_str(), nullptr);
     s.switch_margin = std::strtod(switch_margin.c_str(), nullptr);
     s.retime_margin = std::strtod(retime_margin.c_str(), nullptr);
+    s.burst_ratio   = std::strtod(burst_ratio.c_str(), nullptr);
     common_draft_policy policy(s);
     while (std::cin >> what) {
-        if (what == "choose") {
+        if (what[0] == '#') { // a comment: what llama-server's LLAMA_SPEC_DRAFT_TRACE notes beside the inputs
+            std::getline(std::cin, what);
+        } else if (what == "choose") {
             int limit;
             std::cin >> limit;
             std::printf("%d\n", policy.choose(limit));
