@@ -58,20 +58,23 @@ def pack_blocks(
                 counters[FIRST_NON_FINITE] = k
                 break
         return
-    each_block(bits, out, counters, sq, histogram, off_blocks, off_residual, score_partial, with_histogram,
-               gcd_by_level_set, flat, x, x_bits, q, p, p_bits, e, levels, source)  # fmt: skip
+    outputs = (out, counters, sq, histogram, off_blocks, off_residual)
+    scratch = (x, x_bits, q, p, p_bits, e, levels, source)
+    each_block(bits, flat, outputs, scratch, score_partial, with_histogram, gcd_by_level_set)
 
 
 @njit(_nrt=False, cache=True, nogil=True, fastmath=FINITE_MATH)
-def each_block(bits, out, counters, sq, histogram, off_blocks, off_residual, score_partial, with_histogram,
-               gcd_by_level_set, flat, x, x_bits, q, p, p_bits, e, levels, source):  # fmt: skip
-    """:func:`pack_blocks`' loop over the blocks, with its scratch arrays. The per-block helpers
-    are inlined into it by numba (``inline="always"``), and it is compiled without the
-    reference-counting runtime (see :mod:`gguf_exact.core.grid`): a call per block passed about
-    35 words of array structures and cost a fifth of the packer's time. Inlined, they take this
+def each_block(bits, flat, outputs, scratch, score_partial, with_histogram, gcd_by_level_set):
+    """:func:`pack_blocks`' loop over the blocks (``flat``: ``bits`` as one row), writing its
+    ``outputs`` with its ``scratch`` arrays (tuples, in the order pack_blocks makes them). The
+    per-block helpers are inlined into it by numba (``inline="always"``), and it is compiled
+    without the reference-counting runtime (see :mod:`gguf_exact.core.grid`): a call per block
+    passed about 35 words of array structures and cost a fifth of the packer's time. Inlined, they take this
     function's ``fastmath`` flags: FINITE_MATH, which the grid fit and the scale choice carry and
     which changes no value on finite data (the values are checked before this loop); the two
     float64 sums that may also reassociate (``level_sums``, :func:`square_sum`) stay calls."""
+    out, counters, sq, histogram, off_blocks, off_residual = outputs
+    x, x_bits, q, p, p_bits, e, levels, source = scratch
     for b in range(bits.shape[0]):
         first = b * 32  # loops over .size, not 32, stay vector loops (see grid.fit_block)
         for i in range(source.size):
