@@ -69,10 +69,11 @@ def each_block(bits, flat, outputs, scratch, score_partial, with_histogram, gcd_
     ``outputs`` with its ``scratch`` arrays (tuples, in the order pack_blocks makes them). The
     per-block helpers are inlined into it by numba (``inline="always"``), and it is compiled
     without the reference-counting runtime (see :mod:`gguf_exact.core.grid`): a call per block
-    passed about 35 words of array structures and cost a fifth of the packer's time. Inlined, they take this
-    function's ``fastmath`` flags: FINITE_MATH, which the grid fit and the scale choice carry and
-    which changes no value on finite data (the values are checked before this loop); the two
-    float64 sums that may also reassociate (``level_sums``, :func:`square_sum`) stay calls."""
+    passed about 35 words of array structures and cost a fifth of the packer's time. Inlined,
+    they take this function's ``fastmath`` flags: FINITE_MATH, which the grid fit and the scale
+    choice carry and which changes no value on finite data (the values are checked before this
+    loop); the two float64 sums that may also reassociate (``level_sums``, :func:`square_sum`)
+    stay calls of their own (LLVM inlines them, with their flags)."""
     out, counters, sq, histogram, off_blocks, off_residual = outputs
     x, x_bits, q, p, p_bits, e, levels, source = scratch
     for b in range(bits.shape[0]):
