@@ -10,7 +10,6 @@ A no-op where the C library is not glibc.
 """
 
 import ctypes
-import ctypes.util
 import sys
 
 M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3
@@ -25,8 +24,10 @@ def keep_heap_blocks() -> bool:
     if _done or not sys.platform.startswith("linux"):
         return _done
     try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
-        mallopt = libc.mallopt
+        # The process's own symbols, where glibc's mallopt is: ctypes.util.find_library("c")
+        # runs ldconfig in a child process (and imports subprocess), a hundredth of a second
+        # of every `convert`'s start-up.
+        mallopt = ctypes.CDLL(None).mallopt
     except (OSError, AttributeError):
         return False
     mallopt.argtypes, mallopt.restype = [ctypes.c_int, ctypes.c_int], ctypes.c_int

@@ -228,3 +228,40 @@ def test_the_compile_target_is_the_x86_64_level_the_features_reach():
     assert level("sse4_2 avx") == "x86-64-v2"  # AVX without AVX2 and FMA: not v3
     assert level("sse2") == "x86-64"
     assert level("fp asimd", "aarch64") == "host"  # features not named: keyed by their digest
+
+
+def _compiled_ir(dispatcher, *args) -> str:
+    """The LLVM IR numba makes of ``dispatcher`` for ``args``, compiled afresh (a cached one
+    carries no IR) with the dispatcher's own options."""
+    import numba
+
+    options = {k: v for k, v in dispatcher.targetoptions.items() if k != "nopython"} | {"cache": False}
+    fresh = numba.njit(**options)(dispatcher.py_func)
+    fresh(*args)
+    return next(iter(fresh.inspect_llvm().values()))
+
+
+def test_the_packers_loop_calls_neither_the_runtime_nor_a_helper_per_block():
+    """What made the kernel 1.76x faster (docs/benchmarks.md, 2026-12-02), held in the code the
+    JIT compiles: the loop over blocks takes and drops no reference counts (``NRT_incref``,
+    ``NRT_decref``) and calls no per-block helper (the grid fit and scale choice are inlined);
+    pack_blocks, which allocates its scratch, does make runtime calls, so the check sees them."""
+    from gguf_exact.core.exact_kernel import each_block, pack_blocks
+
+    bits = np.zeros((4, 32), np.uint16)
+    outputs = (np.zeros((4, 18), np.uint8), np.zeros(kernels.N_COUNTERS, np.int64), np.zeros(2),
+               np.zeros(16, np.int64), np.zeros(5, np.int64), np.zeros(5, np.float32))  # fmt: skip
+    x, p, e = (np.zeros(32, np.float32) for _ in range(3))
+    scratch = (x, x.view(np.uint32), np.zeros(32, np.float32), p, p.view(np.uint32), e, np.zeros(32, np.int8),
+               np.zeros(32, np.uint16))  # fmt: skip
+    loop = _compiled_ir(each_block, bits, bits.reshape(-1), outputs, scratch, False, False, kernels.GCD_BY_LEVEL_SET)
+    calls = {
+        line.split("@")[1].split("(")[0].strip('"') for line in loop.splitlines() if " call " in line and "@" in line
+    }
+    assert not [c for c in calls if "NRT_" in c]
+    assert not [
+        c for c in calls if any(h in c for h in ("fit_block", "choose_block_scale", "count_exact", "max_error"))
+    ]
+    assert "fit_block" in each_block.py_func.__code__.co_names  # it does use them: inlined, not absent
+    outer = _compiled_ir(pack_blocks, bits, *outputs, False, False, kernels.GCD_BY_LEVEL_SET)
+    assert "NRT_decref" in outer

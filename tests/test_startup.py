@@ -25,6 +25,8 @@ NOT_FOR_CONVERT = (
     "gguf_exact.cli.inprocess",
     "rich.table",  # no table printed, no progress bar off a terminal
     "rich.progress",
+    "multiprocessing",  # the chunk pool's process workers: `convert` writes on threads
+    "subprocess",  # ctypes.util.find_library ran ldconfig to find glibc's mallopt (malloc_tuning)
 )
 
 CONVERT_AND_LIST_MODULES = """

@@ -34,8 +34,17 @@ TOLERANCE_STEPS = np.float32(1.0 / 8.0)
 # "contract", "reassoc", "arcp" and "afn", which would, are left out.
 FINITE_MATH = {"nnan", "ninf", "nsz"}
 
+# The per-block helpers (here, in .scale and .exact_kernel) are compiled without numba's
+# reference-counting runtime (``_nrt=False``: not in numba's user documentation, but the
+# option numba's own helpers use, numba.misc.mergesort and numba.cpython.unicode). They allocate
+# nothing and only index arrays their caller holds; with it, every call took and dropped a count
+# on each array argument (two calls into the runtime per array, a few calls per block): 15% of
+# the packer's time (perf). Those marked ``inline="always"`` are inlined by numba into their
+# callers (exact_kernel.each_block, the packer's loop). The bytes depend on neither (the build's
+# probe, tests/test_same_bytes.py); pack_blocks, which allocates its scratch, keeps the runtime.
 
-@njit(cache=True, nogil=True, fastmath=FINITE_MATH)
+
+@njit(_nrt=False, inline="always", cache=True, nogil=True, fastmath=FINITE_MATH)
 def max_bits(e):
     """The largest of ``e`` (float32, all >= 0) as int32 bits. Integers order like the
     non-negative floats they encode, and an integer maximum vectorises where numba's
@@ -47,7 +56,7 @@ def max_bits(e):
     return worst
 
 
-@njit(cache=True, nogil=True, fastmath=FINITE_MATH | {"reassoc"})
+@njit(_nrt=False, cache=True, nogil=True, fastmath=FINITE_MATH | {"reassoc"})
 def level_sums(levels, x):
     """``sum(q*q)`` and ``sum(q*x)`` for the least-squares step. The float64 sum is exact
     in any order (each term has at most 12 significant bits, and on a fitted block the
@@ -62,7 +71,7 @@ def level_sums(levels, x):
     return qq, qx
 
 
-@njit(cache=True, nogil=True, fastmath=FINITE_MATH)
+@njit(_nrt=False, inline="always", cache=True, nogil=True, fastmath=FINITE_MATH)
 def fit_block(x, levels, q, e, gcd_by_level_set):
     """Fit one block: ``x`` (32,) float32 finite values; writes ``levels`` (32,) int8 in
     -8..7 (sign folded into the step); ``q`` and ``e`` are (32,) float32 scratch. Returns

@@ -29,9 +29,13 @@ OFFSETS = np.array([0, -1, 1, -2, 2, -3, 3, -4, 4], dtype=np.int64)  # in trying
 NEAR = 3  # OFFSETS[:NEAR] are always scored for a block the nearest does not settle
 FP16_INF_BITS = 0x7C00
 FP16_MAX_FINITE_BITS = 0x7BFF
+# 2.0 ** (exponent - 25) per value of fp16's exponent field: a power with a variable exponent
+# is a loop of multiplications and a division in numba; these are the same exact values, looked up.
+POWERS_OF_TWO = 2.0 ** np.arange(-25, 7, dtype=np.float64)
+# Helpers compiled with _nrt=False: see gguf_exact.core.grid.
 
 
-@njit(cache=True, nogil=True)
+@njit(_nrt=False, inline="always", cache=True, nogil=True)
 def fp16_bits(a, a_bits):
     """fp16 bits nearest (ties to even) to a positive finite float32 ``a`` whose bits are
     ``a_bits``; ``FP16_INF_BITS`` past the largest finite fp16."""
@@ -48,17 +52,17 @@ def fp16_bits(a, a_bits):
     return h
 
 
-@njit(cache=True, nogil=True)
+@njit(_nrt=False, inline="always", cache=True, nogil=True)
 def fp16_value(h):
     """float32 value of positive fp16 bits ``h`` (exact)."""
     exponent = (h >> 10) & 0x1F
     mantissa = h & 0x3FF
     if exponent == 0:
         return np.float32(mantissa * 2.0**-24)
-    return np.float32((1024 + mantissa) * 2.0 ** (exponent - 25))
+    return np.float32((1024 + mantissa) * POWERS_OF_TWO[exponent])
 
 
-@njit(cache=True, nogil=True, fastmath=FINITE_MATH)
+@njit(_nrt=False, inline="always", cache=True, nogil=True, fastmath=FINITE_MATH)
 def count_exact(levels, d, bits, p):
     """Write ``levels * d`` (float32, exact: an 11-bit d times a 4-bit level) into ``p``;
     return how many of them round (bf16, nearest-even, on the bits) to the magnitude of
@@ -75,7 +79,7 @@ def count_exact(levels, d, bits, p):
     return exact
 
 
-@njit(cache=True, nogil=True, fastmath=FINITE_MATH)
+@njit(_nrt=False, inline="always", cache=True, nogil=True, fastmath=FINITE_MATH)
 def max_error(p, x, e):
     """Largest ``|p - x|``, using ``e`` as scratch."""
     for i in range(p.size):
@@ -85,7 +89,7 @@ def max_error(p, x, e):
     return e[0]
 
 
-@njit(cache=True, nogil=True, fastmath=FINITE_MATH)
+@njit(_nrt=False, inline="always", cache=True, nogil=True, fastmath=FINITE_MATH)
 def choose_block_scale(levels, x, bits, step, p, e):
     """Pick ``d`` for one block: ``levels`` (32,) int8, source values ``x`` (32,) float32
     and their bf16 ``bits`` (32,) uint16, least-squares ``step``; ``p`` and ``e`` are (32,)

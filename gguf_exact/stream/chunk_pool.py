@@ -13,10 +13,9 @@ which forked workers read).
 """
 
 import contextlib
-import multiprocessing
 import signal
 import sys
-from concurrent.futures import Executor, ProcessPoolExecutor, ThreadPoolExecutor, wait
+from concurrent.futures import Executor, ThreadPoolExecutor, wait
 from typing import Any, Iterator
 
 _STATE: Any = None
@@ -70,6 +69,11 @@ def chunk_pool(state: Any, workers: int, kind: str = "auto") -> Iterator[ChunkPo
     executor: Executor | None = None
     if workers > 1:
         if worker_kind(kind) == "process":
+            # Imported here: multiprocessing and its process pool (sockets, pickling) are a
+            # hundredth of a second of start-up that a threaded write (`convert`) never uses.
+            import multiprocessing
+            from concurrent.futures import ProcessPoolExecutor
+
             executor = ProcessPoolExecutor(
                 workers, mp_context=multiprocessing.get_context("fork"), initializer=_ignore_interrupts
             )
