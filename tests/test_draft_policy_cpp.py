@@ -130,25 +130,26 @@ def test_cpp_and_python_keep_switch_timings_apart_alike(driver, streams):
     assert ks.count(1) > 250 and policy.pass_cost[2] == 0.136  # one draft, its steady cost known
 
 
-@pytest.mark.parametrize("retime_margin", [0.25, 0.0])
-def test_cpp_and_python_time_one_dear_steady_timing_again_alike(driver, retime_margin):
-    # issue 23's 19:10 run (policy_traces.ONE_DEAR_TIMING): 5 rows timed steadily once at 1.38x;
-    # re-timed at 15-16 (4 drafts from then on), or, without the re-time, 3 drafts until stale
-    settings = PolicySettings(retime_margin=retime_margin)
-    events: list[tuple] = []
-    ks, _ = one_dear_timing(events=events, settings=settings)
-    assert replay(driver, settings, events) == ks
-    assert ks[7:17] == ([3] * 8 + [4, 4] if retime_margin else [3] * 10)
+# Recorded traces (tests/policy_traces.py), each with the setting that makes the case and without
+# it: (trace, settings, the passes to check, their k with the setting, their k without it).
+# ONE_DEAR_TIMING, issue 23's 19:10 run: 5 rows timed steadily once at 1.38x; re-timed at 15-16
+# (4 drafts from then on), or, without the re-time, 3 drafts until stale. BURST: 3 passes at
+# 10x; not kept (3 drafts on), or kept (one draft from then on).
+TRACE_CASES = {
+    "one-dear-timing": (one_dear_timing, "retime_margin", 0.25, slice(7, 17), [3] * 8 + [4, 4], [3] * 10),
+    "burst": (burst, "burst_ratio", 2.0, slice(53, 60), [3] * 7, [1] * 7),
+}
 
 
-@pytest.mark.parametrize("burst_ratio", [2.0, 0.0])
-def test_cpp_and_python_keep_a_burst_of_busy_passes_out_alike(driver, burst_ratio):
-    # policy_traces.BURST: 3 passes at 10x; not kept (3 drafts on), or kept (one draft from then on)
-    settings = PolicySettings(burst_ratio=burst_ratio)
+@pytest.mark.parametrize("case", list(TRACE_CASES))
+@pytest.mark.parametrize("on", [True, False])
+def test_cpp_and_python_replay_the_recorded_traces_alike(driver, case, on):
+    trace, knob, value, passes, with_it, without_it = TRACE_CASES[case]
+    settings = PolicySettings(**{knob: value if on else 0.0})
     events: list[tuple] = []
-    ks, _ = burst(events=events, settings=settings)
+    ks, _ = trace(events=events, settings=settings)
     assert replay(driver, settings, events) == ks
-    assert ks[53:60] == ([3] * 7 if burst_ratio else [1] * 7)
+    assert ks[passes] == (with_it if on else without_it)
 
 
 def test_cpp_and_python_let_a_spuriously_low_timing_go_alike(driver):
