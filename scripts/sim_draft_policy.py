@@ -10,12 +10,13 @@ weighs most there). ``--spikes``: one-off spikes on the same schedule in every a
 0.8x). ``--bursts``: another job holding the cores for seconds, in every arm: every 40th pass,
 from the 20th, and the two after it at 10x (as on this project's shared machine, issue 23);
 printed for the policy as it is and with ``burst_ratio=0`` (every steady timing kept, as before
-issue 23's fix). The even streams and the spikes line up with the passes one way only, and a policy's
+issue 23's fix). ``--seeded``: the adaptive policy seeded with the curve's own costs before the
+first pass (``spec-draft-adaptive-warmup``), printed beside the unseeded one. The even streams and the spikes line up with the passes one way only, and a policy's
 choices turn on which passes hit which answers, so each figure is the mean of ``--phases``
 runs (13), each with the streams and the spike schedule started that many passes on; the
 lengths drafted are the first run's. Not a test: it prints.
 
-    .venv/bin/python scripts/sim_draft_policy.py [--spikes] [--bursts] [--phases N]
+    .venv/bin/python scripts/sim_draft_policy.py [--spikes] [--bursts] [--seeded] [--phases N]
 """
 
 import sys
@@ -34,6 +35,8 @@ CURVES = [
     ("E2B 19:10", {1: 0.100, 2: 0.170, 3: 0.220, 4: 0.225, 5: 0.250}, 0.0017),
     # llama-server's LLAMA_SPEC_DRAFT_TRACE of 2026-12-02 00:05, between the bursts (tests/policy_traces.BURST_CURVE)
     ("E2B 00:05", {1: 0.118, 2: 0.171, 3: 0.228, 4: 0.211, 5: 0.371}, 0.0029),
+    # issue 23's AVX-512 Xeon (tests/policy_traces.CURVES["avx512"]), the ordered head's step
+    ("AVX-512", {1: 0.117, 2: 0.188, 3: 0.260, 4: 0.202, 5: 0.268}, 0.0017),
 ]
 SWITCH = 0.031
 
@@ -58,9 +61,12 @@ def run(
     phase: int,
     bursts: bool = False,
     settings: PolicySettings | None = None,
+    seeded: bool = False,
 ) -> tuple[float, list[int]]:
     ss = [Stream(s.rate, n=phase) for s in streams]
     policy, prev, tokens, seconds, ks = DraftPolicy(settings or PolicySettings(n_max=4)), 0, 0.0, 0.0, []
+    for rows, cost in curve.items() if seeded else ():
+        policy.seed(rows, cost)
     for i in range(passes):
         k = policy.choose(99) if fixed is None else fixed
         accepted = next((j for j in range(k) if not ss[j].right(i)), k)
@@ -77,19 +83,21 @@ def run(
 
 
 def main() -> None:
-    spikes, bursts = "--spikes" in sys.argv[1:], "--bursts" in sys.argv[1:]
+    spikes, bursts, seeded = ("--spikes" in sys.argv[1:]), ("--bursts" in sys.argv[1:]), ("--seeded" in sys.argv[1:])
     phases = int(sys.argv[sys.argv.index("--phases") + 1]) if "--phases" in sys.argv else 13
     kinds = {"mixed": [Stream(0.45)] * 4, "real": [Stream(0.85)] + [Stream(0.62)] * 3, "hidden": [Stream(1.0)] * 4}
     for title, curve, step in CURVES:
         print(f"{title}: {', '.join(f'{r} rows {c * 1e3:.0f} ms' for r, c in curve.items())}, step {step * 1e3:.1f} ms")
-        for passes, (name, streams) in ((p, kind) for p in (30, 100, 600) for kind in kinds.items()):
-            runs, kept = [], []  # per phase: (the target alone, each fixed length, adaptive) tokens/s
+        for passes, (name, streams) in ((p, kind) for p in (30, 76, 100, 600) for kind in kinds.items()):
+            runs, kept, seeds = [], [], []  # per phase: (the target alone, each fixed length, adaptive) tokens/s
             for phase in range(phases):
                 alone = run(curve, step, streams, passes, 0, spikes, phase, bursts)[0]
                 fixed = {k: run(curve, step, streams, passes, k, spikes, phase, bursts)[0] for k in range(1, 5)}
                 runs.append((alone, fixed, run(curve, step, streams, passes, None, spikes, phase, bursts)))
                 every = PolicySettings(n_max=4, burst_ratio=0.0)  # every steady timing kept
                 kept.append(run(curve, step, streams, passes, None, spikes, phase, bursts, every)[0])
+                if seeded:
+                    seeds.append(run(curve, step, streams, passes, None, spikes, phase, bursts, seeded=True)[0])
             best = max(range(1, 5), key=lambda k: sum(f[k] / a for a, f, _ in runs))
             mean = lambda xs: sum(xs) / len(xs)  # noqa: E731
             print(
@@ -98,6 +106,12 @@ def main() -> None:
                 f" adaptive / best {mean([r[0] / max(max(f.values()), a) for a, f, r in runs]):.3f}"
                 f" ({mean([b / max(max(f.values()), a) for (a, f, _), b in zip(runs, kept)]):.3f} keeping every timing);"
                 f" lengths {dict(sorted(Counter(runs[0][2][1]).items()))}"
+                + (
+                    f"; seeded {mean([b / a for (a, _, _), b in zip(runs, seeds)]):.3f}x the target alone,"
+                    f" {mean([b / max(max(f.values()), a) for (a, f, _), b in zip(runs, seeds)]):.3f} the best"
+                    if seeded
+                    else ""
+                )
             )
 
 

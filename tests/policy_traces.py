@@ -55,8 +55,10 @@ def simulate(
     switch: float = 0.0,
     results_without_drafts: bool = True,
     settings: PolicySettings | None = None,
+    seeds: dict[int, float] | None = None,
 ) -> tuple[list[int], DraftPolicy]:
-    """Drive a fresh policy for ``passes`` passes; the k chosen before each. ``events``
+    """Drive a fresh policy for ``passes`` passes; the k chosen before each. ``seeds``: pass
+    costs by rows timed before the first pass (an engine's start-up), given first. ``events``
     (when given) receives what the policy was told, in order, for a replay; ``slow`` times
     pass i at ``slow[i]`` times its cost (the machine busy for that pass); ``switch`` seconds are
     added to a pass whose row count differs from the pass before (llama.cpp's graph rebuilt);
@@ -64,6 +66,10 @@ def simulate(
     both engines; ``settings`` (``n_max`` ignored) for the defaults."""
     streams = [Stream(s.rate, s.then, s.after) for s in streams]  # fresh counters
     policy = DraftPolicy(replace(settings or PolicySettings(), n_max=n_max))
+    for rows, seconds in (seeds or {}).items():
+        policy.seed(rows, seconds)
+        if events is not None:
+            events.append(("seed", rows, seconds))
     ks, prev = [], 0
     for i in range(passes):
         k = policy.choose(limit)
@@ -135,7 +141,7 @@ def read_trace(path) -> list[tuple[PolicySettings, list[tuple], list[int]]]:
                 chosen.append(int(w[2]))
         elif w[0] == "choose":
             events.append(("choose", int(w[1]), None))
-        elif w[0] in ("pass", "steps"):
+        elif w[0] in ("pass", "steps", "seed"):
             events.append((w[0], int(w[1]), float(w[2])))
         elif w[0] == "result":
             events.append(("result", int(w[1]), int(w[2])))
@@ -155,6 +161,8 @@ def replay_python(settings: PolicySettings, events: list[tuple]) -> list[int]:
             policy.observe_pass(e[1], e[2])
         elif e[0] == "steps":
             policy.observe_steps(e[1], e[2])
+        elif e[0] == "seed":
+            policy.seed(e[1], e[2])
         else:
             policy.observe_result(e[1], e[2])
     return ks

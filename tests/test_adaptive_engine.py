@@ -132,3 +132,36 @@ def test_profile_keys_choose_adaptive_or_a_fixed_length():
     assert (pinned.adaptive, pinned.n_max) == (False, 2)
     p_min, _ = engine_options(cpu.with_overrides(["spec-draft-p-min=0.4"]))
     assert p_min.p_min == 0.4
+    # the shipped profiles time the passes at start-up; false is llama-server's default (left out)
+    assert opts.adaptive_warmup is True
+    assert engine_options(cpu.with_overrides(["spec-draft-adaptive-warmup=false"]))[0].adaptive_warmup is False
+
+
+def test_the_warmup_seeds_the_policy_with_this_machines_passes(pairs, tmp_path, monkeypatch):
+    # spec-draft-adaptive-warmup: 1 to n_max + 1 rows timed at load, before any request; the
+    # policy starts from them (the trace's first events), and a later bound keeps the seeds it has
+    monkeypatch.setenv("LLAMA_SPEC_DRAFT_TRACE", str(tmp_path / "policy"))
+    target, drafter = pairs["hidden"]
+    from gguf_exact.speculative.load import load_with_drafter
+
+    llm = load_with_drafter(target, drafter, profile="cpu", overrides=["ctx-size=512", "spec-draft-n-max=3"])
+    try:
+        length = llm.draft_length
+        assert length.adaptive and sorted(length.seeds) == [1, 2, 3, 4] and all(s > 0 for s in length.seeds.values())
+        assert length.policy.pass_cost == length.seeds and length.policy.climbing
+        assert llm.n_tokens == 0  # the cache emptied: the first request decodes its whole prompt
+        settings, events, _ = read_trace(tmp_path / "policy.0")[-1]
+        assert settings.n_max == 3 and events == [("seed", r, s) for r, s in sorted(length.seeds.items())]
+        llm.n_max = 2  # a new bound: new estimates, the seeds that fit it kept
+        assert llm.draft_length.policy.pass_cost == {r: length.seeds[r] for r in (1, 2, 3)}
+        out = llm.create_completion(PROMPTS[0], max_tokens=24, temperature=0)
+        assert out["usage"]["completion_tokens"] == 24
+    finally:
+        llm.close()
+    unseeded = load_with_drafter(
+        target, drafter, profile="cpu", overrides=["ctx-size=512", "spec-draft-adaptive-warmup=false"]
+    )
+    try:
+        assert unseeded.draft_length.seeds == {} and unseeded.draft_length.policy.pass_cost == {}
+    finally:
+        unseeded.close()

@@ -122,3 +122,33 @@ def test_both_twins_choose_what_llama_servers_policy_chose_on_what_it_was_told(p
     with open(trace) as f:
         out = subprocess.run([str(driver)], stdin=f, capture_output=True, text=True, check=True)
     assert [int(x) for x in out.stdout.split()] == chosen
+
+
+def test_the_warmup_seeds_every_slots_policy_at_start_up(pairs, tmp_path, monkeypatch):
+    # spec-draft-adaptive-warmup (the cpu profile's): before any request llama-server times its
+    # verification pass at 1 to n_max + 1 rows and seeds each slot's policy (the trace's first
+    # events, /slots); off, the costs are learned on the first passes
+    from gguf_exact.engines.settings import LOG_FILE
+
+    target, drafter = pairs["hidden"]
+    for warmup in (True, False):
+        trace = tmp_path / f"policy-{warmup}"
+        monkeypatch.setenv("LLAMA_SPEC_DRAFT_TRACE", str(trace))
+        sets = (*ADAPTIVE, "parallel=2", f"spec-draft-adaptive-warmup={str(warmup).lower()}")
+        launch = served(target, drafter, sets, tmp_path, monkeypatch, f"warmup-{warmup}")
+        try:
+            slots = get_json(launch.url + "/slots")
+        finally:
+            stop_server(launch.port)
+        logged = "draft policy: verification pass by rows timed at start-up" in (launch.run_dir / LOG_FILE).read_text()
+        assert logged is warmup
+        for slot in (0, 1):
+            [(settings, events, chosen)] = read_trace(f"{trace}.{slot}")
+            assert settings.n_max == 4 and chosen == []
+            if warmup:
+                assert [e[:2] for e in events] == [("seed", rows) for rows in range(1, 6)]
+                assert all(0 < e[2] < 5 for e in events)
+                seconds = {str(rows): s for _, rows, s in events}
+                assert slots[slot]["draft_policy"]["pass_seconds"] == pytest.approx(seconds, rel=1e-6)
+            else:
+                assert events == [] and slots[slot]["draft_policy"]["pass_seconds"] == {}

@@ -283,3 +283,60 @@ def test_snapshot_reports_choice_acceptance_and_costs() -> None:
     assert [r for r, _ in snap.pass_seconds] == [1, 2, 3]
     assert snap.step_seconds == pytest.approx(0.001)
     assert len(snap.acceptance) == 2 and snap.acceptance[0] > 0.9
+
+
+# --- costs seeded before the first pass (spec-draft-adaptive-warmup) ---
+
+
+@pytest.mark.parametrize(
+    ("curve", "learned", "seeded"),
+    [
+        # k rows cost k passes: learning explores 1, 2 and 3 drafts (12 of the first 40 passes);
+        # seeded, the policy knows at once that no draft can pay
+        ("cpu", "0012200000003322000000044330000000440000", "0" * 40),
+        # up to 5 rows cost 1.1 passes: the bound from the first pass, not the fourth
+        ("gpu", "0012344444444444444444444444444444444444", "4" * 40),
+        # 4 rows cheaper than 3: the best (3 drafts) from the first pass, no detour through 4
+        ("avx512", "0012344333333334433333333333333333333333", "3" * 40),
+    ],
+)
+def test_seeded_costs_start_at_the_machines_best_length(curve: str, learned: str, seeded: str) -> None:
+    always_right = [Stream(1.0)] * 4
+    assert "".join(map(str, simulate(CURVES[curve], 0.001, always_right, 40)[0])) == learned
+    ks, policy = simulate(CURVES[curve], 0.001, always_right, 40, seeds=CURVES[curve])
+    assert "".join(map(str, ks)) == seeded
+    assert policy.climbing  # no draft was ever rejected
+
+
+def test_a_seeded_policy_climbs_until_a_draft_is_rejected() -> None:
+    # E2B on 2 CPU cores: with seeded costs and the prior's 0.5 at every depth no draft pays, so an
+    # always-right drafter would wait for the first scheduled probe (8 passes); the climb drafts one
+    # deeper after each all-right pass instead: 1, 2, 3, then depth 3 (always wrong here) is rejected
+    # and the climb stops; 3 drafts stay while their rate is within switch_margin of 2 drafts'
+    streams = [Stream(1.0), Stream(1.0), Stream(0.0), Stream(1.0)]
+    ks, policy = simulate(CURVES["e2b"], 0.0017, streams, 40, seeds=CURVES["e2b"])
+    assert "".join(map(str, ks)) == "1233333333333333333333333333333322222223"
+    assert not policy.climbing
+    # the mixed drafter on the AVX-512 curve: the prior prices 3 drafts over 4 cheap rows best once;
+    # rejected at depth 1, the target alone with a probe of one draft every 8 to 16 passes
+    ks, policy = simulate(CURVES["avx512"], 0.001, [Stream(0.45)] * 4, 40, seeds=CURVES["avx512"])
+    assert "".join(map(str, ks)) == "3000000010000000000000001000000010000000"
+
+
+def test_a_seed_prices_its_rows_until_the_first_steady_pass_replaces_it() -> None:
+    policy = DraftPolicy(PolicySettings(n_max=2))
+    for rows, seconds in {1: 0.1, 2: 0.12, 3: 0.13, 4: 0.5}.items():  # 4 rows: above the bound, ignored
+        policy.seed(rows, seconds)
+    assert policy.pass_cost == {1: 0.1, 2: 0.12, 3: 0.13} and policy.climbing
+    policy.observe_pass(2, 0.4)  # a switch pass (the first pass): its timing is not kept
+    assert policy.pass_cost[2] == 0.12 and policy.samples[2] == []
+    assert not policy.provisional[2]  # a seed is not drafted once more to be timed steadily
+    policy.observe_pass(2, 0.3)  # the first steady pass: replaces the seed, 2.5x it (no burst)
+    assert policy.pass_cost[2] == 0.3 and policy.samples[2] == [0.3] and policy.timed_at[2] == 2
+    policy.observe_pass(2, 0.9)  # now a burst against the steady timing: not kept
+    assert policy.samples[2] == [0.3]
+    # a policy that drafted already is not climbing when seeded later
+    late = DraftPolicy(PolicySettings(n_max=2))
+    late.observe_result(1, 1)
+    late.seed(1, 0.1)
+    assert not late.climbing

@@ -68,7 +68,7 @@ def replay(exe: Path, settings: PolicySettings, events: list[tuple]) -> list[int
     for e in events:
         if e[0] == "choose":
             lines.append(f"choose {e[1]}")
-        elif e[0] in ("pass", "steps"):
+        elif e[0] in ("pass", "steps", "seed"):
             lines.append(f"{e[0]} {e[1]} {e[2]!r}")
         else:
             lines.append(f"result {e[1]} {e[2]}")
@@ -103,6 +103,25 @@ def test_cpp_and_python_choose_the_same_k_on_synthetic_runs(driver, curve, step,
     ks, _ = simulate(CURVES[curve], step=step, streams=streams, passes=300, events=events)
     assert replay(driver, PolicySettings(n_max=4), events) == ks
     assert len(set(ks)) >= 2  # the run exercised more than one length
+
+
+@pytest.mark.parametrize("curve", ["cpu", "gpu", "avx512", "e2b"])
+@pytest.mark.parametrize(
+    "streams",
+    [[Stream(1.0)] * 4, [Stream(0.45)] * 4, [Stream(0.85), Stream(0.62), Stream(0.62), Stream(0.62)],
+     [Stream(1.0), Stream(1.0), Stream(0.0), Stream(1.0)]],
+)  # fmt: skip
+def test_cpp_and_python_seed_costs_and_climb_alike(driver, curve, streams):
+    # costs timed at start-up (spec-draft-adaptive-warmup) given as "seed" events first; a seed
+    # above the bound (6 rows on the cpu and gpu curves) ignored alike; the E2B curve with its switch
+    events: list[tuple] = []
+    switch = 0.031 if curve == "e2b" else 0.0
+    seeds = {r: 0.9 * c for r, c in CURVES[curve].items()}  # start-up passes run cheaper (position 0)
+    ks, policy = simulate(CURVES[curve], 0.002, streams, 200, events=events, switch=switch, seeds=seeds)
+    assert events[: len(seeds)] == [("seed", r, c) for r, c in seeds.items()]
+    assert replay(driver, PolicySettings(n_max=4), events) == ks
+    # the climb ends at the first rejected draft: only an always-right drafter (or none drafted) keeps it
+    assert policy.climbing == (all(s.rate == 1.0 for s in streams) or not any(ks))
 
 
 @pytest.mark.parametrize(

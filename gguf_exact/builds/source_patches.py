@@ -84,7 +84,8 @@ PATCHES: tuple[SourcePatch, ...] = (
         why=(
             "--spec-draft-adaptive: llama-server chooses the draft length before each pass from the "
             "measured pass and drafter-step costs and the acceptance per depth (common/draft-policy.h, "
-            "the twin of gguf_exact/runtime/draft_policy.py); the per-request speculative.n_max, "
+            "the twin of gguf_exact/runtime/draft_policy.py); --spec-draft-adaptive-warmup times the "
+            "verification passes at start-up to seed those costs; the per-request speculative.n_max, "
             "speculative.p_min and speculative.adaptive fields; draft-mtp stops at a sequence's own "
             "n_max; LLAMA_SPEC_DRAFT_TRACE=FILE writes each slot's policy inputs and choices in the replay "
             "format of tests/cpp/draft_policy_driver.cpp. Only common/ and tools/server/ change, which the "

@@ -7,10 +7,12 @@ drafts 1..j-1 were), a pass yields ``E(k) = 1 + sum_j prod_{i<=j} a_i`` tokens a
 for k in 0..min(n_max, limit). Its inputs are measured online:
 
 - ``pass_cost(r)``: the target's decode of r rows, the lowest of its last ``cost_window``
-  steady timings per row count (seeded by the first passes of a run or by ``tune``). A row count not measured yet costs what
-  one row fewer does (optimism: it is tried once, then known; longer ones wait until it
-  is), so a non-monotonic curve (AVX-512's repacked Q4_0 kernels: 4 rows cheaper than 3)
-  is found;
+  steady timings per row count. Seeded (:meth:`DraftPolicy.seed`) by the engine's start-up,
+  where ``spec-draft-adaptive-warmup`` is on (the shipped profiles): each row count timed
+  there prices it until its first steady pass replaces the seed. Unseeded, a row count not
+  measured yet costs what one row fewer does (optimism: it is tried once, then known; longer
+  ones wait until it is), so a non-monotonic curve (AVX-512's repacked Q4_0 kernels: 4 rows
+  cheaper than 3) is found;
 - ``drafter_step``: one drafter decode, a running mean (0 until measured);
 - ``a_j``: decayed counts of drafts tried and accepted at depth j, around a prior.
 
@@ -53,6 +55,16 @@ not move it: it prices a length by its timing). Shorter lengths are not re-timed
 they make are made every pass at the best; their row counts come back when stale). A
 spuriously low timing cannot hold a length long: the length it favours is then drafted every
 pass, and the low timing leaves its window after ``cost_window`` more.
+
+Seeded costs leave nothing for that optimism to explore, and the prior (0.5 at every depth)
+alone would keep an always-right drafter at the target alone until the first scheduled
+probe: so a seeded policy *climbs* until a draft is first rejected, one depth deeper after
+each all-right pass where that could pay with the next depth on trust (a probe's price).
+Seeding saves the first passes' exploration: in the policy's simulation over 76 passes (a
+benchmark's 4 requests of 48 tokens; ``scripts/sim_draft_policy.py --seeded``, the AVX-512
+curve) it takes the adaptive length from 0.93x to 0.99x the best fixed length with a
+real-like drafter and from 0.92x to 1.00x with an always-right one, and from 0.92x to 0.93x
+the target alone with the mixed one.
 
 Recovery: every ``probe_interval`` passes the policy drafts the shortest length longer than
 its best that could pay if the drafter were always right one depth deeper than the best (the
@@ -124,6 +136,7 @@ class DraftPolicy:
     retiming: int = 0  # the row count being timed again (its first pass chosen), else 0
     last_k: int = 0
     all_right: bool = False  # the last pass carried drafts and kept every one (its observe_result says)
+    climbing: bool = False  # costs seeded and no draft rejected yet: each all-right pass may draft deeper (choose)
 
     def __post_init__(self) -> None:
         n = self.settings.n_max
@@ -259,6 +272,12 @@ class DraftPolicy:
             self.last_k = held  # the re-time's first pass was a switch: once more, steadily
             return held
         k = self.best(limit)
+        # seeded costs: climb while no draft was ever rejected, one deeper than the last pass where that
+        # could pay with the next depth on trust (a probe's price). Unseeded costs climb anyway (an
+        # untimed row count costs what one fewer does); seeded ones are known, and the prior alone
+        # would keep an always-right drafter at the target alone until the first scheduled probe.
+        if self.climbing and (self.last_k == 0 or self.all_right) and self.last_k < top:
+            k = max(k, self.probe_length(self.last_k, top))
         # once more at a length timed only by a switch (a steady timing), unless the climb goes
         # on: every draft of that pass was right and a longer draft is the best now (the length
         # is timed steadily when the policy comes back to it)
@@ -282,6 +301,16 @@ class DraftPolicy:
         self.last_k = k
         return k
 
+    def seed(self, rows: int, seconds: float) -> None:
+        """A timing of ``rows`` rows made before the first pass (the engine's start-up). It prices the
+        row count until the first steady pass of it replaces it (start-up passes run at position 0
+        on an empty cache, not where a request's passes do); unlike a switch pass's timing it is
+        not drafted once more to be timed steadily."""
+        if 1 <= rows <= self.settings.n_max + 1:
+            self.pass_cost[rows], self.provisional[rows], self.samples[rows] = seconds, False, []
+            self.timed_at[rows] = self.passes
+            self.climbing = not any(self.tried)
+
     def observe_pass(self, rows: int, seconds: float) -> None:
         """A generation pass of ``rows`` rows (1 + drafts) took ``seconds`` in the target's decode
         (row counts the policy never asks for, above ``n_max + 1``, are not kept). Call it before
@@ -292,7 +321,7 @@ class DraftPolicy:
         self.passes += 1
         steady, fresh = rows == self.last_rows, self.timed(rows)
         self.last_rows = rows
-        if not fresh or (steady and self.provisional[rows]):  # untimed, stale, or timed by a switch only
+        if not fresh or (steady and not self.samples[rows]):  # untimed, stale, or not yet timed steadily
             self.pass_cost[rows], self.provisional[rows] = seconds, not steady
             self.samples[rows] = [seconds] if steady else []
         elif steady:  # the lowest of the recent steady timings: one spike upward is not averaged in
@@ -316,6 +345,7 @@ class DraftPolicy:
         """The pass verified ``drafted`` drafts and kept the first ``accepted`` of them."""
         d = self.settings.decay
         self.all_right = drafted > 0 and accepted >= drafted
+        self.climbing = self.climbing and (drafted <= 0 or self.all_right)
         for j in range(1, min(accepted + 1, drafted, self.settings.n_max) + 1):
             self.tried[j - 1] = self.tried[j - 1] * d + 1.0
             self.accepted[j - 1] = self.accepted[j - 1] * d + (1.0 if j <= accepted else 0.0)

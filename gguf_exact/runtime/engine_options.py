@@ -20,6 +20,7 @@ class EngineOptions:
     n_ctx: int = 4096
     n_max: int = 2
     adaptive: bool = False  # the draft length chosen before each pass, up to n_max (spec-draft-adaptive)
+    adaptive_warmup: bool = False  # its pass costs timed at load (spec-draft-adaptive-warmup)
     p_min: float = 0.0  # a draft stops below this drafter confidence (spec-draft-p-min)
     n_gpu_layers: int = 0
     n_gpu_layers_draft: int | None = None  # None: as the target
@@ -80,6 +81,7 @@ _PROFILE_KEYS: dict[str, tuple[str, Callable[[str, Any], Any]]] = {
     "spec-draft-n-max": ("n_max", lambda k, v: int(v)),
     "draft-max": ("n_max", lambda k, v: int(v)),
     "spec-draft-adaptive": ("adaptive", _flag),
+    "spec-draft-adaptive-warmup": ("adaptive_warmup", _flag),
     "spec-draft-p-min": ("p_min", lambda k, v: float(v)),
     "draft-p-min": ("p_min", lambda k, v: float(v)),
 }
@@ -107,7 +109,7 @@ def engine_options(profile: Any, with_draft: bool = True) -> tuple[EngineOptions
                 )
             if key in _PROFILE_KEYS:
                 name, convert = _PROFILE_KEYS[key]
-                if value is not False or name == "adaptive":  # false pins a fixed length
+                if value is not False or name in ("adaptive", "adaptive_warmup"):  # false: llama-server's default
                     opts[name] = convert(key, value)
             elif key not in _NOT_APPLICABLE:
                 ignored.append(key)

@@ -51,6 +51,7 @@ class DraftLength:
         self.p_min = p_min
         self.policy = new_policy(PolicySettings(n_max=n_max, p_min=p_min))
         self.chosen = False  # the policy chose a length at least once (``/metrics`` shows it then)
+        self.seeds: dict[int, float] = {}  # pass seconds by rows timed at start-up (spec-draft-adaptive-warmup)
 
     @property
     def n_max(self) -> int:
@@ -58,8 +59,15 @@ class DraftLength:
 
     @n_max.setter
     def n_max(self, value: int) -> None:
-        if value != self.n_max:  # a new bound: estimates for the depths it has, from scratch
+        if value != self.n_max:  # a new bound: estimates for the depths it has, from scratch (but the seeds)
             self.policy = new_policy(PolicySettings(n_max=value, p_min=self.p_min))
+            self.seed(self.seeds)
+
+    def seed(self, seconds_by_rows: dict[int, float]) -> None:
+        """Seed the policy with pass costs timed before the first pass (kept for a later bound)."""
+        self.seeds = dict(seconds_by_rows)
+        for rows, seconds in sorted(self.seeds.items()):
+            self.policy.seed(rows, seconds)
 
     def plan(self, limit: int, request: RequestSpeculation | None = None) -> tuple[int, float]:
         """(drafts for the next pass, p_min), at most ``limit`` (what the budget and context leave)."""

@@ -137,6 +137,7 @@ def load_with_options(
         drafter,
         n_max=opts.n_max,
         adaptive=opts.adaptive,
+        adaptive_warmup=opts.adaptive_warmup,
         n_gpu_layers_draft=opts.n_gpu_layers_draft,
         checked=checked,
         **kwargs,

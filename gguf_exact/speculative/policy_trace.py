@@ -42,6 +42,10 @@ class TracedPolicy(DraftPolicy):
         self._write(f"# k {k} t_us {time.monotonic_ns() // 1000}\n")
         return k
 
+    def seed(self, rows: int, seconds: float) -> None:
+        self._write(f"seed {rows} {seconds!r}\n")
+        super().seed(rows, seconds)
+
     def observe_pass(self, rows: int, seconds: float) -> None:
         self._write(f"pass {rows} {seconds!r}\n")
         super().observe_pass(rows, seconds)

@@ -2,7 +2,7 @@
 // gguf_exact/runtime/draft_policy.py) and prints the k of every "choose" line.
 // Input lines: "settings N_MAX PRIOR PRIOR_WEIGHT DECAY COST_WEIGHT PROBE PROBE_MAX COST_MAX_AGE SWITCH_MARGIN COST_WINDOW
 // RETIME_MARGIN BURST_RATIO" first, then
-// "choose LIMIT", "pass ROWS SECONDS", "steps N SECONDS", "result DRAFTED ACCEPTED"; a line starting
+// "choose LIMIT", "pass ROWS SECONDS", "steps N SECONDS", "seed ROWS SECONDS", "result DRAFTED ACCEPTED"; a line starting
 // with "#" is a comment (llama-server's LLAMA_SPEC_DRAFT_TRACE writes this format, with comments).
 #include "draft-policy.h"
 
@@ -38,13 +38,15 @@ int main() {
             int limit;
             std::cin >> limit;
             std::printf("%d\n", policy.choose(limit));
-        } else if (what == "pass" || what == "steps") {
+        } else if (what == "pass" || what == "steps" || what == "seed") {
             int n;
             std::string seconds;
             std::cin >> n >> seconds;
             const double t = std::strtod(seconds.c_str(), nullptr);
             if (what == "pass") {
                 policy.observe_pass(n, t);
+            } else if (what == "seed") {
+                policy.seed(n, t);
             } else {
                 policy.observe_steps(n, t);
             }
