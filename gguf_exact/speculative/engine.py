@@ -118,10 +118,7 @@ class MtpLlama(LlamaAdapter):
     ``logits_all=True`` keeps every row's logits (``n_ctx x n_vocab`` floats) for
     ``logprobs``; without it a request for logprobs is refused. Other keyword
     arguments go to ``Llama``; ``verbose`` defaults to False and ``swa_full`` is on
-    (a rolled-back position must not have left the sliding-window cache). ``adaptive_warmup``
-    (with a drafter and ``adaptive``): time the target's verification pass at 1 to ``n_max + 1``
-    rows once, here, to seed the draft-length policy's costs (``spec-draft-adaptive-warmup``,
-    as llama-server's). ``checked``:
+    (a rolled-back position must not have left the sliding-window cache). ``checked``:
     the pair as :func:`gguf_exact.pair.checks.check_pair` returned it for these files
     (the drafter lookup does); their headers are then not read again.
     """
@@ -133,7 +130,6 @@ class MtpLlama(LlamaAdapter):
         *,
         n_max: int = 2,
         adaptive: bool = False,
-        adaptive_warmup: bool = False,
         n_gpu_layers_draft: int | None = None,
         logits_all: bool = False,
         verbose: bool = False,
@@ -203,8 +199,6 @@ class MtpLlama(LlamaAdapter):
                 layers = kwargs.get("n_gpu_layers", 0) if n_gpu_layers_draft is None else n_gpu_layers_draft
                 draft.drafter = LlamaDrafter(self.resources, draft_path, side, self.n_threads, layers)
                 _count_contexts(self, 1)
-                if adaptive and adaptive_warmup:
-                    draft.length.seed(self.time_verification_passes(n_max + 1))
         except BaseException:
             self.close()
             raise
@@ -253,31 +247,6 @@ class MtpLlama(LlamaAdapter):
             bos_token=self.token_text(bos) if bos != -1 else "",
             stop_token_ids=[eos],
         )
-
-    def time_verification_passes(self, most_rows: int, repeats: int = 3) -> dict[int, float]:
-        """Seconds of the target's decode of 1 to ``most_rows`` rows (logits on every row, as a
-        verification pass asks), before any request: each row count decoded ``repeats`` times at
-        positions 0.., the first (graph built, weights paged in) dropped, the lowest of the others
-        kept; the cache emptied after each. As llama-server's ``--spec-draft-adaptive-warmup``."""
-        bos = self.token_bos()
-        token = bos if bos != -1 else 0
-        t_start, costs = time.perf_counter(), {}
-        for rows in range(1, most_rows + 1):
-            timings = []
-            for _ in range(repeats):
-                t = time.perf_counter()
-                self.decode_batch([token] * rows, 0, True)
-                timings.append(time.perf_counter() - t)
-                self.drop_cache_from(0)
-            costs[rows] = min(timings[1:] or timings)
-        self.reset()
-        shown = ", ".join(f"{r}: {1e3 * s:.1f} ms" for r, s in costs.items())
-        log.info(
-            "draft policy: verification pass by rows timed at start-up (%.1f s): %s",
-            time.perf_counter() - t_start,
-            shown,
-        )
-        return costs
 
     # --- the hooks into llama-cpp-python's loop ---
 

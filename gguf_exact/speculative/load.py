@@ -15,6 +15,7 @@ import llama_cpp
 
 from gguf_exact.runtime.engine_options import EngineOptions, engine_options
 from gguf_exact.speculative.engine import MtpLlama
+from gguf_exact.speculative.warmup import time_verification_passes
 
 log = logging.getLogger(__name__)
 
@@ -137,12 +138,17 @@ def load_with_options(
         drafter,
         n_max=opts.n_max,
         adaptive=opts.adaptive,
-        adaptive_warmup=opts.adaptive_warmup,
         n_gpu_layers_draft=opts.n_gpu_layers_draft,
         checked=checked,
         **kwargs,
     )
     llm.draft_length.p_min = opts.p_min  # a draft stops below this drafter confidence
+    if llm.drafter is not None and opts.adaptive and opts.adaptive_warmup:
+        try:  # spec-draft-adaptive-warmup: the policy's pass costs timed now, before any request
+            llm.draft_length.seed(time_verification_passes(llm, opts.n_max + 1))
+        except BaseException:
+            llm.close()
+            raise
     return llm
 
 
