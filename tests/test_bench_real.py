@@ -4,10 +4,14 @@ round after round, and concurrent clients' tokens are each request's own."""
 
 from __future__ import annotations
 
+from contextlib import contextmanager
+from types import SimpleNamespace
+
 import pytest
 from _llama_server import TEST_SETTINGS
 
-from gguf_exact.bench.real import concurrent_arm, engines_arm
+from gguf_exact.bench.real import Arm, arms_side_by_side, check_room, concurrent_arm, engines_arm, proc_kib
+from gguf_exact.errors import InputError
 from gguf_exact.tiny.hidden_pair import CYCLE, write_hidden_state_pair
 
 PROMPTS = ("the a of", "to in is")
@@ -79,6 +83,106 @@ def test_an_adaptive_arm_serves_the_policy_in_both_engines_with_the_same_text(pa
     py = {a.engine: a.python_seconds for a in arms}
     assert py["llama-server"] is None and 0 <= py["python"] < next(a.wall_seconds for a in arms if a.engine == "python")
     assert all(b.policy is None for b in alone)  # the target alone: no length chosen
+
+
+@pytest.mark.bindings
+@pytest.mark.llama_server
+def test_three_arms_side_by_side_take_turns_at_going_first(pair):
+    """bench_real.py --interleave kind: the target alone, a fixed length and an adaptive arm with
+    an override of its own, loaded at once; each request to every arm before the next, the arm
+    served first rotated by one from request to request."""
+    arms = [
+        Arm("python", 0),
+        Arm("llama-server", 2),
+        Arm("llama-server", 2, adaptive=True, sets=("spec-draft-p-min=0.25",)),
+    ]
+    order: list[tuple[int, int, int]] = []
+    results = arms_side_by_side(
+        pair[0], pair[1], arms, PROMPTS, 9, TEST_SETTINGS, rounds=2, on_request=lambda *x: order.append(x)
+    )
+    # (arm, round, prompt): requests 0..3 start at arms 0, 1, 2, 0
+    assert order == [
+        (0, 0, 0), (1, 0, 0), (2, 0, 0),
+        (1, 0, 1), (2, 0, 1), (0, 0, 1),
+        (2, 1, 0), (0, 1, 0), (1, 1, 0),
+        (0, 1, 1), (1, 1, 1), (2, 1, 1),
+    ]  # fmt: skip
+    assert [(r.engine, r.n_max, r.adaptive, r.sets, r.rounds, r.tokens) for r in results] == [
+        ("python", 0, False, [], 2, 18),
+        ("llama-server", 2, False, [], 2, 18),
+        ("llama-server", 2, True, ["spec-draft-p-min=0.25"], 2, 18),
+    ]
+    alone, fixed, adaptive = results
+    assert (alone.target_passes, alone.drafts_generated) == (18, 0)  # a pass a token
+    # as in the test of both engines at n-max 2: per prompt 4 passes, 5 drafts, all accepted
+    assert (fixed.target_passes, fixed.drafts_generated, fixed.drafts_accepted) == (2 * 4, 2 * 5, 2 * 5)
+    assert adaptive.drafts_accepted == adaptive.drafts_generated and adaptive.policy["draft_n"] in range(3)
+    assert alone.policy is None and fixed.policy is None
+    assert all(r.same_every_round for r in results)
+    assert alone.texts == fixed.texts == adaptive.texts and walks_the_cycle(alone.texts[0])
+    assert adaptive.as_dict()["sets"] == ["spec-draft-p-min=0.25"] and adaptive.as_dict()["label"] == ""
+
+
+def test_anonymous_memory_is_read_from_smaps_rollup():
+    rollup = (
+        "561c82352000-7ffd6c667000 ---p 00000000 00:00 0                          [rollup]\n"
+        "Rss:             4821004 kB\nPss_Anon:         1362000 kB\nAnonymous:        1363148 kB\n"
+        "AnonHugePages:          0 kB\n"
+    )
+    assert proc_kib(rollup, "Anonymous") == 1363148  # not Pss_Anon nor AnonHugePages
+    assert proc_kib(rollup, "Swap") == 0
+    assert proc_kib("MemTotal:       24000000 kB\nMemAvailable:   23657760 kB\n", "MemAvailable") == 23657760
+
+
+def test_the_memory_guard_counts_the_servers_left_and_each_model_page_once():
+    gib = 1024**3
+    # 9 servers left at 1.5 GiB, the model files 4 GiB, 1 GiB spare: 18.5 GiB
+    check_room(10, 9, 3 * gib // 2, 4 * gib, 37 * gib // 2)
+    with pytest.raises(InputError) as e:
+        check_room(10, 9, 3 * gib // 2, 4 * gib, 18 * gib)
+    assert str(e.value) == (
+        "10 servers side by side: the 9 still to start need 18.5 GiB (1.5 GiB each, the model files 4.0 GiB and "
+        "1 GiB spare) but 18.0 GiB is available; interleave fewer arms (bench_real.py --interleave none, or fewer "
+        "--n-max values or engines)"
+    )
+
+
+def test_arms_side_by_side_stops_what_it_started_when_the_next_server_would_not_fit(tmp_path, monkeypatch):
+    """The guard before the second server: 2 left at the first's 2 GiB, the target and drafter
+    (1.5 GiB, sparse files here) and 1 GiB spare need 6.5 GiB, 6 are available; the first server
+    is stopped, the second never started."""
+    import gguf_exact.bench.real as real
+    import gguf_exact.engines.http as http
+
+    gib = 1024**3
+    target, drafter = tmp_path / "target.gguf", tmp_path / "drafter.gguf"
+    for path, size in ((target, gib), (drafter, gib // 2)):
+        with open(path, "wb") as f:
+            f.truncate(size)
+    started, stopped = [], []
+
+    @contextmanager
+    def fake_running(target, drafter, engine, sets, profile):
+        started.append((engine, drafter, list(sets)))
+        try:
+            yield SimpleNamespace(url="http://127.0.0.1:1"), SimpleNamespace(pid=1), 1.0
+        finally:
+            stopped.append(engine)
+
+    monkeypatch.setattr(real, "running", fake_running)
+    monkeypatch.setattr(http, "openai_generate", lambda *a, **k: None)  # the warm-up
+    monkeypatch.setattr(real, "anonymous_bytes", lambda pid: 2 * gib)
+    monkeypatch.setattr(real, "memory_available_bytes", lambda: 6 * gib)
+    arms = [Arm("llama-server", 0), Arm("llama-server", 2, sets=("spec-draft-p-min=0.5",)), Arm("python", 2)]
+    with pytest.raises(InputError, match="^3 servers side by side: the 2 still to start need 6.5 GiB .* 6.0 GiB is"):
+        arms_side_by_side(target, drafter, arms, PROMPTS, 9, ["threads=2"])
+    assert started == [("llama-server", None, ["threads=2"])] and stopped == ["llama-server"]
+    # the arm's own sets come after the length's, over the run's
+    assert Arm("llama-server", 2, sets=("spec-draft-p-min=0.5",)).overrides() == [
+        "spec-draft-adaptive=false",
+        "spec-draft-n-max=2",
+        "spec-draft-p-min=0.5",
+    ]
 
 
 @pytest.mark.bindings
