@@ -4,7 +4,9 @@ round after round, and concurrent clients' tokens are each request's own."""
 
 from __future__ import annotations
 
+import sys
 from contextlib import contextmanager
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -13,6 +15,9 @@ from _llama_server import TEST_SETTINGS
 from gguf_exact.bench.real import Arm, arms_side_by_side, check_room, concurrent_arm, engines_arm, proc_kib
 from gguf_exact.errors import InputError
 from gguf_exact.tiny.hidden_pair import CYCLE, write_hidden_state_pair
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "scripts"))
+import bench_real  # noqa: E402  (scripts/bench_real.py: its table and goals)
 
 PROMPTS = ("the a of", "to in is")
 WORDS = [w.lstrip("▁") for w in CYCLE]
@@ -183,6 +188,69 @@ def test_arms_side_by_side_stops_what_it_started_when_the_next_server_would_not_
         "spec-draft-n-max=2",
         "spec-draft-p-min=0.5",
     ]
+
+
+def bench_arm(kind: str, group: str | None, n_max: int, generation_tps: float, adaptive: bool = False, sets=()) -> dict:
+    """An arm's dict as bench_real.py writes it: 2 prompts, 20 tokens, 5 target passes."""
+    return {
+        "kind": kind, "group": group, "engine": "llama-server", "n_max": n_max, "adaptive": adaptive,
+        "sets": list(sets), "label": "", "texts": ["a", "b"], "tokens": 20, "target_passes": 5,
+        "tokens_per_second": generation_tps / 2, "generation_tokens_per_second": generation_tps,
+        "acceptance": 1.0 if n_max else None, "tokens_per_pass": 4.0, "ttft_seconds": 0.5,
+        "load_seconds": 2.0, "peak_rss_mib": 1000.0, "python_seconds": None, "policy": None,
+    }  # fmt: skip
+
+
+def test_interleaved_groups_compare_each_arm_with_their_own_target_alone():
+    """bench_real.py --interleave kind: every kind's arms with the target alone loaded beside them
+    (10 and 8 tokens/s here), an adaptive arm with an override of its own labelled and compared."""
+    arms = [
+        bench_arm("none", "hidden", 0, 10.0),
+        bench_arm("hidden", "hidden", 2, 20.0),
+        bench_arm("hidden", "hidden", 2, 19.0, adaptive=True),
+        bench_arm("hidden", "hidden", 2, 21.0, adaptive=True, sets=["spec-draft-p-min=0.5"]),
+        bench_arm("none", "mixed", 0, 8.0),
+        bench_arm("mixed", "mixed", 2, 8.8),
+        bench_arm("mixed", "mixed", 2, 8.0, adaptive=True),
+    ]
+    alone = {bench_real.alone_key(a): a for a in arms if not a["n_max"]}
+    assert bench_real.adaptive_goals(arms, alone) == [
+        "- llama-server, hidden, adaptive up to n-max 2: 1.90x the target alone, 0.95x the best fixed length (n-max 2)",
+        "- llama-server, hidden, adaptive up to n-max 2 (spec-draft-p-min=0.5): 2.10x the target alone, "
+        "1.05x the best fixed length (n-max 2)",
+        "- llama-server, mixed, adaptive up to n-max 2: 1.00x the target alone, 0.91x the best fixed length (n-max 2)",
+    ]
+    result = {
+        "shape": "e2b",
+        "arms": arms,
+        "costs": {
+            "target_pass_seconds": {"1": 0.1, "3": 0.125},
+            "drafter": {"step_seconds": 0.0125, "head_share": 0.5},
+        },
+    }
+    rows = [line for line in bench_real.table(result).splitlines() if line.startswith("| ")][1:]
+    # predicted for n-max 2: (20 - 2) / (5 - 2) = 6 tokens a pass x 0.1 / (0.125 + 2 x 0.0125) = 4.00x
+    assert [row.split(" | ")[:6] for row in rows] == [
+        ["| none (hidden)", "0", "llama-server", "5.00", "10.00", "1.00x"],
+        ["| hidden", "2", "llama-server", "10.00", "20.00", "2.00x"],
+        ["| hidden", "<=2 adaptive", "llama-server", "9.50", "19.00", "1.90x"],
+        ["| hidden", "<=2 adaptive (spec-draft-p-min=0.5)", "llama-server", "10.50", "21.00", "2.10x"],
+        ["| none (mixed)", "0", "llama-server", "4.00", "8.00", "1.00x"],
+        ["| mixed", "2", "llama-server", "4.40", "8.80", "1.10x"],
+        ["| mixed", "<=2 adaptive", "llama-server", "4.00", "8.00", "1.00x"],
+    ]
+    assert [row.split(" | ")[6] for row in rows] == ["-", "4.00x", "-", "-", "-", "4.00x", "-"]
+    # the same arm in the other engine, matched within its group and with the same overrides
+    python = [
+        a | {"engine": "python", "generation_tokens_per_second": a["generation_tokens_per_second"] / 2} for a in arms
+    ]
+    both = bench_real.table(result | {"arms": arms + python}).splitlines()
+    assert next(line for line in both if line.startswith("Python engine / llama-server")) == (
+        "Python engine / llama-server, generation tokens/s: none (hidden) n-max 0: 0.50x, hidden n-max 2: 0.50x, "
+        "hidden n-max <=2 adaptive: 0.50x, hidden n-max <=2 adaptive (spec-draft-p-min=0.5): 0.50x, "
+        "none (mixed) n-max 0: 0.50x, mixed n-max 2: 0.50x, mixed n-max <=2 adaptive: 0.50x"
+    )
+    assert [bench_real.same_arm(arms[2], b) for b in arms] == [False, False, True, False, False, False, False]
 
 
 @pytest.mark.bindings
