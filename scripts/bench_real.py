@@ -127,7 +127,7 @@ def shape_run(shape: str, args, prompts: list[str]) -> dict:
     def side_by_side(kind: str, group: str | None, drafter: Path | None, together: list[Arm]) -> None:
         """Every arm of ``together`` loaded at once; each arm's dict: its kind ("none": the
         target alone) and ``group``, the kind it was interleaved with (None: not interleaved)."""
-        log(f"{shape}: {kind}: loaded together: " + "; ".join(a.describe() for a in together))
+        log(f"{shape}: {kind}: {len(together)} servers loaded together: " + "; ".join(a.describe() for a in together))
         results = arms_side_by_side(target, drafter, together, prompts, args.n_predict, sets, args.profile, args.rounds)
         for arm, r in zip(together, results):
             arms.append({"kind": kind if arm.n_max else "none", "group": group} | r.as_dict())
