@@ -158,7 +158,8 @@ bench-repack: setup
 # Speculation at the real models' size (scripts/bench_real.py): full-size E2B and E4B pairs made
 # on the spot (gguf-exact make-pair, 3.4 + 5.2 GB under build/real-pairs, deleted after), the target
 # alone, n-max 1..4 and the adaptive length up to 4 (drafters hidden, mixed, real) in llama-server
-# and the Python engine over HTTP, --parallel 2 and 4; prints
+# and the Python engine over HTTP, every arm of a kind loaded at once (--interleave kind; none: one
+# arm at a time), --parallel 2 and 4; prints
 # the tables, writes build/bench-real/bench-real.{json,md}. Hours on 2 CPU cores; a short run:
 #   make bench-real BENCH_REAL_ARGS="--shapes e2b --n-max 1,3 --n-predict 16 --prompts 1 --parallel 2"
 .PHONY: bench-real memory-real

@@ -10,17 +10,24 @@ converted with `--full-head`, without its ordered-embedding head) under --work, 
    speed-up they predict, and (stated as a prediction) what they predict on a card whose
    target pass --card-pass-ms gives;
 2. per kind, engine (llama-server, the Python engine; both over HTTP, the same prompts,
-   greedy) and arm (the target alone, shared by every kind; each fixed n-max of --n-max,
-   the policy off; the adaptive draft length up to each bound of --adaptive): tokens/s,
-   acceptance, tokens per target pass, time to first token, load time, peak RSS, and
-   whether the text equals the target alone's; each adaptive arm against the target alone
-   and the best fixed length of the same run;
+   greedy) and arm (the target alone; each fixed n-max of --n-max, the policy off; the
+   adaptive draft length up to each bound of --adaptive; each --adaptive-arm, the first
+   bound with overrides of its own): tokens/s, acceptance, tokens per target pass, time to
+   first token, load time, peak RSS, and whether the text equals the target alone's; each
+   adaptive arm against the target alone and the best fixed length of the same group.
+   --interleave kind (the default): every arm of a kind, in every engine, loaded at once
+   with its own target alone and sent each request in turn (`arms_side_by_side`), so the
+   arms a goal compares are measured in the same minutes; --interleave none: one arm at a
+   time in every engine, the target alone once for every kind (the runs before issue 23's
+   interleaving);
 3. many users: llama-server with --parallel P and P concurrent clients (per-request
    acceptance and text against one slot, aggregate tokens/s), and the Python engine
    with the same clients (it queues them).
 
     .venv/bin/python scripts/bench_real.py                      # the full run
     .venv/bin/python scripts/bench_real.py --shapes e2b --n-max 1,3 --n-predict 16 --prompts 1   # a short one
+    .venv/bin/python scripts/bench_real.py --shapes e2b --kinds hidden --n-max 3,4 \
+        --adaptive-arm spec-draft-p-min=0.5                     # one more adaptive arm beside the others
 """
 
 from __future__ import annotations
@@ -36,13 +43,15 @@ from pathlib import Path
 
 from gguf_exact.bench.real import (
     ENGINES,
+    Arm,
+    arms_side_by_side,
     card_prediction,
     concurrent_arm,
     drafter_profile,
-    engines_arm,
     predicted_speedup,
     target_pass_seconds,
 )
+from gguf_exact.errors import GgufExactError
 from gguf_exact.tiny.full_pair import cycle_ids, write_drafter, write_pair
 from gguf_exact.tiny.vocab import gemma4_vocabulary
 
@@ -107,23 +116,33 @@ def shape_run(shape: str, args, prompts: list[str]) -> dict:
     out: dict = {"shape": shape, "files": {k: [str(p) for p in v] for k, v in pairs.items()}}
     cost_n_max = [int(x) for x in (args.cost_n_max or args.n_max).split(",")]
     out["costs"] = costs(*pairs["hidden"], pairs["hidden-full"][1], cost_n_max, args.threads, args.gpu_layers)
-    arms = []
+    arms: list[dict] = []
     engines = args.engines.split(",")
     target = pairs["hidden"][0]
-    log(f"{shape}: {', '.join(engines)}, target alone")
-    for r in engines_arm(target, None, engines, 0, prompts, args.n_predict, sets, args.profile, args.rounds):
-        arms.append({"kind": "none"} | r.as_dict())
+    # the fixed lengths, the policy's own choice up to each bound (spec-draft-adaptive), then
+    # the first bound again with each --adaptive-arm's overrides
+    lengths = [(n, False, ()) for n in n_max_list] + [(b, True, ()) for b in bounds]
+    lengths += [(bounds[0], True, tuple(x.split(","))) for x in args.adaptive_arm]
+
+    def side_by_side(kind: str, group: str | None, drafter: Path | None, together: list[Arm]) -> None:
+        """Every arm of ``together`` loaded at once; each arm's dict: its kind ("none": the
+        target alone) and ``group``, the kind it was interleaved with (None: not interleaved)."""
+        log(f"{shape}: {kind}: {len(together)} servers loaded together: " + "; ".join(a.describe() for a in together))
+        results = arms_side_by_side(target, drafter, together, prompts, args.n_predict, sets, args.profile, args.rounds)
+        for arm, r in zip(together, results):
+            arms.append({"kind": kind if arm.n_max else "none", "group": group} | r.as_dict())
+        save_partial(args.out, out | {"arms": arms})
+
+    if args.interleave == "none" or not kinds:  # the target alone once, for every kind
+        side_by_side("none", None, None, [Arm(e, 0) for e in engines])
     for kind in kinds:
         drafter = pairs[kind][1]
-        # the fixed lengths, then the policy's own choice up to each bound (spec-draft-adaptive)
-        for n_max, adaptive in [(n, False) for n in n_max_list] + [(b, True) for b in bounds]:
-            how = f"adaptive up to n-max {n_max}" if adaptive else f"n-max {n_max}"
-            log(f"{shape}: {', '.join(engines)}, {kind}, {how}")
-            for r in engines_arm(
-                target, drafter, engines, n_max, prompts, args.n_predict, sets, args.profile, args.rounds, adaptive
-            ):
-                arms.append({"kind": kind} | r.as_dict())
-            save_partial(args.out, out | {"arms": arms})
+        if args.interleave == "kind":  # every arm of the kind, its own target alone first
+            together = [Arm(e, n, a, s) for n, a, s in [(0, False, ()), *lengths] for e in engines]
+            side_by_side(kind, kind, drafter, together)
+        else:
+            for n, a, s in lengths:
+                side_by_side(kind, None, drafter, [Arm(e, n, a, s) for e in engines])
     out["arms"] = arms
     save_partial(args.out, out)
     if args.parallel:
@@ -167,27 +186,52 @@ def steady_tokens_per_pass(arm: dict) -> float:
     return (arm["tokens"] - n) / passes if passes > 0 else 0.0
 
 
+def own_sets(arm: dict) -> str:
+    """The arm's own overrides (or its label), in parentheses after its n-max; "" for none."""
+    own = arm.get("label") or ", ".join(arm.get("sets") or ())
+    return f" ({own})" if own else ""
+
+
 def arm_n_max(arm: dict) -> str:
-    """The n-max cell: the fixed length, or ``<=B adaptive`` for the policy's bound."""
-    return f"<={arm['n_max']} adaptive" if arm.get("adaptive") else str(arm["n_max"])
+    """The n-max cell: the fixed length, or ``<=B adaptive`` for the policy's bound, then the
+    arm's own overrides (``<=4 adaptive (spec-draft-p-min=0.5)``)."""
+    return (f"<={arm['n_max']} adaptive" if arm.get("adaptive") else str(arm["n_max"])) + own_sets(arm)
+
+
+def arm_kind(arm: dict) -> str:
+    """The kind cell: the drafter's kind; the target alone of an interleaved group names the
+    group (``none (hidden)``)."""
+    return f"{arm['kind']} ({arm['group']})" if not arm["n_max"] and arm.get("group") else arm["kind"]
+
+
+def alone_key(arm: dict) -> tuple[str | None, str]:
+    """Which target alone an arm is compared with: its group's (None: the run's only one), in
+    its engine."""
+    return arm.get("group"), arm["engine"]
+
+
+def arm_key(arm: dict) -> tuple:
+    return arm["kind"], arm.get("group"), arm["n_max"], bool(arm.get("adaptive")), tuple(arm.get("sets") or ())
 
 
 def same_arm(a: dict, b: dict) -> bool:
-    return (a["kind"], a["n_max"], bool(a.get("adaptive"))) == (b["kind"], b["n_max"], bool(b.get("adaptive")))
+    """The same arm in another engine: kind, group, length and overrides."""
+    return arm_key(a) == arm_key(b)
 
 
-def adaptive_goals(arms: list[dict], alone: dict[str, dict]) -> list[str]:
+def adaptive_goals(arms: list[dict], alone: dict[tuple[str | None, str], dict]) -> list[str]:
     """Per engine and kind, each adaptive arm against the target alone and the best fixed
-    length of the same run (generation tokens/s), as the goals read them (issue 23: >= 0.98x
-    the target alone on mixed, >= 0.97x the best fixed length on hidden and real)."""
+    length of its group (of the same run where not interleaved; generation tokens/s), as the
+    goals read them (issue 23: >= 0.98x the target alone on mixed, >= 0.97x the best fixed
+    length on hidden and real). ``alone``: the targets alone by :func:`alone_key`."""
     out = []
     for a in (x for x in arms if x.get("adaptive")):
         fixed = [
             b
             for b in arms
-            if b["engine"] == a["engine"] and b["kind"] == a["kind"] and b["n_max"] and not b.get("adaptive")
+            if alone_key(b) == alone_key(a) and b["kind"] == a["kind"] and b["n_max"] and not b.get("adaptive")
         ]
-        base = alone.get(a["engine"])
+        base = alone.get(alone_key(a))
         tps = a["generation_tokens_per_second"]
         parts = [f"{tps / base['generation_tokens_per_second']:.2f}x the target alone"] if base else []
         if fixed:
@@ -195,7 +239,7 @@ def adaptive_goals(arms: list[dict], alone: dict[str, dict]) -> list[str]:
             parts.append(
                 f"{tps / best['generation_tokens_per_second']:.2f}x the best fixed length (n-max {best['n_max']})"
             )
-        out.append(f"- {a['engine']}, {a['kind']}, adaptive up to n-max {a['n_max']}: " + ", ".join(parts))
+        out.append(f"- {a['engine']}, {a['kind']}, adaptive up to n-max {a['n_max']}{own_sets(a)}: " + ", ".join(parts))
     return out
 
 
@@ -204,7 +248,7 @@ def engine_costs(arms: list[dict]) -> list[str]:
     and the pass and drafter-step costs each engine's policy measured in its adaptive arms."""
     out = []
     own = [
-        f"{a['kind']} n-max {arm_n_max(a)}: {1e3 * a['python_seconds'] / a['tokens']:.2f} ms"
+        f"{arm_kind(a)} n-max {arm_n_max(a)}: {1e3 * a['python_seconds'] / a['tokens']:.2f} ms"
         f" ({100 * a['python_seconds'] / a['wall_seconds']:.1f}%)"
         for a in arms
         if a.get("python_seconds") is not None and a["tokens"] and a["wall_seconds"]
@@ -219,7 +263,9 @@ def engine_costs(arms: list[dict]) -> list[str]:
         if pol:
             rows = ", ".join(f"{r} row{'s' if r > 1 else ''} {1e3 * v:.0f} ms" for r, v in pol["pass_seconds"])
             step = "" if pol["step_seconds"] is None else f"; drafter step {1e3 * pol['step_seconds']:.2f} ms"
-            out.append(f"- {a['engine']}, {a['kind']}, adaptive up to {a['n_max']}, as its policy timed: {rows}{step}")
+            out.append(
+                f"- {a['engine']}, {a['kind']}, adaptive up to {a['n_max']}{own_sets(a)}, as its policy timed: {rows}{step}"
+            )
     return out
 
 
@@ -239,8 +285,7 @@ def table(result: dict) -> str:
             f"{steps['ordered'] / steps['full']:.2f}x"
         )
     card = result.get("card_pass_seconds")
-    alone = {a["engine"]: a for a in result["arms"] if a["n_max"] == 0}
-    base_text = {e: a["texts"] for e, a in alone.items()}
+    alone = {alone_key(a): a for a in result["arms"] if a["n_max"] == 0}
     lines = [
         f"**{result['shape'].upper()}**: target pass {1e3 * passes[1]:.0f} ms at 1 row, "
         + ", ".join(f"{1e3 * v:.0f} ms at {k}" for k, v in passes.items() if k > 1)
@@ -252,17 +297,17 @@ def table(result: dict) -> str:
         "|" + "---|" * (14 if card else 13),
     ]
     for a in result["arms"]:
-        base = alone.get(a["engine"])
+        base = alone.get(alone_key(a))
         speed = a["generation_tokens_per_second"] / base["generation_tokens_per_second"] if base else None
         draft = steps["full" if a["kind"].endswith("-full") else "ordered"]
         tpp = steady_tokens_per_pass(a)
         fixed = a["n_max"] and not a.get("adaptive")  # the cost model predicts fixed lengths only
         pred = predicted_speedup(tpp, passes[1], passes[a["n_max"] + 1], draft, a["n_max"]) if fixed else None
         on_card = card_prediction(tpp, card, passes[1], draft, a["n_max"]) if card and fixed else None
-        same = all(t == b for t, b in zip(a["texts"], base_text.get(a["engine"], [])))
+        same = all(t == b for t, b in zip(a["texts"], base["texts"] if base else []))
         acc = "-" if a["acceptance"] is None else f"{a['acceptance']:.3f}"
         lines.append(
-            f"| {a['kind']} | {arm_n_max(a)} | {a['engine']} | {a['tokens_per_second']:.2f} | "
+            f"| {arm_kind(a)} | {arm_n_max(a)} | {a['engine']} | {a['tokens_per_second']:.2f} | "
             f"{a['generation_tokens_per_second']:.2f} | {speed:.2f}x | {'-' if pred is None else f'{pred:.2f}x'} | "
             f"{acc} | {a['tokens_per_pass']:.2f} | {a['ttft_seconds']:.2f} | {a['load_seconds']:.1f} | "
             f"{a['peak_rss_mib']:,.0f} | {'yes' if same else '**no**'} |"
@@ -274,7 +319,11 @@ def table(result: dict) -> str:
             other = next((b for b in result["arms"] if b["engine"] == "llama-server" and same_arm(a, b)), None)
             if other and other["generation_tokens_per_second"]:
                 ratios.append(
-                    (a["kind"], arm_n_max(a), a["generation_tokens_per_second"] / other["generation_tokens_per_second"])
+                    (
+                        arm_kind(a),
+                        arm_n_max(a),
+                        a["generation_tokens_per_second"] / other["generation_tokens_per_second"],
+                    )
                 )
     if ratios:
         lines.append("")
@@ -320,6 +369,22 @@ def main() -> int:
     ap.add_argument("--engines", default=",".join(ENGINES))
     ap.add_argument("--n-max", default="1,2,3,4", help="fixed draft lengths (the policy off)")
     ap.add_argument("--adaptive", default="4", help="n-max bounds of the adaptive draft length's arms ('' for none)")
+    ap.add_argument(
+        "--adaptive-arm",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE[,KEY=VALUE...]",
+        help="one more adaptive arm at the first --adaptive bound, with these overrides over --set for it "
+        "alone (e.g. spec-draft-p-min=0.5); repeatable",
+    )
+    ap.add_argument(
+        "--interleave",
+        choices=("kind", "none"),
+        default="kind",
+        help="kind: every arm of a kind (its own target alone, each n-max, each adaptive arm) in every engine "
+        "loaded at once and sent each request in turn; none: one arm at a time in every engine, the target "
+        "alone once for every kind",
+    )
     ap.add_argument("--n-predict", type=int, default=48)
     ap.add_argument("--prompts", type=int, default=2, help="how many of the prompts per arm")
     ap.add_argument("--rounds", type=int, default=3, help="rounds of the same requests per arm (medians)")
@@ -345,6 +410,8 @@ def main() -> int:
     ap.add_argument("--out", type=Path, default=Path("build/bench-real"))
     ap.add_argument("--keep", action="store_true", help="keep the pairs under --work (several GB)")
     args = ap.parse_args()
+    if args.adaptive_arm and not [x for x in args.adaptive.split(",") if x]:
+        ap.error("--adaptive-arm needs an --adaptive bound (the first is its n-max)")
     prompts = list(PROMPTS[: args.prompts])
     t0 = time.time()
     results = []
@@ -352,7 +419,11 @@ def main() -> int:
         load_before = f.read().split()[:3]
     card_pass = {k: float(v) / 1e3 for k, v in (x.split("=", 1) for x in args.card_pass_ms)}
     for shape in args.shapes.split(","):
-        r = shape_run(shape, args, prompts)
+        try:
+            r = shape_run(shape, args, prompts)
+        except GgufExactError as e:  # the memory guard: too many servers side by side
+            log(f"error: {e}")
+            return 2
         if shape in card_pass:
             r["card_pass_seconds"] = card_pass[shape]
         results.append(r)

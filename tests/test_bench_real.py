@@ -4,11 +4,20 @@ round after round, and concurrent clients' tokens are each request's own."""
 
 from __future__ import annotations
 
+import sys
+from contextlib import contextmanager
+from pathlib import Path
+from types import SimpleNamespace
+
 import pytest
 from _llama_server import TEST_SETTINGS
 
-from gguf_exact.bench.real import concurrent_arm, engines_arm
+from gguf_exact.bench.real import Arm, arms_side_by_side, check_room, concurrent_arm, engines_arm, proc_kib
+from gguf_exact.errors import InputError
 from gguf_exact.tiny.hidden_pair import CYCLE, write_hidden_state_pair
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "scripts"))
+import bench_real  # noqa: E402  (scripts/bench_real.py: its table and goals)
 
 PROMPTS = ("the a of", "to in is")
 WORDS = [w.lstrip("▁") for w in CYCLE]
@@ -79,6 +88,169 @@ def test_an_adaptive_arm_serves_the_policy_in_both_engines_with_the_same_text(pa
     py = {a.engine: a.python_seconds for a in arms}
     assert py["llama-server"] is None and 0 <= py["python"] < next(a.wall_seconds for a in arms if a.engine == "python")
     assert all(b.policy is None for b in alone)  # the target alone: no length chosen
+
+
+@pytest.mark.bindings
+@pytest.mark.llama_server
+def test_three_arms_side_by_side_take_turns_at_going_first(pair):
+    """bench_real.py --interleave kind: the target alone, a fixed length and an adaptive arm with
+    an override of its own, loaded at once; each request to every arm before the next, the arm
+    served first rotated by one from request to request."""
+    arms = [
+        Arm("python", 0),
+        Arm("llama-server", 2),
+        Arm("llama-server", 2, adaptive=True, sets=("spec-draft-p-min=0.25",)),
+    ]
+    order: list[tuple[int, int, int]] = []
+    results = arms_side_by_side(
+        pair[0], pair[1], arms, PROMPTS, 9, TEST_SETTINGS, rounds=2, on_request=lambda *x: order.append(x)
+    )
+    # (arm, round, prompt): requests 0..3 start at arms 0, 1, 2, 0
+    assert order == [
+        (0, 0, 0), (1, 0, 0), (2, 0, 0),
+        (1, 0, 1), (2, 0, 1), (0, 0, 1),
+        (2, 1, 0), (0, 1, 0), (1, 1, 0),
+        (0, 1, 1), (1, 1, 1), (2, 1, 1),
+    ]  # fmt: skip
+    assert [(r.engine, r.n_max, r.adaptive, r.sets, r.rounds, r.tokens) for r in results] == [
+        ("python", 0, False, [], 2, 18),
+        ("llama-server", 2, False, [], 2, 18),
+        ("llama-server", 2, True, ["spec-draft-p-min=0.25"], 2, 18),
+    ]
+    alone, fixed, adaptive = results
+    assert (alone.target_passes, alone.drafts_generated) == (18, 0)  # a pass a token
+    # as in the test of both engines at n-max 2: per prompt 4 passes, 5 drafts, all accepted
+    assert (fixed.target_passes, fixed.drafts_generated, fixed.drafts_accepted) == (2 * 4, 2 * 5, 2 * 5)
+    assert adaptive.drafts_accepted == adaptive.drafts_generated and adaptive.policy["draft_n"] in range(3)
+    assert alone.policy is None and fixed.policy is None
+    assert all(r.same_every_round for r in results)
+    assert alone.texts == fixed.texts == adaptive.texts and walks_the_cycle(alone.texts[0])
+    assert adaptive.as_dict()["sets"] == ["spec-draft-p-min=0.25"] and adaptive.as_dict()["label"] == ""
+
+
+def test_anonymous_memory_is_read_from_smaps_rollup():
+    rollup = (
+        "561c82352000-7ffd6c667000 ---p 00000000 00:00 0                          [rollup]\n"
+        "Rss:             4821004 kB\nPss_Anon:         1362000 kB\nAnonymous:        1363148 kB\n"
+        "AnonHugePages:          0 kB\n"
+    )
+    assert proc_kib(rollup, "Anonymous") == 1363148  # not Pss_Anon nor AnonHugePages
+    assert proc_kib(rollup, "Swap") == 0
+    assert proc_kib("MemTotal:       24000000 kB\nMemAvailable:   23657760 kB\n", "MemAvailable") == 23657760
+
+
+def test_the_memory_guard_counts_the_servers_left_and_each_model_page_once():
+    gib = 1024**3
+    # 9 servers left at 1.5 GiB, the model files 4 GiB, 1 GiB spare: 18.5 GiB
+    check_room(10, 9, 3 * gib // 2, 4 * gib, 37 * gib // 2)
+    with pytest.raises(InputError) as e:
+        check_room(10, 9, 3 * gib // 2, 4 * gib, 18 * gib)
+    assert str(e.value) == (
+        "10 servers side by side: the 9 still to start need 18.5 GiB (1.5 GiB each, the model files 4.0 GiB and "
+        "1 GiB spare) but 18.0 GiB is available; interleave fewer arms (bench_real.py --interleave none, or fewer "
+        "--n-max values or engines)"
+    )
+
+
+def test_arms_side_by_side_stops_what_it_started_when_the_next_server_would_not_fit(tmp_path, monkeypatch):
+    """The guard before the second server: 2 left at the first's 2 GiB, the target and drafter
+    (1.5 GiB, sparse files here) and 1 GiB spare need 6.5 GiB, 6 are available; the first server
+    is stopped, the second never started."""
+    import gguf_exact.bench.real as real
+    import gguf_exact.engines.http as http
+
+    gib = 1024**3
+    target, drafter = tmp_path / "target.gguf", tmp_path / "drafter.gguf"
+    for path, size in ((target, gib), (drafter, gib // 2)):
+        with open(path, "wb") as f:
+            f.truncate(size)
+    started, stopped = [], []
+
+    @contextmanager
+    def fake_running(target, drafter, engine, sets, profile):
+        started.append((engine, drafter, list(sets)))
+        try:
+            yield SimpleNamespace(url="http://127.0.0.1:1"), SimpleNamespace(pid=1), 1.0
+        finally:
+            stopped.append(engine)
+
+    monkeypatch.setattr(real, "running", fake_running)
+    monkeypatch.setattr(http, "openai_generate", lambda *a, **k: None)  # the warm-up
+    monkeypatch.setattr(real, "anonymous_bytes", lambda pid: 2 * gib)
+    monkeypatch.setattr(real, "memory_available_bytes", lambda: 6 * gib)
+    arms = [Arm("llama-server", 0), Arm("llama-server", 2, sets=("spec-draft-p-min=0.5",)), Arm("python", 2)]
+    with pytest.raises(InputError, match="^3 servers side by side: the 2 still to start need 6.5 GiB .* 6.0 GiB is"):
+        arms_side_by_side(target, drafter, arms, PROMPTS, 9, ["threads=2"])
+    assert started == [("llama-server", None, ["threads=2"])] and stopped == ["llama-server"]
+    # the arm's own sets come after the length's, over the run's
+    assert Arm("llama-server", 2, sets=("spec-draft-p-min=0.5",)).overrides() == [
+        "spec-draft-adaptive=false",
+        "spec-draft-n-max=2",
+        "spec-draft-p-min=0.5",
+    ]
+
+
+def bench_arm(kind: str, group: str | None, n_max: int, generation_tps: float, adaptive: bool = False, sets=()) -> dict:
+    """An arm's dict as bench_real.py writes it: 2 prompts, 20 tokens, 5 target passes."""
+    return {
+        "kind": kind, "group": group, "engine": "llama-server", "n_max": n_max, "adaptive": adaptive,
+        "sets": list(sets), "label": "", "texts": ["a", "b"], "tokens": 20, "target_passes": 5,
+        "tokens_per_second": generation_tps / 2, "generation_tokens_per_second": generation_tps,
+        "acceptance": 1.0 if n_max else None, "tokens_per_pass": 4.0, "ttft_seconds": 0.5,
+        "load_seconds": 2.0, "peak_rss_mib": 1000.0, "python_seconds": None, "policy": None,
+    }  # fmt: skip
+
+
+def test_interleaved_groups_compare_each_arm_with_their_own_target_alone():
+    """bench_real.py --interleave kind: every kind's arms with the target alone loaded beside them
+    (10 and 8 tokens/s here), an adaptive arm with an override of its own labelled and compared."""
+    arms = [
+        bench_arm("none", "hidden", 0, 10.0),
+        bench_arm("hidden", "hidden", 2, 20.0),
+        bench_arm("hidden", "hidden", 2, 19.0, adaptive=True),
+        bench_arm("hidden", "hidden", 2, 21.0, adaptive=True, sets=["spec-draft-p-min=0.5"]),
+        bench_arm("none", "mixed", 0, 8.0),
+        bench_arm("mixed", "mixed", 2, 8.8),
+        bench_arm("mixed", "mixed", 2, 8.0, adaptive=True),
+    ]
+    alone = {bench_real.alone_key(a): a for a in arms if not a["n_max"]}
+    assert bench_real.adaptive_goals(arms, alone) == [
+        "- llama-server, hidden, adaptive up to n-max 2: 1.90x the target alone, 0.95x the best fixed length (n-max 2)",
+        "- llama-server, hidden, adaptive up to n-max 2 (spec-draft-p-min=0.5): 2.10x the target alone, "
+        "1.05x the best fixed length (n-max 2)",
+        "- llama-server, mixed, adaptive up to n-max 2: 1.00x the target alone, 0.91x the best fixed length (n-max 2)",
+    ]
+    result = {
+        "shape": "e2b",
+        "arms": arms,
+        "costs": {
+            "target_pass_seconds": {"1": 0.1, "3": 0.125},
+            "drafter": {"step_seconds": 0.0125, "head_share": 0.5},
+        },
+    }
+    rows = [line for line in bench_real.table(result).splitlines() if line.startswith("| ")][1:]
+    # predicted for n-max 2: (20 - 2) / (5 - 2) = 6 tokens a pass x 0.1 / (0.125 + 2 x 0.0125) = 4.00x
+    assert [row.split(" | ")[:6] for row in rows] == [
+        ["| none (hidden)", "0", "llama-server", "5.00", "10.00", "1.00x"],
+        ["| hidden", "2", "llama-server", "10.00", "20.00", "2.00x"],
+        ["| hidden", "<=2 adaptive", "llama-server", "9.50", "19.00", "1.90x"],
+        ["| hidden", "<=2 adaptive (spec-draft-p-min=0.5)", "llama-server", "10.50", "21.00", "2.10x"],
+        ["| none (mixed)", "0", "llama-server", "4.00", "8.00", "1.00x"],
+        ["| mixed", "2", "llama-server", "4.40", "8.80", "1.10x"],
+        ["| mixed", "<=2 adaptive", "llama-server", "4.00", "8.00", "1.00x"],
+    ]
+    assert [row.split(" | ")[6] for row in rows] == ["-", "4.00x", "-", "-", "-", "4.00x", "-"]
+    # the same arm in the other engine, matched within its group and with the same overrides
+    python = [
+        a | {"engine": "python", "generation_tokens_per_second": a["generation_tokens_per_second"] / 2} for a in arms
+    ]
+    both = bench_real.table(result | {"arms": arms + python}).splitlines()
+    assert next(line for line in both if line.startswith("Python engine / llama-server")) == (
+        "Python engine / llama-server, generation tokens/s: none (hidden) n-max 0: 0.50x, hidden n-max 2: 0.50x, "
+        "hidden n-max <=2 adaptive: 0.50x, hidden n-max <=2 adaptive (spec-draft-p-min=0.5): 0.50x, "
+        "none (mixed) n-max 0: 0.50x, mixed n-max 2: 0.50x, mixed n-max <=2 adaptive: 0.50x"
+    )
+    assert [bench_real.same_arm(arms[2], b) for b in arms] == [False, False, True, False, False, False, False]
 
 
 @pytest.mark.bindings

@@ -4,11 +4,13 @@ On a full-size pair (:mod:`gguf_exact.tiny.full_pair`), per engine (llama-server
 the Python engine, both over HTTP with the same requests) and n-max (0 = the target
 alone; a fixed length, or the bound of the adaptive policy's):
 
-- :func:`engines_arm`: both engines loaded side by side and sent the same requests in
+- :func:`arms_side_by_side`: several :class:`Arm` (an engine at one n-max, fixed or
+  adaptive, with overrides of its own) loaded side by side and sent the same requests in
   turn, several rounds (medians): load time (start to ``/health`` 200), time to first
   token (a 1-token request after a warm-up), then the prompts: tokens/s (client wall and
   the server's generation phase), acceptance, tokens per target pass, and each server
   process's peak RSS (``VmHWM``: its memory-mapped weights it touched included).
+  :func:`engines_arm`: one n-max in every engine.
 - :func:`concurrent_arm`: ``clients`` requests at once on a server with ``--parallel``
   slots: each request's tokens and acceptance (llama-server's own ``timings``) and the
   aggregate tokens/s.
@@ -30,16 +32,49 @@ import time
 from contextlib import ExitStack, contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Iterator, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 from gguf_exact.bench.report import Figures
 from gguf_exact.bench.request import BENCH_PROFILE, adaptive_length, fixed_length
 from gguf_exact.engines.settings import ENGINES  # what serve --engine takes
+from gguf_exact.errors import InputError
 
 HEAD_NODE = "result_output"  # the drafter's tied output head (gemma4-assistant.cpp)
 ORDERED_HEAD_NODES = "ordered_head."  # the ordered-embedding head's nodes (patch #24), beside result_output
 TTFT_PROMPT = "Time to first token, measured on a prompt of its own: " * 2
 NAME_OFFSET = 256  # offsetof(struct ggml_tensor, name) in ggml 0c1e57098 (x86-64)
+GIB = 1024**3
+MEMORY_SPARE = GIB  # left free beside the servers: this process, the system, other work's page cache
+
+
+@dataclass(frozen=True)
+class Arm:
+    """One server of a side-by-side run: ``engine`` drafting up to ``n_max`` (0: the target
+    alone, no drafter), a fixed length or the policy's (``adaptive``), with ``sets``
+    (``KEY=VALUE``, e.g. ``spec-draft-p-min=0.5``) over the run's own for this arm only."""
+
+    engine: str
+    n_max: int
+    adaptive: bool = False
+    sets: tuple[str, ...] = ()
+    label: str = ""  # a name for logs and tables ("": described by the fields)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "sets", tuple(self.sets))
+
+    def overrides(self) -> list[str]:
+        """The draft length's overrides, then the arm's own (the later of two values wins)."""
+        return [*(adaptive_length(self.n_max) if self.adaptive else fixed_length(self.n_max)), *self.sets]
+
+    def describe(self) -> str:
+        """The arm in a few words, for a log: its engine and its label, or its length and sets."""
+        if self.label:
+            return f"{self.engine}, {self.label}"
+        if not self.n_max:
+            how = "the target alone"
+        else:
+            how = f"adaptive up to n-max {self.n_max}" if self.adaptive else f"n-max {self.n_max}"
+        return f"{self.engine}, {how}" + (f" ({', '.join(self.sets)})" if self.sets else "")
 
 
 @dataclass
@@ -63,6 +98,8 @@ class ArmResult(Figures):
     # what the engine's draft-length policy measured by the end of the arm (/metrics: pass
     # seconds per row count, drafter step, acceptance per depth); None where it chose no length
     policy: dict | None = None
+    sets: list[str] = field(default_factory=list)  # the arm's own overrides (Arm.sets)
+    label: str = ""
 
     def as_dict(self) -> dict:
         d = {k: v for k, v in self.__dict__.items()}
@@ -104,9 +141,140 @@ def running(
         stop_server(launch.port)
 
 
+def proc_kib(text: str, key: str) -> int:
+    """The ``key:   N kB`` line of a ``/proc`` text (``meminfo``, ``smaps_rollup``), in KiB
+    (0 without one)."""
+    for line in text.splitlines():
+        name, _, value = line.partition(":")
+        if name == key:
+            return int(value.split()[0])
+    return 0
+
+
+def anonymous_bytes(pid: int) -> int:
+    """A process's anonymous memory (heap, KV cache, compute buffers: its own), 0 when it is
+    gone. Its memory-mapped model pages are page cache, shared by every server of the file."""
+    try:
+        return proc_kib(Path(f"/proc/{pid}/smaps_rollup").read_text(), "Anonymous") * 1024
+    except OSError:
+        return 0
+
+
+def memory_available_bytes() -> int:
+    return proc_kib(Path("/proc/meminfo").read_text(), "MemAvailable") * 1024
+
+
+def check_room(servers: int, left: int, largest_anonymous: int, model_bytes: int, available: int) -> None:
+    """Raise :class:`InputError` unless ``left`` more servers of ``servers``, each taken to need
+    the largest anonymous memory seen so far, fit in ``available`` beside the model files' page
+    cache (each page once, however many servers map it) and :data:`MEMORY_SPARE`: swapping
+    would time the disk, not the engines."""
+    needed = largest_anonymous * left + model_bytes + MEMORY_SPARE
+    if needed > available:
+        raise InputError(
+            f"{servers} servers side by side: the {left} still to start need {needed / GIB:.1f} GiB "
+            f"({largest_anonymous / GIB:.1f} GiB each, the model files {model_bytes / GIB:.1f} GiB and "
+            f"{MEMORY_SPARE / GIB:.0f} GiB spare) but {available / GIB:.1f} GiB is available; interleave fewer "
+            "arms (bench_real.py --interleave none, or fewer --n-max values or engines)"
+        )
+
+
 def _median_sum(per_round: list[list[Any]], figure: Any) -> float:
     """Per prompt, the median of ``figure`` over rounds; summed over prompts."""
     return sum(statistics.median(figure(gens[i]) for gens in per_round) for i in range(len(per_round[0])))
+
+
+def arms_side_by_side(
+    target: Path,
+    drafter: Path | None,
+    arms: Sequence[Arm],
+    prompts: Sequence[str],
+    n_predict: int,
+    sets: Sequence[str],
+    profile: str = BENCH_PROFILE,
+    rounds: int = 3,
+    on_request: Callable[[int, int, int], None] | None = None,
+) -> list[ArmResult]:
+    """Every arm loaded at once, each its own server, over ``/v1/completions``: one result per
+    arm, in ``arms``' order.
+
+    The servers are started one after the other (each load timed while the others idle), then
+    each request goes to every arm in turn before the next request, the order rotated by one
+    from one request to the next (A B C, B C A, C A B, ...: each arm first as often as the
+    others), ``rounds`` times; each figure is the median over rounds. On a shared machine a
+    burst of other work, or the host's own drift (up to 25% within the hour here, 10% from one
+    minute to the next), then slows every arm alike instead of whichever arm it fell on: the
+    ratios between arms hold where the absolute figures wander, and a request's peers run
+    seconds apart, not minutes apart as arms run one after the other.
+    ``on_request(arm, round, prompt)`` (indices) is called before each measured request.
+
+    Before each server after the first, :func:`check_room`: the servers still to start must
+    fit in the memory available."""
+    from gguf_exact.engines.http import openai_generate
+
+    drafts = drafter is not None and any(a.n_max for a in arms)
+    model_bytes = target.stat().st_size + (drafter.stat().st_size if drafts else 0)
+    with ExitStack() as stack:
+        servers = []
+        largest_anonymous = 0
+        for i, arm in enumerate(arms):
+            if i:
+                check_room(len(arms), len(arms) - i, largest_anonymous, model_bytes, memory_available_bytes())
+            launch, proc, load = stack.enter_context(
+                running(target, drafter if arm.n_max else None, arm.engine, [*sets, *arm.overrides()], profile)
+            )
+            openai_generate(launch.url, prompts[0], 2, 0.0, 1)  # warm-up: pages the weights in
+            largest_anonymous = max(largest_anonymous, anonymous_bytes(proc.pid))
+            servers.append((launch, proc, load))
+        # a prompt no request before or after shares a prefix with: llama-cpp-python reuses
+        # the previous request's prefix, llama-server (cache_prompt off) does not
+        ttft = [openai_generate(launch.url, TTFT_PROMPT, 1, 0.0, 1) for launch, _, _ in servers]
+        runs: list[list[list[Any]]] = [[] for _ in arms]
+        for r in range(rounds):
+            for per_round in runs:
+                per_round.append([])
+            for i, p in enumerate(prompts):
+                first = (r * len(prompts) + i) % len(arms)
+                for a in [*range(first, len(arms)), *range(first)]:
+                    if on_request is not None:
+                        on_request(a, r, i)
+                    runs[a][-1].append(openai_generate(servers[a][0].url, p, n_predict, 0.0, 1))
+        return [_arm_result(arm, *server, ttft[a], runs[a]) for a, (arm, server) in enumerate(zip(arms, servers))]
+
+
+def _arm_result(arm: Arm, launch: Any, proc: Any, load: float, ttft: Any, per_round: list[list[Any]]) -> ArmResult:
+    """One arm's figures from its requests' answers (``per_round``: the prompts' per round),
+    its policy from its ``/metrics`` and its peak RSS, read while its server runs."""
+    from gguf_exact.engines.http import get_metrics
+    from gguf_exact.runtime.draft_policy import parse_snapshot
+
+    first = per_round[0]
+    snap = parse_snapshot(get_metrics(launch.url))
+    python = [g.server_python_seconds for g in first]
+    return ArmResult(
+        engine=arm.engine,
+        n_max=arm.n_max,
+        load_seconds=load,
+        ttft_seconds=ttft.wall_seconds,
+        ttft_prompt_tokens=ttft.n_prompt,
+        adaptive=arm.adaptive and arm.n_max > 0,
+        tokens=sum(g.n_tokens for g in first),
+        wall_seconds=_median_sum(per_round, lambda g: g.wall_seconds),
+        generation_seconds=_median_sum(per_round, lambda g: g.wall_seconds - g.prefill_seconds),
+        target_passes=sum(g.target_passes for g in first),
+        drafts_generated=sum(g.drafts_generated for g in first),
+        drafts_accepted=sum(g.drafts_accepted for g in first),
+        peak_rss_mib=peak_rss_mib(proc.pid),
+        rounds=len(per_round),
+        same_every_round=all([g.text for g in gs] == [g.text for g in first] for gs in per_round),
+        texts=[g.text for g in first],
+        python_seconds=(
+            _median_sum(per_round, lambda g: g.server_python_seconds) if all(x is not None for x in python) else None
+        ),
+        policy=None if snap is None else asdict(snap),
+        sets=list(arm.sets),
+        label=arm.label,
+    )
 
 
 def engines_arm(
@@ -122,71 +290,10 @@ def engines_arm(
     adaptive: bool = False,
 ) -> list[ArmResult]:
     """Every engine at one n-max (0: the target alone; ``adaptive``: the bound of the length
-    the policy chooses, else the fixed length) over ``/v1/completions``, side by side.
-
-    The servers are started one after the other (each load timed while the others idle),
-    then each request goes to every engine in turn before the next request, the order
-    reversed from one request to the next (A B, B A, ...), ``rounds`` times; each figure is
-    the median over rounds. On a shared machine a burst of other work, or the host's own
-    drift (up to 25% within the hour here), then slows every engine alike instead of
-    whichever arm it fell on: the ratios between engines hold where the absolute figures
-    wander, and a request's peers run seconds apart, not a round apart."""
-    from gguf_exact.engines.http import get_metrics, openai_generate
-    from gguf_exact.runtime.draft_policy import parse_snapshot
-
-    extra = adaptive_length(n_max) if adaptive else fixed_length(n_max)
-    with ExitStack() as stack:
-        servers = {}
-        for engine in engines:
-            launch, proc, load = stack.enter_context(
-                running(target, drafter if n_max else None, engine, [*sets, *extra], profile)
-            )
-            openai_generate(launch.url, prompts[0], 2, 0.0, 1)  # warm-up: pages the weights in
-            servers[engine] = (launch, proc, load)
-        # a prompt no request before or after shares a prefix with: llama-cpp-python reuses
-        # the previous request's prefix, llama-server (cache_prompt off) does not
-        ttft = {e: openai_generate(servers[e][0].url, TTFT_PROMPT, 1, 0.0, 1) for e in engines}
-        runs: dict[str, list[list[Any]]] = {e: [] for e in engines}
-        for r in range(rounds):
-            for e in engines:
-                runs[e].append([])
-            for i, p in enumerate(prompts):
-                for engine in engines if (r * len(prompts) + i) % 2 == 0 else list(reversed(engines)):
-                    runs[engine][-1].append(openai_generate(servers[engine][0].url, p, n_predict, 0.0, 1))
-        results = []
-        for engine in engines:
-            launch, proc, load = servers[engine]
-            per_round = runs[engine]
-            first = per_round[0]
-            snap = parse_snapshot(get_metrics(launch.url))
-            python = [g.server_python_seconds for g in first]
-            results.append(
-                ArmResult(
-                    engine=engine,
-                    n_max=n_max,
-                    load_seconds=load,
-                    ttft_seconds=ttft[engine].wall_seconds,
-                    ttft_prompt_tokens=ttft[engine].n_prompt,
-                    adaptive=adaptive and n_max > 0,
-                    tokens=sum(g.n_tokens for g in first),
-                    wall_seconds=_median_sum(per_round, lambda g: g.wall_seconds),
-                    generation_seconds=_median_sum(per_round, lambda g: g.wall_seconds - g.prefill_seconds),
-                    target_passes=sum(g.target_passes for g in first),
-                    drafts_generated=sum(g.drafts_generated for g in first),
-                    drafts_accepted=sum(g.drafts_accepted for g in first),
-                    peak_rss_mib=peak_rss_mib(proc.pid),
-                    rounds=rounds,
-                    same_every_round=all([g.text for g in gs] == [g.text for g in first] for gs in per_round),
-                    texts=[g.text for g in first],
-                    python_seconds=(
-                        _median_sum(per_round, lambda g: g.server_python_seconds)
-                        if all(x is not None for x in python)
-                        else None
-                    ),
-                    policy=None if snap is None else asdict(snap),
-                )
-            )
-    return results
+    the policy chooses, else the fixed length), side by side (:func:`arms_side_by_side`;
+    with two engines the order is reversed from one request to the next)."""
+    arms = [Arm(engine, n_max, adaptive) for engine in engines]
+    return arms_side_by_side(target, drafter, arms, prompts, n_predict, sets, profile, rounds)
 
 
 @dataclass
@@ -414,7 +521,11 @@ def card_prediction(
 __all__ = [
     "card_prediction",
     "ENGINES",
+    "Arm",
     "ArmResult",
+    "anonymous_bytes",
+    "arms_side_by_side",
+    "check_room",
     "ConcurrentResult",
     "DrafterProfile",
     "concurrent_arm",
