@@ -4,6 +4,7 @@ drafter's hits, a request's own speculative fields, and the figures /metrics sho
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 
 import pytest
@@ -165,3 +166,38 @@ def test_the_warmup_seeds_the_policy_with_this_machines_passes(pairs, tmp_path, 
         assert unseeded.draft_length.seeds == {} and unseeded.draft_length.policy.pass_cost == {}
     finally:
         unseeded.close()
+
+
+def test_the_warmup_decodes_on_a_thread_of_its_own_that_ends():
+    # llama.cpp's OpenMP CPU backend keeps a team of worker threads per OS thread that computed a
+    # graph: passes timed on the loading thread, which lives on beside the serving one, made every
+    # later pass 20% slower and drafter steps 3x (E2B, 2-core Xeon). A stand-in for the Llama
+    # records where and what it was asked to decode
+    from gguf_exact.speculative.warmup import time_verification_passes
+
+    class Recorder:
+        def __init__(self) -> None:
+            self.calls: list[tuple] = []
+            self.threads: set[threading.Thread] = set()
+
+        def token_bos(self) -> int:
+            return 2
+
+        def decode_batch(self, tokens, n_past, logits_all) -> None:
+            self.threads.add(threading.current_thread())
+            self.calls.append(("decode", list(tokens), n_past, logits_all))
+
+        def drop_cache_from(self, position: int) -> None:
+            self.calls.append(("drop", position))
+
+        def reset(self) -> None:
+            self.calls.append(("reset",))
+
+    llm = Recorder()
+    costs = time_verification_passes(llm, 3, repeats=2)  # type: ignore[arg-type]
+    assert sorted(costs) == [1, 2, 3] and all(s >= 0 for s in costs.values())
+    expected = [c for rows in (1, 2, 3) for _ in range(2) for c in (("decode", [2] * rows, 0, True), ("drop", 0))]
+    assert llm.calls == [*expected, ("reset",)]
+    [worker] = llm.threads
+    assert worker is not threading.current_thread() and worker.name == "gguf-exact-pass-timing"
+    assert not worker.is_alive()
