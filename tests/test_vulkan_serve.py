@@ -185,6 +185,24 @@ def test_drafter_text_is_the_target_alones_and_the_cpus(vulkan_hidden, pairs, de
     assert [a[1:] for a in greedy] == [a[1:] for a in cpu_answers["hidden"]["greedy"]]
 
 
+def test_adaptive_times_its_passes_on_the_device_at_start_up(pairs, device, cpu_answers, tmp_path):
+    """The profile's adaptive length with its start-up timing (spec-draft-adaptive-warmup): llama-server
+    decodes 1 to 5 rows on the device before any request, seeds the policy with them (its log, /slots)
+    and then serves the CPU build's greedy text."""
+    sets = (*SETS, "spec-draft-adaptive=true", "spec-draft-n-max=4")  # the profile's warmup stays on
+    with Served(tmp_path, *pairs["hidden"], sets=sets, vulkan_devices=device) as s:
+        slots = json.loads(urllib.request.urlopen(s.url + "/slots", timeout=60).read())
+        greedy = answers(s.url)
+        log = s.log()
+    timed = re.search(r"verification pass by rows timed at start-up \(([0-9.]+) s\): (.*)", log)
+    assert timed is not None, "no start-up timing in the log"
+    rows = [(int(r), float(ms.removesuffix(" ms"))) for r, ms in (x.split(": ") for x in timed.group(2).split(", "))]
+    assert [r for r, _ in rows] == [1, 2, 3, 4, 5] and all(ms > 0 for _, ms in rows)
+    assert all("Vulkan0" in m.weights for m in logged_buffers(log)[:2])  # timed where it serves
+    assert sorted(slots[0]["draft_policy"]["pass_seconds"]) == ["1", "2", "3", "4", "5"]
+    assert [a[0] for a in greedy] == [a[0] for a in cpu_answers["hidden"]["greedy"]]
+
+
 def test_serve_through_the_profile_names_the_device_and_drafts(pairs, device, tmp_path):
     """`serve --profile gtx1650ti-vulkan --vulkan-devices N` as a user types it: the device line,
     and the probe request (pipelines compiled on a software device's first request) says drafting."""
