@@ -3,7 +3,7 @@
 
 Writes a full-size ``make-pair`` pair (``--shape e2b|e4b``, kind ``hidden``) and beside its
 drafter the same drafter converted as ``convert --full-head`` (the full head only), then
-times both with :func:`gguf_exact.bench.real.drafter_profile` (the bindings, ``--threads``
+times both with :func:`gguf_exact.bench.pass_costs.drafter_profile` (the bindings, ``--threads``
 threads, ``--steps`` steps each), alternated A B B A per round so drift on the machine
 falls on both. Printed per profile: the step (median of its steps), the head's time and
 share, the graph's node count, the load average; then the fastest step of each and their
@@ -16,7 +16,7 @@ import argparse
 import time
 from pathlib import Path
 
-from gguf_exact.bench.real import drafter_profile
+from gguf_exact.bench.pass_costs import drafter_profile
 from gguf_exact.tiny.full_pair import SHAPES, cycle_ids, write_drafter, write_pair
 from gguf_exact.tiny.vocab import gemma4_vocabulary
 

@@ -41,15 +41,12 @@ import sys
 import time
 from pathlib import Path
 
+from gguf_exact.bench.pass_costs import card_prediction, drafter_profile, predicted_speedup, target_pass_seconds
 from gguf_exact.bench.real import (
     ENGINES,
     Arm,
     arms_side_by_side,
-    card_prediction,
     concurrent_arm,
-    drafter_profile,
-    predicted_speedup,
-    target_pass_seconds,
 )
 from gguf_exact.errors import GgufExactError
 from gguf_exact.tiny.full_pair import cycle_ids, write_drafter, write_pair

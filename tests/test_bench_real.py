@@ -270,7 +270,7 @@ def test_concurrent_clients_each_count_their_own_tokens(pair, engine, parallel):
 
 def test_the_cost_model_on_a_card_is_the_cpu_model_with_the_cards_pass():
     """card_prediction: verification as one card pass, the drafter scaled by card pass / CPU pass."""
-    from gguf_exact.bench.real import card_prediction, predicted_speedup
+    from gguf_exact.bench.pass_costs import card_prediction, predicted_speedup
 
     # E2B hidden at n-max 3 (3.56 tokens a pass), a 12.24 ms card pass, CPU 158 ms, drafter 4.9 ms
     assert card_prediction(3.56, 0.01224, 0.158, 0.0049, 3) == pytest.approx(3.56 / (1 + 3 * 0.0049 / 0.158))
@@ -294,7 +294,7 @@ ORDERED_HEAD = (
 def test_vocab_ids_stay_inside_the_vocabulary():
     """drafter_profile's and target_pass_seconds' token ids: 300-331, 400, 500... on Gemma 4's
     vocabulary as before; moved down to the last ids of the tiny pairs' 320 (320 itself was fed)."""
-    from gguf_exact.bench.real import vocab_ids
+    from gguf_exact.bench.pass_costs import vocab_ids
 
     assert vocab_ids(300, 32, 262_144) == list(range(300, 332)) and vocab_ids(400, 1, 262_144) == [400]
     assert vocab_ids(300, 32, 320) == list(range(288, 320)) and vocab_ids(400, 1, 320) == [319]
@@ -305,7 +305,7 @@ def test_vocab_ids_stay_inside_the_vocabulary():
 def test_drafter_profile_times_the_ordered_head_as_the_head(pair, tmp_path):
     """With the head (patch #24) the step has the ordered_head.* nodes, timed as its head; the
     same drafter converted --full-head has only the 320-row head (result_output)."""
-    from gguf_exact.bench.real import drafter_profile
+    from gguf_exact.bench.pass_costs import drafter_profile
     from gguf_exact.drafter.convert import convert_drafter
 
     target, drafter = pair

@@ -242,7 +242,13 @@ def test_requests_that_cannot_fit_are_refused_before_streaming(engines):
 def test_engine_options_follow_the_profiles():
     opts, ignored = engine_options(load_profile("rtx3050"))
     assert opts == EngineOptions(
-        n_ctx=8192, n_max=4, adaptive=True, adaptive_warmup=True, n_gpu_layers=99, n_gpu_layers_draft=-1, flash_attn=True
+        n_ctx=8192,
+        n_max=4,
+        adaptive=True,
+        adaptive_warmup=True,
+        n_gpu_layers=99,
+        n_gpu_layers_draft=-1,
+        flash_attn=True,
     )
     assert ignored == []
     assert engine_options(load_profile("gtx1650ti"))[0].n_max == 4

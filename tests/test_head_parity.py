@@ -206,7 +206,13 @@ def test_transformers_gemma4_assistant_agrees(drafts, tmp_path):
     hidden = np.stack([h for h, _ in drafts["head"]])
     np.savez(tmp_path / "in.npz", hidden=hidden)
     proc = subprocess.run(
-        [str(PARITY_PYTHON), str(REPO / "scripts/head_parity_hf.py"), str(drafts["hf"]), tmp_path / "in.npz", tmp_path / "out.npz"],
+        [
+            str(PARITY_PYTHON),
+            str(REPO / "scripts/head_parity_hf.py"),
+            str(drafts["hf"]),
+            tmp_path / "in.npz",
+            tmp_path / "out.npz",
+        ],
         capture_output=True,
         text=True,
     )
