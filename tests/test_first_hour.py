@@ -306,16 +306,55 @@ def test_non_loopback_host_needs_a_key(tiny, tmp_path):
     ]
     r = run(*base, "--host", "0.0.0.0", "--insecure", env=env)
     assert r.exit_code == 0 and "warning: --insecure: anyone who can reach 0.0.0.0 may use this server" in r.stderr
-    r = run(*base, "--host", "0.0.0.0", env=env | {"GGUF_EXACT_API_KEY": "k3y-from-env"})
+    r = run(*base, "--host", "0.0.0.0", env=env | {"GGUF_EXACT_API_KEY": "k3y-from-env-0123"})
     assert r.exit_code == 0, r.output
     assert "api key  required from clients" in r.stdout and "k3y-from-env" not in r.output
     for bad, where in (
         (["--set", "api-key=abc"], "error: --set: [server] api-key is set by gguf-exact serve; use --api-key"),
-        (["--", "--api-key", "abc"], "error: llama-server arguments: --api-key would be kept in the run folder"),
+        (["--", "--api-key", "abc"], "error: llama-server arguments: --api-key is set by gguf-exact serve; use --api-key"),
     ):
         r = run(*base, *bad, env=env)
         assert r.exit_code == 1 and r.stderr.startswith(where), r.output
         assert len(r.stderr.strip().splitlines()) == 1
+
+
+def test_a_short_key_is_refused_off_loopback_only(tiny, tmp_path):
+    env = {"GGUF_EXACT_RUN_DIR": str(tmp_path / "run"), "GGUF_EXACT_API_KEY": ""}
+    base = ["serve", "--model", tiny / "target.gguf", "--no-draft", "--profile", "cpu", "--dry-run"]
+    r = run(*base, "--host", "0.0.0.0", "--api-key", "x" * 15, env=env)
+    assert r.exit_code == 1 and r.stderr.strip().splitlines() == [
+        "error: --api-key (or $GGUF_EXACT_API_KEY) has 15 characters; a server other machines reach (0.0.0.0) needs "
+        "a key of at least 16, e.g. from `openssl rand -hex 24`"
+    ]
+    assert run(*base, "--host", "0.0.0.0", "--api-key", "x" * 16, env=env).exit_code == 0
+    assert run(*base, "--api-key", "x", env=env).exit_code == 0  # loopback: only this machine's users
+
+
+def test_every_option_serve_owns_is_refused_after_the_double_dash(tiny, tmp_path):
+    """llama-server takes an option's last value: any of serve's own options after `--`
+    would override the one serve checked (`-- --host 0.0.0.0` bound every interface with no
+    key). Each reserved option, in each spelling, is refused in one line; others pass."""
+    from gguf_exact.engines.request_guard import llama_server_args
+    from gguf_exact.runtime.profiles import RESERVED
+
+    assert {a.removeprefix("--") for a in llama_server_args() if a.startswith("--")} <= set(RESERVED)
+    env = {"GGUF_EXACT_RUN_DIR": str(tmp_path / "run"), "GGUF_EXACT_API_KEY": ""}
+    base = ["serve", "--model", tiny / "target.gguf", "--no-draft", "--profile", "cpu", "--dry-run", "--"]
+    assert len(RESERVED) == 14
+    for key in RESERVED:
+        dashes = "-" if len(key) <= 2 else "--"
+        for extra in ([f"{dashes}{key}", "0.0.0.0"], [f"{dashes}{key}=0.0.0.0"], ["--ctx-size", "64", f"{dashes}{key}"]):
+            r = run(*base, *extra, env=env)
+            assert r.exit_code == 1, (extra, r.output)
+            lines = r.stderr.strip().splitlines()
+            assert len(lines) == 1 and lines[0].startswith(
+                f"error: llama-server arguments: {dashes}{key} is set by gguf-exact serve; use "
+            ), (extra, lines)
+    r = run(*base, "--host", "0.0.0.0", env=env)
+    assert "0.0.0.0" not in r.stdout and r.exit_code == 1
+    r = run(*base, "--ctx-size", "-1", "--temp", "0.5", env=env)
+    assert r.exit_code == 0, r.output
+    assert "--ctx-size -1 --temp 0.5" in " ".join(r.stdout.split())
 
 
 def test_scratch_run_roots_are_removed(tmp_path):
@@ -342,7 +381,7 @@ def test_status_json_of_the_readme_names_no_key(tiny, tmp_path):
     from gguf_exact.engines.settings import ServeSettings, read_settings, write_settings
 
     asked = ServeSettings(
-        tiny / "target.gguf", profile="cpu", engine="python", host="0.0.0.0", port=9, api_key="s3cret"
+        tiny / "target.gguf", profile="cpu", engine="python", host="0.0.0.0", port=9, api_key="s3cret-0123456789"
     )
     launch = plan_launch(replace(asked, runs=tmp_path / "run"), check_port=False)
     assert "s3cret" not in repr(launch) and "s3cret" not in repr(launch.settings)

@@ -103,6 +103,20 @@ PATCHES: tuple[SourcePatch, ...] = (
             "log queue before returning. Only tools/perplexity/ changes, which the bindings do not ship"
         ),
     ),
+    SourcePatch(
+        id="42",
+        file="42-request-guard.patch",
+        gpu_only=False,
+        server_only=True,
+        why=(
+            "gguf-exact #42: one request could kill llama-server (a grammar or JSON schema nested "
+            "20,000 deep overflowed the HTTP thread's stack; bodies of any size were read). The request "
+            "guard of gguf_exact/engines/request_guard.py in C++: --request-max-body (HTTP 413), "
+            "--request-max-depth (the body's JSON nesting) and --grammar-max-depth (a grammar's groups), "
+            "HTTP 400 naming the limit; a body that is not JSON is 400, not 500; API keys compared in "
+            "constant time. Only common/ and tools/server/ change, which the bindings do not ship"
+        ),
+    ),
 )
 
 

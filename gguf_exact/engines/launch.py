@@ -98,12 +98,23 @@ def is_loopback(host: str) -> bool:
         return False  # a name that may resolve to any interface
 
 
+# A key for a server other machines reach: 16 characters at least (a random hex key of 16 is
+# 64 bits; the one the messages suggest, `openssl rand -hex 24`, is 48 characters).
+MIN_API_KEY_CHARS = 16
+
+
 def check_exposure(host: str, api_key: str | None, insecure: bool) -> None:
     """A server reachable from other machines needs an API key, unless ``insecure``."""
     key_env = constants.API_KEY_ENV
     if api_key is not None and not api_key.strip():
         raise ArgumentError(
             Param("api_key"), f" (or ${key_env}) is empty; give a key, e.g. from `openssl rand -hex 24`"
+        )
+    if not is_loopback(host) and api_key and len(api_key) < MIN_API_KEY_CHARS:
+        raise ArgumentError(
+            Param("api_key"),
+            f" (or ${key_env}) has {len(api_key)} characters; a server other machines reach ({host}) needs a key of at "
+            f"least {MIN_API_KEY_CHARS}, e.g. from `openssl rand -hex 24`",
         )
     if not is_loopback(host) and not api_key and not insecure:
         raise ArgumentError(

@@ -16,7 +16,8 @@ from gguf_exact import constants
 from gguf_exact.builds.llama_build import build_command, find_build, install_dir, make_command
 from gguf_exact.engines.settings import LOG_FILE, ServeSettings
 from gguf_exact.errors import ArgumentError, BuildError, GgufExactError, Param, ServerError
-from gguf_exact.runtime.profiles import Profile, refuse_no_mmap
+from gguf_exact.engines.request_guard import llama_server_args
+from gguf_exact.runtime.profiles import RESERVED, Profile, refuse_no_mmap
 
 NAME = "llama-server"
 
@@ -41,21 +42,21 @@ def resolve_server_binary(profile: Profile, server_bin: str | Path | None = None
 
 
 def check_extra_args(extra: list[str] | tuple[str, ...]) -> None:
-    """Arguments after the profile's: no mmap switch, no API key (it would be kept in
-    ``server.json`` and shown by ``ps``)."""
+    """Arguments after the profile's (after ``--``): the same rules as a profile's keys and
+    ``--set``. No option serve sets itself (:data:`~gguf_exact.runtime.profiles.RESERVED`:
+    llama-server takes an option's last value, so ``-- --host 0.0.0.0`` would bind every
+    interface past the key check), and no mmap switch."""
     extra = list(extra)
     for i, arg in enumerate(extra):
-        key = arg.lstrip("-")
+        if not arg.startswith("-") or arg.lstrip("-").replace(".", "", 1).isdigit():
+            continue  # a value (negative numbers too), not an option
+        key, eq, inline = arg.lstrip("-").partition("=")
         value = extra[i + 1] if i + 1 < len(extra) and not extra[i + 1].startswith("-") else True
-        key, eq, inline = key.partition("=")
-        refuse_no_mmap(key, inline if eq else value, Param("extra_args"))
-        if key in ("api-key", "api-key-file"):
+        if key in RESERVED:
             raise ArgumentError(
-                Param("extra_args"),
-                f": --{key} would be kept in the run folder's server.json and shown by ps; give the key with serve's ",
-                Param("api_key"),
-                f" or ${constants.API_KEY_ENV} instead",
+                Param("extra_args"), f": {arg.partition('=')[0]} is set by gguf-exact serve; use ", RESERVED[key], " instead"
             )
+        refuse_no_mmap(key, inline if eq else value, Param("extra_args"))
 
 
 def command(settings: ServeSettings, run_dir: Path, require_build: bool = True) -> tuple[list[str], str | None]:
@@ -73,6 +74,7 @@ def command(settings: ServeSettings, run_dir: Path, require_build: bool = True) 
     if settings.drafter_path is not None:
         cmd += ["--model-draft", str(settings.drafter_path.resolve())]
     cmd += ["--host", settings.host, "--port", str(settings.port), "--metrics", "--log-file", str(run_dir / LOG_FILE)]
+    cmd += llama_server_args()
     cmd += prof.args(with_draft=settings.drafter_path is not None) + list(settings.extra_args)
     return cmd, note
 

@@ -31,6 +31,9 @@ Value = str | int | float | bool
 
 # Options that gguf-exact sets itself, from its own arguments: what to use instead.
 _API_KEY = Message(Param("api_key"), " or $GGUF_EXACT_API_KEY (kept out of the run folder)")
+_GUARD = Message("nothing: the request guard's limits are fixed (README, Security)")
+# In a profile, in --set and after `--` alike: llama-server takes an option's last value, so
+# any of these after serve's own would override what serve checked (a --host 0.0.0.0 with no key).
 RESERVED: dict[str, Message] = {
     "model": Message(Param("target")),
     "m": Message(Param("target")),
@@ -43,6 +46,9 @@ RESERVED: dict[str, Message] = {
     "log-file": Message("(the run directory)"),
     "api-key": _API_KEY,
     "api-key-file": _API_KEY,
+    "request-max-body": _GUARD,
+    "request-max-depth": _GUARD,
+    "grammar-max-depth": _GUARD,
 }
 _KEY = re.compile(r"[a-z0-9][a-z0-9-]*")
 

@@ -11,6 +11,9 @@ The routes are llama-cpp-python's own (``llama_cpp.server.app.router``:
   ``..._drafts_total``, ``..._accepted_tokens_per_pos_total{position=}``,
   ``llamacpp:n_decode_total``, ``tokens_predicted_total`` ...) and ``gguf_exact:``
   names where it has none (acceptance rate, tokens per target pass, Python time);
+- :class:`RequestGuard`, the request guard both engines share (:mod:`gguf_exact.engines.request_guard`):
+  a body over the size limit (413), JSON or a grammar nested past the depth limits (400)
+  is refused before any parser reads it;
 - :class:`RequestChecks`, which handles each request once (:mod:`.request`: parsed,
   checked, tokenized) and answers malformed JSON, an unknown model, a negative
   ``max_tokens``, a prompt that does not fit the context and unsupported logprobs
@@ -43,6 +46,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
+from gguf_exact.engines.request_guard import LIMITS, RequestLimits, body_too_large, check_body
 from gguf_exact.runtime.draft_policy import snapshot_metrics
 from gguf_exact.speculative.engine import PROMPT_CACHE, MtpLlama
 from gguf_exact.speculative.llama_adapter import serve_one_model
@@ -98,10 +102,7 @@ class RequestChecks:
         checked = check_request(scope["path"], b"".join(chunks), self.llm, self.names)
         if isinstance(checked, Refusal):
             log.info("refused %s: HTTP %d %s", scope["path"], checked.status, checked.message)
-            body = checked.body()
-            headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
-            await send({"type": "http.response.start", "status": checked.status, "headers": headers})
-            await send({"type": "http.response.body", "body": body})
+            await _refuse(send, checked)
             return
         if self.served is not None:
             checked.body = {**checked.body, "model": self.served}
@@ -129,6 +130,65 @@ class RequestChecks:
             if fresh is not None:
                 PROMPT_CACHE.reset(fresh)
             CURRENT_REQUEST.reset(current)
+
+
+async def _refuse(send: Any, refusal: Refusal, headers: tuple[tuple[bytes, bytes], ...] = ()) -> None:
+    body = refusal.body()
+    head = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()), *headers]
+    await send({"type": "http.response.start", "status": refusal.status, "headers": head})
+    await send({"type": "http.response.body", "body": body})
+
+
+class RequestGuard:
+    """ASGI middleware: every request's body against the request guard's limits
+    (:mod:`gguf_exact.engines.request_guard`: size, JSON depth, grammar depth) before any
+    parser reads it; refused with HTTP 413 or 400 naming the limit. A declared
+    ``Content-Length`` over the limit is refused unread; a body is read no further than
+    the limit."""
+
+    def __init__(self, app: Any, limits: RequestLimits = LIMITS) -> None:
+        self.app = app
+        self.limits = limits
+
+    async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
+        if scope["type"] != "http" or scope["method"] in ("GET", "HEAD", "OPTIONS"):
+            await self.app(scope, receive, send)
+            return
+        declared = dict(scope.get("headers", [])).get(b"content-length", b"")
+        if declared.isdigit() and (too_large := body_too_large(int(declared), self.limits)) is not None:
+            await self._refuse(send, too_large)
+            return
+        chunks, size, more = [], 0, True
+        while more:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                return
+            chunk = message.get("body", b"")
+            size += len(chunk)
+            if (too_large := body_too_large(size, self.limits)) is not None:
+                await self._refuse(send, too_large)
+                return
+            chunks.append(chunk)
+            more = message.get("more_body", False)
+        raw = b"".join(chunks)
+        if (refused := check_body(raw, self.limits)) is not None:
+            await self._refuse(send, refused)
+            return
+        replayed = False
+
+        async def replay() -> dict:
+            nonlocal replayed
+            if not replayed:
+                replayed = True
+                return {"type": "http.request", "body": raw, "more_body": False}
+            return await receive()
+
+        await self.app(scope, replay, send)
+
+    @staticmethod
+    async def _refuse(send: Any, refused: Any) -> None:
+        log.info("refused by the request guard: HTTP %d %s", refused.status, refused.message)
+        await _refuse(send, Refusal(refused.status, refused.message, "limit_exceeded", refused.param))
 
 
 class ApiKeyCheck:
@@ -242,8 +302,8 @@ def build_app(llm: MtpLlama, alias: str, api_key: str | None = None) -> Any:
 
     llm.on_generation = on_generation
     names = {alias, str(llm.model_path), Path(llm.model_path).name, default_alias(llm.model_path)}
-    checked = RequestChecks(app, llm, names, stats, served=alias)
-    return ApiKeyCheck(checked, api_key) if api_key else checked
+    guarded = RequestGuard(RequestChecks(app, llm, names, stats, served=alias))
+    return ApiKeyCheck(guarded, api_key) if api_key else guarded
 
 
 def default_alias(target: str | Path) -> str:
@@ -258,4 +318,4 @@ def served_name(target: str | Path) -> str:
     return str(Path(target).resolve())
 
 
-__all__ = ["ApiKeyCheck", "RequestChecks", "build_app", "default_alias", "metrics_text", "served_name"]
+__all__ = ["ApiKeyCheck", "RequestChecks", "RequestGuard", "build_app", "default_alias", "metrics_text", "served_name"]
