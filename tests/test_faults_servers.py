@@ -256,6 +256,12 @@ def hostile_requests(model: str) -> list[tuple[str, str, bytes, int, str]]:
          b'{"messages": ' + b"[" * 100000 + b"]" * 100000 + b"}", 400, deep_json),
         ("a body one byte over the limit", "/v1/completions",
          (completion % '"stop": "%s"' % ("x" * LIMITS.body_bytes)).encode()[: LIMITS.body_bytes + 1], 413, large),
+        ("a grammar that does not parse", "/v1/completions",
+         (completion % '"grammar": "root ::= ("').encode(), 400, ""),
+        ("a repetition past llama.cpp's 2,000", "/v1/completions",
+         (completion % '"grammar": "root ::= \\"a\\"{2001}"').encode(), 400, ""),
+        ("a grammar without a root rule", "/v1/completions",
+         (completion % '"grammar": "x ::= \\"a\\""').encode(), 400, ""),
         ("a grammar of bytes that are not UTF-8", "/v1/completions",
          (completion % '"grammar": "root ::= \\"').encode() + b'\xff\xfe"}', 400, ""),
     ]  # fmt: skip

@@ -80,7 +80,7 @@ def check_request(path: str, raw: bytes, llm: Any, names: set[str]) -> CheckedRe
         return Refusal(400, f"the request body is not valid JSON: {e}", "invalid_json")
     if not isinstance(body, dict):
         return Refusal(400, "the request body must be a JSON object", "invalid_json")
-    bad = _body_problem(path, body, names)
+    bad = _body_problem(path, body, names) or _grammar_problem(body, llm)
     if bad is not None:
         return bad
     request = CheckedRequest(path, body)
@@ -121,6 +121,23 @@ def _body_problem(path: str, body: dict, names: set[str]) -> Refusal | None:
         bad_field = found
     if bad_field is not None:
         return Refusal(400, bad_field[0], None, bad_field[1])
+    return None
+
+
+def _grammar_problem(body: dict, llm: Any) -> Refusal | None:
+    """A ``grammar`` llama.cpp's parser refuses: llama-cpp-python 0.3.36 would put the NULL
+    sampler it gets into the chain and crash the process (SIGSEGV) on the first token, for
+    any grammar that does not parse (``root ::= (``, a repetition over llama.cpp's 2,000).
+    Parsed here by llama.cpp itself, after the request guard bounded its nesting."""
+    grammar = body.get("grammar")
+    if not isinstance(grammar, str):
+        return None
+    import llama_cpp
+
+    sampler = llama_cpp.llama_sampler_init_grammar(llm.vocab_handle, grammar.encode(), b"root")
+    if not sampler:
+        return Refusal(400, "the grammar does not parse as GBNF with a root rule (llama.cpp's parser refused it)", None, "grammar")
+    llama_cpp.llama_sampler_free(sampler)
     return None
 
 
