@@ -1,0 +1,98 @@
+"""Outputs promised untouched stay untouched (issue 42 §4): a command that writes a model and
+a report renames neither into place until both are written, so a report that cannot be
+written leaves the user's older model byte for byte; ``stop`` signals (SIGTERM, SIGHUP)
+clean up the temp files as Ctrl-C does."""
+
+import os
+import shutil
+import signal
+import subprocess
+from pathlib import Path
+
+import pytest
+from test_faults_write import big, gguf_exact, kit, one_error, sha256  # noqa: F401
+
+from gguf_exact.errors import GgufExactError, OutputError
+from gguf_exact.formats.safe_write import atomic_output, staged_outputs, write_text
+
+# A folder no one can create files in, root included (sysfs refuses new files).
+UNWRITABLE = Path("/sys")
+
+
+def unwritable_report(name: str) -> Path:
+    path = UNWRITABLE / name
+    try:
+        os.close(os.open(UNWRITABLE / f".{name}.probe", os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
+    except OSError:
+        return path
+    os.unlink(UNWRITABLE / f".{name}.probe")
+    pytest.fail(f"{UNWRITABLE} takes new files here: the test needs a folder that does not")
+
+
+def command_args(kit: Path, command: str, out: Path) -> list:  # noqa: F811
+    return {
+        "convert": ["convert", kit / "drafter-hf", out, "--vocab-from", kit / "target.gguf"],
+        "repack": ["repack", "--donor", kit / "main-q4_0.gguf", "--source", kit / "main-hf", out],
+    }[command]
+
+
+@pytest.mark.parametrize("command", ["convert", "repack"])
+def test_an_unwritable_report_leaves_the_older_output_as_it_was(kit, tmp_path, command):  # noqa: F811
+    out = tmp_path / "OUT.gguf"
+    out.write_bytes(b"the user's older model")
+    before = sha256(out)
+    report = unwritable_report(f"{command}-report.json")
+    line = one_error([*command_args(kit, command, out), "--report", report])
+    assert sha256(out) == before
+    assert line == f"error: {report}: permission denied writing in {UNWRITABLE}; write the output elsewhere"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["OUT.gguf"]
+
+
+@pytest.mark.parametrize("command", ["convert", "repack"])
+def test_a_report_that_fails_after_the_model_is_written_changes_nothing(kit, tmp_path, command):  # noqa: F811
+    """The report's folder removed while the model is written (by a progress callback): the
+    report fails after the model was read back, and the older model stays."""
+    from gguf_exact.drafter.convert import convert_drafter
+    from gguf_exact.repack.pipeline import repack_model
+
+    out = tmp_path / "OUT.gguf"
+    out.write_bytes(b"the user's older model")
+    before = sha256(out)
+    folder = tmp_path / "reports"
+    folder.mkdir()
+    report = folder / "r.json"
+    calls = []
+
+    def remove_folder(*_):
+        calls.append(1)
+        if len(calls) == 2:
+            shutil.rmtree(folder)
+
+    with pytest.raises(GgufExactError) as err:
+        if command == "convert":
+            convert_drafter(kit / "drafter-hf", out, kit / "target.gguf", report_path=report, progress=remove_folder)
+        else:
+            repack_model(kit / "main-q4_0.gguf", kit / "main-hf", out, report_path=report, progress=remove_folder)
+    assert str(err.value) == f"{report}: output directory {folder} does not exist"
+    assert sha256(out) == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["OUT.gguf"]
+
+
+def test_a_stage_renames_all_or_nothing(tmp_path):
+    first, second = tmp_path / "a.gguf", tmp_path / "b.json"
+    first.write_bytes(b"old a")
+    with pytest.raises(OutputError), staged_outputs():
+        with atomic_output(first) as tmp:
+            tmp.write_bytes(b"new a")
+        assert first.read_bytes() == b"old a"  # written, not yet renamed
+        with atomic_output(second) as tmp:
+            raise OSError(28, os.strerror(28))
+    assert first.read_bytes() == b"old a" and sorted(p.name for p in tmp_path.iterdir()) == ["a.gguf"]
+    with staged_outputs() as stage:
+        reserved = stage.reserve(second)
+        with atomic_output(first) as tmp:
+            tmp.write_bytes(b"new a")
+        write_text(second, "report\n")
+        assert reserved.read_text() == "report\n" and first.read_bytes() == b"old a"
+    assert first.read_bytes() == b"new a" and second.read_text() == "report\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.gguf", "b.json"]
