@@ -7,6 +7,7 @@ import os
 import shutil
 import signal
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -96,3 +97,41 @@ def test_a_stage_renames_all_or_nothing(tmp_path):
         assert reserved.read_text() == "report\n" and first.read_bytes() == b"old a"
     assert first.read_bytes() == b"new a" and second.read_text() == "report\n"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a.gguf", "b.json"]
+
+
+def signal_when(proc: subprocess.Popen, signum: int, ready, limit: float = 120.0) -> None:
+    """Send ``signum`` to ``proc`` once ``ready()`` holds (polled every 10 ms)."""
+    end = time.monotonic() + limit
+    while time.monotonic() < end and proc.poll() is None:
+        if ready():
+            proc.send_signal(signum)
+            return
+        time.sleep(0.01)
+    pytest.fail(f"the run ended (status {proc.returncode}) before the point to signal it was reached")
+
+
+@pytest.mark.parametrize(
+    "command, signum", [("convert", signal.SIGTERM), ("repack", signal.SIGTERM), ("convert", signal.SIGHUP)]
+)
+def test_a_stop_signal_mid_write_cleans_up_as_ctrl_c_does(big, tmp_path, command, signum):  # noqa: F811
+    """The real command in its own process, signalled once its temp file holds a MiB: it
+    exits with 128 + the signal's number and one line, its temp files (model and report)
+    removed at once, the user's older model byte for byte."""
+    out = tmp_path / "model.gguf"
+    out.write_bytes(b"the user's older model")
+    before = sha256(out)
+    args = command_args(big, command, out) + ["--report", tmp_path / "report.json"]
+
+    def written() -> bool:
+        return any(p.stat().st_size >= 1 << 20 for p in tmp_path.glob(".model.gguf.gguf-exact-*.part"))
+
+    proc = subprocess.Popen(gguf_exact(*args), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    signal_when(proc, signum, written)
+    _, err = proc.communicate(timeout=60)
+    name = signal.Signals(signum).name
+    assert proc.returncode == 128 + signum, err
+    assert err.strip().splitlines()[-1] == (
+        f"error: stopped by {name}; no partial file was left at any output: run the command again to finish"
+    )
+    assert sha256(out) == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["model.gguf"]
