@@ -12,9 +12,15 @@ from pathlib import Path
 
 import pytest
 from test_faults_write import big, gguf_exact, kit, one_error, sha256  # noqa: F401
+from test_hub import EXACT, OUTPUT, config, hub, hub_env, publish, published, sha, write_recipe  # noqa: F401
 
 from gguf_exact.errors import GgufExactError, OutputError
 from gguf_exact.formats.safe_write import atomic_output, staged_outputs, write_text
+from gguf_exact.hub.client import download
+from gguf_exact.hub.fetch import fetch_recipe
+from gguf_exact.hub.pin import pin_recipe
+from gguf_exact.hub.recipes import load_recipe
+from gguf_exact.hub.session import storage_dir
 
 # A folder no one can create files in, root included (sysfs refuses new files).
 UNWRITABLE = Path("/sys")
@@ -135,3 +141,76 @@ def test_a_stop_signal_mid_write_cleans_up_as_ctrl_c_does(big, tmp_path, command
     )
     assert sha256(out) == before
     assert sorted(p.name for p in tmp_path.iterdir()) == ["model.gguf"]
+
+
+# --- a fetched file is the user's own copy, not the Hub cache's blob -------------------------
+
+
+def test_an_edited_fetched_file_leaves_the_cache_intact(hub, config, tmp_path, published):  # noqa: F811
+    """fetch places a reflink or a copy, never a hard link: editing the placed file changes
+    nothing in the Hub cache, and the next fetch names the edited file and puts the pinned one
+    back from the cache, downloading nothing."""
+    publish(hub, published)
+    recipe = load_recipe(write_recipe(tmp_path))
+    pin_recipe(recipe, ["exact"], config=config)
+    models = tmp_path / "models"
+    fetch_recipe(recipe, "exact", models, config, progress=False)
+    dest = models / EXACT / OUTPUT
+    pinned = sha(published[OUTPUT])
+    blob = storage_dir(EXACT, config) / "blobs" / pinned
+    assert dest.stat().st_nlink == 1 and not dest.samefile(blob) and sha256(dest) == pinned
+    dest.write_bytes(b"edited!!\n")  # in place: the same inode, 9 bytes
+    assert sha256(blob) == pinned
+    downloads = len(hub.gets(OUTPUT))
+    again = fetch_recipe(recipe, "exact", models, config, progress=False)
+    size = len(published[OUTPUT])
+    assert again[0].how == (
+        f"from cache ({dest} was not the pinned file (9 bytes, the pin says {size:,}): edited? "
+        "replaced by the pinned file)"
+    )
+    assert sha256(dest) == pinned and sha256(blob) == pinned and len(hub.gets(OUTPUT)) == downloads
+
+
+def test_a_cache_blob_changed_here_is_named_and_downloaded_again(hub, config, tmp_path, published):  # noqa: F811
+    """A placed file that is a hard link to the blob (as fetch made them before), edited: the
+    blob changed with it. The next fetch says the cache's copy was changed here (not that the
+    download is wrong), removes it and downloads the pinned file again."""
+    publish(hub, published)
+    recipe = load_recipe(write_recipe(tmp_path))
+    pin_recipe(recipe, ["exact"], config=config)
+    models = tmp_path / "models"
+    fetch_recipe(recipe, "exact", models, config, progress=False)
+    dest = models / EXACT / OUTPUT
+    pinned = sha(published[OUTPUT])
+    blob = storage_dir(EXACT, config) / "blobs" / pinned
+    dest.unlink()
+    dest.hardlink_to(blob)
+    dest.write_bytes(b"edited!!\n")
+    downloads = len(hub.gets(OUTPUT))
+    again = fetch_recipe(recipe, "exact", models, config, progress=False)
+    size = len(published[OUTPUT])
+    assert again[0].how == (
+        f"downloaded ({dest} was not the pinned file (9 bytes, the pin says {size:,}): edited? replaced by "
+        f"the pinned file; the Hub cache's copy {blob} had 9 bytes, the pin says {size:,}: changed on this machine "
+        "after it was verified (edited through a hard link? a disk error?); removed from the cache)"
+    )
+    assert sha256(dest) == pinned and sha256(blob) == pinned and not dest.samefile(blob)
+    assert len(hub.gets(OUTPUT)) == downloads + 1
+
+
+def test_download_names_a_blob_changed_here(hub, config, tmp_path, published):  # noqa: F811
+    """``download`` of a file whose blob is already in the cache, but changed there: the cache's
+    copy is named as changed here, not the download as wrong."""
+    publish(hub, published)
+    got = download(EXACT, OUTPUT, "main", config, progress=False)
+    blob = Path(os.path.realpath(got.path))
+    blob.write_bytes(b"edited!!\n")
+    with pytest.raises(GgufExactError) as err:
+        download(EXACT, OUTPUT, "main", config, progress=False)
+    assert str(err.value) == (
+        f"{EXACT}/{OUTPUT}: the Hub cache's copy {blob} is 9 bytes, the Hub's metadata says "
+        f"{len(published[OUTPUT]):,}: changed on this machine after it was verified (edited through a hard link? "
+        "a disk error?); removed from the cache: run again"
+    )
+    assert not blob.exists()
+    assert sha256(download(EXACT, OUTPUT, "main", config, progress=False).path) == sha(published[OUTPUT])
