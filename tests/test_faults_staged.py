@@ -214,3 +214,27 @@ def test_download_names_a_blob_changed_here(hub, config, tmp_path, published):  
     )
     assert not blob.exists()
     assert sha256(download(EXACT, OUTPUT, "main", config, progress=False).path) == sha(published[OUTPUT])
+
+
+def test_tune_keeps_the_earlier_report_when_its_profile_cannot_be_written(tmp_path, monkeypatch):
+    """tune writes its measurement and the tuned profile together: a profile folder that cannot
+    be made (the user's config folder under one that takes no files) leaves the report of an
+    earlier tune as it was. The measurement itself is stood in for: the writes are real."""
+    from gguf_exact.bench import tune
+    from gguf_exact.bench.run import BenchReport
+    from gguf_exact.runtime.profiles import load_profile
+
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(UNWRITABLE / "gguf-exact-config"))
+    out = tmp_path / "o"
+    out.mkdir()
+    for name in ("bench.json", "bench.md"):
+        (out / name).write_text("the earlier tune's report\n")
+    result = tune.TuneResult(BenchReport({"time": "2026-12-01"}, [], []), 3, 1.0, None)
+    monkeypatch.setattr(tune, "tune_n_max", lambda request, prompts, progress: result)
+    profile = load_profile(Path(__file__).parents[1] / "serve" / "cpu.toml")
+    request = tune.TuneRequest(tmp_path / "t.gguf", tmp_path / "d.gguf", profile, "cpu")
+    with pytest.raises(OutputError) as err:
+        tune.tune_profile(request, out)
+    assert str(err.value).startswith(f"{UNWRITABLE / 'gguf-exact-config'}"), err.value
+    assert [(out / n).read_text() for n in ("bench.json", "bench.md")] == ["the earlier tune's report\n"] * 2
+    assert sorted(p.name for p in out.iterdir()) == ["bench.json", "bench.md"]
