@@ -912,14 +912,22 @@ def test_a_corrupt_blob_in_the_cache_is_removed_and_downloaded_again(hub, config
     blob.write_bytes(bytes(bad))  # a disk error, or another tool
     gets = len(hub.gets(OUTPUT))
     got = fetch_recipe(recipe, "exact", models, config, progress=False)
-    assert got[0].how == "downloaded" and len(hub.gets(OUTPUT)) == gets + 1
+    changed = (
+        f"the Hub cache's copy {blob} had bytes that are not those it is named after: changed on this machine "
+        "after it was verified (edited through a hard link? a disk error?); removed from the cache"
+    )
+    assert got[0].how == f"downloaded ({changed})" and len(hub.gets(OUTPUT)) == gets + 1
     assert blob.read_bytes() == published[OUTPUT] == (models / EXACT / OUTPUT).read_bytes()
-    # offline, the same corruption: removed, and the error says it is not in the cache
+    # offline, the same corruption: removed, and the error says so and that it is not in the cache
     (models / EXACT / OUTPUT).unlink()
     blob.write_bytes(bytes(bad))
     offline = HubConfig("http://127.0.0.1:9", config.cache_dir, offline=True)
-    with pytest.raises(GgufExactError, match="not in the Hub cache"):
+    with pytest.raises(GgufExactError) as err:
         fetch_recipe(recipe, "exact", models, offline, progress=False)
+    assert str(err.value) == (
+        f"{EXACT}/{OUTPUT}: {changed}; so it is not in the Hub cache ({config.cache_dir}) and HF_HUB_OFFLINE is set; "
+        "run the same command without HF_HUB_OFFLINE=1 to download it"
+    )
     assert not blob.exists() and snapshot_entries(config.cache_dir, OUTPUT) == []
 
 

@@ -38,7 +38,7 @@ from gguf_exact.bench.run import BenchReport, bench_servers, summarize
 from gguf_exact.bench.tune_pick import AdaptivePick, Setting, pick_adaptive, pick_setting
 from gguf_exact.errors import ArgumentError, InputError, NotExactError, Param
 from gguf_exact.formats.paths import check_not_input
-from gguf_exact.formats.safe_write import atomic_output, output_folder
+from gguf_exact.formats.safe_write import atomic_output, output_folder, staged_outputs
 from gguf_exact.runtime.draft_policy import PolicySettings
 from gguf_exact.runtime.profiles import PROFILE_DIR, Profile, load_profile, user_profile_dir
 
@@ -240,10 +240,13 @@ def tune_profile(
         check_not_input(tuned_destination(request.profile, None, name), profile_input(request.profile))
     prompts = load_prompts(list(request.prompt_names) if request.prompt_names is not None else None)
     result = tune_n_max(request, prompts, progress=progress)
-    tuned = Tuned(request, result, result.report.write(out_dir, plot=False))
-    if write:
-        tuned.profile_file = write_tuned_profile(request.profile, result, request.command, name=name)
-        tuned.replaces_builtin = shadows_builtin(name)
+    # The measurement and the profile are renamed into place together: a profile that cannot
+    # be written leaves the report of an earlier tune in out_dir as it was.
+    with staged_outputs():
+        tuned = Tuned(request, result, result.report.write(out_dir, plot=False))
+        if write:
+            tuned.profile_file = write_tuned_profile(request.profile, result, request.command, name=name)
+            tuned.replaces_builtin = shadows_builtin(name)
     return tuned
 
 

@@ -9,11 +9,13 @@ the parameters it names spelled as the command's flags) and :func:`run`.
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import importlib
 import os
+import signal
 import sys
-from typing import Callable
+from typing import Callable, Iterator
 
 import click
 
@@ -81,6 +83,45 @@ GROUPS = tuple(dict.fromkeys(COMMANDS.values()))
 WITHOUT_CYCLIC_GC = frozenset({"inspect", "convert", "verify", "compare"})
 
 
+# Commands that write files through the safe writer (gguf_exact.formats.safe_write): SIGTERM
+# and SIGHUP stop them as Ctrl-C does, every temp file removed on the way out. Python's default
+# for those signals is to die on the spot, leaving a full-size ``.part`` beside the output until
+# the next run to that path. Servers keep their own handling (uvicorn's, the foreground serve's).
+STOP_CLEANLY = frozenset({
+    "convert", "repack", "fetch", "build", "pin", "publish", "tune", "bench", "quality",
+    "make-tiny", "make-pair",
+})  # fmt: skip
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
+
+
+class Stopped(KeyboardInterrupt):
+    """A stop signal, raised where Ctrl-C's KeyboardInterrupt would be: every ``with`` and
+    ``finally`` on the way out runs (temp files removed, worker threads and servers stopped)."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signum)
+        self.signum = signum
+
+
+@contextlib.contextmanager
+def stop_signals_raise() -> Iterator[None]:
+    """Within: SIGTERM and SIGHUP raise :class:`Stopped` in the main thread; restored after."""
+
+    def stop(signum, frame):
+        raise Stopped(signum)
+
+    try:
+        previous = {s: signal.signal(s, stop) for s in STOP_SIGNALS}
+    except ValueError:  # not the main thread: signals are the main thread's to handle
+        yield
+        return
+    try:
+        yield
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+
+
 def load_groups() -> dict[str, click.Command]:
     """Every command, its group module imported: ``main.commands`` whole (``--help``, an
     unknown name's suggestions, code that walks every command)."""
@@ -107,6 +148,12 @@ class Group(click.Group):
     def list_commands(self, ctx) -> list[str]:
         return sorted(load_groups())
 
+    def resolve_command(self, ctx, args):
+        name, command, rest = super().resolve_command(ctx, args)
+        if name in STOP_CLEANLY:
+            ctx.with_resource(stop_signals_raise())  # until the command's context closes
+        return name, command, rest
+
     def invoke(self, ctx):
         try:
             with one_command():
@@ -116,6 +163,10 @@ class Group(click.Group):
             command = self.commands.get(name) if name else None
             console.error(message(e, command))
             ctx.exit(1)
+        except Stopped as e:
+            name = signal.Signals(e.signum).name
+            console.error(f"stopped by {name}; no partial file was left at any output: run the command again to finish")
+            ctx.exit(128 + e.signum)  # the status of a process the signal ended, as shells report it
 
 
 @click.group(cls=Group)

@@ -24,6 +24,7 @@ from gguf_exact.formats.checkpoint import Checkpoint
 from gguf_exact.formats.gguf_file import encode, file_type
 from gguf_exact.formats.gguf_layout import Field, TensorEntry
 from gguf_exact.formats.paths import check_output_files, one_command
+from gguf_exact.formats.safe_write import staged_outputs
 from gguf_exact.formats.vocab import TargetInfo, read_target
 from gguf_exact.gemma4.assistant import (
     ARCH,
@@ -264,36 +265,41 @@ def _write_drafter(
     out_path = check_output_files(out_path, report_path, inputs)
     keep_heap_blocks()
     start = time.perf_counter()
-    with Checkpoint(source_dir) as ckpt:
-        cfg = AssistantConfig.from_hf(ckpt.config, str(ckpt.folder / "config.json"))
-        if not ordered_head:
-            cfg = cfg.full_head()
-        target = read_target(vocab_from)
-        check_target(target, cfg, Path(vocab_from))
-        jobs = drafter_jobs(ckpt, cfg)
-        folder = ckpt.folder
-    if plan is not None:
-        jobs = plan(jobs)
-    kv_raw = drafter_kv(cfg, target, [j.stored_type for j in jobs if is_source_matrix(j)])
-    written = write_verified(
-        out_path,
-        jobs,
-        [j.entry for j in jobs],
-        GGUF_VERSION,
-        ALIGNMENT,
-        kv_raw,
-        lambda placed: drafter_kv(cfg, target, [t.type for t, j in zip(placed, jobs) if is_source_matrix(j)]),
-        _replanner(jobs),
-        off_grid=off_grid,
-        workers=workers,
-        progress=progress,
-        expect_sha256=expect_sha256,
-        start=start,
-    )
-    times = written.seconds | {"total": time.perf_counter() - start}
-    result = ConvertResult(out_path, written.sha256, written.size, written.results, times)
-    result.report = build_report(result, folder)
-    write_report(report_path, result.report)
+    # The report is written before the model is renamed into place, and both are renamed only
+    # once both are written: a report that cannot be written leaves the output as it was.
+    with staged_outputs() as staged:
+        if report_path is not None:
+            staged.reserve(report_path, inputs)  # an unwritable report place stops the run here
+        with Checkpoint(source_dir) as ckpt:
+            cfg = AssistantConfig.from_hf(ckpt.config, str(ckpt.folder / "config.json"))
+            if not ordered_head:
+                cfg = cfg.full_head()
+            target = read_target(vocab_from)
+            check_target(target, cfg, Path(vocab_from))
+            jobs = drafter_jobs(ckpt, cfg)
+            folder = ckpt.folder
+        if plan is not None:
+            jobs = plan(jobs)
+        kv_raw = drafter_kv(cfg, target, [j.stored_type for j in jobs if is_source_matrix(j)])
+        written = write_verified(
+            out_path,
+            jobs,
+            [j.entry for j in jobs],
+            GGUF_VERSION,
+            ALIGNMENT,
+            kv_raw,
+            lambda placed: drafter_kv(cfg, target, [t.type for t, j in zip(placed, jobs) if is_source_matrix(j)]),
+            _replanner(jobs),
+            off_grid=off_grid,
+            workers=workers,
+            progress=progress,
+            expect_sha256=expect_sha256,
+            start=start,
+        )
+        times = written.seconds | {"total": time.perf_counter() - start}
+        result = ConvertResult(out_path, written.sha256, written.size, written.results, times)
+        result.report = build_report(result, folder)
+        write_report(report_path, result.report)
     return result
 
 

@@ -11,6 +11,13 @@ output removes it once that process is gone. An OS error while writing (disk ful
 read-only file system, permission denied, the folder gone) becomes one line naming the
 output, with the temp file removed.
 
+A command that writes more than one file (a model and its ``--report``, a profile)
+opens :func:`staged_outputs` around its work: every write inside leaves its checked,
+fsynced temp file beside its destination, and only when all of them are written are
+they renamed into place, so a report that cannot be written leaves the model that was
+already at the output as it was. :meth:`StagedOutputs.reserve` makes a temp file before
+the work, so an output that cannot be written at all stops the command at its start.
+
 ``GGUF_EXACT_WRITE_FAULT=ENOSPC[@BYTES]`` (any errno name) makes the writes
 (:func:`~gguf_exact.formats.gguf_stream.pwrite_all`, :func:`write_text`) fail as the
 kernel does once a file would grow past ``BYTES`` (default 0): the fault suite's full
@@ -24,6 +31,7 @@ import errno
 import os
 import re
 import shutil
+from contextvars import ContextVar
 from pathlib import Path
 from typing import Iterator
 
@@ -126,36 +134,132 @@ def _umask() -> int:
     return mask
 
 
+class StagedOutputs:
+    """The outputs of one command, each written to a temp file beside it and renamed into
+    place together once every one of them is written (:func:`staged_outputs`)."""
+
+    def __init__(self) -> None:
+        self._pending: dict[Path, tuple[Path, int | None, Inputs | None]] = {}  # output -> (temp file, size, inputs)
+        self._reserved: set[Path] = set()  # temp files made ahead, not written yet
+
+    def reserve(self, path: str | Path, inputs: Inputs | None = None) -> Path:
+        """Make ``path``'s temp file now, before the command's work (an output that cannot
+        be written stops here, not after hours); a later :func:`atomic_output` of the same
+        path inside this stage writes that temp file."""
+        path = check_output_file(path, inputs=inputs)
+        tmp = self._create(path, None, inputs)
+        self._reserved.add(tmp)
+        return tmp
+
+    def _create(self, path: Path, size: int | None, inputs: Inputs | None) -> Path:
+        if path in self._pending:
+            return self._pending[path][0]
+        remove_stale_parts(path)
+        check_free_space(path, size)
+        try:
+            tmp = _create_temp(path)
+        except OSError as err:
+            raise write_failure(path, err, size) from None
+        self._pending[path] = (tmp, size, inputs)
+        return tmp
+
+    @contextlib.contextmanager
+    def output(self, path: str | Path, size: int | None = None, inputs: Inputs | None = None) -> Iterator[Path]:
+        """Yield ``path``'s temp file (the reserved one, if any); kept for :meth:`commit`
+        when the body succeeds, removed when it fails."""
+        path = check_output_file(path, inputs=inputs)
+        reserved = path in self._pending and self._pending[path][0] in self._reserved
+        if reserved:
+            check_free_space(path, size)
+        tmp = self._create(path, size, inputs)
+        self._reserved.discard(tmp)
+        try:
+            yield tmp
+        except GgufExactError:
+            self._drop(path)
+            raise
+        except OSError as err:
+            self._drop(path)
+            if err.filename is not None and not any(same_file(err.filename, p) for p in (tmp, path, path.parent)):
+                # an input that failed to be read inside the body, not the output
+                raise InputError(f"{err.filename}: {err.strerror or err}; nothing was written at {path}") from None
+            raise write_failure(path, err, size) from None
+        except BaseException:
+            self._drop(path)
+            raise
+
+    def _drop(self, path: Path) -> None:
+        tmp = self._pending.pop(path)[0]
+        self._reserved.discard(tmp)
+        tmp.unlink(missing_ok=True)
+
+    def commit(self) -> None:
+        """Every temp file fsynced, given the permissions a new file gets here (0666 less
+        the umask, not the temp file's 0600) and checked again (still none of the inputs: a
+        link made meanwhile); only then is each renamed into place, in the order staged."""
+        mode = 0o666 & ~_umask()
+        for path, (tmp, size, inputs) in self._pending.items():
+            if tmp in self._reserved:
+                raise OutputError(f"{path}: reserved but never written; nothing was written")  # a bug, said plainly
+            try:
+                with open(tmp, "rb+") as f:
+                    os.fsync(f.fileno())
+                os.chmod(tmp, mode)
+            except OSError as err:
+                raise write_failure(path, err, size) from None
+            check_output_file(path, inputs=inputs)
+        for path, (tmp, size, _) in list(self._pending.items()):
+            try:
+                os.replace(tmp, path)
+            except OSError as err:
+                raise write_failure(path, err, size) from None
+            del self._pending[path]
+
+    def discard(self) -> None:
+        """Remove every temp file not renamed into place."""
+        for tmp, *_ in self._pending.values():
+            tmp.unlink(missing_ok=True)
+        self._pending.clear()
+        self._reserved.clear()
+
+
+# The running command's stage, when it has opened one: every atomic_output joins it.
+_STAGE: ContextVar[StagedOutputs | None] = ContextVar("gguf_exact_stage", default=None)
+
+
+@contextlib.contextmanager
+def staged_outputs() -> Iterator[StagedOutputs]:
+    """Within: every :func:`atomic_output` (and :func:`write_text`) writes its temp file
+    and leaves it there; when the body ends without an error all of them are renamed into
+    place (:meth:`StagedOutputs.commit`), else all are removed, so a command that writes a
+    model and its report changes neither when either fails. Nested uses join the
+    outermost stage."""
+    if _STAGE.get() is not None:
+        yield _STAGE.get()
+        return
+    stage = StagedOutputs()
+    token = _STAGE.set(stage)
+    try:
+        yield stage
+        _STAGE.reset(token)
+        token = None
+        stage.commit()
+    finally:
+        if token is not None:
+            _STAGE.reset(token)
+        stage.discard()
+
+
 @contextlib.contextmanager
 def atomic_output(path: str | Path, size: int | None = None, inputs: Inputs | None = None) -> Iterator[Path]:
     """Yield a temp path beside ``path``; if the body succeeds, fsync it, give it the
     permissions a new file gets here (0666 less the umask, not the temp file's 0600) and
     rename it into place; otherwise remove it. ``size``: the planned size, held against
     the free space first; ``inputs``: paths the output must not be, besides those the
-    command recorded. OS errors on the way become :class:`~gguf_exact.errors.OutputError`."""
-    path = check_output_file(path, inputs=inputs)
-    remove_stale_parts(path)
-    check_free_space(path, size)
-    try:
-        tmp = _create_temp(path)
-    except OSError as err:
-        raise write_failure(path, err, size) from None
-    try:
+    command recorded. OS errors on the way become :class:`~gguf_exact.errors.OutputError`.
+    Inside :func:`staged_outputs` the rename waits for the stage's other outputs."""
+    with staged_outputs() as stage, stage.output(path, size, inputs) as tmp:
         yield tmp
-        with open(tmp, "rb+") as f:
-            os.fsync(f.fileno())
-        os.chmod(tmp, 0o666 & ~_umask())
-        check_output_file(path, inputs=inputs)  # still none of the inputs (a link made meanwhile)
-        os.replace(tmp, path)
-    except GgufExactError:
-        raise
-    except OSError as err:
-        if err.filename is not None and not any(same_file(err.filename, p) for p in (tmp, path, path.parent)):
-            # an input that failed to be read inside the body, not the output
-            raise InputError(f"{err.filename}: {err.strerror or err}; nothing was written at {path}") from None
-        raise write_failure(path, err, size) from None
-    finally:
-        tmp.unlink(missing_ok=True)
 
 
 def output_folder(folder: str | Path) -> Path:
@@ -192,10 +296,12 @@ def injected_fault(offset: int, length: int) -> None:
 
 
 __all__ = [
+    "StagedOutputs",
     "atomic_output",
     "check_free_space",
     "output_folder",
     "remove_stale_parts",
+    "staged_outputs",
     "temp_name",
     "write_failure",
     "write_text",

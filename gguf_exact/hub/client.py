@@ -265,21 +265,34 @@ def download(
     if verified_blob is not None and os.path.realpath(path) == os.path.realpath(verified_blob):
         digest = remote.etag  # hashed before it was renamed into the cache, a moment ago
     else:
-        digest = _check_cached(path, remote, expected_sha256, config, expected_size)
+        digest = _check_cached(path, remote, expected_sha256, config, expected_size, had_blob)
     return Download(path, remote.commit, digest, path.stat().st_size, resumed_from, not had_blob)
 
 
 def _check_cached(
-    path: Path, remote: RemoteFile, expected_sha256: str | None, config: HubConfig, expected_size: int | None = None
+    path: Path,
+    remote: RemoteFile,
+    expected_sha256: str | None,
+    config: HubConfig,
+    expected_size: int | None = None,
+    cached_before: bool = False,
 ) -> str:
     """The sha256 of ``path`` once it matches the Hub's metadata and the pin. Bytes that
     do not match the Hub's metadata are removed from the cache (:func:`evict`); bytes
     that do but differ from the pin stay: they are the Hub's file, the pin is wrong.
-    Sizes are compared before anything is hashed."""
+    Sizes are compared before anything is hashed. ``cached_before``: the blob was in the
+    cache before this run, so wrong bytes were changed on this machine, not downloaded."""
     where = f"{remote.repo}/{remote.filename}"
     size = path.stat().st_size
     if remote.size is not None and size != remote.size:
+        blob = os.path.realpath(path)
         evict(path, remote.repo, config)
+        if cached_before:
+            raise HubError(
+                f"{where}: the Hub cache's copy {blob} is {size:,} bytes, the Hub's metadata says {remote.size:,}: "
+                "changed on this machine after it was verified (edited through a hard link? a disk error?); "
+                "removed from the cache: run again"
+            )
         raise HubError(
             f"{where}: downloaded file is {size:,} bytes, the Hub's metadata says {remote.size:,}; removed from the "
             "Hub cache, nothing kept: run again, and if it repeats, check HF_ENDPOINT and any proxy"
@@ -296,7 +309,13 @@ def _check_cached(
         digest, git_id = _sha256_and_git_id(path)
         problem = None if git_id == remote.etag else f"git id {git_id}, expected {remote.etag} (the Hub's metadata)"
     if problem:
+        blob = os.path.realpath(path)
         evict(path, remote.repo, config)
+        if cached_before:
+            raise HubError(
+                f"{where}: the Hub cache's copy {blob} has {problem}: changed on this machine after it was verified "
+                "(edited through a hard link? a disk error?); removed from the cache: run again"
+            )
         raise HubError(
             f"{where}: downloaded file has {problem}; removed from the Hub cache, nothing kept: "
             "run again, and if it repeats, check HF_ENDPOINT and any proxy between you and the Hub"

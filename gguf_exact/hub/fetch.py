@@ -6,13 +6,24 @@ says what a fetch would do (``fetch --dry-run``) without downloading.
 Final paths are ``MODELS_DIR/<repo>/<file>``, the paths the checksum file lists, so
 ``cd MODELS_DIR && sha256sum -c --ignore-missing ../checksums/<recipe>.sha256`` checks
 them again. A file already there with the pinned sha256 is kept; one with another
-sha256 is removed first, so a failed fetch leaves nothing at the final path. The bytes
-come from the Hub cache when they are there (and always with ``HF_HUB_OFFLINE=1``),
+sha256 is replaced once the pinned one is verified beside it (and said: changed here?). The
+bytes come from the Hub cache when they are there (and always with ``HF_HUB_OFFLINE=1``),
 otherwise from the Hub (see :mod:`.client` for the cache and how downloads resume).
+
+A placed file is a reflink of the cache's blob where the file system has them (btrfs, XFS:
+no extra disk until either is written) and otherwise a copy, never a hard link: a hard link
+is the cache's blob itself, so editing ``models/<repo>/<file>`` would change the cache too.
+A cached blob whose bytes changed after it was verified is said to have changed here,
+removed from the cache and downloaded again, never blamed on the download.
 """
 
 import hashlib
 import os
+
+try:
+    import fcntl
+except ImportError:  # not a POSIX system: no reflinks, files are copied
+    fcntl = None
 from dataclasses import dataclass
 from fnmatch import fnmatchcase
 from pathlib import Path
@@ -22,8 +33,8 @@ from gguf_exact.formats.gguf_file import sha256_file
 from gguf_exact.formats.paths import check_not_input, one_command, reads
 from gguf_exact.formats.safe_write import atomic_output, output_folder
 from gguf_exact.hub import checksums
-from gguf_exact.hub.client import cached_file, cached_sha256, download
-from gguf_exact.hub.names import check_relative_path, check_revision
+from gguf_exact.hub.client import cached_file, cached_sha256, download, evict
+from gguf_exact.hub.names import SHA256, check_relative_path, check_revision
 from gguf_exact.hub.recipes import ROLES, Recipe, RepoPart, is_pattern
 from gguf_exact.hub.session import HubConfig
 
@@ -64,7 +75,7 @@ def size_problem(actual: int, pinned: int | None) -> str | None:
 class Fetched:
     file: PinnedFile
     path: Path
-    how: str  # "in place", "from cache", "downloaded" or "resumed"
+    how: str  # "in place", "from cache", "downloaded" or "resumed"; then, in brackets, what had changed here
     size: int
     commit: str | None  # the commit it came from, when known
 
@@ -115,33 +126,72 @@ def part_dir(models_dir: str | Path, part: RepoPart) -> Path:
 
 def fetch_file(pf: PinnedFile, dest: Path, config: HubConfig, progress: bool = True) -> Fetched:
     """Place ``pf`` at ``dest``, verified; nothing is left at ``dest`` on failure."""
+    changed = []  # what was found changed on this machine, said in ``how``
     if dest.is_file():
-        if in_place(pf, dest):
+        problem = difference(pf, dest)
+        if problem is None:
             return Fetched(pf, dest, "in place", dest.stat().st_size, pf.commit)
         # another file there is replaced only once the pinned one is verified beside it
+        changed.append(f"{dest} was not the pinned file ({problem}): edited? replaced by the pinned file")
     cached = cached_file(pf.repo, pf.filename, pf.revision, config)
-    if cached is not None and in_cache(pf, cached, config):
+    evicted = cache_state(pf, cached, config) if cached is not None else ""
+    if evicted is None:
         _place(cached, dest, pf.sha256)
-        return Fetched(pf, dest, "from cache", dest.stat().st_size, pf.commit)
+        return Fetched(pf, dest, _how("from cache", changed), dest.stat().st_size, pf.commit)
     if config.offline:
         raise HubError(
-            f"{pf.path}: not in the Hub cache ({config.cache_dir}) and HF_HUB_OFFLINE is set; "
-            "run the same command without HF_HUB_OFFLINE=1 to download it"
+            f"{pf.path}: {evicted + '; so it is ' if evicted else ''}not in the Hub cache ({config.cache_dir}) and "
+            "HF_HUB_OFFLINE is set; run the same command without HF_HUB_OFFLINE=1 to download it"
         )
+    if evicted:
+        changed.append(evicted)
     got = download(pf.repo, pf.filename, pf.revision, config, pf.sha256, progress, pf.size)
     _place(got.path, dest, pf.sha256)
     how = "resumed" if got.resumed_from else ("downloaded" if got.transferred else "from cache")
-    return Fetched(pf, dest, how, got.size, got.commit)
+    return Fetched(pf, dest, _how(how, changed), got.size, got.commit)
+
+
+def _how(how: str, changed: list[str]) -> str:
+    return f"{how} ({'; '.join(changed)})" if changed else how
+
+
+def difference(pf: PinnedFile, path: Path) -> str | None:
+    """How ``path`` differs from the pinned file, or None when it is the pinned file: its size
+    first (no hash of a file of another size), then its sha256."""
+    size = path.stat().st_size
+    problem = size_problem(size, pf.size)
+    if problem is not None:
+        return problem
+    digest = sha256_file(path)
+    return None if digest == pf.sha256 else f"sha256 {digest}, the pin says {pf.sha256}"
 
 
 def in_place(pf: PinnedFile, path: Path) -> bool:
     """``path`` holds the pinned file: its size first (no hash of a file of another size), then its sha256."""
-    return size_problem(path.stat().st_size, pf.size) is None and sha256_file(path) == pf.sha256
+    return difference(pf, path) is None
 
 
-def in_cache(pf: PinnedFile, cached: Path, config: HubConfig) -> bool:
-    """The Hub cache's copy is the pinned file (size first; a corrupt blob is evicted)."""
-    return size_problem(cached.stat().st_size, pf.size) is None and cached_sha256(cached, pf.repo, config) == pf.sha256
+def cache_state(pf: PinnedFile, cached: Path, config: HubConfig) -> str | None:
+    """None when the Hub cache's copy is the pinned file. A blob whose bytes are not those it
+    is named after (its sha256) was changed after it was verified and named: removed from the
+    cache (:func:`~.client.evict`) and that is returned, in words, naming it. ``""``: another
+    file, left to the download's checks (the Hub's file at that commit is not the pin)."""
+    blob = Path(os.path.realpath(cached))
+    size = cached.stat().st_size
+    problem = size_problem(size, pf.size)
+    if problem is not None and blob.name == pf.sha256:
+        evict(cached, pf.repo, config)  # named after the pinned sha256, yet of another size
+    elif problem is not None and SHA256.fullmatch(blob.name):
+        return ""  # another LFS file: not hashed, its size says enough
+    else:
+        digest = cached_sha256(cached, pf.repo, config)  # evicted when its bytes are not its name
+        if digest is not None:
+            return None if digest == pf.sha256 and problem is None else ""
+        problem = "bytes that are not those it is named after"
+    return (
+        f"the Hub cache's copy {blob} had {problem}: changed on this machine after it was verified "
+        "(edited through a hard link? a disk error?); removed from the cache"
+    )
 
 
 @one_command()
@@ -170,19 +220,36 @@ def check_role(recipe: Recipe, role: str) -> None:
         )
 
 
+# <linux/fs.h>: _IOW(0x94, 9, int). Python 3.12 names it fcntl.FICLONE; 3.11 does not, and no
+# maintained library is worth a dependency for one ioctl.
+FICLONE = getattr(fcntl, "FICLONE", 0x40049409)
+
+
+def reflink(src_fd: int, dest_fd: int) -> bool:
+    """Make ``dest_fd``'s file share ``src_fd``'s blocks (copy on write); False where the file
+    system cannot (ext4, tmpfs, another file system: EOPNOTSUPP, EXDEV, EINVAL, ENOTTY)."""
+    if fcntl is None:
+        return False
+    try:
+        fcntl.ioctl(dest_fd, FICLONE, src_fd)
+    except OSError:
+        return False
+    return True
+
+
 def _place(src: Path, dest: Path, sha256: str) -> None:
-    """Hard-link ``src`` at ``dest`` (copy across file systems), atomically, verified."""
+    """``src`` (a verified cache blob) at ``dest``, atomically: a reflink where the file system
+    has them, else a copy hashed as it is written. Never a hard link, which would make
+    ``dest`` the cache's blob itself (an edit of one is an edit of both). The cost: where there
+    are no reflinks (ext4) each placed file takes its size again on disk beside the cache's
+    copy; ``hf cache delete`` frees the cache's, and a later fetch verifies the placed file in place."""
     output_folder(dest.parent)
     src = src.resolve()
     with atomic_output(dest) as tmp:
-        tmp.unlink()
-        try:
-            os.link(src, tmp)
-            return
-        except OSError:
-            pass
-        digest = hashlib.sha256()
         with open(src, "rb") as fin, open(tmp, "wb") as fout:
+            if reflink(fin.fileno(), fout.fileno()):
+                return
+            digest = hashlib.sha256()
             for chunk in iter(lambda: fin.read(1 << 20), b""):
                 digest.update(chunk)
                 fout.write(chunk)

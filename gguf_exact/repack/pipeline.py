@@ -26,6 +26,7 @@ from gguf_exact.formats.checkpoint import Checkpoint
 from gguf_exact.formats.gguf_file import encode, file_type
 from gguf_exact.formats.gguf_layout import TensorEntry, encode_kv, row_bytes
 from gguf_exact.formats.paths import check_output_files, one_command
+from gguf_exact.formats.safe_write import staged_outputs
 from gguf_exact.malloc_tuning import keep_heap_blocks
 from gguf_exact.progress import Progress
 from gguf_exact.repack import report as per_kind
@@ -146,48 +147,53 @@ def repack_model(
     keep_heap_blocks()
     times: dict[str, float] = {}
     start = time.perf_counter()
-    with open_donor(donor_path) as donor:
-        with Checkpoint(source_dir) as ckpt:
-            check_same_model(
-                donor.path, donor.header.value, donor.architecture, ckpt.config, ckpt.folder / "config.json"
+    # The report is written before the model is renamed into place, and both are renamed only
+    # once both are written: a report that cannot be written leaves the output as it was.
+    with staged_outputs() as staged:
+        if report_path is not None:
+            staged.reserve(report_path, inputs)  # an unwritable report place stops the run here
+        with open_donor(donor_path) as donor:
+            with Checkpoint(source_dir) as ckpt:
+                check_same_model(
+                    donor.path, donor.header.value, donor.architecture, ckpt.config, ckpt.folder / "config.json"
+                )
+                locations = locate(ckpt)
+            mapping = build_map(donor.path, donor.architecture, donor.tensors, locations, source_dir)
+            if bf16_reference:
+                mapping.jobs = reference_jobs(mapping.jobs)
+            # provisional types: header room does not depend on them
+            provisional = [(j.entry, j.stored_type) for j in mapping.jobs]
+            kv_raw, _ = output_kv(donor, provisional)
+            entries = [TensorEntry(e.name, e.ne, t) for e, t in provisional]
+            written = write_verified(
+                out_path,
+                mapping.jobs,
+                entries,
+                donor.header.version,
+                donor.header.alignment,
+                kv_raw,
+                lambda placed: output_kv(donor, [(t, t.type) for t in placed])[0],
+                _replanner(donor, mapping.jobs),
+                donor=donor,
+                off_grid=off_grid,
+                donor_every=1 if donor_stats == "all" else DONOR_SAMPLE_EVERY,
+                workers=workers,
+                progress=progress,
+                expect_sha256=expect_sha256,
+                start=start,
             )
-            locations = locate(ckpt)
-        mapping = build_map(donor.path, donor.architecture, donor.tensors, locations, source_dir)
-        if bf16_reference:
-            mapping.jobs = reference_jobs(mapping.jobs)
-        # provisional types: header room does not depend on them
-        provisional = [(j.entry, j.stored_type) for j in mapping.jobs]
-        kv_raw, _ = output_kv(donor, provisional)
-        entries = [TensorEntry(e.name, e.ne, t) for e, t in provisional]
-        written = write_verified(
-            out_path,
-            mapping.jobs,
-            entries,
-            donor.header.version,
-            donor.header.alignment,
-            kv_raw,
-            lambda placed: output_kv(donor, [(t, t.type) for t in placed])[0],
-            _replanner(donor, mapping.jobs),
-            donor=donor,
-            off_grid=off_grid,
-            donor_every=1 if donor_stats == "all" else DONOR_SAMPLE_EVERY,
-            workers=workers,
-            progress=progress,
-            expect_sha256=expect_sha256,
-            start=start,
-        )
-        times.update(written.seconds)
-        digest, size, results = written.sha256, written.size, written.results
-        _, out_file_type = output_kv(donor, placed_types(results, mapping.jobs))
-        donor_ft = donor.header.value("general.file_type")
-        result = RepackResult(
-            out_path, digest, size, donor.path, donor.size, source_dir, donor.architecture, results,
-            mapping.source_only, mapping.unmapped, (donor_ft, out_file_type),
-        )  # fmt: skip
-    times["total"] = time.perf_counter() - start
-    result.seconds = times
-    result.report = per_kind.build_report(result)
-    write_report(report_path, result.report)
+            times.update(written.seconds)
+            digest, size, results = written.sha256, written.size, written.results
+            _, out_file_type = output_kv(donor, placed_types(results, mapping.jobs))
+            donor_ft = donor.header.value("general.file_type")
+            result = RepackResult(
+                out_path, digest, size, donor.path, donor.size, source_dir, donor.architecture, results,
+                mapping.source_only, mapping.unmapped, (donor_ft, out_file_type),
+            )  # fmt: skip
+        times["total"] = time.perf_counter() - start
+        result.seconds = times
+        result.report = per_kind.build_report(result)
+        write_report(report_path, result.report)
     return result
 
 
