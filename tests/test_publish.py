@@ -14,7 +14,7 @@ from hubserver import FakeHub
 from huggingface_hub import constants
 
 from gguf_exact.cli import main
-from gguf_exact.errors import HubError, NotExactError
+from gguf_exact.errors import GgufExactError, HubError, NotExactError
 from gguf_exact.formats.gguf_file import sha256_file
 from gguf_exact.hub.fetch import PinnedFile, fetch_file
 from gguf_exact.hub.session import HubConfig
@@ -163,3 +163,16 @@ def test_cli_publish(model, hub, tmp_path):
         model / "exact.gguf"
     )
     assert json.loads(json.dumps(front_matter(hub.repos[REPO].commits[commit]["README.md"].decode())))["base_model"]
+
+
+def test_a_card_that_cannot_be_written_leaves_the_release_folder_without_the_model(model, tmp_path):
+    """The model and its card are renamed into place together: a card that cannot be placed
+    (here a folder in its way) leaves neither, and no temp file."""
+    folder = tmp_path / "r"
+    (folder / "README.md").mkdir(parents=True)
+    with pytest.raises(GgufExactError, match="README.md"):
+        publish(
+            model / "exact.gguf", REPO, model / "src", donor=model / "donor.gguf", out=folder,
+            base_model=BASE, license="apache-2.0", dry_run=True,
+        )  # fmt: skip
+    assert sorted(p.name for p in folder.iterdir()) == ["README.md"] and (folder / "README.md").is_dir()

@@ -16,9 +16,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from gguf_exact.errors import ArgumentError, InputError, Param
-from gguf_exact.formats.gguf_file import atomic_output, sha256_file
+from gguf_exact.formats.gguf_file import sha256_file
 from gguf_exact.formats.gguf_reader import open_gguf
 from gguf_exact.formats.paths import check_input_folder
+from gguf_exact.formats.safe_write import atomic_output, staged_outputs
 from gguf_exact.gemma4.names import tensor_kind
 from gguf_exact.hub.names import check_repo_id
 from gguf_exact.hub.session import HubConfig
@@ -117,11 +118,12 @@ def _write_folder(folder: Path, file: Path, card: str) -> tuple[Path, Path]:
             raise InputError(f"{folder}: holds other files ({', '.join(others[:4])}); name an empty or new folder")
     folder.mkdir(exist_ok=True)
     placed = folder / file.name
-    if not (placed.exists() and placed.resolve() == file.resolve()):
-        with atomic_output(placed) as tmp:
-            shutil.copyfile(file, tmp)
-    with atomic_output(folder / CARD) as tmp:
-        tmp.write_text(card, encoding="utf-8")
+    with staged_outputs():  # the model and its card renamed into place together, or neither
+        if not (placed.exists() and placed.resolve() == file.resolve()):
+            with atomic_output(placed) as tmp:
+                shutil.copyfile(file, tmp)
+        with atomic_output(folder / CARD) as tmp:
+            tmp.write_text(card, encoding="utf-8")
     return placed, folder / CARD
 
 
