@@ -14,9 +14,9 @@ from pathlib import Path
 
 from gguf_exact import constants
 from gguf_exact.builds.llama_build import build_command, find_build, install_dir, make_command
+from gguf_exact.engines.request_guard import llama_server_args
 from gguf_exact.engines.settings import LOG_FILE, ServeSettings
 from gguf_exact.errors import ArgumentError, BuildError, GgufExactError, Param, ServerError
-from gguf_exact.engines.request_guard import llama_server_args
 from gguf_exact.runtime.profiles import RESERVED, Profile, refuse_no_mmap
 
 NAME = "llama-server"
@@ -54,7 +54,10 @@ def check_extra_args(extra: list[str] | tuple[str, ...]) -> None:
         value = extra[i + 1] if i + 1 < len(extra) and not extra[i + 1].startswith("-") else True
         if key in RESERVED:
             raise ArgumentError(
-                Param("extra_args"), f": {arg.partition('=')[0]} is set by gguf-exact serve; use ", RESERVED[key], " instead"
+                Param("extra_args"),
+                f": {arg.partition('=')[0]} is set by gguf-exact serve; use ",
+                RESERVED[key],
+                " instead",
             )
         refuse_no_mmap(key, inline if eq else value, Param("extra_args"))
 

@@ -93,9 +93,7 @@ def body_too_large(size: int, limits: RequestLimits = LIMITS) -> GuardRefusal | 
     """A body of ``size`` bytes (declared or read so far) over the limit: HTTP 413."""
     if size <= limits.body_bytes:
         return None
-    return GuardRefusal(
-        413, f"the request body is over this server's limit of {limits.body_bytes} bytes ({_mib(limits.body_bytes)})"
-    )
+    return GuardRefusal(413, f"the request body is over this server's limit of {limits.body_bytes} bytes")
 
 
 def check_body(raw: bytes, limits: RequestLimits = LIMITS) -> GuardRefusal | None:
@@ -103,7 +101,9 @@ def check_body(raw: bytes, limits: RequestLimits = LIMITS) -> GuardRefusal | Non
     if (too_large := body_too_large(len(raw), limits)) is not None:
         return too_large
     if json_depth(raw) > limits.json_depth:
-        return GuardRefusal(400, f"the request's JSON is nested deeper than this server's limit of {limits.json_depth} levels")
+        return GuardRefusal(
+            400, f"the request's JSON is nested deeper than this server's limit of {limits.json_depth} levels"
+        )
     if b'"grammar"' in raw:
         try:
             body = json.loads(raw)  # bounded: the depth is checked
@@ -130,10 +130,6 @@ def llama_server_args(limits: RequestLimits = LIMITS) -> list[str]:
 
 # llama-server's options for the limits: set by serve, like --host (the profiles and `--` may not).
 LLAMA_SERVER_OPTIONS = ("request-max-body", "request-max-depth", "grammar-max-depth")
-
-
-def _mib(n: int) -> str:
-    return f"{n / 1024 / 1024:g} MiB"
 
 
 __all__ = [

@@ -136,7 +136,9 @@ def _grammar_problem(body: dict, llm: Any) -> Refusal | None:
 
     sampler = llama_cpp.llama_sampler_init_grammar(llm.vocab_handle, grammar.encode(), b"root")
     if not sampler:
-        return Refusal(400, "the grammar does not parse as GBNF with a root rule (llama.cpp's parser refused it)", None, "grammar")
+        return Refusal(
+            400, "the grammar does not parse as GBNF with a root rule (llama.cpp's parser refused it)", None, "grammar"
+        )
     llama_cpp.llama_sampler_free(sampler)
     return None
 
