@@ -189,3 +189,26 @@ def test_the_ordered_head_patch_loads_the_head_and_scores_only_its_candidates(co
     assert '"%s.num_centroids"' in arch and '"%s.centroid_intermediate_top_k"' in arch
     assert "{LLM_TENSOR_MASKED_EMBD_CENTROIDS,      {LLM_TENSOR_LAYER_OUTPUT,    GGML_OP_MUL_MAT}}" in arch
     assert "{LLM_TENSOR_MASKED_EMBD_ORDERING,       {LLM_TENSOR_LAYER_OUTPUT,    GGML_OP_GET_ROWS}}" in arch
+
+
+def test_the_request_guard_patch_bounds_requests_and_compares_keys_in_constant_time(context_tree):
+    """What #42 changes in llama-server: the limits as options whose defaults are the Python
+    guard's, a body checked before the handlers parse it, a body that is not JSON answered as the
+    client's fault, and the API key compared byte by byte over its whole length (llama.cpp's
+    std::find stopped at the first differing byte)."""
+    from gguf_exact.engines.request_guard import LIMITS
+
+    http_file = context_tree / "tools/server/server-http.cpp"
+    before = http_file.read_text()
+    assert "std::find(api_keys.begin(), api_keys.end(), req_api_key)" in before
+    source_patches.apply_patches(context_tree, "cpu")
+    after = http_file.read_text()
+    assert "std::find(api_keys.begin(), api_keys.end(), req_api_key)" not in after
+    assert "valid |= api_key_matches(req_api_key, key);" in after
+    assert "srv->set_payload_max_length(params.request_max_body);" in after
+    assert after.count("if (refused_by_request_guard(body, res)) {") == 1  # in post(), before the handler
+    common = (context_tree / "common/common.h").read_text()
+    assert f"size_t  request_max_body  = {LIMITS.body_bytes // 1024 // 1024}u * 1024 * 1024;" in common
+    assert f"int32_t request_max_depth = {LIMITS.json_depth};" in common
+    assert f"int32_t grammar_max_depth = {LIMITS.grammar_depth};" in common
+    assert "catch (const common_json_error & e) {" in (context_tree / "tools/server/server.cpp").read_text()
