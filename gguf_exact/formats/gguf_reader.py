@@ -25,6 +25,7 @@ from typing import Any, Iterator
 import numpy as np
 
 from gguf_exact.errors import InputError
+from gguf_exact.formats.bounded_json import open_input
 from gguf_exact.formats.gguf_layout import Header, LayoutError, TensorEntry, pair_numbers, parse_header, row_bytes
 from gguf_exact.formats.paths import check_input_file
 
@@ -114,10 +115,7 @@ def open_gguf(path: str | Path, role: str = "") -> GgufFile:
     path = Path(path)
     where = f"{role} {path}" if role else str(path)
     check_input_file(path, where)
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError as err:
-        raise InputError(f"{where}: cannot be read ({err.strerror})") from None
+    fd = open_input(path, where)
     try:
         size = os.fstat(fd).st_size
         header = _parse(fd, size, where)
