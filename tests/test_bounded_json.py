@@ -12,6 +12,7 @@ from safetensors import SafetensorError, safe_open
 from gguf_exact.errors import InputError
 from gguf_exact.formats import bounded_json
 from gguf_exact.formats.bounded_json import MAX_DEPTH, parse_json, read_side_file, too_deep_at
+from gguf_exact.formats.gguf_layout import LayoutError, parse_header
 
 
 def reference_too_deep_at(raw: bytes, limit: int) -> int | None:
@@ -130,3 +131,19 @@ def test_text_that_is_not_utf8_is_one_line():
     with pytest.raises(InputError) as err:
         parse_json(b'{"a": "\xff"}', "f")
     assert str(err.value) == "f: not UTF-8 text (byte 7), so not JSON"
+
+
+def test_a_name_from_the_file_is_shown_on_one_line():
+    """A key with a newline or an escape sequence in it cannot break the one line, or
+    reach the terminal as a control sequence."""
+    with pytest.raises(InputError) as err:
+        parse_json(b'{"a\\nb\\u001b[2J": 1' + b"0" * 30 + b"}", "f")
+    assert str(err.value) == (
+        "f: a\\nb\\x1b[2J: an integer of 31 digits, more than the 20 of any 64-bit count, size or offset"
+    )
+    key = "nested\narrays".encode()
+    header = b"GGUF" + struct.pack("<IQQ", 3, 0, 1) + struct.pack("<Q", len(key)) + key
+    header += struct.pack("<I", 9) + struct.pack("<IQ", 9, 1) * 3 + struct.pack("<IQ", 0, 0)
+    with pytest.raises(LayoutError) as err:
+        parse_header(header)
+    assert str(err.value) == "key nested\\narrays: an array of arrays, which llama.cpp does not load"

@@ -44,6 +44,15 @@ _QUOTE, _BACKSLASH = ord('"'), ord("\\")
 _LONG_DIGITS = re.compile(rb"[0-9]{%d}" % (MAX_INT_DIGITS + 1))
 
 
+def shown(name: str, limit: int = 120) -> str:
+    """A name from an input (a key, a field) as a one-line message may show it: characters
+    that are not printable (a newline, an escape sequence) escaped as ``repr`` escapes
+    them, and at most ``limit`` characters."""
+    if not name.isprintable():
+        name = repr(name)[1:-1]
+    return name if len(name) <= limit else name[: limit - 3] + "..."
+
+
 def open_input(path: Path, where: str | None = None) -> int:
     """A read-only descriptor on the input ``path``, or one line saying why it cannot be
     read (permission denied, an I/O error); ``where`` names it in messages (default: the
@@ -130,7 +139,7 @@ def _first_long_integer(value: Any, path: str = "") -> tuple[str, _LongInteger] 
         return path, value
     items = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list) else ()
     for key, item in items:
-        here = f"{path}[{key}]" if isinstance(key, int) else f"{path}.{key if len(key) <= 80 else key[:77] + '...'}"
+        here = f"{path}[{key}]" if isinstance(key, int) else f"{path}.{shown(key, 80)}"
         found = _first_long_integer(item, here)
         if found is not None:
             return found

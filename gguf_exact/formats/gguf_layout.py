@@ -25,6 +25,7 @@ import numpy as np
 from gguf import GGML_QUANT_SIZES, GGMLQuantizationType, GGUFValueType
 
 from gguf_exact.core import kernels
+from gguf_exact.formats.bounded_json import shown
 
 MAGIC = b"GGUF"
 DEFAULT_ALIGNMENT = 32
@@ -36,9 +37,9 @@ _SCALAR = {
     GGUFValueType.INT64: "<q", GGUFValueType.FLOAT64: "<d",
 }  # fmt: skip
 SCALAR_FORMATS = _SCALAR  # struct formats of the scalar value types, for readers of arrays
-# Bounds on what a header may hold, each llama.cpp's own (ggml/src/gguf.cpp) or the format's:
-# a file past them is one llama.cpp does not load, refused here before its values are read.
-MAX_KEY_BYTES = 65_535  # the GGUF format: "at most 2^16-1 bytes"; a key is named in every message
+# Bounds on what a header may hold, refused before the values are read: llama.cpp's own
+# (ggml/src/gguf.cpp), which it does not load a file past, and the format's limit on a key.
+MAX_KEY_BYTES = 65_535  # the GGUF format: "at most 2^16-1 bytes"; a key is named in messages
 MAX_STRING_BYTES = 1 << 30  # GGUF_MAX_STRING_LENGTH
 MAX_ARRAY_ELEMENTS = 1 << 30  # GGUF_MAX_ARRAY_ELEMENTS
 
@@ -212,12 +213,9 @@ def _pair(cur: _Cursor) -> tuple[str, GGUFValueType, Any]:
     key = cur.string(MAX_KEY_BYTES, "a key", "the GGUF format's").decode("utf-8", errors="replace")
     try:
         vtype = GGUFValueType(cur.unpack("<I"))
-    except ValueError as err:
-        raise LayoutError(f"key {key}: {err}") from None
-    try:
         return key, vtype, _value(cur, vtype)
     except (LayoutError, ValueError) as err:
-        raise LayoutError(f"key {key}: {err}") from None
+        raise LayoutError(f"key {shown(key)}: {err}") from None
 
 
 def parse_header(buf: bytes) -> Header:
