@@ -183,6 +183,13 @@ def st_header_over_library_limit(st: Path):
     return "header length 100,000,001 is over the safetensors library's limit of 100,000,000"
 
 
+def st_name_with_a_newline(st: Path):
+    header, data = _split(st)
+    header["model.norm\nweight"] = header.pop("model.norm.weight") | {"dtype": "Q7"}
+    _join(st, header, data)
+    return "tensor model.norm\\nweight has dtype Q7"
+
+
 def st_unreadable(st: Path):
     st.chmod(0)
     return "model.safetensors: cannot be read (Permission denied)"
@@ -190,7 +197,7 @@ def st_unreadable(st: Path):
 
 BOUNDED_SAFETENSORS = [
     st_header_deep_brackets, st_header_deep_objects, st_header_long_integer, st_header_over_library_limit,
-    st_unreadable,
+    st_name_with_a_newline, st_unreadable,
 ]  # fmt: skip
 
 

@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 
 from gguf_exact.errors import InputError
-from gguf_exact.formats.bounded_json import open_input, parse_json, read_at, read_json_file
+from gguf_exact.formats.bounded_json import open_input, parse_json, read_at, read_json_file, shown
 from gguf_exact.formats.paths import check_input_folder
 
 SUPPORTED_DTYPES = {"BF16": 2, "F16": 2, "F32": 4, "I64": 8}
@@ -67,7 +67,7 @@ def _read_header(path: Path) -> tuple[dict, int]:
     for name, entry in header.items():
         if name == "__metadata__":
             continue
-        where = f"{path}: tensor {name}"
+        where = f"{path}: tensor {shown(name)}"
         if not isinstance(entry, dict):
             raise InputError(f"{where}: entry is a JSON {type(entry).__name__}, not an object")
         dtype, shape, offsets = entry.get("dtype"), entry.get("shape"), entry.get("data_offsets")
@@ -82,7 +82,7 @@ def _read_header(path: Path) -> tuple[dict, int]:
             raise InputError(f"{where}: data_offsets {offsets} run backwards")
         if end > data_bytes:
             raise InputError(
-                f"{path}: truncated: tensor {name} ends at byte {end:,} of the data but the file holds {data_bytes:,}"
+                f"{path}: truncated: tensor {shown(name)} ends at byte {end:,} of the data but the file holds {data_bytes:,}"
             )
         if end - begin != math.prod(shape) * SUPPORTED_DTYPES[dtype]:
             raise InputError(f"{where}: {end - begin:,} bytes do not match shape {shape} {dtype}")
@@ -93,9 +93,11 @@ def _read_header(path: Path) -> tuple[dict, int]:
     at = 0
     for begin, end, name in spans:
         if begin < at:
-            raise InputError(f"{path}: tensor {name} overlaps the tensor before it (data_offsets from {begin:,})")
+            raise InputError(
+                f"{path}: tensor {shown(name)} overlaps the tensor before it (data_offsets from {begin:,})"
+            )
         if begin > at:
-            raise InputError(f"{path}: bytes {at:,}..{begin:,} of the data belong to no tensor (before {name})")
+            raise InputError(f"{path}: bytes {at:,}..{begin:,} of the data belong to no tensor (before {shown(name)})")
         at = end
     if at != data_bytes:
         raise InputError(f"{path}: the last {data_bytes - at:,} bytes of the data belong to no tensor")
@@ -147,8 +149,8 @@ class Checkpoint:
                     continue
                 if weight_map is not None and weight_map.get(name) != file.name:
                     raise InputError(
-                        f"{file}: holds tensor {name}, which {INDEX_FILE} "
-                        + (f"places in {weight_map[name]}" if name in weight_map else "does not list")
+                        f"{file}: holds tensor {shown(name)}, which {INDEX_FILE} "
+                        + (f"places in {shown(weight_map[name])}" if name in weight_map else "does not list")
                     )
                 offset = data_start + entry["data_offsets"][0]
                 self.tensors[name] = TensorInfo(name, entry["dtype"], tuple(entry["shape"]), file, offset)
@@ -156,7 +158,7 @@ class Checkpoint:
             missing = sorted(set(weight_map) - set(self.tensors))
             if missing:
                 raise InputError(
-                    f"{self.folder / INDEX_FILE}: lists tensor {missing[0]} in {weight_map[missing[0]]}, which does not hold it"
+                    f"{self.folder / INDEX_FILE}: lists tensor {shown(missing[0])} in {shown(weight_map[missing[0]])}, which does not hold it"
                 )
         self._handles: dict[Path, object] = {}
 

@@ -245,12 +245,12 @@ def parse_header(buf: bytes) -> Header:
         name = cur.string().decode("utf-8", errors="replace")
         n_dims = cur.unpack("<I")
         if not 1 <= n_dims <= 4:
-            raise LayoutError(f"tensor {name}: {n_dims} dimensions")
+            raise LayoutError(f"tensor {shown(name)}: {n_dims} dimensions")
         ne = tuple(cur.unpack("<Q") for _ in range(n_dims))
         try:
             qtype = GGMLQuantizationType(cur.unpack("<I"))
         except ValueError as err:
-            raise LayoutError(f"tensor {name}: {err}") from None
+            raise LayoutError(f"tensor {shown(name)}: {err}") from None
         tensors.append(TensorEntry(name, ne, qtype, cur.unpack("<Q")))
     return Header(version, kv, tensors, alignment, align(cur.pos, alignment), fields)
 
