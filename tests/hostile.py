@@ -5,6 +5,7 @@ Safetensors and config cases break the HF folder; GGUF cases break a GGUF file. 
 returns the path of the broken file (or folder) and the text the error must carry."""
 
 import json
+import os
 import shutil
 import struct
 from pathlib import Path
@@ -51,7 +52,7 @@ def st_header_not_json(st: Path):
     header, data = _split(st)
     text = json.dumps(header).encode()
     _join(st, b"{" + b"x" * (len(text) - 1), data)
-    return "header is not valid JSON"
+    return "safetensors header: not valid JSON"
 
 
 def st_header_not_an_object(st: Path):
@@ -152,6 +153,54 @@ SAFETENSORS = [
 ]  # fmt: skip
 
 
+# --- hostile safetensors headers: too deep, too long a number, over the library's size -----------
+
+
+def st_header_deep_brackets(st: Path):
+    _, data = _split(st)
+    _join(st, b"[" * 200_000, data)
+    return "JSON nested deeper than 127 levels"
+
+
+def st_header_deep_objects(st: Path):
+    _, data = _split(st)
+    _join(st, b'{"a":' * 100_000 + b"1" + b"}" * 100_000, data)
+    return "JSON nested deeper than 127 levels"
+
+
+def st_header_long_integer(st: Path):
+    header, data = _split(st)
+    _first(header)["shape"] = ["__LONG__"]
+    _join(st, json.dumps(header).replace('"__LONG__"', "9" * 5000).encode(), data)
+    return "model.norm.weight.shape[0]: an integer of 5,000 digits"
+
+
+def st_header_over_library_limit(st: Path):
+    _, data = _split(st)
+    n = 100_000_001  # one byte over what the safetensors library takes; the file made sparse to hold it
+    _join(st, b"{}", data, length=n)
+    os.truncate(st, 8 + n + 64)
+    return "header length 100,000,001 is over the safetensors library's limit of 100,000,000"
+
+
+def st_name_with_a_newline(st: Path):
+    header, data = _split(st)
+    header["model.norm\nweight"] = header.pop("model.norm.weight") | {"dtype": "Q7"}
+    _join(st, header, data)
+    return "tensor model.norm\\nweight has dtype Q7"
+
+
+def st_unreadable(st: Path):
+    st.chmod(0)
+    return "model.safetensors: cannot be read (Permission denied)"
+
+
+BOUNDED_SAFETENSORS = [
+    st_header_deep_brackets, st_header_deep_objects, st_header_long_integer, st_header_over_library_limit,
+    st_name_with_a_newline, st_unreadable,
+]  # fmt: skip
+
+
 def shard(folder: Path) -> None:
     """Turn a single-file folder into an index plus one shard (same tensors)."""
     (folder / "model.safetensors").rename(folder / "model-00001-of-00001.safetensors")
@@ -186,6 +235,29 @@ def index_lists_absent_tensor(folder: Path):
 
 INDEX = [index_missing_shard, index_extra_shard_tensor, index_lists_absent_tensor]
 
+
+def index_deep_nesting(folder: Path):
+    shard(folder)
+    (folder / "model.safetensors.index.json").write_text("[" * 200_000)
+    return "model.safetensors.index.json: JSON nested deeper than 127 levels"
+
+
+def index_long_integer(folder: Path):
+    shard(folder)
+    text = (folder / "model.safetensors.index.json").read_text()
+    text = text.replace('"metadata": {}', '"metadata": {"total_size": ' + "1" * 5000 + "}")
+    (folder / "model.safetensors.index.json").write_text(text)
+    return "model.safetensors.index.json: metadata.total_size: an integer of 5,000 digits"
+
+
+def index_sparse_3gb(folder: Path):
+    shard(folder)
+    os.truncate(folder / "model.safetensors.index.json", 3 << 30)  # sparse: costs no disk
+    return "model.safetensors.index.json: 3,221,225,472 bytes, more than the 16,777,216"
+
+
+BOUNDED_INDEX = [index_deep_nesting, index_long_integer, index_sparse_3gb]
+
 # --- config.json -------------------------------------------------------------------------
 
 
@@ -214,6 +286,36 @@ def config_wrong_architecture(folder: Path):
 
 
 CONFIG = [config_missing, config_not_json, config_wrong_types, config_wrong_architecture]
+
+
+def config_deep_objects(folder: Path):
+    (folder / "config.json").write_text('{"a":' * 100_000 + "1" + "}" * 100_000)
+    return "config.json: JSON nested deeper than 127 levels"
+
+
+def config_deep_arrays(folder: Path):
+    (folder / "config.json").write_text('{"architectures": ' + "[" * 200_000)
+    return "config.json: JSON nested deeper than 127 levels"
+
+
+def config_long_integer(folder: Path):
+    config = json.loads((folder / "config.json").read_text())
+    config["text_config"]["vocab_size"] = "__LONG__"
+    (folder / "config.json").write_text(json.dumps(config).replace('"__LONG__"', "9" * 5000))
+    return "config.json: text_config.vocab_size: an integer of 5,000 digits"
+
+
+def config_sparse_3gb(folder: Path):
+    os.truncate(folder / "config.json", 3 << 30)  # sparse: costs no disk, and must not be read whole
+    return "config.json: 3,221,225,472 bytes, more than the 16,777,216"
+
+
+def config_unreadable(folder: Path):
+    (folder / "config.json").chmod(0)
+    return "config.json: cannot be read (Permission denied)"
+
+
+BOUNDED_CONFIG = [config_deep_objects, config_deep_arrays, config_long_integer, config_sparse_3gb, config_unreadable]
 
 # --- GGUF --------------------------------------------------------------------------------
 
@@ -290,6 +392,57 @@ GGUF = [
     gguf_bad_magic, gguf_version, gguf_truncated_header, gguf_huge_counts, gguf_huge_key_count,
     gguf_huge_string, gguf_data_beyond_end, gguf_misaligned,
 ]  # fmt: skip
+
+
+def _insert_pair(path: Path, pair: bytes) -> None:
+    """Add a key/value pair before the first one; ``pair`` a multiple of the alignment long,
+    so the tensor data moves with it and every offset stays right."""
+    raw = bytearray(path.read_bytes())
+    assert len(pair) % 32 == 0, len(pair)
+    (n_kv,) = struct.unpack_from("<Q", raw, 16)
+    raw[16:24] = struct.pack("<Q", n_kv + 1)
+    path.write_bytes(bytes(raw[:24]) + pair + bytes(raw[24:]))
+
+
+def _pair_at(raw: bytes, key: str) -> int:
+    """The offset of the pair whose key is ``key``."""
+    name = key.encode()
+    return raw.index(struct.pack("<Q", len(name)) + name)
+
+
+def gguf_nested_arrays(path: Path):
+    depth, key = 100_000, b"hostile.nested"
+    body = struct.pack("<I", 9) + struct.pack("<IQ", 9, 1) * depth + struct.pack("<IQ", 0, 0)
+    key += b"x" * (-(8 + len(key) + len(body)) % 32)
+    _insert_pair(path, struct.pack("<Q", len(key)) + key + body)
+    return f"key {key.decode()}: an array of arrays, which llama.cpp does not load"
+
+
+def gguf_huge_array_count(path: Path):
+    raw = bytearray(path.read_bytes())
+    at = _pair_at(raw, "tokenizer.ggml.tokens") + 8 + len("tokenizer.ggml.tokens") + 4 + 4
+    raw[at : at + 8] = struct.pack("<Q", (1 << 30) + 1)
+    path.write_bytes(bytes(raw))
+    return "key tokenizer.ggml.tokens: an array of 1,073,741,825 elements, more than llama.cpp's limit of 1,073,741,824"
+
+
+def gguf_long_key(path: Path):
+    raw = bytearray(path.read_bytes())
+    raw[24:32] = struct.pack("<Q", 70_000)  # the first key's length; the file holds that many bytes
+    path.write_bytes(bytes(raw))
+    return "not a usable GGUF header (a key of 70,000 bytes, more than the GGUF format's limit of 65,535)"
+
+
+def gguf_string_over_limit(path: Path):
+    raw = bytearray(path.read_bytes())
+    at = _pair_at(raw, "general.architecture") + 8 + len("general.architecture") + 4
+    raw[at : at + 8] = struct.pack("<Q", (1 << 30) + 1)
+    path.write_bytes(bytes(raw))
+    os.truncate(path, (1 << 30) + (1 << 20))  # sparse: the string fits in the file
+    return "key general.architecture: a string of 1,073,741,825 bytes, more than llama.cpp's limit of 1,073,741,824"
+
+
+BOUNDED_GGUF = [gguf_nested_arrays, gguf_huge_array_count, gguf_long_key, gguf_string_over_limit]
 
 
 # --- inputs that are not files, outputs that are not files (issue 16 §7) ---------------------
@@ -374,12 +527,15 @@ def good_server_state(run_dir: Path, port: int) -> Path:
     return rdir / "server.json"
 
 
+UNREADABLE = [st_unreadable, config_unreadable]
+
+
 def broken_copy(good: Path, dest: Path, case) -> tuple[Path, str]:
     """Copy ``good`` (a folder or a file) to ``dest`` and apply ``case`` to it (a folder
     case gets the folder, a safetensors case the folder's model.safetensors)."""
     if good.is_dir():
         shutil.copytree(good, dest)
-        target = dest / "model.safetensors" if case in SAFETENSORS else dest
+        target = dest / "model.safetensors" if case in SAFETENSORS + BOUNDED_SAFETENSORS else dest
     else:
         shutil.copy(good, dest)
         target = dest
@@ -387,6 +543,11 @@ def broken_copy(good: Path, dest: Path, case) -> tuple[Path, str]:
 
 
 __all__ = [
+    "BOUNDED_CONFIG",
+    "BOUNDED_GGUF",
+    "BOUNDED_INDEX",
+    "BOUNDED_SAFETENSORS",
+    "UNREADABLE",
     "CONFIG",
     "GGUF",
     "INDEX",

@@ -3,7 +3,11 @@ tests/hostile.py: one `error:` line naming the file and what is wrong, exit 1, n
 traceback, nothing left at the output path (issue 10 §4; paths that are not files and
 corrupt server state, issue 16 §7)."""
 
+import errno
+import os
+import resource
 import shutil
+import stat
 from pathlib import Path
 
 import hostile
@@ -14,6 +18,7 @@ from gguf_exact.cli import main
 from gguf_exact.drafter.convert import convert_drafter
 
 SOURCE_CASES = hostile.SAFETENSORS + hostile.INDEX + hostile.CONFIG
+BOUNDED_SOURCE_CASES = hostile.BOUNDED_SAFETENSORS + hostile.BOUNDED_INDEX + hostile.BOUNDED_CONFIG
 
 
 @pytest.fixture(scope="module")
@@ -154,3 +159,56 @@ def test_a_corrupt_server_state_is_one_error_line(tmp_path, case, command):
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith(f"error: {state}: {what}"), lines
     assert lines[0].endswith(f"remove {state.parent} and start the server again"), lines[0]
+
+
+@pytest.fixture
+def permissions_enforced(monkeypatch):
+    """A file with no read permission refused to this process as the kernel refuses any
+    user but root: as root, ``os.open`` (the one way the readers open an input) is made to
+    refuse it with the error a user would get."""
+    if os.geteuid() != 0:
+        return
+    real_open = os.open
+
+    def open_as_a_user(path, flags, *args, **kwargs):
+        try:
+            st = os.stat(path)
+        except (OSError, TypeError, ValueError):
+            st = None
+        if st is not None and stat.S_ISREG(st.st_mode) and not st.st_mode & 0o444:
+            raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), str(path))
+        return real_open(path, flags, *args, **kwargs)
+
+    monkeypatch.setattr(os, "open", open_as_a_user)
+
+
+def peak_rss_bytes() -> int:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+
+@pytest.mark.parametrize("command", ["inspect", "convert", "verify", "compare", "repack"])
+@pytest.mark.parametrize("case", BOUNDED_SOURCE_CASES, ids=lambda c: c.__name__)
+def test_a_hostile_source_is_refused_in_one_line(good, tmp_path, case, command, permissions_enforced):
+    """Nesting too deep for the JSON parser, a number too long to convert, a file too large
+    to read whole, one that cannot be opened: one line naming the file (and the field),
+    before the parser's stack or memory is spent (issue 42)."""
+    src, what = hostile.broken_copy(good / "src", tmp_path / "src", case)
+    out = tmp_path / "out" / "x.gguf"
+    out.parent.mkdir()
+    peak = peak_rss_bytes()
+    line = expect_one_line(source_commands(src, good, out)[command], [f"{src}/"], [out])
+    assert what in line, line
+    assert peak_rss_bytes() - peak < 256 << 20  # a 3 GB config.json is not read
+
+
+@pytest.mark.parametrize(
+    "command", ["convert --vocab-from", "verify", "compare", "repack --donor", "serve --model", "serve --draft"]
+)
+@pytest.mark.parametrize("case", hostile.BOUNDED_GGUF, ids=lambda c: c.__name__)
+def test_a_hostile_gguf_is_refused_in_one_line(good, tmp_path, case, command, permissions_enforced):
+    which = "target.gguf" if command in ("convert --vocab-from", "serve --model") else "drafter.gguf"
+    bad, what = hostile.broken_copy(good / which, tmp_path / f"bad-{which}", case)
+    out = tmp_path / "out" / "x.gguf"
+    out.parent.mkdir()
+    line = expect_one_line(gguf_commands(bad, good, out)[command], [f"{bad}: "], [out])
+    assert what in line, line

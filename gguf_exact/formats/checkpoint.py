@@ -6,8 +6,8 @@ because the library's own errors ("incomplete metadata") name neither the file n
 the tensor.
 """
 
-import json
 import math
+import os
 import struct
 from dataclasses import dataclass
 from pathlib import Path
@@ -15,12 +15,13 @@ from pathlib import Path
 import numpy as np
 
 from gguf_exact.errors import InputError
+from gguf_exact.formats.bounded_json import open_input, parse_json, read_at, read_json_file, shown
 from gguf_exact.formats.paths import check_input_folder
 
 SUPPORTED_DTYPES = {"BF16": 2, "F16": 2, "F32": 4, "I64": 8}
 SINGLE_FILE = "model.safetensors"
 INDEX_FILE = "model.safetensors.index.json"
-MAX_HEADER_BYTES = 100 * 1024 * 1024  # the format's own limit
+MAX_HEADER_BYTES = 100_000_000  # the safetensors library's MAX_HEADER_SIZE: it refuses 100,000,001
 
 
 @dataclass(frozen=True)
@@ -29,32 +30,36 @@ class TensorInfo:
     dtype: str  # safetensors dtype string: BF16, F16, F32 or I64
     shape: tuple[int, ...]
     file: Path
+    offset: int  # absolute byte offset of its data in the file
 
 
 def _is_int(x) -> bool:
     return isinstance(x, int) and not isinstance(x, bool)
 
 
-def _read_header(path: Path) -> dict:
-    """The header of one safetensors file, checked against the format's rules before
+def _read_header(path: Path) -> tuple[dict, int]:
+    """The header of one safetensors file and the offset where its data starts, checked against the format's rules before
     anything trusts it: every tensor of a known dtype, a shape of non-negative integers,
     data offsets inside the file that tile the data with no gap or overlap, and as many
-    bytes as shape and dtype need. Reads 8 bytes, then at most the header's length."""
-    size = path.stat().st_size
-    with path.open("rb") as f:
-        head = f.read(8)
+    bytes as shape and dtype need. Reads 8 bytes, then at most the header's length (at most
+    :data:`MAX_HEADER_BYTES`), parsed within bounds (:func:`parse_json`)."""
+    fd = open_input(path)
+    try:
+        size = os.fstat(fd).st_size
+        head = read_at(fd, 8, 0, path)
         if len(head) < 8:
             raise InputError(f"{path}: not a safetensors file ({size} bytes, no header length)")
         (n,) = struct.unpack("<Q", head)
         if n > size - 8:
             raise InputError(f"{path}: truncated: header length {n:,} runs past the end of the file ({size:,} bytes)")
         if n > MAX_HEADER_BYTES:
-            raise InputError(f"{path}: header length {n:,} is over the format's limit of {MAX_HEADER_BYTES:,}")
-        raw = f.read(n)
-    try:
-        header = json.loads(raw)
-    except (UnicodeDecodeError, json.JSONDecodeError) as err:
-        raise InputError(f"{path}: safetensors header is not valid JSON ({err})") from None
+            raise InputError(
+                f"{path}: header length {n:,} is over the safetensors library's limit of {MAX_HEADER_BYTES:,}"
+            )
+        raw = read_at(fd, n, 8, path)
+    finally:
+        os.close(fd)
+    header = parse_json(raw, f"{path}: safetensors header")
     if not isinstance(header, dict):
         raise InputError(f"{path}: safetensors header is a JSON {type(header).__name__}, not an object")
     data_bytes = size - 8 - n
@@ -62,7 +67,7 @@ def _read_header(path: Path) -> dict:
     for name, entry in header.items():
         if name == "__metadata__":
             continue
-        where = f"{path}: tensor {name}"
+        where = f"{path}: tensor {shown(name)}"
         if not isinstance(entry, dict):
             raise InputError(f"{where}: entry is a JSON {type(entry).__name__}, not an object")
         dtype, shape, offsets = entry.get("dtype"), entry.get("shape"), entry.get("data_offsets")
@@ -77,7 +82,7 @@ def _read_header(path: Path) -> dict:
             raise InputError(f"{where}: data_offsets {offsets} run backwards")
         if end > data_bytes:
             raise InputError(
-                f"{path}: truncated: tensor {name} ends at byte {end:,} of the data but the file holds {data_bytes:,}"
+                f"{path}: truncated: tensor {shown(name)} ends at byte {end:,} of the data but the file holds {data_bytes:,}"
             )
         if end - begin != math.prod(shape) * SUPPORTED_DTYPES[dtype]:
             raise InputError(f"{where}: {end - begin:,} bytes do not match shape {shape} {dtype}")
@@ -88,13 +93,15 @@ def _read_header(path: Path) -> dict:
     at = 0
     for begin, end, name in spans:
         if begin < at:
-            raise InputError(f"{path}: tensor {name} overlaps the tensor before it (data_offsets from {begin:,})")
+            raise InputError(
+                f"{path}: tensor {shown(name)} overlaps the tensor before it (data_offsets from {begin:,})"
+            )
         if begin > at:
-            raise InputError(f"{path}: bytes {at:,}..{begin:,} of the data belong to no tensor (before {name})")
+            raise InputError(f"{path}: bytes {at:,}..{begin:,} of the data belong to no tensor (before {shown(name)})")
         at = end
     if at != data_bytes:
         raise InputError(f"{path}: the last {data_bytes - at:,} bytes of the data belong to no tensor")
-    return header
+    return header, 8 + n
 
 
 def non_finite(values: np.ndarray) -> np.ndarray:
@@ -116,13 +123,11 @@ def check_finite_values(values: np.ndarray, where: str, row0: int = 0) -> None:
 
 
 def read_config(path: Path) -> dict:
-    """``config.json`` as a JSON object, or one line saying what is wrong with it."""
+    """``config.json`` as a JSON object, or one line saying what is wrong with it (read
+    within bounds: :func:`read_json_file`)."""
     if not path.is_file():
         raise InputError(f"{path.parent}: no config.json (expected a Hugging Face model folder)")
-    try:
-        config = json.loads(path.read_text())
-    except (json.JSONDecodeError, UnicodeDecodeError) as err:
-        raise InputError(f"{path}: not valid JSON ({err})") from None
+    config = read_json_file(path, "config.json")
     if not isinstance(config, dict):
         raise InputError(f"{path}: a JSON {type(config).__name__}, not an object")
     return config
@@ -138,20 +143,22 @@ class Checkpoint:
         self.tensors: dict[str, TensorInfo] = {}
         weight_map = self._weight_map()
         for file in self._files(weight_map):
-            for name, entry in _read_header(file).items():
+            header, data_start = _read_header(file)
+            for name, entry in header.items():
                 if name == "__metadata__":
                     continue
                 if weight_map is not None and weight_map.get(name) != file.name:
                     raise InputError(
-                        f"{file}: holds tensor {name}, which {INDEX_FILE} "
-                        + (f"places in {weight_map[name]}" if name in weight_map else "does not list")
+                        f"{file}: holds tensor {shown(name)}, which {INDEX_FILE} "
+                        + (f"places in {shown(weight_map[name])}" if name in weight_map else "does not list")
                     )
-                self.tensors[name] = TensorInfo(name, entry["dtype"], tuple(entry["shape"]), file)
+                offset = data_start + entry["data_offsets"][0]
+                self.tensors[name] = TensorInfo(name, entry["dtype"], tuple(entry["shape"]), file, offset)
         if weight_map is not None:
             missing = sorted(set(weight_map) - set(self.tensors))
             if missing:
                 raise InputError(
-                    f"{self.folder / INDEX_FILE}: lists tensor {missing[0]} in {weight_map[missing[0]]}, which does not hold it"
+                    f"{self.folder / INDEX_FILE}: lists tensor {shown(missing[0])} in {shown(weight_map[missing[0]])}, which does not hold it"
                 )
         self._handles: dict[Path, object] = {}
 
@@ -160,10 +167,10 @@ class Checkpoint:
         index = self.folder / INDEX_FILE
         if not index.is_file():
             return None
-        try:
-            weight_map = json.loads(index.read_text())["weight_map"]
-        except (json.JSONDecodeError, UnicodeDecodeError, KeyError, TypeError) as err:
-            raise InputError(f"{index}: no usable weight_map ({type(err).__name__}: {err})") from None
+        content = read_json_file(index, INDEX_FILE)
+        weight_map = content.get("weight_map") if isinstance(content, dict) else None
+        if weight_map is None:
+            raise InputError(f"{index}: no weight_map (a JSON object with one is expected)")
         if not isinstance(weight_map, dict) or not all(isinstance(v, str) for v in weight_map.values()):
             raise InputError(f"{index}: weight_map is not an object of tensor name -> shard file name")
         for shard in set(weight_map.values()):

@@ -25,6 +25,7 @@ import numpy as np
 from gguf import GGML_QUANT_SIZES, GGMLQuantizationType, GGUFValueType
 
 from gguf_exact.core import kernels
+from gguf_exact.formats.bounded_json import shown
 
 MAGIC = b"GGUF"
 DEFAULT_ALIGNMENT = 32
@@ -36,6 +37,11 @@ _SCALAR = {
     GGUFValueType.INT64: "<q", GGUFValueType.FLOAT64: "<d",
 }  # fmt: skip
 SCALAR_FORMATS = _SCALAR  # struct formats of the scalar value types, for readers of arrays
+# Bounds on what a header may hold, refused before the values are read: llama.cpp's own
+# (ggml/src/gguf.cpp), which it does not load a file past, and the format's limit on a key.
+MAX_KEY_BYTES = 65_535  # the GGUF format: "at most 2^16-1 bytes"; a key is named in messages
+MAX_STRING_BYTES = 1 << 30  # GGUF_MAX_STRING_LENGTH
+MAX_ARRAY_ELEMENTS = 1 << 30  # GGUF_MAX_ARRAY_ELEMENTS
 
 
 class LayoutError(ValueError):
@@ -143,8 +149,20 @@ class _Cursor:
         self.pos += size
         return value
 
-    def string(self) -> bytes:
-        return self.take(self.unpack("<Q"))
+    def skip(self, n: int) -> None:
+        if n < 0 or self.pos + n > len(self.buf):
+            raise EOFError
+        self.pos += n
+
+    def string(self, limit: int = MAX_STRING_BYTES, what: str = "a string", whose: str = "llama.cpp's") -> bytes:
+        """A length-prefixed string: past the end of ``buf`` first (EOFError: a truncated
+        file says so), then longer than ``limit`` (``whose`` limit, in messages)."""
+        n = self.unpack("<Q")
+        if self.pos + n > len(self.buf):
+            raise EOFError
+        if n > limit:
+            raise LayoutError(f"{what} of {n:,} bytes, more than {whose} limit of {limit:,}")
+        return self.take(n)
 
     def skip_strings(self, count: int) -> None:
         compiled = kernels.loaded()
@@ -166,6 +184,10 @@ class _Cursor:
 
 
 def _value(cur: _Cursor, vtype: GGUFValueType) -> Any:
+    """A scalar or string decoded; an array skipped over, as (element type, count).
+
+    No recursion: an array of arrays is refused, as llama.cpp refuses it ("invalid GGUF
+    type"), so however deep a hostile file nests them, one level is read."""
     if vtype in _SCALAR:
         return cur.unpack(_SCALAR[vtype])
     if vtype == GGUFValueType.STRING:
@@ -173,15 +195,27 @@ def _value(cur: _Cursor, vtype: GGUFValueType) -> Any:
     if vtype == GGUFValueType.ARRAY:
         sub = GGUFValueType(cur.unpack("<I"))
         count = cur.unpack("<Q")
+        if sub == GGUFValueType.ARRAY:
+            raise LayoutError("an array of arrays, which llama.cpp does not load")
+        if count > MAX_ARRAY_ELEMENTS:
+            raise LayoutError(f"an array of {count:,} elements, more than llama.cpp's limit of {MAX_ARRAY_ELEMENTS:,}")
         if sub in _SCALAR:
-            cur.take(count * struct.calcsize(_SCALAR[sub]))
-        elif sub == GGUFValueType.STRING:
-            cur.skip_strings(count)
+            cur.skip(count * struct.calcsize(_SCALAR[sub]))
         else:
-            for _ in range(count):
-                _value(cur, sub)
+            cur.skip_strings(count)
         return (sub, count)
     raise LayoutError(f"unknown value type {vtype}")
+
+
+def _pair(cur: _Cursor) -> tuple[str, GGUFValueType, Any]:
+    """One key/value pair at the cursor: (key, type, value as :func:`_value` gives it);
+    a fault in the value names the key."""
+    key = cur.string(MAX_KEY_BYTES, "a key", "the GGUF format's").decode("utf-8", errors="replace")
+    try:
+        vtype = GGUFValueType(cur.unpack("<I"))
+        return key, vtype, _value(cur, vtype)
+    except (LayoutError, ValueError) as err:
+        raise LayoutError(f"key {shown(key)}: {err}") from None
 
 
 def parse_header(buf: bytes) -> Header:
@@ -200,12 +234,7 @@ def parse_header(buf: bytes) -> Header:
     kv = []
     for _ in range(n_kv):
         start = cur.pos
-        key = cur.string().decode("utf-8", errors="replace")
-        try:
-            vtype = GGUFValueType(cur.unpack("<I"))
-        except ValueError as err:
-            raise LayoutError(f"key {key}: {err}") from None
-        value = _value(cur, vtype)
+        key, vtype, value = _pair(cur)
         kv.append(KeyValue(key, vtype, buf[start : cur.pos], value))
     fields = {k.key: k for k in kv}
     alignment = fields["general.alignment"].value if "general.alignment" in fields else DEFAULT_ALIGNMENT
@@ -216,12 +245,12 @@ def parse_header(buf: bytes) -> Header:
         name = cur.string().decode("utf-8", errors="replace")
         n_dims = cur.unpack("<I")
         if not 1 <= n_dims <= 4:
-            raise LayoutError(f"tensor {name}: {n_dims} dimensions")
+            raise LayoutError(f"tensor {shown(name)}: {n_dims} dimensions")
         ne = tuple(cur.unpack("<Q") for _ in range(n_dims))
         try:
             qtype = GGMLQuantizationType(cur.unpack("<I"))
         except ValueError as err:
-            raise LayoutError(f"tensor {name}: {err}") from None
+            raise LayoutError(f"tensor {shown(name)}: {err}") from None
         tensors.append(TensorEntry(name, ne, qtype, cur.unpack("<Q")))
     return Header(version, kv, tensors, alignment, align(cur.pos, alignment), fields)
 
@@ -229,9 +258,7 @@ def parse_header(buf: bytes) -> Header:
 def parse_pair(raw: bytes) -> KeyValue:
     """One key/value pair from its stored bytes (as :attr:`KeyValue.raw` holds them)."""
     cur = _Cursor(raw)
-    key = cur.string().decode("utf-8", errors="replace")
-    vtype = GGUFValueType(cur.unpack("<I"))
-    value = _value(cur, vtype)
+    key, vtype, value = _pair(cur)
     return KeyValue(key, vtype, raw[: cur.pos], value)
 
 

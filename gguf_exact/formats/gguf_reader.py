@@ -25,6 +25,7 @@ from typing import Any, Iterator
 import numpy as np
 
 from gguf_exact.errors import InputError
+from gguf_exact.formats.bounded_json import open_input, shown
 from gguf_exact.formats.gguf_layout import Header, LayoutError, TensorEntry, pair_numbers, parse_header, row_bytes
 from gguf_exact.formats.paths import check_input_file
 
@@ -114,10 +115,7 @@ def open_gguf(path: str | Path, role: str = "") -> GgufFile:
     path = Path(path)
     where = f"{role} {path}" if role else str(path)
     check_input_file(path, where)
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError as err:
-        raise InputError(f"{where}: cannot be read ({err.strerror})") from None
+    fd = open_input(path, where)
     try:
         size = os.fstat(fd).st_size
         header = _parse(fd, size, where)
@@ -163,18 +161,18 @@ def _check_tensors(header: Header, size: int, where: str) -> None:
         try:
             nbytes = t.nbytes
         except LayoutError as err:
-            raise InputError(f"{where}: tensor {t.name}: {err}") from None
+            raise InputError(f"{where}: tensor {shown(t.name)}: {err}") from None
         if t.offset % header.alignment:
             raise InputError(
-                f"{where}: tensor {t.name}: data offset {t.offset:,} is not a multiple of the alignment {header.alignment}"
+                f"{where}: tensor {shown(t.name)}: data offset {t.offset:,} is not a multiple of the alignment {header.alignment}"
             )
         end = header.data_start + t.offset + nbytes
         if end > size:
             raise InputError(
-                f"{where}: truncated: tensor {t.name} ends at byte {end:,} but the file has {size:,}; download it again"
+                f"{where}: truncated: tensor {shown(t.name)} ends at byte {end:,} but the file has {size:,}; download it again"
             )
         spans.append((t.offset, t.offset + nbytes, t.name))
     spans.sort()
     for (_, end_a, a), (start_b, _, b) in zip(spans, spans[1:]):
         if start_b < end_a:
-            raise InputError(f"{where}: tensors {a} and {b} overlap in the file")
+            raise InputError(f"{where}: tensors {shown(a)} and {shown(b)} overlap in the file")

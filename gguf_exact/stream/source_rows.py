@@ -10,15 +10,14 @@ any rank is seen as a matrix of (product of leading dims, last dim) rows; a
 [first, first + count) of R (one half of a fused ``gate_up_proj``).
 """
 
-import json
 import os
-import struct
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
 from gguf_exact.errors import InputError
+from gguf_exact.formats.bounded_json import open_input
 from gguf_exact.formats.checkpoint import Checkpoint, check_finite_values
 
 ITEM_BYTES = {"BF16": 2, "F16": 2, "F32": 4}
@@ -35,19 +34,9 @@ class TensorLocation:
 
 
 def locate(ckpt: Checkpoint) -> dict[str, TensorLocation]:
-    """Absolute data offsets of every tensor of a checkpoint (headers re-read;
-    :class:`Checkpoint` has already validated them)."""
-    out = {}
-    for file in sorted({info.file for info in ckpt.tensors.values()}):
-        with file.open("rb") as f:
-            (n,) = struct.unpack("<Q", f.read(8))
-            header = json.loads(f.read(n))
-        for name, entry in header.items():
-            if name != "__metadata__":
-                out[name] = TensorLocation(
-                    name, file, 8 + n + entry["data_offsets"][0], entry["dtype"], tuple(entry["shape"])
-                )
-    return out
+    """Absolute data offsets of every tensor of a checkpoint (as :class:`Checkpoint` read
+    and checked its headers: nothing is read again)."""
+    return {name: TensorLocation(name, i.file, i.offset, i.dtype, i.shape) for name, i in ckpt.tensors.items()}
 
 
 @dataclass(frozen=True)
@@ -100,7 +89,7 @@ class RowSource:
         row_bytes = self.cols * size
         out = np.empty((r1 - r0) * row_bytes, dtype=np.uint8)
         own = fd is None
-        fd = os.open(self.loc.file, os.O_RDONLY) if own else fd
+        fd = open_input(self.loc.file) if own else fd
         try:
             pos = 0
             for start, n in self._segments(r0, r1):
