@@ -212,3 +212,31 @@ def test_a_hostile_gguf_is_refused_in_one_line(good, tmp_path, case, command, pe
     out.parent.mkdir()
     line = expect_one_line(gguf_commands(bad, good, out)[command], [f"{bad}: "], [out])
     assert what in line, line
+
+
+@pytest.mark.parametrize(
+    "case, expected",
+    [
+        ("deep", "error: profile {p}: not a profile (values nested too deep for TOML's parser)"),
+        ("bigint", "error: profile {p}: not a profile (an integer of more than 4,300 digits)"),
+        (
+            "sparse",
+            "error: {p}: 3,221,225,472 bytes, more than the 16,777,216 a profile may hold; a profile is a few lines of TOML",
+        ),
+    ],
+)
+def test_a_hostile_profile_is_one_line(tiny, tmp_path, case, expected):
+    """`serve --profile FILE.toml`: TOML nested 100,000 deep, a 5,000-digit integer, a 3 GB sparse
+    file (never read whole) - one line each, where tomllib gave tracebacks."""
+    p = tmp_path / f"{case}.toml"
+    if case == "deep":
+        p.write_text("[server]\nx = " + "[" * 100000 + "]" * 100000 + "\n")
+    elif case == "bigint":
+        p.write_text("[server]\nctx-size = " + "9" * 5000 + "\n")
+    else:
+        with open(p, "wb") as f:
+            f.truncate(3 << 30)
+    r = CliRunner().invoke(
+        main, ["serve", "--model", str(tiny / "target.gguf"), "--no-draft", "--profile", str(p), "--dry-run"]
+    )
+    assert r.exit_code == 1 and r.stderr.strip().splitlines() == [expected.format(p=p)], r.output

@@ -78,7 +78,7 @@ def read_at(fd: int, n: int, offset: int, where: str | Path) -> bytes:
     return b"".join(parts)
 
 
-def read_side_file(path: Path, what: str) -> bytes:
+def read_side_file(path: Path, what: str, hint: str = "replace it with the model's own") -> bytes:
     """The bytes of a small JSON file of a model folder (``what``: config.json, the index),
     refused from its size, before any of it is read, when over :data:`MAX_SIDE_FILE_BYTES`."""
     fd = open_input(path)
@@ -90,8 +90,7 @@ def read_side_file(path: Path, what: str) -> bytes:
         os.close(fd)
     if max(size, len(raw)) > MAX_SIDE_FILE_BYTES:
         raise InputError(
-            f"{path}: {max(size, len(raw)):,} bytes, more than the {MAX_SIDE_FILE_BYTES:,} a {what} may hold;"
-            " replace it with the model's own"
+            f"{path}: {max(size, len(raw)):,} bytes, more than the {MAX_SIDE_FILE_BYTES:,} a {what} may hold; {hint}"
         )
     return raw
 

@@ -24,6 +24,7 @@ else:  # pragma: no cover
 from gguf_exact.builds.llama_build import BACKEND
 from gguf_exact.constants import PROFILES_ENV, env_path
 from gguf_exact.errors import ArgumentError, InputError, Message, Param
+from gguf_exact.formats.bounded_json import read_side_file
 from gguf_exact.resources import shipped_dir, user_config_dir
 
 PROFILE_DIR = shipped_dir("serve")  # the project's serve/ (a wheel carries a copy)
@@ -202,10 +203,16 @@ def not_found_line(name: str) -> str:
 def load_profile(name_or_path: str | Path) -> Profile:
     """Read a profile by name (``rtx3050``) or path (``my-card.toml``)."""
     path = find_profile(name_or_path)
+    raw = read_side_file(path, "profile", "a profile is a few lines of TOML")  # bounded: never read whole
     try:
-        data = tomllib.loads(path.read_text())
+        data = tomllib.loads(raw.decode())
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
         raise InputError(f"profile {path}: not valid TOML ({e})") from None
+    except RecursionError:  # tomllib is pure Python: a deep array unwinds cleanly to here
+        raise InputError(f"profile {path}: not a profile (values nested too deep for TOML's parser)") from None
+    except ValueError:  # only an integer past Python's limit on digits gets here
+        digits = sys.get_int_max_str_digits()
+        raise InputError(f"profile {path}: not a profile (an integer of more than {digits:,} digits)") from None
     unknown = set(data) - {"description", "build", "cards", "memory_mib", "server", "draft"}
     if unknown:
         raise InputError(
