@@ -48,3 +48,29 @@ def test_upstream_still_has_each_private_name_the_adapter_uses():
     source = inspect.getsource(llama_cpp.Llama)
     missing = [name for name in PRIVATE_ATTRIBUTES if f"self.{name}" not in source]
     assert missing == [] and hasattr(app, "_llama_proxy")
+
+
+@pytest.mark.bindings
+def test_a_grammar_llama_cpp_refuses_is_a_value_error_not_a_crash(tiny):
+    """llama-cpp-python 0.3.36 puts the NULL sampler llama.cpp returns for a grammar it refuses
+    into the chain, and the process dies (SIGSEGV) on the first token: that happened to the
+    Python engine for a request's `grammar` and for any grammar made from a schema or tools."""
+    import llama_cpp
+    from llama_cpp import LlamaGrammar
+
+    from gguf_exact.speculative.llama_adapter import LlamaAdapter
+
+    assert "grammar: Optional[LlamaGrammar] = None" in inspect.getsource(llama_cpp.Llama._init_sampler)
+    llm = LlamaAdapter(str(tiny / "target.gguf"), n_ctx=64, verbose=False)
+    try:
+        assert llm.grammar_parses('root ::= "a" "b"') and not llm.grammar_parses('x ::= "a"')
+        for refused in ("root ::= (", 'root ::= "a"{2001}', 'x ::= "a"'):
+            assert not llm.grammar_parses(refused)
+            with pytest.raises(ValueError, match="does not parse as GBNF"):
+                llm.create_completion("abc", max_tokens=2, grammar=LlamaGrammar.from_string(refused, verbose=False))
+        out = llm.create_completion(
+            "abc", max_tokens=4, temperature=0, grammar=LlamaGrammar.from_string('root ::= "ab"')
+        )
+        assert out["choices"][0]["text"] == "ab"
+    finally:
+        llm.close()

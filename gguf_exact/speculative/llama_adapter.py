@@ -62,6 +62,25 @@ class LlamaAdapter(llama_cpp.Llama):
         """The ``llama_vocab *`` of the model (low-level calls)."""
         return self._model.vocab
 
+    def grammar_parses(self, grammar: str, root: str = "root") -> bool:
+        """Whether llama.cpp's GBNF parser takes ``grammar`` (parsed by llama.cpp itself; the
+        sampler it makes is freed at once)."""
+        sampler = llama_cpp.llama_sampler_init_grammar(self.vocab_handle, grammar.encode(), root.encode())
+        if not sampler:
+            return False
+        llama_cpp.llama_sampler_free(sampler)
+        return True
+
+    def _init_sampler(self, *args: Any, grammar: Any = None, **kwargs: Any) -> Any:
+        """``Llama._init_sampler``, but a grammar llama.cpp refuses is a ValueError: 0.3.36 adds
+        whatever ``llama_sampler_init_grammar`` returns to the chain, NULL too, and the process
+        then dies (SIGSEGV) on the first token. The request's own ``grammar`` is refused with a
+        400 before this (:mod:`.request`); this catches the grammars llama-cpp-python makes from
+        a ``response_format`` schema or tools."""
+        if grammar is not None and not self.grammar_parses(grammar._grammar, grammar._root):
+            raise ValueError("the grammar made for this request does not parse as GBNF (llama.cpp's parser refused it)")
+        return super()._init_sampler(*args, grammar=grammar, **kwargs)
+
     def token_text(self, token: int) -> str:
         return self._model.token_get_text(token)
 

@@ -125,21 +125,14 @@ def _body_problem(path: str, body: dict, names: set[str]) -> Refusal | None:
 
 
 def _grammar_problem(body: dict, llm: Any) -> Refusal | None:
-    """A ``grammar`` llama.cpp's parser refuses: llama-cpp-python 0.3.36 would put the NULL
-    sampler it gets into the chain and crash the process (SIGSEGV) on the first token, for
-    any grammar that does not parse (``root ::= (``, a repetition over llama.cpp's 2,000).
-    Parsed here by llama.cpp itself, after the request guard bounded its nesting."""
+    """A ``grammar`` llama.cpp's parser refuses, as a 400 (see
+    :meth:`.llama_adapter.LlamaAdapter._init_sampler`: it would crash the process), parsed by
+    llama.cpp itself after the request guard bounded its nesting."""
     grammar = body.get("grammar")
-    if not isinstance(grammar, str):
-        return None
-    import llama_cpp
-
-    sampler = llama_cpp.llama_sampler_init_grammar(llm.vocab_handle, grammar.encode(), b"root")
-    if not sampler:
+    if isinstance(grammar, str) and not llm.grammar_parses(grammar):
         return Refusal(
             400, "the grammar does not parse as GBNF with a root rule (llama.cpp's parser refused it)", None, "grammar"
         )
-    llama_cpp.llama_sampler_free(sampler)
     return None
 
 
