@@ -11,7 +11,8 @@ of an older revision of a patch for the current one (editing a patch rebuilds), 
 and the bindings of one backend carry the same, except a patch marked ``server_only``: it
 changes only ``common/`` and ``tools/`` programs, which the bindings' wheel does not ship
 (llama-cpp-python installs libllama, libggml* and libmtmd, none of which links
-``common``), so the bindings neither apply it nor name it, and keep their cache.
+``common``), or ggml's RPC backend, which only llama-server's build enables (``GGML_RPC=ON``),
+so the bindings neither apply it nor name it, and keep their cache.
 
 The system ``patch`` tool applies them (it comes with build-essential, beside the
 compiler the build needs anyway); nothing here re-implements diff application.
@@ -101,6 +102,19 @@ PATCHES: tuple[SourcePatch, ...] = (
             "llama.cpp #22142: the log worker thread is never joined, so llama-perplexity's last lines "
             "(the KL divergence statistics `quality` reads) could be lost at exit under load; drain the "
             "log queue before returning. Only tools/perplexity/ changes, which the bindings do not ship"
+        ),
+    ),
+    SourcePatch(
+        id="42",
+        file="42-rpc-client-timeout.patch",
+        gpu_only=False,
+        server_only=True,
+        why=(
+            "gguf-exact #42: llama-server --rpc waited for ever on a worker that stopped answering "
+            "(SIGSTOP, a hung machine): /health stayed ok and every request hung. The client's sockets "
+            "get a receive and send timeout (GGML_RPC_TIMEOUT seconds without progress, default 120, 0 "
+            "for none), after which the server fails as it does when a worker is killed, its log naming "
+            "the timeout. Only ggml/src/ggml-rpc/ changes, which the bindings build without"
         ),
     ),
 )
