@@ -318,6 +318,8 @@ def test_a_stopped_worker_of_this_machine_is_named_by_status_serve_and_the_heads
     import subprocess
     import sys
 
+    from helpers import cli
+
     from gguf_exact.engines import rpc_watch
     from gguf_exact.engines.process import write_run_state
     from gguf_exact.engines.status import rpc_gave_up_after, server_status
@@ -345,6 +347,11 @@ def test_a_stopped_worker_of_this_machine_is_named_by_status_serve_and_the_heads
         )
         st = server_status(port, tmp_path)
         assert (st.health, st.up, st.worker.line()) == ("stopped", False, f"{endpoint}: stopped ({detail})")
+        shown = cli("status", "--port", str(port), env=dict(os.environ, GGUF_EXACT_RUN_DIR=str(tmp_path)))
+        assert shown.returncode == 1
+        lines = shown.stdout.splitlines()  # each a whole line, however long (not wrapped at 160 columns)
+        assert lines[0] == f"worker       {endpoint}  pid {proc.pid}  stopped"
+        assert lines[2] == f"answer       {endpoint}: stopped ({detail})" and len(lines[2]) > 160
         with pytest.raises(rpc_probe.ServerError) as err:
             rpc_probe.require_workers((endpoint,), check=rpc_watch.worker_checker(tmp_path))
         assert str(err.value) == f"rpc worker {endpoint}: stopped ({detail}); resume it, or stop it and start another"
