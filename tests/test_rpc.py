@@ -317,11 +317,13 @@ def test_a_stopped_worker_of_this_machine_is_named_by_status_serve_and_the_heads
     import signal
     import subprocess
     import sys
+    from types import SimpleNamespace
 
     from helpers import cli
 
     from gguf_exact.engines import rpc_watch
     from gguf_exact.engines.process import write_run_state
+    from gguf_exact.engines.serve import workers_gone
     from gguf_exact.engines.status import rpc_gave_up_after, server_status
 
     with socket.socket() as s:
@@ -355,6 +357,16 @@ def test_a_stopped_worker_of_this_machine_is_named_by_status_serve_and_the_heads
         with pytest.raises(rpc_probe.ServerError) as err:
             rpc_probe.require_workers((endpoint,), check=rpc_watch.worker_checker(tmp_path))
         assert str(err.value) == f"rpc worker {endpoint}: stopped ({detail}); resume it, or stop it and start another"
+        # serve in the foreground, its llama-server gone (patch 42 gave up on the worker): one line
+        plan = SimpleNamespace(
+            workers=[rpc_probe.WorkerReport(endpoint, "ok")],
+            launch=SimpleNamespace(run_dir=tmp_path / "head", label="llama-server"),
+        )
+        assert workers_gone(plan, -6) == (
+            f"llama-server exited with code -6: RPC worker {endpoint}: stopped ({detail}); llama-server stops when a "
+            "worker does not answer for GGML_RPC_TIMEOUT seconds (default 120): resume or restart the worker, then "
+            "serve again"
+        )
 
         # a head that gave up on it: gone, its log naming the timeout
         head_port = port + 1 if port < 65535 else port - 1

@@ -139,7 +139,7 @@ def server_status(
         return st
     # llama-server's /health stays ok while a worker is stopped; its /slots and /metrics wait on it
     st.rpc_workers = [r for r in (stopped_worker(e, rdir.parent) for e in workers) if r is not None]
-    if st.rpc_workers and st.health == "ok":
+    if st.rpc_workers:  # whatever /health said (ok, loading): the worker is what to fix
         st.health = (
             f"rpc worker {'; '.join(w.line() for w in st.rpc_workers)}: requests wait on it until llama-server "
             f"gives up ({RPC_TIMEOUT_ENV} s without an answer, default {DEFAULT_RPC_TIMEOUT_S}) and exits"
