@@ -105,12 +105,12 @@ PATCHES: tuple[SourcePatch, ...] = (
         ),
     ),
     SourcePatch(
-        id="42",
-        file="42-rpc-client-timeout.patch",
+        id="42-3",
+        file="42-3-rpc-client-timeout.patch",
         gpu_only=False,
         server_only=True,
         why=(
-            "gguf-exact #42: llama-server --rpc waited for ever on a worker that stopped answering "
+            "gguf-exact #42, item 3: llama-server --rpc waited for ever on a worker that stopped answering "
             "(SIGSTOP, a hung machine): /health stayed ok and every request hung. The client's sockets "
             "get a receive and send timeout (GGML_RPC_TIMEOUT seconds without progress, default 120, 0 "
             "for none), after which the server fails as it does when a worker is killed, its log naming "

@@ -84,7 +84,7 @@ class ServerStatus:
         if gone:  # llama.cpp's RPC backend aborts the server when a worker goes away
             return f"process not running: an RPC worker it used is gone ({'; '.join(gone)})"
         silent = [w.line() for w in self.rpc_workers if not w.ok]
-        if silent or self.gave_up_after is not None:  # patch 42: it gives up on a worker silent that long
+        if silent or self.gave_up_after is not None:  # patch 42-3: it gives up on a worker silent that long
             waited = (
                 f" after {self.gave_up_after} s without an answer ({RPC_TIMEOUT_ENV})" if self.gave_up_after else ""
             )
@@ -195,16 +195,29 @@ def gone_head_worker(endpoint: str, root: Path) -> WorkerReport:
 
 
 def rpc_gave_up_after(log: str) -> int | None:
-    """The seconds in patch 42's line of a llama-server log (``RPC server sent nothing within
+    """The seconds in patch 42-3's line of a llama-server log (``RPC server sent nothing within
     N s (GGML_RPC_TIMEOUT) ...``), or None."""
     found = re.findall(rf"RPC server \w+ nothing within (\d+) s \({RPC_TIMEOUT_ENV}\)", log)
     return int(found[-1]) if found else None
 
 
+def still_serving(console_file: Path, wait: float = 1.0) -> bool:
+    """Whether a worker's console says a client is connected, and still does after ``wait``
+    seconds: a client that has just left (a probe's connection the worker took from its queue once
+    its head went) is closed by then."""
+    deadline = time.monotonic() + wait
+    while client_connected(read_tail(console_file)):
+        if time.monotonic() > deadline:
+            return True
+        time.sleep(0.05)
+    return False
+
+
 def worker_status(rdir: Path, state: dict, pid: int | None, running: bool) -> ServerStatus:
     """An RPC worker's status: its process (stopped: it answers nothing), and its answer to the
     hello, or ``busy`` while its console says a head is connected (a worker serves one client at
-    a time: a probe would only wait in its queue), its devices as it logged them."""
+    a time: a probe would only wait in its queue, and fill it: it holds two), its devices as it
+    logged them."""
     console = read_tail(rdir / CONSOLE_FILE)
     st = ServerStatus(rdir, state, pid, running, "down", worker_devices=worker_devices_logged(console))
     _mark_stopped(st)
@@ -212,7 +225,7 @@ def worker_status(rdir: Path, state: dict, pid: int | None, running: bool) -> Se
         endpoint = state["url"].removeprefix("rpc://")
         if process_state(pid) in STOPPED_STATES:  # type: ignore[arg-type]
             st.worker = stopped_report(endpoint, pid)  # type: ignore[arg-type]
-        elif client_connected(console):
+        elif still_serving(rdir / CONSOLE_FILE):
             st.worker = WorkerReport(
                 endpoint, "busy", detail="serving its client (a llama-server); it answers others once that one leaves"
             )
