@@ -7,6 +7,7 @@ from __future__ import annotations
 import socket
 import struct
 import threading
+import time
 
 import pytest
 from helpers import sdist_files
@@ -303,3 +304,87 @@ def test_the_plan_says_when_shared_caches_travel_every_pass(tmp_path):
     assert even.shared_kv_moves == [("RPC0", "RPC1", kv[13] + kv[14])] and kv[13] + kv[14] == 3 << 20
     assert any(ln.startswith("  note: layers on RPC1 reuse caches held on RPC0: 3.00 MiB copied") for ln in even.lines())
     assert plan_devices(t, None, s, devs, tensor_split="13,23").shared_kv_moves == []
+
+
+# --- a worker that stopped answering, told without a connection -----------------------------
+
+
+def test_a_stopped_worker_of_this_machine_is_named_by_status_serve_and_the_heads_status(tmp_path):
+    """A worker's process stopped (SIGSTOP): status says so from /proc with no connection (one
+    would only wait in its queue), serve refuses it in one line, and the status of a head that
+    gave up on it (patch 42-3's log line) says why it is down."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    from types import SimpleNamespace
+
+    from helpers import cli
+
+    from gguf_exact.engines import rpc_watch
+    from gguf_exact.engines.process import write_run_state
+    from gguf_exact.engines.serve import workers_gone
+    from gguf_exact.engines.status import rpc_gave_up_after, server_status
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    endpoint = f"127.0.0.1:{port}"
+    # the worker's process: any process will do, /proc is asked for its state
+    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        state = {"engine": "rpc-server", "host": "127.0.0.1", "port": port, "url": f"rpc://{endpoint}"}
+        write_run_state(tmp_path / str(port), state, proc.pid, True)
+        assert rpc_watch.local_worker_pid(endpoint, tmp_path) == proc.pid
+        assert rpc_watch.local_worker_pid(f"localhost:{port}", tmp_path) == proc.pid  # loopback either way
+        assert rpc_watch.local_worker_pid(f"10.9.9.9:{port}", tmp_path) is None  # another machine's
+        assert rpc_watch.stopped_worker(endpoint, tmp_path) is None  # running: nothing to say without a probe
+        os.kill(proc.pid, signal.SIGSTOP)
+        deadline = time.monotonic() + 5
+        while rpc_watch.stopped_worker(endpoint, tmp_path) is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        detail = (
+            f"not answering: its process (pid {proc.pid}, on this machine) is stopped by a signal or a debugger; "
+            f"`kill -CONT {proc.pid}` resumes it"
+        )
+        st = server_status(port, tmp_path)
+        assert (st.health, st.up, st.worker.line()) == ("stopped", False, f"{endpoint}: stopped ({detail})")
+        shown = cli("status", "--port", str(port), env=dict(os.environ, GGUF_EXACT_RUN_DIR=str(tmp_path)))
+        assert shown.returncode == 1
+        lines = shown.stdout.splitlines()  # each a whole line, however long (not wrapped at 160 columns)
+        assert lines[0] == f"worker       {endpoint}  pid {proc.pid}  stopped"
+        assert lines[2] == f"answer       {endpoint}: stopped ({detail})" and len(lines[2]) > 160
+        with pytest.raises(rpc_probe.ServerError) as err:
+            rpc_probe.require_workers((endpoint,), check=rpc_watch.worker_checker(tmp_path))
+        assert str(err.value) == f"rpc worker {endpoint}: stopped ({detail}); resume it, or stop it and start another"
+        # serve in the foreground, its llama-server gone (patch 42-3 gave up on the worker): one line
+        plan = SimpleNamespace(
+            workers=[rpc_probe.WorkerReport(endpoint, "ok")],
+            launch=SimpleNamespace(run_dir=tmp_path / "head", label="llama-server"),
+        )
+        assert workers_gone(plan, -6) == (
+            f"llama-server exited with code -6: RPC worker {endpoint}: stopped ({detail}); llama-server stops when a "
+            "worker does not answer for GGML_RPC_TIMEOUT seconds (default 120): resume or restart the worker, then "
+            "serve again"
+        )
+
+        # a head that gave up on it: gone, its log naming the timeout
+        head_port = port + 1 if port < 65535 else port - 1
+        gone = subprocess.Popen([sys.executable, "-c", "pass"])
+        gone.wait()
+        head = tmp_path / str(head_port)
+        head_state = {"engine": "llama-server", "port": head_port, "url": f"http://127.0.0.1:{head_port}",
+                      "command": ["llama-server", "--rpc", endpoint]}  # fmt: skip
+        write_run_state(head, head_state, gone.pid, True)
+        log = "srv  load: ...\nRPC server sent nothing within 5 s (GGML_RPC_TIMEOUT): it stopped answering\n"
+        (head / "server.log").write_text(log)
+        assert rpc_gave_up_after(log) == 5 and rpc_gave_up_after("no such line") is None
+        down = server_status(head_port, tmp_path)
+        assert not down.running and down.gave_up_after == 5
+        assert down.down_reason == (
+            f"process not running: an RPC worker it used stopped answering ({endpoint}: stopped ({detail})); "
+            "llama-server gave up on it after 5 s without an answer (GGML_RPC_TIMEOUT)"
+        )
+    finally:
+        proc.kill()
+        proc.wait()

@@ -15,9 +15,12 @@ import http.client
 import json
 import os
 import signal
+import socket
+import struct
 import subprocess
 import sys
 import time
+import urllib.error
 from pathlib import Path
 
 import pytest
@@ -26,6 +29,7 @@ from _llama_server import TEST_SETTINGS, free_port, get_json, post_json, server_
 from gguf_exact.engines.launch import plan_launch, start_server
 from gguf_exact.engines.logged_buffers import logged_buffers
 from gguf_exact.engines.process import read_pid
+from gguf_exact.engines.rpc_probe import CMD_HELLO, CONN_CAPS_SIZE, probe_worker
 from gguf_exact.engines.rpc_worker import plan_worker, start_worker
 from gguf_exact.engines.serve import plan_serve
 from gguf_exact.engines.settings import CONSOLE_FILE, LOG_FILE, ServeSettings, WorkerSettings
@@ -39,6 +43,7 @@ PROMPTS = ("def f(x): return x + 1", "the quick brown fox")
 SEEDED = {"temperature": 0.8, "top_k": 40, "top_p": 0.95, "min_p": 0.05, "seed": 11}
 SPLIT = (*TEST_SETTINGS, "tensor-split=1,1", "log-verbosity=4")  # equal shares; buffers in the log
 BOUND = 60  # seconds: no step of this module may wait longer
+RPC_TIMEOUT = 4  # seconds the head waits on a silent worker (GGML_RPC_TIMEOUT, patch 42-3)
 
 
 @pytest.fixture(scope="module")
@@ -193,3 +198,90 @@ def test_rpc_server_from_the_command_line_detached_seen_by_status_ended_by_stop(
     assert stop.stdout.startswith(f"stopped rpc-server worker on port {port} (pid ")
     down = cli("status", "--port", str(port), env=env)
     assert down.returncode == 1 and "down: stopped (by gguf-exact stop at " in down.stdout
+
+
+def hello(endpoint: str) -> socket.socket:
+    """A client that said hello to the worker and holds it, as a head does."""
+    host, port = endpoint.rsplit(":", 1)
+    sock = socket.create_connection((host, int(port)), timeout=10)
+    sock.sendall(bytes([CMD_HELLO]) + struct.pack("<Q", CONN_CAPS_SIZE) + bytes(CONN_CAPS_SIZE))
+    (size,) = struct.unpack("<Q", sock.recv(8, socket.MSG_WAITALL))
+    assert len(sock.recv(size, socket.MSG_WAITALL)) == size
+    return sock
+
+
+def test_a_worker_probed_while_it_serves_outlives_its_client(tmp_path):
+    """Issue 41: a probe that timed out on a busy worker (`status --port W`, `doctor --rpc`) left
+    its hello in the worker's queue; answered once the head left, to a closed connection, it
+    killed the worker by SIGPIPE. The worker ignores SIGPIPE, and its status does not connect
+    while its console says it serves."""
+    server_binary()
+    port = free_port()
+    endpoint = f"127.0.0.1:{port}"
+    start_worker(plan_worker(WorkerSettings(profile="cpu", port=port, threads=1, runs=tmp_path)), detach=True)
+    pid = read_pid(tmp_path / str(port))
+    try:
+        head = hello(endpoint)
+        assert probe_worker(endpoint, timeout=0.5).state == "busy"  # its hello waits in the queue
+        st = server_status(port, tmp_path)
+        assert st.health == "busy" and st.worker.detail.startswith("serving its client (a llama-server)")
+        head.close()
+        time.sleep(3)  # the worker answers the queued probe, to a closed connection
+        assert server_status(port, tmp_path).running, (tmp_path / str(port) / CONSOLE_FILE).read_text()[-2000:]
+        assert probe_worker(endpoint, timeout=5).ok
+    finally:
+        stop_server(port, tmp_path)
+    assert not server_status(port, tmp_path).running and pid
+
+
+def test_a_stopped_worker_is_named_by_status_and_a_request_fails_within_the_bound(tmp_path, monkeypatch):
+    """Issue 42: a worker stopped (SIGSTOP) under a serving head. /health stays ok, but status
+    names the worker as not answering (one line); a request gets an error within the head's
+    GGML_RPC_TIMEOUT (patch 42-3; here 4 s), not a hang; then the head is down for that reason."""
+    from helpers import cli
+
+    server_binary()
+    target, drafter = write_runner_pairs(tmp_path / "pairs")["hidden"]
+    runs = tmp_path / "run"
+    wport = free_port()
+    endpoint = f"127.0.0.1:{wport}"
+    start_worker(plan_worker(WorkerSettings(profile="cpu", port=wport, threads=1, runs=runs)), detach=True)
+    wpid = read_pid(runs / str(wport))
+    monkeypatch.setenv("GGML_RPC_TIMEOUT", str(RPC_TIMEOUT))  # the head's environment: server_env passes it on
+    monkeypatch.setenv("GGML_NO_BACKTRACE", "1")  # the head's abort: no debugger looking for a backtrace
+    port = free_port()
+    try:
+        plan = plan_serve(ServeSettings(target, drafter, "cpu", TEST_SETTINGS, port=port, rpc=(endpoint,), runs=runs))
+        start_server(plan.launch, detach=True, timeout=BOUND)
+        url = f"http://127.0.0.1:{port}"
+        assert "content" in post_json(url + "/completion", {"prompt": "abc", "n_predict": 4})  # it serves
+        os.kill(wpid, signal.SIGSTOP)
+        t0 = time.monotonic()
+        assert get_json(url + "/health") == {"status": "ok"}  # llama-server's own health cannot tell
+        st = server_status(port, runs)
+        said = f"{endpoint}: stopped (not answering: its process (pid {wpid}, on this machine) is stopped"
+        assert not st.up and st.running and st.health.startswith(f"rpc worker {said}"), st.health
+        assert "GGML_RPC_TIMEOUT s without an answer, default 120) and exits" in st.health
+        env = dict(os.environ, GGUF_EXACT_RUN_DIR=str(runs))
+        shown = cli("status", "--port", str(port), env=env)
+        assert shown.returncode == 1 and shown.stdout.splitlines()[0].endswith(st.health), shown.stdout
+        assert server_status(wport, runs).health == "stopped"
+        assert time.monotonic() - t0 < 20  # status does not wait on the worker
+
+        body = {"prompt": "the quick brown fox", "n_predict": 64, "ignore_eos": True, "temperature": 0}
+        t0 = time.monotonic()
+        with pytest.raises((urllib.error.URLError, http.client.HTTPException, OSError)):
+            post_json(url + "/completion", body)
+        waited = time.monotonic() - t0
+        assert RPC_TIMEOUT - 1 < waited < RPC_TIMEOUT + 20, waited
+        deadline = time.monotonic() + 20
+        while server_status(port, runs).running and time.monotonic() < deadline:
+            time.sleep(0.2)
+        down = server_status(port, runs)
+        assert not down.running and down.gave_up_after == RPC_TIMEOUT
+        assert down.down_reason.startswith(f"process not running: an RPC worker it used stopped answering ({said}")
+        assert down.down_reason.endswith(f"llama-server gave up on it after {RPC_TIMEOUT} s without an answer (GGML_RPC_TIMEOUT)")
+    finally:
+        os.kill(wpid, signal.SIGCONT)
+        stop_server(port, runs)
+        stop_server(wport, runs)

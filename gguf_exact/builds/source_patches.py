@@ -11,7 +11,8 @@ of an older revision of a patch for the current one (editing a patch rebuilds), 
 and the bindings of one backend carry the same, except a patch marked ``server_only``: it
 changes only ``common/`` and ``tools/`` programs, which the bindings' wheel does not ship
 (llama-cpp-python installs libllama, libggml* and libmtmd, none of which links
-``common``), so the bindings neither apply it nor name it, and keep their cache.
+``common``), or ggml's RPC backend, which only llama-server's build enables (``GGML_RPC=ON``),
+so the bindings neither apply it nor name it, and keep their cache.
 
 The system ``patch`` tool applies them (it comes with build-essential, beside the
 compiler the build needs anyway); nothing here re-implements diff application.
@@ -115,6 +116,19 @@ PATCHES: tuple[SourcePatch, ...] = (
             "--request-max-depth (the body's JSON nesting) and --grammar-max-depth (a grammar's groups), "
             "HTTP 400 naming the limit; a body that is not JSON is 400, not 500; API keys compared in "
             "constant time. Only common/ and tools/server/ change, which the bindings do not ship"
+        ),
+    ),
+    SourcePatch(
+        id="42-3",
+        file="42-3-rpc-client-timeout.patch",
+        gpu_only=False,
+        server_only=True,
+        why=(
+            "gguf-exact #42, item 3: llama-server --rpc waited for ever on a worker that stopped answering "
+            "(SIGSTOP, a hung machine): /health stayed ok and every request hung. The client's sockets "
+            "get a receive and send timeout (GGML_RPC_TIMEOUT seconds without progress, default 120, 0 "
+            "for none), after which the server fails as it does when a worker is killed, its log naming "
+            "the timeout. Only ggml/src/ggml-rpc/ changes, which the bindings build without"
         ),
     ),
 )

@@ -258,9 +258,9 @@ def status(port: int | None, last: int, as_json: bool, probe: bool, api_key: str
     if as_json:
         click.echo(json.dumps(st.as_dict(), indent=2, default=str))
     elif st.state.get("engine") == RPC_ENGINE:
-        show_worker(st, lambda line: console.out.print(line, markup=False))
+        show_worker(st, lambda line: console.out.print(line, markup=False, soft_wrap=True))
     else:
-        show = lambda line: console.out.print(line, markup=False)  # noqa: E731
+        show = lambda line: console.out.print(line, markup=False, soft_wrap=True)  # noqa: E731
         s = st.state
         state = "up" if st.up else (f"down: {st.down_reason}" if not st.running else st.health)
         show(f"server       {s['url']}  pid {st.pid or s['pid']}  {state}")

@@ -105,6 +105,16 @@ def process_start_time(pid: int) -> int | None:
         return None
 
 
+def process_state(pid: int) -> str | None:
+    """The process's state letter (/proc/PID/stat field 3: ``R`` running, ``S`` sleeping, ``T``
+    stopped by a signal, ``t`` stopped by a debugger, ``Z`` zombie, ...), or None where /proc
+    cannot tell."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return None
+
+
 def alive(pid: int, start_time: int | None) -> bool:
     """The process ``pid`` exists, has not exited (no zombie) and, where /proc tells
     and ``start_time`` is known, started at ``start_time``: not a reused pid."""
@@ -314,6 +324,7 @@ __all__ = [
     "last_lines",
     "port_in_use",
     "process_start_time",
+    "process_state",
     "read_pid",
     "read_state",
     "read_tail",

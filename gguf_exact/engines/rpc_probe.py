@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import socket
 import struct
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from gguf_exact.engines.settings import DEFAULT_RPC_PORT
@@ -75,7 +76,8 @@ class WorkerReport:
     """What one probe of a worker found. ``state``: ``ok`` (it answered), ``busy`` (it
     accepted but did not answer: serving another client), ``down`` (nothing listens or
     the address does not resolve), ``wrong`` (something answered, not an rpc-server of
-    this protocol)."""
+    this protocol), ``stopped`` (a worker of this machine whose process is stopped, seen
+    without a connection: :func:`.rpc_worker.stopped_worker`)."""
 
     endpoint: str
     state: str
@@ -155,10 +157,16 @@ def probe_worker(endpoint: str, timeout: float = PROBE_TIMEOUT) -> WorkerReport:
     return WorkerReport(endpoint, "ok", version, devices)
 
 
-def require_workers(endpoints: tuple[str, ...], timeout: float = PROBE_TIMEOUT) -> list[WorkerReport]:
-    """Every worker's report; one line for the first that is not there to serve (llama-server
-    would abort on it at load: ``RPC handshake failed``)."""
-    reports = [probe_worker(e, timeout) for e in endpoints]
+def require_workers(
+    endpoints: tuple[str, ...],
+    timeout: float = PROBE_TIMEOUT,
+    check: Callable[[str, float], WorkerReport] = probe_worker,
+) -> list[WorkerReport]:
+    """Every worker's report (``check(endpoint, timeout)``: the probe, or
+    :func:`.rpc_worker.check_worker`, which also sees a stopped worker of this machine); one line
+    for the first that is not there to serve (llama-server would abort on it at load: ``RPC
+    handshake failed``)."""
+    reports = [check(e, timeout) for e in endpoints]
     for r in reports:
         if not r.ok:
             hint = {
@@ -167,6 +175,7 @@ def require_workers(endpoints: tuple[str, ...], timeout: float = PROBE_TIMEOUT) 
                 ),
                 "busy": ("another llama-server is using it: stop that one first, or start another worker",),
                 "wrong": ("give ", Param("rpc"), " the address of an rpc-server of this build"),
+                "stopped": ("resume it, or stop it and start another",),
             }[r.state]
             raise ServerError(f"rpc worker {r.line()}; ", *hint)
     return reports

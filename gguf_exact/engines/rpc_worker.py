@@ -12,6 +12,7 @@ The RPC protocol has no authentication and no encryption: whoever reaches the po
 allocate memory on the worker's device and run any ggml graph there (llama.cpp's README:
 "never run the RPC server on an open network"). So a worker binds to loopback unless
 ``allow_network`` says otherwise, and then only an address the user chose.
+A worker that stopped answering: :mod:`.rpc_watch`.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from gguf_exact.builds.llama_build import build_command, find_build
-from gguf_exact.engines.launch import is_loopback, spawn
+from gguf_exact.engines.launch import is_loopback
 from gguf_exact.engines.process import (
     await_start,
     check_port_free,
@@ -118,13 +119,32 @@ def wait_ready(launch: WorkerLaunch, proc: subprocess.Popen, timeout: float) -> 
         time.sleep(0.2)
 
 
+def spawn_worker(command: list[str], run_dir: Path, detach: bool) -> subprocess.Popen:
+    """Start rpc-server with SIGPIPE ignored, as Python itself has it (``restore_signals=False``).
+    rpc-server writes with plain ``send``: a client that left before its answer (a probe that
+    timed out while the worker served a head, answered once the head goes) would otherwise
+    kill the worker with SIGPIPE; ignored, the write fails and the worker takes the next client.
+    Detached: in its own session, its console in ``console.log`` of ``run_dir``."""
+    if not detach:
+        return subprocess.Popen(command, stdin=subprocess.DEVNULL, restore_signals=False)
+    with open(run_dir / CONSOLE_FILE, "wb") as console:
+        return subprocess.Popen(
+            command,
+            stdin=subprocess.DEVNULL,
+            stdout=console,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            restore_signals=False,
+        )
+
+
 def start_worker(launch: WorkerLaunch, detach: bool = False, timeout: float = 60.0) -> tuple[subprocess.Popen, float]:
     """Start the worker and wait until it answers: (process, seconds to ready)."""
     s = launch.settings
     rdir = launch.run_dir
     claim_run_folder(rdir, s.host, s.port)
     (rdir / CONSOLE_FILE).unlink(missing_ok=True)
-    proc = spawn(launch.command, rdir, detach)
+    proc = spawn_worker(launch.command, rdir, detach)
     state = {
         "engine": RPC_ENGINE,
         "host": s.host,
@@ -138,4 +158,12 @@ def start_worker(launch: WorkerLaunch, detach: bool = False, timeout: float = 60
     return proc, await_start(proc, rdir, lambda: wait_ready(launch, proc, timeout))
 
 
-__all__ = ["WorkerLaunch", "check_worker_exposure", "plan_worker", "start_worker", "wait_ready", "worker_binary"]
+__all__ = [
+    "WorkerLaunch",
+    "check_worker_exposure",
+    "plan_worker",
+    "spawn_worker",
+    "start_worker",
+    "wait_ready",
+    "worker_binary",
+]

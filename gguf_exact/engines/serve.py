@@ -22,7 +22,8 @@ from gguf_exact.engines.device_check import (
 )
 from gguf_exact.engines.drafter_lookup import DrafterFound, resolve_drafter
 from gguf_exact.engines.launch import Launch, is_loopback, plan_launch
-from gguf_exact.engines.rpc_probe import WorkerReport, parse_endpoints, probe_worker, require_workers
+from gguf_exact.engines.rpc_probe import WorkerReport, parse_endpoints, require_workers
+from gguf_exact.engines.rpc_watch import RPC_TIMEOUT_ENV, check_worker, worker_checker
 from gguf_exact.engines.settings import ServeSettings
 from gguf_exact.engines.speculation import Verdict
 from gguf_exact.errors import GgufExactError
@@ -111,8 +112,11 @@ def plan_serve(settings: ServeSettings, dry_run: bool = False) -> ServePlan:
     if not rpc:
         warning = memory.warning(*card_memory(launch.profile, choice, device))
         return ServePlan(launch, choice, found, memory, warning, dry_run, device, software)
+    endpoints, runs = parse_endpoints(str(rpc)), launch.run_dir.parent  # a worker of this machine: in the same run root
     workers = (
-        [probe_worker(e) for e in parse_endpoints(str(rpc))] if dry_run else require_workers(parse_endpoints(str(rpc)))
+        [check_worker(e, runs) for e in endpoints]
+        if dry_run
+        else require_workers(endpoints, check=worker_checker(runs))
     )
     devices = plan_over_devices(launch, workers, choice)
     if pair.drafter is not None and "spec-draft-device" not in launch.profile.draft:
@@ -178,17 +182,28 @@ def start_planned(plan: ServePlan, detach: bool = False, timeout: float = 600.0,
 
 
 def workers_gone(plan: ServePlan, code: int) -> str | None:
-    """Why a server with RPC workers exited with ``code``, when a worker is gone (llama.cpp's RPC
-    backend aborts the server when a worker stops answering: ``Remote RPC server crashed``);
+    """Why a server with RPC workers exited with ``code``, when a worker is gone or stopped
+    answering (llama.cpp's RPC backend aborts the server when a worker goes away: ``Remote RPC
+    server crashed``; with patch 42-3, also when one is silent for ``GGML_RPC_TIMEOUT`` seconds);
     None when every worker still answers or there are none."""
     if not code or not plan.workers:
         return None
-    gone = [w.line() for w in (probe_worker(r.endpoint, timeout=1.0) for r in plan.workers) if w.state == "down"]
-    if not gone:
+    from gguf_exact.engines.status import gone_head_worker
+
+    runs = plan.launch.run_dir.parent
+    reports = [gone_head_worker(r.endpoint, runs) for r in plan.workers]
+    gone = [w.line() for w in reports if w.state == "down"]
+    if gone:
+        return (
+            f"{plan.launch.label} exited with code {code}: RPC worker {'; '.join(gone)}; llama.cpp's RPC backend stops "
+            "the server when a worker goes away: start the worker again, then serve again"
+        )
+    silent = [w.line() for w in reports if w.state in ("stopped", "busy")]
+    if not silent:
         return None
     return (
-        f"{plan.launch.label} exited with code {code}: RPC worker {'; '.join(gone)}; llama.cpp's RPC backend stops "
-        "the server when a worker goes away: start the worker again, then serve again"
+        f"{plan.launch.label} exited with code {code}: RPC worker {'; '.join(silent)}; llama-server stops when a worker "
+        f"does not answer for {RPC_TIMEOUT_ENV} seconds (default 120): resume or restart the worker, then serve again"
     )
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -20,12 +21,21 @@ from gguf_exact.engines.process import (
     alive,
     find_run_dir,
     is_server_process,
+    process_state,
     read_pid,
     read_state,
     read_tail,
     terminate,
 )
 from gguf_exact.engines.rpc_probe import WorkerReport, client_connected, probe_worker, worker_devices_logged
+from gguf_exact.engines.rpc_watch import (
+    DEFAULT_RPC_TIMEOUT_S,
+    RPC_TIMEOUT_ENV,
+    STOPPED_STATES,
+    check_worker,
+    stopped_report,
+    stopped_worker,
+)
 from gguf_exact.engines.settings import CONSOLE_FILE, LOG_FILE, PID_FILE, RPC_ENGINE, STATE_FILE
 from gguf_exact.engines.speculation import Verdict, judge, probe
 from gguf_exact.engines.stats import Acceptance, DraftCounters, draft_counters, parse_acceptance, parse_metrics
@@ -56,7 +66,10 @@ class ServerStatus:
     stopped: float | None = None  # when ``gguf-exact stop`` stopped it (server.json ``stopped``), else None
     worker: WorkerReport | None = None  # an RPC worker: what it answered (health: ok, busy, down, wrong)
     worker_devices: list[str] = field(default_factory=list)  # an RPC worker's devices, as it logged them
-    rpc_workers: list[WorkerReport] = field(default_factory=list)  # a llama-server's --rpc workers, when it is down
+    # a llama-server's --rpc workers: when it is down, each one's report; while it runs, those
+    # known not to answer (a stopped worker of this machine), without connecting to any
+    rpc_workers: list[WorkerReport] = field(default_factory=list)
+    gave_up_after: int | None = None  # seconds llama-server waited on a silent worker before it exited (its log)
 
     @property
     def down_reason(self) -> str:
@@ -67,9 +80,16 @@ class ServerStatus:
                 + time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(self.stopped))
                 + ")"
             )
-        gone = [w.line() for w in self.rpc_workers if not w.ok]
-        if gone:  # llama.cpp's RPC backend aborts the server when a worker stops answering
+        gone = [w.line() for w in self.rpc_workers if w.state == "down"]
+        if gone:  # llama.cpp's RPC backend aborts the server when a worker goes away
             return f"process not running: an RPC worker it used is gone ({'; '.join(gone)})"
+        silent = [w.line() for w in self.rpc_workers if not w.ok]
+        if silent or self.gave_up_after is not None:  # patch 42-3: it gives up on a worker silent that long
+            waited = (
+                f" after {self.gave_up_after} s without an answer ({RPC_TIMEOUT_ENV})" if self.gave_up_after else ""
+            )
+            which = f" ({'; '.join(silent)})" if silent else ""
+            return f"process not running: an RPC worker it used stopped answering{which}; llama-server gave up on it{waited}"
         return "process not running (exited or killed)"
 
     @property
@@ -109,10 +129,21 @@ def server_status(
         return worker_status(rdir, state, pid, running)
     st = ServerStatus(rdir, state, pid, running, health(url) if running else "down")
     _mark_stopped(st)
-    if not running and st.stopped is None:
-        st.rpc_workers = [probe_worker(e, timeout=1.0) for e in rpc_of_command(state.get("command") or [])]
-    st.recent = parse_acceptance(read_tail(rdir / LOG_FILE), last)  # a gone server's: the CLI shows them as past
+    workers = rpc_of_command(state.get("command") or [])
+    log = read_tail(rdir / LOG_FILE)
+    if not running and st.stopped is None and workers:
+        st.rpc_workers = [gone_head_worker(e, rdir.parent) for e in workers]
+        st.gave_up_after = rpc_gave_up_after(log + read_tail(rdir / CONSOLE_FILE))
+    st.recent = parse_acceptance(log, last)  # a gone server's: the CLI shows them as past
     if not running or st.health == "down":
+        return st
+    # llama-server's /health stays ok while a worker is stopped; its /slots and /metrics wait on it
+    st.rpc_workers = [r for r in (stopped_worker(e, rdir.parent) for e in workers) if r is not None]
+    if st.rpc_workers:  # whatever /health said (ok, loading): the worker is what to fix
+        st.health = (
+            f"rpc worker {'; '.join(w.line() for w in st.rpc_workers)}: requests wait on it until llama-server "
+            f"gives up ({RPC_TIMEOUT_ENV} s without an answer, default {DEFAULT_RPC_TIMEOUT_S}) and exits"
+        )
         return st
     if state.get("engine") == "python":
         st.speculative = bool(state.get("drafter"))  # no /slots: drafting is on whenever a drafter is loaded
@@ -154,18 +185,53 @@ def rpc_of_command(command: list) -> list[str]:
     return []
 
 
+def gone_head_worker(endpoint: str, root: Path) -> WorkerReport:
+    """A worker of a llama-server that is gone: stopped (this machine's), else its probe's answer,
+    where ``busy`` now means hung or serving someone else (its head no longer holds it)."""
+    report = check_worker(endpoint, root, timeout=1.0)
+    if report.state == "busy":
+        report.detail = "accepts but does not answer within 1 s though the server that used it is gone: hung, or serving another client"
+    return report
+
+
+def rpc_gave_up_after(log: str) -> int | None:
+    """The seconds in patch 42-3's line of a llama-server log (``RPC server sent nothing within
+    N s (GGML_RPC_TIMEOUT) ...``), or None."""
+    found = re.findall(rf"RPC server \w+ nothing within (\d+) s \({RPC_TIMEOUT_ENV}\)", log)
+    return int(found[-1]) if found else None
+
+
+def still_serving(console_file: Path, wait: float = 1.0) -> bool:
+    """Whether a worker's console says a client is connected, and still does after ``wait``
+    seconds: a client that has just left (a probe's connection the worker took from its queue once
+    its head went) is closed by then."""
+    deadline = time.monotonic() + wait
+    while client_connected(read_tail(console_file)):
+        if time.monotonic() > deadline:
+            return True
+        time.sleep(0.05)
+    return False
+
+
 def worker_status(rdir: Path, state: dict, pid: int | None, running: bool) -> ServerStatus:
-    """An RPC worker's status: its process, and its answer to the hello (``busy`` while a head
-    is connected: a worker serves one client at a time), its devices as it logged them."""
+    """An RPC worker's status: its process (stopped: it answers nothing), and its answer to the
+    hello, or ``busy`` while its console says a head is connected (a worker serves one client at
+    a time: a probe would only wait in its queue, and fill it: it holds two), its devices as it
+    logged them."""
     console = read_tail(rdir / CONSOLE_FILE)
     st = ServerStatus(rdir, state, pid, running, "down", worker_devices=worker_devices_logged(console))
     _mark_stopped(st)
     if running:
         endpoint = state["url"].removeprefix("rpc://")
-        st.worker = probe_worker(endpoint, timeout=1.0)
+        if process_state(pid) in STOPPED_STATES:  # type: ignore[arg-type]
+            st.worker = stopped_report(endpoint, pid)  # type: ignore[arg-type]
+        elif still_serving(rdir / CONSOLE_FILE):
+            st.worker = WorkerReport(
+                endpoint, "busy", detail="serving its client (a llama-server); it answers others once that one leaves"
+            )
+        else:
+            st.worker = probe_worker(endpoint, timeout=1.0)
         st.health = st.worker.state
-        if st.worker.state == "busy" and client_connected(console):
-            st.worker.detail = "serving its client (a llama-server); it answers others once that one leaves"
     return st
 
 
@@ -236,6 +302,8 @@ def mark_stopped(rdir: Path, state: dict) -> None:
 
 __all__ = [
     "ServerStatus",
+    "gone_head_worker",
+    "rpc_gave_up_after",
     "rpc_of_command",
     "server_label",
     "server_status",
