@@ -2,6 +2,7 @@
 bad values, one default draft length in chat, generate and serve, Ctrl-C in chat, the Python
 engine's context bound."""
 
+import pytest
 from click.testing import CliRunner
 
 from gguf_exact.cli import load_groups, main
@@ -52,3 +53,34 @@ def test_a_word_for_a_count_in_set_is_one_error_line(tiny, tmp_path):
     line = one_error_line(run(*base, "--set", "draft.spec-draft-n-max=1.5", env=env))
     assert line == "error: --set: [draft] spec-draft-n-max = 1.5: expected a whole number"
     assert run(*base, "--set", "ctx-size=512", env=env).exit_code == 0
+
+
+# --- the Python engine's context: the size asked for, not llama.cpp's padded one -------------
+
+
+@pytest.fixture(scope="module")
+def agreeing(tmp_path_factory):
+    """The agreeing pair: the target repeats its last token, the drafter says so too."""
+    from gguf_exact.drafter.convert import convert_drafter
+    from gguf_exact.tiny.models import write_agreeing_pair
+
+    target, hf = write_agreeing_pair(tmp_path_factory.mktemp("agreeing"))
+    return target, convert_drafter(hf, hf.parent / "drafter.gguf", target).path
+
+
+@pytest.mark.bindings
+def test_a_prompt_over_a_small_context_is_refused_naming_it(agreeing):
+    """llama.cpp pads ctx-size=64 to 256 and llama-cpp-python keeps a 64-token buffer: a
+    112-token prompt passed the check against 256 and broke in the generation loop (HTTP
+    500, `could not broadcast input array from shape (64,) into shape (62,)`)."""
+    from gguf_exact.speculative.engine import MtpLlama
+
+    llm = MtpLlama(*agreeing, n_ctx=64)
+    try:
+        assert (llm.context_size, llm.n_ctx()) == (64, 256)
+        with pytest.raises(ValueError, match=r"^Requested tokens \(113\) exceed context window of 64$"):
+            llm.create_completion("x " * 111, max_tokens=4)
+        usage = llm.create_completion("x " * 50, max_tokens=0)["usage"]  # 0: up to the end of the context
+        assert usage == {"prompt_tokens": 52, "completion_tokens": 12, "total_tokens": 64}
+    finally:
+        llm.close()
