@@ -2,6 +2,9 @@
 bad values, one default draft length in chat, generate and serve, Ctrl-C in chat, the Python
 engine's context bound."""
 
+import json
+
+import click
 import pytest
 from click.testing import CliRunner
 
@@ -84,3 +87,104 @@ def test_a_prompt_over_a_small_context_is_refused_naming_it(agreeing):
         assert usage == {"prompt_tokens": 52, "completion_tokens": 12, "total_tokens": 64}
     finally:
         llm.close()
+
+
+# --- one draft length by default, one name for the token limit ---------------------------------
+
+
+def test_chat_generate_and_serve_draft_as_the_shipped_profiles(tiny, tmp_path):
+    from gguf_exact.runtime.engine_options import NO_PROFILE, engine_options
+    from gguf_exact.runtime.profiles import available_profiles, load_profile
+
+    for name in available_profiles():
+        opts, _ = engine_options(load_profile(name), with_draft=True)
+        assert (opts.n_max, opts.adaptive, opts.adaptive_warmup) == (4, True, True), name
+    assert (NO_PROFILE.n_max, NO_PROFILE.adaptive, NO_PROFILE.adaptive_warmup) == (4, True, True)
+    for command in ("chat", "generate"):
+        params = {p.name: p for p in load_groups()[command].params}
+        ctx = click.Context(load_groups()[command])
+        assert params["n_max"].get_default(ctx) is None and params["adaptive"].get_default(ctx) is None  # NO_PROFILE
+        assert params["n_predict"].opts == ["--n-predict"] and not params["n_predict"].hidden
+        assert params["max_tokens"].opts == ["--max-tokens"] and params["max_tokens"].hidden  # chat's old name
+    env = {"GGUF_EXACT_RUN_DIR": str(tmp_path / "run")}
+    drafter = tmp_path / "d.gguf"
+    assert run("convert", tiny / "drafter-fp32", drafter, "--vocab-from", tiny / "target.gguf").exit_code == 0
+    base = ["serve", "--model", tiny / "target.gguf", "--draft", drafter, "--profile", "cpu", "--dry-run"]
+    lines = run(*base, env=env).stdout.splitlines()
+    assert "draft    adaptive, up to n-max 4" in lines
+    lines = run(*base, "--set", "spec-draft-adaptive=false", "--set", "spec-draft-n-max=2", env=env).stdout
+    assert "draft    fixed, n-max 2" in lines.splitlines()
+
+
+def test_help_promises_what_holds():
+    """Sampled, the same seed gives the target's distribution, not its text (7 of 8 seeds
+    differed on a sampled tiny pair); greedy, the same text but at rare near-ties."""
+    for command in ("chat", "generate"):
+        r = run(command, "--help")
+        text = " ".join(r.stdout.split())
+        assert "drafter or not" not in text and "the same seed gives the same text" not in text
+        assert "not the text per seed (greedy: the same text but at rare near-ties)" in text
+
+
+@pytest.mark.bindings
+def test_generate_drafts_as_serve_and_takes_chats_max_tokens(agreeing):
+    target, drafter = agreeing
+    base = ["generate", "--model", target, "--draft", drafter, "--prompt", "x y\n", "--json"]
+    r = run(*base[:-1], "--n-predict", 8)
+    assert r.exit_code == 0, r.output
+    assert r.stdout == "\n" * 9 and r.stderr.splitlines()[0] == "draft    adaptive, up to n-max 4"
+    r = run(*base, "--n-predict", 8)
+    g = json.loads(r.stdout)
+    assert r.stderr == "" and (g["n_max"], g["adaptive"], g["n_tokens"]) == (4, True, 8)
+    assert g["drafts_accepted"] == g["drafts_generated"] > 0
+    g = json.loads(run(*base, "--max-tokens", 3).stdout)  # the hidden alias: scripts written for chat's name
+    assert g["n_tokens"] == 3
+    g = json.loads(run(*base, "--n-predict", 8, "--no-adaptive", "--n-max", 2).stdout)
+    assert (g["n_max"], g["adaptive"], g["target_passes"], g["drafts_generated"]) == (2, False, 4, 4)
+
+
+# --- Ctrl-C in chat ------------------------------------------------------------------------
+
+
+class FakeLlm:
+    """create_chat_completion streaming three pieces, Ctrl-C arriving after ``interrupt_after``."""
+
+    def __init__(self, interrupt_after: int | None) -> None:
+        self.interrupt_after, self.resets, self.closed = interrupt_after, 0, 0
+
+    def create_chat_completion(self, messages, stream, max_tokens, **sampling):
+        def chunks():
+            try:
+                for i, piece in enumerate(("one", " two", " three")):
+                    if i == self.interrupt_after:
+                        raise KeyboardInterrupt
+                    yield {"choices": [{"delta": {"content": piece}}]}
+            finally:
+                self.closed += 1
+
+        return chunks()
+
+    def reset(self):
+        self.resets += 1
+
+
+def lines_then_ctrl_c(*lines):
+    yield from lines
+    raise KeyboardInterrupt
+
+
+@pytest.mark.bindings
+def test_ctrl_c_ends_the_reply_then_the_chat():
+    from gguf_exact.speculative.chat import chat_session
+
+    llm, written, notes = FakeLlm(interrupt_after=2), [], []
+    messages = chat_session(llm, lines_then_ctrl_c("hi\n", "again\n"), written.append, notes.append)
+    assert messages == [
+        {"role": "user", "content": "hi"},
+        {"role": "assistant", "content": "one two"},  # what was shown
+        {"role": "user", "content": "again"},
+        {"role": "assistant", "content": "one two"},
+    ]
+    assert notes == ["reply stopped; Ctrl-C at the prompt (or Ctrl-D, /exit) ends the chat"] * 2
+    assert (llm.resets, llm.closed) == (2, 2)
+    assert written[-1] == "\n" and written.count("\n> ") == 3  # the last prompt, then Ctrl-C there

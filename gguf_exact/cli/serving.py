@@ -13,6 +13,7 @@ from gguf_exact.cli.app import main, message
 from gguf_exact.cli.console import note, say, say_fitted, say_markdown, warn
 from gguf_exact.cli.options import (
     CommaList,
+    draft_length_words,
     drafter_from_options,
     n_max_list_option,
     out_dir_option,
@@ -177,6 +178,10 @@ def serve(
     if pair.drafter is not None:
         say(f"{'total':<8} {pair.target.weight_bytes + pair.drafter.weight_bytes:,} bytes of weights")
     say(profile_line(plan.profile, plan.choice))
+    if pair.drafter is not None:  # llama-server's defaults where the profile says nothing: fixed, n-max 3
+        draft = plan.profile.draft
+        n_max, adaptive = int(draft.get("spec-draft-n-max", 3)), draft.get("spec-draft-adaptive") is True
+        say(f"draft    {draft_length_words(n_max, adaptive)}")
     if plan.device is not None:
         soft = (
             " (a software device: its first requests compile the GPU pipelines, tens of seconds)"
