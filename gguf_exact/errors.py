@@ -174,12 +174,18 @@ class ServerError(GgufExactError):
     """A server that will not start, answer, or stop."""
 
 
+class MeasurementError(GgufExactError):
+    """Measurements too noisy to choose a setting from (``tune``): what was measured is kept,
+    nothing is chosen."""
+
+
 __all__ = [
     "ArgumentError",
     "BuildError",
     "GgufExactError",
     "HubError",
     "InputError",
+    "MeasurementError",
     "Message",
     "NotExactError",
     "OffGridError",

@@ -268,7 +268,7 @@ def test_serve_and_chat_cli(models, hub, tmp_path):
     )
     assert chat.exit_code == 0, chat.output
     assert f"drafter {models['tiny-drafter']} (a gemma4-assistant GGUF for this target" in chat.output
-    assert "target.gguf + drafter.gguf: n-max adaptive up to 4" in chat.output  # the cpu profile's
+    assert "target.gguf + drafter.gguf: context 512 tokens; draft adaptive, up to n-max 4" in chat.output
 
 
 def test_check_pair_refuses_a_drafter_reading_other_kv_widths(models):

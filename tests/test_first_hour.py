@@ -213,7 +213,7 @@ def test_tune_has_no_no_draft_and_names_its_profile():
     names = {p.name for p in tune.params}
     assert "no_draft" not in names and "save_as" in names
     r = run("tune", "--model", "x.gguf", "--no-draft")
-    assert r.exit_code == 2 and "No such option '--no-draft'" in r.output
+    assert r.exit_code == 1 and "No such option '--no-draft'" in r.stderr
 
 
 def test_tuned_names():
@@ -239,12 +239,13 @@ def test_bench_and_tune_write_under_the_cache(monkeypatch, tmp_path):
 
 
 def test_generate_defaults_as_chat_and_the_cpu_profile():
+    from gguf_exact.runtime.engine_options import NO_PROFILE
     from gguf_exact.runtime.profiles import load_profile
     from gguf_exact.runtime.sampling_defaults import SERVER_SAMPLING
 
-    n_max = next(p for p in load_groups()["generate"].params if p.name == "n_max")
-    assert n_max.default == 2  # generate drafts a fixed length by default (no profile)
+    # generate and chat draft as the cpu profile (and serve) by default: adaptive up to n-max 4
     assert load_profile("cpu").draft["spec-draft-n-max"] == 4 and load_profile("cpu").draft["spec-draft-adaptive"]
+    assert (NO_PROFILE.n_max, NO_PROFILE.adaptive) == (4, True)
     for command in ("generate", "chat"):
         params = {p.name: p.default for p in load_groups()[command].params}
         assert params["temperature"] == 0.0
@@ -311,7 +312,10 @@ def test_non_loopback_host_needs_a_key(tiny, tmp_path):
     assert "api key  required from clients" in r.stdout and "k3y-from-env" not in r.output
     for bad, where in (
         (["--set", "api-key=abc"], "error: --set: [server] api-key is set by gguf-exact serve; use --api-key"),
-        (["--", "--api-key", "abc"], "error: llama-server arguments: --api-key is set by gguf-exact serve; use --api-key"),
+        (
+            ["--", "--api-key", "abc"],
+            "error: llama-server arguments: --api-key is set by gguf-exact serve; use --api-key",
+        ),
     ):
         r = run(*base, *bad, env=env)
         assert r.exit_code == 1 and r.stderr.startswith(where), r.output
@@ -343,7 +347,11 @@ def test_every_option_serve_owns_is_refused_after_the_double_dash(tiny, tmp_path
     assert len(RESERVED) == 14
     for key in RESERVED:
         dashes = "-" if len(key) <= 2 else "--"
-        for extra in ([f"{dashes}{key}", "0.0.0.0"], [f"{dashes}{key}=0.0.0.0"], ["--ctx-size", "64", f"{dashes}{key}"]):
+        for extra in (
+            [f"{dashes}{key}", "0.0.0.0"],
+            [f"{dashes}{key}=0.0.0.0"],
+            ["--ctx-size", "64", f"{dashes}{key}"],
+        ):
             r = run(*base, *extra, env=env)
             assert r.exit_code == 1, (extra, r.output)
             lines = r.stderr.strip().splitlines()
@@ -417,7 +425,7 @@ def test_generate_stop_at_a_blank_line_as_the_readme_writes_it(agreeing):
     base = ["generate", "--model", target, "--draft", drafter, "--prompt", "x y\n", "--n-predict", 8, "--json"]
     free = json.loads(run(*base).stdout)
     assert free["text"] == "\n" * 8 and len(free["tokens"]) == 8
-    assert free["n_max"] == 2 and free["drafts_accepted"] > 0  # the default n-max, as chat and the cpu profile
+    assert free["n_max"] == 4 and free["drafts_accepted"] > 0  # the default n-max, as chat and the cpu profile
     stopped = json.loads(run(*base, "--stop", r"\n\n").stdout)
     assert stopped["text"] == "" and stopped["tokens"] == free["tokens"][:2]
 
@@ -445,7 +453,7 @@ def test_readme_is_short_and_its_links_resolve():
 
 
 @pytest.mark.bindings
-def test_readme_python_block_runs(tmp_path, monkeypatch):
+def test_readme_python_block_runs(tmp_path, monkeypatch, capsys):
     """The README's Python API block, as written, on the offline kit's drafter and target."""
     from gguf_exact.tiny.kit import write_tiny_kit
 
@@ -454,3 +462,6 @@ def test_readme_python_block_runs(tmp_path, monkeypatch):
     code = readme_block("## Python API", "python")
     exec(compile(code, "README.md", "exec"), {})
     assert (tmp_path / "drafter.gguf").is_file()
+    # the drafter is seen drafting (the profile's adaptive length drafted nothing there: `None 1.0`)
+    last = capsys.readouterr().out.splitlines()[-1]
+    assert last == "drafted 123, accepted 0, 1.00 tokens/pass" and last in code

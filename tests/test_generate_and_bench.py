@@ -53,6 +53,7 @@ def test_generate_json(pairs, tmp_path):
         "def f(x):",
         "--n-max",
         2,
+        "--no-adaptive",  # 2 every pass (the default: adaptive, which drafts little on tiny models)
         "--n-predict",
         20,
         "--json",
@@ -324,7 +325,7 @@ def test_chat_command_streams_and_reports(pairs):
         input="hello there\n/stats\n\nand again\n/exit\n",
     )
     assert res.exit_code == 0, res.output
-    assert "n-max 2, context 512 tokens" in res.output
+    assert "target.gguf + drafter.gguf: context 512 tokens; draft fixed, n-max 2. /stats, /reset, /exit" in res.output
     assert res.output.count("acceptance 100.0%") == 2  # /stats and the closing figures
     assert "1 reply, 16 tokens" in res.output and "2 replies, 32 tokens" in res.output
     assert "tokens per target pass" in res.output and "tokens/s" in res.output

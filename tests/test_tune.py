@@ -77,6 +77,9 @@ def test_tune_searches_fixed_and_adaptive_settings_and_serve_uses_the_kept_one(p
     out = tmp_path / "tune"
     args = ["tune", "--model", str(target), "--draft", str(drafter), "--profile", "cpu", "--prompts", "code"]
     args += ["--n-predict", "16", "--set", "ctx-size=512", "--set", "threads=2", "--out", str(out)]
+    # the tiny pair's requests take milliseconds, their ratios spread far beyond what tune ranks
+    # with (test_tune_refuses_noise): this test is of what tune writes
+    args += ["--max-spread", "1000000"]
     temp_roots = set(Path(tempfile.gettempdir()).glob("gguf-exact-tune-*"))
     r = CliRunner().invoke(main, [*args, "--bounds", "4", "--p-min", "0,0.9"], env=env)
     assert r.exit_code == 0, r.output
@@ -149,3 +152,31 @@ def test_tune_searches_fixed_and_adaptive_settings_and_serve_uses_the_kept_one(p
     assert bad.exit_code == 1 and bad.stderr.startswith("error: --as '../cpu': a profile name is letters")
     bad = CliRunner().invoke(main, [*args, "--p-min", "0,2"], env=env)
     assert bad.exit_code == 1 and bad.stderr.endswith("\nerror: --p-min 0,2: give p-min values from 0 to 1\n")
+
+
+@pytest.mark.llama_server
+def test_tune_refuses_noise_and_writes_no_profile(pair, tmp_path):
+    """On the tiny pair a request takes milliseconds: the same request's tokens/s ratio between
+    two arms spread +-37% to +-15,018% (issue 41: `520.20x the best fixed length`, a profile
+    written). Over --max-spread, tune prints the table, writes its report, no profile, and
+    says so in one line."""
+    server_binary()
+    target, drafter = pair
+    user, out = tmp_path / "profiles", tmp_path / "tune"
+    env = {"GGUF_EXACT_PROFILES": str(user), "GGUF_EXACT_RUN_DIR": str(tmp_path / "run")}
+    args = ["tune", "--model", target, "--draft", drafter, "--profile", "cpu", "--prompts", "code,prose"]
+    args += ["--n-max", "1", "--bounds", "", "--n-predict", "16", "--set", "ctx-size=512", "--out", out]
+    args += ["--max-spread", "0.01"]  # the tiny pair's spread varies, +-37% to +-15,018% measured: over 1% always
+    r = CliRunner().invoke(main, [str(a) for a in args], env=env)
+    assert r.exit_code == 1, r.output
+    report = json.loads((out / "bench.json").read_text())
+    rows = [SimpleNamespace(**s) for s in report["summary"]]
+    spread = pick_setting(rows, [SimpleNamespace(**x) for x in report["runs"]]).spread
+    assert spread > 0.01
+    assert r.stderr.strip().splitlines()[1:] == [  # after the profile line
+        "error: the measurements are too noisy to rank the settings: the same request's tokens/s ratio between two "
+        f"arms spread +-{spread:.0%}, over the +-1% tune trusts (--max-spread), so no profile was written; run tune "
+        "again on an idle machine, with more --rounds and --n-predict"
+    ]
+    assert "| n_max=1 |" in r.stdout and "best fixed length" not in r.stdout and "x the best" not in r.stdout
+    assert not user.exists()

@@ -4,7 +4,7 @@ import statistics
 from types import SimpleNamespace as NS
 
 from gguf_exact.bench.report import TARGET
-from gguf_exact.bench.tune_pick import Setting, gain_and_noise, pick_adaptive, pick_setting
+from gguf_exact.bench.tune_pick import TOO_NOISY, Setting, gain_and_noise, pick_adaptive, pick_setting, too_noisy
 
 
 def measured(tps: dict[str, list[float]]):
@@ -109,3 +109,20 @@ def test_a_fixed_length_faster_beyond_the_noise_is_kept_and_a_better_threshold_i
         ["spec-draft-adaptive=true", "spec-draft-n-max=4", "spec-draft-p-min=0.5"],
         [],
     ]
+
+
+def test_too_noisy_to_rank():
+    """The issue-41 run: the target alone at 52.6 and 727.1 tokens/s on the same request, n-max 1
+    at 2,008.9 and 3,166.3: a spread no setting can be ranked within."""
+    rows, runs = measured({TARGET: [727.1, 52.6], "n_max=1": [3166.3, 2008.9]})
+    pick = pick_setting(rows, runs)
+    assert round(pick.spread, 2) == 16.92 and too_noisy(pick.spread)
+    assert TOO_NOISY == 0.5 and not too_noisy(0.5) and too_noisy(0.51) and not too_noisy(None)
+    assert not too_noisy(16.92, limit=20)
+
+
+def test_tune_says_its_rule():
+    from gguf_exact.cli import load_groups
+
+    option = next(p for p in load_groups()["tune"].params if p.name == "max_spread")
+    assert option.default == TOO_NOISY

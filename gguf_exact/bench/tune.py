@@ -35,7 +35,7 @@ from typing import Callable
 from gguf_exact.bench.report import TARGET, Arm, alternating_order
 from gguf_exact.bench.request import ADAPTIVE_KEY, N_MAX_KEY, P_MIN_KEY
 from gguf_exact.bench.run import BenchReport, bench_servers, summarize
-from gguf_exact.bench.tune_pick import AdaptivePick, Setting, pick_adaptive, pick_setting
+from gguf_exact.bench.tune_pick import TOO_NOISY, AdaptivePick, Setting, pick_adaptive, pick_setting, too_noisy
 from gguf_exact.errors import ArgumentError, InputError, NotExactError, Param
 from gguf_exact.formats.paths import check_not_input
 from gguf_exact.formats.safe_write import atomic_output, output_folder, staged_outputs
@@ -56,11 +56,24 @@ class TuneResult:
     target_within_noise: bool = False  # drafting's gain over the target alone is within the noise
     notes: tuple[str, ...] = ()  # what the picks kept and why, one line each
     adaptive: AdaptivePick | None = None  # None: no adaptive setting measured
+    max_spread: float = TOO_NOISY  # the most spread the picks are trusted with (TuneRequest.max_spread)
 
     @property
     def kept(self) -> Setting:
         """What the tuned profile serves: the adaptive pick's, else the best fixed length."""
         return self.adaptive.kept if self.adaptive is not None else Setting(self.best_n_max)
+
+    @property
+    def noisy(self) -> str | None:
+        """Why these measurements cannot rank the settings (:func:`.tune_pick.too_noisy`), in
+        one line that says what to do; None when they can."""
+        if not too_noisy(self.spread, self.max_spread):
+            return None
+        return (
+            f"the measurements are too noisy to rank the settings: the same request's tokens/s ratio between two "
+            f"arms spread +-{self.spread:.0%}, over the +-{self.max_spread:.0%} tune trusts (--max-spread), so no "
+            "profile was written; run tune again on an idle machine, with more --rounds and --n-predict"
+        )
 
 
 def default_adaptive(profile: Profile) -> Setting:
@@ -175,6 +188,7 @@ def tune_n_max(
         target_within_noise=pick.target_within_noise,
         notes=pick.notes + (chosen.notes if chosen else ()),
         adaptive=chosen,
+        max_spread=request.max_spread,
     )
 
 
@@ -196,6 +210,7 @@ class TuneRequest:
     overrides: tuple[str, ...] = ()
     server_bin: Path | None = None
     save_as: str | None = None
+    max_spread: float = TOO_NOISY  # a spread over this writes no profile (TuneResult.noisy)
 
     @property
     def name(self) -> str:
@@ -213,6 +228,7 @@ class TuneRequest:
         args += ["--rounds", str(self.rounds)]
         args += ["--prompts", ",".join(self.prompt_names)] if self.prompt_names else []
         args += ["--as", self.save_as] if self.save_as else []
+        args += ["--max-spread", f"{self.max_spread:g}"] if self.max_spread != TOO_NOISY else []
         return shlex.join(["gguf-exact", "tune", *args, *(a for o in self.overrides for a in ("--set", o))])
 
 
@@ -223,7 +239,7 @@ class Tuned:
     request: TuneRequest
     result: TuneResult
     report_files: dict[str, Path]  # bench.json, bench.md
-    profile_file: Path | None = None  # None: measured only
+    profile_file: Path | None = None  # None: measured only, or refused (TuneResult.noisy)
     replaces_builtin: bool = False  # the saved name is a profile shipped with gguf-exact
 
 
@@ -231,7 +247,8 @@ def tune_profile(
     request: TuneRequest, out_dir: Path, write: bool = True, progress: Callable[[str], None] = lambda s: None
 ) -> Tuned:
     """Measure ``request`` (:func:`tune_n_max`), write the measurement to ``out_dir`` and,
-    with ``write``, save the best n-max as a profile of its own (:func:`write_tuned_profile`)."""
+    with ``write``, save the best n-max as a profile of its own (:func:`write_tuned_profile`),
+    unless the measurements are too noisy to rank the settings (:attr:`TuneResult.noisy`)."""
     from gguf_exact.bench.prompt_set import load_prompts
 
     name = request.name
@@ -244,7 +261,7 @@ def tune_profile(
     # be written leaves the report of an earlier tune in out_dir as it was.
     with staged_outputs():
         tuned = Tuned(request, result, result.report.write(out_dir, plot=False))
-        if write:
+        if write and result.noisy is None:
             tuned.profile_file = write_tuned_profile(request.profile, result, request.command, name=name)
             tuned.replaces_builtin = shadows_builtin(name)
     return tuned

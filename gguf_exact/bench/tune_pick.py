@@ -9,6 +9,8 @@ the choices among them, within the noise of the runs.
   length, adaptive is kept unless the fixed length is faster beyond the noise (it adapts
   where the text changes, where one fixed length cannot).
 
+- :func:`too_noisy`: whether the measurements can rank settings at all (:data:`TOO_NOISY`).
+
 Pure: rows and runs in (anything with the bench report's fields), choices out.
 """
 
@@ -47,6 +49,19 @@ class Setting:
         if not self.n_max:
             return "the target alone"
         return f"adaptive, n-max bound {self.n_max}, p-min {self.p_min:g}" if self.adaptive else f"n-max {self.n_max}"
+
+
+# The most noise a ranking is trusted with: the same request's tokens/s ratio between two arms
+# varying by more than +-50% around its middle (one visit twice as fast as another of the same
+# request) says the machine, not the setting, set the figures: on a busy machine, or on models so
+# small that a request takes a few milliseconds (the tiny pairs: +-4,500% and more measured).
+TOO_NOISY = 0.5
+
+
+def too_noisy(spread: float | None, limit: float = TOO_NOISY) -> bool:
+    """True when ``spread`` (:attr:`Pick.spread`) is over ``limit``: no setting can be told
+    from another, and tune writes no profile."""
+    return spread is not None and spread > limit
 
 
 def _ratios(runs: list, a: str, b: str) -> list[float]:
@@ -174,4 +189,6 @@ __all__ = [
     "gain_and_noise",
     "pick_adaptive",
     "pick_setting",
+    "too_noisy",
+    "TOO_NOISY",
 ]

@@ -130,10 +130,34 @@ def load_groups() -> dict[str, click.Command]:
     return main.commands
 
 
+class UsageLine(click.ClickException):
+    """A usage error of click's (an unknown option or command, a missing argument, a bad
+    choice or value) as every other failure reads: one ``error:`` line with click's hint,
+    exit status 1."""
+
+    exit_code = 1
+
+    def __init__(self, e: click.UsageError) -> None:
+        super().__init__(" ".join(e.format_message().split()).removesuffix("."))
+        ctx = e.ctx
+        if ctx is not None and ctx.command.get_help_option(ctx) is not None:
+            help_flag = max(ctx.command.get_help_option_names(ctx), key=len)
+            self.message += f" (see `{ctx.command_path} {help_flag}`)"
+
+    def show(self, file=None) -> None:
+        console.error(self.message)
+
+
 class Group(click.Group):
     """Turns :class:`GgufExactError` into one ``error:`` line and exit status 1; each
     command records what it reads, which none of its outputs may be (:func:`one_command`).
     A command's module is imported when it is looked up (:data:`COMMANDS`)."""
+
+    def make_context(self, info_name, args, parent=None, **extra):
+        try:
+            return super().make_context(info_name, args, parent, **extra)
+        except click.UsageError as e:  # the group's own options (`gguf-exact --bogus`)
+            raise UsageLine(e) from e
 
     def get_command(self, ctx, cmd_name: str) -> click.Command | None:
         if cmd_name not in WITHOUT_CYCLIC_GC:
@@ -163,6 +187,8 @@ class Group(click.Group):
             command = self.commands.get(name) if name else None
             console.error(message(e, command))
             ctx.exit(1)
+        except click.UsageError as e:  # a command's name, options or arguments
+            raise UsageLine(e) from e
         except Stopped as e:
             name = signal.Signals(e.signum).name
             console.error(f"stopped by {name}; no partial file was left at any output: run the command again to finish")

@@ -165,6 +165,17 @@ def tensor_progress(label: str, enabled: bool = True):
         yield _Bar(progress, progress.add_task("", total=None))
 
 
+@contextlib.contextmanager
+def status(label: str):
+    """A spinner on stderr naming the step under way (on a terminal only), for steps that
+    take seconds (loading a model, generating); yields a callback that renames the step."""
+    if not err.is_terminal:
+        yield lambda _label: None
+        return
+    with err.status(escape(label)) as spinner:
+        yield lambda next_label: spinner.update(escape(next_label))
+
+
 def common_prefix(names: list[str]) -> str:
     """The longest dotted prefix (``model.language_model.``) that at least 80% of the
     names share, or "" when none is worth taking out."""

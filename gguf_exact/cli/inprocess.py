@@ -15,8 +15,11 @@ from gguf_exact.cli.app import main
 from gguf_exact.cli.console import note, say_fitted, say_markdown
 from gguf_exact.cli.options import (
     PROFILE_HELP,
+    draft_length_options,
+    draft_length_words,
     drafter_from_options,
     n_max_list_option,
+    n_predict_option,
     out_dir_option,
     profile_line,
     prompts_option,
@@ -26,6 +29,7 @@ from gguf_exact.cli.options import (
     target_and_draft_options,
 )
 from gguf_exact.errors import ArgumentError
+from gguf_exact.runtime.engine_options import NO_PROFILE
 
 
 def unescape(text: str) -> str:
@@ -50,22 +54,8 @@ def generation_line(g) -> str:
 @click.option(
     "--prompt-file", type=click.Path(path_type=Path), help="Read the prompt from this file (one final newline dropped)."
 )
-@click.option(
-    "--n-max", default=2, show_default=True, help="Most draft tokens per target pass; 0 runs the target alone."
-)
-@click.option(
-    "--adaptive/--no-adaptive",
-    default=False,
-    show_default=True,
-    help="Choose the draft length before each pass, up to --n-max, from what passes cost here and what the "
-    "drafter gets right; --no-adaptive drafts --n-max every pass.",
-)
-@click.option(
-    "--n-predict",
-    default=128,
-    show_default=True,
-    help="Most tokens to generate (fewer when an end-of-generation token comes).",
-)
+@draft_length_options
+@n_predict_option(128, "Most tokens to generate (fewer when an end-of-generation token comes).")
 @sampling_options
 @click.option(
     "--stop",
@@ -75,8 +65,14 @@ def generation_line(g) -> str:
     r"backslash: --stop '\n\n' stops at the first blank line.",
 )
 @click.option("--chat", is_flag=True, help="Send the prompt as one user message through the GGUF's chat template.")
-@click.option("--n-ctx", default=4096, show_default=True, help="Context size: prompt plus generated tokens.")
-@click.option("--threads", default=2, show_default=True)
+@click.option(
+    "--n-ctx",
+    type=click.IntRange(min=1),
+    default=4096,
+    show_default=True,
+    help="Context size: prompt plus generated tokens.",
+)
+@click.option("--threads", type=click.IntRange(min=1), default=2, show_default=True)
 @click.option("--json", "as_json", is_flag=True, help="Print token ids, text and counters as JSON.")
 def generate(
     target: Path,
@@ -86,8 +82,8 @@ def generate(
     models_dir: Path,
     prompt: str | None,
     prompt_file: Path | None,
-    n_max: int,
-    adaptive: bool,
+    n_max: int | None,
+    adaptive: bool | None,
     n_predict: int,
     temperature: float,
     top_k: int,
@@ -105,9 +101,11 @@ def generate(
 
     The drafter proposes up to --n-max tokens from the target's hidden state, the
     target checks them in one pass with the request's sampler, the agreeing prefix
-    and the target's own next token are kept: with the same --seed the text is the
-    target's own, drafter or not (greedy at --temperature 0). Prints the text, and
-    counters on stderr (--json: everything on stdout).
+    and the target's own next token are kept. Greedy (--temperature 0) the text is
+    the target alone's but at rare near-ties; sampled, the tokens follow the
+    target's distribution, but a --seed need not give the same text with and
+    without the drafter. The draft length: as the shipped profiles, adaptive up to
+    n-max 4. Prints the text, and counters on stderr (--json: everything on stdout).
     """
     from gguf_exact.speculative.runner import Runner
 
@@ -122,11 +120,21 @@ def generate(
     found = drafter_from_options(target, drafter, no_draft, fetch_draft, models_dir, auto=False)
     if not found.given and found.path is not None:
         note(f"drafter {found.path} ({found.how})")
-    with Runner(target, found.path, n_ctx=n_ctx, n_threads=threads, checked=found.pair) as r:
-        g = r.complete(prompt, n_predict, n_max if found.path else 0, sampler, stops, chat, adaptive)  # type: ignore[arg-type]
+    n_max = (NO_PROFILE.n_max if n_max is None else n_max) if found.path else 0
+    adaptive = NO_PROFILE.adaptive if adaptive is None else adaptive
+    if found.path and not as_json:  # --json: in the JSON (n_max, adaptive)
+        note(f"draft    {draft_length_words(n_max, adaptive)}")
+    with console.status(f"loading {target.name}") as step:
+        with Runner(target, found.path, n_ctx=n_ctx, n_threads=threads, checked=found.pair) as r:
+            if n_max and adaptive:
+                step("timing the target's passes for the adaptive draft length")
+                r.time_passes(n_max)
+            step(f"generating up to {n_predict} tokens")
+            g = r.complete(prompt, n_predict, n_max, sampler, stops, chat, adaptive)  # type: ignore[arg-type]
     if as_json:
         draft = str(found.path) if found.path else None
-        click.echo(json.dumps({"model": str(target), "draft": draft} | g.as_dict(), indent=2))
+        drafting = {"adaptive": bool(adaptive and n_max)}
+        click.echo(json.dumps({"model": str(target), "draft": draft} | g.as_dict() | drafting, indent=2))
         return
     click.echo(g.text)
     note(generation_line(g))
@@ -135,18 +143,14 @@ def generate(
 @main.command()
 @target_and_draft_options(auto=True)
 @click.option(
-    "--profile", help="Context, GPU layers, n-max as for serve: " + PROFILE_HELP + " Default: 4096 tokens, n-max 2."
+    "--profile",
+    help="Context, GPU layers, n-max as for serve: " + PROFILE_HELP + " Default: 4096 tokens on the CPU, the draft "
+    "length adaptive up to n-max 4 (as every shipped profile).",
 )
 @click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE", help="Override a profile value.")
-@click.option("--n-max", type=int, help="Most draft tokens per target pass (default: the profile's, else 2).")
-@click.option(
-    "--adaptive/--no-adaptive",
-    default=None,
-    help="Choose the draft length before each pass, up to --n-max (default: the profile's spec-draft-adaptive; "
-    "without a profile, off); --no-adaptive --n-max N drafts N every pass.",
-)
+@draft_length_options
 @sampling_options
-@click.option("--max-tokens", default=512, show_default=True, help="Most tokens per reply.")
+@n_predict_option(512, "Most tokens per reply.")
 @click.option("--system", help="A system message to start the conversation with.")
 def chat(
     target: Path,
@@ -164,7 +168,7 @@ def chat(
     min_p: float,
     repeat_penalty: float,
     seed: int | None,
-    max_tokens: int,
+    n_predict: int,
     system: str | None,
 ) -> None:
     """Chat in the terminal, in-process, with the MTP drafter; text streams as it is accepted.
@@ -174,8 +178,8 @@ def chat(
 
     Each line you type is a user message; the reply uses the GGUF's chat template
     and the sampler options. /stats shows acceptance, tokens per target pass and
-    tokens/s so far; /reset starts over; /exit (or Ctrl-D) ends and prints the
-    same figures. Any other line starting with / is not sent: it gets the list of
+    tokens/s so far; /reset starts over; /exit (or Ctrl-D, or Ctrl-C at the prompt)
+    ends and prints the same figures; Ctrl-C during a reply ends that reply. Any other line starting with / is not sent: it gets the list of
     commands (start a line with // to send it with one /).
     """
     from gguf_exact.runtime.profile_choice import resolve_profile
@@ -189,11 +193,12 @@ def chat(
     if profile:
         prof, choice = resolve_profile(profile)
         note(profile_line(prof, choice))
-    llm = load_with_drafter(target, found.path, n_max, prof, overrides, adaptive, checked=found.pair)
+    with console.status(f"loading {target.name}"):
+        llm = load_with_drafter(target, found.path, n_max, prof, overrides, adaptive, checked=found.pair)
     sampler = sampling(temperature, top_k, top_p, min_p, repeat_penalty, seed)
     with_draft = f" + {found.path.name}" if found.path else ""
-    length = f"adaptive up to {llm.n_max}" if llm.draft_length.adaptive else str(llm.n_max)
-    note(f"{target.name}{with_draft}: n-max {length}, context {llm.n_ctx()} tokens. /stats, /reset, /exit")
+    length = f"; draft {draft_length_words(llm.n_max, llm.draft_length.adaptive)}" if found.path else ""
+    note(f"{target.name}{with_draft}: context {llm.n_ctx()} tokens{length}. /stats, /reset, /exit")
     try:
         chat_session(
             llm,
@@ -201,7 +206,7 @@ def chat(
             write=lambda text: (click.echo(text, nl=False), sys.stdout.flush()),
             note=note,
             sampling=sampler,
-            max_tokens=max_tokens,
+            max_tokens=n_predict,
             system=system,
         )
     finally:

@@ -4,12 +4,15 @@
 - :func:`target_and_draft_options`: ``--model``, ``--draft``, ``--no-draft``, ``--fetch-draft``,
   ``--models-dir`` (serve, chat, generate, tune)
 - :func:`sampling_options`: ``--temperature`` ... ``--seed`` (generate, chat)
+- :func:`draft_length_options`: ``--n-max``, ``--adaptive/--no-adaptive`` (generate, chat)
+- :func:`n_predict_option`: ``--n-predict`` (``--max-tokens`` hidden, its old name in chat)
 - :data:`models_dir_option`, :func:`profile_option`, :data:`overrides_option`,
   :data:`server_bin_option`, :func:`out_dir_option`, :data:`prompts_option`
 """
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 
 import click
@@ -158,7 +161,12 @@ def sampling_options(command):
             click.option("--top-p", default=d["top_p"], show_default=True),
             click.option("--min-p", default=d["min_p"], show_default=True),
             click.option("--repeat-penalty", default=d["repeat_penalty"], show_default=True, help="1.0 is off."),
-            click.option("--seed", type=int, help="Sampler seed: the same seed gives the same text, drafter or not."),
+            click.option(
+                "--seed",
+                type=int,
+                help="Sampler seed: the same seed and settings repeat a run. The drafter keeps the target's "
+                "distribution, not the text per seed (greedy: the same text but at rare near-ties).",
+            ),
         ],
     )
 
@@ -184,6 +192,56 @@ def drafter_from_options(
     from gguf_exact.engines.drafter_lookup import resolve_drafter
 
     return resolve_drafter(target, drafter, no_draft, models_dir, fetch_draft, default_auto=auto, dry_run=dry_run)
+
+
+def draft_length_options(command):
+    """``--n-max N`` and ``--adaptive/--no-adaptive``, both defaulting (None) to the shipped
+    profiles' drafting: the length chosen before each pass, up to n-max 4."""
+    return _apply(
+        command,
+        [
+            click.option(
+                "--n-max",
+                type=click.IntRange(min=0),
+                default=None,
+                help="Most draft tokens per target pass; 0 runs the target alone (default: the profile's; "
+                "without one 4, as every shipped profile).",
+            ),
+            click.option(
+                "--adaptive/--no-adaptive",
+                default=None,
+                help="Choose the draft length before each pass, up to --n-max, from what passes cost here and what "
+                "the drafter gets right (default: the profile's spec-draft-adaptive; without one, on); "
+                "--no-adaptive --n-max N drafts N every pass.",
+            ),
+        ],
+    )
+
+
+def n_predict_option(default: int, help: str):
+    """``--n-predict N`` (at least 1), the token limit of generate, chat, bench and tune alike;
+    ``--max-tokens`` is kept, hidden, for scripts written when chat spelled it so."""
+
+    def decorate(command):
+        @functools.wraps(command)
+        def with_alias(*args, max_tokens: int | None = None, **kwargs):
+            if max_tokens is not None:
+                kwargs["n_predict"] = max_tokens
+            return command(*args, **kwargs)
+
+        with_alias = click.option("--max-tokens", type=click.IntRange(min=1), hidden=True)(with_alias)
+        return click.option("--n-predict", type=click.IntRange(min=1), default=default, show_default=True, help=help)(
+            with_alias
+        )
+
+    return decorate
+
+
+def draft_length_words(n_max: int, adaptive: bool) -> str:
+    """How serve, chat and generate say the draft length: ``adaptive, up to n-max 4``."""
+    if n_max <= 0:
+        return "none (n-max 0: the target alone)"
+    return f"adaptive, up to n-max {n_max}" if adaptive else f"fixed, n-max {n_max}"
 
 
 def profile_line(prof, choice) -> str:

@@ -13,6 +13,7 @@ from gguf_exact.cli.app import main, message
 from gguf_exact.cli.console import note, say, say_fitted, say_markdown, warn
 from gguf_exact.cli.options import (
     CommaList,
+    draft_length_words,
     drafter_from_options,
     n_max_list_option,
     out_dir_option,
@@ -35,6 +36,7 @@ from gguf_exact.engines.settings import (
     RPC_ENGINE,
     ServeSettings,
 )
+from gguf_exact.errors import MeasurementError
 
 
 @main.command()
@@ -177,6 +179,10 @@ def serve(
     if pair.drafter is not None:
         say(f"{'total':<8} {pair.target.weight_bytes + pair.drafter.weight_bytes:,} bytes of weights")
     say(profile_line(plan.profile, plan.choice))
+    if pair.drafter is not None:  # llama-server's defaults where the profile says nothing: fixed, n-max 3
+        draft = plan.profile.draft
+        n_max, adaptive = int(draft.get("spec-draft-n-max", 3)), draft.get("spec-draft-adaptive") is True
+        say(f"draft    {draft_length_words(n_max, adaptive)}")
     if plan.device is not None:
         soft = (
             " (a software device: its first requests compile the GPU pipelines, tens of seconds)"
@@ -349,6 +355,15 @@ def stop(port: int | None) -> None:
 @server_bin_option
 @out_dir_option("tune", "bench.json and bench.md of the measurement")
 @click.option("--no-write", is_flag=True, help="Measure and print; write no profile.")
+@click.option(
+    "--max-spread",
+    type=click.FloatRange(min=0),
+    default=0.5,
+    show_default=True,
+    help="The most noise tune ranks settings with: when the same request's tokens/s ratio between two arms "
+    "spreads more than this either side of its middle (0.5: +-50%), it prints the table, writes no profile and "
+    "exits 1.",
+)
 def tune(
     target: Path,
     drafter: str | None,
@@ -366,6 +381,7 @@ def tune(
     server_bin: Path | None,
     out_dir: Path | None,
     no_write: bool,
+    max_spread: float,
 ) -> None:
     """Measure the draft settings on this machine; keep the best in a profile of its own.
 
@@ -392,6 +408,7 @@ def tune(
     request = TuneRequest(
         target, found.path, prof, profile, tuple(n_values), tuple(bounds), tuple(p_mins),
         tuple(prompt_names) if prompt_names else None, n_predict, rounds, tuple(overrides), server_bin, save_as,
+        max_spread,
     )  # fmt: skip
     if not found.given:
         note(f"drafter {found.path} ({found.how})")
@@ -399,6 +416,9 @@ def tune(
     tuned = tune_profile(request, out_dir or results_dir("tune"), not no_write, console.progress_lines())
     result = tuned.result
     say_markdown(result.report.markdown())
+    if result.noisy is not None:  # its ratios and picks would be the noise's, not the settings'
+        say_fitted("wrote " + ", ".join(str(p) for p in tuned.report_files.values()))
+        raise MeasurementError(result.noisy)
     base = result.target_tokens_per_second
     vs = f"; the target alone {base:.1f} tokens/s" if base else ""
     say_fitted(

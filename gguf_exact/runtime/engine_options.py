@@ -42,6 +42,12 @@ class EngineOptions:
         }
 
 
+# What load_with_drafter, chat and generate use without a profile: the drafting every shipped
+# profile's [draft] sets (spec-draft-adaptive, -warmup, spec-draft-n-max 4), so a command
+# drafts the same way with --profile cpu, with no profile, and as serve does.
+NO_PROFILE = EngineOptions(n_max=4, adaptive=True, adaptive_warmup=True)
+
+
 def _layers(key: str, value: Any) -> int:
     if str(value).lower() in ("all", "auto"):
         return -1  # llama.cpp: a negative count offloads every layer

@@ -52,6 +52,12 @@ RESERVED: dict[str, Message] = {
     "grammar-max-depth": _GUARD,
 }
 _KEY = re.compile(r"[a-z0-9][a-z0-9-]*")
+# Options whose value is a count: the memory plan and the engines read them as numbers, so a
+# word there (ctx-size=abc) is refused where it is given, not met later as a traceback.
+WHOLE_NUMBERS = frozenset({
+    "ctx-size", "c", "parallel", "np", "batch-size", "b", "ubatch-size", "ub", "threads", "t",
+    "threads-batch", "tb", "spec-draft-n-max", "spec-draft-n-min", "keep", "n-predict", "n",
+})  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -131,6 +137,8 @@ def _checked(profile: Profile, where: str | Param) -> Profile:
                 raise InputError(
                     where, f": [{table_name}] {key} = {value!r}: values must be strings, numbers or true/false"
                 )
+            if key in WHOLE_NUMBERS and (isinstance(value, bool) or not isinstance(value, int)):
+                raise InputError(where, f": [{table_name}] {key} = {value!r}: expected a whole number")
             refuse_no_mmap(key, value, where)
     if not BACKEND.fullmatch(profile.build):
         raise InputError(where, f": build = {profile.build!r}: expected 'cpu', 'vulkan' or 'cudaNN' (cuda75, cuda86)")

@@ -49,13 +49,18 @@ def chat_session(
     max_tokens: int = 512,
     system: str | None = None,
 ) -> list[dict]:
-    """Read user lines from ``lines`` until it ends or ``/exit``; stream each reply
-    with ``write``; ``note`` gets prompts, figures and problems. Returns the conversation."""
+    """Read user lines from ``lines`` until it ends, ``/exit`` or Ctrl-C at the prompt; stream
+    each reply with ``write`` (Ctrl-C during one ends that reply, what was shown kept as the
+    assistant's turn); ``note`` gets prompts, figures and problems. Returns the conversation."""
     start = [{"role": "system", "content": system}] if system else []
     messages: list[dict] = list(start)
     while True:
         write("\n> ")
-        line = next(lines, None)
+        try:
+            line = next(lines, None)
+        except KeyboardInterrupt:  # Ctrl-C at the prompt ends the chat, as Ctrl-D does
+            write("\n")
+            return messages
         if line is None:
             return messages
         text = line.strip()
@@ -76,11 +81,12 @@ def chat_session(
             note(unknown_command_line(text))
             continue
         messages.append({"role": "user", "content": text})
+        reply: list[str] = []
+        chunks = None
         try:
             chunks = llm.create_chat_completion(
                 messages=messages, stream=True, max_tokens=max_tokens, **sampling.completion_kwargs()
             )
-            reply = []
             for chunk in chunks:
                 piece = chunk["choices"][0]["delta"].get("content") or ""
                 if piece:
@@ -90,6 +96,12 @@ def chat_session(
             messages.pop()
             note(f"error: {e}; /reset to start over")
             continue
+        except KeyboardInterrupt:  # Ctrl-C during a reply ends the reply, not the chat
+            if chunks is not None:
+                chunks.close()
+            llm.reset()  # a pass cut short may have left the cache ahead of the tokens it holds
+            write("\n")
+            note("reply stopped; Ctrl-C at the prompt (or Ctrl-D, /exit) ends the chat")
         messages.append({"role": "assistant", "content": "".join(reply)})
 
 

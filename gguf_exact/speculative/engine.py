@@ -12,9 +12,11 @@ after the newest one, decodes ``[newest, drafts...]`` in one batch, samples ever
 row with the request's sampler and keeps a draft only while it equals the token the
 sampler picked; on a mismatch it drops the rest from the KV cache. Each emitted
 token is sampled once, from the target's logits, with the same sampler state as
-without drafts: with the same seed and settings the output is the target's own
-(greedy or sampled), up to floating-point differences between batched and
-single-token passes (docs/python-engine.md, "Lossless, and where floating point gets in").
+without drafts, so the output follows the target's distribution. Greedy, the text is
+the target alone's but at rare near-ties; sampled, floating-point differences between
+batched and single-token passes often move a draw, so the same seed gives the same
+distribution, not the same text (docs/python-engine.md, "Lossless, and where floating
+point gets in").
 
 :class:`MtpLlama` is that ``Llama`` with three things added:
 
@@ -177,6 +179,9 @@ class MtpLlama(LlamaAdapter):
             quiet.close()
             raise InputError(f"target model {path}: {e}") from None
         self.close_with(quiet)  # the log callback is restored last, after every free
+        # llama.cpp pads a small context up (64 -> 256), but llama-cpp-python sizes its token
+        # buffer as asked: the smaller is what a request may fill, and what its checks name
+        self._n_ctx = min(self._n_ctx, len(self.input_ids))
         if "tokenizer" not in kwargs:
             self.tokenizer_ = PieceCache(self)
         try:

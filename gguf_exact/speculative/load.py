@@ -13,7 +13,7 @@ from typing import Any, Sequence
 
 import llama_cpp
 
-from gguf_exact.runtime.engine_options import EngineOptions, engine_options
+from gguf_exact.runtime.engine_options import NO_PROFILE, EngineOptions, engine_options
 from gguf_exact.speculative.engine import MtpLlama
 from gguf_exact.speculative.warmup import time_verification_passes
 
@@ -92,10 +92,11 @@ def load_with_drafter(
     for ``gguf-exact serve``; ``overrides`` are its ``KEY=VALUE`` pairs (with no profile:
     over ``auto``'s); ``n_max``, ``adaptive`` (the draft length chosen before each pass,
     up to n-max: the profile's ``spec-draft-adaptive``) and ``llama_kwargs`` (any ``Llama``
-    argument) win over both. Without a profile: a context of 4096 tokens and a fixed n-max
-    of 2. ``drafter=None``: the target alone.
+    argument) win over both. Without a profile: a context of 4096 tokens and the shipped
+    profiles' drafting, the length chosen before each pass up to n-max 4
+    (:data:`~gguf_exact.runtime.engine_options.NO_PROFILE`). ``drafter=None``: the target alone.
     """
-    opts, prof = EngineOptions(), None
+    opts, prof = NO_PROFILE, None
     if profile is not None or overrides:
         from gguf_exact.runtime.profile_choice import AUTO, resolve_profile
         from gguf_exact.runtime.profiles import Profile
