@@ -40,7 +40,7 @@ RANK = {unit: i for i, layer in enumerate(LAYERS) for unit in layer}
 # engines/ holds three layers: the modules both engines use, one module per engine, and the
 # modules that drive either; speculative/ is the llama-cpp-python engine's in-process part.
 ENGINE_MODULES = {"llama_server": "engines.llama_server", "llama_cpp_python": "engines.llama_cpp_python"}
-SHARED_ENGINE_MODULES = {"__init__", "settings", "process", "http", "status", "stats", "speculation", "rpc_probe", "request_guard"}
+SHARED_ENGINE_MODULES = {"__init__", "settings", "process", "http", "status", "stats", "speculation", "rpc_probe", "rpc_watch", "request_guard"}
 
 
 def unit_of_module(parts: list[str]) -> str:

@@ -312,7 +312,7 @@ def test_the_plan_says_when_shared_caches_travel_every_pass(tmp_path):
 def test_a_stopped_worker_of_this_machine_is_named_by_status_serve_and_the_heads_status(tmp_path):
     """A worker's process stopped (SIGSTOP): status says so from /proc with no connection (one
     would only wait in its queue), serve refuses it in one line, and the status of a head that
-    gave up on it (patch 42-3's log line) says why it is down."""
+    gave up on it (patch 42r's log line) says why it is down."""
     import os
     import signal
     import subprocess
@@ -357,7 +357,7 @@ def test_a_stopped_worker_of_this_machine_is_named_by_status_serve_and_the_heads
         with pytest.raises(rpc_probe.ServerError) as err:
             rpc_probe.require_workers((endpoint,), check=rpc_watch.worker_checker(tmp_path))
         assert str(err.value) == f"rpc worker {endpoint}: stopped ({detail}); resume it, or stop it and start another"
-        # serve in the foreground, its llama-server gone (patch 42-3 gave up on the worker): one line
+        # serve in the foreground, its llama-server gone (patch 42r gave up on the worker): one line
         plan = SimpleNamespace(
             workers=[rpc_probe.WorkerReport(endpoint, "ok")],
             launch=SimpleNamespace(run_dir=tmp_path / "head", label="llama-server"),

@@ -43,7 +43,7 @@ PROMPTS = ("def f(x): return x + 1", "the quick brown fox")
 SEEDED = {"temperature": 0.8, "top_k": 40, "top_p": 0.95, "min_p": 0.05, "seed": 11}
 SPLIT = (*TEST_SETTINGS, "tensor-split=1,1", "log-verbosity=4")  # equal shares; buffers in the log
 BOUND = 60  # seconds: no step of this module may wait longer
-RPC_TIMEOUT = 4  # seconds the head waits on a silent worker (GGML_RPC_TIMEOUT, patch 42-3)
+RPC_TIMEOUT = 4  # seconds the head waits on a silent worker (GGML_RPC_TIMEOUT, patch 42r)
 
 
 @pytest.fixture(scope="module")
@@ -237,7 +237,7 @@ def test_a_worker_probed_while_it_serves_outlives_its_client(tmp_path):
 def test_a_stopped_worker_is_named_by_status_and_a_request_fails_within_the_bound(tmp_path, monkeypatch):
     """Issue 42: a worker stopped (SIGSTOP) under a serving head. /health stays ok, but status
     names the worker as not answering (one line); a request gets an error within the head's
-    GGML_RPC_TIMEOUT (patch 42-3; here 4 s), not a hang; then the head is down for that reason."""
+    GGML_RPC_TIMEOUT (patch 42r; here 4 s), not a hang; then the head is down for that reason."""
     from helpers import cli
 
     server_binary()

@@ -58,22 +58,22 @@ def digest(*ids: str) -> str:
 def test_which_backends_carry_which_patch_and_the_cache_keys_say_so():
     # 27572 is for asynchronous (GPU) backends; the ordered head (24) is in every build; the
     # adaptive draft (23), the perplexity log flush (22142), the request guard (42) and the RPC client's
-    # timeout (42-3) change only llama-server's programs and its RPC backend: every server build has them, no wheel does
-    assert [p.id for p in source_patches.patches_for("cpu")] == ["24", "23", "22142", "42", "42-3"]
+    # timeout (42r) change only llama-server's programs and its RPC backend: every server build has them, no wheel does
+    assert [p.id for p in source_patches.patches_for("cpu")] == ["24", "23", "22142", "42", "42r"]
     assert [p.id for p in source_patches.patches_for("cpu", bindings=True)] == ["24"]
-    server = f"0c1e57098+24+23+22142+42+42-3.{digest('24', '23', '22142', '42', '42-3')}+rpc-cpu-avx.avx2.bmi2.f16c.fma.sse42"
+    server = f"0c1e57098+24+23+22142+42+42r.{digest('24', '23', '22142', '42', '42r')}+rpc-cpu-avx.avx2.bmi2.f16c.fma.sse42"
     assert llama_build.build_key("cpu", CPU) == server
     assert (
         llama_build.build_key("cpu", CPU, bindings=True)
         == f"0c1e57098+24.{digest('24')}-cpu-avx.avx2.bmi2.f16c.fma.sse42"
     )
     for backend in ("cuda75", "cuda86", "vulkan"):
-        assert [p.id for p in source_patches.patches_for(backend)] == ["27572", "24", "23", "22142", "42", "42-3"]
+        assert [p.id for p in source_patches.patches_for(backend)] == ["27572", "24", "23", "22142", "42", "42r"]
         assert [p.id for p in source_patches.patches_for(backend, bindings=True)] == ["27572", "24"]
-        tag = digest("27572", "24", "23", "22142", "42", "42-3")
+        tag = digest("27572", "24", "23", "22142", "42", "42r")
         assert (
             llama_build.build_key(backend, CPU)
-            == f"0c1e57098+27572+24+23+22142+42+42-3.{tag}+rpc-{backend}-avx.avx2.bmi2.f16c.fma.sse42"
+            == f"0c1e57098+27572+24+23+22142+42+42r.{tag}+rpc-{backend}-avx.avx2.bmi2.f16c.fma.sse42"
         )
         assert (
             llama_build.build_key(backend, CPU, bindings=True)
@@ -93,7 +93,7 @@ def test_an_edited_patch_is_a_new_cache_key_and_its_sha256_is_recorded(tmp_path,
     after = llama_build.build_key("cpu", CPU), llama_build.build_key("cpu", CPU, bindings=True)
     assert (
         after[0] != before[0]
-        and after[0].startswith("0c1e57098+24+23+22142+42+42-3.")
+        and after[0].startswith("0c1e57098+24+23+22142+42+42r.")
         and after[0].endswith("+rpc-cpu-" + CPU.tag)
     )
     assert after[1] == before[1]  # the bindings do not carry 23: their wheel stays
@@ -171,7 +171,7 @@ def test_the_ordered_head_patch_loads_the_head_and_scores_only_its_candidates(co
     output head, and the graph scores the top-k clusters' tokens, -INF elsewhere."""
     before = (context_tree / ASSISTANT).read_text()
     assert before.count("{}, TENSOR_NOT_REQUIRED") == 2 and "ggml_top_k" not in before
-    assert source_patches.apply_patches(context_tree, "cpu") == ["24", "23", "22142", "42", "42-3"]
+    assert source_patches.apply_patches(context_tree, "cpu") == ["24", "23", "22142", "42", "42r"]
     after = (context_tree / ASSISTANT).read_text()
     assert "{}, TENSOR_NOT_REQUIRED" not in after
     assert "{ n_embd, n_c }, 0)" in after and "{ n_vocab }, 0)" in after
@@ -215,7 +215,7 @@ def test_the_request_guard_patch_bounds_requests_and_compares_keys_in_constant_t
 
 
 def test_the_rpc_timeout_patch_bounds_the_clients_sockets_only(context_tree):
-    """#42-3: llama-server's sockets to its workers (socket_t::connect) get a receive and a send
+    """#42r: llama-server's sockets to its workers (socket_t::connect) get a receive and a send
     timeout from GGML_RPC_TIMEOUT (default 120 s, 0: none); a worker's own sockets (accept,
     create_server) do not, since a head may rightly stay silent for hours between requests."""
     path = context_tree / "ggml/src/ggml-rpc/transport.cpp"
@@ -232,3 +232,11 @@ def test_the_rpc_timeout_patch_bounds_the_clients_sockets_only(context_tree):
     assert "timeout" not in bodies["accept"] and "timeout" not in bodies["create_server"]
     # a timed-out receive or send names the timeout in the server's log, then fails as a lost worker does
     assert after.count("within %d s (GGML_RPC_TIMEOUT): it stopped answering") == 2
+
+
+def test_patch_ids_fit_the_cache_key():
+    """A build folder's name is read back at its first '-' (doctor, the build lookup): an id with
+    a '-' in it hid every build that carries it (42r was first named 42-3)."""
+    import re
+
+    assert all(re.fullmatch(r"[0-9a-z]+", p.id) for p in source_patches.PATCHES), [p.id for p in source_patches.PATCHES]

@@ -119,8 +119,8 @@ PATCHES: tuple[SourcePatch, ...] = (
         ),
     ),
     SourcePatch(
-        id="42-3",
-        file="42-3-rpc-client-timeout.patch",
+        id="42r",
+        file="42r-rpc-client-timeout.patch",
         gpu_only=False,
         server_only=True,
         why=(

@@ -7,7 +7,7 @@ busy from hung, and it should not be tried while a head is connected. What can t
 * a worker of this machine, started by ``gguf-exact rpc-server``, is found by its run folder
   (:func:`local_worker_pid`) and its process state read, with no connection
   (:func:`stopped_worker`: ``T``, stopped by a signal or a debugger);
-* for any worker, the head's own connection: the carried patch 42-3 gives llama-server's sockets to
+* for any worker, the head's own connection: the carried patch 42r gives llama-server's sockets to
   its workers a bound (:data:`RPC_TIMEOUT_ENV` seconds without progress, default
   :data:`DEFAULT_RPC_TIMEOUT_S`), after which it exits as when a worker is killed, its log saying so.
 """
@@ -23,7 +23,7 @@ from gguf_exact.engines.rpc_probe import PROBE_TIMEOUT, WorkerReport, parse_endp
 from gguf_exact.engines.settings import RPC_ENGINE, STATE_FILE
 from gguf_exact.errors import GgufExactError
 
-RPC_TIMEOUT_ENV = "GGML_RPC_TIMEOUT"  # patch 42-3: llama-server's seconds without an answer from a worker
+RPC_TIMEOUT_ENV = "GGML_RPC_TIMEOUT"  # patch 42r: llama-server's seconds without an answer from a worker
 DEFAULT_RPC_TIMEOUT_S = 120  # the patch's default, when the variable is unset
 STOPPED_STATES = ("T", "t")  # /proc state: stopped by a signal (SIGSTOP, Ctrl-Z), by a debugger
 WILDCARD_HOSTS = ("0.0.0.0", "::")

@@ -184,7 +184,7 @@ def start_planned(plan: ServePlan, detach: bool = False, timeout: float = 600.0,
 def workers_gone(plan: ServePlan, code: int) -> str | None:
     """Why a server with RPC workers exited with ``code``, when a worker is gone or stopped
     answering (llama.cpp's RPC backend aborts the server when a worker goes away: ``Remote RPC
-    server crashed``; with patch 42-3, also when one is silent for ``GGML_RPC_TIMEOUT`` seconds);
+    server crashed``; with patch 42r, also when one is silent for ``GGML_RPC_TIMEOUT`` seconds);
     None when every worker still answers or there are none."""
     if not code or not plan.workers:
         return None

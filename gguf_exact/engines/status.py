@@ -84,7 +84,7 @@ class ServerStatus:
         if gone:  # llama.cpp's RPC backend aborts the server when a worker goes away
             return f"process not running: an RPC worker it used is gone ({'; '.join(gone)})"
         silent = [w.line() for w in self.rpc_workers if not w.ok]
-        if silent or self.gave_up_after is not None:  # patch 42-3: it gives up on a worker silent that long
+        if silent or self.gave_up_after is not None:  # patch 42r: it gives up on a worker silent that long
             waited = (
                 f" after {self.gave_up_after} s without an answer ({RPC_TIMEOUT_ENV})" if self.gave_up_after else ""
             )
@@ -195,7 +195,7 @@ def gone_head_worker(endpoint: str, root: Path) -> WorkerReport:
 
 
 def rpc_gave_up_after(log: str) -> int | None:
-    """The seconds in patch 42-3's line of a llama-server log (``RPC server sent nothing within
+    """The seconds in patch 42r's line of a llama-server log (``RPC server sent nothing within
     N s (GGML_RPC_TIMEOUT) ...``), or None."""
     found = re.findall(rf"RPC server \w+ nothing within (\d+) s \({RPC_TIMEOUT_ENV}\)", log)
     return int(found[-1]) if found else None
