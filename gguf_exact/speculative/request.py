@@ -14,6 +14,7 @@ a request that was checked here.
 from __future__ import annotations
 
 import json
+import threading
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any
@@ -35,6 +36,8 @@ class CheckedRequest:
     tokens: dict[TokenKey, list[int]] = field(default_factory=dict)
     tokenizations: int = 0  # calls that reached the tokenizer (the rest came from ``tokens``)
     checked: bool = False  # the prompt, max_tokens and logprobs passed the engine's check
+    abandoned: threading.Event = field(default_factory=threading.Event)  # the client left: stop generating
+    generation: Any = None  # the engine's count of this request's generation, once it ends
 
     @property
     def raw(self) -> bytes:
