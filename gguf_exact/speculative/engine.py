@@ -55,6 +55,7 @@ from gguf_exact.formats.paths import check_input_file
 from gguf_exact.gemma4.names import ARCH as TARGET_ARCH
 from gguf_exact.runtime.generation import Generation
 from gguf_exact.speculative.bindings import _meta_str, errors_only_logs
+from gguf_exact.speculative.completion_stop import CompletionStop
 from gguf_exact.speculative.draft_model import MtpDraftModel
 from gguf_exact.speculative.drafter import LlamaDrafter, TargetSide
 from gguf_exact.speculative.llama_adapter import LlamaAdapter
@@ -423,68 +424,25 @@ class MtpLlama(LlamaAdapter):
         request = CURRENT_REQUEST.get()
         if request is None or not request.checked:  # a served request was checked before it got here
             self.check_request(len(self.prompt_tokens(a["prompt"])), a["max_tokens"], a["logprobs"])
-        stop = _EngineStop(self, CURRENT_REQUEST.get())
-        own = a["stopping_criteria"]
-        a["stopping_criteria"] = llama_cpp.StoppingCriteriaList([*(own or []), stop])
+        stop = CompletionStop(lambda: self._call, request, a)
         call_kwargs = {k: v for k, v in a.items() if k != "self"}
         if not a["stream"]:
             self._pending_max_tokens = a["max_tokens"]
             try:
-                completion = super().create_completion(**call_kwargs)
+                return stop.correct(super().create_completion(**call_kwargs))
             finally:
                 self._pending_max_tokens = None
-            stop.correct(completion)
-            return completion
-        return self._stream(super().create_completion(**call_kwargs), a["max_tokens"], stop)
+        return self._stream(stop.corrected(super().create_completion(**call_kwargs)), a["max_tokens"])
 
-    def _stream(self, chunks: Iterator[Any], max_tokens: int | None, stop: _EngineStop) -> Iterator[Any]:
+    def _stream(self, chunks: Iterator[Any], max_tokens: int | None) -> Iterator[Any]:
         self._pending_max_tokens = max_tokens  # read when the first chunk starts generate
         try:
-            for chunk in chunks:
-                yield stop.correct(chunk)
+            yield from chunks
         finally:
             self._pending_max_tokens = None
-
-
-class _EngineStop:
-    """The stopping criterion ``create_completion`` hands the generate loop, checked before
-    each sampled token is yielded: the call has all the tokens it may emit (llama-cpp-python
-    checks ``max_tokens`` only after a token that completes a UTF-8 character, so a reply
-    ending in an unfinished one ran past it, to the end of the context at worst), or the
-    served request's client has gone (:attr:`.request.CheckedRequest.abandoned`: stopped
-    at most one target pass after it left, as llama-server cancels the task).
-    llama-cpp-python calls a reply ended so "stop"; :meth:`correct` makes it "length"."""
-
-    def __init__(self, llm: MtpLlama, request: Any) -> None:
-        self.llm = llm
-        self.request = request
-        self.reason: str | None = None  # "length" or "abandoned" once it stopped the loop
-
-    def __call__(self, input_ids: Any, logits: Any) -> bool:
-        call = self.llm._call
-        if self.reason is None and call is not None:
-            if self.request is not None and self.request.abandoned.is_set():
-                self.reason = "abandoned"
-                log.info("client disconnected: generation stopped after %d tokens", len(call.tokens))
-            elif call.remaining() <= 0:
-                self.reason = "length"
-        return self.reason is not None
-
-    def correct(self, answer: Any) -> Any:
-        if self.reason is not None:
-            for choice in answer["choices"]:
-                if choice.get("finish_reason") == "stop":
-                    choice["finish_reason"] = "length"
-        return answer
 
 
 _COMPLETION_SIGNATURE = inspect.signature(llama_cpp.Llama.create_completion)
 
 
-__all__ = [
-    "PROMPT_CACHE",
-    "MtpDraftModel",
-    "MtpLlama",
-    "SpecTotals",
-    "live_contexts",
-]
+__all__ = ["PROMPT_CACHE", "MtpDraftModel", "MtpLlama", "SpecTotals", "live_contexts"]
