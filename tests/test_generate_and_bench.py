@@ -304,6 +304,18 @@ def test_generate_sampling_stop_and_chat(pairs):
 
 
 @pytest.mark.bindings
+def test_generate_n_predict_is_exact_when_the_last_token_starts_a_character(pairs):
+    """The mixed target's 64th greedy token after "é" is a UTF-8 lead byte: llama-cpp-python
+    checks max_tokens only once a character is complete, and gave 71 tokens (issue 41)."""
+    target, drafter = pairs["mixed"]
+    base = ["generate", "--model", target, "--prompt", "é", "--n-predict", 64, "--temperature", 0, "--json"]
+    for draft in ([], ["--draft", drafter, "--n-max", 3]):
+        g = json.loads(invoke(*base, *draft).output)
+        assert (len(g["tokens"]), g["n_tokens"], g["stopped"]) == (64, 64, False)
+        assert 195 <= g["tokens"][63] <= 258  # a byte token of 0xC0-0xFF: a character's first byte
+
+
+@pytest.mark.bindings
 def test_chat_command_streams_and_reports(pairs):
     target, drafter = pairs["hidden"]
     res = CliRunner().invoke(

@@ -57,6 +57,7 @@ from gguf_exact.formats.paths import check_input_file
 from gguf_exact.gemma4.names import ARCH as TARGET_ARCH
 from gguf_exact.runtime.generation import Generation
 from gguf_exact.speculative.bindings import _meta_str, errors_only_logs
+from gguf_exact.speculative.completion_stop import CompletionStop
 from gguf_exact.speculative.draft_model import MtpDraftModel
 from gguf_exact.speculative.drafter import LlamaDrafter, TargetSide
 from gguf_exact.speculative.llama_adapter import LlamaAdapter
@@ -369,6 +370,8 @@ class MtpLlama(LlamaAdapter):
             self.last_logits = rows
             g.margins = [float(np.diff(np.partition(r, -2)[-2:])[0]) if r is not None else float("nan") for r in rows]
         self.last_generation = g
+        if (request := CURRENT_REQUEST.get()) is not None:
+            request.generation = g
         self.totals.add(g)
         if self.on_generation is not None:
             self.on_generation(g)
@@ -426,14 +429,15 @@ class MtpLlama(LlamaAdapter):
         request = CURRENT_REQUEST.get()
         if request is None or not request.checked:  # a served request was checked before it got here
             self.check_request(len(self.prompt_tokens(a["prompt"])), a["max_tokens"], a["logprobs"])
+        stop = CompletionStop(lambda: self._call, request, a)
         call_kwargs = {k: v for k, v in a.items() if k != "self"}
         if not a["stream"]:
             self._pending_max_tokens = a["max_tokens"]
             try:
-                return super().create_completion(**call_kwargs)
+                return stop.correct(super().create_completion(**call_kwargs))
             finally:
                 self._pending_max_tokens = None
-        return self._stream(super().create_completion(**call_kwargs), a["max_tokens"])
+        return self._stream(stop.corrected(super().create_completion(**call_kwargs)), a["max_tokens"])
 
     def _stream(self, chunks: Iterator[Any], max_tokens: int | None) -> Iterator[Any]:
         self._pending_max_tokens = max_tokens  # read when the first chunk starts generate
@@ -446,10 +450,4 @@ class MtpLlama(LlamaAdapter):
 _COMPLETION_SIGNATURE = inspect.signature(llama_cpp.Llama.create_completion)
 
 
-__all__ = [
-    "PROMPT_CACHE",
-    "MtpDraftModel",
-    "MtpLlama",
-    "SpecTotals",
-    "live_contexts",
-]
+__all__ = ["PROMPT_CACHE", "MtpDraftModel", "MtpLlama", "SpecTotals", "live_contexts"]

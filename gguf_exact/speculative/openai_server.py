@@ -15,10 +15,12 @@ The routes are llama-cpp-python's own (``llama_cpp.server.app.router``:
   a body over the size limit (413), JSON or a grammar nested past the depth limits (400)
   is refused before any parser reads it;
 - :class:`RequestChecks`, which handles each request once (:mod:`.request`: parsed,
-  checked, tokenized) and answers malformed JSON, an unknown model, a negative
-  ``max_tokens``, a prompt that does not fit the context and unsupported logprobs
-  with HTTP 4xx and an OpenAI-style ``{"error": {...}}`` *before* the request reaches
-  the route;
+  checked, tokenized) and answers malformed JSON, a negative ``max_tokens``, a prompt
+  that does not fit the context and unsupported logprobs with HTTP 4xx and an
+  OpenAI-style ``{"error": {...}}`` *before* the request reaches the route; any model
+  name is served (as llama-server serves it), and the body is read as JSON whatever its
+  Content-Type; a client that leaves before its answer stops its generation;
+  ``stream_options.include_usage`` gets OpenAI's usage chunk;
 - one request at a time: llama-cpp-python's lock queues the others, and
   ``interrupt_requests`` is off so a waiting request never cuts a stream short;
 - per request, llama-server's log line ``draft acceptance = ... (A accepted / G
@@ -50,7 +52,7 @@ from gguf_exact.engines.request_guard import LIMITS, RequestLimits, body_too_lar
 from gguf_exact.runtime.draft_policy import snapshot_metrics
 from gguf_exact.speculative.engine import PROMPT_CACHE, MtpLlama
 from gguf_exact.speculative.llama_adapter import serve_one_model
-from gguf_exact.speculative.request import COMPLETION_PATHS, CURRENT_REQUEST, Refusal, check_request
+from gguf_exact.speculative.request import COMPLETION_PATHS, CURRENT_REQUEST, CheckedRequest, Refusal, check_request
 
 log = logging.getLogger("gguf_exact.server")
 
@@ -63,7 +65,7 @@ class SingleModel:
         self.alias = alias
 
     def __call__(self, model: str | None = None) -> MtpLlama:
-        return self.llm  # RequestChecks has refused other names already
+        return self.llm  # any name is this model, as llama-server serves it
 
     def __iter__(self):
         yield self.alias
@@ -79,12 +81,15 @@ class RequestChecks:
     """ASGI middleware: each completion request parsed, checked and tokenized once
     (:func:`.request.check_request`) before it reaches the route; refused there with
     HTTP 4xx when it cannot be served (a streamed answer has sent its 200 by the time
-    the model would notice)."""
+    the model would notice). While the route runs, a request that is not streamed has
+    its client watched: when it disconnects, the engine stops generating for it
+    (llama-cpp-python's route notices only a streamed client's going). A streamed
+    request with ``stream_options.include_usage`` gets OpenAI's last chunk (no choices,
+    the usage) before ``[DONE]``."""
 
-    def __init__(self, app: Any, llm: MtpLlama, names: set[str], stats: dict, served: str | None = None) -> None:
+    def __init__(self, app: Any, llm: MtpLlama, stats: dict, served: str | None = None) -> None:
         self.app = app
         self.llm = llm
-        self.names = names
         self.stats = stats
         self.served = served  # the one name answers carry, as /v1/models lists it (whatever name the request used)
 
@@ -99,21 +104,17 @@ class RequestChecks:
                 return
             chunks.append(message.get("body", b""))
             more = message.get("more_body", False)
-        checked = check_request(scope["path"], b"".join(chunks), self.llm, self.names)
+        checked = check_request(scope["path"], b"".join(chunks), self.llm)
         if isinstance(checked, Refusal):
             log.info("refused %s: HTTP %d %s", scope["path"], checked.status, checked.message)
             await _refuse(send, checked)
             return
         if self.served is not None:
             checked.body = {**checked.body, "model": self.served}
-        raw, replayed = checked.raw, False
-
-        async def replay() -> dict:
-            nonlocal replayed
-            if not replayed:
-                replayed = True
-                return {"type": "http.request", "body": raw, "more_body": False}
-            return await receive()
+        # The body is JSON whatever its Content-Type says, as llama-server reads it (curl -d
+        # sends form-urlencoded): the route is told so, not left to echo the body in an error.
+        scope = {**scope, "headers": [(k, v) for k, v in scope["headers"] if k.lower() != b"content-type"]}
+        scope["headers"].append((b"content-type", b"application/json"))
 
         # The route runs the engine in a worker thread, which sees this task's context
         # variables: the checked request (its tokens) and llama-server's cache_prompt
@@ -123,13 +124,104 @@ class RequestChecks:
         with self.stats["lock"]:
             self.stats["waiting"] += 1
         try:
-            await self.app(scope, replay, send)
+            if checked.stream:
+                await self.app(scope, _replay(checked.raw, receive), _with_usage(send, checked))
+            else:
+                await _answer_watching_the_client(self.app, scope, checked, receive, send)
         finally:
             with self.stats["lock"]:
                 self.stats["waiting"] -= 1
             if fresh is not None:
                 PROMPT_CACHE.reset(fresh)
             CURRENT_REQUEST.reset(current)
+
+
+def _replay(raw: bytes, receive: Any) -> Any:
+    """The receive channel with the body read already given back first."""
+    replayed = False
+
+    async def replay() -> dict:
+        nonlocal replayed
+        if not replayed:
+            replayed = True
+            return {"type": "http.request", "body": raw, "more_body": False}
+        return await receive()
+
+    return replay
+
+
+async def _answer_watching_the_client(app: Any, scope: dict, checked: CheckedRequest, receive: Any, send: Any) -> None:
+    """Run the route while reading the client's channel: an ``http.disconnect`` before the
+    answer is sent marks the request abandoned, and the engine stops at its next token
+    (llama-server cancels the task so). The route reads what was read here."""
+    import anyio
+
+    to_route, for_route = anyio.create_memory_object_stream[dict](max_buffer_size=8)
+    answered = False
+
+    async def watch() -> None:
+        while True:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                if not answered:
+                    checked.abandoned.set()
+                    log.info("client disconnected from %s before its answer: stopping its generation", scope["path"])
+                await to_route.send(message)
+                return
+            await to_route.send(message)
+
+    body_given = False
+
+    async def route_receive() -> dict:
+        nonlocal body_given
+        if not body_given:
+            body_given = True
+            return {"type": "http.request", "body": checked.raw, "more_body": False}
+        return await for_route.receive()
+
+    async def route_send(message: dict) -> None:
+        nonlocal answered
+        if message["type"] == "http.response.body" and not message.get("more_body", False):
+            answered = True
+        await send(message)
+
+    async with anyio.create_task_group() as tasks:
+        tasks.start_soon(watch)
+        try:
+            await app(scope, route_receive, route_send)
+        finally:
+            tasks.cancel_scope.cancel()
+
+
+def _with_usage(send: Any, checked: CheckedRequest) -> Any:
+    """``send`` for a streamed answer: with ``stream_options.include_usage``, OpenAI's usage
+    chunk (``choices`` empty, the request's ``usage``) goes out before ``data: [DONE]``."""
+    if not checked.include_usage:
+        return send
+    last_event = b""
+
+    async def send_with_usage(message: dict) -> None:
+        nonlocal last_event
+        if message["type"] == "http.response.body":
+            body = message.get("body", b"")
+            if body.startswith(b"data: [DONE]") and last_event and checked.generation is not None:
+                await send({"type": "http.response.body", "body": _usage_event(last_event, checked), "more_body": True})
+            elif body.startswith(b"data: {"):
+                last_event = body
+        await send(message)
+
+    return send_with_usage
+
+
+def _usage_event(last_event: bytes, checked: CheckedRequest) -> bytes:
+    """The usage chunk, with the stream's id, time, model and object; counted as
+    llama-cpp-python counts an answer that is not streamed (the end-of-generation token not)."""
+    last = json.loads(last_event.removeprefix(b"data: ").strip())
+    g = checked.generation
+    completion = g.n_tokens - (1 if g.stopped else 0)
+    usage = {"prompt_tokens": g.n_prompt, "completion_tokens": completion, "total_tokens": g.n_prompt + completion}
+    chunk = {k: last[k] for k in ("id", "object", "created", "model") if k in last} | {"choices": [], "usage": usage}
+    return b"data: " + json.dumps(chunk).encode() + b"\n\n"
 
 
 async def _refuse(send: Any, refusal: Refusal, headers: tuple[tuple[bytes, bytes], ...] = ()) -> None:
@@ -301,8 +393,7 @@ def build_app(llm: MtpLlama, alias: str, api_key: str | None = None) -> Any:
             log.info("%s", acceptance_line(g))
 
     llm.on_generation = on_generation
-    names = {alias, str(llm.model_path), Path(llm.model_path).name, default_alias(llm.model_path)}
-    guarded = RequestGuard(RequestChecks(app, llm, names, stats, served=alias))
+    guarded = RequestGuard(RequestChecks(app, llm, stats, served=alias))
     return ApiKeyCheck(guarded, api_key) if api_key else guarded
 
 

@@ -1,8 +1,8 @@
 """One completion request to ``serve --engine python``, handled once: parsed, checked and tokenized.
 
-:func:`check_request` reads the body's JSON once, checks it (the model's name,
-``max_tokens``, ``n``, the fields llama-cpp-python's request models take, the prompt
-against the context, logprobs), tokenizes its prompt once and fills llama-server's
+:func:`check_request` reads the body's JSON once, checks it (the token limit: ``max_tokens``,
+or ``max_completion_tokens`` / ``n_predict`` as llama-server reads them; ``n``, the fields
+llama-cpp-python's request models take, the prompt against the context, logprobs), tokenizes its prompt once and fills llama-server's
 sampling defaults: a :class:`CheckedRequest`, or a :class:`Refusal` (HTTP 4xx with an
 OpenAI-style error). While the route runs, :data:`CURRENT_REQUEST` holds it:
 :meth:`~.engine.MtpLlama.tokenize` answers a text it has tokenized already from
@@ -14,6 +14,7 @@ a request that was checked here.
 from __future__ import annotations
 
 import json
+import threading
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any
@@ -35,6 +36,18 @@ class CheckedRequest:
     tokens: dict[TokenKey, list[int]] = field(default_factory=dict)
     tokenizations: int = 0  # calls that reached the tokenizer (the rest came from ``tokens``)
     checked: bool = False  # the prompt, max_tokens and logprobs passed the engine's check
+    abandoned: threading.Event = field(default_factory=threading.Event)  # the client left: stop generating
+    generation: Any = None  # the engine's count of this request's generation, once it ends
+
+    @property
+    def stream(self) -> bool:
+        return self.body.get("stream") is True
+
+    @property
+    def include_usage(self) -> bool:
+        """OpenAI's ``stream_options.include_usage``: a last chunk with the usage, no choices."""
+        options = self.body.get("stream_options")
+        return self.stream and isinstance(options, dict) and options.get("include_usage") is True
 
     @property
     def raw(self) -> bytes:
@@ -72,7 +85,7 @@ class Refusal:
 CURRENT_REQUEST: ContextVar[CheckedRequest | None] = ContextVar("gguf_exact_request", default=None)
 
 
-def check_request(path: str, raw: bytes, llm: Any, names: set[str]) -> CheckedRequest | Refusal:
+def check_request(path: str, raw: bytes, llm: Any) -> CheckedRequest | Refusal:
     """The request parsed, checked and tokenized once (see the module doc)."""
     try:
         body = json.loads(raw or b"null")
@@ -80,7 +93,8 @@ def check_request(path: str, raw: bytes, llm: Any, names: set[str]) -> CheckedRe
         return Refusal(400, f"the request body is not valid JSON: {e}", "invalid_json")
     if not isinstance(body, dict):
         return Refusal(400, "the request body must be a JSON object", "invalid_json")
-    bad = _body_problem(path, body, names) or _grammar_problem(body, llm)
+    body, limit_field = with_token_limit(body)
+    bad = _body_problem(path, body, limit_field) or _grammar_problem(body, llm)
     if bad is not None:
         return bad
     request = CheckedRequest(path, body)
@@ -96,22 +110,31 @@ def check_request(path: str, raw: bytes, llm: Any, names: set[str]) -> CheckedRe
     return request
 
 
-def _body_problem(path: str, body: dict, names: set[str]) -> Refusal | None:
-    model = body.get("model")
-    if model is not None and model not in names:
-        served = ", ".join(sorted(names))
-        return Refusal(
-            404, f"the model {model!r} does not exist; this server serves {served}", "model_not_found", "model"
-        )
+# llama-server reads the token limit from the first of these a request names (not null):
+# n_predict, then max_completion_tokens (the openai SDK's chat field), then max_tokens.
+TOKEN_LIMIT_FIELDS = ("n_predict", "max_completion_tokens", "max_tokens")
+
+
+def with_token_limit(body: dict) -> tuple[dict, str]:
+    """The body with ``max_tokens`` (what llama-cpp-python reads) set from the field
+    llama-server would read (:data:`TOKEN_LIMIT_FIELDS`), and that field's name."""
+    for name in TOKEN_LIMIT_FIELDS:
+        if body.get(name) is not None:
+            return {**body, "max_tokens": body[name]}, name
+    return body, "max_tokens"
+
+
+def _body_problem(path: str, body: dict, limit_field: str = "max_tokens") -> Refusal | None:
+    # Any model name is served, as llama-server serves it: a client's default ("gpt-4o") works.
     max_tokens = body.get("max_tokens")
     if max_tokens is not None and (isinstance(max_tokens, bool) or not isinstance(max_tokens, int)):
-        return Refusal(400, f"max_tokens must be an integer, got {max_tokens!r}", None, "max_tokens")
+        return Refusal(400, f"{limit_field} must be an integer, got {max_tokens!r}", None, limit_field)
     if isinstance(max_tokens, int) and max_tokens < 0:
         return Refusal(
             400,
-            f"max_tokens must be >= 0 (0 or none: up to the end of the context), got {max_tokens}",
+            f"{limit_field} must be >= 0 (0 or none: up to the end of the context), got {max_tokens}",
             None,
-            "max_tokens",
+            limit_field,
         )
     for key in ("n", "best_of"):
         if body.get(key) not in (None, 1):
@@ -204,5 +227,6 @@ __all__ = [
     "Refusal",
     "check_request",
     "field_problem",
+    "with_token_limit",
     "with_server_defaults",
 ]
