@@ -105,7 +105,7 @@ def test_request_fields_are_checked_as_llama_server_checks_them():
         RequestSpeculation(2, 0.5, False)
     )
     assert request_speculation({"speculative.n_max": -1}) == (
-        "speculative.n_max must be an integer >= 0 (0: no drafts), got -1",
+        "speculative.n_max must be an integer from 0 (no drafts) to 2147483647, got -1",
         "speculative.n_max",
     )
     assert request_speculation({"speculative.p_min": 1.5})[1] == "speculative.p_min"

@@ -80,9 +80,11 @@ def test_the_patch_adds_the_option_the_fields_and_the_policy(patched_tree):
     arg = (patched_tree / "common" / "arg.cpp").read_text()
     assert '{"--spec-draft-adaptive"},' in arg and '{"--no-spec-draft-adaptive"},' in arg
     schema = (patched_tree / "tools" / "server" / "server-schema.cpp").read_text()
-    enabled = schema.partition("#if 0")[0]  # upstream keeps its speculative fields switched off
-    for field in ('"speculative.n_max"', '"speculative.p_min"', '"speculative.adaptive"'):
-        assert field in enabled
+    # the per-request fields, dotted or nested, read after the schema's own (upstream keeps its
+    # speculative fields switched off under #if 0)
+    assert "eval_request_speculation(data, params.speculative.draft);" in schema
+    reader = schema.partition("static void eval_request_speculation(")[2].partition("\n}\n")[0]
+    assert '{"n_max", "p_min", "adaptive"}' in reader and 'data.contains("speculative")' in reader
     server = (patched_tree / "tools" / "server" / "server-context.cpp").read_text()
     assert "slot.draft_policy.choose(n_draft_max)" in server
     assert "observe_pass(off, batch.view.size(), t_decode_us)" in server
