@@ -56,6 +56,7 @@ def simulate(
     results_without_drafts: bool = True,
     settings: PolicySettings | None = None,
     seeds: dict[int, float] | None = None,
+    slow_steps: dict[int, float] | None = None,
 ) -> tuple[list[int], DraftPolicy]:
     """Drive a fresh policy for ``passes`` passes; the k chosen before each. ``seeds``: pass
     costs by rows timed before the first pass (an engine's start-up), given first. ``events``
@@ -63,7 +64,8 @@ def simulate(
     pass i at ``slow[i]`` times its cost (the machine busy for that pass); ``switch`` seconds are
     added to a pass whose row count differs from the pass before (llama.cpp's graph rebuilt);
     ``results_without_drafts=False``: a pass without drafts gets no ``observe_result``, as in
-    both engines; ``settings`` (``n_max`` ignored) for the defaults."""
+    both engines; ``settings`` (``n_max`` ignored) for the defaults; ``slow_steps``: pass i's
+    drafter steps at ``slow_steps[i]`` times their cost."""
     streams = [Stream(s.rate, s.then, s.after) for s in streams]  # fresh counters
     policy = DraftPolicy(replace(settings or PolicySettings(), n_max=n_max))
     for rows, seconds in (seeds or {}).items():
@@ -81,11 +83,12 @@ def simulate(
         seconds = curve[k + 1] * (slow or {}).get(i, 1.0) + (switch if prev and k + 1 != prev else 0.0)
         prev = k + 1
         policy.observe_pass(k + 1, seconds)
-        policy.observe_steps(k, k * step)
+        step_seconds = k * step * (slow_steps or {}).get(i, 1.0)
+        policy.observe_steps(k, step_seconds)
         if k or results_without_drafts:
             policy.observe_result(k, accepted)
         if events is not None:
-            events += [("choose", limit, k), ("pass", k + 1, seconds), ("steps", k, k * step)]
+            events += [("choose", limit, k), ("pass", k + 1, seconds), ("steps", k, step_seconds)]
             events += [("result", k, accepted)] if k or results_without_drafts else []
         ks.append(k)
     return ks, policy
@@ -120,6 +123,36 @@ def burst(events: list[tuple] | None = None, settings: PolicySettings | None = N
     return simulate(BURST_CURVE, 0.0029, streams, 120, events=events, slow=slow, settings=settings)
 
 
+# A busy start (issue 41 §6): llama-server started while the machine was busy timed 2 rows at
+# 3.55 s against 0.17 s for 1 at start-up and stayed at the target alone (7 minutes for 5 requests the
+# Python engine answered in 2 min 44 s). The start-up seeds as it logged them for 1 and 2 rows, the
+# longer ones as busy as 1; then E2B's passes (E2B_SWITCH) and a real-like drafter
+BUSY_SEEDS = {1: 0.17, 2: 3.55, 3: 0.34, 4: 0.36, 5: 0.40}
+REAL_LIKE = (Stream(0.85), Stream(0.62), Stream(0.62), Stream(0.62))
+
+
+def busy_seeds(events: list[tuple] | None = None, settings: PolicySettings | None = None, passes: int = 120):
+    """The BUSY_SEEDS run: bound 4, E2B's curve and step."""
+    return simulate(
+        CURVES["e2b"], E2B_STEP, list(REAL_LIKE), passes, events=events, switch=E2B_SWITCH, settings=settings,
+        seeds=BUSY_SEEDS,
+    )  # fmt: skip
+
+
+# The same start's drafter step (185 ms, the host busy): the first passes that draft time their steps
+# at 100x, after which not even an always-right drafter could pay at those prices (priced out), and
+# nothing but a recheck times the step again
+BUSY_STEPS = {i: 100.0 for i in range(0, 8)}
+
+
+def busy_steps(events: list[tuple] | None = None, settings: PolicySettings | None = None, passes: int = 200):
+    """The BUSY_STEPS run: bound 4, E2B's curve (unseeded), its drafter step 100x for the first 8 passes."""
+    return simulate(
+        CURVES["e2b"], E2B_STEP, list(REAL_LIKE), passes, events=events, switch=E2B_SWITCH, settings=settings,
+        slow_steps=BUSY_STEPS,
+    )  # fmt: skip
+
+
 def read_trace(path) -> list[tuple[PolicySettings, list[tuple], list[int]]]:
     """An ``LLAMA_SPEC_DRAFT_TRACE`` file (llama-server's, patch 23, or the Python engine's,
     ``speculative/policy_trace.py``): per policy in it (a settings line each: a server started
@@ -127,7 +160,8 @@ def read_trace(path) -> list[tuple[PolicySettings, list[tuple], list[int]]]:
     that policy chose before each pass."""
     sections: list[tuple[PolicySettings, list[tuple], list[int]]] = []
     names = ("n_max", "prior", "prior_weight", "decay", "cost_weight", "probe_interval", "probe_interval_max")
-    names += ("cost_max_age", "switch_margin", "cost_window", "retime_margin", "burst_ratio")
+    names += ("cost_max_age", "switch_margin", "cost_window", "retime_margin", "burst_ratio", "outlier_ratio")
+    names += ("recheck_interval",)
     for line in open(path):
         w = line.split()
         if not w:

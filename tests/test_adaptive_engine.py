@@ -105,7 +105,7 @@ def test_request_fields_are_checked_as_llama_server_checks_them():
         RequestSpeculation(2, 0.5, False)
     )
     assert request_speculation({"speculative.n_max": -1}) == (
-        "speculative.n_max must be an integer >= 0 (0: no drafts), got -1",
+        "speculative.n_max must be an integer from 0 (no drafts) to 2147483647, got -1",
         "speculative.n_max",
     )
     assert request_speculation({"speculative.p_min": 1.5})[1] == "speculative.p_min"
@@ -149,12 +149,16 @@ def test_the_warmup_seeds_the_policy_with_this_machines_passes(pairs, tmp_path, 
     try:
         length = llm.draft_length
         assert length.adaptive and sorted(length.seeds) == [1, 2, 3, 4] and all(s > 0 for s in length.seeds.values())
-        assert length.policy.pass_cost == length.seeds and length.policy.climbing
+        # a seed out of line with a shorter one (a busy moment on shared cores) is forgotten, the rest price
+        doubted = {r for r, d in length.policy.doubted.items() if d}
+        assert length.policy.pass_cost == {r: s for r, s in length.seeds.items() if r not in doubted}
+        assert length.policy.climbing
         assert llm.n_tokens == 0  # the cache emptied: the first request decodes its whole prompt
         settings, events, _ = read_trace(tmp_path / "policy.0")[-1]
         assert settings.n_max == 3 and events == [("seed", r, s) for r, s in sorted(length.seeds.items())]
         llm.n_max = 2  # a new bound: new estimates, the seeds that fit it kept
-        assert llm.draft_length.policy.pass_cost == {r: length.seeds[r] for r in (1, 2, 3)}
+        bounded = llm.draft_length.policy
+        assert bounded.pass_cost == {r: length.seeds[r] for r in (1, 2, 3) if not bounded.doubted.get(r)}
         out = llm.create_completion(PROMPTS[0], max_tokens=24, temperature=0)
         assert out["usage"]["completion_tokens"] == 24
     finally:

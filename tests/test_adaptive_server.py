@@ -74,7 +74,11 @@ def test_adaptive_llama_server_gives_the_target_alones_text(pairs, kind, tmp_pat
     assert snap.pass_seconds and snap.pass_seconds[0][0] == 1 and all(s > 0 for _, s in snap.pass_seconds)
     policy = slots[0]["draft_policy"]
     assert policy["n_draft"] == snap.draft_n and len(policy["acceptance"]) == 4
-    assert set(policy["pass_seconds"]) == {str(r) for r, _ in snap.pass_seconds}
+    assert snap.reason and policy["reason"] == snap.reason  # why the latest length, on both
+    # /metrics holds the policy as it chose last, /slots as it is now: the last pass may have timed a row
+    # count, or forgotten one out of line (tiny passes on shared cores), since
+    assert len(set(policy["pass_seconds"]) ^ {str(r) for r, _ in snap.pass_seconds}) <= 1
+    assert "1" in policy["pass_seconds"]
 
 
 def test_a_request_bounds_or_switches_off_speculation(pairs, tmp_path, monkeypatch):

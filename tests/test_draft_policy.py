@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 from policy_traces import CURVES, Stream, burst, one_dear_timing, simulate
 
-from gguf_exact.runtime.draft_policy import DraftPolicy, PolicySettings
+from gguf_exact.engines.stats import parse_metrics
+from gguf_exact.runtime.draft_policy import DraftPolicy, PolicySettings, parse_snapshot, snapshot_metrics
 
 
 def steady(ks: list[int], tail: int = 40) -> list[int]:
@@ -20,13 +21,15 @@ def test_cpu_like_curve_never_drafts_even_when_the_drafter_is_always_right() -> 
     # Each longer length, timed steadily once and within retime_margin of the target alone's
     # rate (0.93-0.95x here), is timed again once, one every 8 passes (12, 21; 4 rows, never
     # timed, might pay if the drafter were right at depth 3 as well: probed at 30, held once
-    # more, then timed again at 40). 128 passes later the timings are stale: the same again.
-    # 176 of 200 passes the target alone
+    # more, then timed again at 40). Priced out then (not even an always-right drafter could pay),
+    # one draft rechecks the costs after 32 passes (73, held at 74, its 2 rows timed again at 83-84),
+    # the next after 64 (148-149). 128 passes later the timings are stale: the same again.
+    # 172 of 200 passes the target alone (176 before the recheck)
     assert ks[:8] == [0, 0, 1, 1, 2, 2, 0, 0]
     assert [(i, k) for i, k in enumerate(ks) if k] == [
         (2, 1), (3, 1), (4, 2), (5, 2), (12, 1), (13, 1), (21, 2), (22, 2), (30, 3), (31, 3), (40, 3), (41, 3),
-        (143, 1), (144, 1), (152, 2), (153, 2), (154, 1), (155, 1), (163, 2), (164, 2), (171, 3), (172, 3),
-        (181, 3), (182, 3),
+        (73, 1), (74, 1), (83, 1), (84, 1), (148, 1), (149, 1), (152, 2), (153, 2), (158, 1), (159, 1),
+        (167, 2), (168, 2), (171, 3), (172, 3), (181, 3), (182, 3),
     ]  # fmt: skip
     assert policy.pass_cost == {1: 0.1, 2: 0.2, 3: 0.1 * 3, 4: 0.4}  # 5+ rows never tried: they cannot pay
     assert policy.since_probe == 0  # no probe since
@@ -128,18 +131,13 @@ def test_one_slow_timing_of_one_row_does_not_keep_a_useless_drafter_drafting() -
     # 1 makes a second draft worthless whatever it gets right at depth 2
     assert [(i, k) for i, k in enumerate(ks[:retimed]) if k != 1] == [(0, 0), (1, 0), (4, 2), (5, 2)]
     assert policy.pass_cost[1] == pytest.approx(0.1)
-    # then the target alone, but for probes (of 2 where 3 rows' timing is stale) and 2 rows, timed
-    # steadily once, timed again (285-286: 2 rows within retime_margin of 1 row's rate)
-    assert ks.count(0) == 263 and [(i, k) for i, k in enumerate(ks) if i >= retimed and k] == [
-        (142, 2),
-        (143, 2),
-        (275, 1),
-        (276, 1),
-        (285, 1),
-        (286, 1),
-        (309, 2),
-        (310, 2),
-    ]
+    # then the target alone, but for probes (of 2 where 3 rows' timing is stale, 142 and 288), the
+    # rechecks of a priced-out length (one draft after 32 passes at 0, then 64, then 128: 175, 250,
+    # 321, 396) and 2 rows, timed steadily once by a recheck, timed again 10 passes on
+    assert ks.count(0) == 253 and [(i, k) for i, k in enumerate(ks) if i >= retimed and k] == [
+        (142, 2), (143, 2), (175, 1), (176, 1), (185, 1), (186, 1), (250, 1), (251, 1), (260, 1), (261, 1),
+        (288, 2), (289, 2), (321, 1), (322, 1), (331, 1), (332, 1), (396, 1), (397, 1),
+    ]  # fmt: skip
 
 
 def test_one_dear_steady_timing_at_the_bound_is_timed_again() -> None:
@@ -292,8 +290,9 @@ def test_snapshot_reports_choice_acceptance_and_costs() -> None:
     ("curve", "learned", "seeded"),
     [
         # k rows cost k passes: learning explores 1, 2 and 3 drafts (12 of the first 40 passes);
-        # seeded, the policy knows at once that no draft can pay
-        ("cpu", "0012200000003322000000044330000000440000", "0" * 40),
+        # seeded, the policy knows at once that no draft can pay (but rechecks that once after
+        # 32 passes: one draft, held once to time it steadily)
+        ("cpu", "0012200000003322000000044330000000440000", "0" * 31 + "11" + "0" * 7),
         # up to 5 rows cost 1.1 passes: the bound from the first pass, not the fourth
         ("gpu", "0012344444444444444444444444444444444444", "4" * 40),
         # 4 rows cheaper than 3: the best (3 drafts) from the first pass, no detour through 4
@@ -340,3 +339,50 @@ def test_a_seed_prices_its_rows_until_the_first_steady_pass_replaces_it() -> Non
     late.observe_result(1, 1)
     late.seed(1, 0.1)
     assert not late.climbing
+
+
+def test_start_up_seeds_out_of_line_are_forgotten_and_explored() -> None:
+    # issue 41 §6: two tiny servers started back to back seeded "1: 0.2 ms, 2: 540.7 ms"; 2 rows at
+    # 2700x one row cannot be the pass (r rows cost at most about r passes of one): forgotten, so
+    # priced as one row fewer and drafted (timed) at once; 3 rows in line with 1 row are kept
+    policy = DraftPolicy(PolicySettings(n_max=2))
+    for rows, seconds in ((1, 0.0002), (2, 0.5407), (3, 0.0003)):
+        policy.seed(rows, seconds)
+    assert policy.pass_cost == {1: 0.0002, 3: 0.0003} and policy.doubted == {1: False, 2: True, 3: False}
+    assert policy.choose(2) == 1
+    # a second timing as far out of line stands (the machine is so)
+    policy.observe_pass(2, 0.5)
+    assert policy.pass_cost[2] == 0.5 and policy.doubted[2]
+    kept = DraftPolicy(PolicySettings(n_max=2, outlier_ratio=0.0))
+    kept.seed(1, 0.0002)
+    kept.seed(2, 0.5407)
+    assert kept.pass_cost == {1: 0.0002, 2: 0.5407} and kept.choose(2) == 0
+
+
+def test_the_policy_says_why_it_chose_its_length() -> None:
+    policy = DraftPolicy(PolicySettings(n_max=2, outlier_ratio=0.0))
+    assert policy.choose(2) == 0 and policy.reason == "timing 1 row"
+    policy.observe_pass(1, 0.17)
+    policy.observe_pass(1, 0.17)
+    policy.seed(2, 3.55)
+    assert policy.choose(2) == 0
+    assert policy.reason == "priced out: 2 rows cost 3.55 s vs 0.17 s"
+    for _ in range(30):
+        policy.observe_pass(1, 0.17)
+        policy.choose(2)
+    assert policy.reason.startswith("priced out")
+    policy.observe_pass(1, 0.17)
+    assert policy.choose(2) == 1 and policy.reason == "rechecking: priced out for 32 passes"
+    snap = policy.snapshot()
+    assert snap.reason == policy.reason
+    text = snapshot_metrics(snap)
+    assert 'llamacpp:spec_draft_reason{reason="rechecking: priced out for 32 passes"} 1' in text
+    assert parse_snapshot(parse_metrics(text)) == snap
+    low = DraftPolicy(PolicySettings(n_max=1))
+    low.observe_pass(1, 0.1)
+    low.observe_pass(1, 0.1)
+    low.observe_pass(2, 0.11)
+    low.observe_pass(2, 0.11)
+    for _ in range(40):
+        low.observe_result(1, 0)
+    assert low.choose(1) == 0 and low.reason.startswith("acceptance too low: ")

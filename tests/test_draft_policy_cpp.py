@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 from helpers import sdist_files
-from policy_traces import CURVES, Stream, burst, one_dear_timing, simulate
+from policy_traces import CURVES, Stream, burst, busy_seeds, busy_steps, one_dear_timing, simulate
 
 from gguf_exact.builds import llama_build, source_patches
 from gguf_exact.runtime.draft_policy import DraftPolicy, PolicySettings
@@ -63,7 +63,7 @@ def driver(patched_tree, tmp_path_factory) -> Path:
 def replay(exe: Path, settings: PolicySettings, events: list[tuple]) -> list[int]:
     s = settings
     lines = [
-        f"settings {s.n_max} {s.prior!r} {s.prior_weight!r} {s.decay!r} {s.cost_weight!r} {s.probe_interval} {s.probe_interval_max} {s.cost_max_age} {s.switch_margin!r} {s.cost_window} {s.retime_margin!r} {s.burst_ratio!r}"
+        f"settings {s.n_max} {s.prior!r} {s.prior_weight!r} {s.decay!r} {s.cost_weight!r} {s.probe_interval} {s.probe_interval_max} {s.cost_max_age} {s.switch_margin!r} {s.cost_window} {s.retime_margin!r} {s.burst_ratio!r} {s.outlier_ratio!r} {s.recheck_interval}"
     ]
     for e in events:
         if e[0] == "choose":
@@ -80,9 +80,11 @@ def test_the_patch_adds_the_option_the_fields_and_the_policy(patched_tree):
     arg = (patched_tree / "common" / "arg.cpp").read_text()
     assert '{"--spec-draft-adaptive"},' in arg and '{"--no-spec-draft-adaptive"},' in arg
     schema = (patched_tree / "tools" / "server" / "server-schema.cpp").read_text()
-    enabled = schema.partition("#if 0")[0]  # upstream keeps its speculative fields switched off
-    for field in ('"speculative.n_max"', '"speculative.p_min"', '"speculative.adaptive"'):
-        assert field in enabled
+    # the per-request fields, dotted or nested, read after the schema's own (upstream keeps its
+    # speculative fields switched off under #if 0)
+    assert "eval_request_speculation(data, params.speculative.draft);" in schema
+    reader = schema.partition("static void eval_request_speculation(")[2].partition("\n}\n")[0]
+    assert '{"n_max", "p_min", "adaptive"}' in reader and 'data.contains("speculative")' in reader
     server = (patched_tree / "tools" / "server" / "server-context.cpp").read_text()
     assert "slot.draft_policy.choose(n_draft_max)" in server
     assert "observe_pass(off, batch.view.size(), t_decode_us)" in server
@@ -169,6 +171,42 @@ def test_cpp_and_python_replay_the_recorded_traces_alike(driver, case, on):
     ks, _ = trace(events=events, settings=settings)
     assert replay(driver, settings, events) == ks
     assert ks[passes] == (with_it if on else without_it)
+
+
+@pytest.mark.parametrize("on", [True, False])
+def test_cpp_and_python_recover_from_a_busy_start_alike(driver, on):
+    # issue 41 §6: seeds of 2 rows at 3.55 s against 0.17 s for 1 (a busy start-up) priced drafting out
+    # before any pass, until 2 rows went stale; the out-of-line seed forgotten, 2 rows are explored
+    # (1 draft) from the first pass. Without the rules: one pass of 2 drafts (the seeded climb), then
+    # the target alone for the rest of the 120 passes
+    off = PolicySettings(outlier_ratio=0.0, recheck_interval=0)
+    settings = PolicySettings() if on else off
+    events: list[tuple] = []
+    ks, policy = busy_seeds(events=events, settings=settings)
+    assert replay(driver, settings, events) == ks
+    if on:
+        assert ks[:10] == [1] * 10 and ks.count(0) == 0 and policy.pass_cost[2] == 0.17
+    else:
+        assert ks[0] == 2 and ks[1:] == [0] * 119
+        assert policy.reason == "priced out: 2 rows cost 3.55 s vs 0.1 s, a drafter step 0.0017 s"
+
+
+@pytest.mark.parametrize("on", [True, False])
+def test_cpp_and_python_recheck_a_priced_out_drafter_step_alike(driver, on):
+    # the first drafting passes' steps timed at 100x (170 ms): priced out from pass 4, and nothing
+    # timed the step again, ever. With the recheck: after 32 passes priced out, one draft (35) re-times
+    # the step and 2 rows, held once to time them steadily, and drafting is back for good
+    off = PolicySettings(outlier_ratio=0.0, recheck_interval=0)
+    settings = PolicySettings() if on else off
+    events: list[tuple] = []
+    ks, policy = busy_steps(events=events, settings=settings)
+    assert replay(driver, settings, events) == ks
+    assert ks[:35] == [0, 0, 1, 1] + [0] * 31
+    if on:
+        assert ks[35:37] == [1, 1] and sum(1 for k in ks[35:] if k) == 163
+        assert policy.step_cost is not None and policy.step_cost < 0.002
+    else:
+        assert ks[35:] == [0] * 165 and policy.step_cost > 0.1
 
 
 def test_cpp_and_python_let_a_spuriously_low_timing_go_alike(driver):

@@ -298,6 +298,8 @@ def status(port: int | None, last: int, as_json: bool, probe: bool, api_key: str
                 costs = ", ".join(f"{r} rows {1000 * s:.1f} ms" for r, s in p.pass_seconds) or "-"
                 step = "-" if p.step_seconds is None else f"{1000 * p.step_seconds:.1f} ms"
                 show(f"adaptive     draft length {p.draft_n} now; acceptance by depth {depth}")
+                if p.reason:
+                    show(f"why          {p.reason}")
                 show(f"pass cost    {costs}; drafter step {step}")
         if st.running:
             for a in st.recent:

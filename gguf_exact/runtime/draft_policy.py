@@ -75,6 +75,22 @@ and where longer drafts cannot pay at all (k rows cost k passes; or an always-ri
 one short of the bound, where the longest pass costs more than its draft brings) nothing is
 spent on them: each probe there paid two graph rebuilds for nothing.
 
+Out of line, priced out (issue 41): llama-server started while the machine was busy seeded 2 rows
+at 3.55 s against 0.17 s for 1 and a drafter step at 185 ms, and stayed at the target alone for
+minutes: nothing but staleness times a length the policy never drafts, and nothing ever times the
+drafter step again. So a new timing (a seed, or a pass's first timing) of r rows above
+``outlier_ratio`` times what the nearest shorter row count s timed costs, scaled by r / s (a pass of
+r rows costs at most about r / s passes of s rows, on any backend), is forgotten the first time in
+a row: untimed, the row count is priced as one row fewer and so explored, timed again; a second
+timing out of line stands (the machine is so), one in line ends the doubt. And while the policy is
+priced out (0 drafts, and no probe: not even an always-right drafter could pay at these costs) for
+``recheck_interval`` passes in a row, one pass drafts one token to re-time the costs: its pass
+replaces 2 rows' timing (held once more to time it steadily) and its drafter step the step's mean;
+a recheck that leaves drafting off doubles the interval, up to ``cost_max_age``, so a machine where
+drafting truly cannot pay (k rows cost k passes) spends two passes in 32, then 64, then 128 on it.
+:attr:`DraftPolicy.reason` says why the last choice, for ``status`` and ``/metrics``
+(``spec_draft_reason{reason="priced out: 2 rows cost 3.55 s vs 0.17 s"}``).
+
 Deterministic (no RNG, probes on a schedule) and written as plain arithmetic in one
 order, so llama.cpp's ``--spec-draft-adaptive`` (the C++ twin in the build patch
 ``builds/patches/23-adaptive-draft.patch``, header ``common/draft-policy.h``) chooses the
@@ -90,6 +106,7 @@ from dataclasses import dataclass, field
 # length chosen last, acceptance{depth}, pass_seconds{rows} and the drafter step's seconds
 METRIC_DRAFT_N, METRIC_ACCEPTANCE = "spec_draft_n", "spec_draft_acceptance"
 METRIC_PASS_SECONDS, METRIC_STEP_SECONDS = "spec_draft_pass_seconds", "spec_draft_step_seconds"
+METRIC_REASON = "spec_draft_reason"  # {reason="why the latest length"} 1
 
 # Two rates within this relative margin are a tie, and the shorter draft wins: the C++
 # build may fuse multiply-adds (-march=native), which moves the last bits of a rate.
@@ -113,6 +130,10 @@ class PolicySettings:
     cost_max_age: int = 128  # in passes: a row count's timing older than this is forgotten
     switch_margin: float = 0.02  # another length must beat the last one's rate by this to switch to it
     burst_ratio: float = 2.0  # a steady timing above this many times its row count's cost is not kept (0: all are)
+    outlier_ratio: float = (
+        2.0  # a new timing above this many times a shorter pass's, scaled by rows, is doubted (0: never)
+    )
+    recheck_interval: int = 32  # passes at 0 drafts, priced out, before one draft re-times the costs (0: never)
 
 
 @dataclass
@@ -137,12 +158,18 @@ class DraftPolicy:
     last_k: int = 0
     all_right: bool = False  # the last pass carried drafts and kept every one (its observe_result says)
     climbing: bool = False  # costs seeded and no draft rejected yet: each all-right pass may draft deeper (choose)
+    doubted: dict[int, bool] = field(default_factory=dict)  # rows -> its last timing out of line was forgotten
+    idle: int = 0  # passes in a row chosen at 0 drafts while priced out
+    recheck_every: int = 0  # the current recheck interval (0: the settings' base)
+    rechecking: int = 0  # the row count of the recheck in flight (its pass and step re-time the costs), else 0
+    reason: str = ""  # why the last choice (status and /metrics show it)
 
     def __post_init__(self) -> None:
         n = self.settings.n_max
         self.tried = self.tried or [0.0] * n
         self.accepted = self.accepted or [0.0] * n
         self.interval = self.interval or self.settings.probe_interval
+        self.recheck_every = self.recheck_every or self.settings.recheck_interval
 
     # --- estimates ---
 
@@ -265,24 +292,28 @@ class DraftPolicy:
         """How many tokens to draft before the next pass, at most ``limit`` (what the context
         and the request's budget leave); one call per pass that could carry a draft."""
         top = min(self.settings.n_max, limit)
-        self.probing = 0
+        self.probing = self.rechecking = 0
         held = self.last_rows - 1
         retimed, self.retiming = self.retiming, 0
         if retimed and retimed == self.last_rows and held <= top:
             self.last_k = held  # the re-time's first pass was a switch: once more, steadily
+            self.reason = f"re-timing {held + 1} rows: once more, steadily"
             return held
         k = self.best(limit)
+        climbed = False
         # seeded costs: climb while no draft was ever rejected, one deeper than the last pass where that
         # could pay with the next depth on trust (a probe's price). Unseeded costs climb anyway (an
         # untimed row count costs what one fewer does); seeded ones are known, and the prior alone
         # would keep an always-right drafter at the target alone until the first scheduled probe.
         if self.climbing and (self.last_k == 0 or self.all_right) and self.last_k < top:
-            k = max(k, self.probe_length(self.last_k, top))
+            deeper = self.probe_length(self.last_k, top)
+            climbed, k = deeper > k, max(k, deeper)
         # once more at a length timed only by a switch (a steady timing), unless the climb goes
         # on: every draft of that pass was right and a longer draft is the best now (the length
         # is timed steadily when the policy comes back to it)
         if self.provisional.get(self.last_rows) and 0 <= held <= top and not (self.all_right and k > held):
             self.last_k = held
+            self.reason = f"timing {held + 1} rows steadily"
             return held
         probe = self.probe_length(k, top) if k < top else 0
         if probe:
@@ -298,8 +329,48 @@ class DraftPolicy:
         if retime:
             self.since_retime = 0
             k, self.retiming = retime - 1, retime
+        # priced out: at these costs not even an always-right drafter could pay (no probe), so nothing
+        # would time them again but staleness, and the drafter step never: a pass timed on a busy
+        # machine (2 rows at 20x, a 185 ms step) held llama-server at the target alone for minutes.
+        # Every recheck_every such passes one draft re-times the costs (its pass and step replace
+        # them); a recheck that leaves drafting off doubles the interval, up to cost_max_age.
+        priced_out = k == 0 and top >= 1 and probe == 0 and self.rate(0) is not None
+        why = self.explain(k, top, priced_out, climbed)
+        if priced_out and self.settings.recheck_interval > 0:
+            self.idle += 1
+            if self.idle >= self.recheck_every:
+                why = f"rechecking: priced out for {self.idle} passes"
+                self.idle = 0
+                cap = max(self.settings.recheck_interval, self.settings.cost_max_age)
+                self.recheck_every = min(2 * self.recheck_every, cap)
+                k, self.rechecking = 1, 2
+        else:
+            self.idle = 0
+            if k > 0 and not self.retiming:  # drafting pays again (a re-time does not say so)
+                self.recheck_every = self.settings.recheck_interval
+        self.reason = why
         self.last_k = k
         return k
+
+    def explain(self, k: int, top: int, priced_out: bool, climbed: bool) -> str:
+        """Why ``k``: the short line ``status`` and ``/metrics`` show."""
+        if self.probing:
+            return f"probing {k} drafts"
+        if self.retiming:
+            return f"re-timing {self.retiming} rows"
+        if climbed:
+            return f"climbing: {k} drafts, none rejected yet"
+        if k > 0:
+            return f"best rate: {k} drafts"
+        if top <= 0:
+            return "no room for drafts"
+        if self.rate(0) is None:
+            return "timing 1 row"
+        if priced_out:
+            one, two = self.cost(1), self.cost(2)
+            step = f", a drafter step {self.step_cost:.3g} s" if self.step_cost is not None else ""
+            return f"priced out: 2 rows cost {two:.3g} s vs {one:.3g} s{step}"
+        return f"acceptance too low: {self.acceptance(1):.2f} at depth 1"
 
     def seed(self, rows: int, seconds: float) -> None:
         """A timing of ``rows`` rows made before the first pass (the engine's start-up). It prices the
@@ -307,9 +378,34 @@ class DraftPolicy:
         on an empty cache, not where a request's passes do); unlike a switch pass's timing it is
         not drafted once more to be timed steadily."""
         if 1 <= rows <= self.settings.n_max + 1:
+            self.climbing = not any(self.tried)
+            if self.doubt(rows, seconds):
+                return
             self.pass_cost[rows], self.provisional[rows], self.samples[rows] = seconds, False, []
             self.timed_at[rows] = self.passes
-            self.climbing = not any(self.tried)
+
+    def doubt(self, rows: int, seconds: float) -> bool:
+        """Whether a new timing of ``rows`` rows is out of line and forgotten: above ``outlier_ratio``
+        times what the nearest shorter row count timed costs scaled by rows (a pass of r rows costs at
+        most about r / s passes of s rows, on any backend), the first time in a row for this row count.
+        Forgotten, the row count is untimed, priced as one row fewer and so explored: timed again. A
+        second timing out of line stands (the machine is so); one in line ends the doubt. Start-up seeds
+        taken on a busy machine (2 rows at 3.55 s against 1 at 0.17 s; 540.7 ms against 0.2) otherwise
+        priced drafting out before any pass."""
+        ratio = self.settings.outlier_ratio
+        if ratio <= 0:
+            return False
+        shorter = next((r for r in range(rows - 1, 0, -1) if self.timed(r)), 0)
+        out = shorter > 0 and seconds > ratio * self.pass_cost[shorter] * rows / shorter
+        if out and not self.doubted.get(rows):
+            self.doubted[rows] = True
+            self.pass_cost.pop(rows, None)
+            self.samples.pop(rows, None)
+            self.timed_at.pop(rows, None)
+            self.provisional[rows] = False
+            return True
+        self.doubted[rows] = out
+        return False
 
     def observe_pass(self, rows: int, seconds: float) -> None:
         """A generation pass of ``rows`` rows (1 + drafts) took ``seconds`` in the target's decode
@@ -321,7 +417,10 @@ class DraftPolicy:
         self.passes += 1
         steady, fresh = rows == self.last_rows, self.timed(rows)
         self.last_rows = rows
-        if not fresh or (steady and not self.samples[rows]):  # untimed, stale, or not yet timed steadily
+        if not fresh or (steady and not self.samples[rows]) or self.rechecking == rows:  # untimed, stale,
+            # not yet timed steadily, or re-timed by a recheck
+            if self.doubt(rows, seconds):
+                return
             self.pass_cost[rows], self.provisional[rows] = seconds, not steady
             self.samples[rows] = [seconds] if steady else []
         elif steady:  # the lowest of the recent steady timings: one spike upward is not averaged in
@@ -339,7 +438,8 @@ class DraftPolicy:
             return
         each = seconds / steps
         old = self.step_cost
-        self.step_cost = each if old is None else old + self.settings.cost_weight * (each - old)
+        # a recheck's step replaces the mean: the old one may be what priced drafting out
+        self.step_cost = each if old is None or self.rechecking else old + self.settings.cost_weight * (each - old)
 
     def observe_result(self, drafted: int, accepted: int) -> None:
         """The pass verified ``drafted`` drafts and kept the first ``accepted`` of them."""
@@ -366,6 +466,7 @@ class DraftPolicy:
             acceptance=tuple(self.acceptance(j) for j in range(1, n + 1)),
             pass_seconds=tuple(sorted(self.pass_cost.items())),
             step_seconds=self.step_cost,
+            reason=self.reason,
         )
 
 
@@ -377,6 +478,7 @@ class PolicySnapshot:
     acceptance: tuple[float, ...]  # a_1..a_n_max
     pass_seconds: tuple[tuple[int, float], ...]  # (rows, seconds) measured
     step_seconds: float | None
+    reason: str = ""  # why the latest length (priced out, probing, acceptance too low ...)
 
 
 def snapshot_metrics(snap: PolicySnapshot, prefix: str = "llamacpp:") -> str:
@@ -393,6 +495,10 @@ def snapshot_metrics(snap: PolicySnapshot, prefix: str = "llamacpp:") -> str:
         out.append(
             f"# HELP {s} Speculative: measured cost of one drafter step\n# TYPE {s} gauge\n{s} {snap.step_seconds:g}\n"
         )
+    if snap.reason:
+        why = prefix + METRIC_REASON
+        out.append(f"# HELP {why} Speculative: why the latest draft length\n# TYPE {why} gauge\n")
+        out.append(f'{why}{{reason="{snap.reason}"}} 1\n')
     return "".join(out)
 
 
@@ -408,7 +514,10 @@ def parse_snapshot(metrics: dict[str, float], prefix: str = "llamacpp:") -> Poli
         head, _, rest = name.partition('{rows="')
         if head == prefix + METRIC_PASS_SECONDS and rest:
             rows.append((int(rest.rstrip('"}')), value))
+    head = f'{prefix}{METRIC_REASON}{{reason="'
+    reason = next((name[len(head) : -2] for name in metrics if name.startswith(head)), "")
     return PolicySnapshot(
+        reason=reason,
         draft_n=int(metrics[prefix + METRIC_DRAFT_N]),
         acceptance=tuple(acceptance),
         pass_seconds=tuple(sorted(rows)),
@@ -420,6 +529,7 @@ __all__ = [
     "METRIC_ACCEPTANCE",
     "METRIC_DRAFT_N",
     "METRIC_PASS_SECONDS",
+    "METRIC_REASON",
     "METRIC_STEP_SECONDS",
     "TIE_MARGIN",
     "DraftPolicy",

@@ -1,7 +1,8 @@
 """How many tokens the Python engine drafts before each target pass: a fixed n-max, or the
 length :mod:`gguf_exact.runtime.draft_policy` chooses (``spec-draft-adaptive``), within what
-one request asks for with llama-server's per-request fields ``speculative.n_max`` (0: no
-drafts), ``speculative.p_min`` and ``speculative.adaptive``.
+one request asks for with the per-request fields ``speculative.n_max`` (0: no drafts),
+``speculative.p_min`` and ``speculative.adaptive``, dotted or inside a ``speculative`` object,
+checked as llama-server checks them (:func:`request_speculation`).
 
 The engine reports each generation pass (rows, seconds in the target's decode), each
 draft (drafter steps and their seconds) and what the target kept of it; the policy sees
@@ -11,14 +12,24 @@ them whether it chooses the length or not, so ``/metrics`` shows the measured co
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from typing import Any
 
 from gguf_exact.runtime.draft_policy import PolicySettings, PolicySnapshot
 from gguf_exact.speculative.policy_trace import new_policy
 
-# llama-server's per-request field names (tools/server/server-schema.cpp with the 23 patch)
+# The per-request fields, one contract in both engines (llama-server's side: patch 23's
+# tools/server/server-schema.cpp, eval_request_speculation): each of n_max, p_min and adaptive is
+# given dotted at the top level ("speculative.n_max": 2, llama-server's own form) or inside a
+# "speculative" object ({"speculative": {"n_max": 2}}), not both ways at once (refused, whatever the
+# values: neither form silently wins); null is absent (the server's setting). n_max above the server's
+# spec-draft-n-max drafts that many, as a fixed length does. Each refusal names its field in the
+# message and as the error's param, with the same words from both engines (tests/test_speculative_fields.py).
+SPECULATIVE = "speculative"
 N_MAX_FIELD, P_MIN_FIELD, ADAPTIVE_FIELD = "speculative.n_max", "speculative.p_min", "speculative.adaptive"
+REQUEST_FIELDS = ("n_max", "p_min", "adaptive")
+N_MAX_LIMIT = 2**31 - 1  # llama-server keeps n_max in an int32
 
 
 @dataclass(frozen=True)
@@ -30,16 +41,46 @@ class RequestSpeculation:
     adaptive: bool | None = None
 
 
+def shown(value: Any) -> str:
+    """A JSON value in a refusal, as llama-server writes it: a number, true or false as JSON, a
+    string, array or object by its kind (its text could be long, and the engines escape it apart)."""
+    if isinstance(value, str):
+        return "a string"
+    if isinstance(value, list):
+        return "an array"
+    if isinstance(value, dict):
+        return "an object"
+    return json.dumps(value)
+
+
 def request_speculation(body: dict[str, Any]) -> RequestSpeculation | tuple[str, str]:
-    """The request's speculative fields, or (message, field) when one is not what llama-server takes."""
-    n_max, p_min, adaptive = body.get(N_MAX_FIELD), body.get(P_MIN_FIELD), body.get(ADAPTIVE_FIELD)
-    if n_max is not None and (isinstance(n_max, bool) or not isinstance(n_max, int) or n_max < 0):
-        return f"{N_MAX_FIELD} must be an integer >= 0 (0: no drafts), got {n_max!r}", N_MAX_FIELD
-    if p_min is not None and (isinstance(p_min, bool) or not isinstance(p_min, (int, float)) or not 0 <= p_min <= 1):
-        return f"{P_MIN_FIELD} must be a number from 0 to 1, got {p_min!r}", P_MIN_FIELD
-    if adaptive is not None and not isinstance(adaptive, bool):
-        return f"{ADAPTIVE_FIELD} must be true or false, got {adaptive!r}", ADAPTIVE_FIELD
-    return RequestSpeculation(n_max, None if p_min is None else float(p_min), adaptive)
+    """The request's speculative fields, or (message, field) when one breaks the contract above."""
+    nested = body.get(SPECULATIVE)
+    if nested is not None and not isinstance(nested, dict):
+        return f"{SPECULATIVE} must be an object (n_max, p_min, adaptive), got {shown(nested)}", SPECULATIVE
+    nested = nested or {}
+    unknown = next((key for key in nested if key not in REQUEST_FIELDS), None)
+    if unknown is not None:
+        field = f"{SPECULATIVE}.{unknown}"
+        return f"{field} is not a per-request speculative field (n_max, p_min, adaptive)", field
+    found: dict[str, Any] = {}
+    for name in REQUEST_FIELDS:
+        field = f"{SPECULATIVE}.{name}"
+        flat, inner = body.get(field), nested.get(name)
+        if flat is not None and inner is not None:
+            return f'{field} is given twice, as "{field}" and inside "{SPECULATIVE}": give it once', field
+        value = flat if flat is not None else inner
+        if value is None:
+            continue
+        number = isinstance(value, (int, float)) and not isinstance(value, bool)
+        if name == "n_max" and not (number and isinstance(value, int) and 0 <= value <= N_MAX_LIMIT):
+            return f"{field} must be an integer from 0 (no drafts) to {N_MAX_LIMIT}, got {shown(value)}", field
+        if name == "p_min" and not (number and 0 <= value <= 1):
+            return f"{field} must be a number from 0 to 1, got {shown(value)}", field
+        if name == "adaptive" and not isinstance(value, bool):
+            return f"{field} must be true or false, got {shown(value)}", field
+        found[name] = float(value) if name == "p_min" else value
+    return RequestSpeculation(**found)
 
 
 class DraftLength:
@@ -85,4 +126,12 @@ class DraftLength:
         return self.policy.snapshot() if self.chosen else None
 
 
-__all__ = ["ADAPTIVE_FIELD", "N_MAX_FIELD", "P_MIN_FIELD", "DraftLength", "RequestSpeculation", "request_speculation"]
+__all__ = [
+    "ADAPTIVE_FIELD",
+    "N_MAX_FIELD",
+    "P_MIN_FIELD",
+    "SPECULATIVE",
+    "DraftLength",
+    "RequestSpeculation",
+    "request_speculation",
+]

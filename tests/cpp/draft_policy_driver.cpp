@@ -1,7 +1,7 @@
 // Replays recorded policy inputs through common/draft-policy.h (the llama-server twin of
 // gguf_exact/runtime/draft_policy.py) and prints the k of every "choose" line.
 // Input lines: "settings N_MAX PRIOR PRIOR_WEIGHT DECAY COST_WEIGHT PROBE PROBE_MAX COST_MAX_AGE SWITCH_MARGIN COST_WINDOW
-// RETIME_MARGIN BURST_RATIO" first, then
+// RETIME_MARGIN BURST_RATIO OUTLIER_RATIO RECHECK_INTERVAL" first, then
 // "choose LIMIT", "pass ROWS SECONDS", "steps N SECONDS", "seed ROWS SECONDS", "result DRAFTED ACCEPTED"; a line starting
 // with "#" is a comment (llama-server's LLAMA_SPEC_DRAFT_TRACE writes this format, with comments).
 #include "draft-policy.h"
@@ -20,9 +20,9 @@ int main() {
         std::fprintf(stderr, "expected a settings line first\n");
         return 2;
     }
-    std::string prior, weight, decay, cost_weight, switch_margin, retime_margin, burst_ratio;
+    std::string prior, weight, decay, cost_weight, switch_margin, retime_margin, burst_ratio, outlier_ratio;
     std::cin >> s.n_max >> prior >> weight >> decay >> cost_weight >> s.probe_interval >> s.probe_interval_max >> s.cost_max_age >> switch_margin
-             >> s.cost_window >> retime_margin >> burst_ratio;
+             >> s.cost_window >> retime_margin >> burst_ratio >> outlier_ratio >> s.recheck_interval;
     s.prior        = std::strtod(prior.c_str(), nullptr);
     s.prior_weight = std::strtod(weight.c_str(), nullptr);
     s.decay        = std::strtod(decay.c_str(), nullptr);
@@ -30,6 +30,7 @@ int main() {
     s.switch_margin = std::strtod(switch_margin.c_str(), nullptr);
     s.retime_margin = std::strtod(retime_margin.c_str(), nullptr);
     s.burst_ratio   = std::strtod(burst_ratio.c_str(), nullptr);
+    s.outlier_ratio = std::strtod(outlier_ratio.c_str(), nullptr);
     common_draft_policy policy(s);
     while (std::cin >> what) {
         if (what[0] == '#') { // a comment: what llama-server's LLAMA_SPEC_DRAFT_TRACE notes beside the inputs
