@@ -223,3 +223,32 @@ def test_inspect_verify_compare_keep_names_whole_under_a_long_folder(tmp_path, n
         "      3,516,800  F16 x1, F32 x63, Q4_0 x64, Q6_K     60.61%   1.114e-02       64",
         "                 x2",
     ]
+
+
+def test_status_lines_wrap_under_their_value_at_80_columns(tmp_path):
+    """Issue 41: `status` printed its lines whole (soft-wrapped), a terminal broke them at
+    column 0; off one at COLUMNS=80 they went past 80. Now each wraps under its value."""
+    import json
+    import os
+
+    from helpers import cli
+    from test_stop_status import fake_server
+
+    port = 47125
+    proc = fake_server(tmp_path / "run", port)
+    proc.kill()
+    proc.wait()
+    state_file = tmp_path / "run" / str(port) / "server.json"
+    state = json.loads(state_file.read_text())
+    state["target"] = "/models/a_folder_whose_name_is_long_enough_to_wrap/gemma-4-E2B-it-qat-q4_0-exact.gguf"
+    state_file.write_text(json.dumps(state))
+    r = cli("status", "--port", str(port), env=dict(os.environ, GGUF_EXACT_RUN_DIR=str(tmp_path / "run"), COLUMNS="80"))
+    assert r.returncode == 1, r.stdout + r.stderr
+    lines = r.stdout.splitlines()
+    assert too_wide(r.stdout) == []
+    server = f"server       http://127.0.0.1:{port}  pid {proc.pid}  down: process not running (exited or killed)"
+    assert lines[0] == server[: server.rindex(" ", 0, 81)]  # broken at the last space that fits
+    assert lines[1] == " " * 13 + server[server.rindex(" ", 0, 81) + 1 :]  # continued under the value
+    target = lines.index("target       /models/a_folder_whose_name_is_long_enough_to_wrap/")
+    assert lines[target + 1] == "             gemma-4-E2B-it-qat-q4_0-exact.gguf"
+    assert all(ln.startswith(" " * 13) or ln[:13].strip() for ln in lines)

@@ -236,6 +236,12 @@ def serve(
     sys.exit(code)
 
 
+def show_status_line(line: str) -> None:
+    """A ``status`` line (``label        value``), wrapped to the console and continued
+    under the value's column, as ``doctor`` does."""
+    say_fitted(line, " " * len("server       "))
+
+
 @main.command()
 @click.option("--port", type=int, help="The server's port (default: the last one started).")
 @click.option("--last", default=5, show_default=True, help="How many per-request acceptance lines to show.")
@@ -264,9 +270,9 @@ def status(port: int | None, last: int, as_json: bool, probe: bool, api_key: str
     if as_json:
         click.echo(json.dumps(st.as_dict(), indent=2, default=str))
     elif st.state.get("engine") == RPC_ENGINE:
-        show_worker(st, lambda line: console.out.print(line, markup=False, soft_wrap=True))
+        show_worker(st, show_status_line)
     else:
-        show = lambda line: console.out.print(line, markup=False, soft_wrap=True)  # noqa: E731
+        show = show_status_line
         s = st.state
         state = "up" if st.up else (f"down: {st.down_reason}" if not st.running else st.health)
         show(f"server       {s['url']}  pid {st.pid or s['pid']}  {state}")
@@ -281,7 +287,7 @@ def status(port: int | None, last: int, as_json: bool, probe: bool, api_key: str
             spec = "-" if st.speculative is None else ("on" if st.speculative else "off")
             show(f"speculation  {spec}")
             if st.speculation is not None:
-                say(f"draft-mtp    {st.speculation.line}")
+                show(f"draft-mtp    {st.speculation.line}")
             c = st.counters
             if c is not None:
                 rate = "-" if c.rate is None else f"{c.rate:.2%}"
