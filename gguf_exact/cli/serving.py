@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
+from contextlib import nullcontext
 from pathlib import Path
 
 import click
@@ -214,7 +215,10 @@ def serve(
         warn(f"--insecure: anyone who can reach {host} may use this server")
     if dry_run:
         return
-    started = start_planned(plan, detach, timeout, probe=not no_probe)
+    # A detached server's console goes to its log: say what the wait is for (a full-size model
+    # loads for tens of seconds). In the foreground its own log lines share this terminal.
+    with console.status(f"starting {launch.label}") if detach else nullcontext(lambda _step: None) as step:
+        started = start_planned(plan, detach, timeout, probe=not no_probe, on_step=step)
     say(
         f"{launch.label} ready at {launch.url} in {started.seconds:.1f} s (pid {started.process.pid}); log {launch.run_dir / LOG_FILE}"
     )
@@ -419,7 +423,8 @@ def tune(
     if not found.given:
         note(f"drafter {found.path} ({found.how})")
     note(profile_line(prof, choice))
-    tuned = tune_profile(request, out_dir or results_dir("tune"), not no_write, console.progress_lines())
+    with console.status("tune: measuring") as step:  # minutes: name the arm and round under way
+        tuned = tune_profile(request, out_dir or results_dir("tune"), not no_write, console.progress_lines(), step)
     result = tuned.result
     say_markdown(result.report.markdown())
     if result.noisy is not None:  # its ratios and picks would be the noise's, not the settings'
