@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 import tarfile
@@ -51,3 +52,18 @@ def sdist_files(sdist: Path, wanted: set[str] | list[str], root: Path) -> Path:
                 (root / rel).parent.mkdir(parents=True, exist_ok=True)
                 (root / rel).write_bytes(tar.extractfile(member).read())
     return root
+
+
+def compact_names(text: str, header: str) -> list[str]:
+    """The names of a compact table: each starts a line (alone, or before its row's figures)."""
+    lines = text.splitlines()
+    rule = next(i for i, ln in enumerate(lines) if ln.startswith(header)) + 1
+    while not lines[rule].startswith("─"):
+        rule += 1
+    names = []
+    for ln in lines[rule + 1 :]:
+        if not ln.strip() or ln.startswith(("(all)", "blocks p/e/m/l", "QAT 4-bit", "not QAT")):
+            break
+        if not ln.startswith(" "):
+            names.append(re.split(r" {2,}", ln)[0])
+    return names

@@ -230,7 +230,7 @@ def test_tune_keeps_the_earlier_report_when_its_profile_cannot_be_written(tmp_pa
     for name in ("bench.json", "bench.md"):
         (out / name).write_text("the earlier tune's report\n")
     result = tune.TuneResult(BenchReport({"time": "2026-12-01"}, [], []), 3, 1.0, None)
-    monkeypatch.setattr(tune, "tune_n_max", lambda request, prompts, progress: result)
+    monkeypatch.setattr(tune, "tune_n_max", lambda request, prompts, progress, step: result)
     profile = load_profile(Path(__file__).parents[1] / "serve" / "cpu.toml")
     request = tune.TuneRequest(tmp_path / "t.gguf", tmp_path / "d.gguf", profile, "cpu")
     with pytest.raises(OutputError) as err:

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 from gguf import GGMLQuantizationType, GGUFReader
-from helpers import off_grid_checkpoint
+from helpers import compact_names, off_grid_checkpoint
 from rich.console import Console
 
 from gguf_exact.cli import console, load_groups, main, options
@@ -101,23 +101,6 @@ def test_readme_repack_table_is_what_repack_prints(tmp_path, narrow):
 # --- tables at 80 columns ----------------------------------------------------------------
 
 
-def wrapped_first_column(text: str, header: str) -> list[str]:
-    """Names in the first column of a compact table, their wrapped pieces joined."""
-    lines = text.splitlines()
-    head = next(i for i, ln in enumerate(lines) if ln.startswith(header))
-    width = len(lines[head]) - len(lines[head][len(header) :].lstrip())  # where the second column starts
-    names: list[str] = []
-    for ln in lines[head + 2 :]:
-        if not ln.strip() or ln.startswith(("QAT 4-bit", "not QAT")):  # the verdict after the table
-            break
-        cell, rest = ln[:width].strip(), ln[width:].strip()
-        if rest:
-            names.append(cell)
-        else:
-            names[-1] += cell
-    return names
-
-
 def test_inspect_fits_80_columns_and_keeps_every_name(tiny, tmp_path, narrow):
     from gguf_exact.tiny.main_model import TINY, write_main_checkpoint
 
@@ -127,11 +110,9 @@ def test_inspect_fits_80_columns_and_keeps_every_name(tiny, tmp_path, narrow):
         assert r.exit_code == 0, r.output
         assert max(len(ln) for ln in r.stdout.splitlines()) <= 80
         prefix = re.search(r"\(… =\s+(\S+)\)", r.stdout).group(1)  # the title may wrap
-        shown = [
-            n.replace("…", prefix, 1) if n.startswith("…") else n for n in wrapped_first_column(r.stdout, "tensor")
-        ]
+        shown = [n.replace("…", prefix, 1) if n.startswith("…") else n for n in compact_names(r.stdout, "tensor")]
         with Checkpoint(src) as ckpt:
-            assert shown == sorted(ckpt.tensors)  # every name whole: nothing cut with an ellipsis
+            assert shown == sorted(ckpt.tensors)  # every name whole on a line: nothing cut with an ellipsis
     assert prefix == "model.language_model.layers."
 
 

@@ -6,6 +6,7 @@ import re
 
 import pytest
 from click.testing import CliRunner
+from helpers import compact_names
 from rich.console import Console
 
 from gguf_exact.cli import console, main
@@ -54,20 +55,17 @@ def test_verify_at_80_columns_is_compact_and_keeps_every_name(tiny, tmp_path, na
     assert too_wide(r.stdout) == []
     lines = r.stdout.splitlines()
     head = next(i for i, ln in enumerate(lines) if ln.startswith("tensor "))
-    assert lines[head].split() == ["tensor", "type", "judged", "values", "exact", "ULP", "rel.err", "blocks", "p/e/m/l"]
-    # names wrapped in their column, never cut: joined back, they are the file's tensors in order
-    cut = len(lines[head]) - len(lines[head][len("tensor") :].lstrip())
-    names: list[str] = []
-    for ln in lines[head + 2 :]:
-        if ln.startswith("(all)"):
-            break
-        cell, rest = ln[:cut].strip(), ln[cut:].strip()
-        if rest:
-            names.append(cell)
-        else:
-            names[-1] += cell
+    # the blocks column's header wraps (its cells are narrower), giving the names 5 more columns
+    assert lines[head].split() == ["tensor", "type", "judged", "values", "exact", "ULP", "rel.err", "blocks"]
+    assert lines[head + 1].split() == ["p/e/m/l"]
+    # every name whole on a line: on its row's when it fits the column, else on its own above the row
+    assert lines[head + 3 : head + 6] == [
+        "masked_embd_centroids.weight",
+        "                         BF16  pass      2,048  100.00%    0  0.0e+00          -",
+        "masked_embd_ordering     I32   pass          0        -    -        -          -",
+    ]
     with open_gguf(out) as g:
-        assert names == [t.name for t in g.tensors]
+        assert compact_names(r.stdout, "tensor") == [t.name for t in g.tensors]
     assert "…" not in r.stdout
     assert re.search(r"^\(all\) +228,740 +99\.9\d% +1 ", r.stdout, re.M)
     assert "blocks p/e/m/l: as planned / equally exact / more exact / less exact than the" in r.stdout
@@ -150,3 +148,107 @@ def test_missing_build_names_the_make_line_of_its_backend(monkeypatch, tmp_path)
         "llama-server for build 'cuda86' (profile rtx3050) not found; run `gguf-exact build-llama --cuda 86` "
         "(or `make llama-server CUDA=86`) first"
     )
+
+
+def test_shorten_middle_keeps_the_start_and_the_end():
+    assert console.shorten_middle("blk.12.ffn_gate.weight", 40) == "blk.12.ffn_gate.weight"
+    assert console.shorten_middle("blk.12.ffn_gate.weight", 15) == "blk.12.….weight"
+    assert (
+        console.shorten_middle("/home/someone/models/gemma-4-E2B/drafter.gguf", 30) == "/home/someone/…2B/drafter.gguf"
+    )
+    assert len(console.shorten_middle("x" * 200, 80)) == 80
+
+
+def shown_whole_or_shortened(name: str, shown: str) -> bool:
+    """``shown`` is ``name``, or ``name`` longer than a line, shortened to one in its middle."""
+    if shown == name:
+        return True
+    head, _, tail = shown.partition("…")
+    return len(name) > WIDTH and len(shown) == WIDTH and name.startswith(head) and name.endswith(tail)
+
+
+def test_inspect_verify_compare_keep_names_whole_under_a_long_folder(tmp_path, narrow):
+    """Issue 41: at 80 columns names were broken mid-word across lines; each is now whole on a
+    line (its row's, or its own above the row's figures), a path longer than a line shortened
+    in the middle, and no line is wider than 80."""
+    from gguf_exact.formats.checkpoint import Checkpoint
+    from gguf_exact.formats.gguf_reader import open_gguf
+
+    tiny = tmp_path / "a_folder_whose_name_is_long_enough_to_push_every_path_past_eighty_columns"
+    assert run("make-tiny", tiny).exit_code == 0
+    drafter, exact = tiny / "drafter.gguf", tiny / "main-exact.gguf"
+    assert run("convert", tiny / "drafter-hf", drafter, "--vocab-from", tiny / "target.gguf").exit_code == 0
+    assert run("repack", "--donor", tiny / "main-q4_0.gguf", "--source", tiny / "main-hf", exact).exit_code == 0
+
+    for src in (tiny / "drafter-hf", tiny / "main-hf"):
+        r = run("inspect", src)
+        assert r.exit_code == 0, r.output
+        assert too_wide(r.stdout) == []
+        assert console.shorten_middle(str(src), WIDTH) in [ln.strip() for ln in r.stdout.splitlines()]  # the title
+        prefix = re.search(r"\(… = (\S+)\)", r.stdout).group(1)
+        shown = [n.replace("…", prefix, 1) if n.startswith("…") else n for n in compact_names(r.stdout, "tensor")]
+        with Checkpoint(src) as ckpt:
+            assert shown == sorted(ckpt.tensors)
+    r = run("inspect", tiny / "main-hf")
+    lines = r.stdout.splitlines()
+    at = lines.index("…0.per_layer_input_gate.weight")  # longer than its column: on a line of its own
+    assert lines[at - 1 : at + 2] == [
+        "…0.mlp.up_proj.weight       512x256   BF16     4096  100.00%     99.88%  Q4_0",
+        "…0.per_layer_input_gate.weight",
+        "                            32x256    BF16      256  100.00%     99.90%  Q4_0",
+    ]
+
+    for gguf, extra in (
+        (drafter, ["--vocab-from", tiny / "target.gguf"]),
+        (exact, ["--donor", tiny / "main-q4_0.gguf"]),
+    ):
+        source = tiny / ("drafter-hf" if gguf == drafter else "main-hf")
+        r = run("verify", gguf, "--source", source, *extra)
+        assert r.exit_code == 0, r.output
+        assert too_wide(r.stdout) == []
+        with open_gguf(gguf) as g:
+            assert compact_names(r.stdout, "tensor") == [t.name for t in g.tensors]
+    assert r.stdout.splitlines()[:1] == [console.shorten_middle(str(exact), WIDTH)]
+
+    paths = [exact, tiny / "main-q4_0.gguf"]
+    r = run("compare", "--source", tiny / "main-hf", *paths)
+    assert r.exit_code == 0, r.output
+    assert too_wide(r.stdout) == []
+    names = compact_names(r.stdout, "file")
+    assert len(names) == 2 and all(shown_whole_or_shortened(str(p), n) for p, n in zip(paths, names))
+    lines = r.stdout.splitlines()
+    at = lines.index(names[1])
+    assert lines[at : at + 3] == [
+        names[1],
+        "      3,516,800  F16 x1, F32 x63, Q4_0 x64, Q6_K     60.61%   1.114e-02       64",
+        "                 x2",
+    ]
+
+
+def test_status_lines_wrap_under_their_value_at_80_columns(tmp_path):
+    """Issue 41: `status` printed its lines whole (soft-wrapped), a terminal broke them at
+    column 0; off one at COLUMNS=80 they went past 80. Now each wraps under its value."""
+    import json
+    import os
+
+    from helpers import cli
+    from test_stop_status import fake_server
+
+    port = 47125
+    proc = fake_server(tmp_path / "run", port)
+    proc.kill()
+    proc.wait()
+    state_file = tmp_path / "run" / str(port) / "server.json"
+    state = json.loads(state_file.read_text())
+    state["target"] = "/models/a_folder_whose_name_is_long_enough_to_wrap/gemma-4-E2B-it-qat-q4_0-exact.gguf"
+    state_file.write_text(json.dumps(state))
+    r = cli("status", "--port", str(port), env=dict(os.environ, GGUF_EXACT_RUN_DIR=str(tmp_path / "run"), COLUMNS="80"))
+    assert r.returncode == 1, r.stdout + r.stderr
+    lines = r.stdout.splitlines()
+    assert too_wide(r.stdout) == []
+    server = f"server       http://127.0.0.1:{port}  pid {proc.pid}  down: process not running (exited or killed)"
+    assert lines[0] == server[: server.rindex(" ", 0, 81)]  # broken at the last space that fits
+    assert lines[1] == " " * 13 + server[server.rindex(" ", 0, 81) + 1 :]  # continued under the value
+    target = lines.index("target       /models/a_folder_whose_name_is_long_enough_to_wrap/")
+    assert lines[target + 1] == "             gemma-4-E2B-it-qat-q4_0-exact.gguf"
+    assert all(ln.startswith(" " * 13) or ln[:13].strip() for ln in lines)

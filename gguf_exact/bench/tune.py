@@ -109,9 +109,12 @@ def tune_n_max(
     prompts: dict[str, str] | None = None,
     with_target: bool = True,
     progress: Callable[[str], None] = lambda s: None,
+    step: Callable[[str], None] = lambda s: None,
 ) -> TuneResult:
     """Tokens/s of ``request.profile`` at each setting of :func:`tune_settings` (the target
-    alone only when ``with_target``), one llama-server at a time; see the module doc."""
+    alone only when ``with_target``), one llama-server at a time; see the module doc.
+    ``progress`` gets a line after each visit of an arm, ``step`` the step under way before
+    it starts (a visit's server loading, then its requests: seconds to minutes each)."""
     target, drafter, profile = request.target, request.drafter, request.profile
     n_predict, rounds, overrides, server_bin = request.n_predict, request.rounds, request.overrides, request.server_bin
     from gguf_exact.bench.prompt_set import load_prompts
@@ -127,7 +130,9 @@ def tune_n_max(
     arms = [Arm(s.label, s.n_max) for s in settings]
     runs = []
     with scratch_run_root("tune") as root:  # its servers' run folders: not the user's, removed after
-        for order, (rnd, arm) in enumerate(alternating_order(arms, rounds)):
+        visits = alternating_order(arms, rounds)
+        for order, (rnd, arm) in enumerate(visits):
+            where = f"round {rnd + 1}/{rounds}, visit {order + 1} of {len(visits)}: {arm.label}"
             sets = list(overrides) + by_label[arm.label].overrides()
             launch = plan_launch(
                 ServeSettings(
@@ -140,8 +145,10 @@ def tune_n_max(
                     runs=root,
                 )
             )
+            step(f"{where}, starting llama-server")
             start_server(launch, detach=True, timeout=600)
             try:
+                step(f"{where}, measuring {len(prompts)} prompts of {n_predict} tokens")
                 one = bench_servers([Arm(arm.label, arm.n_max, launch.url)], prompts, n_predict, rounds=1)
             finally:
                 stop_server(launch.port, root)
@@ -244,11 +251,16 @@ class Tuned:
 
 
 def tune_profile(
-    request: TuneRequest, out_dir: Path, write: bool = True, progress: Callable[[str], None] = lambda s: None
+    request: TuneRequest,
+    out_dir: Path,
+    write: bool = True,
+    progress: Callable[[str], None] = lambda s: None,
+    step: Callable[[str], None] = lambda s: None,
 ) -> Tuned:
     """Measure ``request`` (:func:`tune_n_max`), write the measurement to ``out_dir`` and,
     with ``write``, save the best n-max as a profile of its own (:func:`write_tuned_profile`),
-    unless the measurements are too noisy to rank the settings (:attr:`TuneResult.noisy`)."""
+    unless the measurements are too noisy to rank the settings (:attr:`TuneResult.noisy`).
+    ``progress`` and ``step`` as :func:`tune_n_max` takes them."""
     from gguf_exact.bench.prompt_set import load_prompts
 
     name = request.name
@@ -256,7 +268,7 @@ def tune_profile(
     if write:
         check_not_input(tuned_destination(request.profile, None, name), profile_input(request.profile))
     prompts = load_prompts(list(request.prompt_names) if request.prompt_names is not None else None)
-    result = tune_n_max(request, prompts, progress=progress)
+    result = tune_n_max(request, prompts, progress=progress, step=step)
     # The measurement and the profile are renamed into place together: a profile that cannot
     # be written leaves the report of an earlier tune in out_dir as it was.
     with staged_outputs():

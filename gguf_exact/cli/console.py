@@ -188,46 +188,153 @@ def common_prefix(names: list[str]) -> str:
     return max(shared, key=len, default="")
 
 
+def shorten_middle(name: str, width: int) -> str:
+    """``name`` in at most ``width`` columns: as it is, or its start and end with "…" for
+    the middle, which tell names apart (``blk.12.`` … ``ffn_gate.weight``, a path's folder
+    and file). rich cuts text only at its end (``overflow="ellipsis"``), hence this."""
+    if len(name) <= width:
+        return name
+    head = (width - 1) // 2
+    return name[:head] + "…" + name[len(name) - (width - 1 - head) :]
+
+
+def _wrap_words(text: str, width: int) -> list[str]:
+    """``text`` wrapped at its spaces to ``width``; a word longer than that shortened in
+    the middle (:func:`shorten_middle`), never broken across lines."""
+    lines: list[str] = []
+    for word in text.split():
+        word = shorten_middle(word, width)
+        if lines and len(lines[-1]) + 1 + len(word) <= width:
+            lines[-1] += " " + word
+        else:
+            lines.append(word)
+    return lines or [""]
+
+
+_GAP = 2  # spaces between two columns of a compact table
+
+
+class CompactTable:
+    """A table narrowed to the console as plain lines (see :func:`fitted_table`)."""
+
+    def __init__(self, lines: list[str]) -> None:
+        self.lines = lines
+
+    def __rich_console__(self, console, options):
+        from rich.text import Text
+
+        for line in self.lines:
+            yield Text(line, no_wrap=True, overflow="ignore")
+
+
+def _narrow(widths: dict[int, int], floors: dict[int, int], excess: int) -> None:
+    """Take ``excess`` columns off ``widths``, the widest first, none below its floor."""
+    while excess > 0:
+        room = [i for i in widths if widths[i] > floors[i]]
+        if not room:
+            return
+        widest = max(room, key=lambda i: widths[i])
+        widths[widest] -= 1
+        excess -= 1
+
+
+def _compact_lines(
+    title: str, columns: list[tuple[str, str]], headers: list[str], cells: list[list[str]], wrap: tuple[int, ...]
+) -> list[str]:
+    """The lines of a compact table at the console's width: names (first column) never
+    broken, each on the row's line when it fits the name column, else on a line of its own
+    above the row's figures (shortened in the middle only when longer than a line); the
+    other columns in ``wrap`` wrapped at spaces, headers before cells."""
+    width = out.width
+    names = [r[0] for r in cells]
+    prefix = common_prefix(names)
+    names = ["…" + n[len(prefix) :] if prefix and n.startswith(prefix) else n for n in names]
+    others = range(1, len(columns))
+    room = width - _GAP * (len(columns) - 1)
+
+    def longest_word(text: str) -> int:
+        return max((len(w) for w in text.split()), default=0)
+
+    natural = {i: max([len(headers[i])] + [len(r[i]) for r in cells]) for i in others}
+    cells_whole = {i: max([longest_word(headers[i])] + [len(r[i]) for r in cells]) for i in others}
+    words_whole = {i: max([longest_word(headers[i])] + [longest_word(r[i]) for r in cells]) for i in others}
+    for floors in (cells_whole, words_whole):
+        for i in others:
+            if i not in wrap:
+                floors[i] = natural[i]
+    name_need = max(len(n) for n in [headers[0], *names])
+    widths = dict(natural)
+    _narrow(widths, cells_whole, name_need + sum(widths.values()) - room)
+    # cells wrap too when that puts every name on its row's line, or as far as the name header needs
+    fits_all = name_need + sum(words_whole.values()) <= room
+    _narrow(widths, words_whole, (name_need if fits_all else len(headers[0])) + sum(widths.values()) - room)
+    name_width = min(name_need, room - sum(widths.values()))
+    if name_width < len(headers[0]):  # not even the header fits: each row as its name, then header-value pairs
+        lines = _wrap_words(title + (f" (… = {prefix})" if prefix else ""), width)
+        for name, row in zip(names, cells):
+            lines.append(shorten_middle(name, width))
+            pairs = "; ".join(f"{h} {c}" for h, c in zip(headers[1:], row[1:]))
+            lines += fit("  " + pairs, width)
+        return lines
+    widths[0] = name_width
+    table_width = sum(widths.values()) + _GAP * (len(columns) - 1)
+
+    def render(row: list[str]) -> list[str]:
+        pieces = [[row[0]]] + [_wrap_words(row[i], widths[i]) if i in wrap else [row[i]] for i in others]
+        height = max(map(len, pieces))
+        lines = []
+        for k in range(height):
+            line = []
+            for i, piece in enumerate(pieces):
+                text = piece[k] if k < len(piece) else ""
+                line.append(text.rjust(widths[i]) if columns[i][1] == "right" else text.ljust(widths[i]))
+            lines.append((" " * _GAP).join(line).rstrip())
+        return lines
+
+    caption = _wrap_words(title, width)
+    note = f"(… = {prefix})"
+    if prefix and len(caption[-1]) + 1 + len(note) <= width:
+        caption[-1] += " " + note
+    elif prefix:
+        caption.append(shorten_middle(note, width))
+    lines = [line.center(table_width).rstrip() for line in caption]
+    lines += render(headers) + ["─" * table_width]
+    for name, row in zip(names, cells):
+        if len(name) > name_width:
+            lines.append(shorten_middle(name, width))
+            name = ""
+        lines += render([name, *row[1:]])
+    return lines
+
+
 def fitted_table(
     title: str,
     columns: list[tuple[str, str]],
     rows: Callable[[bool], list[list[str]]],
     wrap: tuple[int, ...] = (0,),
     compact_headers: list[str] | None = None,
-) -> Table:
+) -> Table | CompactTable:
     """A table under ``columns`` ((header, justify) pairs) that fits the console.
 
     ``rows(compact)`` gives the cells, the first column a name. As it is when it fits;
-    else compact: figures as ``rows(True)`` gives them (fewer digits), headers as
-    ``compact_headers`` gives them (shorter) when given, no vertical rules, the prefix
-    most names share shown once in the title and as "…" in them, and the names (and the
-    columns in ``wrap``) wrapped, never cut short."""
+    else a :class:`CompactTable`: figures as ``rows(True)`` gives them (fewer digits),
+    headers as ``compact_headers`` gives them (shorter) when given, no rules but the one
+    under the headers, the prefix most names share shown once in the title and as "…" in
+    them, the other columns in ``wrap`` wrapped at spaces, and every name whole on a line:
+    on its row's when it fits, else on one of its own above the row (a name longer than a
+    line shortened in the middle, :func:`shorten_middle`)."""
     from rich import box
     from rich.table import Table
 
-    def build(compact: bool) -> Table:
-        cells = rows(compact)
-        names = [r[0] for r in cells]
-        prefix = common_prefix(names) if compact else ""
-        caption = f"{title} (… = {prefix})" if prefix else title
-        table = Table(
-            title=caption,
-            box=box.SIMPLE_HEAD if compact else box.HEAVY_HEAD,
-            pad_edge=not compact,
-            collapse_padding=compact,
-            show_edge=not compact,
-        )
-        for i, (header, justify) in enumerate(columns):
-            header = compact_headers[i] if compact and compact_headers else header
-            table.add_column(header, justify=justify, overflow="fold", no_wrap=i not in wrap)
-        for name, row in zip(names, cells):
-            table.add_row("…" + name[len(prefix) :] if prefix and name.startswith(prefix) else name, *row[1:])
-        return table
-
-    table = build(False)
+    table = Table(title=title, box=box.HEAVY_HEAD)
+    for i, (header, justify) in enumerate(columns):
+        table.add_column(header, justify=justify, overflow="fold", no_wrap=i not in wrap)
+    for row in rows(False):
+        table.add_row(*row)
     if table.__rich_measure__(out, out.options).maximum <= out.width:
         return table
-    return build(True)
+    headers = compact_headers or [header for header, _ in columns]
+    return CompactTable(_compact_lines(title, columns, headers, rows(True), wrap))
 
 
 def human_size(n: int) -> str:

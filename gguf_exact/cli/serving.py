@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
+from contextlib import nullcontext
 from pathlib import Path
 
 import click
@@ -214,7 +215,10 @@ def serve(
         warn(f"--insecure: anyone who can reach {host} may use this server")
     if dry_run:
         return
-    started = start_planned(plan, detach, timeout, probe=not no_probe)
+    # A detached server's console goes to its log: say what the wait is for (a full-size model
+    # loads for tens of seconds). In the foreground its own log lines share this terminal.
+    with console.status(f"starting {launch.label}") if detach else nullcontext(lambda _step: None) as step:
+        started = start_planned(plan, detach, timeout, probe=not no_probe, on_step=step)
     say(
         f"{launch.label} ready at {launch.url} in {started.seconds:.1f} s (pid {started.process.pid}); log {launch.run_dir / LOG_FILE}"
     )
@@ -234,6 +238,12 @@ def serve(
     if gone := workers_gone(plan, code):
         raise ServerError(gone)
     sys.exit(code)
+
+
+def show_status_line(line: str) -> None:
+    """A ``status`` line (``label        value``), wrapped to the console and continued
+    under the value's column, as ``doctor`` does."""
+    say_fitted(line, " " * len("server       "))
 
 
 @main.command()
@@ -264,9 +274,9 @@ def status(port: int | None, last: int, as_json: bool, probe: bool, api_key: str
     if as_json:
         click.echo(json.dumps(st.as_dict(), indent=2, default=str))
     elif st.state.get("engine") == RPC_ENGINE:
-        show_worker(st, lambda line: console.out.print(line, markup=False, soft_wrap=True))
+        show_worker(st, show_status_line)
     else:
-        show = lambda line: console.out.print(line, markup=False, soft_wrap=True)  # noqa: E731
+        show = show_status_line
         s = st.state
         state = "up" if st.up else (f"down: {st.down_reason}" if not st.running else st.health)
         show(f"server       {s['url']}  pid {st.pid or s['pid']}  {state}")
@@ -281,7 +291,7 @@ def status(port: int | None, last: int, as_json: bool, probe: bool, api_key: str
             spec = "-" if st.speculative is None else ("on" if st.speculative else "off")
             show(f"speculation  {spec}")
             if st.speculation is not None:
-                say(f"draft-mtp    {st.speculation.line}")
+                show(f"draft-mtp    {st.speculation.line}")
             c = st.counters
             if c is not None:
                 rate = "-" if c.rate is None else f"{c.rate:.2%}"
@@ -415,7 +425,8 @@ def tune(
     if not found.given:
         note(f"drafter {found.path} ({found.how})")
     note(profile_line(prof, choice))
-    tuned = tune_profile(request, out_dir or results_dir("tune"), not no_write, console.progress_lines())
+    with console.status("tune: measuring") as step:  # minutes: name the arm and round under way
+        tuned = tune_profile(request, out_dir or results_dir("tune"), not no_write, console.progress_lines(), step)
     result = tuned.result
     say_markdown(result.report.markdown())
     if result.noisy is not None:  # its ratios and picks would be the noise's, not the settings'

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import subprocess
 from dataclasses import dataclass, replace
+from typing import Callable
 
 from gguf_exact.builds.devices import Device, tensor_limit
 from gguf_exact.engines.device_check import (
@@ -159,17 +160,26 @@ class Started:
     probe_error: GgufExactError | None = None  # the probe failed; the server is up and stays up
 
 
-def start_planned(plan: ServePlan, detach: bool = False, timeout: float = 600.0, probe: bool = True) -> Started:
+def start_planned(
+    plan: ServePlan,
+    detach: bool = False,
+    timeout: float = 600.0,
+    probe: bool = True,
+    on_step: Callable[[str], None] = lambda step: None,
+) -> Started:
     """Start the planned server and wait for ``/health``; then, with a drafter and
     ``probe``, send one short request and judge whether draft-mtp is drafting (waiting up to
-    :data:`.device_check.SOFTWARE_PROBE_TIMEOUT_S` for it on a software device, else 120 s)."""
+    :data:`.device_check.SOFTWARE_PROBE_TIMEOUT_S` for it on a software device, else 120 s).
+    ``on_step`` is told each wait as it begins (a spinner's label)."""
     from gguf_exact.engines.launch import start_server
     from gguf_exact.engines.status import server_status
 
     launch = plan.launch
+    on_step(f"{launch.label}: loading {launch.pair.target.path.name}, waiting for /health (up to {timeout:.0f} s)")
     proc, seconds = start_server(launch, detach, timeout)
     started = Started(proc, seconds)
     if launch.pair.drafter is not None and probe:
+        on_step(f"{launch.label}: probe request, is draft-mtp drafting?")
         try:
             wait = SOFTWARE_PROBE_TIMEOUT_S if plan.software_device else None
             status = server_status(
