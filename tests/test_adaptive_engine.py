@@ -12,8 +12,8 @@ from policy_traces import read_trace, replay_python
 
 from gguf_exact.bench.prompt_set import load_prompts
 from gguf_exact.engines.stats import parse_metrics
-from gguf_exact.runtime.draft_policy import parse_snapshot
 from gguf_exact.runtime.engine_options import engine_options
+from gguf_exact.runtime.policy_snapshot import parse_snapshot
 from gguf_exact.runtime.profiles import load_profile
 from gguf_exact.speculative.draft_length import RequestSpeculation, request_speculation
 from gguf_exact.speculative.openai_server import metrics_text

@@ -17,7 +17,7 @@ from gguf_exact.engines.launch import plan_launch, start_server
 from gguf_exact.engines.settings import ServeSettings
 from gguf_exact.engines.stats import parse_metrics
 from gguf_exact.engines.status import stop_server
-from gguf_exact.runtime.draft_policy import parse_snapshot
+from gguf_exact.runtime.policy_snapshot import parse_snapshot
 from gguf_exact.tiny.pairs import write_runner_pairs
 
 pytestmark = [pytest.mark.llama_server]

@@ -273,7 +273,7 @@ def test_memory_plan_of_the_python_engine(tmp_path):
 
 
 def test_non_loopback_host_needs_a_key(tiny, tmp_path):
-    from gguf_exact.engines.launch import is_loopback
+    from gguf_exact.engines.settings import is_loopback
 
     assert all(map(is_loopback, ["127.0.0.1", "127.8.0.1", "::1", "[::1]", "localhost"]))
     assert not any(map(is_loopback, ["0.0.0.0", "192.168.1.20", "::", "desktop.lan"]))

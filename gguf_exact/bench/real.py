@@ -237,7 +237,7 @@ def _arm_result(arm: Arm, launch: Any, proc: Any, load: float, ttft: Any, per_ro
     """One arm's figures from its requests' answers (``per_round``: the prompts' per round),
     its policy from its ``/metrics`` and its peak RSS, read while its server runs."""
     from gguf_exact.engines.http import get_metrics
-    from gguf_exact.runtime.draft_policy import parse_snapshot
+    from gguf_exact.runtime.policy_snapshot import parse_snapshot
 
     first = per_round[0]
     snap = parse_snapshot(get_metrics(launch.url))

@@ -11,7 +11,8 @@ result; no command holds logic of its own. The modules:
 - :mod:`.repack` - ``repack``
 - :mod:`.hub` - ``recipes``, ``fetch``, ``build``, ``pin``
 - :mod:`.builds` - ``build-llama``, ``build-bindings``, ``build-kernels``, ``doctor``
-- :mod:`.serving` - ``serve``, ``status``, ``stop``, ``tune``
+- :mod:`.serving` - ``serve``, ``status``, ``stop``
+- :mod:`.tuning` - ``tune``
 - :mod:`.rpc` - ``rpc-server`` (an RPC worker for ``serve --rpc``)
 - :mod:`.inprocess` - ``generate``, ``chat``, ``bench``
 - :mod:`.tiny` - ``make-tiny``, ``demo``

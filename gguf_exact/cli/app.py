@@ -69,7 +69,7 @@ COMMANDS = {
     "repack": "repack",
     "recipes": "hub", "fetch": "hub", "build": "hub", "pin": "hub",
     "build-llama": "builds", "build-bindings": "builds", "build-kernels": "builds", "doctor": "builds",
-    "serve": "serving", "status": "serving", "stop": "serving", "tune": "serving",
+    "serve": "serving", "status": "serving", "stop": "serving", "tune": "tuning",
     "rpc-server": "rpc",
     "generate": "inprocess", "chat": "inprocess", "bench": "inprocess",
     "make-tiny": "tiny", "make-pair": "tiny", "demo": "tiny",

@@ -11,7 +11,6 @@ or leaves it running (``detach``). ``status`` and ``stop`` are :mod:`.status`.
 
 from __future__ import annotations
 
-import ipaddress
 import shlex
 import signal
 import subprocess
@@ -32,7 +31,15 @@ from gguf_exact.engines.process import (
     write_state,
 )
 from gguf_exact.engines.rpc_probe import parse_endpoints
-from gguf_exact.engines.settings import CONSOLE_FILE, ENGINES, LOG_FILE, PID_FILE, ServeSettings, write_settings
+from gguf_exact.engines.settings import (
+    CONSOLE_FILE,
+    ENGINES,
+    LOG_FILE,
+    PID_FILE,
+    ServeSettings,
+    is_loopback,
+    write_settings,
+)
 from gguf_exact.engines.status import server_label
 from gguf_exact.errors import ArgumentError, Param, ServerError
 from gguf_exact.pair.checks import ServePair, check_pair
@@ -85,17 +92,6 @@ class Launch:
     @property
     def command_line(self) -> str:
         return shlex.join(self.command)
-
-
-def is_loopback(host: str) -> bool:
-    """True for ``localhost`` and loopback addresses (127.0.0.0/8, ::1): nothing but this
-    machine can reach a server bound there."""
-    if host.lower() in ("localhost", "localhost.localdomain"):
-        return True
-    try:
-        return ipaddress.ip_address(host.strip("[]")).is_loopback
-    except ValueError:
-        return False  # a name that may resolve to any interface
 
 
 # A key for a server other machines reach: 16 characters at least (a random hex key of 16 is
@@ -279,7 +275,6 @@ def stay_in_foreground(proc: subprocess.Popen, run_dir: Path) -> int:
 __all__ = [
     "Launch",
     "check_exposure",
-    "is_loopback",
     "plan_launch",
     "serve_foreground",
     "server_env",

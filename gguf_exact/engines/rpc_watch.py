@@ -20,7 +20,7 @@ from pathlib import Path
 from gguf_exact import constants
 from gguf_exact.engines.process import is_server_process, process_state, read_pid, read_state
 from gguf_exact.engines.rpc_probe import PROBE_TIMEOUT, WorkerReport, parse_endpoint, probe_worker
-from gguf_exact.engines.settings import RPC_ENGINE, STATE_FILE
+from gguf_exact.engines.settings import RPC_ENGINE, STATE_FILE, is_loopback
 from gguf_exact.errors import GgufExactError
 
 RPC_TIMEOUT_ENV = "GGML_RPC_TIMEOUT"  # patch 42r: llama-server's seconds without an answer from a worker
@@ -30,8 +30,6 @@ WILDCARD_HOSTS = ("0.0.0.0", "::")
 
 
 def _same_host(bound: str, asked: str) -> bool:
-    from gguf_exact.engines.launch import is_loopback  # launch imports status, which imports this
-
     return bound == asked or bound in WILDCARD_HOSTS or (is_loopback(bound) and is_loopback(asked))
 
 

@@ -23,7 +23,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from gguf_exact.builds.llama_build import build_command, find_build
-from gguf_exact.engines.launch import is_loopback
 from gguf_exact.engines.process import (
     await_start,
     check_port_free,
@@ -35,7 +34,7 @@ from gguf_exact.engines.process import (
     write_run_state,
 )
 from gguf_exact.engines.rpc_probe import probe_worker
-from gguf_exact.engines.settings import CONSOLE_FILE, RPC_ENGINE, WorkerSettings
+from gguf_exact.engines.settings import CONSOLE_FILE, RPC_ENGINE, WorkerSettings, is_loopback
 from gguf_exact.errors import ArgumentError, BuildError, Param, ServerError
 from gguf_exact.runtime.profile_choice import resolve_profile
 from gguf_exact.runtime.profiles import Profile

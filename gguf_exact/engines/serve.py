@@ -22,10 +22,10 @@ from gguf_exact.engines.device_check import (
     require_device,
 )
 from gguf_exact.engines.drafter_lookup import DrafterFound, resolve_drafter
-from gguf_exact.engines.launch import Launch, is_loopback, plan_launch
+from gguf_exact.engines.launch import Launch, plan_launch
 from gguf_exact.engines.rpc_probe import WorkerReport, parse_endpoints, require_workers
 from gguf_exact.engines.rpc_watch import RPC_TIMEOUT_ENV, check_worker, worker_checker
-from gguf_exact.engines.settings import ServeSettings
+from gguf_exact.engines.settings import ServeSettings, is_loopback
 from gguf_exact.engines.speculation import Verdict
 from gguf_exact.errors import GgufExactError
 from gguf_exact.runtime.device_plan import Device as SplitDevice

@@ -12,6 +12,7 @@ The API key is never written; the child gets it in its environment.
 
 from __future__ import annotations
 
+import ipaddress
 import json
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
@@ -25,6 +26,19 @@ from gguf_exact.runtime.profiles import Profile
 
 # Every serving default, written once.
 DEFAULT_HOST = "127.0.0.1"
+
+
+def is_loopback(host: str) -> bool:
+    """True for ``localhost`` and loopback addresses (127.0.0.0/8, ::1): nothing but this
+    machine can reach a server bound there."""
+    if host.lower() in ("localhost", "localhost.localdomain"):
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False  # a name that may resolve to any interface
+
+
 DEFAULT_PORT = 8080
 DEFAULT_PROFILE = AUTO  # chosen from nvidia-smi's GPU; cpu where there is none
 DEFAULT_ENGINE = "llama-server"

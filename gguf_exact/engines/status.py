@@ -39,7 +39,7 @@ from gguf_exact.engines.rpc_watch import (
 from gguf_exact.engines.settings import CONSOLE_FILE, LOG_FILE, PID_FILE, RPC_ENGINE, STATE_FILE
 from gguf_exact.engines.speculation import Verdict, judge, probe
 from gguf_exact.engines.stats import Acceptance, DraftCounters, draft_counters, parse_acceptance, parse_metrics
-from gguf_exact.runtime.draft_policy import PolicySnapshot, parse_snapshot
+from gguf_exact.runtime.policy_snapshot import PolicySnapshot, parse_snapshot
 
 
 def server_label(engine: str | None) -> str:

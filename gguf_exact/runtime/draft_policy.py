@@ -38,58 +38,35 @@ on the way is timed steadily when the policy comes back to it). And it keeps its
 unless another one's rate is ``switch_margin`` better, so two lengths of about one rate do not
 alternate, rebuilding every pass.
 
-One dear timing: a pass that costs more than it should (the host busy for a moment) is not
-averaged in: a row count costs the lowest of its last ``cost_window`` steady timings, so one
-spike upward is ignored once the row count has been timed twice. A burst of them (another job
-on the cores for seconds: passes at 2-40x) would fill the window, and a length whose window it
-filled, no longer chosen, kept that price until stale (issue 23: 2 rows priced 241 ms against
-171, 1 row 451 against 118, and 3 drafts' 3-row pass drafted for a whole request): a steady
-timing above ``burst_ratio`` times its row count's cost is not kept at all (nor does it refresh
-the timing's age: a host slower for good shows once the old timing is stale). And a longer length than the
-best, timed steadily only once and at least ``probe_interval`` passes ago, whose rate (the next
-depth taken on trust, as a probe's) is within ``retime_margin`` of the best's but below it, is
-timed again (two passes: the switch, then a steady one), at most one such re-time every
-``probe_interval`` passes: at E2B on 2 CPU cores 5 rows once timed at 306-344 ms against about
-250 made 3 drafts look better than 4, and 4 were not tried again until stale (a probe could
-not move it: it prices a length by its timing). Shorter lengths are not re-timed (the drafts
-they make are made every pass at the best; their row counts come back when stale). A
-spuriously low timing cannot hold a length long: the length it favours is then drafted every
-pass, and the low timing leaves its window after ``cost_window`` more.
+One dear timing: a row count costs the lowest of its last ``cost_window`` steady timings, so one
+spike upward (the host busy for a moment) is ignored once it has been timed twice; a steady timing
+above ``burst_ratio`` times its row count's cost is not kept at all (a burst of busy passes filled
+the window, issue 23). And a longer length than the best, timed steadily only once and at least
+``probe_interval`` passes ago, whose rate (the next depth taken on trust) is within ``retime_margin``
+of the best's but below it, is timed again (two passes), at most once every ``probe_interval``
+passes: at E2B on 2 CPU cores 5 rows once timed at 306-344 ms against about 250 made 3 drafts look
+better than 4 until stale. A spuriously low timing leaves its window after ``cost_window`` passes.
 
 Seeded costs leave nothing for that optimism to explore, and the prior (0.5 at every depth)
 alone would keep an always-right drafter at the target alone until the first scheduled
 probe: so a seeded policy *climbs* until a draft is first rejected, one depth deeper after
-each all-right pass where that could pay with the next depth on trust (a probe's price).
-Seeding saves the first passes' exploration: in the policy's simulation over 76 passes (a
-benchmark's 4 requests of 48 tokens; ``scripts/sim_draft_policy.py --seeded``, the AVX-512
-curve) it takes the adaptive length from 0.93x to 0.99x the best fixed length with a
-real-like drafter and from 0.92x to 1.00x with an always-right one, and from 0.92x to 0.93x
-the target alone with the mixed one.
+each all-right pass where that could pay with the next depth on trust (a probe's price);
+what seeding saves: ``scripts/sim_draft_policy.py --seeded`` and docs/serving.md.
 
-Recovery: every ``probe_interval`` passes the policy drafts the shortest length longer than
-its best that could pay if the drafter were always right one depth deeper than the best (the
-depths up to it are drafted every pass, so their estimates stand; usually one deeper); a failed
-probe doubles the interval (up to ``probe_interval_max``), a successful one halves it,
-so after a change of text (prose to code) the estimates move and drafting comes back,
-and where longer drafts cannot pay at all (k rows cost k passes; or an always-right drafter
-one short of the bound, where the longest pass costs more than its draft brings) nothing is
-spent on them: each probe there paid two graph rebuilds for nothing.
+Recovery: every ``probe_interval`` passes the policy drafts the shortest length longer than its
+best that could pay if the drafter were always right one depth deeper than the best; a failed
+probe doubles the interval (up to ``probe_interval_max``), a successful one halves it, so after a
+change of text drafting comes back, and where longer drafts cannot pay at all (k rows cost k
+passes) nothing is spent on them.
 
-Out of line, priced out (issue 41): llama-server started while the machine was busy seeded 2 rows
-at 3.55 s against 0.17 s for 1 and a drafter step at 185 ms, and stayed at the target alone for
-minutes: nothing but staleness times a length the policy never drafts, and nothing ever times the
-drafter step again. So a new timing (a seed, or a pass's first timing) of r rows above
-``outlier_ratio`` times what the nearest shorter row count s timed costs, scaled by r / s (a pass of
-r rows costs at most about r / s passes of s rows, on any backend), is forgotten the first time in
-a row: untimed, the row count is priced as one row fewer and so explored, timed again; a second
-timing out of line stands (the machine is so), one in line ends the doubt. And while the policy is
-priced out (0 drafts, and no probe: not even an always-right drafter could pay at these costs) for
-``recheck_interval`` passes in a row, one pass drafts one token to re-time the costs: its pass
-replaces 2 rows' timing (held once more to time it steadily) and its drafter step the step's mean;
-a recheck that leaves drafting off doubles the interval, up to ``cost_max_age``, so a machine where
-drafting truly cannot pay (k rows cost k passes) spends two passes in 32, then 64, then 128 on it.
-:attr:`DraftPolicy.reason` says why the last choice, for ``status`` and ``/metrics``
-(``spec_draft_reason{reason="priced out: 2 rows cost 3.55 s vs 0.17 s"}``).
+Out of line, priced out (issue 41): a busy start once seeded 2 rows at 3.55 s against 0.17 s for
+1, and nothing re-timed a length never drafted. So a new timing of r rows above ``outlier_ratio``
+times the nearest shorter row count s's cost scaled by r / s is forgotten the first time in a row
+(untimed, it is explored and timed again; a second one out of line stands). And after
+``recheck_interval`` passes priced out (0 drafts, no probe could pay), one pass drafts one token to
+re-time the 2-row pass and the drafter step; a recheck that leaves drafting off doubles the
+interval, up to ``cost_max_age``. :attr:`DraftPolicy.reason` says why the last choice, for
+``status`` and ``/metrics`` (``spec_draft_reason{reason="priced out: 2 rows cost 3.55 s vs 0.17 s"}``).
 
 Deterministic (no RNG, probes on a schedule) and written as plain arithmetic in one
 order, so llama.cpp's ``--spec-draft-adaptive`` (the C++ twin in the build patch
@@ -102,11 +79,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-# /metrics names (after llama-server's "llamacpp:"), the same from both engines: the draft
-# length chosen last, acceptance{depth}, pass_seconds{rows} and the drafter step's seconds
-METRIC_DRAFT_N, METRIC_ACCEPTANCE = "spec_draft_n", "spec_draft_acceptance"
-METRIC_PASS_SECONDS, METRIC_STEP_SECONDS = "spec_draft_pass_seconds", "spec_draft_step_seconds"
-METRIC_REASON = "spec_draft_reason"  # {reason="why the latest length"} 1
+from gguf_exact.runtime.policy_snapshot import PolicySnapshot
 
 # Two rates within this relative margin are a tie, and the shorter draft wins: the C++
 # build may fuse multiply-adds (-march=native), which moves the last bits of a rate.
@@ -470,71 +443,8 @@ class DraftPolicy:
         )
 
 
-@dataclass(frozen=True)
-class PolicySnapshot:
-    """The policy's current choice and estimates."""
-
-    draft_n: int  # drafts chosen for the latest pass
-    acceptance: tuple[float, ...]  # a_1..a_n_max
-    pass_seconds: tuple[tuple[int, float], ...]  # (rows, seconds) measured
-    step_seconds: float | None
-    reason: str = ""  # why the latest length (priced out, probing, acceptance too low ...)
-
-
-def snapshot_metrics(snap: PolicySnapshot, prefix: str = "llamacpp:") -> str:
-    """Prometheus text of a snapshot, as llama-server's ``--spec-draft-adaptive`` writes it."""
-    n, a, p, s = (prefix + m for m in (METRIC_DRAFT_N, METRIC_ACCEPTANCE, METRIC_PASS_SECONDS, METRIC_STEP_SECONDS))
-    out = [f"# HELP {n} Speculative: drafts chosen for the latest pass\n# TYPE {n} gauge\n{n} {snap.draft_n}\n"]
-    out.append(
-        f"# HELP {a} Speculative: estimated acceptance at each draft depth, given the ones before\n# TYPE {a} gauge\n"
-    )
-    out += [f'{a}{{depth="{j}"}} {v:g}\n' for j, v in enumerate(snap.acceptance, 1)]
-    out.append(f"# HELP {p} Speculative: measured cost of a verification pass of this many rows\n# TYPE {p} gauge\n")
-    out += [f'{p}{{rows="{r}"}} {v:g}\n' for r, v in snap.pass_seconds]
-    if snap.step_seconds is not None:
-        out.append(
-            f"# HELP {s} Speculative: measured cost of one drafter step\n# TYPE {s} gauge\n{s} {snap.step_seconds:g}\n"
-        )
-    if snap.reason:
-        why = prefix + METRIC_REASON
-        out.append(f"# HELP {why} Speculative: why the latest draft length\n# TYPE {why} gauge\n")
-        out.append(f'{why}{{reason="{snap.reason}"}} 1\n')
-    return "".join(out)
-
-
-def parse_snapshot(metrics: dict[str, float], prefix: str = "llamacpp:") -> PolicySnapshot | None:
-    """The snapshot back from parsed ``/metrics`` (``{name: value}`` and ``name{labels}``), or
-    None when the server did not choose a length adaptively."""
-    if prefix + METRIC_DRAFT_N not in metrics:
-        return None
-    acceptance, rows = [], []
-    while (key := f'{prefix}{METRIC_ACCEPTANCE}{{depth="{len(acceptance) + 1}"}}') in metrics:
-        acceptance.append(metrics[key])
-    for name, value in metrics.items():
-        head, _, rest = name.partition('{rows="')
-        if head == prefix + METRIC_PASS_SECONDS and rest:
-            rows.append((int(rest.rstrip('"}')), value))
-    head = f'{prefix}{METRIC_REASON}{{reason="'
-    reason = next((name[len(head) : -2] for name in metrics if name.startswith(head)), "")
-    return PolicySnapshot(
-        reason=reason,
-        draft_n=int(metrics[prefix + METRIC_DRAFT_N]),
-        acceptance=tuple(acceptance),
-        pass_seconds=tuple(sorted(rows)),
-        step_seconds=metrics.get(prefix + METRIC_STEP_SECONDS),
-    )
-
-
 __all__ = [
-    "METRIC_ACCEPTANCE",
-    "METRIC_DRAFT_N",
-    "METRIC_PASS_SECONDS",
-    "METRIC_REASON",
-    "METRIC_STEP_SECONDS",
     "TIE_MARGIN",
     "DraftPolicy",
     "PolicySettings",
-    "PolicySnapshot",
-    "parse_snapshot",
-    "snapshot_metrics",
 ]

@@ -16,7 +16,8 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from gguf_exact.runtime.draft_policy import PolicySettings, PolicySnapshot
+from gguf_exact.runtime.draft_policy import PolicySettings
+from gguf_exact.runtime.policy_snapshot import PolicySnapshot
 from gguf_exact.speculative.policy_trace import new_policy
 
 # The per-request fields, one contract in both engines (llama-server's side: patch 23's

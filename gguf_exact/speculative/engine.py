@@ -416,13 +416,10 @@ class MtpLlama(LlamaAdapter):
         if n_prompt >= self.context_size:
             raise ValueError(f"Requested tokens ({n_prompt}) exceed context window of {self.context_size}")
         if logprobs not in (None, False) and not self._keep_scores:
-            raise ValueError(
-                "logprobs need every row's logits kept: load the model with logits_all=True (serve: --logprobs)"
-            )
+            raise ValueError("logprobs need every row's logits kept: load with logits_all=True (serve: --logprobs)")
 
     def create_completion(self, *args: Any, **kwargs: Any) -> Any:
-        """``Llama.create_completion``, checked first (prompt length, ``max_tokens``,
-        logprobs) so that a streamed request fails before its first chunk."""
+        """``Llama.create_completion``, checked first (so a stream fails before its first chunk)."""
         bound = _COMPLETION_SIGNATURE.bind(self, *args, **kwargs)
         bound.apply_defaults()
         a = bound.arguments

@@ -49,7 +49,7 @@ from pathlib import Path
 from typing import Any
 
 from gguf_exact.engines.request_guard import LIMITS, RequestLimits, body_too_large, check_body
-from gguf_exact.runtime.draft_policy import snapshot_metrics
+from gguf_exact.runtime.policy_snapshot import snapshot_metrics
 from gguf_exact.speculative.engine import PROMPT_CACHE, MtpLlama
 from gguf_exact.speculative.llama_adapter import serve_one_model
 from gguf_exact.speculative.request import COMPLETION_PATHS, CURRENT_REQUEST, CheckedRequest, Refusal, check_request

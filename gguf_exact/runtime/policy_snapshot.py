@@ -1,0 +1,80 @@
+"""The adaptive draft policy's state as both engines publish it: :class:`PolicySnapshot`, its
+Prometheus text (:func:`snapshot_metrics`, llama-server's ``--spec-draft-adaptive`` names) and
+back (:func:`parse_snapshot`, for ``status`` and the benchmarks)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+# /metrics names (after llama-server's "llamacpp:"), the same from both engines: the draft
+# length chosen last, acceptance{depth}, pass_seconds{rows} and the drafter step's seconds
+METRIC_DRAFT_N, METRIC_ACCEPTANCE = "spec_draft_n", "spec_draft_acceptance"
+METRIC_PASS_SECONDS, METRIC_STEP_SECONDS = "spec_draft_pass_seconds", "spec_draft_step_seconds"
+METRIC_REASON = "spec_draft_reason"  # {reason="why the latest length"} 1
+
+
+@dataclass(frozen=True)
+class PolicySnapshot:
+    """The policy's current choice and estimates."""
+
+    draft_n: int  # drafts chosen for the latest pass
+    acceptance: tuple[float, ...]  # a_1..a_n_max
+    pass_seconds: tuple[tuple[int, float], ...]  # (rows, seconds) measured
+    step_seconds: float | None
+    reason: str = ""  # why the latest length (priced out, probing, acceptance too low ...)
+
+
+def snapshot_metrics(snap: PolicySnapshot, prefix: str = "llamacpp:") -> str:
+    """Prometheus text of a snapshot, as llama-server's ``--spec-draft-adaptive`` writes it."""
+    n, a, p, s = (prefix + m for m in (METRIC_DRAFT_N, METRIC_ACCEPTANCE, METRIC_PASS_SECONDS, METRIC_STEP_SECONDS))
+    out = [f"# HELP {n} Speculative: drafts chosen for the latest pass\n# TYPE {n} gauge\n{n} {snap.draft_n}\n"]
+    out.append(
+        f"# HELP {a} Speculative: estimated acceptance at each draft depth, given the ones before\n# TYPE {a} gauge\n"
+    )
+    out += [f'{a}{{depth="{j}"}} {v:g}\n' for j, v in enumerate(snap.acceptance, 1)]
+    out.append(f"# HELP {p} Speculative: measured cost of a verification pass of this many rows\n# TYPE {p} gauge\n")
+    out += [f'{p}{{rows="{r}"}} {v:g}\n' for r, v in snap.pass_seconds]
+    if snap.step_seconds is not None:
+        out.append(
+            f"# HELP {s} Speculative: measured cost of one drafter step\n# TYPE {s} gauge\n{s} {snap.step_seconds:g}\n"
+        )
+    if snap.reason:
+        why = prefix + METRIC_REASON
+        out.append(f"# HELP {why} Speculative: why the latest draft length\n# TYPE {why} gauge\n")
+        out.append(f'{why}{{reason="{snap.reason}"}} 1\n')
+    return "".join(out)
+
+
+def parse_snapshot(metrics: dict[str, float], prefix: str = "llamacpp:") -> PolicySnapshot | None:
+    """The snapshot back from parsed ``/metrics`` (``{name: value}`` and ``name{labels}``), or
+    None when the server did not choose a length adaptively."""
+    if prefix + METRIC_DRAFT_N not in metrics:
+        return None
+    acceptance, rows = [], []
+    while (key := f'{prefix}{METRIC_ACCEPTANCE}{{depth="{len(acceptance) + 1}"}}') in metrics:
+        acceptance.append(metrics[key])
+    for name, value in metrics.items():
+        head, _, rest = name.partition('{rows="')
+        if head == prefix + METRIC_PASS_SECONDS and rest:
+            rows.append((int(rest.rstrip('"}')), value))
+    head = f'{prefix}{METRIC_REASON}{{reason="'
+    reason = next((name[len(head) : -2] for name in metrics if name.startswith(head)), "")
+    return PolicySnapshot(
+        reason=reason,
+        draft_n=int(metrics[prefix + METRIC_DRAFT_N]),
+        acceptance=tuple(acceptance),
+        pass_seconds=tuple(sorted(rows)),
+        step_seconds=metrics.get(prefix + METRIC_STEP_SECONDS),
+    )
+
+
+__all__ = [
+    "METRIC_ACCEPTANCE",
+    "METRIC_DRAFT_N",
+    "METRIC_PASS_SECONDS",
+    "METRIC_REASON",
+    "METRIC_STEP_SECONDS",
+    "PolicySnapshot",
+    "parse_snapshot",
+    "snapshot_metrics",
+]
