@@ -25,11 +25,12 @@ RULE = "-"
 
 def next_steps(out: Path) -> list[str]:
     """What a user runs after the demo, in order: the venv's ``gguf-exact`` on the PATH, the
-    llama-server that ``serve`` starts (built once), then ``serve`` on the demo's pair."""
+    llama-server that ``serve`` starts (built once), then ``serve`` on the demo's target, which finds
+    the converted drafter beside it. Each fits 80 columns for ``make demo``'s ``build/demo``."""
     return [
-        ". .venv/bin/activate     # puts gguf-exact on the PATH (else: gguf-exact: command not found)",
-        "make llama-server        # once, cached: 5-9 min on 2 cores, 38 min measured on a fresh Zen 1",
-        f"gguf-exact serve --model {out / 'target.gguf'} --draft {out / 'drafter-q4_0-exact.gguf'} --profile cpu",
+        ". .venv/bin/activate     # gguf-exact on the PATH (else: command not found)",
+        "make llama-server        # once, cached: 5-9 min on 2 cores, 38 on a fresh Zen 1",
+        f"gguf-exact serve --model {out / 'target.gguf'} --profile cpu",  # finds the drafter beside it
     ]
 
 

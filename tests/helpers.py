@@ -67,3 +67,15 @@ def compact_names(text: str, header: str) -> list[str]:
         if not ln.startswith(" "):
             names.append(re.split(r" {2,}", ln)[0])
     return names
+
+
+def status_lines(text: str, indent: int = 13) -> list[str]:
+    """`status` output with its wrapped lines joined: a line that must wrap goes on under its
+    value's column (``indent`` spaces), broken at a space."""
+    lines: list[str] = []
+    for line in text.splitlines():
+        if lines and line.startswith(" " * indent) and line[indent : indent + 1] != " ":
+            lines[-1] += " " + line[indent:]
+        else:
+            lines.append(line)
+    return lines

@@ -142,7 +142,7 @@ def test_drafts_never_run_past_the_budget(pairs, n_predict):
 def engines(pairs):
     """The hidden pair with its drafter, and the target alone in plain llama-cpp-python."""
     target, drafter = pairs["hidden"]
-    ours = load_with_drafter(target, drafter, n_max=3, n_ctx=512, n_threads=2)
+    ours = load_with_drafter(target, drafter, n_max=3, adaptive=False, n_ctx=512, n_threads=2)
     plain = llama_cpp.Llama(str(target), n_ctx=512, n_threads=2, flash_attn=True, swa_full=True, verbose=False)
     yield ours, plain
     ours.close()

@@ -3,6 +3,7 @@ tables, doctor, demo, recipes and fetch; the missing-build hint names the make l
 profile's backend."""
 
 import re
+from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
@@ -116,11 +117,12 @@ def test_doctor_lines_fit(narrow):
 
 @pytest.mark.bindings
 @pytest.mark.llama_server
-def test_demo_rules_are_ascii_and_fit(tmp_path):
+def test_demo_rules_are_ascii_and_fit(tmp_path, monkeypatch):
     from gguf_exact.demo import run_demo
 
     captured = Console(highlight=False, width=WIDTH, record=True, file=open("/dev/null", "w"))
-    run_demo(tmp_path / "demo", captured)
+    monkeypatch.chdir(tmp_path)  # a relative folder, as `make demo`'s build/demo: its paths are short
+    run_demo(Path("build/demo"), captured)
     text = captured.export_text()
     assert too_wide(text) == []
     rules = [ln for ln in text.splitlines() if re.fullmatch(r"-+ \d\. .* -+", ln)]

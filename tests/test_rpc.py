@@ -10,7 +10,7 @@ import threading
 import time
 
 import pytest
-from helpers import sdist_files
+from helpers import sdist_files, status_lines
 
 from gguf_exact import doctor
 from gguf_exact.builds import llama_build
@@ -351,9 +351,9 @@ def test_a_stopped_worker_of_this_machine_is_named_by_status_serve_and_the_heads
         assert (st.health, st.up, st.worker.line()) == ("stopped", False, f"{endpoint}: stopped ({detail})")
         shown = cli("status", "--port", str(port), env=dict(os.environ, GGUF_EXACT_RUN_DIR=str(tmp_path)))
         assert shown.returncode == 1
-        lines = shown.stdout.splitlines()  # each a whole line, however long (not wrapped at 160 columns)
+        lines = status_lines(shown.stdout)  # wrapped under the value's column: joined back
         assert lines[0] == f"worker       {endpoint}  pid {proc.pid}  stopped"
-        assert lines[2] == f"answer       {endpoint}: stopped ({detail})" and len(lines[2]) > 160
+        assert lines[2] == f"answer       {endpoint}: stopped ({detail})"
         with pytest.raises(rpc_probe.ServerError) as err:
             rpc_probe.require_workers((endpoint,), check=rpc_watch.worker_checker(tmp_path))
         assert str(err.value) == f"rpc worker {endpoint}: stopped ({detail}); resume it, or stop it and start another"

@@ -25,6 +25,7 @@ from pathlib import Path
 
 import pytest
 from _llama_server import TEST_SETTINGS, free_port, get_json, post_json, server_binary
+from helpers import status_lines
 
 from gguf_exact.engines.launch import plan_launch, start_server
 from gguf_exact.engines.logged_buffers import logged_buffers
@@ -264,7 +265,7 @@ def test_a_stopped_worker_is_named_by_status_and_a_request_fails_within_the_boun
         assert "GGML_RPC_TIMEOUT s without an answer, default 120) and exits" in st.health
         env = dict(os.environ, GGUF_EXACT_RUN_DIR=str(runs))
         shown = cli("status", "--port", str(port), env=env)
-        assert shown.returncode == 1 and shown.stdout.splitlines()[0].endswith(st.health), shown.stdout
+        assert shown.returncode == 1 and status_lines(shown.stdout)[0].endswith(st.health), shown.stdout
         assert server_status(wport, runs).health == "stopped"
         assert time.monotonic() - t0 < 20  # status does not wait on the worker
 

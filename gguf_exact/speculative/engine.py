@@ -180,9 +180,7 @@ class MtpLlama(LlamaAdapter):
             quiet.close()
             raise InputError(f"target model {path}: {e}") from None
         self.close_with(quiet)  # the log callback is restored last, after every free
-        # llama.cpp pads a small context up (64 -> 256), but llama-cpp-python sizes its token
-        # buffer as asked: the smaller is what a request may fill, and what its checks name
-        self._n_ctx = min(self._n_ctx, len(self.input_ids))
+        self.bound_context_to_token_buffer()
         if "tokenizer" not in kwargs:
             self.tokenizer_ = PieceCache(self)
         try:

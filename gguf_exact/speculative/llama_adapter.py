@@ -62,6 +62,11 @@ class LlamaAdapter(llama_cpp.Llama):
         """The ``llama_vocab *`` of the model (low-level calls)."""
         return self._model.vocab
 
+    def bound_context_to_token_buffer(self) -> None:
+        """llama.cpp pads a small context up (64 -> 256), but llama-cpp-python sizes its token
+        buffer as asked: the smaller is what a request may fill, and what its checks name."""
+        self._n_ctx = min(self._n_ctx, len(self.input_ids))
+
     def grammar_parses(self, grammar: str, root: str = "root") -> bool:
         """Whether llama.cpp's GBNF parser takes ``grammar`` (parsed by llama.cpp itself; the
         sampler it makes is freed at once)."""
