@@ -205,6 +205,12 @@ def nested_grammar(depth: int) -> str:
     return "root ::= " + "(" * depth + '"a"' + ")" * depth
 
 
+def chained_rules(n: int) -> str:
+    """Rules that each reference the next: llama.cpp recurses along the chain (200,000: 3.8 MB,
+    a SIGSEGV in libllama before the grammar's size was bounded)."""
+    return "root ::= r0\n" + "".join(f"r{i} ::= r{i + 1}\n" for i in range(n)) + f'r{n} ::= "a"\n'
+
+
 def nested_schema_text(depth: int) -> str:
     return '{"type": "object", "properties": {"x": ' * depth + '{"type": "string"}' + "}}" * depth
 
@@ -256,6 +262,9 @@ def hostile_requests(model: str) -> list[tuple[str, str, bytes, int, str]]:
          b'{"messages": ' + b"[" * 100000 + b"]" * 100000 + b"}", 400, deep_json),
         ("a body one byte over the limit", "/v1/completions",
          (completion % '"stop": "%s"' % ("x" * LIMITS.body_bytes)).encode()[: LIMITS.body_bytes + 1], 413, large),
+        ("a grammar of 200,000 chained rules", "/v1/completions",
+         (completion % f'"grammar": {json.dumps(chained_rules(200000))}').encode(), 400,
+         f"the grammar is over this server's limit of {LIMITS.grammar_bytes} bytes"),
         ("a grammar that does not parse", "/v1/completions",
          (completion % '"grammar": "root ::= ("').encode(), 400, ""),
         ("a repetition past llama.cpp's 2,000", "/v1/completions",

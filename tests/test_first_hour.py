@@ -325,7 +325,7 @@ def test_every_option_serve_owns_is_refused_after_the_double_dash(tiny, tmp_path
     assert {a.removeprefix("--") for a in llama_server_args() if a.startswith("--")} <= set(RESERVED)
     env = {"GGUF_EXACT_RUN_DIR": str(tmp_path / "run"), "GGUF_EXACT_API_KEY": ""}
     base = ["serve", "--model", tiny / "target.gguf", "--no-draft", "--profile", "cpu", "--dry-run", "--"]
-    assert len(RESERVED) == 14
+    assert len(RESERVED) == 15
     for key in RESERVED:
         dashes = "-" if len(key) <= 2 else "--"
         for extra in (

@@ -76,6 +76,14 @@ def test_check_body_refuses_past_each_limit_and_names_it():
     grammar = check_body(json.dumps({"grammar": nested_grammar(4)}).encode(), limits)
     assert (grammar.status, grammar.param) == (400, "grammar")
     assert grammar.message == "the grammar nests groups deeper than this server's limit of 3"
+    big = check_body(
+        json.dumps({"grammar": 'root ::= "' + "a" * 1000 + '"'}).encode(), RequestLimits(grammar_bytes=1000)
+    )
+    assert (big.status, big.param, big.message) == (
+        400,
+        "grammar",
+        "the grammar is over this server's limit of 1000 bytes",
+    )
     # not JSON: the engine's own parser answers it (400 there)
     assert check_body(b'{"grammar": "((((((", ', limits) is None
 

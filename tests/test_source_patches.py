@@ -211,6 +211,7 @@ def test_the_request_guard_patch_bounds_requests_and_compares_keys_in_constant_t
     assert f"size_t  request_max_body  = {LIMITS.body_bytes // 1024 // 1024}u * 1024 * 1024;" in common
     assert f"int32_t request_max_depth = {LIMITS.json_depth};" in common
     assert f"int32_t grammar_max_depth = {LIMITS.grammar_depth};" in common
+    assert f"size_t  grammar_max_bytes = {LIMITS.grammar_bytes // 1024}u * 1024;" in common
     assert "catch (const common_json_error & e) {" in (context_tree / "tools/server/server.cpp").read_text()
 
 

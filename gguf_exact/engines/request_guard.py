@@ -12,8 +12,8 @@ parser sees it, against :data:`LIMITS`:
   recursive parser runs first: HTTP 400. A JSON schema (``json_schema``,
   ``response_format``, tools) nested N deep is JSON nested at least N deep, so this
   bounds schemas too;
-- a ``grammar``'s nesting depth (parentheses outside strings, character classes and
-  comments; each group is a rule llama.cpp recurses through): HTTP 400.
+- a ``grammar``'s size and nesting depth (parentheses outside strings, character classes and
+  comments; each group is a rule llama.cpp recurses through, and so is a chain of rules): HTTP 400.
 
 Each refusal names the limit. The Python engine applies :func:`check_body` in its
 middleware (:class:`gguf_exact.speculative.openai_server.RequestGuard`); llama-server applies
@@ -40,6 +40,10 @@ class RequestLimits:
     json_depth: int = 64
     # 64 nested groups: grammars written by hand or from schemas nest a handful deep.
     grammar_depth: int = 64
+    # 64 KiB of grammar: llama.cpp also recurses along chains of rules that reference each
+    # other (200,000 chained rules, a 3.8 MB grammar, overflowed an 8 MB stack; 50,000 did not);
+    # a grammar by hand is a few KB, and schemas and tools are turned into grammars server-side.
+    grammar_bytes: int = 64 * 1024
 
 
 LIMITS = RequestLimits()
@@ -110,6 +114,10 @@ def check_body(raw: bytes, limits: RequestLimits = LIMITS) -> GuardRefusal | Non
         except (ValueError, UnicodeDecodeError):
             return None  # the engine's own parser answers malformed JSON
         grammar = body.get("grammar") if isinstance(body, dict) else None
+        if isinstance(grammar, str) and len(grammar.encode()) > limits.grammar_bytes:
+            return GuardRefusal(
+                400, f"the grammar is over this server's limit of {limits.grammar_bytes} bytes", "grammar"
+            )
         if isinstance(grammar, str) and grammar_depth(grammar) > limits.grammar_depth:
             return GuardRefusal(
                 400,
@@ -125,16 +133,12 @@ def llama_server_args(limits: RequestLimits = LIMITS) -> list[str]:
         "--request-max-body", str(limits.body_bytes),
         "--request-max-depth", str(limits.json_depth),
         "--grammar-max-depth", str(limits.grammar_depth),
+        "--grammar-max-bytes", str(limits.grammar_bytes),
     ]  # fmt: skip
-
-
-# llama-server's options for the limits: set by serve, like --host (the profiles and `--` may not).
-LLAMA_SERVER_OPTIONS = ("request-max-body", "request-max-depth", "grammar-max-depth")
 
 
 __all__ = [
     "LIMITS",
-    "LLAMA_SERVER_OPTIONS",
     "GuardRefusal",
     "RequestLimits",
     "body_too_large",

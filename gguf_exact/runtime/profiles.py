@@ -50,6 +50,7 @@ RESERVED: dict[str, Message] = {
     "request-max-body": _GUARD,
     "request-max-depth": _GUARD,
     "grammar-max-depth": _GUARD,
+    "grammar-max-bytes": _GUARD,
 }
 _KEY = re.compile(r"[a-z0-9][a-z0-9-]*")
 # Options whose value is a count: the memory plan and the engines read them as numbers, so a
