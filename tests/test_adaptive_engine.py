@@ -115,9 +115,9 @@ def test_request_fields_are_checked_as_llama_server_checks_them():
 def test_metrics_show_the_length_the_acceptance_by_depth_and_the_costs(pairs):
     target, drafter = pairs["hidden"]
     with Runner(target, drafter, n_ctx=512) as r:
-        assert "llamacpp:spec_draft_n " not in metrics_text(r.llm, 0)  # not adaptive: no such figures
+        assert "llamacpp:spec_draft_n " not in metrics_text(r.llm)  # not adaptive: no such figures
         r.generate(PROMPTS[0], N_PREDICT, 3, adaptive=True)
-        snap = parse_snapshot(parse_metrics(metrics_text(r.llm, 0)))
+        snap = parse_snapshot(parse_metrics(metrics_text(r.llm)))
         policy = r.llm.draft_length.policy
     assert snap is not None
     assert snap.draft_n == policy.last_k

@@ -328,3 +328,60 @@ def test_a_request_is_parsed_checked_and_tokenized_once(pair, path, body, stream
         )  # outside a request: each call
     finally:
         llm.close()
+
+
+@pytest.mark.bindings
+def test_past_the_queue_bound_a_request_is_answered_503_with_retry_after(pair):
+    """The Python engine answers one request at a time: with one request in hand and one waiting
+    (max_waiting=1), a third is 503 with Retry-After at once, and /metrics counts it; the two
+    admitted ones are then answered whole. The engine is held on an event (the route's call of
+    it, not the queue under test) so that the three are in flight together."""
+    import asyncio
+    import threading
+
+    import httpx2 as httpx
+
+    from gguf_exact.speculative.load import load_with_drafter
+    from gguf_exact.speculative.openai_server import build_app
+
+    llm = load_with_drafter(*pair, n_max=2, n_ctx=256, n_threads=2)
+    release, entered = threading.Event(), threading.Event()
+    create = llm.create_completion
+
+    def held(*args, **kwargs):
+        entered.set()
+        release.wait(60)
+        return create(*args, **kwargs)
+
+    llm.create_completion = held
+    app = build_app(llm, ALIAS, max_waiting=1)
+    body = {"prompt": "abc abc", "max_tokens": 4, "temperature": 0}
+
+    async def run():
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://engine", timeout=120) as c:
+            first = asyncio.create_task(c.post("/v1/completions", json=body))
+            while not entered.is_set():
+                await asyncio.sleep(0.01)
+            second = asyncio.create_task(c.post("/v1/completions", json=body))
+            await asyncio.sleep(0.2)  # admitted: it waits on llama-cpp-python's lock
+            third = await c.post("/v1/completions", json=body)
+            metrics = (await c.get("/metrics")).text
+            release.set()
+            return await first, await second, third, metrics
+
+    try:
+        first, second, third, metrics = asyncio.run(run())
+        assert third.status_code == 503 and int(third.headers["retry-after"]) >= 1
+        error = third.json()["error"]
+        assert error["code"] == "server_busy" and error["type"] == "server_error"
+        assert (
+            error["message"] == "the server is busy (queue full: 1 waiting); the engine answers one request at a time"
+        )
+        assert "llamacpp:requests_deferred 1\n" in metrics and "llamacpp:requests_processing 1\n" in metrics
+        assert "gguf_exact:requests_turned_away_total 1\n" in metrics
+        assert [r.status_code for r in (first, second)] == [200, 200]
+        assert first.json()["choices"][0]["text"] == second.json()["choices"][0]["text"]
+        assert first.json()["usage"]["completion_tokens"] == 4
+    finally:
+        llm.close()

@@ -13,6 +13,7 @@ reply ended by a criterion "stop"; :meth:`CompletionStop.correct` makes it "leng
 from __future__ import annotations
 
 import logging
+import time
 from typing import Any, Callable, Iterator
 
 import llama_cpp
@@ -29,6 +30,8 @@ class CompletionStop:
     def __init__(self, current_call: Callable[[], Any], request: Any, arguments: dict[str, Any]) -> None:
         self.current_call = current_call
         self.request = request  # the served request (.request.CheckedRequest), or None
+        if request is not None and request.started is None:
+            request.started = time.monotonic()  # the engine has it: its wait in the queue ends
         self.reason: str | None = None  # "length" or "abandoned" once it stopped the loop
         arguments["stopping_criteria"] = llama_cpp.StoppingCriteriaList([*(arguments["stopping_criteria"] or []), self])
 

@@ -44,7 +44,6 @@ from __future__ import annotations
 
 import json
 import logging
-import threading
 from pathlib import Path
 from typing import Any
 
@@ -53,6 +52,7 @@ from gguf_exact.runtime.policy_snapshot import snapshot_metrics
 from gguf_exact.speculative.engine import PROMPT_CACHE, MtpLlama
 from gguf_exact.speculative.llama_adapter import serve_one_model
 from gguf_exact.speculative.request import COMPLETION_PATHS, CURRENT_REQUEST, CheckedRequest, Refusal, check_request
+from gguf_exact.speculative.request_queue import MAX_WAITING, RequestQueue
 
 log = logging.getLogger("gguf_exact.server")
 
@@ -87,10 +87,10 @@ class RequestChecks:
     request with ``stream_options.include_usage`` gets OpenAI's last chunk (no choices,
     the usage) before ``[DONE]``."""
 
-    def __init__(self, app: Any, llm: MtpLlama, stats: dict, served: str | None = None) -> None:
+    def __init__(self, app: Any, llm: MtpLlama, queue: RequestQueue, served: str | None = None) -> None:
         self.app = app
         self.llm = llm
-        self.stats = stats
+        self.queue = queue
         self.served = served  # the one name answers carry, as /v1/models lists it (whatever name the request used)
 
     async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
@@ -121,16 +121,23 @@ class RequestChecks:
         # (false: this request's prompt is decoded whole, not resumed from the previous one's).
         current = CURRENT_REQUEST.set(checked)
         fresh = PROMPT_CACHE.set(False) if not checked.cache_prompt else None
-        with self.stats["lock"]:
-            self.stats["waiting"] += 1
+        admitted = self.queue.admit()
+        if admitted is None:
+            busy = f"the server is busy (queue full: {self.queue.max_waiting} waiting); the engine answers one request at a time"
+            await _refuse(
+                send, Refusal(503, busy, "server_busy"), ((b"retry-after", b"%d" % self.queue.retry_after()),)
+            )
+            CURRENT_REQUEST.reset(current)
+            if fresh is not None:
+                PROMPT_CACHE.reset(fresh)
+            return
         try:
             if checked.stream:
                 await self.app(scope, _replay(checked.raw, receive), _with_usage(send, checked))
             else:
                 await _answer_watching_the_client(self.app, scope, checked, receive, send)
         finally:
-            with self.stats["lock"]:
-                self.stats["waiting"] -= 1
+            self.queue.leave(admitted, checked.started)
             if fresh is not None:
                 PROMPT_CACHE.reset(fresh)
             CURRENT_REQUEST.reset(current)
@@ -313,7 +320,7 @@ class ApiKeyCheck:
         await send({"type": "http.response.body", "body": body.encode()})
 
 
-def metrics_text(llm: MtpLlama, in_flight: int) -> str:
+def metrics_text(llm: MtpLlama, queue: RequestQueue | None = None) -> str:
     """Prometheus text: llama-server's metric names where it has them, ``gguf_exact:`` otherwise."""
     t = llm.totals
 
@@ -335,12 +342,13 @@ def metrics_text(llm: MtpLlama, in_flight: int) -> str:
         item("counter", "gguf_exact:draft_decode_seconds_total", "Time inside the drafter's llama_decode", t.drafter_seconds),
         item("counter", "gguf_exact:generate_seconds_total", "Time inside generate calls (prompt included)", t.wall_seconds),
         item("gauge", "llamacpp:predicted_tokens_seconds", "Average generation throughput in tokens/s", t.tokens_per_second or 0.0),
-        item("gauge", "llamacpp:requests_processing", "Number of requests processing or waiting", in_flight),
+        item("gauge", "llamacpp:requests_processing", "Number of requests processing", min(1, queue.in_flight) if queue else 0),
         item("gauge", "gguf_exact:spec_decode_acceptance_rate", "Accepted share of draft tokens", t.acceptance_rate or 0.0),
         item("gauge", "gguf_exact:tokens_per_target_pass", "Generated tokens per target pass", t.tokens_per_target_pass or 0.0),
         item("gauge", "gguf_exact:python_us_per_target_pass", "Time inside generate but outside llama_decode, per target pass (us)", t.python_us_per_pass or 0.0),
         item("gauge", "gguf_exact:spec_draft_n_max", "Most draft tokens per target pass", llm.n_max),
     ]  # fmt: skip
+    out += [item(*row) for row in (queue.metrics() if queue else [])]
     if t.accepted_per_position:
         name = "llamacpp:spec_decode_num_accepted_tokens_per_pos_total"
         out.append(f"# HELP {name} Accepted tokens per draft position\n# TYPE {name} counter\n")
@@ -359,7 +367,7 @@ def acceptance_line(g: Any) -> str:
     )
 
 
-def build_app(llm: MtpLlama, alias: str, api_key: str | None = None) -> Any:
+def build_app(llm: MtpLlama, alias: str, api_key: str | None = None, max_waiting: int = MAX_WAITING) -> Any:
     """The FastAPI app: llama-cpp-python's router on ``llm``, plus /health, /metrics and the checks."""
     from fastapi import FastAPI
     from fastapi.middleware import Middleware
@@ -378,7 +386,7 @@ def build_app(llm: MtpLlama, alias: str, api_key: str | None = None) -> Any:
     )
     app.add_middleware(CORSMiddleware, allow_origins=["*"], allow_methods=["*"], allow_headers=["*"])
     app.include_router(upstream.router)
-    stats = {"lock": threading.Lock(), "waiting": 0}
+    queue = RequestQueue(max_waiting)
 
     @app.get("/health")
     async def health() -> JSONResponse:
@@ -386,14 +394,14 @@ def build_app(llm: MtpLlama, alias: str, api_key: str | None = None) -> Any:
 
     @app.get("/metrics")
     async def metrics() -> PlainTextResponse:
-        return PlainTextResponse(metrics_text(llm, stats["waiting"]), media_type="text/plain; version=0.0.4")
+        return PlainTextResponse(metrics_text(llm, queue), media_type="text/plain; version=0.0.4")
 
     def on_generation(g: Any) -> None:
         if g.drafts_generated:
             log.info("%s", acceptance_line(g))
 
     llm.on_generation = on_generation
-    guarded = RequestGuard(RequestChecks(app, llm, stats, served=alias))
+    guarded = RequestGuard(RequestChecks(app, llm, queue, served=alias))
     return ApiKeyCheck(guarded, api_key) if api_key else guarded
 
 

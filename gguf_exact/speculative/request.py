@@ -38,6 +38,7 @@ class CheckedRequest:
     checked: bool = False  # the prompt, max_tokens and logprobs passed the engine's check
     abandoned: threading.Event = field(default_factory=threading.Event)  # the client left: stop generating
     generation: Any = None  # the engine's count of this request's generation, once it ends
+    started: float | None = None  # time.monotonic() when the engine took it (the queue's wait ends)
 
     @property
     def stream(self) -> bool:
