@@ -120,10 +120,9 @@ def server_pids(run: Path, port: int) -> list[int]:
     return [pid, *(int(c) for c in children.read_text().split())] if children.exists() else [pid]
 
 
-@pytest.mark.bindings
-@pytest.mark.llama_server
-@pytest.mark.parametrize("engine", ["python", "llama-server"])
-def test_a_server_under_faults_keeps_serving(engine, pairs, tmp_path):
+def start_agreeing_pair(engine: str, pairs: Path, tmp_path: Path) -> tuple[str, int, Path, dict, Path]:
+    """`serve --detach` of the agreeing tiny pair on 127.0.0.1 with an API key: (key, port, run
+    root, the environment its CLI calls need, the target)."""
     key = "k-" + secrets.token_hex(8)
     port = free_port()
     run = tmp_path / "run"
@@ -133,6 +132,14 @@ def test_a_server_under_faults_keeps_serving(engine, pairs, tmp_path):
     args = ["serve", "--engine", engine, "--model", target, "--draft", drafter, "--host", HOST, "--port", port]
     started = CliRunner().invoke(main, [*map(str, args), "--profile", "cpu", *SETTINGS, *extra, "--detach"], env=env)
     assert started.exit_code == 0, started.output
+    return key, port, run, env, target
+
+
+@pytest.mark.bindings
+@pytest.mark.llama_server
+@pytest.mark.parametrize("engine", ["python", "llama-server"])
+def test_a_server_under_faults_keeps_serving(engine, pairs, tmp_path):
+    key, port, run, env, target = start_agreeing_pair(engine, pairs, tmp_path)
     pids = server_pids(run, port)
     model = str(target.resolve())  # one name in both engines: the full path, as llama-server gives it
     figures: dict[str, object] = {}
@@ -306,15 +313,7 @@ def test_no_request_crashes_a_server(engine, pairs, tmp_path):
     """Each of the probe's killer requests is refused naming the limit; a grammar at the limit
     is served (and obeyed); 60 fuzzed bodies get an answer each; the same process then serves
     the same greedy text as before."""
-    key = "k-" + secrets.token_hex(8)
-    port = free_port()
-    run = tmp_path / "run"
-    env = {"GGUF_EXACT_RUN_DIR": str(run), "GGUF_EXACT_API_KEY": key}
-    target, drafter = pairs / "agreeing" / "target.gguf", pairs / "agreeing" / "drafter.gguf"
-    extra = ["--server-bin", str(server_binary())] if engine == "llama-server" else []
-    args = ["serve", "--engine", engine, "--model", target, "--draft", drafter, "--host", HOST, "--port", port]
-    started = CliRunner().invoke(main, [*map(str, args), "--profile", "cpu", *SETTINGS, *extra, "--detach"], env=env)
-    assert started.exit_code == 0, started.output
+    key, port, run, env, target = start_agreeing_pair(engine, pairs, tmp_path)
     pid = server_pids(run, port)[0]
     model = str(target.resolve())
     try:

@@ -146,18 +146,23 @@ def test_a_stop_signal_mid_write_cleans_up_as_ctrl_c_does(big, tmp_path, command
 # --- a fetched file is the user's own copy, not the Hub cache's blob -------------------------
 
 
-def test_an_edited_fetched_file_leaves_the_cache_intact(hub, config, tmp_path, published):  # noqa: F811
-    """fetch places a reflink or a copy, never a hard link: editing the placed file changes
-    nothing in the Hub cache, and the next fetch names the edited file and puts the pinned one
-    back from the cache, downloading nothing."""
+def fetched_once(hub, config, tmp_path, published):  # noqa: F811  (the fixtures, passed on)
+    """The exact part of a recipe published to the loopback Hub, pinned and fetched: (recipe, models
+    folder, the placed file, its pinned sha256, the Hub cache's blob of it)."""
     publish(hub, published)
     recipe = load_recipe(write_recipe(tmp_path))
     pin_recipe(recipe, ["exact"], config=config)
     models = tmp_path / "models"
     fetch_recipe(recipe, "exact", models, config, progress=False)
-    dest = models / EXACT / OUTPUT
     pinned = sha(published[OUTPUT])
-    blob = storage_dir(EXACT, config) / "blobs" / pinned
+    return recipe, models, models / EXACT / OUTPUT, pinned, storage_dir(EXACT, config) / "blobs" / pinned
+
+
+def test_an_edited_fetched_file_leaves_the_cache_intact(hub, config, tmp_path, published):  # noqa: F811
+    """fetch places a reflink or a copy, never a hard link: editing the placed file changes
+    nothing in the Hub cache, and the next fetch names the edited file and puts the pinned one
+    back from the cache, downloading nothing."""
+    recipe, models, dest, pinned, blob = fetched_once(hub, config, tmp_path, published)
     assert dest.stat().st_nlink == 1 and not dest.samefile(blob) and sha256(dest) == pinned
     dest.write_bytes(b"edited!!\n")  # in place: the same inode, 9 bytes
     assert sha256(blob) == pinned
@@ -175,14 +180,7 @@ def test_a_cache_blob_changed_here_is_named_and_downloaded_again(hub, config, tm
     """A placed file that is a hard link to the blob (as fetch made them before), edited: the
     blob changed with it. The next fetch says the cache's copy was changed here (not that the
     download is wrong), removes it and downloads the pinned file again."""
-    publish(hub, published)
-    recipe = load_recipe(write_recipe(tmp_path))
-    pin_recipe(recipe, ["exact"], config=config)
-    models = tmp_path / "models"
-    fetch_recipe(recipe, "exact", models, config, progress=False)
-    dest = models / EXACT / OUTPUT
-    pinned = sha(published[OUTPUT])
-    blob = storage_dir(EXACT, config) / "blobs" / pinned
+    recipe, models, dest, pinned, blob = fetched_once(hub, config, tmp_path, published)
     dest.unlink()
     dest.hardlink_to(blob)
     dest.write_bytes(b"edited!!\n")

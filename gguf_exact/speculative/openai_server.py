@@ -273,16 +273,7 @@ class RequestGuard:
         if (refused := check_body(raw, self.limits)) is not None:
             await self._refuse(send, refused)
             return
-        replayed = False
-
-        async def replay() -> dict:
-            nonlocal replayed
-            if not replayed:
-                replayed = True
-                return {"type": "http.request", "body": raw, "more_body": False}
-            return await receive()
-
-        await self.app(scope, replay, send)
+        await self.app(scope, _replay(raw, receive), send)
 
     @staticmethod
     async def _refuse(send: Any, refused: Any) -> None:
