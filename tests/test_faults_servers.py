@@ -49,14 +49,25 @@ def pairs(tmp_path_factory) -> Path:
     return root / "pairs"
 
 
-def http(port: int, method: str, path: str, body: bytes = b"", headers: dict[str, str] | None = None):
+def http(
+    port: int, method: str, path: str, body: bytes = b"", headers: dict[str, str] | None = None, early: bool = False
+):
     """One raw HTTP/1.1 exchange: (status, body bytes); (None, b"") for a clean close
-    without an answer. Raw sockets, so a body can be invalid UTF-8 or not JSON at all."""
+    without an answer. Raw sockets, so a body can be invalid UTF-8 or not JSON at all.
+    ``early``: the headers go first and the body only if no answer came within 2 s (a server
+    may refuse a declared length before reading it: the Python engine does)."""
     head = [f"{method} {path} HTTP/1.1", f"Host: {HOST}:{port}", "Connection: close", f"Content-Length: {len(body)}"]
     head += [f"{k}: {v}" for k, v in (headers or {}).items()]
     with socket.create_connection((HOST, port), timeout=TIMEOUT) as s:
-        s.sendall(("\r\n".join(head) + "\r\n\r\n").encode() + body)
+        s.sendall(("\r\n".join(head) + "\r\n\r\n").encode() + (b"" if early else body))
         chunks = []
+        if early:
+            s.settimeout(2.0)
+            try:
+                chunks.append(s.recv(1 << 16))
+            except TimeoutError:
+                s.settimeout(TIMEOUT)
+                s.sendall(body)
         while True:
             data = s.recv(1 << 16)
             if not data:
@@ -222,31 +233,6 @@ def nested_schema_text(depth: int) -> str:
     return '{"type": "object", "properties": {"x": ' * depth + '{"type": "string"}' + "}}" * depth
 
 
-def http_early(port: int, path: str, body: bytes, headers: dict[str, str]) -> tuple[int | None, bytes]:
-    """:func:`http`, but a server may answer a declared length it refuses before the body is
-    sent (the Python engine does): the headers go first, the body only if no answer came."""
-    head = [f"POST {path} HTTP/1.1", f"Host: {HOST}:{port}", "Connection: close", f"Content-Length: {len(body)}"]
-    head += [f"{k}: {v}" for k, v in headers.items()]
-    with socket.create_connection((HOST, port), timeout=TIMEOUT) as s:
-        s.sendall(("\r\n".join(head) + "\r\n\r\n").encode())
-        s.settimeout(2.0)
-        try:
-            first = s.recv(1 << 16)
-        except TimeoutError:
-            first = b""
-            s.settimeout(TIMEOUT)
-            s.sendall(body)
-        chunks = [first]
-        while True:
-            data = s.recv(1 << 16)
-            if not data:
-                break
-            chunks.append(data)
-    raw = b"".join(chunks)
-    status_line, _, rest = raw.partition(b"\r\n")
-    return (int(status_line.split()[1]) if raw else None), rest.partition(b"\r\n\r\n")[2]
-
-
 def hostile_requests(model: str) -> list[tuple[str, str, bytes, int, str]]:
     """(name, path, body, status, what the error message says)."""
     from gguf_exact.engines.request_guard import LIMITS
@@ -319,7 +305,7 @@ def test_no_request_crashes_a_server(engine, pairs, tmp_path):
     try:
         before = greedy(port, key, model)
         for name, path, body, status, message in hostile_requests(model):
-            code, raw = http_early(port, path, body, auth(key))
+            code, raw = http(port, "POST", path, body, auth(key), early=True)
             assert code == status, (name, code, raw[:300])
             assert message in json.loads(raw)["error"]["message"], (name, raw[:300])
             assert alive(pid, None), name
@@ -331,7 +317,7 @@ def test_no_request_crashes_a_server(engine, pairs, tmp_path):
         assert code == 200 and json.loads(raw)["choices"][0]["text"] == "a", raw[:300]
         answers: dict[int | None, int] = {}
         for body in fuzzed_bodies(seed=42, count=60):
-            code, raw = http_early(port, "/v1/completions", body, auth(key))
+            code, raw = http(port, "POST", "/v1/completions", body, auth(key), early=True)
             answers[code] = answers.get(code, 0) + 1
             assert code is not None and code < 500, (body[:200], code, raw[:300])
         print(f"{engine}: fuzzed answers {answers}")
