@@ -19,6 +19,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+from gguf_exact.runtime.knobs import BY_KEY
+from gguf_exact.runtime.serving_config import serving_config
 from gguf_exact.engines.launch import plan_launch, start_server
 from gguf_exact.engines.logged_buffers import compare, logged_buffers
 from gguf_exact.engines.process import free_port
@@ -33,17 +35,16 @@ MEMORY_KEYS = ("ctx-size", "flash-attn", "ubatch-size", "batch-size", "parallel"
 
 def cpu_profile_like(name: str, threads: int):
     """The cpu profile with ``name``'s memory settings (and its n-max), logging buffers."""
-    p = load_profile(name)
-    sets = [f"{k}={p.server[k]}" for k in MEMORY_KEYS if k in p.server]
-    if "spec-draft-n-max" in p.draft:
-        sets.append(f"spec-draft-n-max={p.draft['spec-draft-n-max']}")
+    config = serving_config(load_profile(name), with_draft=True)
+    sets = [f"{key}={config.value(BY_KEY[key].name)}" for key in MEMORY_KEYS if getattr(config.options, BY_KEY[key].name) is not None]
+    sets.append(f"spec-draft-n-max={config.n_max}")
     return load_profile("cpu").with_overrides([*sets, f"threads={threads}", "no-warmup=true", "log-verbosity=4"])
 
 
 def measure(folder: Path, name: str, threads: int) -> dict:
     target, drafter = folder / "target.gguf", folder / "drafter.gguf"
     profile = cpu_profile_like(name, threads)
-    plan = plan_memory(target, drafter, profile)
+    plan = plan_memory(target, drafter, serving_config(profile, drafter is not None).memory_settings())
     with tempfile.TemporaryDirectory(prefix="memory-real-") as run:
         os.environ["GGUF_EXACT_RUN_DIR"] = run
         launch = plan_launch(ServeSettings(target, drafter, profile, port=free_port()))

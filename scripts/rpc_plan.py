@@ -17,10 +17,11 @@ import sys
 import tempfile
 from pathlib import Path
 
+from gguf_exact.runtime.serving_config import serving_config
 from gguf_exact.errors import render
 from gguf_exact.pair.checks import read_model
 from gguf_exact.runtime.device_plan import Device, plan_devices
-from gguf_exact.runtime.memory_plan import MIB, Settings
+from gguf_exact.runtime.memory_plan import MIB
 from gguf_exact.runtime.profile_choice import resolve_profile
 from gguf_exact.tiny.full_size import write_full_size_drafter, write_full_size_target
 
@@ -40,8 +41,9 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as tmp:
         target = read_model(write_full_size_target(Path(tmp) / "target.gguf", args.size), "target")
         drafter = read_model(write_full_size_drafter(Path(tmp) / "drafter.gguf", args.size, Path(tmp) / "target.gguf"), "drafter")
-        s = Settings.from_profile(profile, with_draft=True)
-        plan = plan_devices(target, drafter, s, devices, profile.server.get("tensor-split"), profile.draft.get("spec-draft-device"))
+        config = serving_config(profile, True)
+        s = config.memory_settings()
+        plan = plan_devices(target, drafter, s, devices, config.tensor_split, config.draft_device)
     print(f"{args.size} target {target.weight_bytes / MIB:,.0f} MiB + drafter {drafter.weight_bytes / MIB:,.0f} MiB of weights; "
           f"profile {profile.name}, context {s.context(target.geometry())[0]:,}, layers split by {plan.split_from}:")
     print("\n".join(plan.lines()))

@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 from policy_traces import read_trace, replay_python
 
+from gguf_exact.runtime.serving_config import serving_config
 from gguf_exact.bench.prompt_set import load_prompts
 from gguf_exact.engines.stats import parse_metrics
-from gguf_exact.runtime.engine_options import engine_options
 from gguf_exact.runtime.policy_snapshot import parse_snapshot
 from gguf_exact.runtime.profiles import load_profile
 from gguf_exact.speculative.draft_length import RequestSpeculation, request_speculation
@@ -127,15 +127,15 @@ def test_metrics_show_the_length_the_acceptance_by_depth_and_the_costs(pairs):
 
 def test_profile_keys_choose_adaptive_or_a_fixed_length():
     cpu = load_profile("cpu")
-    opts, _ = engine_options(cpu)
+    opts, _ = serving_config(cpu, True).engine_options()
     assert (opts.adaptive, opts.n_max) == (True, 4)
-    pinned, _ = engine_options(cpu.with_overrides(["spec-draft-adaptive=false", "spec-draft-n-max=2"]))
+    pinned, _ = serving_config(cpu.with_overrides(["spec-draft-adaptive=false", "spec-draft-n-max=2"]), True).engine_options()
     assert (pinned.adaptive, pinned.n_max) == (False, 2)
-    p_min, _ = engine_options(cpu.with_overrides(["spec-draft-p-min=0.4"]))
+    p_min, _ = serving_config(cpu.with_overrides(["spec-draft-p-min=0.4"]), True).engine_options()
     assert p_min.p_min == 0.4
     # the shipped profiles time the passes at start-up; false is llama-server's default (left out)
     assert opts.adaptive_warmup is True
-    assert engine_options(cpu.with_overrides(["spec-draft-adaptive-warmup=false"]))[0].adaptive_warmup is False
+    assert serving_config(cpu.with_overrides(["spec-draft-adaptive-warmup=false"]), True).engine_options()[0].adaptive_warmup is False
 
 
 def test_the_warmup_seeds_the_policy_with_this_machines_passes(pairs, tmp_path, monkeypatch):

@@ -18,12 +18,13 @@ import numpy as np
 import pytest
 from _llama_server import TEST_SETTINGS, complete, free_port, server_binary
 
+from gguf_exact.runtime.serving_config import serving_config
 from gguf_exact.bench.prompt_set import load_prompts
 from gguf_exact.engines.launch import plan_launch, start_server
 from gguf_exact.engines.settings import ServeSettings
 from gguf_exact.engines.status import stop_server
 from gguf_exact.errors import GgufExactError
-from gguf_exact.runtime.engine_options import EngineOptions, engine_options
+from gguf_exact.runtime.engine_options import EngineOptions
 from gguf_exact.runtime.profiles import load_profile
 from gguf_exact.speculative.engine import MtpDraftModel
 from gguf_exact.speculative.load import load_with_drafter
@@ -240,7 +241,7 @@ def test_requests_that_cannot_fit_are_refused_before_streaming(engines):
 
 
 def test_engine_options_follow_the_profiles():
-    opts, ignored = engine_options(load_profile("rtx3050"))
+    opts, ignored = serving_config(load_profile("rtx3050"), True).engine_options()
     assert opts == EngineOptions(
         n_ctx=8192,
         n_max=4,
@@ -251,15 +252,15 @@ def test_engine_options_follow_the_profiles():
         flash_attn=True,
     )
     assert ignored == []
-    assert engine_options(load_profile("gtx1650ti"))[0].n_max == 4
+    assert serving_config(load_profile("gtx1650ti"), True).engine_options()[0].n_max == 4
     cpu = load_profile("cpu").with_overrides(["ctx-size=512", "threads=1", "spec-draft-n-max=3", "mlock=true"])
-    opts, ignored = engine_options(cpu)
+    opts, ignored = serving_config(cpu, True).engine_options()
     assert (opts.n_ctx, opts.n_threads, opts.n_threads_batch, opts.n_max, opts.n_gpu_layers) == (512, 1, 1, 3, 0)
     assert ignored == ["mlock"]
     with pytest.raises(GgufExactError, match="drafts with the MTP drafter only"):
-        engine_options(load_profile("cpu").with_overrides(["spec-type=ngram-simple"]))
+        serving_config(load_profile("cpu").with_overrides(["spec-type=ngram-simple"]), True).engine_options()
     with pytest.raises(GgufExactError, match="one request at a time"):
-        engine_options(load_profile("cpu").with_overrides(["parallel=4"]))
+        serving_config(load_profile("cpu").with_overrides(["parallel=4"]), True).engine_options()
 
 
 def test_load_with_drafter_takes_the_profile(pairs):

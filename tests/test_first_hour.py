@@ -14,6 +14,7 @@ from gguf import GGMLQuantizationType, GGUFReader
 from helpers import compact_names, off_grid_checkpoint
 from rich.console import Console
 
+from gguf_exact.runtime.serving_config import serving_config
 from gguf_exact.cli import console, load_groups, main, options
 from gguf_exact.core import bf16
 from gguf_exact.formats.checkpoint import Checkpoint
@@ -225,7 +226,7 @@ def test_generate_defaults_as_chat_and_the_cpu_profile():
     from gguf_exact.runtime.sampling_defaults import SERVER_SAMPLING
 
     # generate and chat draft as the cpu profile (and serve) by default: adaptive up to n-max 4
-    assert load_profile("cpu").draft["spec-draft-n-max"] == 4 and load_profile("cpu").draft["spec-draft-adaptive"]
+    assert load_profile("cpu").draft_table["spec-draft-n-max"] == 4 and load_profile("cpu").draft_table["spec-draft-adaptive"]
     assert (NO_PROFILE.n_max, NO_PROFILE.adaptive) == (4, True)
     for command in ("generate", "chat"):
         params = {p.name: p.default for p in load_groups()[command].params}
@@ -246,13 +247,13 @@ def test_memory_plan_of_the_python_engine(tmp_path):
     t = write_full_size_target(tmp_path / "E2B.gguf")
     d = write_full_size_drafter(tmp_path / "E2B-drafter.gguf", "E2B", t)
     rtx = load_profile("rtx3050")
-    server = plan_memory(t, d, rtx)
-    python = plan_memory(t, d, rtx, engine="python")
+    server = plan_memory(t, d, serving_config(rtx, True).memory_settings())
+    python = plan_memory(t, d, serving_config(rtx, True).memory_settings("python"))
     kv = {p: next(i for i in plan.items if i.what == "KV cache") for p, plan in (("s", server), ("p", python))}
     assert kv["s"].device_bytes == 60 << 20 and kv["p"].device_bytes == 144 << 20
     assert kv["p"].note == "context 8,192: non-SWA 8,192 cells x 3 layers, SWA 8,192 cells x 12 layers"
     # the same caches llama-server would make with the python engine's settings
-    same = plan_memory(t, d, rtx.with_overrides(["swa-full=true", "parallel=1", "batch-size=512"]))
+    same = plan_memory(t, d, serving_config(rtx.with_overrides(["swa-full=true", "parallel=1", "batch-size=512"]), True).memory_settings())
     assert [c.bytes for c in same.kv] == [c.bytes for c in python.kv]
     # what serve prints for each engine
     base = ["serve", "--model", t, "--draft", d, "--profile", "rtx3050", "--dry-run"]

@@ -19,6 +19,7 @@ from click.testing import CliRunner
 from gguf import GGMLQuantizationType
 from gguf.quants import dequantize
 
+from gguf_exact.runtime.serving_config import serving_config
 from gguf_exact.bench.request import fixed_length
 from gguf_exact.cli import main
 from gguf_exact.engines.launch import plan_launch, start_server
@@ -247,7 +248,7 @@ def test_memory_plan_equals_llama_server_log_at_real_shape(pair, tmp_path, monke
     p = pair[0]
     monkeypatch.setenv("GGUF_EXACT_RUN_DIR", str(tmp_path / "run"))
     profile = load_profile("cpu").with_overrides(["threads=2", "no-warmup=true", "log-verbosity=4"])
-    plan = plan_memory(p.target, p.drafter, profile)
+    plan = plan_memory(p.target, p.drafter, serving_config(profile, p.drafter is not None).memory_settings())
     launch = plan_launch(ServeSettings(p.target, p.drafter, profile, port=free_port()))
     start_server(launch, detach=True, timeout=300)
     try:

@@ -383,8 +383,8 @@ def test_doctor_reports_what_each_build_recorded(tmp_path, monkeypatch):
 def test_gtx1650ti_has_a_vulkan_variant():
     cuda, vulkan = load_profile("gtx1650ti"), load_profile("gtx1650ti-vulkan")
     assert (cuda.build, vulkan.build) == ("cuda75", "vulkan")
-    assert vulkan.draft == cuda.draft and vulkan.server["ctx-size"] == cuda.server["ctx-size"] == 4096
-    assert vulkan.server["flash-attn"] == "auto"
+    assert vulkan.draft_table == cuda.draft_table and vulkan.server_table["ctx-size"] == cuda.server_table["ctx-size"] == 4096
+    assert vulkan.server_table["flash-attn"] == "auto"
     text = (Path(llama_build.__file__).parents[2] / "serve" / "gtx1650ti-vulkan.toml").read_text()
     assert (
         "#26017" in text

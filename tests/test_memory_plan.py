@@ -10,6 +10,7 @@ import pytest
 from _llama_server import server_binary
 from gguf import GGMLQuantizationType
 
+from gguf_exact.runtime.serving_config import serving_config
 from gguf_exact.drafter.convert import convert_drafter
 from gguf_exact.engines.launch import plan_launch, start_server
 from gguf_exact.engines.process import free_port
@@ -79,7 +80,7 @@ def test_tiny_target_kv_bytes(tmp_path):
 
 
 def test_real_e2b_and_e4b_kv_bytes(full):
-    rtx = Settings.from_profile(load_profile("rtx3050"), with_draft=True)  # ctx 8192, one slot, ubatch 512, FA on
+    rtx = serving_config(load_profile("rtx3050"), True).memory_settings()  # ctx 8192, one slot, ubatch 512, FA on
     e2b = kv_caches(geometry(full["E2B"]), rtx)
     # E2B: 35 layers, the last 20 share KV: 15 with a cache, full attention at 4, 9, 14; one KV head;
     # K/V rows 512 wide (full) and 256 (sliding); SWA cells pad256(min(8192, 512 + 512)) = 1024
@@ -102,7 +103,7 @@ def test_real_e2b_and_e4b_kv_bytes(full):
 def test_structural_kv_bytes(tmp_path):
     """Every size's structure at tiny widths (head dims / 8: 32 sliding, 64 full), context 4096,
     ubatch 512, one slot, flash attention on, as the cpu profile runs them."""
-    s = Settings.from_profile(load_profile("cpu").with_overrides(["ctx-size=4096"]), with_draft=True)
+    s = serving_config(load_profile("cpu").with_overrides(["ctx-size=4096"]), True).memory_settings()
     e2b = kv_caches(geometry(write_structural_pair(tmp_path / "E2B", "E2B").target), s)
     # 35 layers, 20 KV-shared: full at 4, 9, 14; one KV head; window 512: pad256(512 + 512) cells
     assert [(c.cells, c.layers, c.bytes) for c in e2b] == [
@@ -120,7 +121,7 @@ def test_structural_kv_bytes(tmp_path):
     assert a4b.swa == tuple((i + 1) % 6 != 0 for i in range(30))
     # flash attention off: the full layers' V rows padded to the sliding layers' 8 x 32 = 256
     off = kv_caches(
-        a4b, Settings.from_profile(load_profile("cpu").with_overrides(["ctx-size=4096", "flash-attn=off"]), True)
+        a4b, serving_config(load_profile("cpu").with_overrides(["ctx-size=4096", "flash-attn=off"]), True).memory_settings()
     )
     assert [c.v_bytes for c in off] == [4096 * 5 * 256 * F16, 1536 * 25 * 256 * F16]
 
@@ -169,7 +170,7 @@ def test_weight_split_keeps_what_the_device_refuses_in_ram(full):
 
 
 def test_plan_lines_and_warning(full):
-    plan = plan_memory(full["E2B"], full["E2B-drafter"], load_profile("rtx3050"))
+    plan = plan_memory(full["E2B"], full["E2B-drafter"], serving_config(load_profile("rtx3050"), True).memory_settings())
     assert plan.gpu and [i.what for i in plan.items] == [
         "target weights",
         "KV cache",
@@ -183,7 +184,10 @@ def test_plan_lines_and_warning(full):
     assert plan.warning(8192) is None
     assert plan.lines()[-1].split()[:3] == ["total", f"{plan.device_bytes / MIB:,.2f}", "MiB"]
     # E4B at its whole trained context (131072) on a 4 GB card: 2 GiB of full-attention cache alone
-    big = plan_memory(full["E4B"], full["E4B-drafter"], load_profile("gtx1650ti").with_overrides(["ctx-size=131072"]))
+    big = plan_memory(
+        full["E4B"], full["E4B-drafter"],
+        serving_config(load_profile("gtx1650ti").with_overrides(["ctx-size=131072"]), True).memory_settings(),
+    )
     assert next(i for i in big.items if i.what == "KV cache").device_bytes == (
         4 * 131072 * 1024 * F16 * 2 + 20 * 1024 * 512 * F16 * 2
     )
@@ -191,7 +195,7 @@ def test_plan_lines_and_warning(full):
     assert line is not None and "the GTX 1650 Ti has 4,096 MiB" in line and "ctx-size" in line
     assert big.warning(big.device_bytes // MIB + 1) is None
     # a CPU plan is all RAM and never warns about a card
-    cpu = plan_memory(full["E2B"], None, load_profile("cpu"))
+    cpu = plan_memory(full["E2B"], None, serving_config(load_profile("cpu"), False).memory_settings())
     assert cpu.device_bytes == 0 and cpu.warning(1) is None
 
 
@@ -211,8 +215,8 @@ def test_broken_headers_are_one_line(tmp_path):
 def test_bad_settings_are_one_line(full):
     with pytest.raises(GgufExactError, match="cache type 'q3_k'"):
         row_bytes("q3_k", 128)
-    with pytest.raises(GgufExactError, match="GPU layers 'most'"):
-        Settings.from_profile(load_profile("cpu").with_overrides(["n-gpu-layers=most"]), True)
+    with pytest.raises(GgufExactError, match="^overrides: n-gpu-layers = 'most': expected a number of layers, auto or all$"):
+        load_profile("cpu").with_overrides(["n-gpu-layers=most"])
 
 
 # --- against llama-server ----------------------------------------------------------------
@@ -251,7 +255,7 @@ def test_kv_estimate_equals_llama_server_log(pairs, name, extra, tmp_path, monke
     monkeypatch.setenv("GGUF_EXACT_RUN_DIR", str(tmp_path / "run"))
     target, drafter = pairs[name]
     profile = load_profile("cpu").with_overrides(SETTINGS + extra)
-    plan = plan_memory(target, drafter, profile)
+    plan = plan_memory(target, drafter, serving_config(profile, drafter is not None).memory_settings())
     launch = plan_launch(ServeSettings(target, drafter, profile, port=free_port()))
     start_server(launch, detach=True, timeout=120)
     try:
@@ -273,7 +277,7 @@ def test_kv_estimate_equals_llama_server_log(pairs, name, extra, tmp_path, monke
 
 def test_compute_estimate_formula(full):
     """The estimate's terms for E2B at 8k on the RTX 3050 profile (ubatch 512, flash attention)."""
-    s = Settings.from_profile(load_profile("rtx3050"), with_draft=True)
+    s = serving_config(load_profile("rtx3050"), True).memory_settings()
     g = geometry(full["E2B"])
     t = 512
     masks = 4 * t * 8192 + 2 * t * 1024  # the full-attention cache's F32 mask, the SWA one's F16 copy
@@ -299,10 +303,8 @@ def test_host_compute_estimate_terms_and_what_lavapipe_logged(full, n_ctx):
     """The CPU's compute buffer beside the GPU's: the graph inputs (masks, ids, the target's
     cache indices, transposed V: one per value), the embeddings' rows, and the heads the
     device refused (the target's logits; the drafter's candidates' Q4_0 rows, 144 bytes each)."""
-    s = Settings.from_profile(
-        load_profile("gtx1650ti-vulkan").with_overrides([f"ctx-size={n_ctx}", "flash-attn=off", "spec-draft-n-max=2"]),
-        with_draft=True,
-    )
+    vulkan = load_profile("gtx1650ti-vulkan").with_overrides([f"ctx-size={n_ctx}", "flash-attn=off", "spec-draft-n-max=2"])
+    s = serving_config(vulkan, True).memory_settings()
     tg, dg = geometry(full["E2B"]), geometry(full["E2B-drafter"])
     t, cells = 512, [n_ctx, 1024]
     with open_gguf(full["E2B"]) as g:
@@ -326,8 +328,7 @@ def test_host_compute_estimate_terms_and_what_lavapipe_logged(full, n_ctx):
     logged_target, logged_drafter = LAVAPIPE_HOST_COMPUTE_MIB[n_ctx]
     assert abs(host / MIB - logged_target) <= 0.01 * logged_target, host / MIB
     assert abs(draft / MIB - logged_drafter) <= 0.04 * logged_drafter, draft / MIB
-    plan = plan_memory(full["E2B"], full["E2B-drafter"], load_profile("gtx1650ti-vulkan").with_overrides(
-        [f"ctx-size={n_ctx}", "flash-attn=off", "spec-draft-n-max=2"]), tensor_limit=2**27)  # fmt: skip
+    plan = plan_memory(full["E2B"], full["E2B-drafter"], s, tensor_limit=2**27)
     compute = next(i for i in plan.items if i.what == "compute buffers")
     assert compute.host_bytes == host + draft
     assert "+ {:,.2f} MiB in RAM".format((host + draft) / MIB) in next(x for x in plan.lines() if "compute" in x)
@@ -349,8 +350,8 @@ def test_the_drafters_ordered_head_sits_with_its_output_head_and_its_candidates_
     assert g.n_head_candidates == 4096 and g.ordered_head
     full_head = replace(g, n_head_candidates=0)
     # one token a step (the logits term is the largest): its rows add 4 MiB to the 1 MiB of logits
-    s = replace(Settings.from_profile(load_profile("rtx3050"), with_draft=True), n_ubatch=1, n_batch=1)
+    s = replace(serving_config(load_profile("rtx3050"), True).memory_settings(), n_ubatch=1, n_batch=1)
     assert compute_estimate(g, s, [8192, 1024], 1) - compute_estimate(full_head, s, [8192, 1024], 1) == 4 * 256 * 4096
     # a 512-token ubatch: the feed-forward activations are larger than either head's
-    s = Settings.from_profile(load_profile("rtx3050"), with_draft=True)
+    s = serving_config(load_profile("rtx3050"), True).memory_settings()
     assert compute_estimate(g, s, [8192, 1024], 1) == compute_estimate(full_head, s, [8192, 1024], 1)

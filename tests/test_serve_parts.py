@@ -6,6 +6,7 @@ from pathlib import Path
 import pytest
 from _llama_server import server_binary
 
+from gguf_exact.runtime.serving_config import serving_config
 from gguf_exact.builds import llama_build
 from gguf_exact.builds.llama_build import (
     COMMIT,
@@ -63,7 +64,7 @@ def test_shipped_profiles():
     assert {"rtx3050", "gtx1650ti", "cpu"} <= set(available_profiles())
     rtx = load_profile("rtx3050")
     assert rtx.build == "cuda86"
-    assert rtx.args(with_draft=True) == [
+    assert serving_config(rtx, True).server_args() == [
         "--n-gpu-layers",
         "99",
         "--flash-attn",
@@ -81,11 +82,11 @@ def test_shipped_profiles():
         "--n-gpu-layers-draft",
         "all",
     ]
-    assert "--spec-type" not in rtx.args(with_draft=False)
+    assert "--spec-type" not in serving_config(rtx, False).server_args()
     gtx = load_profile("gtx1650ti")
-    assert gtx.build == "cuda75" and gtx.server["ctx-size"] < 8192
-    assert gtx.draft["spec-draft-n-max"] == 4 and gtx.draft["spec-draft-adaptive"] is True
-    assert "--spec-draft-adaptive" not in rtx.with_overrides(["spec-draft-adaptive=false"]).args(with_draft=True)
+    assert gtx.build == "cuda75" and gtx.server_table["ctx-size"] < 8192
+    assert gtx.draft_table["spec-draft-n-max"] == 4 and gtx.draft_table["spec-draft-adaptive"] is True
+    assert "--spec-draft-adaptive" not in serving_config(rtx.with_overrides(["spec-draft-adaptive=false"]), True).server_args()
     assert load_profile("cpu").build == "cpu"
     # every value in a shipped profile carries a comment saying why
     for name in ("rtx3050", "gtx1650ti", "cpu"):
@@ -98,10 +99,10 @@ def test_overrides_and_user_profiles(tmp_path, monkeypatch):
     p = load_profile("rtx3050").with_overrides(
         ["ctx-size=4096", "spec-draft-n-max=1", "draft.spec-draft-p-min=0.5", "threads=4", "flash-attn=false"]
     )
-    args = p.args(with_draft=True)
+    args = serving_config(p, True).server_args()
     assert args[args.index("--ctx-size") + 1] == "4096" and args[args.index("--spec-draft-n-max") + 1] == "1"
     assert args[args.index("--spec-draft-p-min") + 1] == "0.5" and "--flash-attn" not in args
-    assert "--spec-draft-p-min" not in p.args(with_draft=False)
+    assert "--spec-draft-p-min" not in serving_config(p, False).server_args()
     assert (
         parse_value("true") is True
         and parse_value("12") == 12
@@ -112,7 +113,7 @@ def test_overrides_and_user_profiles(tmp_path, monkeypatch):
     mine.write_text(
         'description = "mine"\nbuild = "cpu"\n[server]\nctx-size = 1024  # small\n[draft]\nspec-type = "draft-mtp"\n'
     )
-    assert load_profile(mine).server == {"ctx-size": 1024}
+    assert load_profile(mine).server_table == {"ctx-size": 1024}
     monkeypatch.setenv("GGUF_EXACT_PROFILES", str(tmp_path))
     assert load_profile("mine").description == "mine"
     for bad, msg in (

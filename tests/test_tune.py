@@ -121,9 +121,9 @@ def test_tune_searches_fixed_and_adaptive_settings_and_serve_uses_the_kept_one(p
     assert f"wrote {written}: {kept_line(kept)}; serve with `--profile cpu-tuned`" in flat
     assert sorted(p.name for p in user.iterdir()) == ["cpu-tuned.toml"]  # never cpu.toml: no shadowing
     tuned = load_profile(written)
-    assert tuned.name == "cpu-tuned" and tuned.draft["spec-draft-n-max"] == kept.n_max
-    assert tuned.draft["spec-draft-adaptive"] is kept.adaptive
-    assert tuned.draft.get("spec-draft-p-min", 0.0) == kept.p_min
+    assert tuned.name == "cpu-tuned" and tuned.draft_table["spec-draft-n-max"] == kept.n_max
+    assert tuned.draft_table["spec-draft-adaptive"] is kept.adaptive
+    assert tuned.draft_table.get("spec-draft-p-min", 0.0) == kept.p_min
     text = written.read_text()
     assert text.startswith(f"{TUNED_MARK} on ") and "--profile cpu --n-max 1,2,3,4 --bounds 4 --p-min 0,0.9" in text
     assert hashlib.sha256((PROFILE_DIR / "cpu.toml").read_bytes()).hexdigest() == shipped

@@ -25,6 +25,7 @@ import pytest
 from _llama_server import TEST_SETTINGS, free_port, server_binary
 from helpers import cli
 
+from gguf_exact.runtime.serving_config import serving_config
 from gguf_exact.builds.build_probe import probe_device
 from gguf_exact.builds.devices import tensor_limit
 from gguf_exact.builds.llama_build import find_build
@@ -448,7 +449,7 @@ def planned_and_logged(pair, profile: str, extra, device, tmp_path) -> list[tupl
     target, drafter = pair
     prof = load_profile(profile).with_overrides([*extra, *MEMORY_SETS])
     _, dev = probe_device(find_build("vulkan").binary(), "vulkan")
-    plan = plan_memory(target, drafter, prof, tensor_limit=tensor_limit(dev))
+    plan = plan_memory(target, drafter, serving_config(prof, True).memory_settings(), tensor_limit=tensor_limit(dev))
     with Served(tmp_path, target, drafter, profile=prof, sets=(), vulkan_devices=device) as s:
         models = logged_buffers(s.log())
     item = {i.what: i for i in plan.items}

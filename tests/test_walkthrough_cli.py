@@ -8,6 +8,7 @@ import click
 import pytest
 from click.testing import CliRunner
 
+from gguf_exact.runtime.serving_config import serving_config
 from gguf_exact.cli import load_groups, main
 
 
@@ -52,9 +53,9 @@ def test_a_word_for_a_count_in_set_is_one_error_line(tiny, tmp_path):
     env = {"GGUF_EXACT_RUN_DIR": str(tmp_path / "run")}
     base = ["serve", "--model", tiny / "target.gguf", "--no-draft", "--profile", "cpu", "--dry-run"]
     line = one_error_line(run(*base, "--set", "ctx-size=abc", env=env))
-    assert line == "error: --set: [server] ctx-size = 'abc': expected a whole number"
+    assert line == "error: --set: ctx-size = 'abc': expected a whole number"
     line = one_error_line(run(*base, "--set", "draft.spec-draft-n-max=1.5", env=env))
-    assert line == "error: --set: [draft] spec-draft-n-max = 1.5: expected a whole number"
+    assert line == "error: --set: spec-draft-n-max = 1.5: expected a whole number"
     assert run(*base, "--set", "ctx-size=512", env=env).exit_code == 0
 
 
@@ -93,11 +94,11 @@ def test_a_prompt_over_a_small_context_is_refused_naming_it(agreeing):
 
 
 def test_chat_generate_and_serve_draft_as_the_shipped_profiles(tiny, tmp_path):
-    from gguf_exact.runtime.engine_options import NO_PROFILE, engine_options
+    from gguf_exact.runtime.engine_options import NO_PROFILE
     from gguf_exact.runtime.profiles import available_profiles, load_profile
 
     for name in available_profiles():
-        opts, _ = engine_options(load_profile(name), with_draft=True)
+        opts, _ = serving_config(load_profile(name), True).engine_options()
         assert (opts.n_max, opts.adaptive, opts.adaptive_warmup) == (4, True, True), name
     assert (NO_PROFILE.n_max, NO_PROFILE.adaptive, NO_PROFILE.adaptive_warmup) == (4, True, True)
     for command in ("chat", "generate"):

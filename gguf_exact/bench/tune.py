@@ -40,6 +40,8 @@ from gguf_exact.errors import ArgumentError, InputError, NotExactError, Param
 from gguf_exact.formats.paths import check_not_input
 from gguf_exact.formats.safe_write import atomic_output, output_folder, staged_outputs
 from gguf_exact.runtime.draft_policy import PolicySettings
+from gguf_exact.runtime.knobs import BY_KEY
+from gguf_exact.runtime.serving_config import serving_config
 from gguf_exact.runtime.profiles import PROFILE_DIR, Profile, load_profile, user_profile_dir
 
 TUNED_MARK = "# tuned by gguf-exact tune"
@@ -79,9 +81,9 @@ class TuneResult:
 def default_adaptive(profile: Profile) -> Setting:
     """The adaptive setting the profile serves by default: its own n-max bound and p-min where
     it is adaptive, else the policy's defaults."""
-    d, base = profile.draft, PolicySettings()
-    n_max = int(d.get(N_MAX_KEY, base.n_max)) if d.get(ADAPTIVE_KEY) else base.n_max
-    return Setting(n_max, True, float(d.get(P_MIN_KEY, base.p_min)))
+    config, base = serving_config(profile, with_draft=True), PolicySettings()
+    n_max = config.n_max if config.adaptive and config.options.n_max is not None else base.n_max
+    return Setting(n_max, True, config.p_min)
 
 
 def tune_settings(request: TuneRequest) -> tuple[list[Setting], Setting]:
@@ -385,7 +387,7 @@ def write_tuned_profile(
     new = "\n".join(tuned_header(result, command) + body)
     kept = result.kept
     keys = kept_keys(kept)
-    if not kept.adaptive and not base.draft.get(ADAPTIVE_KEY):
+    if not kept.adaptive and not serving_config(base, with_draft=True).adaptive:
         keys = keys[:1]  # a profile that never was adaptive keeps its form
     for key, value in keys:
         note = "measured by gguf-exact tune" if key == N_MAX_KEY else "kept by gguf-exact tune"
@@ -393,10 +395,11 @@ def write_tuned_profile(
     output_folder(dest.parent)
     with atomic_output(dest, inputs=profile_input(base)) as tmp:
         tmp.write_text(new)
-        written = load_profile(tmp)
+        written = serving_config(load_profile(tmp), with_draft=True)
         for key, value in keys:
-            if written.draft.get(key) != value:
-                raise NotExactError(f"{dest}: written with {key} = {written.draft.get(key)!r}, expected {value!r}")
+            got = written.value(BY_KEY[key].name)
+            if got != value:
+                raise NotExactError(f"{dest}: written with {key} = {got!r}, expected {value!r}")
     return dest
 
 

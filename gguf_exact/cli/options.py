@@ -8,6 +8,10 @@
 - :func:`n_predict_option`: ``--n-predict`` (``--max-tokens`` hidden, its old name in chat)
 - :data:`models_dir_option`, :func:`profile_option`, :data:`overrides_option`,
   :data:`server_bin_option`, :func:`out_dir_option`, :data:`prompts_option`
+- :func:`settings_options`: options generated from a settings model's fields (serve's
+  ``--host``, ``--port``, ``--api-key`` ... from :class:`~gguf_exact.engines.settings.ServeSettings`)
+- :func:`knob_options`: ``--ctx-size``, ``--threads``, ``--spec-draft-n-max`` ... generated
+  from the serving knobs (:mod:`gguf_exact.runtime.knobs`), given to the profile as overrides
 """
 
 from __future__ import annotations
@@ -40,8 +44,8 @@ class CommaList(click.ParamType):
         self.kind, self.example, self.keep_empty = kind, example, keep_empty
 
     def convert(self, value, param, ctx):
-        if isinstance(value, list):
-            return value
+        if isinstance(value, (list, tuple)):  # a default, or converted already
+            return list(value)
         if not str(value).strip():
             return []
         items = [x.strip() for x in str(value).split(",")]
@@ -83,6 +87,65 @@ prompts_option = click.option(
     type=CommaList(str, keep_empty=True),
     help="Comma-separated names from the shipped prompt set (default: all).",
 )
+
+
+def settings_options(model: type, *names: str):
+    """click options for the fields ``names`` of the dataclass ``model``, generated from each
+    field's declaration (its type, default and ``help``/``choices``/``metavar``/``envvar``
+    metadata), as llama-cpp-python's server generates its flags from its settings model: the
+    field is declared once. A tuple field takes a comma-separated list."""
+    import dataclasses
+    import typing
+
+    hints = typing.get_type_hints(model)
+    declared = {f.name: f for f in dataclasses.fields(model)}
+    options = []
+    for name in names:
+        f, hint = declared[name], hints[name]
+        meta = dict(f.metadata)
+        kwargs: dict = {"help": meta.pop("help"), "default": f.default}
+        if "choices" in meta:
+            kwargs["type"] = click.Choice(list(meta.pop("choices")))
+        elif hint is bool:
+            kwargs["is_flag"] = True
+        elif hint is int:
+            kwargs["type"] = int
+        elif Path in typing.get_args(hint):
+            kwargs["type"] = click.Path(path_type=Path)
+        elif typing.get_origin(hint) is tuple:
+            kwargs["type"] = CommaList(str)
+        kwargs["show_default"] = f.default not in (None, (), False)
+        options.append(click.option(f"--{name.replace('_', '-')}", name, **kwargs, **meta))
+    return lambda command: _apply(command, options)
+
+
+def knob_options(command):
+    """``--ctx-size``, ``--threads``, ``--spec-draft-n-max`` ...: an option for each serving knob
+    marked ``cli`` (:data:`gguf_exact.runtime.knobs.KNOBS`), generated from its declaration.
+    Those given are added to ``overrides`` as ``KEY=VALUE`` after ``--set``'s, so they win
+    over the profile and ``--set`` alike; the knob's own parser checks them."""
+    from gguf_exact.runtime.knobs import KNOBS
+
+    knobs = [k for k in KNOBS if k.cli]
+
+    @functools.wraps(command)
+    def with_knobs(*args, **kwargs):
+        given = [(k, kwargs.pop(k.name)) for k in knobs]
+        kwargs["overrides"] = tuple(kwargs.get("overrides", ())) + tuple(
+            f"{k.flag}={str(v).lower() if isinstance(v, bool) else v}" for k, v in given if v is not None
+        )
+        return command(*args, **kwargs)
+
+    options = []
+    for k in knobs:
+        if k.kind == "bool":
+            decl, kind = f"--{k.flag}/--no-{k.flag}", None
+        else:
+            decl = f"--{k.flag}"
+            kind = {"int": click.IntRange(min=k.minimum, max=k.maximum), "float": click.FloatRange(min=k.minimum, max=k.maximum),
+                    "switch": click.Choice(["on", "off", "auto"])}.get(k.kind, str)  # fmt: skip
+        options.append(click.option(decl, k.name, type=kind, default=None, help=k.help_text))
+    return _apply(with_knobs, options)
 
 
 def profile_option(default: str | None = DEFAULT_PROFILE, lead: str = "", tail: str = ""):

@@ -6,6 +6,7 @@ import json
 import sys
 from contextlib import nullcontext
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -14,56 +15,27 @@ from gguf_exact.cli.app import main, message
 from gguf_exact.cli.console import say, say_fitted, warn
 from gguf_exact.cli.options import (
     draft_length_words,
+    knob_options,
     overrides_option,
     profile_line,
     profile_option,
-    server_bin_option,
+    settings_options,
     target_and_draft_options,
 )
 from gguf_exact.cli.rpc import rpc_plan_lines, show_worker
 from gguf_exact.constants import API_KEY_ENV
-from gguf_exact.engines.settings import (
-    DEFAULT_ENGINE,
-    DEFAULT_HOST,
-    DEFAULT_PORT,
-    ENGINES,
-    LOG_FILE,
-    RPC_ENGINE,
-    ServeSettings,
-)
+from gguf_exact.engines.settings import LOG_FILE, RPC_ENGINE, ServeSettings
+
+
+SERVE_SETTINGS = ("host", "port", "api_key", "insecure", "server_bin", "rpc", "engine", "logprobs", "vulkan_devices")
 
 
 @main.command()
 @target_and_draft_options(auto=True)
 @profile_option()
 @overrides_option
-@click.option(
-    "--host",
-    default=DEFAULT_HOST,
-    show_default=True,
-    help="The address to listen on. Anything but this machine's own (127.0.0.1, ::1, localhost), "
-    "such as 0.0.0.0 for a laptop on the same network, needs --api-key (or --insecure).",
-)
-@click.option("--port", default=DEFAULT_PORT, show_default=True, type=int)
-@click.option(
-    "--api-key",
-    envvar=API_KEY_ENV,
-    metavar="KEY",
-    help="Clients must send this key (OpenAI clients: api_key=KEY; curl: -H 'Authorization: Bearer KEY'); "
-    "without it every request but /health gets HTTP 401. Both engines. Prefer the environment variable "
-    "$GGUF_EXACT_API_KEY: the key is passed to the server in its environment and never written to "
-    "the run folder or its logs.",
-)
-@click.option(
-    "--insecure", is_flag=True, help="Serve a --host other machines can reach without an API key: anyone may use it."
-)
-@server_bin_option
-@click.option(
-    "--rpc",
-    metavar="HOST:PORT[,HOST:PORT...]",
-    help="Split the model over these RPC workers' devices and this machine's (`gguf-exact rpc-server` on each "
-    "worker; the profile's rpc key otherwise). llama-server only.",
-)
+@knob_options
+@settings_options(ServeSettings, *SERVE_SETTINGS)
 @click.option("--detach", is_flag=True, help="Run in the background (pid file and log in the run directory).")
 @click.option(
     "--dry-run",
@@ -75,46 +47,14 @@ from gguf_exact.engines.settings import (
 @click.option(
     "--no-probe", is_flag=True, help="Skip the short request that confirms draft-mtp is drafting after launch."
 )
-@click.option(
-    "--engine",
-    type=click.Choice(list(ENGINES)),
-    default=DEFAULT_ENGINE,
-    show_default=True,
-    help="llama-server (llama.cpp's draft-mtp), or python: llama-cpp-python's OpenAI-compatible server with the MTP drafter (same profile, same /metrics names).",
-)
-@click.option(
-    "--logprobs", is_flag=True, help="--engine python: keep every row's logits so requests may ask for logprobs."
-)
-@click.option(
-    "--vulkan-devices",
-    metavar="LIST",
-    help="The Vulkan devices the server may use, by index as `vulkaninfo --summary` numbers them (GPU0 is 0), "
-    "given to it as GGML_VK_VISIBLE_DEVICES: what makes a CPU-type device such as Mesa's lavapipe usable "
-    "(llama.cpp hides those). A GPU profile whose server sees no device of its backend is refused.",
-)
 @click.argument("extra", nargs=-1, type=click.UNPROCESSED, metavar="[-- LLAMA_SERVER_ARGS...]")
 def serve(
-    target: Path,
-    drafter: str | None,
-    no_draft: bool,
-    fetch_draft: bool,
-    models_dir: Path,
-    profile: str,
-    overrides: tuple[str, ...],
-    host: str,
-    port: int,
-    api_key: str | None,
-    insecure: bool,
-    server_bin: Path | None,
-    rpc: str | None,
     detach: bool,
     dry_run: bool,
     timeout: float,
     no_probe: bool,
-    engine: str,
-    logprobs: bool,
-    vulkan_devices: str | None,
     extra: tuple[str, ...],
+    **given: Any,
 ) -> None:
     """Serve a Gemma 4 target with its MTP drafter (draft-mtp) over HTTP.
 
@@ -141,25 +81,8 @@ def serve(
     from gguf_exact.engines.serve import plan_serve, start_planned, workers_gone
     from gguf_exact.errors import ServerError
 
-    settings = ServeSettings(
-        target=target,
-        drafter=drafter,
-        profile=profile,
-        overrides=overrides,
-        engine=engine,
-        host=host,
-        port=port,
-        api_key=api_key,
-        insecure=insecure,
-        logprobs=logprobs,
-        server_bin=server_bin,
-        extra_args=extra,
-        vulkan_devices=vulkan_devices,
-        rpc=(rpc,) if rpc else (),
-        no_draft=no_draft,
-        fetch_draft=fetch_draft,
-        models_dir=models_dir,
-    )
+    settings = ServeSettings(extra_args=extra, **given)
+    host, engine = settings.host, settings.engine
     plan = plan_serve(settings, dry_run=dry_run)
     launch, pair = plan.launch, plan.launch.pair
     for role, m in (("target", pair.target), ("drafter", pair.drafter)):
@@ -174,9 +97,8 @@ def serve(
         say(f"{'total':<8} {pair.target.weight_bytes + pair.drafter.weight_bytes:,} bytes of weights")
     say(profile_line(plan.profile, plan.choice))
     if pair.drafter is not None:  # llama-server's defaults where the profile says nothing: fixed, n-max 3
-        draft = plan.profile.draft
-        n_max, adaptive = int(draft.get("spec-draft-n-max", 3)), draft.get("spec-draft-adaptive") is True
-        say(f"draft    {draft_length_words(n_max, adaptive)}")
+        config = launch.settings.config
+        say(f"draft    {draft_length_words(config.n_max, config.adaptive)}")
     if plan.device is not None:
         soft = (
             " (a software device: its first requests compile the GPU pipelines, tens of seconds)"
@@ -225,7 +147,7 @@ def serve(
             say(f"draft-mtp {verdict.line}")
     if detach:
         key = f" (with {API_KEY_ENV} set)" if launch.api_key else ""
-        say(f"detached; `gguf-exact status --port {port}`{key} reports on it, `gguf-exact stop --port {port}` ends it")
+        say(f"detached; `gguf-exact status --port {settings.port}`{key} reports on it, `gguf-exact stop --port {settings.port}` ends it")
         return
     code = serve_foreground(launch, started.process)
     if gone := workers_gone(plan, code):

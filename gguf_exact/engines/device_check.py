@@ -43,9 +43,8 @@ def refuse_software_flash_attn(launch: Launch, device: devices.Device) -> None:
     dies with SIGSEGV inside ``libvulkan_lvp.so`` on the first request that runs llama.cpp's
     flash-attention shader (the target alone, ``-fa on`` or ``auto``; ``-fa off`` serves), so a
     profile that leaves it on would start, pass ``/health`` and die on its first request."""
-    server = launch.profile.server
-    value = next((server[k] for k in ("flash-attn", "fa") if k in server), "auto")  # llama.cpp's default: auto
-    if str(value).lower() not in ("off", "false", "0"):
+    value = launch.settings.config.flash_attn  # llama.cpp's default: auto
+    if value != "off":
         raise ServerError(
             f"flash-attn {value} on {device.line()}: this software device crashes (SIGSEGV in libvulkan_lvp.so) on the first request "
             "that runs llama.cpp's flash-attention shader; pass ",

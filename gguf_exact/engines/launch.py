@@ -43,9 +43,9 @@ from gguf_exact.engines.settings import (
 from gguf_exact.engines.status import server_label
 from gguf_exact.errors import ArgumentError, Param, ServerError
 from gguf_exact.pair.checks import ServePair, check_pair
-from gguf_exact.runtime.engine_options import engine_options
 from gguf_exact.runtime.profile_choice import resolve_profile
 from gguf_exact.runtime.profiles import Profile
+from gguf_exact.runtime.serving_config import ServingConfig, serving_config
 
 
 @dataclass(frozen=True)
@@ -123,10 +123,10 @@ def check_exposure(host: str, api_key: str | None, insecure: bool) -> None:
         )
 
 
-def _engine_checks(settings: ServeSettings, prof: Profile) -> ServeSettings:
+def _engine_checks(settings: ServeSettings, config: ServingConfig) -> ServeSettings:
     """What the engine allows of the settings; the Python engine's logprobs from the profile."""
     if settings.engine == llama_cpp_python.NAME:
-        if prof.server.get("rpc"):
+        if config.rpc:
             raise ArgumentError(
                 Param("engine"), " python runs on this machine's devices only: ", Param("rpc"),
                 " (RPC workers) is for llama-server",
@@ -136,7 +136,7 @@ def _engine_checks(settings: ServeSettings, prof: Profile) -> ServeSettings:
                 Param("engine"), " python runs in Python: ", Param("server_bin"), " and ", Param("extra_args"),
                 " do not apply",
             )  # fmt: skip
-        if not settings.logprobs and any(k == "logprobs" for k in prof.server):
+        if not settings.logprobs and config.logprobs:
             return replace(settings, logprobs=True)
     elif settings.logprobs:
         raise ArgumentError(
@@ -158,17 +158,18 @@ def plan_launch(settings: ServeSettings, *, check_port: bool = True, require_bui
     prof = prof.with_overrides(list(settings.overrides)) if settings.overrides else prof
     if settings.rpc:  # serve --rpc: over the profile's rpc key
         prof = prof.with_overrides([f"rpc={','.join(parse_endpoints(settings.rpc, Param('rpc')))}"])
-    elif prof.server.get("rpc"):
-        parse_endpoints(str(prof.server["rpc"]), f"profile {prof.name}: rpc")
+    config = serving_config(prof, with_draft=settings.drafter is not None)
+    if config.rpc and not settings.rpc:
+        parse_endpoints(config.rpc, f"profile {prof.name}: rpc")
     llama_server.check_extra_args(settings.extra_args)
     check_exposure(settings.host, settings.api_key, settings.insecure)
     if not 0 < int(settings.port) < 65536:
         raise ArgumentError(Param("port"), f" {settings.port}: expected 1-65535")
-    settings = _engine_checks(settings, prof)
+    settings = _engine_checks(settings, config)
     pair = check_pair(settings.target, settings.drafter, settings.checksums)
     options, ignored = None, ()
     if settings.engine == llama_cpp_python.NAME:  # the profile checked for this engine before anything starts
-        options, ignored = engine_options(prof, with_draft=pair.drafter is not None)
+        options, ignored = serving_config(prof, with_draft=pair.drafter is not None).engine_options()
     resolved = settings.with_pair(pair, prof, options, tuple(ignored))
     rdir = run_folder(resolved)
     note = None

@@ -78,7 +78,7 @@ def command(settings: ServeSettings, run_dir: Path, require_build: bool = True) 
         cmd += ["--model-draft", str(settings.drafter_path.resolve())]
     cmd += ["--host", settings.host, "--port", str(settings.port), "--metrics", "--log-file", str(run_dir / LOG_FILE)]
     cmd += llama_server_args()
-    cmd += prof.args(with_draft=settings.drafter_path is not None) + list(settings.extra_args)
+    cmd += settings.config.server_args() + list(settings.extra_args)
     return cmd, note
 
 

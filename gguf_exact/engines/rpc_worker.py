@@ -38,6 +38,7 @@ from gguf_exact.engines.settings import CONSOLE_FILE, RPC_ENGINE, WorkerSettings
 from gguf_exact.errors import ArgumentError, BuildError, Param, ServerError
 from gguf_exact.runtime.profile_choice import resolve_profile
 from gguf_exact.runtime.profiles import Profile
+from gguf_exact.runtime.serving_config import serving_config
 
 
 @dataclass(frozen=True)
@@ -91,8 +92,8 @@ def plan_worker(settings: WorkerSettings, check_port: bool = True) -> WorkerLaun
         raise ArgumentError(Param("port"), f" {settings.port}: expected 1-65535")
     given = settings.profile
     prof = given if isinstance(given, Profile) else resolve_profile(str(given))[0]
-    threads = settings.threads if settings.threads is not None else prof.server.get("threads")
-    if threads is not None and (isinstance(threads, bool) or int(threads) < 1):
+    threads = settings.threads if settings.threads is not None else serving_config(prof, with_draft=False).threads
+    if threads is not None and threads < 1:
         raise ArgumentError(Param("threads"), f" {threads}: expected a whole number of at least 1")
     cmd = [str(worker_binary(prof, settings.worker_bin)), "--host", settings.host, "--port", str(settings.port)]
     cmd += ["--threads", str(threads)] if threads is not None else []

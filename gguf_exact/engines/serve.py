@@ -30,7 +30,7 @@ from gguf_exact.engines.speculation import Verdict
 from gguf_exact.errors import GgufExactError
 from gguf_exact.runtime.device_plan import Device as SplitDevice
 from gguf_exact.runtime.device_plan import DevicePlan, plan_devices
-from gguf_exact.runtime.memory_plan import MemoryPlan, Settings, plan_memory
+from gguf_exact.runtime.memory_plan import MemoryPlan, plan_memory
 from gguf_exact.runtime.profile_choice import Choice, resolve_profile
 from gguf_exact.runtime.profiles import Profile
 
@@ -105,22 +105,23 @@ def plan_serve(settings: ServeSettings, dry_run: bool = False) -> ServePlan:
     pair = launch.pair
     device = require_device(launch) if not dry_run and launch.engine == "llama-server" else None
     # what the device refuses stays in RAM (a head over lavapipe's 128 MiB tensor limit)
-    memory = plan_memory(pair.target, pair.drafter, launch.profile, launch.engine, tensor_limit=tensor_limit(device))
+    config = launch.settings.config
+    memory_settings = config.memory_settings(launch.engine)
+    memory = plan_memory(pair.target, pair.drafter, memory_settings, tensor_limit=tensor_limit(device))
     software = device is not None and is_software(device)
     if software:
         refuse_software_flash_attn(launch, device)  # type: ignore[arg-type]
-    rpc = launch.profile.server.get("rpc")
-    if not rpc:
+    if not config.rpc:
         warning = memory.warning(*card_memory(launch.profile, choice, device))
         return ServePlan(launch, choice, found, memory, warning, dry_run, device, software)
-    endpoints, runs = parse_endpoints(str(rpc)), launch.run_dir.parent  # a worker of this machine: in the same run root
+    endpoints, runs = parse_endpoints(config.rpc), launch.run_dir.parent  # a worker of this machine: in the same run root
     workers = (
         [check_worker(e, runs) for e in endpoints]
         if dry_run
         else require_workers(endpoints, check=worker_checker(runs))
     )
     devices = plan_over_devices(launch, workers, choice)
-    if pair.drafter is not None and "spec-draft-device" not in launch.profile.draft:
+    if pair.drafter is not None and config.draft_device is None:
         placed = f"draft.spec-draft-device={devices.draft_device}"  # where the plan put it, on the command line
         launch = plan_launch(
             replace(launch.settings, overrides=launch.settings.overrides + (placed,)),
@@ -143,10 +144,10 @@ def plan_over_devices(launch: Launch, workers: list[WorkerReport], choice: Choic
         card, _ = card_memory(prof, choice)
         local = card * 2**20 if card else None
         devices.append(SplitDevice(("Vulkan0" if prof.build == "vulkan" else "CUDA0"), "local", local, local))
-    settings = Settings.from_profile(prof, with_draft=launch.pair.drafter is not None, engine=launch.engine)
+    config = launch.settings.config
     return plan_devices(
-        launch.pair.target, launch.pair.drafter, settings, devices,
-        prof.server.get("tensor-split", prof.server.get("ts")), prof.draft.get("spec-draft-device"),
+        launch.pair.target, launch.pair.drafter, config.memory_settings(launch.engine), devices,
+        config.tensor_split, config.draft_device,
     )  # fmt: skip
 
 

@@ -18,11 +18,13 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from gguf_exact.constants import API_KEY_ENV
 from gguf_exact.errors import ServerError
 from gguf_exact.pair.checks import ModelFile, ServePair
 from gguf_exact.runtime.engine_options import EngineOptions
 from gguf_exact.runtime.profile_choice import AUTO
 from gguf_exact.runtime.profiles import Profile
+from gguf_exact.runtime.serving_config import ServingConfig, serving_config
 
 # Every serving default, written once.
 DEFAULT_HOST = "127.0.0.1"
@@ -54,6 +56,15 @@ RPC_ENGINE = "rpc-server"
 DEFAULT_RPC_PORT = 50052  # rpc-server's own default
 
 
+def option(default: Any, help: str, **cli: Any) -> Any:
+    """A field ``serve`` offers as an option of its own, generated from this declaration
+    (:func:`gguf_exact.cli.options.settings_options`): its default, help text, and
+    ``choices``/``metavar``/``envvar`` where it has them; ``secret``: kept out of repr and
+    comparisons (an API key)."""
+    secret = cli.pop("secret", False)
+    return field(default=default, repr=not secret, compare=not secret, metadata={"help": help, **cli})
+
+
 @dataclass(frozen=True)
 class ServeSettings:
     """Everything a served model is started with: what was asked for and, once
@@ -71,16 +82,34 @@ class ServeSettings:
     drafter: str | Path | ModelFile | None = None
     profile: str | Path | Profile = DEFAULT_PROFILE
     overrides: tuple[str, ...] = ()
-    engine: str = DEFAULT_ENGINE
-    host: str = DEFAULT_HOST
-    port: int = DEFAULT_PORT
-    api_key: str | None = field(default=None, repr=False, compare=False)
-    insecure: bool = False  # serve a host other machines reach without a key
-    logprobs: bool = False  # the Python engine keeps every row's logits
-    server_bin: str | Path | None = None  # llama-server: this executable instead of the cached build
+    engine: str = option(
+        DEFAULT_ENGINE, "llama-server (llama.cpp's draft-mtp), or python: llama-cpp-python's OpenAI-compatible server "
+        "with the MTP drafter (same profile, same /metrics names).", choices=ENGINES,
+    )  # fmt: skip
+    host: str = option(
+        DEFAULT_HOST, "The address to listen on. Anything but this machine's own (127.0.0.1, ::1, localhost), "
+        "such as 0.0.0.0 for a laptop on the same network, needs --api-key (or --insecure).",
+    )  # fmt: skip
+    port: int = option(DEFAULT_PORT, "The port to listen on.")
+    api_key: str | None = option(
+        None, "Clients must send this key (OpenAI clients: api_key=KEY; curl: -H 'Authorization: Bearer KEY'); "
+        "without it every request but /health gets HTTP 401. Both engines. Prefer the environment variable "
+        "$GGUF_EXACT_API_KEY: the key is passed to the server in its environment and never written to "
+        "the run folder or its logs.", envvar=API_KEY_ENV, metavar="KEY", secret=True,
+    )  # fmt: skip
+    insecure: bool = option(False, "Serve a --host other machines can reach without an API key: anyone may use it.")
+    logprobs: bool = option(False, "--engine python: keep every row's logits so requests may ask for logprobs.")
+    server_bin: str | Path | None = option(None, "A llama-server to run instead of the cached build.")
     extra_args: tuple[str, ...] = ()  # llama-server: arguments after the profile's
-    vulkan_devices: str | None = None  # GGML_VK_VISIBLE_DEVICES for the server ("0"; lavapipe needs it)
-    rpc: tuple[str, ...] = ()  # llama-server: RPC workers (HOST:PORT), over the profile's rpc key
+    vulkan_devices: str | None = option(
+        None, "The Vulkan devices the server may use, by index as `vulkaninfo --summary` numbers them (GPU0 is 0), "
+        "given to it as GGML_VK_VISIBLE_DEVICES: what makes a CPU-type device such as Mesa's lavapipe usable "
+        "(llama.cpp hides those). A GPU profile whose server sees no device of its backend is refused.", metavar="LIST",
+    )  # fmt: skip
+    rpc: tuple[str, ...] = option(
+        (), "Split the model over these RPC workers' devices and this machine's (`gguf-exact rpc-server` on each "
+        "worker; the profile's rpc key otherwise). llama-server only.", metavar="HOST:PORT[,HOST:PORT...]",
+    )  # fmt: skip
     no_draft: bool = False  # plan_serve: the target alone, no lookup
     fetch_draft: bool = False  # plan_serve: fetch the recipe's drafter when none is found
     models_dir: str | Path = DEFAULT_MODELS_DIR  # plan_serve: where fetched drafters are placed and looked for
@@ -106,6 +135,11 @@ class ServeSettings:
         if not isinstance(self.profile, Profile):
             raise ServerError(f"serve settings: profile {self.profile!r} is not loaded yet; plan_launch loads it")
         return self.profile
+
+    @property
+    def config(self) -> ServingConfig:
+        """The profile's options parsed for this pair (resolved settings only)."""
+        return serving_config(self.loaded_profile, with_draft=self.drafter is not None)
 
     @property
     def target_path(self) -> Path:
@@ -144,16 +178,7 @@ class ServeSettings:
             "target": str(self.target_path.resolve()),
             "drafter": str(self.drafter_path.resolve()) if self.drafter_path else None,
             "pair_checked": self.pair_checked,
-            "profile": {
-                "name": prof.name,
-                "path": str(prof.path) if prof.path else None,
-                "description": prof.description,
-                "build": prof.build,
-                "server": prof.server,
-                "draft": prof.draft,
-                "cards": list(prof.cards),
-                "memory_mib": prof.memory_mib,
-            },
+            "profile": prof.as_json(),
             "overrides": list(self.overrides),
             "rpc": list(self.rpc),
             "logprobs": self.logprobs,
@@ -167,17 +192,7 @@ class ServeSettings:
     @classmethod
     def from_json(cls, data: dict[str, Any], api_key: str | None = None) -> ServeSettings:
         """Settings as :meth:`as_json` wrote them (the profile rebuilt from its tables, not read again)."""
-        p = data["profile"]
-        profile = Profile(
-            name=p["name"],
-            path=Path(p["path"]) if p.get("path") else None,
-            description=p.get("description", ""),
-            build=p["build"],
-            server=dict(p["server"]),
-            draft=dict(p["draft"]),
-            cards=tuple(p.get("cards", ())),
-            memory_mib=p.get("memory_mib"),
-        )
+        profile = Profile.from_json(data["profile"])
         options = data.get("engine_options")
         return cls(
             target=Path(data["target"]),

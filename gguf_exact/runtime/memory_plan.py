@@ -40,6 +40,7 @@ from gguf_exact.errors import ArgumentError, InputError, Message, Param
 from gguf_exact.formats.gguf_layout import TensorEntry
 from gguf_exact.formats.gguf_layout import row_bytes as gguf_row_bytes
 from gguf_exact.pair.geometry import Geometry
+from gguf_exact.runtime.knobs import KV_CACHE_TYPES
 from gguf_exact.runtime.compute_estimate import compute_estimate, host_compute_estimate
 from gguf_exact.runtime.weight_placement import (
     cpu_weight_buffers,
@@ -52,7 +53,6 @@ from gguf_exact.runtime.weight_placement import (
 
 MIB = 1024 * 1024
 KV_PAD = 256  # llama.cpp pads n_ctx and the SWA cache to 256 cells
-KV_CACHE_TYPES = ("f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "iq4_nl", "q5_0", "q5_1")  # common/arg.cpp
 
 
 def pad(n: int, to: int = KV_PAD) -> int:
@@ -68,7 +68,9 @@ def row_bytes(type_name: str, n: int) -> int:
 
 @dataclass(frozen=True)
 class Settings:
-    """The llama-server options memory depends on, resolved as llama.cpp resolves them."""
+    """The llama-server options memory depends on, resolved as llama.cpp resolves them
+    (:meth:`~.serving_config.ServingConfig.memory_settings` makes them from a profile, as
+    either engine applies it)."""
 
     n_ctx: int = 0  # --ctx-size; 0: the model's context_length
     n_parallel: int = -1  # --parallel; -1: auto (4 slots, unified cache)
@@ -84,76 +86,6 @@ class Settings:
     kv_offload: bool = True
     n_draft_max: int = 3  # --spec-draft-n-max
     gpu: bool = False  # a GPU build (the profile's build is not cpu)
-
-    @classmethod
-    def from_profile(cls, profile, with_draft: bool, engine: str = "llama-server") -> Settings:
-        """From a :class:`~gguf_exact.runtime.profiles.Profile`'s [server] (and [draft]) values,
-        as ``engine`` applies them: llama-server, or ``python`` (``serve --engine python``,
-        :func:`gguf_exact.runtime.engine_options.engine_options`), which serves one sequence,
-        keeps the whole sliding-window cache (``swa_full``: a rolled-back draft must not
-        have lost cells), batches 512 tokens, and runs 4096 tokens of context and no GPU
-        layers unless the profile says otherwise."""
-        s = cls._from_profile(profile, with_draft)
-        if engine != "python":
-            return s
-        opts = dict(profile.server) | (dict(profile.draft) if with_draft else {})
-        given = lambda *names: any(n in opts and opts[n] is not False for n in names)  # noqa: E731
-        ngl = s.n_gpu_layers if given("n-gpu-layers", "ngl", "gpu-layers") else 0
-        ngld = s.n_gpu_layers_draft if given("n-gpu-layers-draft", "ngld", "gpu-layers-draft") else ngl
-        return replace(
-            s,
-            n_ctx=s.n_ctx or 4096,
-            n_parallel=1,
-            kv_unified=False,
-            n_batch=s.n_batch if given("batch-size", "b") else 512,
-            flash_attn="off" if s.flash_attn == "off" else "on",
-            swa_full=True,
-            n_gpu_layers=-2 if ngl < 0 else ngl,
-            n_gpu_layers_draft=-2 if ngld < 0 else ngld,
-            n_draft_max=int(opts.get("spec-draft-n-max", opts.get("draft-max", 2))) if with_draft else 0,
-        )
-
-    @classmethod
-    def _from_profile(cls, profile, with_draft: bool) -> Settings:
-        opts = dict(profile.server) | (dict(profile.draft) if with_draft else {})
-
-        def get(*names, default=None):
-            for n in names:
-                if n in opts and opts[n] is not False:
-                    return opts[n]
-            return default
-
-        def layers(value) -> int:
-            text = str(value)
-            if text == "auto":
-                return -1
-            if text == "all":
-                return -2
-            try:
-                return int(text)
-            except ValueError:
-                raise InputError(
-                    f"profile {profile.name}: GPU layers {value!r}: expected a number, auto or all"
-                ) from None
-
-        fa = get("flash-attn", "fa", default="auto")
-        fa = {True: "on", "1": "on", "0": "off"}.get(fa, str(fa))
-        return cls(
-            n_ctx=int(get("ctx-size", "c", default=0)),
-            n_parallel=int(get("parallel", "np", default=-1)),
-            kv_unified=bool(get("kv-unified", "kvu", default=False)),
-            n_batch=int(get("batch-size", "b", default=2048)),
-            n_ubatch=int(get("ubatch-size", "ub", default=512)),
-            type_k=str(get("cache-type-k", "ctk", default="f16")),
-            type_v=str(get("cache-type-v", "ctv", default="f16")),
-            flash_attn=fa,
-            swa_full=bool(get("swa-full", default=False)),
-            n_gpu_layers=layers(get("n-gpu-layers", "ngl", "gpu-layers", default="auto")),
-            n_gpu_layers_draft=layers(get("n-gpu-layers-draft", "ngld", "gpu-layers-draft", default="auto")),
-            kv_offload=not bool(get("no-kv-offload", "nkvo", default=False)),
-            n_draft_max=int(get("spec-draft-n-max", default=3)) if with_draft else 0,
-            gpu=profile.build != "cpu",
-        )
 
     @property
     def n_seq(self) -> int:
@@ -291,11 +223,9 @@ def mib(n: int) -> str:
     return f"{n / MIB:,.2f} MiB"
 
 
-def plan_memory(
-    target, drafter, profile, engine: str = "llama-server", cpu=None, tensor_limit: int | None = None
-) -> MemoryPlan:
-    """The memory plan for serving ``target`` (and ``drafter``) with ``profile`` on
-    ``engine`` (``llama-server`` or ``python``: see :meth:`Settings.from_profile`).
+def plan_memory(target, drafter, s: Settings, cpu=None, tensor_limit: int | None = None) -> MemoryPlan:
+    """The memory plan for serving ``target`` (and ``drafter``) with settings ``s``
+    (:meth:`~.serving_config.ServingConfig.memory_settings`: a profile as an engine applies it).
     ``target`` and ``drafter``: paths, or :class:`~gguf_exact.pair.checks.ModelFile`
     as read before (the header is not read again). ``cpu`` (a
     :class:`~gguf_exact.builds.cpu_features.CpuTarget`, default this machine's) says which
@@ -304,7 +234,6 @@ def plan_memory(
     weight stays in host memory (:func:`~.weight_placement.refused`)."""
     from gguf_exact.pair.checks import read_model
 
-    s = Settings.from_profile(profile, with_draft=drafter is not None, engine=engine)
     if cpu is None:
         from gguf_exact.builds.cpu_features import host_cpu
 

@@ -7,6 +7,10 @@ when a drafter is given. ``true`` is a bare flag, ``false`` leaves the flag out.
 A GPU profile also says which cards it is for: ``cards`` (parts of the name
 ``nvidia-smi`` prints) and ``memory_mib`` (the card's memory), read by ``--profile
 auto`` (:mod:`.profile_choice`) and by the memory plan's warning.
+
+A profile is the file's form; what its options mean is :mod:`.knobs` (each value checked
+against its knob as the file is read) and :mod:`.serving_config` (the only reader of its
+tables, rendering them for llama-server, the Python engine and the memory plan).
 """
 
 import difflib
@@ -26,9 +30,9 @@ from gguf_exact.constants import PROFILES_ENV, env_path
 from gguf_exact.errors import ArgumentError, InputError, Message, Param
 from gguf_exact.formats.bounded_json import read_side_file
 from gguf_exact.resources import shipped_dir, user_config_dir
+from gguf_exact.runtime.knobs import BY_KEY, Value
 
 PROFILE_DIR = shipped_dir("serve")  # the project's serve/ (a wheel carries a copy)
-Value = str | int | float | bool
 
 # Options that gguf-exact sets itself, from its own arguments: what to use instead.
 _API_KEY = Message(Param("api_key"), " or $GGUF_EXACT_API_KEY (kept out of the run folder)")
@@ -53,42 +57,22 @@ RESERVED: dict[str, Message] = {
     "grammar-max-bytes": _GUARD,
 }
 _KEY = re.compile(r"[a-z0-9][a-z0-9-]*")
-# Options whose value is a count: the memory plan and the engines read them as numbers, so a
-# word there (ctx-size=abc) is refused where it is given, not met later as a traceback.
-WHOLE_NUMBERS = frozenset({
-    "ctx-size", "c", "parallel", "np", "batch-size", "b", "ubatch-size", "ub", "threads", "t",
-    "threads-batch", "tb", "spec-draft-n-max", "spec-draft-n-min", "keep", "n-predict", "n",
-})  # fmt: skip
-
-
 @dataclass(frozen=True)
 class Profile:
     name: str
     path: Path | None
     description: str = ""
     build: str = "cpu"
-    server: dict[str, Value] = field(default_factory=dict)
-    draft: dict[str, Value] = field(default_factory=dict)
+    server_table: dict[str, Value] = field(default_factory=dict)  # [server]: read by serving_config only
+    draft_table: dict[str, Value] = field(default_factory=dict)  # [draft]: read by serving_config only
     cards: tuple[str, ...] = ()  # parts of nvidia-smi's GPU name this profile is for
     memory_mib: int | None = None  # the card's memory
 
-    def args(self, with_draft: bool) -> list[str]:
-        """llama-server arguments, in file order: [server], then [draft] if ``with_draft``."""
-        out: list[str] = []
-        tables = [self.server] + ([self.draft] if with_draft else [])
-        for table in tables:
-            for key, value in table.items():
-                if value is False:
-                    continue
-                out.append(f"--{key}")
-                if value is not True:
-                    out.append(str(value))
-        return out
-
     def with_overrides(self, pairs: list[str] | tuple[str, ...]) -> "Profile":
-        """Apply ``KEY=VALUE`` pairs: a key goes to the table that already has it,
-        ``draft.KEY`` to [draft], anything else to [server]; ``build=...`` sets the build."""
-        server, draft, build = dict(self.server), dict(self.draft), self.build
+        """Apply ``KEY=VALUE`` pairs: a key (in any of its spellings, ``c`` for ``ctx-size``)
+        replaces the value of the table that already has it, ``draft.KEY`` and a drafting knob go
+        to [draft], anything else to [server]; ``build=...`` sets the build."""
+        server, draft, build = dict(self.server_table), dict(self.draft_table), self.build
         for pair in pairs:
             key, sep, raw = pair.partition("=")
             key = key.strip().removeprefix("--")
@@ -102,10 +86,32 @@ class Profile:
             if key == "build":
                 build = raw.strip()
                 continue
-            table = draft if key.startswith("draft.") or (key in draft and key not in server) else server
-            key = key.removeprefix("draft.")
+            explicit, key = key.startswith("draft."), key.removeprefix("draft.")
+            knob = BY_KEY.get(key)
+            spellings = knob.keys if knob else (key,)  # ctx-size and c are one option: the new value replaces both
+            in_draft = any(k in draft for k in spellings) and not any(k in server for k in spellings)
+            table = draft if explicit or in_draft or (knob is not None and knob.draft and not any(k in server for k in spellings)) else server
+            for k in spellings:
+                server.pop(k, None), draft.pop(k, None)
             table[key] = parse_value(raw)
-        return _checked(replace(self, build=build, server=server, draft=draft), Param("overrides"))
+        return _checked(replace(self, build=build, server_table=server, draft_table=draft), Param("overrides"))
+
+    def as_json(self) -> dict:
+        """The profile as JSON (the run folder's settings.json): :meth:`from_json` rebuilds it."""
+        return {
+            "name": self.name, "path": str(self.path) if self.path else None, "description": self.description,
+            "build": self.build, "server": self.server_table, "draft": self.draft_table,
+            "cards": list(self.cards), "memory_mib": self.memory_mib,
+        }  # fmt: skip
+
+    @classmethod
+    def from_json(cls, p: dict) -> "Profile":
+        """The profile :meth:`as_json` wrote (not read from its file again)."""
+        return cls(
+            name=p["name"], path=Path(p["path"]) if p.get("path") else None, description=p.get("description", ""),
+            build=p["build"], server_table=dict(p["server"]), draft_table=dict(p["draft"]),
+            cards=tuple(p.get("cards", ())), memory_mib=p.get("memory_mib"),
+        )  # fmt: skip
 
 
 def parse_value(raw: str) -> Value:
@@ -123,7 +129,7 @@ def parse_value(raw: str) -> Value:
 
 def _checked(profile: Profile, where: str | Param) -> Profile:
     """``where``: the profile's file, or the parameter that gave the overrides."""
-    for table_name, table in (("server", profile.server), ("draft", profile.draft)):
+    for table_name, table in (("server", profile.server_table), ("draft", profile.draft_table)):
         for key, value in table.items():
             if not _KEY.fullmatch(key):
                 raise InputError(
@@ -138,8 +144,8 @@ def _checked(profile: Profile, where: str | Param) -> Profile:
                 raise InputError(
                     where, f": [{table_name}] {key} = {value!r}: values must be strings, numbers or true/false"
                 )
-            if key in WHOLE_NUMBERS and (isinstance(value, bool) or not isinstance(value, int)):
-                raise InputError(where, f": [{table_name}] {key} = {value!r}: expected a whole number")
+            if key in BY_KEY and value is not False:  # false leaves the option out
+                BY_KEY[key].parse(key, value, where)  # its kind and bounds (runtime/knobs.py)
             refuse_no_mmap(key, value, where)
     if not BACKEND.fullmatch(profile.build):
         raise InputError(where, f": build = {profile.build!r}: expected 'cpu', 'vulkan' or 'cudaNN' (cuda75, cuda86)")
@@ -240,8 +246,8 @@ def load_profile(name_or_path: str | Path) -> Profile:
         path=path,
         description=str(data.get("description", "")),
         build=str(data.get("build", "cpu")),
-        server=dict(data.get("server", {})),
-        draft=dict(data.get("draft", {})),
+        server_table=dict(data.get("server", {})),
+        draft_table=dict(data.get("draft", {})),
         cards=tuple(cards),
         memory_mib=memory,
     )

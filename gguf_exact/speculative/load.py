@@ -13,7 +13,8 @@ from typing import Any, Sequence
 
 import llama_cpp
 
-from gguf_exact.runtime.engine_options import NO_PROFILE, EngineOptions, engine_options
+from gguf_exact.runtime.engine_options import NO_PROFILE, EngineOptions
+from gguf_exact.runtime.serving_config import serving_config
 from gguf_exact.speculative.engine import MtpLlama
 from gguf_exact.speculative.warmup import time_verification_passes
 
@@ -104,7 +105,7 @@ def load_with_drafter(
         prof = profile if isinstance(profile, Profile) else resolve_profile(str(profile or AUTO))[0]
         if overrides:
             prof = prof.with_overrides(list(overrides))
-        opts, _ = engine_options(prof, with_draft=drafter is not None)
+        opts, _ = serving_config(prof, with_draft=drafter is not None).engine_options()
     if n_max is not None:
         opts = replace(opts, n_max=n_max)
     if adaptive is not None:
