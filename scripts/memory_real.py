@@ -44,7 +44,7 @@ def cpu_profile_like(name: str, threads: int):
 def measure(folder: Path, name: str, threads: int) -> dict:
     target, drafter = folder / "target.gguf", folder / "drafter.gguf"
     profile = cpu_profile_like(name, threads)
-    plan = plan_memory(target, drafter, serving_config(profile, drafter is not None).memory_settings())
+    plan = plan_memory(target, drafter, serving_config(profile, drafter is not None).memory_inputs())
     with tempfile.TemporaryDirectory(prefix="memory-real-") as run:
         os.environ["GGUF_EXACT_RUN_DIR"] = run
         launch = plan_launch(ServeSettings(target, drafter, profile, port=free_port()))

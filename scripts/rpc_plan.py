@@ -42,7 +42,7 @@ def main() -> int:
         target = read_model(write_full_size_target(Path(tmp) / "target.gguf", args.size), "target")
         drafter = read_model(write_full_size_drafter(Path(tmp) / "drafter.gguf", args.size, Path(tmp) / "target.gguf"), "drafter")
         config = serving_config(profile, True)
-        s = config.memory_settings()
+        s = config.memory_inputs()
         plan = plan_devices(target, drafter, s, devices, config.tensor_split, config.draft_device)
     print(f"{args.size} target {target.weight_bytes / MIB:,.0f} MiB + drafter {drafter.weight_bytes / MIB:,.0f} MiB of weights; "
           f"profile {profile.name}, context {s.context(target.geometry())[0]:,}, layers split by {plan.split_from}:")

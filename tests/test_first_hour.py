@@ -247,13 +247,13 @@ def test_memory_plan_of_the_python_engine(tmp_path):
     t = write_full_size_target(tmp_path / "E2B.gguf")
     d = write_full_size_drafter(tmp_path / "E2B-drafter.gguf", "E2B", t)
     rtx = load_profile("rtx3050")
-    server = plan_memory(t, d, serving_config(rtx, True).memory_settings())
-    python = plan_memory(t, d, serving_config(rtx, True).memory_settings("python"))
+    server = plan_memory(t, d, serving_config(rtx, True).memory_inputs())
+    python = plan_memory(t, d, serving_config(rtx, True).memory_inputs("python"))
     kv = {p: next(i for i in plan.items if i.what == "KV cache") for p, plan in (("s", server), ("p", python))}
     assert kv["s"].device_bytes == 60 << 20 and kv["p"].device_bytes == 144 << 20
     assert kv["p"].note == "context 8,192: non-SWA 8,192 cells x 3 layers, SWA 8,192 cells x 12 layers"
     # the same caches llama-server would make with the python engine's settings
-    same = plan_memory(t, d, serving_config(rtx.with_overrides(["swa-full=true", "parallel=1", "batch-size=512"]), True).memory_settings())
+    same = plan_memory(t, d, serving_config(rtx.with_overrides(["swa-full=true", "parallel=1", "batch-size=512"]), True).memory_inputs())
     assert [c.bytes for c in same.kv] == [c.bytes for c in python.kv]
     # what serve prints for each engine
     base = ["serve", "--model", t, "--draft", d, "--profile", "rtx3050", "--dry-run"]

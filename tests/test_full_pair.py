@@ -248,7 +248,7 @@ def test_memory_plan_equals_llama_server_log_at_real_shape(pair, tmp_path, monke
     p = pair[0]
     monkeypatch.setenv("GGUF_EXACT_RUN_DIR", str(tmp_path / "run"))
     profile = load_profile("cpu").with_overrides(["threads=2", "no-warmup=true", "log-verbosity=4"])
-    plan = plan_memory(p.target, p.drafter, serving_config(profile, p.drafter is not None).memory_settings())
+    plan = plan_memory(p.target, p.drafter, serving_config(profile, p.drafter is not None).memory_inputs())
     launch = plan_launch(ServeSettings(p.target, p.drafter, profile, port=free_port()))
     start_server(launch, detach=True, timeout=300)
     try:

@@ -21,7 +21,7 @@ from gguf_exact.formats.gguf_reader import open_gguf
 from gguf_exact.runtime.memory_plan import (
     MIB,
     Geometry,
-    Settings,
+    MemoryInputs,
     compute_estimate,
     host_compute_estimate,
     kv_caches,
@@ -57,30 +57,30 @@ def full(tmp_path_factory) -> dict[str, Path]:
 def test_tiny_target_kv_bytes(tmp_path):
     # tiny target: 5 layers (4 sliding + 1 full), 1 KV head, head dims 128 (full) and 64 (sliding), window 64
     g = geometry(write_tiny_target(tmp_path / "t.gguf"))
-    s = Settings(n_ctx=512, n_parallel=1, n_batch=64, n_ubatch=64)
+    s = MemoryInputs(n_ctx=512, n_parallel=1, n_batch=64, n_ubatch=64)
     base, swa = kv_caches(g, s)
     assert (base.cells, base.layers, base.k_bytes, base.v_bytes) == (512, 1, 512 * 128 * F16, 512 * 128 * F16)
     # SWA cells: pad256(min(512, 64 * 1 + 64)) = 256
     assert (swa.cells, swa.layers, swa.k_bytes, swa.v_bytes) == (256, 4, 4 * 256 * 64 * F16, 4 * 256 * 64 * F16)
     # flash attention off: V is stored transposed and every layer's V row is the widest (128)
-    off = kv_caches(g, Settings(n_ctx=512, n_parallel=1, n_batch=64, n_ubatch=64, flash_attn="off"))
+    off = kv_caches(g, MemoryInputs(n_ctx=512, n_parallel=1, n_batch=64, n_ubatch=64, flash_attn="off"))
     assert [c.v_bytes for c in off] == [512 * 128 * F16, 4 * 256 * 128 * F16]
     # three slots, not unified: 512 / 3 -> 171 -> padded 256 cells per slot, 3 streams; n_ctx 768
-    three = kv_caches(g, Settings(n_ctx=512, n_parallel=3, n_batch=64, n_ubatch=64))
+    three = kv_caches(g, MemoryInputs(n_ctx=512, n_parallel=3, n_batch=64, n_ubatch=64))
     assert [(c.cells, c.streams, c.bytes) for c in three] == [
         (256, 3, 2 * 256 * 3 * 128 * F16),
         (256, 3, 2 * 4 * 256 * 3 * 64 * F16),
     ]
     # auto slots (llama-server's default): 4 sequences in one unified cache; SWA: min(512, 64 * 4 + 64) -> 512
-    auto = kv_caches(g, Settings(n_ctx=512, n_batch=64, n_ubatch=64))
+    auto = kv_caches(g, MemoryInputs(n_ctx=512, n_batch=64, n_ubatch=64))
     assert [(c.cells, c.streams) for c in auto] == [(512, 1), (512, 1)]
     # q8_0 keys: 34 bytes per 32 values
-    q8 = kv_caches(g, Settings(n_ctx=512, n_parallel=1, n_batch=64, n_ubatch=64, type_k="q8_0"))
+    q8 = kv_caches(g, MemoryInputs(n_ctx=512, n_parallel=1, n_batch=64, n_ubatch=64, type_k="q8_0"))
     assert q8[0].k_bytes == 512 * 128 // 32 * 34
 
 
 def test_real_e2b_and_e4b_kv_bytes(full):
-    rtx = serving_config(load_profile("rtx3050"), True).memory_settings()  # ctx 8192, one slot, ubatch 512, FA on
+    rtx = serving_config(load_profile("rtx3050"), True).memory_inputs()  # ctx 8192, one slot, ubatch 512, FA on
     e2b = kv_caches(geometry(full["E2B"]), rtx)
     # E2B: 35 layers, the last 20 share KV: 15 with a cache, full attention at 4, 9, 14; one KV head;
     # K/V rows 512 wide (full) and 256 (sliding); SWA cells pad256(min(8192, 512 + 512)) = 1024
@@ -103,7 +103,7 @@ def test_real_e2b_and_e4b_kv_bytes(full):
 def test_structural_kv_bytes(tmp_path):
     """Every size's structure at tiny widths (head dims / 8: 32 sliding, 64 full), context 4096,
     ubatch 512, one slot, flash attention on, as the cpu profile runs them."""
-    s = serving_config(load_profile("cpu").with_overrides(["ctx-size=4096"]), True).memory_settings()
+    s = serving_config(load_profile("cpu").with_overrides(["ctx-size=4096"]), True).memory_inputs()
     e2b = kv_caches(geometry(write_structural_pair(tmp_path / "E2B", "E2B").target), s)
     # 35 layers, 20 KV-shared: full at 4, 9, 14; one KV head; window 512: pad256(512 + 512) cells
     assert [(c.cells, c.layers, c.bytes) for c in e2b] == [
@@ -121,7 +121,7 @@ def test_structural_kv_bytes(tmp_path):
     assert a4b.swa == tuple((i + 1) % 6 != 0 for i in range(30))
     # flash attention off: the full layers' V rows padded to the sliding layers' 8 x 32 = 256
     off = kv_caches(
-        a4b, serving_config(load_profile("cpu").with_overrides(["ctx-size=4096", "flash-attn=off"]), True).memory_settings()
+        a4b, serving_config(load_profile("cpu").with_overrides(["ctx-size=4096", "flash-attn=off"]), True).memory_inputs()
     )
     assert [c.v_bytes for c in off] == [4096 * 5 * 256 * F16, 1536 * 25 * 256 * F16]
 
@@ -170,7 +170,7 @@ def test_weight_split_keeps_what_the_device_refuses_in_ram(full):
 
 
 def test_plan_lines_and_warning(full):
-    plan = plan_memory(full["E2B"], full["E2B-drafter"], serving_config(load_profile("rtx3050"), True).memory_settings())
+    plan = plan_memory(full["E2B"], full["E2B-drafter"], serving_config(load_profile("rtx3050"), True).memory_inputs())
     assert plan.gpu and [i.what for i in plan.items] == [
         "target weights",
         "KV cache",
@@ -186,7 +186,7 @@ def test_plan_lines_and_warning(full):
     # E4B at its whole trained context (131072) on a 4 GB card: 2 GiB of full-attention cache alone
     big = plan_memory(
         full["E4B"], full["E4B-drafter"],
-        serving_config(load_profile("gtx1650ti").with_overrides(["ctx-size=131072"]), True).memory_settings(),
+        serving_config(load_profile("gtx1650ti").with_overrides(["ctx-size=131072"]), True).memory_inputs(),
     )
     assert next(i for i in big.items if i.what == "KV cache").device_bytes == (
         4 * 131072 * 1024 * F16 * 2 + 20 * 1024 * 512 * F16 * 2
@@ -195,7 +195,7 @@ def test_plan_lines_and_warning(full):
     assert line is not None and "the GTX 1650 Ti has 4,096 MiB" in line and "ctx-size" in line
     assert big.warning(big.device_bytes // MIB + 1) is None
     # a CPU plan is all RAM and never warns about a card
-    cpu = plan_memory(full["E2B"], None, serving_config(load_profile("cpu"), False).memory_settings())
+    cpu = plan_memory(full["E2B"], None, serving_config(load_profile("cpu"), False).memory_inputs())
     assert cpu.device_bytes == 0 and cpu.warning(1) is None
 
 
@@ -255,7 +255,7 @@ def test_kv_estimate_equals_llama_server_log(pairs, name, extra, tmp_path, monke
     monkeypatch.setenv("GGUF_EXACT_RUN_DIR", str(tmp_path / "run"))
     target, drafter = pairs[name]
     profile = load_profile("cpu").with_overrides(SETTINGS + extra)
-    plan = plan_memory(target, drafter, serving_config(profile, drafter is not None).memory_settings())
+    plan = plan_memory(target, drafter, serving_config(profile, drafter is not None).memory_inputs())
     launch = plan_launch(ServeSettings(target, drafter, profile, port=free_port()))
     start_server(launch, detach=True, timeout=120)
     try:
@@ -277,7 +277,7 @@ def test_kv_estimate_equals_llama_server_log(pairs, name, extra, tmp_path, monke
 
 def test_compute_estimate_formula(full):
     """The estimate's terms for E2B at 8k on the RTX 3050 profile (ubatch 512, flash attention)."""
-    s = serving_config(load_profile("rtx3050"), True).memory_settings()
+    s = serving_config(load_profile("rtx3050"), True).memory_inputs()
     g = geometry(full["E2B"])
     t = 512
     masks = 4 * t * 8192 + 2 * t * 1024  # the full-attention cache's F32 mask, the SWA one's F16 copy
@@ -304,7 +304,7 @@ def test_host_compute_estimate_terms_and_what_lavapipe_logged(full, n_ctx):
     cache indices, transposed V: one per value), the embeddings' rows, and the heads the
     device refused (the target's logits; the drafter's candidates' Q4_0 rows, 144 bytes each)."""
     vulkan = load_profile("gtx1650ti-vulkan").with_overrides([f"ctx-size={n_ctx}", "flash-attn=off", "spec-draft-n-max=2"])
-    s = serving_config(vulkan, True).memory_settings()
+    s = serving_config(vulkan, True).memory_inputs()
     tg, dg = geometry(full["E2B"]), geometry(full["E2B-drafter"])
     t, cells = 512, [n_ctx, 1024]
     with open_gguf(full["E2B"]) as g:
@@ -350,8 +350,8 @@ def test_the_drafters_ordered_head_sits_with_its_output_head_and_its_candidates_
     assert g.n_head_candidates == 4096 and g.ordered_head
     full_head = replace(g, n_head_candidates=0)
     # one token a step (the logits term is the largest): its rows add 4 MiB to the 1 MiB of logits
-    s = replace(serving_config(load_profile("rtx3050"), True).memory_settings(), n_ubatch=1, n_batch=1)
+    s = replace(serving_config(load_profile("rtx3050"), True).memory_inputs(), n_ubatch=1, n_batch=1)
     assert compute_estimate(g, s, [8192, 1024], 1) - compute_estimate(full_head, s, [8192, 1024], 1) == 4 * 256 * 4096
     # a 512-token ubatch: the feed-forward activations are larger than either head's
-    s = serving_config(load_profile("rtx3050"), True).memory_settings()
+    s = serving_config(load_profile("rtx3050"), True).memory_inputs()
     assert compute_estimate(g, s, [8192, 1024], 1) == compute_estimate(full_head, s, [8192, 1024], 1)

@@ -235,7 +235,7 @@ def test_layers_go_to_devices_as_llama_cpp_places_them():
 def test_the_plan_over_devices_splits_every_byte_and_places_the_drafter_with_its_caches(tmp_path):
     from gguf_exact.pair.checks import read_model
     from gguf_exact.runtime.device_plan import CPU, Device, drafter_kv_layers, plan_devices
-    from gguf_exact.runtime.memory_plan import Settings, kv_caches, weight_split
+    from gguf_exact.runtime.memory_plan import MemoryInputs, kv_caches, weight_split
     from gguf_exact.tiny.full_size import write_full_size_drafter, write_full_size_target
 
     t = read_model(write_full_size_target(tmp_path / "e2b.gguf", "E2B"), "target")
@@ -243,7 +243,7 @@ def test_the_plan_over_devices_splits_every_byte_and_places_the_drafter_with_its
     g = t.geometry()
     # E2B: 15 layers own a cache (20 share); the last sliding one is 13, the last full one 14
     assert drafter_kv_layers(g) == (13, 14)
-    s = Settings(n_ctx=4096, n_parallel=1, flash_attn="on", n_draft_max=4)
+    s = MemoryInputs(n_ctx=4096, n_parallel=1, flash_attn="on", n_draft_max=4)
     devs = [Device("RPC0", "10.0.0.2:50052", 8 << 30, 8 << 30), Device("RPC1", "10.0.0.3:50052", 4 << 30, 4 << 30)]
     plan = plan_devices(t, d, s, devs, tensor_split=None)
     assert plan.split_from == "free memory"
@@ -293,11 +293,11 @@ def test_the_plan_says_when_shared_caches_travel_every_pass(tmp_path):
     split at 13, scripts/bench_rpc.py); split at 13, nothing does."""
     from gguf_exact.pair.checks import read_model
     from gguf_exact.runtime.device_plan import Device, plan_devices
-    from gguf_exact.runtime.memory_plan import Settings, layer_kv
+    from gguf_exact.runtime.memory_plan import MemoryInputs, layer_kv
     from gguf_exact.tiny.full_size import write_full_size_target
 
     t = read_model(write_full_size_target(tmp_path / "e2b.gguf", "E2B"), "target")
-    s = Settings(n_ctx=1024, n_parallel=1, flash_attn="on")
+    s = MemoryInputs(n_ctx=1024, n_parallel=1, flash_attn="on")
     devs = [Device("RPC0", "a:1", 8 << 30), Device("RPC1", "b:1", 8 << 30)]
     kv = {il: k + v for il, _, k, v in layer_kv(t.geometry(), s)}
     even = plan_devices(t, None, s, devs, tensor_split="1,1")

@@ -19,7 +19,7 @@ from gguf_exact.engines.settings import ServeSettings
 from gguf_exact.errors import GgufExactError
 from gguf_exact.runtime.engine_options import EngineOptions
 from gguf_exact.runtime.knobs import ALL_LAYERS, AUTO_LAYERS, BY_KEY, KNOBS
-from gguf_exact.runtime.memory_plan import Settings
+from gguf_exact.runtime.memory_plan import MemoryInputs
 from gguf_exact.runtime.profiles import load_profile
 from gguf_exact.runtime.serving_config import serving_config
 
@@ -39,20 +39,20 @@ def test_the_three_renderings_of_a_shipped_profile():
                       n_ubatch=512),
         [],
     )  # fmt: skip
-    assert rtx.memory_settings() == Settings(
+    assert rtx.memory_inputs() == MemoryInputs(
         n_ctx=8192, n_parallel=1, kv_unified=False, n_batch=2048, n_ubatch=512, type_k="f16", type_v="f16",
         flash_attn="on", swa_full=False, n_gpu_layers=99, n_gpu_layers_draft=ALL_LAYERS, kv_offload=True,
         n_draft_max=4, gpu=True,
     )  # fmt: skip
-    assert rtx.memory_settings("python") == dataclasses.replace(rtx.memory_settings(), n_batch=512, swa_full=True)
+    assert rtx.memory_inputs("python") == dataclasses.replace(rtx.memory_inputs(), n_batch=512, swa_full=True)
     alone = serving_config(load_profile("rtx3050"), with_draft=False)
-    assert "--spec-type" not in alone.server_args() and alone.memory_settings().n_draft_max == 0
+    assert "--spec-type" not in alone.server_args() and alone.memory_inputs().n_draft_max == 0
 
 
 def test_one_default_for_both_engines_where_the_profile_says_nothing():
     bare = serving_config(load_profile("cpu").with_overrides(["spec-draft-n-max=false"]), with_draft=True)
     assert bare.options.n_max is None
-    assert bare.n_max == bare.engine_options()[0].n_max == bare.memory_settings().n_draft_max == 3  # llama-server's
+    assert bare.n_max == bare.engine_options()[0].n_max == bare.memory_inputs().n_draft_max == 3  # llama-server's
     # where the engines differ, the knob says so once: the context and the GPU layers
     assert (bare.value("ctx_size"), bare.value("ctx_size", "python")) == (4096, 4096)
     plain = serving_config(load_profile("cpu").with_overrides(["ctx-size=false"]), with_draft=True)

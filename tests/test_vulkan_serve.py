@@ -449,7 +449,7 @@ def planned_and_logged(pair, profile: str, extra, device, tmp_path) -> list[tupl
     target, drafter = pair
     prof = load_profile(profile).with_overrides([*extra, *MEMORY_SETS])
     _, dev = probe_device(find_build("vulkan").binary(), "vulkan")
-    plan = plan_memory(target, drafter, serving_config(prof, True).memory_settings(), tensor_limit=tensor_limit(dev))
+    plan = plan_memory(target, drafter, serving_config(prof, True).memory_inputs(), tensor_limit=tensor_limit(dev))
     with Served(tmp_path, target, drafter, profile=prof, sets=(), vulkan_devices=device) as s:
         models = logged_buffers(s.log())
     item = {i.what: i for i in plan.items}

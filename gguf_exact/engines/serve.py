@@ -106,8 +106,8 @@ def plan_serve(settings: ServeSettings, dry_run: bool = False) -> ServePlan:
     device = require_device(launch) if not dry_run and launch.engine == "llama-server" else None
     # what the device refuses stays in RAM (a head over lavapipe's 128 MiB tensor limit)
     config = launch.settings.config
-    memory_settings = config.memory_settings(launch.engine)
-    memory = plan_memory(pair.target, pair.drafter, memory_settings, tensor_limit=tensor_limit(device))
+    memory_inputs = config.memory_inputs(launch.engine)
+    memory = plan_memory(pair.target, pair.drafter, memory_inputs, tensor_limit=tensor_limit(device))
     software = device is not None and is_software(device)
     if software:
         refuse_software_flash_attn(launch, device)  # type: ignore[arg-type]
@@ -146,7 +146,7 @@ def plan_over_devices(launch: Launch, workers: list[WorkerReport], choice: Choic
         devices.append(SplitDevice(("Vulkan0" if prof.build == "vulkan" else "CUDA0"), "local", local, local))
     config = launch.settings.config
     return plan_devices(
-        launch.pair.target, launch.pair.drafter, config.memory_settings(launch.engine), devices,
+        launch.pair.target, launch.pair.drafter, config.memory_inputs(launch.engine), devices,
         config.tensor_split, config.draft_device,
     )  # fmt: skip
 

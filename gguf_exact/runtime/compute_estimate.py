@@ -11,10 +11,10 @@ from typing import TYPE_CHECKING
 from gguf_exact.pair.geometry import Geometry
 
 if TYPE_CHECKING:
-    from gguf_exact.runtime.memory_plan import Settings
+    from gguf_exact.runtime.memory_plan import MemoryInputs
 
 
-def compute_estimate(geom: Geometry, s: "Settings", mask_cells: list[int], n_outputs: int) -> int:
+def compute_estimate(geom: Geometry, s: "MemoryInputs", mask_cells: list[int], n_outputs: int) -> int:
     """Bytes of the compute buffer of ``geom``'s worst-case graph: ``n_ubatch`` tokens
     against full caches of ``mask_cells`` cells each, ``n_outputs`` rows of logits (an
     estimate, meant to err high).
@@ -51,7 +51,7 @@ def compute_estimate(geom: Geometry, s: "Settings", mask_cells: list[int], n_out
 
 def host_compute_estimate(
     geom: Geometry,
-    s: "Settings",
+    s: "MemoryInputs",
     mask_cells: list[int],
     n_outputs: int,
     *,

@@ -39,7 +39,7 @@ from dataclasses import dataclass, field
 from gguf_exact.errors import ArgumentError, Message, Param
 from gguf_exact.pair.geometry import Geometry
 from gguf_exact.runtime.compute_estimate import compute_estimate
-from gguf_exact.runtime.memory_plan import MIB, Settings, cache_cells, layer_kv, mib, weight_layers
+from gguf_exact.runtime.memory_plan import MIB, MemoryInputs, cache_cells, layer_kv, mib, weight_layers
 
 CPU = "CPU"
 FIT_MARGIN = 1024 * MIB  # common_params::fit_params_target: what --fit keeps free per device
@@ -176,7 +176,7 @@ def drafter_kv_layers(geom: Geometry) -> tuple[int, ...]:
 def plan_devices(
     target,
     drafter,
-    s: Settings,
+    s: MemoryInputs,
     devices: list[Device],
     tensor_split=None,
     draft_device: str | None = None,
@@ -248,7 +248,7 @@ def plan_devices(
     return DevicePlan(rows, chosen if drafter is not None else None, reason, split_from, kv_layers, moves)
 
 
-def shared_kv_moves(geom: Geometry, s: Settings, where: list[int | None], rows: list[DeviceShare]) -> list[tuple[str, str, int]]:
+def shared_kv_moves(geom: Geometry, s: MemoryInputs, where: list[int | None], rows: list[DeviceShare]) -> list[tuple[str, str, int]]:
     """Caches that travel each pass: a layer past ``n_layer - shared_kv_layers`` attends to the last
     earlier layer of its kind (sliding or full) that owns cache rows (E2B: 13 and 14); where the
     two sit on different devices the scheduler copies that whole cache to the reader's device."""

@@ -67,9 +67,9 @@ def row_bytes(type_name: str, n: int) -> int:
 
 
 @dataclass(frozen=True)
-class Settings:
+class MemoryInputs:
     """The llama-server options memory depends on, resolved as llama.cpp resolves them
-    (:meth:`~.serving_config.ServingConfig.memory_settings` makes them from a profile, as
+    (:meth:`~.serving_config.ServingConfig.memory_inputs` makes them from a profile, as
     either engine applies it)."""
 
     n_ctx: int = 0  # --ctx-size; 0: the model's context_length
@@ -137,14 +137,14 @@ class KvCache:
         return self.k_bytes + self.v_bytes
 
 
-def cache_cells(geom: Geometry, s: Settings) -> dict[str, int]:
+def cache_cells(geom: Geometry, s: MemoryInputs) -> dict[str, int]:
     """Cells per cache and stream: non-SWA ``n_ctx_seq``; SWA as the module doc says."""
     _, n_ctx_seq = s.context(geom)
     swa = n_ctx_seq if s.swa_full else pad(min(n_ctx_seq, geom.n_swa * (s.n_seq if s.unified else 1) + s.ubatch(geom)))
     return {"non-SWA": n_ctx_seq, "SWA": swa}
 
 
-def layer_kv(geom: Geometry, s: Settings) -> list[tuple[int, str, int, int]]:
+def layer_kv(geom: Geometry, s: MemoryInputs) -> list[tuple[int, str, int, int]]:
     """(layer, cache name, K bytes, V bytes) of each layer that allocates cache rows."""
     cells, streams = cache_cells(geom, s), 1 if s.unified else s.n_seq
     v_max = max(geom.v_width(il) for il in range(geom.n_layer))
@@ -157,7 +157,7 @@ def layer_kv(geom: Geometry, s: Settings) -> list[tuple[int, str, int, int]]:
     return out
 
 
-def kv_caches(geom: Geometry, s: Settings) -> list[KvCache]:
+def kv_caches(geom: Geometry, s: MemoryInputs) -> list[KvCache]:
     """The non-SWA and SWA caches a context for ``geom`` allocates (none for a drafter)."""
     rows, streams = layer_kv(geom, s), 1 if s.unified else s.n_seq
     gpu_from = geom.n_layer + 1 - s.layers_on_gpu(geom.n_layer)
@@ -223,9 +223,9 @@ def mib(n: int) -> str:
     return f"{n / MIB:,.2f} MiB"
 
 
-def plan_memory(target, drafter, s: Settings, cpu=None, tensor_limit: int | None = None) -> MemoryPlan:
+def plan_memory(target, drafter, s: MemoryInputs, cpu=None, tensor_limit: int | None = None) -> MemoryPlan:
     """The memory plan for serving ``target`` (and ``drafter``) with settings ``s``
-    (:meth:`~.serving_config.ServingConfig.memory_settings`: a profile as an engine applies it).
+    (:meth:`~.serving_config.ServingConfig.memory_inputs`: a profile as an engine applies it).
     ``target`` and ``drafter``: paths, or :class:`~gguf_exact.pair.checks.ModelFile`
     as read before (the header is not read again). ``cpu`` (a
     :class:`~gguf_exact.builds.cpu_features.CpuTarget`, default this machine's) says which
@@ -289,7 +289,7 @@ __all__ = [
     "KvCache",
     "MemoryPlan",
     "PlanItem",
-    "Settings",
+    "MemoryInputs",
     "compute_estimate",
     "cpu_weight_buffers",
     "host_compute_estimate",

@@ -12,7 +12,7 @@ Its renderings:
 - :meth:`ServingConfig.server_args`: llama-server's command line;
 - :meth:`ServingConfig.engine_options`: the Python engine's :class:`.EngineOptions`
   (and the options it does not apply, for a note);
-- :meth:`ServingConfig.memory_settings`: the memory plan's inputs, as either engine applies them.
+- :meth:`ServingConfig.memory_inputs`: the memory plan's inputs, as either engine applies them.
 
 A profile may name any other llama-server option: it passes through to llama-server's
 command line as written (:attr:`ServingConfig.passthrough`), and the Python engine names
@@ -27,7 +27,7 @@ from typing import Any
 from gguf_exact.errors import InputError
 from gguf_exact.runtime.engine_options import EngineOptions
 from gguf_exact.runtime.knobs import ALL_LAYERS, AUTO_LAYERS, BY_KEY, KNOB, LLAMA_SERVER, PYTHON, Options, Value
-from gguf_exact.runtime.memory_plan import Settings
+from gguf_exact.runtime.memory_plan import MemoryInputs
 from gguf_exact.runtime.profiles import Profile
 
 @dataclass(frozen=True)
@@ -125,12 +125,12 @@ class ServingConfig:
         ignored = [KNOB[n].flag for n in self.given if PYTHON not in KNOB[n].engines and not KNOB[n].silent]
         return options, ignored + [key for key, _ in self.passthrough]
 
-    def memory_settings(self, engine: str = LLAMA_SERVER) -> Settings:
+    def memory_inputs(self, engine: str = LLAMA_SERVER) -> MemoryInputs:
         """The memory plan's inputs as ``engine`` applies the profile: llama-server, or the Python
         engine, which serves one sequence, keeps the whole sliding-window cache (a rolled-back
         draft must not have lost cells) and runs with flash attention unless it is off."""
         if engine != PYTHON:
-            return Settings(
+            return MemoryInputs(
                 n_ctx=self.value("ctx_size"),
                 n_parallel=self.value("parallel"),
                 kv_unified=self.value("kv_unified"),
@@ -149,7 +149,7 @@ class ServingConfig:
         ngl = self.value("n_gpu_layers", PYTHON)
         ngld = ngl if self.options.n_gpu_layers_draft is None else self.options.n_gpu_layers_draft
         return replace(
-            self.memory_settings(LLAMA_SERVER),
+            self.memory_inputs(LLAMA_SERVER),
             n_ctx=self.value("ctx_size", PYTHON),
             n_parallel=1,
             kv_unified=False,
