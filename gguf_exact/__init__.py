@@ -15,11 +15,11 @@ Subpackages, from the bottom (each imports only from those listed before it;
   :mod:`.tiny` - tiny models and synthetic QAT data for tests, the demo, benchmarks
 - :mod:`.builds` - llama-server and the llama-cpp-python bindings, built where they run;
   :mod:`.pair` - a target and its drafter from their headers: geometry, size, the pair check
-- :mod:`.runtime` - what both engines share: profiles, GPUs, sampling defaults, the memory
-  plan, the Python engine's options, ``Generation``
-- :mod:`.serving` - the llama-server engine: ``serve`` / ``status`` / ``stop``, drafter lookup;
-  :mod:`.speculative` - the Python engine: :func:`load_with_drafter`, ``chat``, ``generate``,
-  its OpenAI server
+- :mod:`.engines` - serving: ``engines/shared`` (what both engines use: the settings model,
+  the serving configuration and profiles, the memory plan, the draft-length policy, the run
+  folder, ``status``/``stop``), the engines (``engines/llama_server.py``: llama.cpp's
+  ``llama-server``; ``engines/python``: the in-process engine, :func:`load_with_drafter`,
+  ``chat``, ``generate``, its OpenAI server), and ``serve`` / ``launch`` over either
 - :mod:`.bench` - benchmarks above both engines: ``bench``, ``tune``, ``make bench-real``
 
 :mod:`.cli` is the ``gguf-exact`` command (a thin layer: one module per group of commands);
@@ -58,7 +58,7 @@ _LAZY = {
     "verify_gguf": "gguf_exact.drafter.verify",
     "verify_file": "gguf_exact.verify",
     "repack_model": "gguf_exact.repack.pipeline",
-    "load_with_drafter": "gguf_exact.speculative.load",
+    "load_with_drafter": "gguf_exact.engines.python.load",
 }
 
 

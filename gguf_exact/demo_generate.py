@@ -19,7 +19,7 @@ from rich.table import Table
 
 from gguf_exact.bench.prompt_set import load_prompts
 from gguf_exact.drafter.convert import convert_drafter
-from gguf_exact.speculative.runner import Runner
+from gguf_exact.engines.python.runner import Runner
 from gguf_exact.tiny.hidden_pair import write_hidden_state_pair
 from gguf_exact.tiny.models import write_agreeing_pair
 from gguf_exact.tiny.pairs import write_mixed_target

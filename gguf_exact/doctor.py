@@ -269,8 +269,8 @@ def gpus() -> Finding:
 def local_workers() -> list[str]:
     """The endpoints of the RPC workers ``gguf-exact rpc-server`` runs on this machine (their run folders)."""
     from gguf_exact import constants
-    from gguf_exact.engines.process import read_state, running_pid
-    from gguf_exact.engines.settings import RPC_ENGINE, STATE_FILE
+    from gguf_exact.engines.shared.process import read_state, running_pid
+    from gguf_exact.engines.shared.settings import RPC_ENGINE, STATE_FILE
 
     found = []
     for rdir in sorted(constants.run_root().glob("*")):
@@ -286,7 +286,7 @@ def rpc_workers(endpoints: tuple[str, ...] = ()) -> list[Finding]:
     """Each RPC worker given (``doctor --rpc``) or running here: what it answers and its devices'
     memory (the protocol's hello and device queries, bounded: a worker serving a llama-server
     is ``busy``, not waited for)."""
-    from gguf_exact.engines.rpc_probe import parse_endpoints, probe_worker
+    from gguf_exact.engines.shared.rpc_probe import parse_endpoints, probe_worker
 
     given = parse_endpoints(endpoints) if endpoints else ()
     every = list(given) + [e for e in local_workers() if e not in given]

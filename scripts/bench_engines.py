@@ -40,8 +40,8 @@ def profile(target: Path, drafter: Path, n_max_list: list[int], prompts: dict[st
     """Per target pass, where the Python engine's time goes (``create_completion``, greedy)."""
     import functools
 
-    from gguf_exact.speculative import drafter as drafter_module
-    from gguf_exact.speculative.engine import MtpDraftModel, MtpLlama, SpecTotals
+    from gguf_exact.engines.python import drafter as drafter_module
+    from gguf_exact.engines.python.engine import MtpDraftModel, MtpLlama, SpecTotals
 
     spent: dict[str, float] = {}
 

@@ -62,8 +62,8 @@ def sampled_text(model: Path, out: Path, tokens: int, streams: int, threads: int
     """``streams`` completions of ``tokens / streams`` tokens each, sampled at temperature 1
     by llama-server (127.0.0.1, its own port) from ``model``, one after another in ``out``."""
     from gguf_exact.builds.llama_build import find_build
-    from gguf_exact.engines.http import get_text, post_json
-    from gguf_exact.engines.process import free_port
+    from gguf_exact.engines.shared.http import get_text, post_json
+    from gguf_exact.engines.shared.process import free_port
     from gguf_exact.tiny.models import FIRST_CHAR
 
     build = find_build("cpu")

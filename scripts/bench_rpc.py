@@ -34,13 +34,13 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from gguf_exact.engines.http import post_json
+from gguf_exact.engines.shared.http import post_json
 from gguf_exact.engines.launch import plan_launch, start_server
-from gguf_exact.engines.process import free_port, scratch_run_root
+from gguf_exact.engines.shared.process import free_port, scratch_run_root
 from gguf_exact.engines.rpc_worker import plan_worker, start_worker
 from gguf_exact.engines.serve import plan_serve
-from gguf_exact.engines.settings import ServeSettings, WorkerSettings
-from gguf_exact.engines.status import stop_server
+from gguf_exact.engines.shared.settings import ServeSettings, WorkerSettings
+from gguf_exact.engines.shared.status import stop_server
 
 GRAPH_COMPUTE, GET_TENSOR, SET_TENSOR, GRAPH_RECOMPUTE = 10, 8, 6, 16  # enum rpc_cmd at the pinned commit
 PROMPT = "The quick brown fox"
@@ -293,7 +293,7 @@ def main() -> int:
         arms.append(arm("one machine, drafter", target, drafter, sets, (), [], runs, args))
         workers = []
         if args.workers:
-            from gguf_exact.engines.rpc_probe import parse_endpoints
+            from gguf_exact.engines.shared.rpc_probe import parse_endpoints
 
             ports = [(h, int(p)) for h, _, p in (e.rpartition(":") for e in parse_endpoints(args.workers))]
         else:

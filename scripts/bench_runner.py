@@ -3,7 +3,7 @@
 
 For each tiny pair (``agreeing``: acceptance 1; ``mixed``: partial acceptance) and
 each n-max (0 = the target alone), the shipped prompts run in-process
-(:class:`gguf_exact.speculative.runner.Runner`) and against a llama-server started on the
+(:class:`gguf_exact.engines.python.runner.Runner`) and against a llama-server started on the
 same files with the same context, threads, batch and n-max, in A B B A order
 (runner, server, server, runner) per round. Printed per row: tokens/s of both
 (generation phase: llama-server's ``timings.predicted_per_second`` and the same
@@ -30,13 +30,13 @@ from pathlib import Path
 
 from gguf_exact.bench.prompt_set import load_prompts
 from gguf_exact.builds.llama_build import find_build
-from gguf_exact.engines.http import server_generate
+from gguf_exact.engines.shared.http import server_generate
 from gguf_exact.engines.launch import plan_launch, start_server
-from gguf_exact.engines.process import free_port
-from gguf_exact.engines.settings import ServeSettings
-from gguf_exact.engines.status import stop_server
+from gguf_exact.engines.shared.process import free_port
+from gguf_exact.engines.shared.settings import ServeSettings
+from gguf_exact.engines.shared.status import stop_server
 from gguf_exact.errors import GgufExactError
-from gguf_exact.speculative.runner import Runner
+from gguf_exact.engines.python.runner import Runner
 from gguf_exact.tiny.pairs import write_runner_pairs
 
 

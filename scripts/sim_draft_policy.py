@@ -26,7 +26,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).parent.parent / "tests"))
 from policy_traces import Stream  # noqa: E402
 
-from gguf_exact.runtime.draft_policy import DraftPolicy, PolicySettings  # noqa: E402
+from gguf_exact.engines.shared.draft_policy import DraftPolicy, PolicySettings  # noqa: E402
 
 # (name, seconds per pass of 1..5 rows, drafter step): llama-server's /metrics in the 16:15 run,
 # and the 19:10 run's (the Python engine's ordered head; 5 rows from the fixed n-max 4 arm)

@@ -18,8 +18,8 @@ def main(job_path: str) -> None:
     job = json.loads(open(job_path).read())
     import llama_cpp
 
-    from gguf_exact.speculative.bindings import gpu_backends, gpu_devices
-    from gguf_exact.speculative.load import load_with_drafter
+    from gguf_exact.engines.python.bindings import gpu_backends, gpu_devices
+    from gguf_exact.engines.python.load import load_with_drafter
 
     llm = load_with_drafter(
         job["target"], job["drafter"], profile=job["profile"], overrides=job["overrides"], verbose=job["verbose"]

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from gguf_exact.builds.llama_build import find_build
-from gguf_exact.engines.process import free_port  # noqa: F401  (the tests' free port: the one the benchmarks use)
+from gguf_exact.engines.shared.process import free_port  # noqa: F401  (the tests' free port: the one the benchmarks use)
 
 # Small and quick on two cores; the cpu profile gives --parallel 1 and draft-mtp.
 # A fixed draft length: on tiny models a drafter step costs what a target pass does, so the

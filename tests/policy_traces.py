@@ -7,7 +7,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field, replace
 
-from gguf_exact.runtime.draft_policy import DraftPolicy, PolicySettings
+from gguf_exact.engines.shared.draft_policy import DraftPolicy, PolicySettings
 
 # seconds per verification pass of r rows
 CURVES: dict[str, dict[int, float]] = {
@@ -155,7 +155,7 @@ def busy_steps(events: list[tuple] | None = None, settings: PolicySettings | Non
 
 def read_trace(path) -> list[tuple[PolicySettings, list[tuple], list[int]]]:
     """An ``LLAMA_SPEC_DRAFT_TRACE`` file (llama-server's, patch 23, or the Python engine's,
-    ``speculative/policy_trace.py``): per policy in it (a settings line each: a server started
+    ``engines/python/policy_trace.py``): per policy in it (a settings line each: a server started
     again, a new bound), the settings, the events as :func:`simulate` records them, and the k
     that policy chose before each pass."""
     sections: list[tuple[PolicySettings, list[tuple], list[int]]] = []

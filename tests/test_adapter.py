@@ -10,7 +10,7 @@ import gguf_exact
 from gguf_exact.errors import BuildError
 
 ROOT = Path(gguf_exact.__file__).parent
-ADAPTER = ROOT / "speculative" / "llama_adapter.py"
+ADAPTER = ROOT / "engines" / "python" / "llama_adapter.py"
 PRIVATE = re.compile(r"\._(ctx|batch|model|n_ctx|n_vocab|stack|requires_eval|input_ids|llama_proxy)\b")
 
 
@@ -24,13 +24,13 @@ def test_only_the_adapter_touches_llama_cpp_pythons_private_names():
     assert found == []
     assert len(private_uses(ADAPTER)) >= 9  # each of the nine names, in the adapter
     # the check sees a use slipped in elsewhere
-    broken = private_uses(ROOT / "speculative" / "runner.py", "vocab = self.llm._model.vocab\nx = llm.n_ctx()\n")
-    assert broken == ["speculative/runner.py:1: vocab = self.llm._model.vocab"]
+    broken = private_uses(ROOT / "engines" / "python" / "runner.py", "vocab = self.llm._model.vocab\nx = llm.n_ctx()\n")
+    assert broken == ["engines/python/runner.py:1: vocab = self.llm._model.vocab"]
 
 
 @pytest.mark.bindings
 def test_the_installed_llama_cpp_python_is_the_one_the_adapter_was_written_for():
-    from gguf_exact.speculative.llama_adapter import WRITTEN_FOR, check_version, installed_version
+    from gguf_exact.engines.python.llama_adapter import WRITTEN_FOR, check_version, installed_version
 
     assert installed_version() == WRITTEN_FOR == "0.3.36"
     check_version()
@@ -43,7 +43,7 @@ def test_upstream_still_has_each_private_name_the_adapter_uses():
     import llama_cpp
     from llama_cpp.server import app
 
-    from gguf_exact.speculative.llama_adapter import PRIVATE_ATTRIBUTES
+    from gguf_exact.engines.python.llama_adapter import PRIVATE_ATTRIBUTES
 
     source = inspect.getsource(llama_cpp.Llama)
     missing = [name for name in PRIVATE_ATTRIBUTES if f"self.{name}" not in source]
@@ -58,7 +58,7 @@ def test_a_grammar_llama_cpp_refuses_is_a_value_error_not_a_crash(tiny):
     import llama_cpp
     from llama_cpp import LlamaGrammar
 
-    from gguf_exact.speculative.llama_adapter import LlamaAdapter
+    from gguf_exact.engines.python.llama_adapter import LlamaAdapter
 
     assert "grammar: Optional[LlamaGrammar] = None" in inspect.getsource(llama_cpp.Llama._init_sampler)
     llm = LlamaAdapter(str(tiny / "target.gguf"), n_ctx=64, verbose=False)

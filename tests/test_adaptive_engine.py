@@ -10,15 +10,15 @@ from pathlib import Path
 import pytest
 from policy_traces import read_trace, replay_python
 
-from gguf_exact.runtime.serving_config import serving_config
+from gguf_exact.engines.shared.serving_config import serving_config
 from gguf_exact.bench.prompt_set import load_prompts
-from gguf_exact.engines.stats import parse_metrics
-from gguf_exact.runtime.policy_snapshot import parse_snapshot
-from gguf_exact.runtime.profiles import load_profile
-from gguf_exact.speculative.draft_length import RequestSpeculation, request_speculation
-from gguf_exact.speculative.openai_server import metrics_text
-from gguf_exact.speculative.request import CURRENT_REQUEST, CheckedRequest
-from gguf_exact.speculative.runner import Runner, Sampling
+from gguf_exact.engines.shared.stats import parse_metrics
+from gguf_exact.engines.shared.policy_snapshot import parse_snapshot
+from gguf_exact.engines.shared.profiles import load_profile
+from gguf_exact.engines.python.draft_length import RequestSpeculation, request_speculation
+from gguf_exact.engines.python.openai_server import metrics_text
+from gguf_exact.engines.python.request import CURRENT_REQUEST, CheckedRequest
+from gguf_exact.engines.python.runner import Runner, Sampling
 from gguf_exact.tiny.pairs import write_runner_pairs
 
 pytestmark = [pytest.mark.bindings]
@@ -143,7 +143,7 @@ def test_the_warmup_seeds_the_policy_with_this_machines_passes(pairs, tmp_path, 
     # policy starts from them (the trace's first events), and a later bound keeps the seeds it has
     monkeypatch.setenv("LLAMA_SPEC_DRAFT_TRACE", str(tmp_path / "policy"))
     target, drafter = pairs["hidden"]
-    from gguf_exact.speculative.load import load_with_drafter
+    from gguf_exact.engines.python.load import load_with_drafter
 
     llm = load_with_drafter(target, drafter, profile="cpu", overrides=["ctx-size=512", "spec-draft-n-max=3"])
     try:
@@ -177,7 +177,7 @@ def test_the_warmup_decodes_on_a_thread_of_its_own_that_ends():
     # graph: passes timed on the loading thread, which lives on beside the serving one, made every
     # later pass 20% slower and drafter steps 3x (E2B, 2-core Xeon). A stand-in for the Llama
     # records where and what it was asked to decode
-    from gguf_exact.speculative.warmup import time_verification_passes
+    from gguf_exact.engines.python.warmup import time_verification_passes
 
     class Recorder:
         def __init__(self) -> None:

@@ -12,12 +12,12 @@ from _llama_server import TEST_SETTINGS, free_port, get_json, post_json, server_
 from policy_traces import read_trace, replay_python
 from test_draft_policy_cpp import driver, patched_tree  # noqa: F401  (fixtures: the C++ twin's replay driver)
 
-from gguf_exact.engines.http import get_text
+from gguf_exact.engines.shared.http import get_text
 from gguf_exact.engines.launch import plan_launch, start_server
-from gguf_exact.engines.settings import ServeSettings
-from gguf_exact.engines.stats import parse_metrics
-from gguf_exact.engines.status import stop_server
-from gguf_exact.runtime.policy_snapshot import parse_snapshot
+from gguf_exact.engines.shared.settings import ServeSettings
+from gguf_exact.engines.shared.stats import parse_metrics
+from gguf_exact.engines.shared.status import stop_server
+from gguf_exact.engines.shared.policy_snapshot import parse_snapshot
 from gguf_exact.tiny.pairs import write_runner_pairs
 
 pytestmark = [pytest.mark.llama_server]
@@ -132,7 +132,7 @@ def test_the_warmup_seeds_every_slots_policy_at_start_up(pairs, tmp_path, monkey
     # spec-draft-adaptive-warmup (the cpu profile's): before any request llama-server times its
     # verification pass at 1 to n_max + 1 rows and seeds each slot's policy (the trace's first
     # events, /slots); off, the costs are learned on the first passes
-    from gguf_exact.engines.settings import LOG_FILE
+    from gguf_exact.engines.shared.settings import LOG_FILE
 
     target, drafter = pairs["hidden"]
     for warmup in (True, False):

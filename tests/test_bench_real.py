@@ -157,7 +157,7 @@ def test_arms_side_by_side_stops_what_it_started_when_the_next_server_would_not_
     (1.5 GiB, sparse files here) and 1 GiB spare need 6.5 GiB, 6 are available; the first server
     is stopped, the second never started."""
     import gguf_exact.bench.real as real
-    import gguf_exact.engines.http as http
+    import gguf_exact.engines.shared.http as http
 
     gib = 1024**3
     target, drafter = tmp_path / "target.gguf", tmp_path / "drafter.gguf"

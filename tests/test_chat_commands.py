@@ -4,7 +4,7 @@ from types import SimpleNamespace
 
 import pytest
 
-# gguf_exact.speculative imports the bindings: imported in the tests, so that `make test-quick`
+# gguf_exact.engines.python imports the bindings: imported in the tests, so that `make test-quick`
 # (no bindings) collects this file and deselects it
 pytestmark = pytest.mark.bindings
 
@@ -21,7 +21,7 @@ class FakeLlm:
 
 def run(lines):
     llm, notes = FakeLlm(), []
-    from gguf_exact.speculative.chat import chat_session
+    from gguf_exact.engines.python.chat import chat_session
 
     messages = chat_session(llm, iter(lines), write=lambda t: None, note=notes.append)
     return llm, notes, messages
@@ -35,7 +35,7 @@ def test_unknown_slash_command_is_not_sent():
     assert notes == [line.format("/help"), line.format("/stat")]
     assert llm.sent == [["hello"]]
     assert messages == [{"role": "user", "content": "hello"}, {"role": "assistant", "content": "ok"}]
-    from gguf_exact.speculative.chat import COMMANDS
+    from gguf_exact.engines.python.chat import COMMANDS
 
     assert COMMANDS == ("/stats", "/reset", "/exit", "/quit")
 

@@ -1,5 +1,5 @@
 """llama-server's adaptive draft length (the 23 patch's common/draft-policy.h) and the Python
-engine's (gguf_exact.runtime.draft_policy) choose the same k on the same recorded inputs."""
+engine's (gguf_exact.engines.shared.draft_policy) choose the same k on the same recorded inputs."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from helpers import sdist_files
 from policy_traces import CURVES, Stream, burst, busy_seeds, busy_steps, one_dear_timing, simulate
 
 from gguf_exact.builds import llama_build, source_patches
-from gguf_exact.runtime.draft_policy import DraftPolicy, PolicySettings
+from gguf_exact.engines.shared.draft_policy import DraftPolicy, PolicySettings
 
 DRIVER = Path(__file__).parent / "cpp" / "draft_policy_driver.cpp"
 PATCH = next(p for p in source_patches.PATCHES if p.id == "23")

@@ -67,7 +67,7 @@ def test_api_names_parameters_cli_names_flags(tmp_path):
 def test_cli_flag_of_a_renamed_option(tmp_path):
     """``save_as`` is tune's ``--as``; ``n_values`` its ``--n-max``."""
     from gguf_exact.bench.tune import tuned_name
-    from gguf_exact.runtime.profiles import load_profile
+    from gguf_exact.engines.shared.profiles import load_profile
 
     with pytest.raises(ArgumentError, match=r"^save_as '\.\./x': a profile name"):
         tuned_name(load_profile("cpu"), "../x")
@@ -94,8 +94,8 @@ def _spelled_cases():
     from gguf_exact.drafter.verify import NO_TARGET
     from gguf_exact.engines.drafter_lookup import resolve_drafter
     from gguf_exact.repack.check import NO_DONOR
-    from gguf_exact.runtime.memory_plan import MemoryPlan, PlanItem
-    from gguf_exact.runtime.profiles import load_profile
+    from gguf_exact.engines.shared.memory_plan import MemoryPlan, PlanItem
+    from gguf_exact.engines.shared.profiles import load_profile
     from gguf_exact.stream.verify import Verification
 
     v = Verification(Path("d.gguf"), Path("src"), unchecked=[Message("10 keys (tokenizer.*): ", NO_TARGET)])

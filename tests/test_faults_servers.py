@@ -19,7 +19,7 @@ from _llama_server import free_port, server_binary
 from click.testing import CliRunner
 
 from gguf_exact.cli import main
-from gguf_exact.engines.process import alive
+from gguf_exact.engines.shared.process import alive
 
 SETTINGS = ["--set", "ctx-size=512", "--set", "threads=2", "--set", "batch-size=64", "--set", "ubatch-size=64"]
 HOST = "127.0.0.1"
@@ -235,7 +235,7 @@ def nested_schema_text(depth: int) -> str:
 
 def hostile_requests(model: str) -> list[tuple[str, str, bytes, int, str]]:
     """(name, path, body, status, what the error message says)."""
-    from gguf_exact.engines.request_guard import LIMITS
+    from gguf_exact.engines.shared.request_guard import LIMITS
 
     deep_json = f"the request's JSON is nested deeper than this server's limit of {LIMITS.json_depth} levels"
     deep_grammar = f"the grammar nests groups deeper than this server's limit of {LIMITS.grammar_depth}"
@@ -309,7 +309,7 @@ def test_no_request_crashes_a_server(engine, pairs, tmp_path):
             assert code == status, (name, code, raw[:300])
             assert message in json.loads(raw)["error"]["message"], (name, raw[:300])
             assert alive(pid, None), name
-        from gguf_exact.engines.request_guard import LIMITS
+        from gguf_exact.engines.shared.request_guard import LIMITS
 
         at_limit = {"model": model, "prompt": "abc", "max_tokens": 4, "temperature": 0,
                     "grammar": nested_grammar(LIMITS.grammar_depth)}  # fmt: skip

@@ -220,7 +220,7 @@ def test_tune_keeps_the_earlier_report_when_its_profile_cannot_be_written(tmp_pa
     earlier tune as it was. The measurement itself is stood in for: the writes are real."""
     from gguf_exact.bench import tune
     from gguf_exact.bench.run import BenchReport
-    from gguf_exact.runtime.profiles import load_profile
+    from gguf_exact.engines.shared.profiles import load_profile
 
     monkeypatch.setenv("XDG_CONFIG_HOME", str(UNWRITABLE / "gguf-exact-config"))
     out = tmp_path / "o"

@@ -187,7 +187,7 @@ def env_for(config) -> dict:  # noqa: F811
 def test_tune_never_overwrites_a_profile_it_did_not_write(tmp_path):
     """A user's own ``NAME-tuned.toml`` (not tune's mark) is the profile tune reads: refused."""
     from gguf_exact.bench.tune import TuneResult, write_tuned_profile
-    from gguf_exact.runtime.profiles import load_profile
+    from gguf_exact.engines.shared.profiles import load_profile
 
     mine = tmp_path / "cpu-tuned.toml"
     mine.write_text('[draft]\n"draft-max" = 2\n')
@@ -483,7 +483,7 @@ def test_bench_refuses_a_report_that_is_its_model_before_measuring(kit, tmp_path
 
 
 def test_tune_refuses_the_users_own_profile_before_measuring(kit, tmp_path, monkeypatch):
-    from gguf_exact.runtime.profiles import user_profile_dir
+    from gguf_exact.engines.shared.profiles import user_profile_dir
 
     monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
     mine = user_profile_dir() / "cpu-tuned.toml"

@@ -14,7 +14,7 @@ from gguf import GGMLQuantizationType, GGUFReader
 from helpers import compact_names, off_grid_checkpoint
 from rich.console import Console
 
-from gguf_exact.runtime.serving_config import serving_config
+from gguf_exact.engines.shared.serving_config import serving_config
 from gguf_exact.cli import console, load_groups, main, options
 from gguf_exact.core import bf16
 from gguf_exact.formats.checkpoint import Checkpoint
@@ -201,7 +201,7 @@ def test_tune_has_no_no_draft_and_names_its_profile():
 def test_tuned_names():
     from gguf_exact.bench.tune import shadows_builtin, tuned_name
     from gguf_exact.errors import GgufExactError
-    from gguf_exact.runtime.profiles import load_profile
+    from gguf_exact.engines.shared.profiles import load_profile
 
     cpu = load_profile("cpu")
     assert tuned_name(cpu) == "cpu-tuned" and tuned_name(cpu, "laptop") == "laptop"
@@ -221,9 +221,9 @@ def test_bench_and_tune_write_under_the_cache(monkeypatch, tmp_path):
 
 
 def test_generate_defaults_as_chat_and_the_cpu_profile():
-    from gguf_exact.runtime.engine_options import NO_PROFILE
-    from gguf_exact.runtime.profiles import load_profile
-    from gguf_exact.runtime.sampling_defaults import SERVER_SAMPLING
+    from gguf_exact.engines.shared.engine_options import NO_PROFILE
+    from gguf_exact.engines.shared.profiles import load_profile
+    from gguf_exact.engines.shared.sampling_defaults import SERVER_SAMPLING
 
     # generate and chat draft as the cpu profile (and serve) by default: adaptive up to n-max 4
     assert load_profile("cpu").draft_table["spec-draft-n-max"] == 4 and load_profile("cpu").draft_table["spec-draft-adaptive"]
@@ -240,8 +240,8 @@ def test_generate_defaults_as_chat_and_the_cpu_profile():
 
 
 def test_memory_plan_of_the_python_engine(tmp_path):
-    from gguf_exact.runtime.memory_plan import plan_memory
-    from gguf_exact.runtime.profiles import load_profile
+    from gguf_exact.engines.shared.memory_plan import plan_memory
+    from gguf_exact.engines.shared.profiles import load_profile
     from gguf_exact.tiny.full_size import write_full_size_drafter, write_full_size_target
 
     t = write_full_size_target(tmp_path / "E2B.gguf")
@@ -274,7 +274,7 @@ def test_memory_plan_of_the_python_engine(tmp_path):
 
 
 def test_non_loopback_host_needs_a_key(tiny, tmp_path):
-    from gguf_exact.engines.settings import is_loopback
+    from gguf_exact.engines.shared.settings import is_loopback
 
     assert all(map(is_loopback, ["127.0.0.1", "127.8.0.1", "::1", "[::1]", "localhost"]))
     assert not any(map(is_loopback, ["0.0.0.0", "192.168.1.20", "::", "desktop.lan"]))
@@ -320,8 +320,8 @@ def test_every_option_serve_owns_is_refused_after_the_double_dash(tiny, tmp_path
     """llama-server takes an option's last value: any of serve's own options after `--`
     would override the one serve checked (`-- --host 0.0.0.0` bound every interface with no
     key). Each reserved option, in each spelling, is refused in one line; others pass."""
-    from gguf_exact.engines.request_guard import llama_server_args
-    from gguf_exact.runtime.profiles import RESERVED
+    from gguf_exact.engines.shared.request_guard import llama_server_args
+    from gguf_exact.engines.shared.profiles import RESERVED
 
     assert {a.removeprefix("--") for a in llama_server_args() if a.startswith("--")} <= set(RESERVED)
     env = {"GGUF_EXACT_RUN_DIR": str(tmp_path / "run"), "GGUF_EXACT_API_KEY": ""}
@@ -348,7 +348,7 @@ def test_every_option_serve_owns_is_refused_after_the_double_dash(tiny, tmp_path
 
 
 def test_scratch_run_roots_are_removed(tmp_path):
-    from gguf_exact.engines.process import scratch_run_root
+    from gguf_exact.engines.shared.process import scratch_run_root
     from gguf_exact.errors import GgufExactError
 
     with scratch_run_root("tune") as root:
@@ -367,8 +367,8 @@ def test_scratch_run_roots_are_removed(tmp_path):
 def test_status_json_of_the_readme_names_no_key(tiny, tmp_path):
     """server.json and settings.json say whether clients need a key, never the key."""
     from gguf_exact.engines.launch import plan_launch
-    from gguf_exact.engines.process import write_state
-    from gguf_exact.engines.settings import ServeSettings, read_settings, write_settings
+    from gguf_exact.engines.shared.process import write_state
+    from gguf_exact.engines.shared.settings import ServeSettings, read_settings, write_settings
 
     asked = ServeSettings(
         tiny / "target.gguf", profile="cpu", engine="python", host="0.0.0.0", port=9, api_key="s3cret-0123456789"
@@ -414,8 +414,8 @@ def test_generate_stop_at_a_blank_line_as_the_readme_writes_it(agreeing):
 
 @pytest.mark.bindings
 def test_chat_stats_say_one_reply():
-    from gguf_exact.speculative.chat import stats_line
-    from gguf_exact.speculative.engine import SpecTotals
+    from gguf_exact.engines.python.chat import stats_line
+    from gguf_exact.engines.python.engine import SpecTotals
 
     assert stats_line(SpecTotals(requests=1, tokens=1)).startswith("1 reply, 1 token; ")
     assert stats_line(SpecTotals(requests=2, tokens=40)).startswith("2 replies, 40 tokens; ")

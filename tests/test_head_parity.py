@@ -58,7 +58,7 @@ def drafts(tmp_path_factory):
     import llama_cpp  # the tests are marked bindings: missing bindings fail them, never skip
     from llama_cpp import llama_cpp_ext
 
-    from gguf_exact.speculative.runner import Runner
+    from gguf_exact.engines.python.runner import Runner
 
     root = tmp_path_factory.mktemp("head-parity")
     target = write_tiny_target(root / "target.gguf", seed=0)

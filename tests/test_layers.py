@@ -25,9 +25,8 @@ LAYERS: list[set[str]] = [
     {"drafter", "repack"},
     {"rebuild", "tiny", "verify", "compare"},
     {"builds", "pair"},
-    {"runtime"},
-    {"engines.shared"},  # settings, the run folder and processes, HTTP, status: what both engines use
-    {"engines.llama_server", "engines.llama_cpp_python"},  # the two engines: neither imports the other
+    {"engines.shared"},  # settings, the serving configuration, memory plan, run folder, HTTP, status
+    {"engines.llama_server", "engines.python"},  # the two engines: neither imports the other
     {"engines"},  # launch (either engine), serve, the drafter lookup, llama-server's logged buffers
     {"bench", "doctor", "quality"},
     {"publish"},
@@ -37,21 +36,17 @@ LAYERS: list[set[str]] = [
     {"__init__", "__main__"},
 ]
 RANK = {unit: i for i, layer in enumerate(LAYERS) for unit in layer}
-# engines/ holds three layers: the modules both engines use, one module per engine, and the
-# modules that drive either; speculative/ is the llama-cpp-python engine's in-process part.
-ENGINE_MODULES = {"llama_server": "engines.llama_server", "llama_cpp_python": "engines.llama_cpp_python"}
-SHARED_ENGINE_MODULES = {"__init__", "settings", "process", "http", "status", "stats", "speculation", "rpc_probe", "rpc_watch", "request_guard"}
+# engines/ holds three layers: shared/ (what both engines use), one per engine (llama_server.py,
+# python/) and the modules that drive either.
+ENGINE_UNITS = {"shared": "engines.shared", "python": "engines.python", "llama_server": "engines.llama_server"}
 
 
 def unit_of_module(parts: list[str]) -> str:
     """The unit of module ``gguf_exact.<parts...>`` (parts without ``gguf_exact``)."""
     if not parts:
         return "__init__"
-    if parts[0] == "speculative":
-        return "engines.llama_cpp_python"
     if parts[0] == "engines":
-        name = parts[1] if len(parts) > 1 else "__init__"
-        return ENGINE_MODULES.get(name) or ("engines.shared" if name in SHARED_ENGINE_MODULES else "engines")
+        return ENGINE_UNITS.get(parts[1] if len(parts) > 1 else "", "engines")
     return parts[0]
 
 
@@ -132,17 +127,17 @@ def test_imports_point_down(path):
         # the dodge the old launcher used: the other engine started by a module string
         (
             "engines/llama_server.py",
-            'CMD = ["python", "-m", "gguf_exact.speculative.openai_server"]',
-            "engines.llama_cpp_python",
+            'CMD = ["python", "-m", "gguf_exact.engines.python.openai_server"]',
+            "engines.python",
         ),
-        ("engines/llama_server.py", "from gguf_exact.speculative import engine", "engines.llama_cpp_python"),
+        ("engines/llama_server.py", "from gguf_exact.engines.python import engine", "engines.python"),
         (
-            "engines/llama_cpp_python.py",
+            "engines/python/server_main.py",
             "import importlib\nimportlib.import_module('gguf_exact.engines.llama_server')",
             "engines.llama_server",
         ),
-        ("engines/llama_cpp_python.py", "from gguf_exact.engines import llama_server", "engines.llama_server"),
-        ("engines/process.py", "from gguf_exact.engines.launch import plan_launch", "engines"),
+        ("engines/python/server_main.py", "from gguf_exact.engines import llama_server", "engines.llama_server"),
+        ("engines/shared/process.py", "from gguf_exact.engines.launch import plan_launch", "engines"),
     ],
 )
 def test_no_way_around_the_engine_rule(module, source, other):
@@ -152,7 +147,7 @@ def test_no_way_around_the_engine_rule(module, source, other):
 
 
 def test_a_docstring_may_name_a_module():
-    assert upward_imports(ROOT / "engines/llama_server.py", '"""Unlike gguf_exact.speculative.engine."""') == []
+    assert upward_imports(ROOT / "engines/llama_server.py", '"""Unlike gguf_exact.engines.python.engine."""') == []
 
 
 @pytest.mark.parametrize("path", MODULES, ids=lambda p: str(p.relative_to(ROOT)))

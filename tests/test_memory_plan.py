@@ -1,4 +1,4 @@
-"""The memory plan (gguf_exact.runtime.memory_plan): exact KV-cache bytes from the headers,
+"""The memory plan (gguf_exact.engines.shared.memory_plan): exact KV-cache bytes from the headers,
 checked by hand for the tiny, structural and full-size models and against what
 llama-server itself logs when it allocates them."""
 
@@ -10,15 +10,15 @@ import pytest
 from _llama_server import server_binary
 from gguf import GGMLQuantizationType
 
-from gguf_exact.runtime.serving_config import serving_config
+from gguf_exact.engines.shared.serving_config import serving_config
 from gguf_exact.drafter.convert import convert_drafter
 from gguf_exact.engines.launch import plan_launch, start_server
-from gguf_exact.engines.process import free_port
-from gguf_exact.engines.settings import LOG_FILE, ServeSettings
-from gguf_exact.engines.status import stop_server
+from gguf_exact.engines.shared.process import free_port
+from gguf_exact.engines.shared.settings import LOG_FILE, ServeSettings
+from gguf_exact.engines.shared.status import stop_server
 from gguf_exact.errors import GgufExactError
 from gguf_exact.formats.gguf_reader import open_gguf
-from gguf_exact.runtime.memory_plan import (
+from gguf_exact.engines.shared.memory_plan import (
     MIB,
     Geometry,
     MemoryInputs,
@@ -29,8 +29,8 @@ from gguf_exact.runtime.memory_plan import (
     row_bytes,
     weight_split,
 )
-from gguf_exact.runtime.profiles import load_profile
-from gguf_exact.runtime.weight_placement import head_in_host, probe_bytes, refused
+from gguf_exact.engines.shared.profiles import load_profile
+from gguf_exact.engines.shared.weight_placement import head_in_host, probe_bytes, refused
 from gguf_exact.tiny.full_size import write_full_size_drafter, write_full_size_target
 from gguf_exact.tiny.models import write_agreeing_pair, write_tiny_target
 from gguf_exact.tiny.structural import write_structural_pair

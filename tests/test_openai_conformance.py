@@ -24,7 +24,7 @@ from _llama_server import free_port, server_binary
 from click.testing import CliRunner
 
 from gguf_exact.cli import main
-from gguf_exact.engines.http import get_metrics
+from gguf_exact.engines.shared.http import get_metrics
 
 pytestmark = [pytest.mark.bindings, pytest.mark.llama_server]
 

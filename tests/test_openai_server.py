@@ -22,10 +22,10 @@ from click.testing import CliRunner
 
 from gguf_exact.bench.prompt_set import load_prompts
 from gguf_exact.cli import main
-from gguf_exact.engines.http import get_metrics
+from gguf_exact.engines.shared.http import get_metrics
 from gguf_exact.engines.launch import plan_launch, start_server
-from gguf_exact.engines.settings import ServeSettings
-from gguf_exact.engines.status import server_status, stop_server
+from gguf_exact.engines.shared.settings import ServeSettings
+from gguf_exact.engines.shared.status import server_status, stop_server
 from gguf_exact.tiny.hidden_pair import write_hidden_state_pair
 
 PROMPTS = load_prompts()
@@ -75,7 +75,7 @@ def test_models_health_and_the_command(servers):
     # the engine's own module, reading the settings plan_launch resolved (no profile, no pair check)
     assert spec.command[1:] == [
         "-m",
-        "gguf_exact.engines.llama_cpp_python",
+        "gguf_exact.engines.python.server_main",
         "--settings",
         str(spec.run_dir / "settings.json"),
     ]
@@ -302,9 +302,9 @@ def test_a_request_is_parsed_checked_and_tokenized_once(pair, path, body, stream
 
     import httpx2 as httpx  # the HTTP client the openai package (test extra) brings
 
-    from gguf_exact.speculative.load import load_with_drafter
-    from gguf_exact.speculative.openai_server import build_app
-    from gguf_exact.speculative.request import CURRENT_REQUEST
+    from gguf_exact.engines.python.load import load_with_drafter
+    from gguf_exact.engines.python.openai_server import build_app
+    from gguf_exact.engines.python.request import CURRENT_REQUEST
 
     llm = load_with_drafter(*pair, n_max=2, n_ctx=256, n_threads=2)
     calls = []
@@ -341,8 +341,8 @@ def test_past_the_queue_bound_a_request_is_answered_503_with_retry_after(pair):
 
     import httpx2 as httpx
 
-    from gguf_exact.speculative.load import load_with_drafter
-    from gguf_exact.speculative.openai_server import build_app
+    from gguf_exact.engines.python.load import load_with_drafter
+    from gguf_exact.engines.python.openai_server import build_app
 
     llm = load_with_drafter(*pair, n_max=2, n_ctx=256, n_threads=2)
     release, entered = threading.Event(), threading.Event()

@@ -45,7 +45,7 @@ def test_generate_and_chat_refuse_a_drafter_as_target_before_loading(pair):
         ["chat", "--model", str(drafter), "--no-draft"],
     ):
         assert last_line(args) == (1, expected(drafter)), args
-    from gguf_exact.speculative.runner import Runner
+    from gguf_exact.engines.python.runner import Runner
 
     with pytest.raises(PairError, match="that is a drafter"):
         Runner(drafter)  # the Python API: the same check, target alone

@@ -1,4 +1,4 @@
-"""`--profile auto` (gguf_exact.runtime.gpus, .profile_choice) from recorded nvidia-smi output and
+"""`--profile auto` (gguf_exact.engines.shared.gpus, .profile_choice) from recorded nvidia-smi output and
 from a fake nvidia-smi on PATH; `serve --dry-run` for a build that is not there yet."""
 
 import os
@@ -9,9 +9,9 @@ from click.testing import CliRunner
 
 from gguf_exact.builds.llama_build import build_key
 from gguf_exact.cli import main
-from gguf_exact.runtime.gpus import Gpu, parse_gpus, query_gpus
-from gguf_exact.runtime.profile_choice import choose_profile, resolve_profile
-from gguf_exact.runtime.profiles import available_profiles, load_profile
+from gguf_exact.engines.shared.gpus import Gpu, parse_gpus, query_gpus
+from gguf_exact.engines.shared.profile_choice import choose_profile, resolve_profile
+from gguf_exact.engines.shared.profiles import available_profiles, load_profile
 from gguf_exact.tiny.full_size import write_full_size_drafter, write_full_size_target
 from gguf_exact.tiny.models import write_agreeing_pair
 

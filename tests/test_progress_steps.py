@@ -39,7 +39,8 @@ def pair(tmp_path) -> tuple[Path, Path]:
 @pytest.fixture
 def fake_start(monkeypatch, tmp_path):
     """llama-server started and probed without running: a process that is already there."""
-    from gguf_exact.engines import launch, status
+    from gguf_exact.engines import launch
+    from gguf_exact.engines.shared import status
 
     process = SimpleNamespace(pid=4242)
     monkeypatch.setattr(launch, "start_server", lambda launch, detach, timeout: (process, 1.5))
@@ -87,8 +88,9 @@ class MeasuredEnough(Exception):
 
 def test_tune_names_the_round_the_visit_and_the_arm(monkeypatch, tmp_path):
     from gguf_exact.bench import tune
-    from gguf_exact.engines import launch, status
-    from gguf_exact.runtime.profiles import load_profile
+    from gguf_exact.engines import launch
+    from gguf_exact.engines.shared import status
+    from gguf_exact.engines.shared.profiles import load_profile
 
     visits = []
 

@@ -1,4 +1,4 @@
-"""The request guard's rules, apart from any server (gguf_exact/engines/request_guard.py); the
+"""The request guard's rules, apart from any server (gguf_exact/engines/shared/request_guard.py); the
 servers under hostile requests are in tests/test_faults_servers.py."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from gguf_exact.engines.request_guard import LIMITS, RequestLimits, check_body, grammar_depth, json_depth
+from gguf_exact.engines.shared.request_guard import LIMITS, RequestLimits, check_body, grammar_depth, json_depth
 
 
 @pytest.mark.parametrize(

@@ -14,7 +14,7 @@ from helpers import sdist_files, status_lines
 
 from gguf_exact import doctor
 from gguf_exact.builds import llama_build
-from gguf_exact.engines import rpc_probe
+from gguf_exact.engines.shared import rpc_probe
 
 
 @pytest.fixture(scope="module")
@@ -171,7 +171,7 @@ def test_a_worker_console_names_its_devices():
 
 def test_a_worker_off_loopback_is_refused_in_one_line_unless_allowed(tmp_path):
     from gguf_exact.engines.rpc_worker import plan_worker
-    from gguf_exact.engines.settings import WorkerSettings
+    from gguf_exact.engines.shared.settings import WorkerSettings
 
     fake_bin = tmp_path / "rpc-server"
     fake_bin.write_text("#!/bin/sh\n")
@@ -199,7 +199,7 @@ def test_a_worker_off_loopback_is_refused_in_one_line_unless_allowed(tmp_path):
 
 def test_the_python_engine_refuses_rpc_and_bad_endpoints_are_one_line(tmp_path):
     from gguf_exact.engines.launch import plan_launch
-    from gguf_exact.engines.settings import ServeSettings
+    from gguf_exact.engines.shared.settings import ServeSettings
     from gguf_exact.tiny.models import write_tiny_target
 
     target = write_tiny_target(tmp_path / "t.gguf")
@@ -221,7 +221,7 @@ def test_the_python_engine_refuses_rpc_and_bad_endpoints_are_one_line(tmp_path):
 
 
 def test_layers_go_to_devices_as_llama_cpp_places_them():
-    from gguf_exact.runtime.device_plan import layer_devices
+    from gguf_exact.engines.shared.device_plan import layer_devices
 
     # 5 layers + the output layer over two equal shares: upper_bound(0.5, 1.0) of il/6
     assert layer_devices(5, -1, [1.0, 1.0]) == [0, 0, 0, 1, 1, 1]
@@ -234,8 +234,8 @@ def test_layers_go_to_devices_as_llama_cpp_places_them():
 
 def test_the_plan_over_devices_splits_every_byte_and_places_the_drafter_with_its_caches(tmp_path):
     from gguf_exact.pair.checks import read_model
-    from gguf_exact.runtime.device_plan import CPU, Device, drafter_kv_layers, plan_devices
-    from gguf_exact.runtime.memory_plan import MemoryInputs, kv_caches, weight_split
+    from gguf_exact.engines.shared.device_plan import CPU, Device, drafter_kv_layers, plan_devices
+    from gguf_exact.engines.shared.memory_plan import MemoryInputs, kv_caches, weight_split
     from gguf_exact.tiny.full_size import write_full_size_drafter, write_full_size_target
 
     t = read_model(write_full_size_target(tmp_path / "e2b.gguf", "E2B"), "target")
@@ -292,8 +292,8 @@ def test_the_plan_says_when_shared_caches_travel_every_pass(tmp_path):
     caches go from RPC0 to RPC1 at every pass (measured on loopback: 12.2 MB per pass against 1.2 MB
     split at 13, scripts/bench_rpc.py); split at 13, nothing does."""
     from gguf_exact.pair.checks import read_model
-    from gguf_exact.runtime.device_plan import Device, plan_devices
-    from gguf_exact.runtime.memory_plan import MemoryInputs, layer_kv
+    from gguf_exact.engines.shared.device_plan import Device, plan_devices
+    from gguf_exact.engines.shared.memory_plan import MemoryInputs, layer_kv
     from gguf_exact.tiny.full_size import write_full_size_target
 
     t = read_model(write_full_size_target(tmp_path / "e2b.gguf", "E2B"), "target")
@@ -321,10 +321,10 @@ def test_a_stopped_worker_of_this_machine_is_named_by_status_serve_and_the_heads
 
     from helpers import cli
 
-    from gguf_exact.engines import rpc_watch
-    from gguf_exact.engines.process import write_run_state
+    from gguf_exact.engines.shared import rpc_watch
+    from gguf_exact.engines.shared.process import write_run_state
     from gguf_exact.engines.serve import workers_gone
-    from gguf_exact.engines.status import rpc_gave_up_after, server_status
+    from gguf_exact.engines.shared.status import rpc_gave_up_after, server_status
 
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

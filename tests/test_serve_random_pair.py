@@ -15,8 +15,8 @@ from _llama_server import (
 
 from gguf_exact.drafter.convert import convert_drafter
 from gguf_exact.engines.launch import plan_launch, start_server
-from gguf_exact.engines.settings import ServeSettings
-from gguf_exact.engines.status import server_status, stop_server
+from gguf_exact.engines.shared.settings import ServeSettings
+from gguf_exact.engines.shared.status import server_status, stop_server
 from gguf_exact.tiny.models import write_tiny_drafter, write_tiny_target
 
 pytestmark = pytest.mark.llama_server

@@ -10,8 +10,8 @@ import pytest
 from _llama_server import TEST_SETTINGS, free_port
 
 from gguf_exact.engines.launch import plan_launch, start_server
-from gguf_exact.engines.settings import ServeSettings
-from gguf_exact.engines.status import stop_server
+from gguf_exact.engines.shared.settings import ServeSettings
+from gguf_exact.engines.shared.status import stop_server
 from gguf_exact.tiny.hidden_pair import write_hidden_state_pair
 
 pytestmark = pytest.mark.bindings

@@ -16,9 +16,9 @@ import pytest
 from _llama_server import TEST_SETTINGS, free_port, get_json, server_binary
 
 from gguf_exact.engines.launch import plan_launch, start_server
-from gguf_exact.engines.process import alive, is_server_process, process_start_time, read_tail
-from gguf_exact.engines.settings import ServeSettings
-from gguf_exact.engines.status import server_status, stop_server
+from gguf_exact.engines.shared.process import alive, is_server_process, process_start_time, read_tail
+from gguf_exact.engines.shared.settings import ServeSettings
+from gguf_exact.engines.shared.status import server_status, stop_server
 from gguf_exact.tiny.models import write_tiny_target
 
 ACCEPTANCE = "slot print_timing: id  0 | task 5 | draft acceptance = 0.75000 (    3 accepted /     4 generated), mean len =  2.00"
@@ -140,7 +140,7 @@ def test_status_reads_only_the_tail_of_a_huge_log(tmp_path, run_dir):
     code = f"""
 import resource, json, sys
 resource.setrlimit(resource.RLIMIT_AS, ({3 << 30}, {3 << 30}))
-from gguf_exact.engines.status import server_status
+from gguf_exact.engines.shared.status import server_status
 st = server_status({port})
 print(json.dumps([a.accepted for a in st.recent]))
 """

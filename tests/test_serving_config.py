@@ -1,4 +1,4 @@
-"""One typed serving configuration: each knob declared once (runtime/knobs.py), parsed once
+"""One typed serving configuration: each knob declared once (engines/shared/knobs.py), parsed once
 (serving_config), rendered for llama-server, the Python engine and the memory plan; serve's
 options generated from the declarations; no other module reads a profile's tables."""
 
@@ -15,13 +15,13 @@ from click.testing import CliRunner
 import gguf_exact
 from gguf_exact.cli.options import knob_options, overrides_option, settings_options
 from gguf_exact.cli.serving import SERVE_SETTINGS, serve
-from gguf_exact.engines.settings import ServeSettings
+from gguf_exact.engines.shared.settings import ServeSettings
 from gguf_exact.errors import GgufExactError
-from gguf_exact.runtime.engine_options import EngineOptions
-from gguf_exact.runtime.knobs import ALL_LAYERS, AUTO_LAYERS, BY_KEY, KNOBS
-from gguf_exact.runtime.memory_plan import MemoryInputs
-from gguf_exact.runtime.profiles import load_profile
-from gguf_exact.runtime.serving_config import serving_config
+from gguf_exact.engines.shared.engine_options import EngineOptions
+from gguf_exact.engines.shared.knobs import ALL_LAYERS, AUTO_LAYERS, BY_KEY, KNOBS
+from gguf_exact.engines.shared.memory_plan import MemoryInputs
+from gguf_exact.engines.shared.profiles import load_profile
+from gguf_exact.engines.shared.serving_config import serving_config
 
 ROOT = Path(gguf_exact.__file__).parent
 
@@ -162,7 +162,7 @@ def test_serve_options_are_generated_from_the_settings_model():
 
 # --- no module reads a profile's tables but the configuration -----------------------------------
 
-READERS = {"runtime/profiles.py", "runtime/serving_config.py", "runtime/knobs.py"}
+READERS = {"engines/shared/profiles.py", "engines/shared/serving_config.py", "engines/shared/knobs.py"}
 # Knob keys that are also a request's or settings.json's field names: their tables are reached
 # only through .server_table/.draft_table, which the scan finds wherever they are read.
 COMMON_WORDS = {"rpc", "logprobs"}

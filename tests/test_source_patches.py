@@ -196,7 +196,7 @@ def test_the_request_guard_patch_bounds_requests_and_compares_keys_in_constant_t
     guard's, a body checked before the handlers parse it, a body that is not JSON answered as the
     client's fault, and the API key compared byte by byte over its whole length (llama.cpp's
     std::find stopped at the first differing byte)."""
-    from gguf_exact.engines.request_guard import LIMITS
+    from gguf_exact.engines.shared.request_guard import LIMITS
 
     http_file = context_tree / "tools/server/server-http.cpp"
     before = http_file.read_text()

@@ -1,4 +1,4 @@
-"""Is draft-mtp really drafting? (gguf_exact.engines.speculation): the verdict from its
+"""Is draft-mtp really drafting? (gguf_exact.engines.shared.speculation): the verdict from its
 evidence, and `serve` / `status` on real llama-servers with speculation on and silently off."""
 
 import json
@@ -9,7 +9,7 @@ from _llama_server import TEST_SETTINGS, free_port, server_binary
 from helpers import cli
 
 from gguf_exact.drafter.convert import convert_drafter
-from gguf_exact.engines.speculation import ACTIVE, NOT_REQUESTED, OFF, UNCONFIRMED, judge
+from gguf_exact.engines.shared.speculation import ACTIVE, NOT_REQUESTED, OFF, UNCONFIRMED, judge
 from gguf_exact.tiny.models import write_agreeing_pair
 
 CMD = ["llama-server", "--model", "t.gguf", "--model-draft", "d.gguf", "--spec-type", "draft-mtp"]

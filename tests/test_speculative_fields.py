@@ -2,7 +2,7 @@
 ``.p_min`` and ``.adaptive``, dotted or inside a ``speculative`` object, are taken by
 ``serve --engine python`` and by llama-server (patch 23) alike, and what one refuses the other
 refuses with the same HTTP 400 and the same message naming the field
-(:func:`gguf_exact.speculative.draft_length.request_speculation`)."""
+(:func:`gguf_exact.engines.python.draft_length.request_speculation`)."""
 
 from __future__ import annotations
 
@@ -16,8 +16,8 @@ from click.testing import CliRunner
 from test_faults_servers import HOST, auth, http
 
 from gguf_exact.cli import main
-from gguf_exact.engines.http import get_metrics
-from gguf_exact.speculative.draft_length import RequestSpeculation, request_speculation
+from gguf_exact.engines.shared.http import get_metrics
+from gguf_exact.engines.python.draft_length import RequestSpeculation, request_speculation
 from gguf_exact.tiny.pairs import write_runner_pairs
 
 DRAFT_TOKENS, DRAFT_PASSES = "llamacpp:spec_decode_num_draft_tokens_total", "llamacpp:spec_decode_num_drafts_total"

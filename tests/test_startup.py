@@ -17,8 +17,8 @@ NOT_FOR_CONVERT = (
     "ml_dtypes",  # only a BF16 tensor read through safetensors needs it
     "huggingface_hub",
     "gguf_exact.hub.fetch",
-    "gguf_exact.engines.settings",
-    "gguf_exact.runtime.profiles",
+    "gguf_exact.engines.shared.settings",
+    "gguf_exact.engines.shared.profiles",
     "gguf_exact.builds.llama_build",
     "gguf_exact.cli.serving",
     "gguf_exact.cli.hub",

@@ -12,7 +12,7 @@ import sys
 
 from helpers import cli
 
-from gguf_exact.engines.process import process_start_time
+from gguf_exact.engines.shared.process import process_start_time
 
 ACCEPT_LINE = "slot print_timing: id  0 | task 5 | draft acceptance = 0.50000 (    5 accepted /    10 generated), mean len =  1.50"
 

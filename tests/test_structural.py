@@ -25,8 +25,8 @@ from gguf import GGUFReader
 
 from gguf_exact.drafter.convert import convert_drafter
 from gguf_exact.engines.launch import plan_launch, start_server
-from gguf_exact.engines.settings import LOG_FILE, ServeSettings
-from gguf_exact.engines.status import stop_server
+from gguf_exact.engines.shared.settings import LOG_FILE, ServeSettings
+from gguf_exact.engines.shared.status import stop_server
 from gguf_exact.gemma4.hparams import FULL, SLIDING, TextHparams
 from gguf_exact.gemma4.sizes import SIZES, SOURCES
 from gguf_exact.repack.pipeline import repack_model
@@ -195,7 +195,7 @@ def test_pair_serves_with_draft_mtp_as_the_target_alone(pair, run_dir):
 
 @pytest.mark.bindings
 def test_pair_runs_in_process_as_the_target_alone(pair):
-    from gguf_exact.speculative.runner import Runner
+    from gguf_exact.engines.python.runner import Runner
 
     with Runner(pair.target.path, pair.drafter, n_ctx=256, n_threads=2) as r:
         for prompt in PROMPTS:

@@ -52,8 +52,8 @@ from test_vulkan_serve import (  # noqa: F401  (device, pairs: the fixtures)
 from gguf_exact.builds import build_probe
 from gguf_exact.builds.bindings_build import find_wheel, unpack_wheel
 from gguf_exact.engines.serve import plan_serve, start_planned
-from gguf_exact.engines.settings import LOG_FILE, ServeSettings
-from gguf_exact.engines.status import stop_server
+from gguf_exact.engines.shared.settings import LOG_FILE, ServeSettings
+from gguf_exact.engines.shared.status import stop_server
 
 pytestmark = [pytest.mark.vulkan, pytest.mark.bindings, pytest.mark.llama_server]
 

@@ -8,7 +8,7 @@ import click
 import pytest
 from click.testing import CliRunner
 
-from gguf_exact.runtime.serving_config import serving_config
+from gguf_exact.engines.shared.serving_config import serving_config
 from gguf_exact.cli import load_groups, main
 
 
@@ -77,7 +77,7 @@ def test_a_prompt_over_a_small_context_is_refused_naming_it(agreeing):
     """llama.cpp pads ctx-size=64 to 256 and llama-cpp-python keeps a 64-token buffer: a
     112-token prompt passed the check against 256 and broke in the generation loop (HTTP
     500, `could not broadcast input array from shape (64,) into shape (62,)`)."""
-    from gguf_exact.speculative.engine import MtpLlama
+    from gguf_exact.engines.python.engine import MtpLlama
 
     llm = MtpLlama(*agreeing, n_ctx=64)
     try:
@@ -94,8 +94,8 @@ def test_a_prompt_over_a_small_context_is_refused_naming_it(agreeing):
 
 
 def test_chat_generate_and_serve_draft_as_the_shipped_profiles(tiny, tmp_path):
-    from gguf_exact.runtime.engine_options import NO_PROFILE
-    from gguf_exact.runtime.profiles import available_profiles, load_profile
+    from gguf_exact.engines.shared.engine_options import NO_PROFILE
+    from gguf_exact.engines.shared.profiles import available_profiles, load_profile
 
     for name in available_profiles():
         opts, _ = serving_config(load_profile(name), True).engine_options()
@@ -176,7 +176,7 @@ def lines_then_ctrl_c(*lines):
 
 @pytest.mark.bindings
 def test_ctrl_c_ends_the_reply_then_the_chat():
-    from gguf_exact.speculative.chat import chat_session
+    from gguf_exact.engines.python.chat import chat_session
 
     llm, written, notes = FakeLlm(interrupt_after=2), [], []
     messages = chat_session(llm, lines_then_ctrl_c("hi\n", "again\n"), written.append, notes.append)

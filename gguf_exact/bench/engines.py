@@ -5,7 +5,7 @@ profile and overrides (:func:`gguf_exact.engines.launch.plan_launch`,
 ``start_server``); after one untimed warm-up request each, the shipped prompts go
 to ``/v1/completions`` of each server, same prompt, ``max_tokens``, temperature
 and seed, the engines in A B B A order per round
-(:func:`gguf_exact.engines.http.openai_generate`). Per engine and n-max:
+(:func:`gguf_exact.engines.shared.http.openai_generate`). Per engine and n-max:
 
 - tokens/s as the client sees it (the whole request: prompt, HTTP and JSON
   included), and in the server's generation phase (its own
@@ -23,7 +23,7 @@ from typing import Callable
 from gguf_exact.bench.report import Figures, Report, cell, machine, yes_no
 from gguf_exact.bench.request import BenchRequest, fixed_length
 from gguf_exact.errors import ArgumentError, Param
-from gguf_exact.runtime.generation import Generation
+from gguf_exact.engines.shared.generation import Generation
 
 ENGINES = ("python", "llama-server")
 
@@ -161,11 +161,11 @@ def bench_engines(
     """Start each engine's server (``request.engines``, default both) at each n-max of
     ``request.n_values`` on ``request.target`` and ``request.draft``, run the prompts
     over HTTP, stop them."""
-    from gguf_exact.engines.http import openai_generate
+    from gguf_exact.engines.shared.http import openai_generate
     from gguf_exact.engines.launch import plan_launch, start_server
-    from gguf_exact.engines.process import free_port, scratch_run_root
-    from gguf_exact.engines.settings import ServeSettings
-    from gguf_exact.engines.status import stop_server
+    from gguf_exact.engines.shared.process import free_port, scratch_run_root
+    from gguf_exact.engines.shared.settings import ServeSettings
+    from gguf_exact.engines.shared.status import stop_server
 
     model, draft, n_max_list, profile, overrides = (
         request.target,

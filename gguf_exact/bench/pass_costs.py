@@ -89,8 +89,8 @@ def drafter_profile(target: Path, drafter: Path, threads: int, steps: int = 10, 
     each: the time between calls is that node's."""
     import llama_cpp
 
-    from gguf_exact.speculative.drafter import LlamaDrafter
-    from gguf_exact.speculative.runner import Runner
+    from gguf_exact.engines.python.drafter import LlamaDrafter
+    from gguf_exact.engines.python.runner import Runner
 
     seen: list[tuple[str, float]] = []
 

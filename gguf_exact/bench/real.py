@@ -30,7 +30,7 @@ from typing import Any, Callable, Iterator, Sequence
 
 from gguf_exact.bench.report import Figures
 from gguf_exact.bench.request import BENCH_PROFILE, adaptive_length, fixed_length
-from gguf_exact.engines.settings import ENGINES  # what serve --engine takes
+from gguf_exact.engines.shared.settings import ENGINES  # what serve --engine takes
 from gguf_exact.errors import InputError
 
 TTFT_PROMPT = "Time to first token, measured on a prompt of its own: " * 2
@@ -120,9 +120,9 @@ def running(
 ) -> Iterator[tuple[Any, Any, float]]:
     """A started server (launch, process, seconds to healthy), stopped on exit."""
     from gguf_exact.engines.launch import plan_launch, start_server
-    from gguf_exact.engines.process import free_port
-    from gguf_exact.engines.settings import ServeSettings
-    from gguf_exact.engines.status import stop_server
+    from gguf_exact.engines.shared.process import free_port
+    from gguf_exact.engines.shared.settings import ServeSettings
+    from gguf_exact.engines.shared.status import stop_server
 
     launch = plan_launch(ServeSettings(target, drafter, profile, tuple(sets), engine, port=free_port()))
     proc, seconds = start_server(launch, detach=True, timeout=900)
@@ -201,7 +201,7 @@ def arms_side_by_side(
 
     Before each server after the first, :func:`check_room`: the servers still to start must
     fit in the memory available."""
-    from gguf_exact.engines.http import openai_generate
+    from gguf_exact.engines.shared.http import openai_generate
 
     drafts = drafter is not None and any(a.n_max for a in arms)
     model_bytes = target.stat().st_size + (drafter.stat().st_size if drafts else 0)
@@ -236,8 +236,8 @@ def arms_side_by_side(
 def _arm_result(arm: Arm, launch: Any, proc: Any, load: float, ttft: Any, per_round: list[list[Any]]) -> ArmResult:
     """One arm's figures from its requests' answers (``per_round``: the prompts' per round),
     its policy from its ``/metrics`` and its peak RSS, read while its server runs."""
-    from gguf_exact.engines.http import get_metrics
-    from gguf_exact.runtime.policy_snapshot import parse_snapshot
+    from gguf_exact.engines.shared.http import get_metrics
+    from gguf_exact.engines.shared.policy_snapshot import parse_snapshot
 
     first = per_round[0]
     snap = parse_snapshot(get_metrics(launch.url))
@@ -323,7 +323,7 @@ def concurrent_arm(
     request's tokens from its own answer's ``usage`` (the ``/metrics`` difference around a
     request, which :func:`openai_generate` reads, also counts the requests beside it).
     Every request also keeps its client-side seconds: how long a queued one waited shows."""
-    from gguf_exact.engines.http import openai_generate, post_json, server_generate
+    from gguf_exact.engines.shared.http import openai_generate, post_json, server_generate
 
     extra = fixed_length(n_max)
     slots = [f"parallel={parallel}"] if engine == "llama-server" else []

@@ -10,13 +10,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from gguf_exact.runtime.knobs import KNOB
+from gguf_exact.engines.shared.knobs import KNOB
 
 # A benchmark's own profile: the same on every machine (not ``auto``), so figures compare.
 BENCH_PROFILE = "cpu"
 
 
-# The drafting knobs' profile keys, as runtime/knobs.py declares them.
+# The drafting knobs' profile keys, as engines/shared/knobs.py declares them.
 N_MAX_KEY, ADAPTIVE_KEY, P_MIN_KEY = (KNOB[name].flag for name in ("n_max", "adaptive", "p_min"))
 
 

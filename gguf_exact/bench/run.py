@@ -5,7 +5,7 @@ order, each round forward then backward (``A B C C B A``, the ``A B B A`` of two
 arms), so slow drift of the machine falls on every arm alike. Each arm is
 warmed up once (untimed) before the first round. Runs are in-process
 (:class:`.Runner`, one model load shared by every arm) or against running
-llama-servers (:func:`gguf_exact.engines.http.server_generate`, one server per arm, since
+llama-servers (:func:`gguf_exact.engines.shared.http.server_generate`, one server per arm, since
 llama-server fixes n-max at start-up).
 
 The report holds every run, a summary per arm (tokens/s over the generation
@@ -24,7 +24,7 @@ from typing import Callable
 from gguf_exact.bench.report import TARGET, Arm, Figures, Report, alternating_order, cell, machine, yes_no
 from gguf_exact.bench.request import BenchRequest
 from gguf_exact.errors import ArgumentError, Param
-from gguf_exact.runtime.generation import Generation
+from gguf_exact.engines.shared.generation import Generation
 
 
 @dataclass
@@ -164,7 +164,7 @@ def bench_runner(
     **runner_options,
 ) -> BenchReport:
     """In-process: the target alone, then the drafter at each n-max in ``n_max_list``."""
-    from gguf_exact.speculative.runner import Runner
+    from gguf_exact.engines.python.runner import Runner
 
     if draft is None and any(n > 0 for n in n_max_list):
         raise ArgumentError("bench: n-max > 0 needs a drafter", Param("draft", aside=" ({})"))
@@ -210,7 +210,7 @@ def bench_servers(
     progress: Progress = lambda s: None,
 ) -> BenchReport:
     """Against running llama-servers, one per arm."""
-    from gguf_exact.engines.http import server_generate
+    from gguf_exact.engines.shared.http import server_generate
 
     if len({a.label for a in servers}) != len(servers):
         raise ArgumentError("bench: two ", Param("servers"), " arms have the same label")

@@ -39,10 +39,10 @@ from gguf_exact.bench.tune_pick import TOO_NOISY, AdaptivePick, Setting, pick_ad
 from gguf_exact.errors import ArgumentError, InputError, NotExactError, Param
 from gguf_exact.formats.paths import check_not_input
 from gguf_exact.formats.safe_write import atomic_output, output_folder, staged_outputs
-from gguf_exact.runtime.draft_policy import PolicySettings
-from gguf_exact.runtime.knobs import BY_KEY
-from gguf_exact.runtime.serving_config import serving_config
-from gguf_exact.runtime.profiles import PROFILE_DIR, Profile, load_profile, user_profile_dir
+from gguf_exact.engines.shared.draft_policy import PolicySettings
+from gguf_exact.engines.shared.knobs import BY_KEY
+from gguf_exact.engines.shared.serving_config import serving_config
+from gguf_exact.engines.shared.profiles import PROFILE_DIR, Profile, load_profile, user_profile_dir
 
 TUNED_MARK = "# tuned by gguf-exact tune"
 
@@ -121,9 +121,9 @@ def tune_n_max(
     n_predict, rounds, overrides, server_bin = request.n_predict, request.rounds, request.overrides, request.server_bin
     from gguf_exact.bench.prompt_set import load_prompts
     from gguf_exact.engines.launch import plan_launch, start_server
-    from gguf_exact.engines.process import free_port, scratch_run_root
-    from gguf_exact.engines.settings import ServeSettings
-    from gguf_exact.engines.status import stop_server
+    from gguf_exact.engines.shared.process import free_port, scratch_run_root
+    from gguf_exact.engines.shared.settings import ServeSettings
+    from gguf_exact.engines.shared.status import stop_server
 
     settings, default = tune_settings(request)
     settings = [s for s in settings if s.n_max or with_target]

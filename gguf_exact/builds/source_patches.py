@@ -85,7 +85,7 @@ PATCHES: tuple[SourcePatch, ...] = (
         why=(
             "--spec-draft-adaptive: llama-server chooses the draft length before each pass from the "
             "measured pass and drafter-step costs and the acceptance per depth (common/draft-policy.h, "
-            "the twin of gguf_exact/runtime/draft_policy.py); --spec-draft-adaptive-warmup times the "
+            "the twin of gguf_exact/engines/shared/draft_policy.py); --spec-draft-adaptive-warmup times the "
             "verification passes at start-up to seed those costs; the per-request speculative.n_max, "
             "speculative.p_min and speculative.adaptive fields; draft-mtp stops at a sequence's own "
             "n_max; LLAMA_SPEC_DRAFT_TRACE=FILE writes each slot's policy inputs and choices in the replay "
@@ -112,7 +112,7 @@ PATCHES: tuple[SourcePatch, ...] = (
         why=(
             "gguf-exact #42: one request could kill llama-server (a grammar or JSON schema nested "
             "20,000 deep overflowed the HTTP thread's stack; bodies of any size were read). The request "
-            "guard of gguf_exact/engines/request_guard.py in C++: --request-max-body (HTTP 413), "
+            "guard of gguf_exact/engines/shared/request_guard.py in C++: --request-max-body (HTTP 413), "
             "--request-max-depth (the body's JSON nesting) and --grammar-max-depth (a grammar's groups), "
             "HTTP 400 naming the limit; a body that is not JSON is 400, not 500; API keys compared in "
             "constant time. Only common/ and tools/server/ change, which the bindings do not ship"

@@ -29,7 +29,7 @@ from gguf_exact.cli.options import (
     target_and_draft_options,
 )
 from gguf_exact.errors import ArgumentError
-from gguf_exact.runtime.engine_options import NO_PROFILE
+from gguf_exact.engines.shared.engine_options import NO_PROFILE
 
 
 def unescape(text: str) -> str:
@@ -107,7 +107,7 @@ def generate(
     without the drafter. The draft length: as the shipped profiles, adaptive up to
     n-max 4. Prints the text, and counters on stderr (--json: everything on stdout).
     """
-    from gguf_exact.speculative.runner import Runner
+    from gguf_exact.engines.python.runner import Runner
 
     if (prompt is None) == (prompt_file is None):
         raise ArgumentError("give exactly one of --prompt TEXT and --prompt-file FILE")
@@ -182,9 +182,9 @@ def chat(
     ends and prints the same figures; Ctrl-C during a reply ends that reply. Any other line starting with / is not sent: it gets the list of
     commands (start a line with // to send it with one /).
     """
-    from gguf_exact.runtime.profile_choice import resolve_profile
-    from gguf_exact.speculative.chat import chat_session, stats_line
-    from gguf_exact.speculative.load import load_with_drafter
+    from gguf_exact.engines.shared.profile_choice import resolve_profile
+    from gguf_exact.engines.python.chat import chat_session, stats_line
+    from gguf_exact.engines.python.load import load_with_drafter
 
     found = drafter_from_options(target, drafter, no_draft, fetch_draft, models_dir, auto=True)
     if not found.given and found.path is not None:

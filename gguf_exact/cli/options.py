@@ -9,9 +9,9 @@
 - :data:`models_dir_option`, :func:`profile_option`, :data:`overrides_option`,
   :data:`server_bin_option`, :func:`out_dir_option`, :data:`prompts_option`
 - :func:`settings_options`: options generated from a settings model's fields (serve's
-  ``--host``, ``--port``, ``--api-key`` ... from :class:`~gguf_exact.engines.settings.ServeSettings`)
+  ``--host``, ``--port``, ``--api-key`` ... from :class:`~gguf_exact.engines.shared.settings.ServeSettings`)
 - :func:`knob_options`: ``--ctx-size``, ``--threads``, ``--spec-draft-n-max`` ... generated
-  from the serving knobs (:mod:`gguf_exact.runtime.knobs`), given to the profile as overrides
+  from the serving knobs (:mod:`gguf_exact.engines.shared.knobs`), given to the profile as overrides
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from pathlib import Path
 
 import click
 
-from gguf_exact.engines.settings import DEFAULT_PROFILE
+from gguf_exact.engines.shared.settings import DEFAULT_PROFILE
 from gguf_exact.errors import ArgumentError
 
 MODELS_DIR_HELP = "Where files are placed, as MODELS_DIR/<repo>/<file> (the paths in checksums/RECIPE.sha256)."
@@ -121,10 +121,10 @@ def settings_options(model: type, *names: str):
 
 def knob_options(command):
     """``--ctx-size``, ``--threads``, ``--spec-draft-n-max`` ...: an option for each serving knob
-    marked ``cli`` (:data:`gguf_exact.runtime.knobs.KNOBS`), generated from its declaration.
+    marked ``cli`` (:data:`gguf_exact.engines.shared.knobs.KNOBS`), generated from its declaration.
     Those given are added to ``overrides`` as ``KEY=VALUE`` after ``--set``'s, so they win
     over the profile and ``--set`` alike; the knob's own parser checks them."""
-    from gguf_exact.runtime.knobs import KNOBS
+    from gguf_exact.engines.shared.knobs import KNOBS
 
     knobs = [k for k in KNOBS if k.cli]
 
@@ -209,7 +209,7 @@ def target_and_draft_options(auto: bool, no_draft: bool = True):
 def sampling_options(command):
     """--temperature --top-k --top-p --min-p --repeat-penalty --seed (llama-cpp-python's sampler),
     defaulting to llama-server's values except the temperature (greedy here)."""
-    from gguf_exact.runtime.sampling_defaults import SERVER_SAMPLING as d
+    from gguf_exact.engines.shared.sampling_defaults import SERVER_SAMPLING as d
 
     return _apply(
         command,
@@ -236,7 +236,7 @@ def sampling_options(command):
 
 def sampling(temperature: float, top_k: int, top_p: float, min_p: float, repeat_penalty: float, seed: int | None):
     """The sampler the :func:`sampling_options` give."""
-    from gguf_exact.speculative.runner import Sampling
+    from gguf_exact.engines.python.runner import Sampling
 
     return Sampling(temperature, top_k, top_p, min_p, repeat_penalty, seed)
 
@@ -309,7 +309,7 @@ def draft_length_words(n_max: int, adaptive: bool) -> str:
 
 def profile_line(prof, choice) -> str:
     """``profile  NAME (description), build B`` and, for ``--profile auto``, why that one."""
-    from gguf_exact.runtime.profiles import PROFILE_DIR
+    from gguf_exact.engines.shared.profiles import PROFILE_DIR
 
     why = f"; --profile auto: {choice.reason}" if choice is not None else ""
     where = f", from {prof.path}" if prof.path and prof.path.parent.resolve() != PROFILE_DIR.resolve() else ""

@@ -9,7 +9,7 @@ import click
 from gguf_exact.cli.app import main
 from gguf_exact.cli.console import say, warn
 from gguf_exact.cli.options import profile_option
-from gguf_exact.engines.settings import CONSOLE_FILE, DEFAULT_HOST, DEFAULT_RPC_PORT, WorkerSettings
+from gguf_exact.engines.shared.settings import CONSOLE_FILE, DEFAULT_HOST, DEFAULT_RPC_PORT, WorkerSettings
 
 
 @main.command("rpc-server")

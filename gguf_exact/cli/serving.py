@@ -24,7 +24,7 @@ from gguf_exact.cli.options import (
 )
 from gguf_exact.cli.rpc import rpc_plan_lines, show_worker
 from gguf_exact.constants import API_KEY_ENV
-from gguf_exact.engines.settings import LOG_FILE, RPC_ENGINE, ServeSettings
+from gguf_exact.engines.shared.settings import LOG_FILE, RPC_ENGINE, ServeSettings
 
 
 SERVE_SETTINGS = ("host", "port", "api_key", "insecure", "server_bin", "rpc", "engine", "logprobs", "vulkan_devices")
@@ -183,7 +183,7 @@ def status(port: int | None, last: int, as_json: bool, probe: bool, api_key: str
     or what llama.cpp logged), or not yet confirmed. Exits 1 when the server is
     down.
     """
-    from gguf_exact.engines.status import server_status
+    from gguf_exact.engines.shared.status import server_status
 
     st = server_status(port, last=last, probe_request=probe, api_key=api_key)
     if as_json:
@@ -242,6 +242,6 @@ def status(port: int | None, last: int, as_json: bool, probe: bool, api_key: str
 @click.option("--port", type=int, help="The server's port (default: the last one started).")
 def stop(port: int | None) -> None:
     """Stop a server started by `gguf-exact serve` (by its pid file)."""
-    from gguf_exact.engines.status import stop_server
+    from gguf_exact.engines.shared.status import stop_server
 
     console.out.print(stop_server(port), markup=False)

@@ -104,7 +104,7 @@ def tune(
     the copy to go back.
     """
     from gguf_exact.bench.tune import TuneRequest, kept_line, tune_profile, tuned_name
-    from gguf_exact.runtime.profile_choice import resolve_profile
+    from gguf_exact.engines.shared.profile_choice import resolve_profile
 
     prof, choice = resolve_profile(profile)
     name = tuned_name(prof, save_as)  # a bad --as stops here, before any measuring

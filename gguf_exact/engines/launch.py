@@ -3,7 +3,7 @@
 :func:`plan_launch` checks the settings (engine, port, the host's exposure, the pair
 with :func:`~gguf_exact.pair.checks.check_pair`, the profile with its overrides) and
 returns a :class:`Launch`: the resolved settings and the exact command line of the
-engine's own module (:mod:`.llama_server`, :mod:`.llama_cpp_python`); nothing is started.
+engine's own module (:mod:`.llama_server`, :mod:`.python.server_main`); nothing is started.
 :func:`start_server` writes the run folder (:mod:`.process`, :mod:`.settings`), starts
 the server, waits for ``/health`` and then either stays with it (:func:`serve_foreground`)
 or leaves it running (``detach``). ``status`` and ``stop`` are :mod:`.status`.
@@ -19,8 +19,9 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from gguf_exact import constants
-from gguf_exact.engines import llama_cpp_python, llama_server
-from gguf_exact.engines.process import (
+from gguf_exact.engines import llama_server
+from gguf_exact.engines.python import server_main
+from gguf_exact.engines.shared.process import (
     await_start,
     check_port_free,
     claim_run_folder,
@@ -30,8 +31,8 @@ from gguf_exact.engines.process import (
     terminate,
     write_state,
 )
-from gguf_exact.engines.rpc_probe import parse_endpoints
-from gguf_exact.engines.settings import (
+from gguf_exact.engines.shared.rpc_probe import parse_endpoints
+from gguf_exact.engines.shared.settings import (
     CONSOLE_FILE,
     ENGINES,
     LOG_FILE,
@@ -40,12 +41,12 @@ from gguf_exact.engines.settings import (
     is_loopback,
     write_settings,
 )
-from gguf_exact.engines.status import server_label
+from gguf_exact.engines.shared.status import server_label
 from gguf_exact.errors import ArgumentError, Param, ServerError
 from gguf_exact.pair.checks import ServePair, check_pair
-from gguf_exact.runtime.profile_choice import resolve_profile
-from gguf_exact.runtime.profiles import Profile
-from gguf_exact.runtime.serving_config import ServingConfig, serving_config
+from gguf_exact.engines.shared.profile_choice import resolve_profile
+from gguf_exact.engines.shared.profiles import Profile
+from gguf_exact.engines.shared.serving_config import ServingConfig, serving_config
 
 
 @dataclass(frozen=True)
@@ -125,7 +126,7 @@ def check_exposure(host: str, api_key: str | None, insecure: bool) -> None:
 
 def _engine_checks(settings: ServeSettings, config: ServingConfig) -> ServeSettings:
     """What the engine allows of the settings; the Python engine's logprobs from the profile."""
-    if settings.engine == llama_cpp_python.NAME:
+    if settings.engine == server_main.NAME:
         if config.rpc:
             raise ArgumentError(
                 Param("engine"), " python runs on this machine's devices only: ", Param("rpc"),
@@ -168,13 +169,13 @@ def plan_launch(settings: ServeSettings, *, check_port: bool = True, require_bui
     settings = _engine_checks(settings, config)
     pair = check_pair(settings.target, settings.drafter, settings.checksums)
     options, ignored = None, ()
-    if settings.engine == llama_cpp_python.NAME:  # the profile checked for this engine before anything starts
+    if settings.engine == server_main.NAME:  # the profile checked for this engine before anything starts
         options, ignored = serving_config(prof, with_draft=pair.drafter is not None).engine_options()
     resolved = settings.with_pair(pair, prof, options, tuple(ignored))
     rdir = run_folder(resolved)
     note = None
-    if resolved.engine == llama_cpp_python.NAME:
-        cmd = llama_cpp_python.command(resolved, rdir)
+    if resolved.engine == server_main.NAME:
+        cmd = server_main.command(resolved, rdir)
     else:
         cmd, note = llama_server.command(resolved, rdir, require_build)
     if check_port:
@@ -203,7 +204,7 @@ def server_env(launch: Launch) -> dict[str, str]:
 
 def wait_healthy(launch: Launch, proc: subprocess.Popen, timeout: float) -> float:
     """Seconds until ``/health`` says ok; stops the server and raises if it exits or times out."""
-    from gguf_exact.engines.http import health
+    from gguf_exact.engines.shared.http import health
 
     t0 = time.monotonic()
     while True:

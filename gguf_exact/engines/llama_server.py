@@ -14,10 +14,10 @@ from pathlib import Path
 
 from gguf_exact import constants
 from gguf_exact.builds.llama_build import build_command, find_build, install_dir, make_command
-from gguf_exact.engines.request_guard import llama_server_args
-from gguf_exact.engines.settings import LOG_FILE, ServeSettings
+from gguf_exact.engines.shared.request_guard import llama_server_args
+from gguf_exact.engines.shared.settings import LOG_FILE, ServeSettings
 from gguf_exact.errors import ArgumentError, BuildError, GgufExactError, Param, ServerError
-from gguf_exact.runtime.profiles import RESERVED, Profile, refuse_no_mmap
+from gguf_exact.engines.shared.profiles import RESERVED, Profile, refuse_no_mmap
 
 NAME = "llama-server"
 
@@ -43,7 +43,7 @@ def resolve_server_binary(profile: Profile, server_bin: str | Path | None = None
 
 def check_extra_args(extra: list[str] | tuple[str, ...]) -> None:
     """Arguments after the profile's (after ``--``): the same rules as a profile's keys and
-    ``--set``. No option serve sets itself (:data:`~gguf_exact.runtime.profiles.RESERVED`:
+    ``--set``. No option serve sets itself (:data:`~gguf_exact.engines.shared.profiles.RESERVED`:
     llama-server takes an option's last value, so ``-- --host 0.0.0.0`` would bind every
     interface past the key check), and no mmap switch."""
     extra = list(extra)

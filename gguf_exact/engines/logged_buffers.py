@@ -15,7 +15,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from gguf_exact.runtime.memory_plan import MIB, MemoryPlan
+from gguf_exact.engines.shared.memory_plan import MIB, MemoryPlan
 
 WEIGHTS = re.compile(r"load_tensors: +(\S+) model buffer size = +([0-9.]+) MiB")
 KV_BUFFER = re.compile(r"llama_kv_cache: +(\S+) KV buffer size = +([0-9.]+) MiB")

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from gguf_exact.builds.llama_build import build_command, find_build
-from gguf_exact.engines.process import (
+from gguf_exact.engines.shared.process import (
     await_start,
     check_port_free,
     claim_run_folder,
@@ -33,12 +33,12 @@ from gguf_exact.engines.process import (
     terminate,
     write_run_state,
 )
-from gguf_exact.engines.rpc_probe import probe_worker
-from gguf_exact.engines.settings import CONSOLE_FILE, RPC_ENGINE, WorkerSettings, is_loopback
+from gguf_exact.engines.shared.rpc_probe import probe_worker
+from gguf_exact.engines.shared.settings import CONSOLE_FILE, RPC_ENGINE, WorkerSettings, is_loopback
 from gguf_exact.errors import ArgumentError, BuildError, Param, ServerError
-from gguf_exact.runtime.profile_choice import resolve_profile
-from gguf_exact.runtime.profiles import Profile
-from gguf_exact.runtime.serving_config import serving_config
+from gguf_exact.engines.shared.profile_choice import resolve_profile
+from gguf_exact.engines.shared.profiles import Profile
+from gguf_exact.engines.shared.serving_config import serving_config
 
 
 @dataclass(frozen=True)

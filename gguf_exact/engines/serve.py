@@ -23,16 +23,16 @@ from gguf_exact.engines.device_check import (
 )
 from gguf_exact.engines.drafter_lookup import DrafterFound, resolve_drafter
 from gguf_exact.engines.launch import Launch, plan_launch
-from gguf_exact.engines.rpc_probe import WorkerReport, parse_endpoints, require_workers
-from gguf_exact.engines.rpc_watch import RPC_TIMEOUT_ENV, check_worker, worker_checker
-from gguf_exact.engines.settings import ServeSettings, is_loopback
-from gguf_exact.engines.speculation import Verdict
+from gguf_exact.engines.shared.rpc_probe import WorkerReport, parse_endpoints, require_workers
+from gguf_exact.engines.shared.rpc_watch import RPC_TIMEOUT_ENV, check_worker, worker_checker
+from gguf_exact.engines.shared.settings import ServeSettings, is_loopback
+from gguf_exact.engines.shared.speculation import Verdict
 from gguf_exact.errors import GgufExactError
-from gguf_exact.runtime.device_plan import Device as SplitDevice
-from gguf_exact.runtime.device_plan import DevicePlan, plan_devices
-from gguf_exact.runtime.memory_plan import MemoryPlan, plan_memory
-from gguf_exact.runtime.profile_choice import Choice, resolve_profile
-from gguf_exact.runtime.profiles import Profile
+from gguf_exact.engines.shared.device_plan import Device as SplitDevice
+from gguf_exact.engines.shared.device_plan import DevicePlan, plan_devices
+from gguf_exact.engines.shared.memory_plan import MemoryPlan, plan_memory
+from gguf_exact.engines.shared.profile_choice import Choice, resolve_profile
+from gguf_exact.engines.shared.profiles import Profile
 
 
 @dataclass(frozen=True)
@@ -73,7 +73,7 @@ def card_memory(profile: Profile, choice: Choice | None, device: Device | None =
     if gpu is None and device is not None and device.backend == "Vulkan":
         return device.total_mib, f"{device.name} ({device.description}, as llama-server reports it)"
     if gpu is None and profile.build != "cpu":
-        from gguf_exact.runtime.gpus import query_gpus
+        from gguf_exact.engines.shared.gpus import query_gpus
 
         gpus, _ = query_gpus()
         gpu = gpus[0] if gpus else None
@@ -173,7 +173,7 @@ def start_planned(
     :data:`.device_check.SOFTWARE_PROBE_TIMEOUT_S` for it on a software device, else 120 s).
     ``on_step`` is told each wait as it begins (a spinner's label)."""
     from gguf_exact.engines.launch import start_server
-    from gguf_exact.engines.status import server_status
+    from gguf_exact.engines.shared.status import server_status
 
     launch = plan.launch
     on_step(f"{launch.label}: loading {launch.pair.target.path.name}, waiting for /health (up to {timeout:.0f} s)")
@@ -199,7 +199,7 @@ def workers_gone(plan: ServePlan, code: int) -> str | None:
     None when every worker still answers or there are none."""
     if not code or not plan.workers:
         return None
-    from gguf_exact.engines.status import gone_head_worker
+    from gguf_exact.engines.shared.status import gone_head_worker
 
     runs = plan.launch.run_dir.parent
     reports = [gone_head_worker(r.endpoint, runs) for r in plan.workers]

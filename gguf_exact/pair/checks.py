@@ -25,7 +25,7 @@ CHECKSUM_DIR = pins.CHECKSUMS_DIR
 @dataclass(frozen=True)
 class ModelFile:
     """What serving needs to know about one GGUF, read from its header once; pass it
-    along (:func:`check_pair`, :func:`~gguf_exact.runtime.memory_plan.plan_memory`) instead
+    along (:func:`check_pair`, :func:`~gguf_exact.engines.shared.memory_plan.plan_memory`) instead
     of the path, and the header is not read again."""
 
     path: Path

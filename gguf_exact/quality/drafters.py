@@ -46,11 +46,11 @@ def drafter_reference(source: Path, target: Path, work: Path) -> Path:
 
 
 def _run_drafter(target: Path, drafter: Path, prompts: list[str], n_predict: int, root: Path):
-    from gguf_exact.engines.http import server_generate
+    from gguf_exact.engines.shared.http import server_generate
     from gguf_exact.engines.launch import plan_launch, start_server
-    from gguf_exact.engines.process import free_port
-    from gguf_exact.engines.settings import ServeSettings
-    from gguf_exact.engines.status import stop_server
+    from gguf_exact.engines.shared.process import free_port
+    from gguf_exact.engines.shared.settings import ServeSettings
+    from gguf_exact.engines.shared.status import stop_server
 
     # a fixed draft length: acceptance compared at one length, not at what the adaptive policy
     # picks on this machine (on tiny models it rightly stops drafting)
@@ -74,7 +74,7 @@ def measure_drafters(
 ) -> AcceptanceReport:
     """Each drafter's acceptance against ``target`` on the ``prompts`` file; with
     ``source``, the bf16 drafter made from it comes first and is the reference."""
-    from gguf_exact.engines.process import scratch_run_root
+    from gguf_exact.engines.shared.process import scratch_run_root
 
     target = Path(target)
     if not target.is_file():

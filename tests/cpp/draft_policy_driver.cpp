@@ -1,5 +1,5 @@
 // Replays recorded policy inputs through common/draft-policy.h (the llama-server twin of
-// gguf_exact/runtime/draft_policy.py) and prints the k of every "choose" line.
+// gguf_exact/engines/shared/draft_policy.py) and prints the k of every "choose" line.
 // Input lines: "settings N_MAX PRIOR PRIOR_WEIGHT DECAY COST_WEIGHT PROBE PROBE_MAX COST_MAX_AGE SWITCH_MARGIN COST_WINDOW
 // RETIME_MARGIN BURST_RATIO OUTLIER_RATIO RECHECK_INTERVAL" first, then
 // "choose LIMIT", "pass ROWS SECONDS", "steps N SECONDS", "seed ROWS SECONDS", "result DRAFTED ACCEPTED"; a line starting

@@ -1,0 +1,90 @@
+"""llama-cpp-python's draft-model hook on the MTP drafter: :class:`MtpDraftModel`."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+from llama_cpp import llama_cpp_ext
+from llama_cpp.llama_speculative import LlamaDraftModel
+
+from gguf_exact.errors import InputError
+from gguf_exact.engines.python.draft_length import DraftLength
+from gguf_exact.engines.python.drafter import LlamaDrafter
+from gguf_exact.engines.python.request import CURRENT_REQUEST
+
+_NO_DRAFTS = np.zeros(0, dtype=np.intc)
+
+
+class MtpDraftModel(LlamaDraftModel):
+    """llama-cpp-python's draft-model hook, drafting with a gemma4-assistant MTP drafter.
+
+    ``Llama.generate`` calls it with every token so far; the last one is the newest,
+    at position ``len(input_ids) - 1``, not yet decoded. The drafter starts from the
+    target's hidden state of the position before it, which is row
+    ``pos - 1 - batch_start`` of the target's last decode. ``n_max`` may be changed
+    between calls; 0 (or no drafter) drafts nothing: the target alone. ``length``
+    (:class:`.draft_length.DraftLength`) says how many to draft within it: ``n_max``, or
+    the adaptive policy's choice, within what the request being served asks for.
+    """
+
+    def __init__(self, n_max: int, adaptive: bool = False, p_min: float = 0.0) -> None:
+        self.length = DraftLength(n_max, adaptive, p_min)
+        self._seen: tuple[Any, float, int] | None = None  # (call, target seconds, rows) at the last draft
+        self.drafter: LlamaDrafter | None = None
+        self.llm: Any = None  # the MtpLlama it drafts for (set once both exist)
+
+    @property
+    def n_max(self) -> int:
+        return self.length.n_max
+
+    @n_max.setter
+    def n_max(self, value: int) -> None:
+        self.length.n_max = value
+
+    def hidden(self, pos: int) -> Any:
+        """The target's hidden state for a draft at ``pos``: that of position ``pos - 1``,
+        row ``pos - 1 - batch_start`` of the target's last decode (a pointer to
+        ``n_embd`` floats)."""
+        llm = self.llm
+        h = llama_cpp_ext.llama_get_embeddings_nextn_ith(llm.ctx, pos - 1 - llm._batch_start)  # type: ignore[union-attr]
+        if not h:
+            raise InputError(f"target: llama.cpp returned no hidden state for position {pos - 1}")
+        return h
+
+    def _observe_last_pass(self, call: Any) -> None:
+        """Tell the policy what the generation pass since the last draft cost (the target's decode
+        time and rows between two drafts of one call: one pass) and what it kept of its draft."""
+        llm, seen = self.llm, self._seen
+        self._seen = (call, llm.target_seconds, llm.target_rows)
+        if seen is None or seen[0] is not call or len(call.pass_drafts) < 2:
+            return  # the first draft of a call follows the prompt, not a generation pass
+        self.length.policy.observe_pass(llm.target_rows - seen[2], llm.target_seconds - seen[1])
+        if call.pass_drafts[-1] > 0:
+            self.length.policy.observe_result(call.pass_drafts[-1], max(0, call.pass_emitted[-1] - 1))
+
+    def __call__(self, input_ids: np.ndarray, /, **kwargs: Any) -> np.ndarray:
+        llm = self.llm
+        assert llm is not None
+        llm._verify_next = True  # the next eval is a verification pass: logits on every row
+        call = llm._call
+        pos = len(input_ids) - 1
+        if self.drafter is None:
+            return _NO_DRAFTS
+        limit = llm.context_size - pos - 2  # leave room in the context, as llama-server does
+        if call is not None:
+            limit = min(limit, call.remaining() - 1)  # a pass yields at most k + 1 tokens
+            self._observe_last_pass(call)
+        request = CURRENT_REQUEST.get()
+        k, p_min = self.length.plan(limit, request.speculation if request is not None else None)
+        if k <= 0:
+            return _NO_DRAFTS
+        seconds = self.drafter.seconds
+        drafts = self.drafter.draft(int(input_ids[-1]), pos, k, self.hidden(pos), p_min)
+        self.length.policy.observe_steps(self.drafter.last_steps, self.drafter.seconds - seconds)
+        if call is not None:
+            call.pending_drafts = len(drafts)
+        return np.asarray(drafts, dtype=np.intc)
+
+
+__all__ = ["MtpDraftModel"]

@@ -1,0 +1,72 @@
+"""The Python engine's ``LLAMA_SPEC_DRAFT_TRACE``, as llama-server's (build patch 23) writes it:
+what the draft-length policy is told and what it chooses, one line per event, appended to
+``FILE.0`` (the engine's one slot) in the replay format of ``tests/cpp/draft_policy_driver.cpp``,
+so the two engines' runs can be set side by side and replayed through either twin."""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass, field
+from typing import IO
+
+from gguf_exact.engines.shared.draft_policy import DraftPolicy, PolicySettings
+
+TRACE_ENV = "LLAMA_SPEC_DRAFT_TRACE"
+
+
+def settings_line(s: PolicySettings) -> str:
+    """The trace's first line: the settings in the driver's order (``p_min`` is not the policy's)."""
+    values = (s.n_max, s.prior, s.prior_weight, s.decay, s.cost_weight, s.probe_interval, s.probe_interval_max)
+    values += (s.cost_max_age, s.switch_margin, s.cost_window, s.retime_margin, s.burst_ratio, s.outlier_ratio)
+    values += (s.recheck_interval,)
+    return "settings " + " ".join(repr(v) for v in values) + "\n"
+
+
+@dataclass
+class TracedPolicy(DraftPolicy):
+    """A :class:`DraftPolicy` that appends its inputs and choices to ``out``."""
+
+    out: IO[str] | None = field(default=None, repr=False)
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        self._write(settings_line(self.settings))
+
+    def _write(self, line: str) -> None:
+        if self.out is not None:
+            self.out.write(line)
+
+    def choose(self, limit: int) -> int:
+        self._write(f"choose {limit}\n")
+        k = super().choose(limit)
+        self._write(f"# k {k} t_us {time.monotonic_ns() // 1000}\n")
+        return k
+
+    def seed(self, rows: int, seconds: float) -> None:
+        self._write(f"seed {rows} {seconds!r}\n")
+        super().seed(rows, seconds)
+
+    def observe_pass(self, rows: int, seconds: float) -> None:
+        self._write(f"pass {rows} {seconds!r}\n")
+        super().observe_pass(rows, seconds)
+
+    def observe_steps(self, steps: int, seconds: float) -> None:
+        self._write(f"steps {steps} {seconds!r}\n")
+        super().observe_steps(steps, seconds)
+
+    def observe_result(self, drafted: int, accepted: int) -> None:
+        self._write(f"result {drafted} {accepted}\n")
+        super().observe_result(drafted, accepted)
+
+
+def new_policy(settings: PolicySettings) -> DraftPolicy:
+    """A policy, traced to ``$LLAMA_SPEC_DRAFT_TRACE.0`` when that is set (line-buffered: a
+    killed server leaves whole lines)."""
+    path = os.environ.get(TRACE_ENV)
+    if not path:
+        return DraftPolicy(settings)
+    return TracedPolicy(settings, out=open(f"{path}.0", "a", buffering=1, encoding="utf-8"))  # noqa: SIM115
+
+
+__all__ = ["TRACE_ENV", "TracedPolicy", "new_policy", "settings_line"]

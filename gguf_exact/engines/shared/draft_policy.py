@@ -1,0 +1,450 @@
+"""The draft length chosen while speculation runs: before each target pass, the k (0 = the
+target alone) that maximises expected tokens per second on this machine, for this text.
+
+For k drafts with per-depth acceptance a_1..a_k (a_j: the chance draft j is right once
+drafts 1..j-1 were), a pass yields ``E(k) = 1 + sum_j prod_{i<=j} a_i`` tokens and costs
+``T(k) = k * drafter_step + pass_cost(k + 1)``; the policy picks ``argmax E(k) / T(k)``
+for k in 0..min(n_max, limit). Its inputs are measured online:
+
+- ``pass_cost(r)``: the target's decode of r rows, the lowest of its last ``cost_window``
+  steady timings per row count. Seeded (:meth:`DraftPolicy.seed`) by the engine's start-up,
+  where ``spec-draft-adaptive-warmup`` is on (the shipped profiles): each row count timed
+  there prices it until its first steady pass replaces the seed. Unseeded, a row count not
+  measured yet costs what one row fewer does (optimism: it is tried once, then known; longer
+  ones wait until it is), so a non-monotonic curve (AVX-512's repacked Q4_0 kernels: 4 rows
+  cheaper than 3) is found;
+- ``drafter_step``: one drafter decode, a running mean (0 until measured);
+- ``a_j``: decayed counts of drafts tried and accepted at depth j, around a prior.
+
+The drafter's own confidence enters through ``p_min``: a draft stops at a token whose
+top probability (softmax over the drafter's 10 best logits, as llama.cpp's draft-mtp)
+is below it.
+
+Timings go stale: a row count not timed in ``cost_max_age`` passes costs at most what one
+row fewer does (so it is tried again where that guess could pay), a single row stale is
+timed again by one pass of the target alone, and a new timing replaces a stale one. Without
+that, one pass timed while the machine was busy (2 rows at 20x their cost) stopped drafting
+for good, since nothing timed 2 rows again; one first pass timed slow (1 row) kept a
+useless drafter drafting.
+
+Switches: llama.cpp reuses a decode's graph only for a batch of the same shape, so a pass
+whose row count differs from the one before also rebuilds and reallocates the graph (on a
+2-core CPU at E2B, 2 rows after 1 cost 167 ms where 2 rows after 2 cost 136). A switch
+pass's timing is therefore not kept for a row count already timed; a row count timed only
+by a switch is provisional, and the policy drafts the same length once more to time it
+steadily, unless the climb goes on: every draft of that pass was right and a longer one is the
+best now (an always-right drafter climbs 1, 2, 3, 4 in four passes, not eight; a length passed
+on the way is timed steadily when the policy comes back to it). And it keeps its last length
+unless another one's rate is ``switch_margin`` better, so two lengths of about one rate do not
+alternate, rebuilding every pass.
+
+One dear timing: a row count costs the lowest of its last ``cost_window`` steady timings, so one
+spike upward (the host busy for a moment) is ignored once it has been timed twice; a steady timing
+above ``burst_ratio`` times its row count's cost is not kept at all (a burst of busy passes filled
+the window, issue 23). And a longer length than the best, timed steadily only once and at least
+``probe_interval`` passes ago, whose rate (the next depth taken on trust) is within ``retime_margin``
+of the best's but below it, is timed again (two passes), at most once every ``probe_interval``
+passes: at E2B on 2 CPU cores 5 rows once timed at 306-344 ms against about 250 made 3 drafts look
+better than 4 until stale. A spuriously low timing leaves its window after ``cost_window`` passes.
+
+Seeded costs leave nothing for that optimism to explore, and the prior (0.5 at every depth)
+alone would keep an always-right drafter at the target alone until the first scheduled
+probe: so a seeded policy *climbs* until a draft is first rejected, one depth deeper after
+each all-right pass where that could pay with the next depth on trust (a probe's price);
+what seeding saves: ``scripts/sim_draft_policy.py --seeded`` and docs/serving.md.
+
+Recovery: every ``probe_interval`` passes the policy drafts the shortest length longer than its
+best that could pay if the drafter were always right one depth deeper than the best; a failed
+probe doubles the interval (up to ``probe_interval_max``), a successful one halves it, so after a
+change of text drafting comes back, and where longer drafts cannot pay at all (k rows cost k
+passes) nothing is spent on them.
+
+Out of line, priced out (issue 41): a busy start once seeded 2 rows at 3.55 s against 0.17 s for
+1, and nothing re-timed a length never drafted. So a new timing of r rows above ``outlier_ratio``
+times the nearest shorter row count s's cost scaled by r / s is forgotten the first time in a row
+(untimed, it is explored and timed again; a second one out of line stands). And after
+``recheck_interval`` passes priced out (0 drafts, no probe could pay), one pass drafts one token to
+re-time the 2-row pass and the drafter step; a recheck that leaves drafting off doubles the
+interval, up to ``cost_max_age``. :attr:`DraftPolicy.reason` says why the last choice, for
+``status`` and ``/metrics`` (``spec_draft_reason{reason="priced out: 2 rows cost 3.55 s vs 0.17 s"}``).
+
+Deterministic (no RNG, probes on a schedule) and written as plain arithmetic in one
+order, so llama.cpp's ``--spec-draft-adaptive`` (the C++ twin in the build patch
+``builds/patches/23-adaptive-draft.patch``, header ``common/draft-policy.h``) chooses the
+same k on the same recorded inputs (``tests/test_draft_policy_cpp.py``). Pure: no I/O, no
+clock; callers time their passes and report them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from gguf_exact.engines.shared.policy_snapshot import PolicySnapshot
+
+# Two rates within this relative margin are a tie, and the shorter draft wins: the C++
+# build may fuse multiply-adds (-march=native), which moves the last bits of a rate.
+TIE_MARGIN = 1e-9
+
+
+@dataclass(frozen=True)
+class PolicySettings:
+    """The policy's knobs (profile keys ``spec-draft-n-max``, ``spec-draft-p-min``)."""
+
+    n_max: int = 4  # most drafts per pass
+    p_min: float = 0.0  # a draft stops below this drafter confidence (llama.cpp's --spec-draft-p-min)
+    prior: float = 0.5  # acceptance assumed at a depth before any draft was tried there
+    prior_weight: float = 1.0  # in drafts: how soon measurements outweigh the prior
+    decay: float = 0.95  # per draft tried at a depth: about 1 / (1 - decay) = 20 drafts remembered
+    cost_weight: float = 0.2  # weight of a new drafter step timing in its running mean
+    cost_window: int = 3  # a row count costs the lowest of its last this many steady timings
+    retime_margin: float = 0.25  # a longer length timed steadily once is timed again within this of the best rate
+    probe_interval: int = 8  # passes between probes one depth deeper than the best
+    probe_interval_max: int = 64  # failed probes double the interval up to this
+    cost_max_age: int = 128  # in passes: a row count's timing older than this is forgotten
+    switch_margin: float = 0.02  # another length must beat the last one's rate by this to switch to it
+    burst_ratio: float = 2.0  # a steady timing above this many times its row count's cost is not kept (0: all are)
+    outlier_ratio: float = (
+        2.0  # a new timing above this many times a shorter pass's, scaled by rows, is doubted (0: never)
+    )
+    recheck_interval: int = 32  # passes at 0 drafts, priced out, before one draft re-times the costs (0: never)
+
+
+@dataclass
+class DraftPolicy:
+    """One slot's (or one engine's) policy state; see the module's docstring."""
+
+    settings: PolicySettings = field(default_factory=PolicySettings)
+    pass_cost: dict[int, float] = field(default_factory=dict)  # rows -> seconds
+    samples: dict[int, list[float]] = field(default_factory=dict)  # rows -> its last steady timings
+    timed_at: dict[int, int] = field(default_factory=dict)  # rows -> the pass count when last timed
+    passes: int = 0  # passes timed so far
+    provisional: dict[int, bool] = field(default_factory=dict)  # rows -> timed only by a switch pass
+    last_rows: int = 0  # the row count of the pass timed last (0: none yet)
+    step_cost: float | None = None  # seconds per drafter step
+    tried: list[float] = field(default_factory=list)  # decayed drafts tried at depth j (index j - 1)
+    accepted: list[float] = field(default_factory=list)  # decayed drafts accepted there
+    interval: int = 0  # current probe interval (0: the settings' base)
+    since_probe: int = 0
+    probing: int = 0  # the depth of the probe in flight, 0 when the last choice was no probe
+    since_retime: int = 0
+    retiming: int = 0  # the row count being timed again (its first pass chosen), else 0
+    last_k: int = 0
+    all_right: bool = False  # the last pass carried drafts and kept every one (its observe_result says)
+    climbing: bool = False  # costs seeded and no draft rejected yet: each all-right pass may draft deeper (choose)
+    doubted: dict[int, bool] = field(default_factory=dict)  # rows -> its last timing out of line was forgotten
+    idle: int = 0  # passes in a row chosen at 0 drafts while priced out
+    recheck_every: int = 0  # the current recheck interval (0: the settings' base)
+    rechecking: int = 0  # the row count of the recheck in flight (its pass and step re-time the costs), else 0
+    reason: str = ""  # why the last choice (status and /metrics show it)
+
+    def __post_init__(self) -> None:
+        n = self.settings.n_max
+        self.tried = self.tried or [0.0] * n
+        self.accepted = self.accepted or [0.0] * n
+        self.interval = self.interval or self.settings.probe_interval
+        self.recheck_every = self.recheck_every or self.settings.recheck_interval
+
+    # --- estimates ---
+
+    def acceptance(self, depth: int) -> float:
+        """a_depth: the chance draft ``depth`` (1-based) is right once the ones before it were."""
+        s = self.settings
+        return (self.accepted[depth - 1] + s.prior * s.prior_weight) / (self.tried[depth - 1] + s.prior_weight)
+
+    def timed(self, rows: int) -> bool:
+        """Whether ``rows`` rows were timed within the last ``cost_max_age`` passes."""
+        return rows in self.pass_cost and self.passes - self.timed_at[rows] <= self.settings.cost_max_age
+
+    def cost(self, rows: int) -> float | None:
+        """A verification pass of ``rows`` rows: timed recently, else what one row fewer was
+        (longer drafts are explored one row at a time, each tried once on that optimistic
+        guess and then known), else None (not considered). A stale timing only ever turns
+        optimistic: the lower of it and that guess (so a cheap row count found once, AVX-512's
+        4 rows, stays found), and one row stale is unknown (one pass of the target alone times
+        it again: drafting's gain is measured against it)."""
+        if self.timed(rows):
+            return self.pass_cost[rows]
+        guess = self.pass_cost[rows - 1] if self.timed(rows - 1) else None
+        if rows not in self.pass_cost:
+            return guess
+        if rows == 1:
+            return None
+        return self.pass_cost[rows] if guess is None else min(self.pass_cost[rows], guess)
+
+    def expected_tokens(self, k: int) -> float:
+        e, p = 1.0, 1.0
+        for j in range(1, k + 1):
+            p = p * self.acceptance(j)
+            e = e + p
+        return e
+
+    def rate(self, k: int) -> float | None:
+        """Expected tokens per second with ``k`` drafts (None while unknown)."""
+        c = self.cost(k + 1)
+        if c is None:
+            return None
+        t = k * (self.step_cost or 0.0) + c
+        return self.expected_tokens(k) / t if t > 0 else None
+
+    def best(self, limit: int) -> int:
+        """The k in 0..min(n_max, limit) with the highest rate (ties: the shorter draft), or the
+        last pass's k while no other beats its rate by ``switch_margin``."""
+        top = min(self.settings.n_max, limit)
+        best_k, best_rate = 0, self.rate(0)
+        if best_rate is None:
+            return 0  # the first pass alone measures one row
+        for k in range(1, top + 1):
+            r = self.rate(k)
+            if r is not None and r > best_rate * (1.0 + TIE_MARGIN):
+                best_k, best_rate = k, r
+        stay = self.last_rows - 1
+        # the margin guards timed lengths against alternating; an untimed one (a guess) is explored
+        if 0 <= stay <= top and stay != best_k and self.timed(best_k + 1):
+            kept = self.rate(stay)
+            if kept is not None and best_rate <= kept * (1.0 + self.settings.switch_margin):
+                return stay
+        return best_k
+
+    def trusting_rate(self, k: int, j: int) -> float | None:
+        """The rate of ``j`` > ``k`` drafts were the drafter always right at depth k + 1, the
+        other depths as estimated: the depths up to k are drafted every pass and deeper ones
+        were probed, so their estimates stand; only the next depth is taken on trust."""
+        c = self.cost(j + 1)
+        if c is None:
+            return None
+        e, p = self.expected_tokens(k), 1.0
+        for i in range(1, k + 1):
+            p = p * self.acceptance(i)
+        for i in range(k + 1, j + 1):
+            p = p * (1.0 if i == k + 1 else self.acceptance(i))
+            e = e + p
+        t = j * (self.step_cost or 0.0) + c
+        return e / t if t > 0 else None
+
+    def probe_length(self, k: int, top: int) -> int:
+        """The shortest draft longer than ``k`` (up to ``top``) that could pay if the drafter
+        were always right at depth k + 1 (:meth:`trusting_rate`), or 0 when none could. (On a
+        machine where k + 2 rows cost k + 2 passes none can: no probe is paid; nor for an
+        always-right drafter one short of the bound where the longest pass costs more than its
+        draft brings.) A length further down counts too, so a cheap row count behind a dear one
+        (AVX-512: 4 rows cheaper than 3) is probed, and timed, itself."""
+        here = self.rate(k)
+        if here is None:
+            return 0
+        for j in range(k + 1, top + 1):
+            r = self.trusting_rate(k, j)
+            if r is not None and r > here * (1.0 + TIE_MARGIN):
+                return j
+        return 0
+
+    def retime_rows(self, k: int, top: int) -> int:
+        """The row count of a length longer than ``k`` (up to ``top``) timed steadily only once,
+        at least ``probe_interval`` passes ago, whose :meth:`trusting_rate` is within
+        ``retime_margin`` of ``k``'s rate but not above it (a length that could pay is the
+        probes'), the highest-rated first; or 0. One dear timing would otherwise stand until
+        stale, however close that length is."""
+        here = self.rate(k)
+        if here is None:
+            return 0
+        pick, pick_rate = 0, 0.0
+        for j in range(k + 1, top + 1):
+            rows = j + 1
+            once = self.timed(rows) and len(self.samples.get(rows, ())) == 1
+            if not once or self.passes - self.timed_at[rows] < self.settings.probe_interval:
+                continue
+            r = self.trusting_rate(k, j)
+            if r is None or r * (1.0 + self.settings.retime_margin) < here or r > here * (1.0 + TIE_MARGIN):
+                continue
+            if pick == 0 or r > pick_rate * (1.0 + TIE_MARGIN):
+                pick, pick_rate = rows, r
+        return pick
+
+    # --- the loop's calls ---
+
+    def choose(self, limit: int) -> int:
+        """How many tokens to draft before the next pass, at most ``limit`` (what the context
+        and the request's budget leave); one call per pass that could carry a draft."""
+        top = min(self.settings.n_max, limit)
+        self.probing = self.rechecking = 0
+        held = self.last_rows - 1
+        retimed, self.retiming = self.retiming, 0
+        if retimed and retimed == self.last_rows and held <= top:
+            self.last_k = held  # the re-time's first pass was a switch: once more, steadily
+            self.reason = f"re-timing {held + 1} rows: once more, steadily"
+            return held
+        k = self.best(limit)
+        climbed = False
+        # seeded costs: climb while no draft was ever rejected, one deeper than the last pass where that
+        # could pay with the next depth on trust (a probe's price). Unseeded costs climb anyway (an
+        # untimed row count costs what one fewer does); seeded ones are known, and the prior alone
+        # would keep an always-right drafter at the target alone until the first scheduled probe.
+        if self.climbing and (self.last_k == 0 or self.all_right) and self.last_k < top:
+            deeper = self.probe_length(self.last_k, top)
+            climbed, k = deeper > k, max(k, deeper)
+        # once more at a length timed only by a switch (a steady timing), unless the climb goes
+        # on: every draft of that pass was right and a longer draft is the best now (the length
+        # is timed steadily when the policy comes back to it)
+        if self.provisional.get(self.last_rows) and 0 <= held <= top and not (self.all_right and k > held):
+            self.last_k = held
+            self.reason = f"timing {held + 1} rows steadily"
+            return held
+        probe = self.probe_length(k, top) if k < top else 0
+        if probe:
+            self.since_probe += 1
+            if self.since_probe >= self.interval:
+                self.since_probe = 0
+                k = self.probing = probe
+        else:
+            self.since_probe = 0
+        # at most one re-time every probe_interval passes (none in a probe's pass)
+        self.since_retime += 1
+        retime = 0 if self.probing or self.since_retime < self.settings.probe_interval else self.retime_rows(k, top)
+        if retime:
+            self.since_retime = 0
+            k, self.retiming = retime - 1, retime
+        # priced out: at these costs not even an always-right drafter could pay (no probe), so nothing
+        # would time them again but staleness, and the drafter step never: a pass timed on a busy
+        # machine (2 rows at 20x, a 185 ms step) held llama-server at the target alone for minutes.
+        # Every recheck_every such passes one draft re-times the costs (its pass and step replace
+        # them); a recheck that leaves drafting off doubles the interval, up to cost_max_age.
+        priced_out = k == 0 and top >= 1 and probe == 0 and self.rate(0) is not None
+        why = self.explain(k, top, priced_out, climbed)
+        if priced_out and self.settings.recheck_interval > 0:
+            self.idle += 1
+            if self.idle >= self.recheck_every:
+                why = f"rechecking: priced out for {self.idle} passes"
+                self.idle = 0
+                cap = max(self.settings.recheck_interval, self.settings.cost_max_age)
+                self.recheck_every = min(2 * self.recheck_every, cap)
+                k, self.rechecking = 1, 2
+        else:
+            self.idle = 0
+            if k > 0 and not self.retiming:  # drafting pays again (a re-time does not say so)
+                self.recheck_every = self.settings.recheck_interval
+        self.reason = why
+        self.last_k = k
+        return k
+
+    def explain(self, k: int, top: int, priced_out: bool, climbed: bool) -> str:
+        """Why ``k``: the short line ``status`` and ``/metrics`` show."""
+        if self.probing:
+            return f"probing {k} drafts"
+        if self.retiming:
+            return f"re-timing {self.retiming} rows"
+        if climbed:
+            return f"climbing: {k} drafts, none rejected yet"
+        if k > 0:
+            return f"best rate: {k} drafts"
+        if top <= 0:
+            return "no room for drafts"
+        if self.rate(0) is None:
+            return "timing 1 row"
+        if priced_out:
+            one, two = self.cost(1), self.cost(2)
+            step = f", a drafter step {self.step_cost:.3g} s" if self.step_cost is not None else ""
+            return f"priced out: 2 rows cost {two:.3g} s vs {one:.3g} s{step}"
+        return f"acceptance too low: {self.acceptance(1):.2f} at depth 1"
+
+    def seed(self, rows: int, seconds: float) -> None:
+        """A timing of ``rows`` rows made before the first pass (the engine's start-up). It prices the
+        row count until the first steady pass of it replaces it (start-up passes run at position 0
+        on an empty cache, not where a request's passes do); unlike a switch pass's timing it is
+        not drafted once more to be timed steadily."""
+        if 1 <= rows <= self.settings.n_max + 1:
+            self.climbing = not any(self.tried)
+            if self.doubt(rows, seconds):
+                return
+            self.pass_cost[rows], self.provisional[rows], self.samples[rows] = seconds, False, []
+            self.timed_at[rows] = self.passes
+
+    def doubt(self, rows: int, seconds: float) -> bool:
+        """Whether a new timing of ``rows`` rows is out of line and forgotten: above ``outlier_ratio``
+        times what the nearest shorter row count timed costs scaled by rows (a pass of r rows costs at
+        most about r / s passes of s rows, on any backend), the first time in a row for this row count.
+        Forgotten, the row count is untimed, priced as one row fewer and so explored: timed again. A
+        second timing out of line stands (the machine is so); one in line ends the doubt. Start-up seeds
+        taken on a busy machine (2 rows at 3.55 s against 1 at 0.17 s; 540.7 ms against 0.2) otherwise
+        priced drafting out before any pass."""
+        ratio = self.settings.outlier_ratio
+        if ratio <= 0:
+            return False
+        shorter = next((r for r in range(rows - 1, 0, -1) if self.timed(r)), 0)
+        out = shorter > 0 and seconds > ratio * self.pass_cost[shorter] * rows / shorter
+        if out and not self.doubted.get(rows):
+            self.doubted[rows] = True
+            self.pass_cost.pop(rows, None)
+            self.samples.pop(rows, None)
+            self.timed_at.pop(rows, None)
+            self.provisional[rows] = False
+            return True
+        self.doubted[rows] = out
+        return False
+
+    def observe_pass(self, rows: int, seconds: float) -> None:
+        """A generation pass of ``rows`` rows (1 + drafts) took ``seconds`` in the target's decode
+        (row counts the policy never asks for, above ``n_max + 1``, are not kept). Call it before
+        the pass's :meth:`observe_result`, which engines skip for a pass without drafts."""
+        self.all_right = False  # until observe_result says this pass kept every draft
+        if not 1 <= rows <= self.settings.n_max + 1:
+            return
+        self.passes += 1
+        steady, fresh = rows == self.last_rows, self.timed(rows)
+        self.last_rows = rows
+        if not fresh or (steady and not self.samples[rows]) or self.rechecking == rows:  # untimed, stale,
+            # not yet timed steadily, or re-timed by a recheck
+            if self.doubt(rows, seconds):
+                return
+            self.pass_cost[rows], self.provisional[rows] = seconds, not steady
+            self.samples[rows] = [seconds] if steady else []
+        elif steady:  # the lowest of the recent steady timings: one spike upward is not averaged in
+            if self.settings.burst_ratio > 0 and seconds > self.settings.burst_ratio * self.pass_cost[rows]:
+                return  # the host busy, not the pass: a burst of such passes would fill the window
+            self.samples[rows] = (self.samples[rows] + [seconds])[-max(1, self.settings.cost_window) :]
+            self.pass_cost[rows] = min(self.samples[rows])
+        else:
+            return  # a switch pass of a row count timed steadily: it also rebuilt the graph
+        self.timed_at[rows] = self.passes
+
+    def observe_steps(self, steps: int, seconds: float) -> None:
+        """``steps`` drafter decodes took ``seconds`` together."""
+        if steps <= 0:
+            return
+        each = seconds / steps
+        old = self.step_cost
+        # a recheck's step replaces the mean: the old one may be what priced drafting out
+        self.step_cost = each if old is None or self.rechecking else old + self.settings.cost_weight * (each - old)
+
+    def observe_result(self, drafted: int, accepted: int) -> None:
+        """The pass verified ``drafted`` drafts and kept the first ``accepted`` of them."""
+        d = self.settings.decay
+        self.all_right = drafted > 0 and accepted >= drafted
+        self.climbing = self.climbing and (drafted <= 0 or self.all_right)
+        for j in range(1, min(accepted + 1, drafted, self.settings.n_max) + 1):
+            self.tried[j - 1] = self.tried[j - 1] * d + 1.0
+            self.accepted[j - 1] = self.accepted[j - 1] * d + (1.0 if j <= accepted else 0.0)
+        if self.probing:
+            ok = drafted >= self.probing and accepted >= self.probing
+            self.interval = (
+                max(self.interval // 2, self.settings.probe_interval)
+                if ok
+                else min(2 * self.interval, self.settings.probe_interval_max)
+            )
+            self.probing = 0
+
+    def snapshot(self) -> PolicySnapshot:
+        """What ``status`` and ``/metrics`` show."""
+        n = self.settings.n_max
+        return PolicySnapshot(
+            draft_n=self.last_k,
+            acceptance=tuple(self.acceptance(j) for j in range(1, n + 1)),
+            pass_seconds=tuple(sorted(self.pass_cost.items())),
+            step_seconds=self.step_cost,
+            reason=self.reason,
+        )
+
+
+__all__ = [
+    "TIE_MARGIN",
+    "DraftPolicy",
+    "PolicySettings",
+]

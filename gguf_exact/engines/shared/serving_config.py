@@ -1,0 +1,186 @@
+"""The serving configuration: each knob of a served model declared once, parsed once, rendered three ways.
+
+A knob is a field of :class:`Options` whose :class:`Knob` says everything about it:
+llama-server's long option and its aliases (also the profile key), the value's kind and
+bounds, llama-server's default and the Python engine's where it differs, which engines
+apply it, the table it belongs to and its help text. :func:`serving_config` parses a
+profile's ``[server]`` and ``[draft]`` tables (``--set`` overrides and ``serve``'s own
+options already applied: :meth:`~.profiles.Profile.with_overrides`) into a
+:class:`ServingConfig`, refusing a bad value in one line naming the profile and the key.
+Its renderings:
+
+- :meth:`ServingConfig.server_args`: llama-server's command line;
+- :meth:`ServingConfig.engine_options`: the Python engine's :class:`.EngineOptions`
+  (and the options it does not apply, for a note);
+- :meth:`ServingConfig.memory_inputs`: the memory plan's inputs, as either engine applies them.
+
+A profile may name any other llama-server option: it passes through to llama-server's
+command line as written (:attr:`ServingConfig.passthrough`), and the Python engine names
+it as not applied. No other module reads a profile's tables (``tests/test_serving_config.py``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Any
+
+from gguf_exact.errors import InputError
+from gguf_exact.engines.shared.engine_options import EngineOptions
+from gguf_exact.engines.shared.knobs import ALL_LAYERS, AUTO_LAYERS, BY_KEY, KNOB, LLAMA_SERVER, PYTHON, Options, Value
+from gguf_exact.engines.shared.memory_plan import MemoryInputs
+from gguf_exact.engines.shared.profiles import Profile
+
+@dataclass(frozen=True)
+class ServingConfig:
+    """A profile's options parsed once, for a served pair with or without a drafter.
+
+    ``given``: the knobs the profile gives, in its order (``[server]`` then ``[draft]``);
+    ``passthrough``: its other llama-server options, as written."""
+
+    profile: str
+    build: str
+    with_draft: bool
+    options: Options
+    given: tuple[str, ...] = ()
+    passthrough: tuple[tuple[str, Value], ...] = ()
+
+    def value(self, name: str, engine: str = LLAMA_SERVER) -> Any:
+        """A knob's value: the profile's, else ``engine``'s default (None: the engine decides)."""
+        given = getattr(self.options, name)
+        return given if given is not None else KNOB[name].default_for(engine)
+
+    # The values other modules ask for by name.
+    @property
+    def rpc(self) -> str | None:
+        return self.options.rpc
+
+    @property
+    def threads(self) -> int | None:
+        return self.options.threads
+
+    @property
+    def tensor_split(self) -> str | None:
+        return self.options.tensor_split
+
+    @property
+    def draft_device(self) -> str | None:
+        return self.options.draft_device
+
+    @property
+    def flash_attn(self) -> str:
+        return str(self.value("flash_attn"))
+
+    @property
+    def n_max(self) -> int:
+        return int(self.value("n_max"))
+
+    @property
+    def adaptive(self) -> bool:
+        return bool(self.value("adaptive"))
+
+    @property
+    def p_min(self) -> float:
+        return float(self.value("p_min"))
+
+    @property
+    def logprobs(self) -> bool:
+        return bool(self.options.logprobs)
+
+    def server_args(self) -> list[str]:
+        """llama-server's arguments: the knobs given, in the profile's order, then the other options."""
+        out: list[str] = []
+        for name in self.given:
+            if KNOB[name].engines & {LLAMA_SERVER}:
+                out += KNOB[name].render(getattr(self.options, name))
+        for key, value in self.passthrough:
+            out += [f"--{key}"] if value is True else [f"--{key}", str(value)]
+        return out
+
+    def engine_options(self) -> tuple[EngineOptions, list[str]]:
+        """The Python engine's options, and the options given that it does not apply (for a note)."""
+        if self.with_draft and self.options.spec_type not in (None, "draft-mtp"):
+            raise InputError(
+                f"profile {self.profile}: spec-type = {self.options.spec_type!r}; the Python engine drafts with the MTP drafter only (draft-mtp)"
+            )
+        if (self.options.parallel or 1) > 1:
+            raise InputError(
+                f"profile {self.profile}: parallel = {self.options.parallel}; the Python engine serves one request at a time (others queue), use parallel = 1"
+            )
+        ngl, ngld, threads = (self.value(n, PYTHON) for n in ("n_gpu_layers", "n_gpu_layers_draft", "threads"))
+        given_ngld = self.options.n_gpu_layers_draft
+        options = EngineOptions(
+            n_ctx=self.value("ctx_size", PYTHON),
+            n_max=self.value("n_max", PYTHON),
+            adaptive=self.value("adaptive", PYTHON),
+            adaptive_warmup=self.value("adaptive_warmup", PYTHON),
+            p_min=self.value("p_min", PYTHON),
+            n_gpu_layers=AUTO_LAYERS if ngl < 0 else ngl,  # llama.cpp: any negative count offloads every layer
+            n_gpu_layers_draft=None if given_ngld is None else (AUTO_LAYERS if ngld < 0 else ngld),
+            flash_attn=self.flash_attn != "off",  # auto: on, as llama-server turns it on for CPU and CUDA
+            n_threads=threads,
+            n_threads_batch=self.options.threads_batch or threads,  # as llama-server's --threads-batch default
+            n_batch=self.value("batch_size", PYTHON),
+            n_ubatch=self.value("ubatch_size", PYTHON),
+        )
+        ignored = [KNOB[n].flag for n in self.given if PYTHON not in KNOB[n].engines and not KNOB[n].silent]
+        return options, ignored + [key for key, _ in self.passthrough]
+
+    def memory_inputs(self, engine: str = LLAMA_SERVER) -> MemoryInputs:
+        """The memory plan's inputs as ``engine`` applies the profile: llama-server, or the Python
+        engine, which serves one sequence, keeps the whole sliding-window cache (a rolled-back
+        draft must not have lost cells) and runs with flash attention unless it is off."""
+        if engine != PYTHON:
+            return MemoryInputs(
+                n_ctx=self.value("ctx_size"),
+                n_parallel=self.value("parallel"),
+                kv_unified=self.value("kv_unified"),
+                n_batch=self.value("batch_size"),
+                n_ubatch=self.value("ubatch_size"),
+                type_k=self.value("cache_type_k"),
+                type_v=self.value("cache_type_v"),
+                flash_attn=self.flash_attn,
+                swa_full=self.value("swa_full"),
+                n_gpu_layers=self.value("n_gpu_layers"),
+                n_gpu_layers_draft=self.value("n_gpu_layers_draft"),
+                kv_offload=not self.value("no_kv_offload"),
+                n_draft_max=self.n_max if self.with_draft else 0,
+                gpu=self.build != "cpu",
+            )
+        ngl = self.value("n_gpu_layers", PYTHON)
+        ngld = ngl if self.options.n_gpu_layers_draft is None else self.options.n_gpu_layers_draft
+        return replace(
+            self.memory_inputs(LLAMA_SERVER),
+            n_ctx=self.value("ctx_size", PYTHON),
+            n_parallel=1,
+            kv_unified=False,
+            n_batch=self.value("batch_size", PYTHON),
+            flash_attn="off" if self.flash_attn == "off" else "on",
+            swa_full=True,
+            n_gpu_layers=ALL_LAYERS if ngl < 0 else ngl,
+            n_gpu_layers_draft=ALL_LAYERS if ngld < 0 else ngld,
+        )
+
+
+def serving_config(profile: Profile, with_draft: bool) -> ServingConfig:
+    """``profile``'s options (overrides applied) parsed: ``[server]``, and ``[draft]`` when
+    ``with_draft``. A knob given twice (``ctx-size`` and ``c``): the last, as llama-server takes it."""
+    where = f"profile {profile.path or profile.name}"
+    values: dict[str, Value] = {}
+    order: list[str] = []
+    passthrough: list[tuple[str, Value]] = []
+    for table in (profile.server_table, profile.draft_table) if with_draft else (profile.server_table,):
+        for key, raw in table.items():
+            if raw is False:
+                continue  # false leaves the option out: the engine's default
+            k = BY_KEY.get(key)
+            if k is None:
+                passthrough.append((key, raw))
+                continue
+            values[k.name] = k.parse(key, raw, where)
+            order = [n for n in order if n != k.name] + [k.name]
+    return ServingConfig(
+        profile.name, profile.build, with_draft, Options(**values), tuple(order), tuple(passthrough)  # type: ignore[arg-type]
+    )
+
+
+__all__ = ["ServingConfig", "serving_config"]
