@@ -21,7 +21,8 @@ SYNC = "ggml_backend_sched_synchronize(sched.get());"
 SET_INPUTS = "res->set_inputs(&ubatch);"
 UPSTREAM = "0c1e57098bba43ac29e6e3b677cdceebdd22334f"  # vendor/llama.cpp's gitlink in the sdist's git metadata
 ADAPTIVE = ["23a", "23b", "23c", "23d", "23e", "23f", "23g"]  # the adaptive draft length, one commit per concern
-SERVER = ["24", *ADAPTIVE, "22142", "42", "42r"]  # every llama-server build's, after 27572 on GPUs
+SERVER = ["24", *ADAPTIVE, "22142", "42", "42r"]  # every llama-server build's
+GPU_SERVER = ["24", "27572", *SERVER[1:]]  # and 27572 on GPUs, after 24
 
 
 @pytest.fixture(scope="module")
@@ -93,16 +94,16 @@ def test_which_backends_carry_which_patch_and_the_cache_keys_say_so():
         == f"0c1e57098+24.{digest('24')}-cpu-avx.avx2.bmi2.f16c.fma.sse42"
     )
     for backend in ("cuda75", "cuda86", "vulkan"):
-        assert [p.id for p in source_patches.patches_for(backend)] == ["27572", *SERVER]
-        assert [p.id for p in source_patches.patches_for(backend, bindings=True)] == ["27572", "24"]
-        tag = digest("27572", *SERVER)
+        assert [p.id for p in source_patches.patches_for(backend)] == GPU_SERVER
+        assert [p.id for p in source_patches.patches_for(backend, bindings=True)] == ["24", "27572"]
+        tag = digest(*GPU_SERVER)
         assert (
             llama_build.build_key(backend, CPU)
-            == f"0c1e57098+27572+{'+'.join(SERVER)}.{tag}+rpc-{backend}-avx.avx2.bmi2.f16c.fma.sse42"
+            == f"0c1e57098+{'+'.join(GPU_SERVER)}.{tag}+rpc-{backend}-avx.avx2.bmi2.f16c.fma.sse42"
         )
         assert (
             llama_build.build_key(backend, CPU, bindings=True)
-            == f"0c1e57098+27572+24.{digest('27572', '24')}-{backend}-avx.avx2.bmi2.f16c.fma.sse42"
+            == f"0c1e57098+24+27572.{digest('24', '27572')}-{backend}-avx.avx2.bmi2.f16c.fma.sse42"
         )
 
 
@@ -139,7 +140,7 @@ def test_the_27572_fix_synchronizes_before_every_set_inputs(context_tree):
     assert before.count(SET_INPUTS) == 2
     assert "llm_graph_result * llama_context::process_ubatch(" in before.partition(SET_INPUTS)[0]
 
-    assert source_patches.apply_patches(context_tree, "cuda86", bindings=True) == ["27572", "24"]
+    assert source_patches.apply_patches(context_tree, "cuda86", bindings=True) == ["24", "27572"]
 
     after = (context_tree / CONTEXT).read_text()
     assert "if (cparams.pipeline_parallel) {\n            " + SYNC not in after
@@ -159,19 +160,12 @@ def test_the_27572_fix_synchronizes_before_every_set_inputs(context_tree):
 
 
 def test_a_fix_that_does_not_apply_stops_the_build(context_tree):
-    source_patches.apply_patches(context_tree, "vulkan", bindings=True)
+    assert source_patches.apply_patches(context_tree, "vulkan", bindings=True) == ["24", "27572"]
     with pytest.raises(BuildError) as e:  # already applied: --forward refuses it
-        source_patches.apply_patches(context_tree, "vulkan", bindings=True)
+        source_patches.apply_patches(context_tree, "cpu", bindings=True)
     assert str(e.value) == (
-        f"{source_patches.PATCH_DIR}/0001-27572-sync-before-set-inputs.patch: src/llama-context.cpp is patched "
+        f"{source_patches.PATCH_DIR}/0001-24-ordered-embedding-head.patch: src/llama-arch.cpp is patched "
         f"already (or the patch is reversed) in {context_tree}"
-    )
-    # the CPU server's patches: the ordered head was applied above with the vulkan set, so
-    # --forward refuses it again here, before the server-only ones
-    with pytest.raises(BuildError) as e:
-        source_patches.apply_patches(context_tree, "cpu")
-    assert str(e.value).startswith(
-        f"{source_patches.PATCH_DIR}/0002-24-ordered-embedding-head.patch: src/llama-arch.cpp is patched already"
     )
 
 
@@ -204,13 +198,12 @@ def test_a_hunk_whose_context_differs_stops_the_build_in_one_line_naming_it(cont
 def test_a_hunk_that_matches_only_lines_off_its_place_stops_the_build(context_tree, series_copy):
     """No offsets either: a hunk whose line numbers say 10 lines earlier than where its context
     stands (a series made for another tree) stops the build, though patch would place it."""
-    patch = series_copy / "0001-27572-sync-before-set-inputs.patch"
+    patch = series_copy / "0002-27572-sync-before-set-inputs.patch"
     patch.write_text(patch.read_text().replace("@@ -1452,6 +1445,13 @@", "@@ -1442,6 +1435,13 @@"))
     with pytest.raises(BuildError) as e:
         source_patches.apply_patches(context_tree, "cuda86", bindings=True)
     assert str(e.value) == (
-        f"{patch}: hunk #2 of src/llama-context.cpp does not apply exactly (it matched 10 lines off, at line 1445) "
-        f"in {context_tree}"
+        f"{patch}: hunk #2 of src/llama-context.cpp matched 10 lines off its place (at line 1445) in {context_tree}"
     )
 
 
@@ -229,7 +222,7 @@ def test_a_gpu_build_without_the_patch_tool_fails_before_any_work(tmp_path, monk
     with pytest.raises(BuildError) as e:
         source_patches.require_patch_tool("cuda86", bindings=True)
     assert str(e.value) == (
-        "patch not found on PATH; the cuda86 build carries fixes for llama.cpp (#27572, #24); "
+        "patch not found on PATH; the cuda86 build carries fixes for llama.cpp (#24, #27572); "
         "install it (Debian: apt-get install patch)"
     )
 

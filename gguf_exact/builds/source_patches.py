@@ -9,7 +9,7 @@ message carries its id too (``Gguf-exact-id:``), which :mod:`.patch_series` chec
 writes the series back from a llama.cpp checkout (moving it to a newer llama.cpp:
 docs/building-llama-cpp.md).
 Their ids go into the build's cache key, followed by a digest of the patches' bytes
-(``0c1e57098+24.3f9a1c-cpu-...``, ``0c1e57098+27572+24+23a+...+42r.b81e07+rpc-cuda86-...``), and
+(``0c1e57098+24.3f9a1c-cpu-...``, ``0c1e57098+24+27572+23a+...+42r.b81e07+rpc-cuda86-...``), and
 their ids and sha256 into ``build-info.json``: a patched build is never taken for a plain one,
 nor a build of an older revision of a patch for the current one (editing a patch rebuilds), and
 llama-server and the bindings of one backend carry the same, except a patch marked
@@ -60,14 +60,16 @@ class SourcePatch:
         return (backend != "cpu" or not self.gpu_only) and not (bindings and self.server_only)
 
 
-# The CPU backend computes synchronously and its synchronize is NULL: there 27572 changes
-# nothing, so CPU builds go without it (and keep their cache). 24 is a feature, in every backend.
+# 24 is a feature, in every backend, and first: a patch's file names the patches before it
+# (prerequisite-patch-id), so an edit of one changes the files after it, and the builds that
+# carry those. The CPU backend computes synchronously and its synchronize is NULL: there 27572
+# changes nothing, so CPU builds go without it (and an edit of it rebuilds no CPU wheel).
 # 23 (the adaptive draft length, llama-server's only) is one commit per concern: draft-mtp's
 # per-sequence bounds, the policy header, the option and its wiring, the /slots and /metrics
 # report, the per-request fields, the start-up timing, the trace writer.
 PATCHES: tuple[SourcePatch, ...] = (
-    SourcePatch("27572", "0001-27572-sync-before-set-inputs.patch", gpu_only=True),
-    SourcePatch("24", "0002-24-ordered-embedding-head.patch"),
+    SourcePatch("24", "0001-24-ordered-embedding-head.patch"),
+    SourcePatch("27572", "0002-27572-sync-before-set-inputs.patch", gpu_only=True),
     SourcePatch("23a", "0003-23a-draft-mtp-sequence-bounds.patch", server_only=True),
     SourcePatch("23b", "0004-23b-draft-policy-header.patch", server_only=True),
     SourcePatch("23c", "0005-23c-adaptive-draft-length.patch", server_only=True),
@@ -88,7 +90,7 @@ def patches_for(backend: str, bindings: bool = False) -> tuple[SourcePatch, ...]
 
 def patch_tag(backend: str, bindings: bool = False) -> str:
     """What the patches add to the commit in a cache key: their ids and the first 6 hex digits
-    of a sha256 over their ids and bytes (``+27572+24.b81e07``, ``+24.3f9a1c``), or nothing."""
+    of a sha256 over their ids and bytes (``+24+27572.b81e07``, ``+24.3f9a1c``), or nothing."""
     carried = patches_for(backend, bindings)
     if not carried:
         return ""
@@ -137,18 +139,19 @@ _HUNK = re.compile(r"Hunk #(\d+) (?:FAILED at (\d+)|succeeded at (\d+) (?:with f
 
 
 def first_misfit(output: str) -> str:
-    """What GNU patch's ``output`` says first did not apply exactly (``hunk #2 of
-    common/arg.cpp does not apply (at line 4147)``: rejected, or applied at an offset), or
-    that a file was missing or patched already; "" when every hunk applied where it says."""
+    """What GNU patch's (or ``git apply -v``'s) ``output`` says first did not apply exactly: a hunk
+    rejected (``hunk #2 of common/arg.cpp does not apply (at line 4147)``) or placed at an offset
+    (``hunk #2 of ... matched 10 lines off its place (at line 1445)``), a file missing or patched
+    already; "" when every hunk applied where it says."""
     current = "?"
     for line in output.splitlines():
-        if line.startswith("patching file "):
-            current = line[len("patching file ") :].strip().strip("'")
+        if line.startswith(("patching file ", "Checking patch ")):
+            current = line.partition(" ")[2].partition(" ")[2].strip().strip("'").removesuffix("...")
         elif m := _HUNK.match(line):
             hunk = f"hunk #{m.group(1)} of {current}"
             if m.group(2):
                 return f"{hunk} does not apply (at line {m.group(2)})"
-            return f"{hunk} does not apply exactly (it matched {m.group(4)} lines off, at line {m.group(3)})"
+            return f"{hunk} matched {abs(int(m.group(4)))} lines off its place (at line {m.group(3)})"
         elif line.startswith("Reversed (or previously applied) patch detected"):
             return f"{current} is patched already (or the patch is reversed)"
         elif line.startswith("The next patch would create the file "):
