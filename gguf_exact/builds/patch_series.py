@@ -78,7 +78,7 @@ def apply_series(checkout: Path, branch: str = BRANCH, log=print) -> list[tuple[
             conflicts = git(checkout, "diff", "--name-only", "--diff-filter=U").stdout.split()
             errors = [line for line in (am.stdout + am.stderr).splitlines() if line.startswith("error: patch failed")]
             why = f"conflicts in {', '.join(conflicts)}" if conflicts else (errors or ["git am failed"])[0]
-            git(checkout, "am", "--abort")
+            git(checkout, "am", "--abort", check=False)
         log(f"{p.file}: {why or 'applied'}" + (f", but {moved}: check where it went" if moved and not why else ""))
         results.append((p, why, moved))
     return results
