@@ -127,6 +127,13 @@ parity: setup $(PARITY_VENV)/.installed
 llama-server: setup
 	$(VULKAN_DEPS)scripts/build-llama-cpp.sh $(BACKEND_FLAGS)
 
+# The carried patches (gguf_exact/builds/patches/) applied to another llama.cpp git checkout on a
+# new branch, one commit each, naming each that conflicts: make rebase-patches LLAMA_CPP=~/src/llama.cpp
+# (the procedure, and --export to write the branch back: docs/building-llama-cpp.md)
+.PHONY: rebase-patches
+rebase-patches: $(VENV)/.installed
+	$(BIN)/python scripts/rebase_patches.py $(LLAMA_CPP)
+
 # make serve MODEL=target.gguf [DRAFT=drafter.gguf] [PROFILE=auto|rtx3050|...] [PORT=8080] [ARGS=--detach]
 # (without DRAFT serve finds the drafter; ARGS=--fetch-draft fetches it)
 PROFILE ?= auto

@@ -1,5 +1,5 @@
-"""llama-server's adaptive draft length (the 23 patch's common/draft-policy.h) and the Python
-engine's (gguf_exact.engines.shared.draft_policy) choose the same k on the same recorded inputs."""
+"""llama-server's adaptive draft length (patch 23b's common/draft-policy.h, wired in by 23c-23g) and
+the Python engine's (gguf_exact.engines.shared.draft_policy) choose the same k on the same recorded inputs."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from gguf_exact.builds import llama_build, source_patches
 from gguf_exact.engines.shared.draft_policy import DraftPolicy, PolicySettings
 
 DRIVER = Path(__file__).parent / "cpp" / "draft_policy_driver.cpp"
-PATCH = next(p for p in source_patches.PATCHES if p.id == "23")
+ADAPTIVE = [p for p in source_patches.PATCHES if p.id.startswith("23")]  # 23a-23g, one commit per concern
 
 
 def patched_files(patch: Path) -> list[str]:
@@ -26,14 +26,20 @@ def patched_files(patch: Path) -> list[str]:
 
 @pytest.fixture(scope="module")
 def patched_tree(tmp_path_factory) -> Path:
-    """The files the patch touches, from the pinned sdist's vendor/llama.cpp, patched as a build does."""
+    """The files the 23 commits touch, from the pinned sdist's vendor/llama.cpp, patched as a build does."""
     sdist = llama_build.fetch_sdist(llama_build.pinned_sdist(), log=lambda _m: None)
-    root = sdist_files(sdist, patched_files(PATCH.path), tmp_path_factory.mktemp("llama.cpp"))
-    # this patch alone: the tree holds only its files (the build applies every patch of its backend)
-    subprocess.run(
-        ["patch", "-p1", "--forward", "--batch", "-i", str(PATCH.path)], cwd=root, check=True, capture_output=True
-    )
-    assert PATCH in source_patches.patches_for("cpu")
+    wanted = {f for p in ADAPTIVE for f in patched_files(p.path)}
+    root = sdist_files(sdist, wanted, tmp_path_factory.mktemp("llama.cpp"))
+    # these patches alone: the tree holds only their files (the build applies every patch of its backend)
+    for p in ADAPTIVE:
+        subprocess.run(
+            ["patch", "-p1", "--forward", "--batch", "--fuzz=0", "-i", str(p.path)],
+            cwd=root,
+            check=True,
+            capture_output=True,
+        )
+        assert p in source_patches.patches_for("cpu") and p not in source_patches.patches_for("cpu", bindings=True)
+    assert [p.id for p in ADAPTIVE] == ["23a", "23b", "23c", "23d", "23e", "23f", "23g"]
     return root
 
 

@@ -1,9 +1,11 @@
-"""The fixes carried onto the pinned llama.cpp: which backends get them, that they apply to the
-pinned sdist and change exactly what they say, and how a build names them."""
+"""The changes carried onto the pinned llama.cpp: the series' files, which backends get them, that
+they apply exactly to the pinned sdist and change what they say, and how a build names them."""
 
 from __future__ import annotations
 
 import hashlib
+import re
+import shutil
 
 import pytest
 from helpers import sdist_files
@@ -17,6 +19,10 @@ CONTEXT = "src/llama-context.cpp"
 ASSISTANT = "src/models/gemma4-assistant.cpp"
 SYNC = "ggml_backend_sched_synchronize(sched.get());"
 SET_INPUTS = "res->set_inputs(&ubatch);"
+UPSTREAM = "0c1e57098bba43ac29e6e3b677cdceebdd22334f"  # vendor/llama.cpp's gitlink in the sdist's git metadata
+ADAPTIVE = ["23a", "23b", "23c", "23d", "23e", "23f", "23g"]  # the adaptive draft length, one commit per concern
+SERVER = ["24", *ADAPTIVE, "22142", "42", "42r"]  # every llama-server build's
+GPU_SERVER = ["24", "27572", *SERVER[1:]]  # and 27572 on GPUs, after 24
 
 
 @pytest.fixture(scope="module")
@@ -55,29 +61,49 @@ def digest(*ids: str) -> str:
     return h.hexdigest()[:6]
 
 
+def test_the_series_is_the_registry_in_order_each_with_its_message_id_and_base():
+    """patches/ is a git format-patch series: the registry's files and no other, numbered in its
+    order, each a commit with a message that says why, its id, and the pinned upstream commit as
+    its base (the patches before it as prerequisites)."""
+    assert sorted(p.name for p in source_patches.PATCH_DIR.iterdir()) == [p.file for p in source_patches.PATCHES]
+    for n, p in enumerate(source_patches.PATCHES, 1):
+        assert p.file.startswith(f"{n:04d}-{p.id}-"), p.file
+        text = p.path.read_text()
+        head, sep, diff = text.partition("\n---\n")
+        assert sep and head.startswith("From 0000000000000000000000000000000000000000 Mon Sep 17 00:00:00 2001\n")
+        assert re.search(r"^Subject: \[PATCH\] [a-z0-9-]+ : ", head, re.M), p.file
+        message = head.partition("\n\n")[2]
+        assert message.endswith(f"\n\nGguf-exact-id: {p.id}") and len(message.split()) > 40, p.file
+        assert diff.count("\ndiff --git a/") >= 1 and "\n-- \n" not in diff  # no signature (git's version)
+        tail = diff.rpartition("\n\nbase-commit: ")[2].splitlines()
+        assert tail[0] == UPSTREAM, p.file
+        assert [line.split(": ")[0] for line in tail[1:]] == ["prerequisite-patch-id"] * (n - 1), p.file
+
+
 def test_which_backends_carry_which_patch_and_the_cache_keys_say_so():
     # 27572 is for asynchronous (GPU) backends; the ordered head (24) is in every build; the
-    # adaptive draft (23), the perplexity log flush (22142), the request guard (42) and the RPC client's
+    # adaptive draft (23a-23g), the perplexity log flush (22142), the request guard (42) and the RPC client's
     # timeout (42r) change only llama-server's programs and its RPC backend: every server build has them, no wheel does
-    assert [p.id for p in source_patches.patches_for("cpu")] == ["24", "23", "22142", "42", "42r"]
+    assert [p.id for p in source_patches.patches_for("cpu")] == SERVER
     assert [p.id for p in source_patches.patches_for("cpu", bindings=True)] == ["24"]
-    server = f"0c1e57098+24+23+22142+42+42r.{digest('24', '23', '22142', '42', '42r')}+rpc-cpu-avx.avx2.bmi2.f16c.fma.sse42"
+    server = f"0c1e57098+{'+'.join(SERVER)}.{digest(*SERVER)}+rpc-cpu-avx.avx2.bmi2.f16c.fma.sse42"
+    assert server.startswith("0c1e57098+24+23a+23b+23c+23d+23e+23f+23g+22142+42+42r.")
     assert llama_build.build_key("cpu", CPU) == server
     assert (
         llama_build.build_key("cpu", CPU, bindings=True)
         == f"0c1e57098+24.{digest('24')}-cpu-avx.avx2.bmi2.f16c.fma.sse42"
     )
     for backend in ("cuda75", "cuda86", "vulkan"):
-        assert [p.id for p in source_patches.patches_for(backend)] == ["27572", "24", "23", "22142", "42", "42r"]
-        assert [p.id for p in source_patches.patches_for(backend, bindings=True)] == ["27572", "24"]
-        tag = digest("27572", "24", "23", "22142", "42", "42r")
+        assert [p.id for p in source_patches.patches_for(backend)] == GPU_SERVER
+        assert [p.id for p in source_patches.patches_for(backend, bindings=True)] == ["24", "27572"]
+        tag = digest(*GPU_SERVER)
         assert (
             llama_build.build_key(backend, CPU)
-            == f"0c1e57098+27572+24+23+22142+42+42r.{tag}+rpc-{backend}-avx.avx2.bmi2.f16c.fma.sse42"
+            == f"0c1e57098+{'+'.join(GPU_SERVER)}.{tag}+rpc-{backend}-avx.avx2.bmi2.f16c.fma.sse42"
         )
         assert (
             llama_build.build_key(backend, CPU, bindings=True)
-            == f"0c1e57098+27572+24.{digest('27572', '24')}-{backend}-avx.avx2.bmi2.f16c.fma.sse42"
+            == f"0c1e57098+24+27572.{digest('24', '27572')}-{backend}-avx.avx2.bmi2.f16c.fma.sse42"
         )
 
 
@@ -88,19 +114,19 @@ def test_an_edited_patch_is_a_new_cache_key_and_its_sha256_is_recorded(tmp_path,
         (tmp_path / p.file).write_bytes(p.path.read_bytes())
     monkeypatch.setattr(source_patches, "PATCH_DIR", tmp_path)
     assert (llama_build.build_key("cpu", CPU), llama_build.build_key("cpu", CPU, bindings=True)) == before
-    edited = tmp_path / "23-adaptive-draft.patch"
+    edited = tmp_path / "0004-23b-draft-policy-header.patch"
     edited.write_bytes(edited.read_bytes().replace(b"cost_max_age       = 128", b"cost_max_age       = 256"))
     after = llama_build.build_key("cpu", CPU), llama_build.build_key("cpu", CPU, bindings=True)
     assert (
         after[0] != before[0]
-        and after[0].startswith("0c1e57098+24+23+22142+42+42r.")
+        and after[0].startswith(f"0c1e57098+{'+'.join(SERVER)}.")
         and after[0].endswith("+rpc-cpu-" + CPU.tag)
     )
-    assert after[1] == before[1]  # the bindings do not carry 23: their wheel stays
+    assert after[1] == before[1]  # the bindings do not carry 23b: their wheel stays
     record = {r["id"]: r for r in source_patches.patch_record("cpu")}
-    assert record["23"] == {
-        "id": "23",
-        "file": "23-adaptive-draft.patch",
+    assert record["23b"] == {
+        "id": "23b",
+        "file": "0004-23b-draft-policy-header.patch",
         "sha256": hashlib.sha256(edited.read_bytes()).hexdigest(),
     }
     assert [r["id"] for r in source_patches.patch_record("cpu", bindings=True)] == ["24"]
@@ -114,7 +140,7 @@ def test_the_27572_fix_synchronizes_before_every_set_inputs(context_tree):
     assert before.count(SET_INPUTS) == 2
     assert "llm_graph_result * llama_context::process_ubatch(" in before.partition(SET_INPUTS)[0]
 
-    assert source_patches.apply_patches(context_tree, "cuda86", bindings=True) == ["27572", "24"]
+    assert source_patches.apply_patches(context_tree, "cuda86", bindings=True) == ["24", "27572"]
 
     after = (context_tree / CONTEXT).read_text()
     assert "if (cparams.pipeline_parallel) {\n            " + SYNC not in after
@@ -134,15 +160,51 @@ def test_the_27572_fix_synchronizes_before_every_set_inputs(context_tree):
 
 
 def test_a_fix_that_does_not_apply_stops_the_build(context_tree):
-    source_patches.apply_patches(context_tree, "vulkan", bindings=True)
+    assert source_patches.apply_patches(context_tree, "vulkan", bindings=True) == ["24", "27572"]
     with pytest.raises(BuildError) as e:  # already applied: --forward refuses it
-        source_patches.apply_patches(context_tree, "vulkan", bindings=True)
-    assert str(e.value).startswith(f"{source_patches.PATCH_DIR}/27572-sync-before-set-inputs.patch: does not apply to ")
-    # the CPU server's patches: the ordered head was applied above with the vulkan set, so
-    # --forward refuses it again here, before the server-only ones
+        source_patches.apply_patches(context_tree, "cpu", bindings=True)
+    assert str(e.value) == (
+        f"{source_patches.PATCH_DIR}/0001-24-ordered-embedding-head.patch: src/llama-arch.cpp is patched "
+        f"already (or the patch is reversed) in {context_tree}"
+    )
+
+
+@pytest.fixture
+def series_copy(tmp_path, monkeypatch):
+    """The series copied to a folder of its own, which the build then applies (to edit one)."""
+    copy = tmp_path / "patches"
+    shutil.copytree(source_patches.PATCH_DIR, copy)
+    monkeypatch.setattr(source_patches, "PATCH_DIR", copy)
+    return copy
+
+
+def test_a_hunk_whose_context_differs_stops_the_build_in_one_line_naming_it(context_tree, series_copy):
+    """No fuzz: one context line of the request guard's third hunk of server-http.cpp changed in a
+    copy of its patch, and the build stops at that hunk, in one line naming the file and the hunk."""
+    patch = series_copy / "0011-42-request-guard.patch"
+    text = patch.read_text()
+    hunk = text.index("@@ -209,10 +229,23 @@")
+    end = text.index("\n", text.index("\n ", hunk) + 1)  # the end of the hunk's first context line
+    patch.write_text(text[:end] + "  // edited" + text[end:])
     with pytest.raises(BuildError) as e:
         source_patches.apply_patches(context_tree, "cpu")
-    assert str(e.value).startswith(f"{source_patches.PATCH_DIR}/24-ordered-embedding-head.patch: does not apply to ")
+    assert str(e.value) == (
+        f"{patch}: hunk #3 of tools/server/server-http.cpp does not apply (at line 229) in {context_tree}"
+    )
+    assert "\n" not in str(e.value)
+    assert not list(context_tree.rglob("*.rej")) and not list(context_tree.rglob("*.orig"))
+
+
+def test_a_hunk_that_matches_only_lines_off_its_place_stops_the_build(context_tree, series_copy):
+    """No offsets either: a hunk whose line numbers say 10 lines earlier than where its context
+    stands (a series made for another tree) stops the build, though patch would place it."""
+    patch = series_copy / "0002-27572-sync-before-set-inputs.patch"
+    patch.write_text(patch.read_text().replace("@@ -1452,6 +1445,13 @@", "@@ -1442,6 +1435,13 @@"))
+    with pytest.raises(BuildError) as e:
+        source_patches.apply_patches(context_tree, "cuda86", bindings=True)
+    assert str(e.value) == (
+        f"{patch}: hunk #2 of src/llama-context.cpp matched 10 lines off its place (at line 1445) in {context_tree}"
+    )
 
 
 def test_the_bindings_build_from_the_sdist_with_the_same_fix(sdist, tmp_path):
@@ -160,7 +222,7 @@ def test_a_gpu_build_without_the_patch_tool_fails_before_any_work(tmp_path, monk
     with pytest.raises(BuildError) as e:
         source_patches.require_patch_tool("cuda86", bindings=True)
     assert str(e.value) == (
-        "patch not found on PATH; the cuda86 build carries fixes for llama.cpp (#27572, #24); "
+        "patch not found on PATH; the cuda86 build carries fixes for llama.cpp (#24, #27572); "
         "install it (Debian: apt-get install patch)"
     )
 
@@ -171,7 +233,7 @@ def test_the_ordered_head_patch_loads_the_head_and_scores_only_its_candidates(co
     output head, and the graph scores the top-k clusters' tokens, -INF elsewhere."""
     before = (context_tree / ASSISTANT).read_text()
     assert before.count("{}, TENSOR_NOT_REQUIRED") == 2 and "ggml_top_k" not in before
-    assert source_patches.apply_patches(context_tree, "cpu") == ["24", "23", "22142", "42", "42r"]
+    assert source_patches.apply_patches(context_tree, "cpu") == SERVER
     after = (context_tree / ASSISTANT).read_text()
     assert "{}, TENSOR_NOT_REQUIRED" not in after
     assert "{ n_embd, n_c }, 0)" in after and "{ n_vocab }, 0)" in after

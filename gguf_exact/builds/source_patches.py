@@ -1,26 +1,34 @@
-"""Fixes carried onto the pinned llama.cpp for the backends that need them, applied before they build.
+"""Changes carried onto the pinned llama.cpp for the backends that need them, applied before they build.
 
-Each patch (``patches/*.patch``, ``patch -p1`` from the llama.cpp source root, which is
-``vendor/llama.cpp`` in the sdist) fixes an upstream defect that is still open at the
-pinned commit and that a backend can hit, or adds what this project serves with (the
-drafter's ordered-embedding head, #24, in every backend; the adaptive draft length, #23).
-Its id goes into the build's cache key, followed by a digest of the patches' bytes
-(``0c1e57098+24.3f9a1c-cpu-...``, ``0c1e57098+27572+24+23.b81e07-cuda86-...``), and its id and
-sha256 into ``build-info.json``: a patched build is never taken for a plain one, nor a build
-of an older revision of a patch for the current one (editing a patch rebuilds), and llama-server
-and the bindings of one backend carry the same, except a patch marked ``server_only``: it
-changes only ``common/`` and ``tools/`` programs, which the bindings' wheel does not ship
-(llama-cpp-python installs libllama, libggml* and libmtmd, none of which links
+``patches/`` holds them as a ``git format-patch`` series, one commit per change on the pinned
+upstream commit (``base-commit:`` in each file), each with a message that says why: fixes for
+upstream defects still open at the pin that a backend can hit, and what this project serves
+with (the drafter's ordered-embedding head, #24, in every backend; the adaptive draft length,
+#23, in seven commits). :data:`PATCHES` lists them in order with their ids; each commit
+message carries its id too (``Gguf-exact-id:``), which :mod:`.patch_series` checks when it
+writes the series back from a llama.cpp checkout (moving it to a newer llama.cpp:
+docs/building-llama-cpp.md).
+Their ids go into the build's cache key, followed by a digest of the patches' bytes
+(``0c1e57098+24.3f9a1c-cpu-...``, ``0c1e57098+24+27572+23a+...+42r.b81e07+rpc-cuda86-...``), and
+their ids and sha256 into ``build-info.json``: a patched build is never taken for a plain one,
+nor a build of an older revision of a patch for the current one (editing a patch rebuilds), and
+llama-server and the bindings of one backend carry the same, except a patch marked
+``server_only``: it changes only ``common/`` and ``tools/`` programs, which the bindings' wheel
+does not ship (llama-cpp-python installs libllama, libggml* and libmtmd, none of which links
 ``common``), or ggml's RPC backend, which only llama-server's build enables (``GGML_RPC=ON``),
 so the bindings neither apply it nor name it, and keep their cache.
 
-The system ``patch`` tool applies them (it comes with build-essential, beside the
-compiler the build needs anyway); nothing here re-implements diff application.
+The system ``patch`` tool applies them to the unpacked sdist (no git repository needed; it
+comes with build-essential, beside the compiler the build needs anyway) with ``--fuzz=0``, and
+a hunk that lands elsewhere than its line (an offset) counts as not applying: on the pinned
+tree every hunk applies exactly where the series says, and anything else stops the build in
+one line naming the patch file and the first hunk that did not.
 """
 
 from __future__ import annotations
 
 import hashlib
+import re
 import shutil
 import subprocess
 from dataclasses import dataclass
@@ -33,12 +41,12 @@ PATCH_DIR = Path(__file__).with_name("patches")
 
 @dataclass(frozen=True)
 class SourcePatch:
-    """One fix: its id (the upstream issue), its file under ``patches/`` and why it is carried."""
+    """One commit of the series: its id (the issue it comes from), its file under ``patches/``
+    (numbered in series order; its message says why it is carried) and which builds carry it."""
 
     id: str
     file: str
-    gpu_only: bool
-    why: str
+    gpu_only: bool = False
     server_only: bool = False  # llama-server's sources only: not in the bindings' wheel
 
     @property
@@ -52,85 +60,26 @@ class SourcePatch:
         return (backend != "cpu" or not self.gpu_only) and not (bindings and self.server_only)
 
 
+# 24 is a feature, in every backend, and first: a patch's file names the patches before it
+# (prerequisite-patch-id), so an edit of one changes the files after it, and the builds that
+# carry those. The CPU backend computes synchronously and its synchronize is NULL: there 27572
+# changes nothing, so CPU builds go without it (and an edit of it rebuilds no CPU wheel).
+# 23 (the adaptive draft length, llama-server's only) is one commit per concern: draft-mtp's
+# per-sequence bounds, the policy header, the option and its wiring, the /slots and /metrics
+# report, the per-request fields, the start-up timing, the trace writer.
 PATCHES: tuple[SourcePatch, ...] = (
-    SourcePatch(
-        id="27572",
-        file="27572-sync-before-set-inputs.patch",
-        # The CPU backend computes synchronously and its synchronize is NULL: there the patch
-        # changes nothing, so CPU builds stay as they are (and keep their cache).
-        gpu_only=True,
-        why=(
-            "llama.cpp #27572: with --parallel N and draft-mtp, a decode split into several "
-            "ubatches rewrote a graph's inputs while the device still read them (acceptance fell "
-            "to 0); synchronize before set_inputs, not only with pipeline parallelism"
-        ),
-    ),
-    SourcePatch(
-        id="24",
-        file="24-ordered-embedding-head.patch",
-        # A feature, not a device fix: every backend's drafter graph gets the fast head.
-        gpu_only=False,
-        why=(
-            "gguf-exact #24: the gemma4-assistant drafter's ordered-embedding head (transformers' "
-            "Gemma4AssistantMaskedEmbedder): score the centroids, keep the top-k clusters, score only "
-            "their tokens; the pinned loader refused masked_embd_* tensors (empty expected shape) and "
-            "never used them"
-        ),
-    ),
-    SourcePatch(
-        id="23",
-        file="23-adaptive-draft.patch",
-        gpu_only=False,
-        server_only=True,
-        why=(
-            "--spec-draft-adaptive: llama-server chooses the draft length before each pass from the "
-            "measured pass and drafter-step costs and the acceptance per depth (common/draft-policy.h, "
-            "the twin of gguf_exact/engines/shared/draft_policy.py); --spec-draft-adaptive-warmup times the "
-            "verification passes at start-up to seed those costs; the per-request speculative.n_max, "
-            "speculative.p_min and speculative.adaptive fields; draft-mtp stops at a sequence's own "
-            "n_max; LLAMA_SPEC_DRAFT_TRACE=FILE writes each slot's policy inputs and choices in the replay "
-            "format of tests/cpp/draft_policy_driver.cpp. Only common/ and tools/server/ change, which the "
-            "bindings do not ship"
-        ),
-    ),
-    SourcePatch(
-        id="22142",
-        file="22142-perplexity-log-flush.patch",
-        gpu_only=False,
-        server_only=True,
-        why=(
-            "llama.cpp #22142: the log worker thread is never joined, so llama-perplexity's last lines "
-            "(the KL divergence statistics `quality` reads) could be lost at exit under load; drain the "
-            "log queue before returning. Only tools/perplexity/ changes, which the bindings do not ship"
-        ),
-    ),
-    SourcePatch(
-        id="42",
-        file="42-request-guard.patch",
-        gpu_only=False,
-        server_only=True,
-        why=(
-            "gguf-exact #42: one request could kill llama-server (a grammar or JSON schema nested "
-            "20,000 deep overflowed the HTTP thread's stack; bodies of any size were read). The request "
-            "guard of gguf_exact/engines/shared/request_guard.py in C++: --request-max-body (HTTP 413), "
-            "--request-max-depth (the body's JSON nesting) and --grammar-max-depth (a grammar's groups), "
-            "HTTP 400 naming the limit; a body that is not JSON is 400, not 500; API keys compared in "
-            "constant time. Only common/ and tools/server/ change, which the bindings do not ship"
-        ),
-    ),
-    SourcePatch(
-        id="42r",
-        file="42r-rpc-client-timeout.patch",
-        gpu_only=False,
-        server_only=True,
-        why=(
-            "gguf-exact #42, item 3: llama-server --rpc waited for ever on a worker that stopped answering "
-            "(SIGSTOP, a hung machine): /health stayed ok and every request hung. The client's sockets "
-            "get a receive and send timeout (GGML_RPC_TIMEOUT seconds without progress, default 120, 0 "
-            "for none), after which the server fails as it does when a worker is killed, its log naming "
-            "the timeout. Only ggml/src/ggml-rpc/ changes, which the bindings build without"
-        ),
-    ),
+    SourcePatch("24", "0001-24-ordered-embedding-head.patch"),
+    SourcePatch("27572", "0002-27572-sync-before-set-inputs.patch", gpu_only=True),
+    SourcePatch("23a", "0003-23a-draft-mtp-sequence-bounds.patch", server_only=True),
+    SourcePatch("23b", "0004-23b-draft-policy-header.patch", server_only=True),
+    SourcePatch("23c", "0005-23c-adaptive-draft-length.patch", server_only=True),
+    SourcePatch("23d", "0006-23d-draft-policy-report.patch", server_only=True),
+    SourcePatch("23e", "0007-23e-request-speculative-fields.patch", server_only=True),
+    SourcePatch("23f", "0008-23f-adaptive-warmup.patch", server_only=True),
+    SourcePatch("23g", "0009-23g-draft-trace.patch", server_only=True),
+    SourcePatch("22142", "0010-22142-perplexity-log-flush.patch", server_only=True),
+    SourcePatch("42", "0011-42-request-guard.patch", server_only=True),
+    SourcePatch("42r", "0012-42r-rpc-client-timeout.patch", server_only=True),
 )
 
 
@@ -141,7 +90,7 @@ def patches_for(backend: str, bindings: bool = False) -> tuple[SourcePatch, ...]
 
 def patch_tag(backend: str, bindings: bool = False) -> str:
     """What the patches add to the commit in a cache key: their ids and the first 6 hex digits
-    of a sha256 over their ids and bytes (``+27572+23.b81e07``, ``+24.3f9a1c``), or nothing."""
+    of a sha256 over their ids and bytes (``+24+27572.b81e07``, ``+24.3f9a1c``), or nothing."""
     carried = patches_for(backend, bindings)
     if not carried:
         return ""
@@ -167,21 +116,58 @@ def require_patch_tool(backend: str, bindings: bool = False) -> None:
 
 def apply_patches(llama_cpp_root: Path, backend: str, bindings: bool = False) -> list[str]:
     """Apply ``backend``'s patches (llama-server's, or the bindings') to the llama.cpp tree at
-    ``llama_cpp_root``; their ids. A patch that does not apply cleanly (a hunk rejected, or
-    already applied) stops the build."""
+    ``llama_cpp_root``; their ids. A hunk that does not apply exactly (rejected, at an offset,
+    or the patch already applied) stops the build."""
     applied = []
     for p in patches_for(backend, bindings):
+        # --fuzz=0: every context line must match; --reject-file=-: no .rej files left in the tree
+        exact = ["--fuzz=0", "--forward", "--batch", "--no-backup-if-mismatch", "--reject-file=-"]
         proc = subprocess.run(
-            ["patch", "-p1", "--forward", "--batch", "--no-backup-if-mismatch", "-i", str(p.path)],
+            ["patch", "-p1", *exact, "-i", str(p.path)],
             cwd=llama_cpp_root,
             capture_output=True,
             text=True,
         )
-        if proc.returncode != 0:
-            first = (proc.stdout + proc.stderr).strip().splitlines()[-1:] or ["no output"]
-            raise BuildError(f"{p.path}: does not apply to {llama_cpp_root} ({first[0]})")
+        misfit = first_misfit(proc.stdout + proc.stderr)
+        if proc.returncode != 0 or misfit:
+            raise BuildError(f"{p.path}: {misfit or 'does not apply'} in {llama_cpp_root}")
         applied.append(p.id)
     return applied
 
 
-__all__ = ["PATCHES", "SourcePatch", "apply_patches", "patch_record", "patch_tag", "patches_for", "require_patch_tool"]
+_HUNK = re.compile(r"Hunk #(\d+) (?:FAILED at (\d+)|succeeded at (\d+) (?:with fuzz \d+ )?\(offset (-?\d+) lines?\))")
+
+
+def first_misfit(output: str) -> str:
+    """What GNU patch's (or ``git apply -v``'s) ``output`` says first did not apply exactly: a hunk
+    rejected (``hunk #2 of common/arg.cpp does not apply (at line 4147)``) or placed at an offset
+    (``hunk #2 of ... matched 10 lines off its place (at line 1445)``), a file missing or patched
+    already; "" when every hunk applied where it says."""
+    current = "?"
+    for line in output.splitlines():
+        if line.startswith(("patching file ", "Checking patch ")):
+            current = line.partition(" ")[2].partition(" ")[2].strip().strip("'").removesuffix("...")
+        elif m := _HUNK.match(line):
+            hunk = f"hunk #{m.group(1)} of {current}"
+            if m.group(2):
+                return f"{hunk} does not apply (at line {m.group(2)})"
+            return f"{hunk} matched {abs(int(m.group(4)))} lines off its place (at line {m.group(3)})"
+        elif line.startswith("Reversed (or previously applied) patch detected"):
+            return f"{current} is patched already (or the patch is reversed)"
+        elif line.startswith("The next patch would create the file "):
+            return f"{line[len('The next patch would create the file ') :].rstrip(',')} exists already"
+        elif line.startswith("can't find file to patch"):
+            return f"a file it patches is missing ({line.strip()})"
+    return ""
+
+
+__all__ = [
+    "PATCHES",
+    "SourcePatch",
+    "apply_patches",
+    "first_misfit",
+    "patch_record",
+    "patch_tag",
+    "patches_for",
+    "require_patch_tool",
+]

@@ -69,8 +69,8 @@ interval, up to ``cost_max_age``. :attr:`DraftPolicy.reason` says why the last c
 ``status`` and ``/metrics`` (``spec_draft_reason{reason="priced out: 2 rows cost 3.55 s vs 0.17 s"}``).
 
 Deterministic (no RNG, probes on a schedule) and written as plain arithmetic in one
-order, so llama.cpp's ``--spec-draft-adaptive`` (the C++ twin in the build patch
-``builds/patches/23-adaptive-draft.patch``, header ``common/draft-policy.h``) chooses the
+order, so llama.cpp's ``--spec-draft-adaptive`` (the C++ twin in the build patches
+``builds/patches/*-23[a-g]-*.patch``, header ``common/draft-policy.h``) chooses the
 same k on the same recorded inputs (``tests/test_draft_policy_cpp.py``). Pure: no I/O, no
 clock; callers time their passes and report them.
 """
