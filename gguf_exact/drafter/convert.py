@@ -23,7 +23,7 @@ from gguf_exact.errors import ArgumentError, InputError, Param
 from gguf_exact.formats.checkpoint import Checkpoint
 from gguf_exact.formats.gguf_file import encode, file_type
 from gguf_exact.formats.gguf_layout import Field, TensorEntry
-from gguf_exact.formats.paths import check_output_files, one_command
+from gguf_exact.formats.paths import Inputs, check_output_files, one_command
 from gguf_exact.formats.safe_write import staged_outputs
 from gguf_exact.formats.vocab import TargetInfo, read_target
 from gguf_exact.gemma4.assistant import (
@@ -140,6 +140,7 @@ def head_job(ckpt: Checkpoint, cfg: AssistantConfig, hf_name: str, gguf_name: st
     where = f"{info.file}: tensor {hf_name}"
     shape = hf_shape(info.shape)
     expected = expected_shape(gguf_name, cfg)
+    assert expected is not None  # the head's tensors: asked for only when the config has the head
     if shape != expected:
         raise InputError(f"{where}: shape {list(info.shape)} does not match the config, expected {list(expected)}")
     kind = tensor_kind("output.weight", 2)  # reported with the output head
@@ -261,7 +262,7 @@ def _write_drafter(
     ordered_head: bool,
 ) -> ConvertResult:
     """The exact file's jobs, as ``plan`` re-plans them (None: the exact file itself), written."""
-    inputs = {"source folder's file": source_dir, Param("vocab_from"): vocab_from}
+    inputs: Inputs = {"source folder's file": source_dir, Param("vocab_from"): vocab_from}
     out_path = check_output_files(out_path, report_path, inputs)
     keep_heap_blocks()
     start = time.perf_counter()
@@ -311,9 +312,11 @@ def _replanner(jobs: list[TensorJob]):
         job = by_name[entry.name]
         if job.role == DATA:
             return job.data, 1
-        values = job.source.read(r0, r1)
+        values = job.source_rows.read(r0, r1)
         if entry.type == Q4_0:
-            return plan_rows(bf16.from_exact(values), r0, histogram=False).data, q4_0.BLOCK_BYTES
+            bits = bf16.from_exact(values)
+            assert bits is not None  # written as Q4_0: its source values were bf16 values
+            return plan_rows(bits, r0, histogram=False).data, q4_0.BLOCK_BYTES
         return np.ascontiguousarray(encode(values, entry.type)).view(np.uint8), 1
 
     return expected

@@ -25,7 +25,7 @@ from gguf_exact.errors import ArgumentError, Param
 from gguf_exact.formats.checkpoint import Checkpoint
 from gguf_exact.formats.gguf_file import encode, file_type
 from gguf_exact.formats.gguf_layout import TensorEntry, encode_kv, row_bytes
-from gguf_exact.formats.paths import check_output_files, one_command
+from gguf_exact.formats.paths import Inputs, check_output_files, one_command
 from gguf_exact.formats.safe_write import staged_outputs
 from gguf_exact.malloc_tuning import keep_heap_blocks
 from gguf_exact.progress import Progress
@@ -142,7 +142,7 @@ def repack_model(
         )
     if donor_stats not in ("sample", "all"):
         raise ArgumentError(f"donor_stats {donor_stats}: expected sample or all")
-    inputs = {Param("donor"): donor_path, "source folder's file": source_dir}
+    inputs: Inputs = {Param("donor"): donor_path, "source folder's file": source_dir}
     out_path, source_dir = check_output_files(out_path, report_path, inputs), Path(source_dir)
     keep_heap_blocks()
     times: dict[str, float] = {}
@@ -205,10 +205,12 @@ def _replanner(donor: Donor, jobs: list[TensorJob]):
     def expected(entry: TensorEntry, r0: int, r1: int):
         job = by_name[entry.name]
         if entry.type == Q4_0 and job.exact:
-            plan = plan_rows(bf16.from_exact(job.source.read(r0, r1)), r0, histogram=False, score_partial=False)
+            bits = bf16.from_exact(job.source_rows.read(r0, r1))
+            assert bits is not None  # written as Q4_0: its source values were bf16 values
+            plan = plan_rows(bits, r0, histogram=False, score_partial=False)
             return plan.data, q4_0.BLOCK_BYTES
         if job.role == SOURCE:
-            return np.ascontiguousarray(encode(job.source.read(r0, r1), entry.type)).view(np.uint8), 1
+            return np.ascontiguousarray(encode(job.source_rows.read(r0, r1), entry.type)).view(np.uint8), 1
         if entry.type == job.entry.type:
             return donor.read_rows(job.entry, r0, r1), row_bytes(entry.type, entry.cols)
         return None, 1
