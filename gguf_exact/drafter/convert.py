@@ -43,7 +43,8 @@ from gguf_exact.gemma4.names import tensor_kind
 from gguf_exact.malloc_tuning import keep_heap_blocks
 from gguf_exact.progress import Progress
 from gguf_exact.stream.jobs import DATA, ENCODE, QAT, TensorJob, is_source_matrix, llama_q8_0_jobs, reference_jobs
-from gguf_exact.stream.pipeline import write_report, write_verified
+from gguf_exact.stream.pipeline import FilePlan, WriteOptions, write_report, write_verified
+from gguf_exact.stream.readback import Replanner
 from gguf_exact.stream.source_rows import RowSource, locate
 from gguf_exact.stream.writer import TensorResult
 
@@ -282,8 +283,7 @@ def _write_drafter(
         if plan is not None:
             jobs = plan(jobs)
         kv_raw = drafter_kv(cfg, target, [j.stored_type for j in jobs if is_source_matrix(j)])
-        written = write_verified(
-            out_path,
+        file_plan = FilePlan(
             jobs,
             [j.entry for j in jobs],
             GGUF_VERSION,
@@ -291,12 +291,11 @@ def _write_drafter(
             kv_raw,
             lambda placed: drafter_kv(cfg, target, [t.type for t, j in zip(placed, jobs) if is_source_matrix(j)]),
             _replanner(jobs),
-            off_grid=off_grid,
-            workers=workers,
-            progress=progress,
-            expect_sha256=expect_sha256,
-            start=start,
         )
+        options = WriteOptions(
+            off_grid=off_grid, workers=workers, progress=progress, expect_sha256=expect_sha256, start=start
+        )
+        written = write_verified(out_path, file_plan, options)
         times = written.seconds | {"total": time.perf_counter() - start}
         result = ConvertResult(out_path, written.sha256, written.size, written.results, times)
         result.report = build_report(result, folder)
@@ -304,11 +303,11 @@ def _write_drafter(
     return result
 
 
-def _replanner(jobs: list[TensorJob]):
+def _replanner(jobs: list[TensorJob]) -> Replanner:
     """For the read-back: a chunk's bytes recomputed, to name the first bad block."""
     by_name = {j.entry.name: j for j in jobs}
 
-    def expected(entry: TensorEntry, r0: int, r1: int):
+    def expected(entry: TensorEntry, r0: int, r1: int) -> tuple[np.ndarray | None, int]:
         job = by_name[entry.name]
         if job.role == DATA:
             return job.data, 1

@@ -33,7 +33,8 @@ from gguf_exact.repack import report as per_kind
 from gguf_exact.repack.donor import Donor, open_donor
 from gguf_exact.repack.tensor_map import build_map, check_same_model
 from gguf_exact.stream.jobs import SOURCE, TensorJob, reference_jobs
-from gguf_exact.stream.pipeline import write_report, write_verified
+from gguf_exact.stream.pipeline import FilePlan, WriteOptions, write_report, write_verified
+from gguf_exact.stream.readback import Replanner
 from gguf_exact.stream.source_rows import locate
 from gguf_exact.stream.writer import DONOR_SAMPLE_EVERY, TensorResult, placed_types
 
@@ -165,8 +166,7 @@ def repack_model(
             provisional = [(j.entry, j.stored_type) for j in mapping.jobs]
             kv_raw, _ = output_kv(donor, provisional)
             entries = [TensorEntry(e.name, e.ne, t) for e, t in provisional]
-            written = write_verified(
-                out_path,
+            file_plan = FilePlan(
                 mapping.jobs,
                 entries,
                 donor.header.version,
@@ -174,6 +174,8 @@ def repack_model(
                 kv_raw,
                 lambda placed: output_kv(donor, [(t, t.type) for t in placed])[0],
                 _replanner(donor, mapping.jobs),
+            )
+            options = WriteOptions(
                 donor=donor,
                 off_grid=off_grid,
                 donor_every=1 if donor_stats == "all" else DONOR_SAMPLE_EVERY,
@@ -182,6 +184,7 @@ def repack_model(
                 expect_sha256=expect_sha256,
                 start=start,
             )
+            written = write_verified(out_path, file_plan, options)
             times.update(written.seconds)
             digest, size, results = written.sha256, written.size, written.results
             _, out_file_type = output_kv(donor, placed_types(results, mapping.jobs))
@@ -197,12 +200,12 @@ def repack_model(
     return result
 
 
-def _replanner(donor: Donor, jobs: list[TensorJob]):
+def _replanner(donor: Donor, jobs: list[TensorJob]) -> Replanner:
     """For the read-back: the bytes a chunk should hold, recomputed (only called on a
     CRC mismatch, to name the first differing block)."""
     by_name = {j.entry.name: j for j in jobs}
 
-    def expected(entry: TensorEntry, r0: int, r1: int):
+    def expected(entry: TensorEntry, r0: int, r1: int) -> tuple[np.ndarray | None, int]:
         job = by_name[entry.name]
         if entry.type == Q4_0 and job.exact:
             bits = bf16.from_exact(job.source_rows.read(r0, r1))
