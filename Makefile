@@ -65,9 +65,11 @@ test-vulkan: setup llama-server
 	$(BIN)/python -m gguf_exact.builds.bindings_build --vulkan
 	$(BIN)/python -m pytest -q -m vulkan
 
-# The tests that need neither build (pytest -m: no llama_server, no bindings mark): a venv
-# from PyPI only, nothing built, a few minutes. `make test` (CI) runs these and the rest.
+# mypy over gguf_exact/ (settings in pyproject.toml), then the tests that need neither build
+# (pytest -m: no llama_server, no bindings mark): a venv from PyPI only, nothing built, about 10
+# minutes on 2 cores. CI runs it first in the fresh clone with an empty HOME (.ci/run), then `make test`.
 test-quick: $(VENV)/.installed
+	$(BIN)/mypy
 	$(BIN)/python -m pytest -q -m "not llama_server and not bindings and not vulkan"
 
 demo: setup

@@ -29,7 +29,8 @@ class FileSummary:
 def summarize(path: str | Path, source: str | Path) -> FileSummary:
     from gguf_exact.gemma4.assistant import ARCH as ASSISTANT
 
-    mix, size = Counter(), Counter()
+    mix: Counter[str] = Counter()
+    size: Counter[str] = Counter()
     with open_gguf(path) as gguf:  # read once: the measuring below gets the open file
         for t in gguf.tensors:
             mix[t.type.name] += 1

@@ -26,7 +26,7 @@ a ``str`` in the Python spelling that a front end renders in its own.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, Iterable
 
 
 @dataclass(frozen=True)
@@ -103,7 +103,7 @@ class Message(str):
         return _join(self.parts, name)
 
     @classmethod
-    def join(cls, sep: str, items) -> "Message":
+    def joined(cls, sep: str, items: Iterable[Part]) -> "Message":
         """``sep.join(items)``, keeping the parameters the items name."""
         parts: list[Part] = []
         for i, item in enumerate(items):

@@ -11,7 +11,7 @@ from typing import Callable, Protocol
 
 
 class Progress(Protocol):
-    def __call__(self, name: str) -> None: ...
+    def __call__(self, name: str, /) -> None: ...  # positional: any Callable[[str], None] is one
 
 
 def announce(progress: Callable[[str], None] | None, total: int) -> None:

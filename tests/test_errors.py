@@ -44,7 +44,7 @@ def test_message_is_the_python_text_and_renders_flags():
     m = Message("give ", Param("vocab_from", value="TARGET.gguf"), " to compare")
     assert m == "give vocab_from=TARGET.gguf to compare" and isinstance(m, str)
     assert m.render(lambda p: p.spelled("--vocab-from")) == "give --vocab-from TARGET.gguf to compare"
-    both = Message.join("; ", ["plain", m])
+    both = Message.joined("; ", ["plain", m])
     assert both == "plain; give vocab_from=TARGET.gguf to compare" and json.dumps([both]) == json.dumps([str(both)])
     assert render(both, lambda p: "--x") == "plain; give --x to compare" and render("plain", lambda p: "--x") == "plain"
     e = InputError("d.gguf: ", both)  # an error brings in a Message's parameters

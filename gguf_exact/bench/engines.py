@@ -174,6 +174,7 @@ def bench_engines(
         request.profile,
         request.overrides,
     )
+    assert model is not None  # run_bench refuses --engines without a target
     n_predict, rounds, temperature, seed = request.n_predict, request.rounds, request.temperature, request.seed
     engines = request.engines or ENGINES
     bad = [e for e in engines if e not in ENGINES]
@@ -194,7 +195,7 @@ def bench_engines(
                         tuple(sets),
                         engine,
                         port=free_port(),
-                        runs=root,  # type: ignore[arg-type]
+                        runs=root,
                     )
                     launch = plan_launch(settings)
                     start_server(launch, detach=True, timeout=300)

@@ -106,6 +106,7 @@ def drafter_profile(target: Path, drafter: Path, threads: int, steps: int = 10, 
         (token,) = vocab_ids(400, 1, r.n_vocab)
         pos = r.llm.n_tokens  # llama.cpp wants the draft right after the cache's last position
         plain = r.drafter
+        assert plain is not None  # the Runner was given the drafter
         h = (ctypes.c_float * plain.n_embd)()
         for _ in range(5):  # the first steps page the head in (0.4 s each on a full-size E2B)
             plain.draft(token, pos, 1, h)

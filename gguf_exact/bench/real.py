@@ -204,7 +204,7 @@ def arms_side_by_side(
     from gguf_exact.engines.shared.http import openai_generate
 
     drafts = drafter is not None and any(a.n_max for a in arms)
-    model_bytes = target.stat().st_size + (drafter.stat().st_size if drafts else 0)
+    model_bytes = target.stat().st_size + (drafter.stat().st_size if drafts and drafter is not None else 0)
     with ExitStack() as stack:
         servers = []
         largest_anonymous = 0

@@ -24,6 +24,7 @@ from typing import Callable
 from gguf_exact.bench.report import TARGET, Arm, Figures, Report, alternating_order, cell, machine, yes_no
 from gguf_exact.bench.request import BenchRequest
 from gguf_exact.errors import ArgumentError, Param
+from gguf_exact.formats.paths import Inputs
 from gguf_exact.engines.shared.generation import Generation
 
 
@@ -172,10 +173,10 @@ def bench_runner(
     runs: list[BenchRun] = []
     with Runner(model, draft, **runner_options) as r:
         for arm in arms:  # warm-up: first-call allocations stay out of the figures
-            r.generate(next(iter(prompts.values())), min(n_predict, 8), arm.n_max)
+            r.generate(next(iter(prompts.values())), min(n_predict, 8), arm.n_max or 0)
         for i, (rnd, arm) in enumerate(alternating_order(arms, rounds)):
             for name, text in prompts.items():
-                gen = r.generate(text, n_predict, arm.n_max)
+                gen = r.generate(text, n_predict, arm.n_max or 0)
                 runs.append(_run(gen, arm, name, rnd, i, python=True))
             progress(f"round {rnd + 1}/{rounds}: {arm.label}")
     meta = _meta("in-process (llama-cpp-python)", prompts, n_predict, rounds)
@@ -214,12 +215,13 @@ def bench_servers(
 
     if len({a.label for a in servers}) != len(servers):
         raise ArgumentError("bench: two ", Param("servers"), " arms have the same label")
+    urls = {a.label: a.url or "" for a in servers}  # parse_server_arm gives each arm its URL
     for arm in servers:  # warm-up
-        server_generate(arm.url, next(iter(prompts.values())), min(n_predict, 8))  # type: ignore[arg-type]
+        server_generate(urls[arm.label], next(iter(prompts.values())), min(n_predict, 8))
     runs: list[BenchRun] = []
     for i, (rnd, arm) in enumerate(alternating_order(servers, rounds)):
         for name, text in prompts.items():
-            gen = server_generate(arm.url, text, n_predict)  # type: ignore[arg-type]
+            gen = server_generate(urls[arm.label], text, n_predict)
             runs.append(_run(gen, arm, name, rnd, i, python=False))
         progress(f"round {rnd + 1}/{rounds}: {arm.label}")
     meta = _meta("llama-server", prompts, n_predict, rounds) | {"servers": {a.label: a.url for a in servers}}
@@ -234,7 +236,7 @@ def check_bench_outputs(out_dir: str | Path, engines: bool, target: Path | None,
     would overwrite neither model (nor another recorded input) in ``out_dir``."""
     from gguf_exact.bench.engines import EngineReport
 
-    inputs = {Param("target"): target, Param("draft"): drafter if drafter and Path(drafter).exists() else None}
+    inputs: Inputs = {Param("target"): target, Param("draft"): drafter if drafter and Path(drafter).exists() else None}
     (EngineReport if engines else BenchReport).check_outputs(out_dir, inputs)
 
 

@@ -37,7 +37,7 @@ from gguf_exact.bench.request import ADAPTIVE_KEY, N_MAX_KEY, P_MIN_KEY
 from gguf_exact.bench.run import BenchReport, bench_servers, summarize
 from gguf_exact.bench.tune_pick import TOO_NOISY, AdaptivePick, Setting, pick_adaptive, pick_setting, too_noisy
 from gguf_exact.errors import ArgumentError, InputError, NotExactError, Param
-from gguf_exact.formats.paths import check_not_input
+from gguf_exact.formats.paths import Inputs, check_not_input
 from gguf_exact.formats.safe_write import atomic_output, output_folder, staged_outputs
 from gguf_exact.engines.shared.draft_policy import PolicySettings
 from gguf_exact.engines.shared.knobs import BY_KEY
@@ -304,7 +304,7 @@ def set_n_max(toml_text: str, n_max: int | float | bool, note: str = "", key_nam
     return "\n".join(lines) + "\n"
 
 
-def kept_keys(kept: Setting) -> list[tuple[str, object]]:
+def kept_keys(kept: Setting) -> list[tuple[str, int | float | bool]]:
     """The ``[draft]`` keys the tuned profile gets for the kept setting, in the order written."""
     if not kept.adaptive:
         return [(N_MAX_KEY, kept.n_max), (ADAPTIVE_KEY, False)]
@@ -366,7 +366,7 @@ def tuned_destination(base: Profile, folder: Path | None = None, name: str | Non
     return folder / f"{tuned_name(base, name)}.toml"
 
 
-def profile_input(base: Profile) -> dict[str, Path | None]:
+def profile_input(base: Profile) -> Inputs:
     """``base`` as an input the tuned profile must not be, unless tune wrote it (its first
     line is tune's mark): such a copy is tune's own, updated in place."""
     lines = base.path.read_text().splitlines()[:1] if base.path is not None else []
@@ -381,6 +381,7 @@ def write_tuned_profile(
     (default: the user's profile folder, ``<base>-tuned``, see :func:`tuned_name`) and read
     it back; the project's ``serve/`` is refused."""
     dest = tuned_destination(base, folder, name)
+    assert base.path is not None  # tune measured a profile loaded from its file
     body = base.path.read_text().splitlines()
     if body and body[0].startswith(TUNED_MARK):  # a copy tuned before: its header is replaced
         body = body[len(tuned_header(result, command)) :]
@@ -391,7 +392,7 @@ def write_tuned_profile(
         keys = keys[:1]  # a profile that never was adaptive keeps its form
     for key, value in keys:
         note = "measured by gguf-exact tune" if key == N_MAX_KEY else "kept by gguf-exact tune"
-        new = set_n_max(new, value, note, key)  # type: ignore[arg-type]
+        new = set_n_max(new, value, note, key)
     output_folder(dest.parent)
     with atomic_output(dest, inputs=profile_input(base)) as tmp:
         tmp.write_text(new)

@@ -141,6 +141,7 @@ def import_extension(path: Path) -> ModuleType:
     """The compiled kernels at ``path``, imported under :data:`MODULE` (not added to ``sys.modules``)."""
     loader = importlib.machinery.ExtensionFileLoader(MODULE, str(path))
     spec = importlib.util.spec_from_loader(MODULE, loader, origin=str(path))
+    assert spec is not None  # a spec from a given loader is always made
     module = importlib.util.module_from_spec(spec)
     loader.exec_module(module)
     return module

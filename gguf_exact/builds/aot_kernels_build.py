@@ -108,14 +108,14 @@ def compile_into(out_dir: Path, target_cpu: str) -> Path:
     class ReleasingGil(Flags):  # noqa: D401  (pycc's flags with the JIT's nogil=True)
         def __init__(self, *args, **kwargs):
             super().__init__(*args, **kwargs)
-            self.release_gil = True
+            self.release_gil = True  # type: ignore[assignment]  # numba's stubs type an option as its descriptor
 
-    sources = {"pack_blocks": pack_blocks, "skip_strings": skip_strings}
+    sources = {"pack_blocks": pack_blocks.py_func, "skip_strings": skip_strings.py_func}
     cc = CC(MODULE)
     cc.output_dir, cc.target_cpu = str(out_dir), target_cpu
     for name, signature in kernels.EXPORTS.items():
-        cc.export(name, signature)(sources[name].py_func)
-    pycc_compiler.Flags = ReleasingGil
+        cc.export(name, signature)(sources[name])
+    pycc_compiler.Flags = ReleasingGil  # type: ignore[misc]  # pycc takes no flags: its class swapped
     cc.compile()
     return out_dir / cc.output_file
 
@@ -162,7 +162,7 @@ def probe_cases() -> dict[str, tuple[np.ndarray, bool, bool]]:
 def pack_outputs(pack_blocks, bits: np.ndarray, score_partial: bool, with_histogram: bool) -> dict[str, np.ndarray]:
     """Every array ``pack_blocks`` writes, from zeros (rows it stops before stay zero)."""
     n = bits.shape[0]
-    out = {
+    out: dict[str, np.ndarray] = {
         "q4_0": np.zeros((n, 18), np.uint8),
         "counters": np.zeros(kernels.N_COUNTERS, np.int64),
         "sq": np.zeros(2, np.float64),

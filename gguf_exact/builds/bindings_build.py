@@ -238,7 +238,8 @@ class _environ:
     """Set environment variables for the duration of a ``with`` block."""
 
     def __init__(self, values: dict[str, str]):
-        self.values, self.saved = values, {}
+        self.values = values
+        self.saved: dict[str, str | None] = {}
 
     def __enter__(self):
         self.saved = {k: os.environ.get(k) for k in self.values}

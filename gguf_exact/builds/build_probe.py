@@ -182,7 +182,7 @@ def probe_bindings(python: str = sys.executable, pythonpath: Path | None = None,
         result = _run("the llama-cpp-python bindings", cmd, env, DEVICE_TIMEOUT_S if layers else TIMEOUT_S)
     if backend == "cpu" or not result.ok:
         return result
-    seen = next((json.loads(x[8:]) for x in result.stdout.splitlines() if x.startswith("devices ")), [])
+    seen: list[str] = next((json.loads(x[8:]) for x in result.stdout.splitlines() if x.startswith("devices ")), [])
     kind = {"vulkan": "Vulkan"}.get(backend, "CUDA")
     device = next((d for d in seen if d.startswith(kind)), None)
     if device is None:

@@ -261,7 +261,9 @@ def find_cublas(
     lib_dir = next((d for d in lib_dirs if _so(d, "cublas") and _so(d, "cublasLt")), None)
     if header is None or lib_dir is None:
         return None
-    return Cublas(source, header, lib_dir, (_so(lib_dir, "cublas"), _so(lib_dir, "cublasLt")), package)
+    cublas, cublas_lt = _so(lib_dir, "cublas"), _so(lib_dir, "cublasLt")
+    assert cublas is not None and cublas_lt is not None  # lib_dir was chosen for holding both
+    return Cublas(source, header, lib_dir, (cublas, cublas_lt), package)
 
 
 def _so(folder: Path, name: str) -> Path | None:

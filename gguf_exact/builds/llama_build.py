@@ -80,10 +80,11 @@ def rpc_record(src: Path) -> dict:
     binary, and the protocol version its header declares (workers and heads must agree on
     the major version: ``ggml-rpc.cpp`` refuses another at the hello)."""
     text = (src / RPC_HEADER).read_text()
-    version = [re.search(rf"#define RPC_PROTO_{part}_VERSION +([0-9]+)", text) for part in ("MAJOR", "MINOR", "PATCH")]
-    if not all(version):
+    found = [re.search(rf"#define RPC_PROTO_{part}_VERSION +([0-9]+)", text) for part in ("MAJOR", "MINOR", "PATCH")]
+    version = [m.group(1) for m in found if m is not None]
+    if len(version) != len(found):
         raise BuildError(f"{src / RPC_HEADER}: no RPC_PROTO_*_VERSION defines; is it llama.cpp {COMMIT}?")
-    return {"ggml_rpc": True, "server": "rpc-server", "protocol": ".".join(m.group(1) for m in version)}
+    return {"ggml_rpc": True, "server": "rpc-server", "protocol": ".".join(version)}
 
 
 # Failures with a known cause: (text in the build log, what to do).
@@ -363,10 +364,10 @@ def build_llama_cpp(
         log(f"built {', '.join(TARGETS)} in {info['build_seconds']:.0f} s -> {final / 'bin'}")
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    result = find_build(backend, cpu=cpu)
-    if result is None:
+    installed = find_build(backend, cpu=cpu)
+    if installed is None:
         raise BuildError(f"{final}: build did not install every target; full log: {logfile}")
-    return result
+    return installed
 
 
 def reprobe_build(backend: str) -> build_probe.ProbeResult:

@@ -116,13 +116,13 @@ def extract_data(tar: tarfile.TarFile, dest: Path, members: list[tarfile.TarInfo
         try:
             tar.extractall(dest, members=members, filter="data")
         except tarfile.FilterError as err:
-            raise BuildError(f"{tar.name}: {err}") from None
+            raise BuildError(f"{tar.name!s}: {err}") from None
         return
     root = dest.resolve()
     for m in members:
         target = (root / m.name).resolve()
         if not (m.isfile() or m.isdir()) or Path(m.name).is_absolute() or not target.is_relative_to(root):
-            raise BuildError(f"{tar.name}: member {m.name!r} is not a plain file inside the archive's folder")
+            raise BuildError(f"{tar.name!s}: member {m.name!r} is not a plain file inside the archive's folder")
     tar.extractall(dest, members=members)
 
 

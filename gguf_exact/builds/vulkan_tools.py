@@ -87,8 +87,8 @@ def parse_headers_pin(cs: checksums.Checksums, arch: str) -> HeadersPin | None:
     base = next((m.group(1) for line in cs.header if (m := _FROM.fullmatch(line))), None)
     for e in cs.entries:
         m = _DEB.fullmatch(e.path)
-        if m and m.group(2) == arch and base and cs.size(e.path):
-            return HeadersPin(e.path, m.group(1), base + e.path, cs.size(e.path), e.sha256)  # type: ignore[arg-type]
+        if m and m.group(2) == arch and base and (size := cs.size(e.path)):
+            return HeadersPin(e.path, m.group(1), base + e.path, size, e.sha256)
     return None
 
 

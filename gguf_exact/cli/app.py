@@ -15,7 +15,7 @@ import importlib
 import os
 import signal
 import sys
-from typing import Callable, Iterator
+from typing import Callable, Iterator, MutableMapping
 
 import click
 
@@ -122,7 +122,7 @@ def stop_signals_raise() -> Iterator[None]:
             signal.signal(s, handler)
 
 
-def load_groups() -> dict[str, click.Command]:
+def load_groups() -> MutableMapping[str, click.Command]:
     """Every command, its group module imported: ``main.commands`` whole (``--help``, an
     unknown name's suggestions, code that walks every command)."""
     for group in GROUPS:
@@ -138,11 +138,12 @@ class UsageLine(click.ClickException):
     exit_code = 1
 
     def __init__(self, e: click.UsageError) -> None:
-        super().__init__(" ".join(e.format_message().split()).removesuffix("."))
+        message = " ".join(e.format_message().split()).removesuffix(".")
         ctx = e.ctx
         if ctx is not None and ctx.command.get_help_option(ctx) is not None:
             help_flag = max(ctx.command.get_help_option_names(ctx), key=len)
-            self.message += f" (see `{ctx.command_path} {help_flag}`)"
+            message += f" (see `{ctx.command_path} {help_flag}`)"
+        super().__init__(message)
 
     def show(self, file=None) -> None:
         console.error(self.message)

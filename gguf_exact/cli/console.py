@@ -11,12 +11,13 @@ import contextlib
 import os
 import re
 import sys
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING, Callable, cast
 
 from rich.console import Console
 from rich.markup import escape
 
 if TYPE_CHECKING:  # imported where used: a command off a terminal draws neither (`convert` in a script)
+    from rich.console import JustifyMethod
     from rich.progress import Progress
     from rich.table import Table
 
@@ -328,7 +329,8 @@ def fitted_table(
 
     table = Table(title=title, box=box.HEAVY_HEAD)
     for i, (header, justify) in enumerate(columns):
-        table.add_column(header, justify=justify, overflow="fold", no_wrap=i not in wrap)
+        # justify: one of rich's words ("left", "right"), as every caller's column list spells it
+        table.add_column(header, justify=cast("JustifyMethod", justify), overflow="fold", no_wrap=i not in wrap)
     for row in rows(False):
         table.add_row(*row)
     if table.__rich_measure__(out, out.options).maximum <= out.width:

@@ -233,9 +233,10 @@ def build(recipe: str, models_dir: Path, out_dir: Path, vocab_from: Path | None)
             )
         )
         for who, e in (("built", o.built_exact), ("published", o.published_exact)):
-            say_fitted(
-                f"bit-exact against the source, {who + ':':<10} {e.exact_fraction:.4%} ({e.exact:,} of {e.n_values:,} values)"
-            )
+            if e is not None:  # measured unless the files differ
+                say_fitted(
+                    f"bit-exact against the source, {who + ':':<10} {e.exact_fraction:.4%} ({e.exact:,} of {e.n_values:,} values)"
+                )
         return
     raise NotExactError(
         f"{res.output}: not reproduced: differs from the published {res.published}: {o.difference}; "

@@ -115,6 +115,7 @@ def generate(
         if not prompt_file.is_file():
             raise ArgumentError(f"--prompt-file {prompt_file}: no such file")
         prompt = prompt_file.read_text(encoding="utf-8").removesuffix("\n")
+    assert prompt is not None  # one of the two, checked above
     sampler = sampling(temperature, top_k, top_p, min_p, repeat_penalty, seed)
     stops = tuple(unescape(s) for s in stops)
     found = drafter_from_options(target, drafter, no_draft, fetch_draft, models_dir, auto=False)
@@ -130,7 +131,7 @@ def generate(
                 step("timing the target's passes for the adaptive draft length")
                 r.time_passes(n_max)
             step(f"generating up to {n_predict} tokens")
-            g = r.complete(prompt, n_predict, n_max, sampler, stops, chat, adaptive)  # type: ignore[arg-type]
+            g = r.complete(prompt, n_predict, n_max, sampler, stops, chat, adaptive)
     if as_json:
         draft = str(found.path) if found.path else None
         drafting = {"adaptive": bool(adaptive and n_max)}
@@ -199,11 +200,16 @@ def chat(
     with_draft = f" + {found.path.name}" if found.path else ""
     length = f"; draft {draft_length_words(llm.n_max, llm.draft_length.adaptive)}" if found.path else ""
     note(f"{target.name}{with_draft}: context {llm.n_ctx()} tokens{length}. /stats, /reset, /exit")
+
+    def write(text: str) -> None:
+        click.echo(text, nl=False)
+        sys.stdout.flush()
+
     try:
         chat_session(
             llm,
             lines=iter(sys.stdin.readline, ""),
-            write=lambda text: (click.echo(text, nl=False), sys.stdout.flush()),
+            write=write,
             note=note,
             sampling=sampler,
             max_tokens=n_predict,
@@ -286,7 +292,7 @@ def bench(
         draft=drafter,
         n_values=tuple(n_values),
         servers=servers,
-        prompt_names=prompt_names or None,
+        prompt_names=tuple(prompt_names) if prompt_names else None,
         n_predict=n_predict,
         rounds=rounds,
         n_ctx=n_ctx,

@@ -142,7 +142,8 @@ def knob_options(command):
             decl, kind = f"--{k.flag}/--no-{k.flag}", None
         else:
             decl = f"--{k.flag}"
-            kind = {"int": click.IntRange(min=k.minimum, max=k.maximum), "float": click.FloatRange(min=k.minimum, max=k.maximum),
+            low, high = (None if v is None else int(v) for v in (k.minimum, k.maximum))
+            kind = {"int": click.IntRange(min=low, max=high), "float": click.FloatRange(min=k.minimum, max=k.maximum),
                     "switch": click.Choice(["on", "off", "auto"])}.get(k.kind, str)  # fmt: skip
         options.append(click.option(decl, k.name, type=kind, default=None, help=k.help_text))
     return _apply(with_knobs, options)

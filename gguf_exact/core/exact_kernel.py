@@ -11,7 +11,7 @@ import it: :func:`gguf_exact.core.exact.plan_rows` is the wrapper.
 import numpy as np
 from numba import njit
 
-from gguf_exact.core.grid import FINITE_MATH, fit_block
+from gguf_exact.core.grid import FINITE_MATH, NO_NRT, fit_block
 from gguf_exact.core.kernels import FIRST_BAD_SCALE, FIRST_NON_FINITE, MAX_ULPS, N_EXACT, N_NON_FINITE, N_OFF_GRID
 from gguf_exact.core.scale import FP16_INF_BITS, choose_block_scale, count_exact, fp16_value
 
@@ -63,7 +63,7 @@ def pack_blocks(
     each_block(bits, flat, outputs, scratch, score_partial, with_histogram, gcd_by_level_set)
 
 
-@njit(_nrt=False, cache=True, nogil=True, fastmath=FINITE_MATH)
+@njit(**NO_NRT, cache=True, nogil=True, fastmath=FINITE_MATH)
 def each_block(bits, flat, outputs, scratch, score_partial, with_histogram, gcd_by_level_set):
     """:func:`pack_blocks`' loop over the blocks (``flat``: ``bits`` as one row), writing its
     ``outputs`` with its ``scratch`` arrays (tuples, in the order pack_blocks makes them). The
@@ -123,7 +123,7 @@ def each_block(bits, flat, outputs, scratch, score_partial, with_histogram, gcd_
             sq[0] += diff * diff
 
 
-@njit(_nrt=False, cache=True, nogil=True, fastmath=FINITE_MATH | {"reassoc"})
+@njit(**NO_NRT, cache=True, nogil=True, fastmath=FINITE_MATH | {"reassoc"})
 def square_sum(x):
     """Sum of squares in float64: exact in any order on a fitted block (16-bit squares
     whose exponents lie within a few bits of each other), so it may vectorise."""
@@ -133,7 +133,7 @@ def square_sum(x):
     return total
 
 
-@njit(_nrt=False, inline="always", cache=True, nogil=True)
+@njit(**NO_NRT, inline="always", cache=True, nogil=True)
 def ordered(bits):
     """bf16 bits as an integer monotonic in value (+0 and -0 both 0), as
     :func:`gguf_exact.core.bf16.ordered`."""

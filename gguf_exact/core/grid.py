@@ -20,6 +20,7 @@ packer's kernel calls it, JIT or compiled ahead of time. Pure functions on numpy
 """
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 from numba import njit
@@ -42,9 +43,11 @@ FINITE_MATH = {"nnan", "ninf", "nsz"}
 # the packer's time (perf). Those marked ``inline="always"`` are inlined by numba into their
 # callers (exact_kernel.each_block, the packer's loop). The bytes depend on neither (the build's
 # probe, tests/test_same_bytes.py); pack_blocks, which allocates its scratch, keeps the runtime.
+# Passed as ``**NO_NRT``: numba's type stubs list only its documented options.
+NO_NRT: dict[str, Any] = {"_nrt": False}
 
 
-@njit(_nrt=False, inline="always", cache=True, nogil=True, fastmath=FINITE_MATH)
+@njit(**NO_NRT, inline="always", cache=True, nogil=True, fastmath=FINITE_MATH)
 def max_bits(e):
     """The largest of ``e`` (float32, all >= 0) as int32 bits. Integers order like the
     non-negative floats they encode, and an integer maximum vectorises where numba's
@@ -56,7 +59,7 @@ def max_bits(e):
     return worst
 
 
-@njit(_nrt=False, cache=True, nogil=True, fastmath=FINITE_MATH | {"reassoc"})
+@njit(**NO_NRT, cache=True, nogil=True, fastmath=FINITE_MATH | {"reassoc"})
 def level_sums(levels, x):
     """``sum(q*q)`` and ``sum(q*x)`` for the least-squares step. The float64 sum is exact
     in any order (each term has at most 12 significant bits, and on a fitted block the
@@ -71,7 +74,7 @@ def level_sums(levels, x):
     return qq, qx
 
 
-@njit(_nrt=False, inline="always", cache=True, nogil=True, fastmath=FINITE_MATH)
+@njit(**NO_NRT, inline="always", cache=True, nogil=True, fastmath=FINITE_MATH)
 def fit_block(x, levels, q, e, gcd_by_level_set):
     """Fit one block: ``x`` (32,) float32 finite values; writes ``levels`` (32,) int8 in
     -8..7 (sign folded into the step); ``q`` and ``e`` are (32,) float32 scratch. Returns

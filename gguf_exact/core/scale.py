@@ -22,7 +22,7 @@ import numpy as np
 from numba import njit
 
 from gguf_exact.core import bf16
-from gguf_exact.core.grid import FINITE_MATH, max_bits
+from gguf_exact.core.grid import FINITE_MATH, NO_NRT, max_bits
 from gguf_exact.errors import InputError
 
 OFFSETS = np.array([0, -1, 1, -2, 2, -3, 3, -4, 4], dtype=np.int64)  # in trying order
@@ -35,7 +35,7 @@ POWERS_OF_TWO = 2.0 ** np.arange(-25, 7, dtype=np.float64)
 # Helpers compiled with _nrt=False: see gguf_exact.core.grid.
 
 
-@njit(_nrt=False, inline="always", cache=True, nogil=True)
+@njit(**NO_NRT, inline="always", cache=True, nogil=True)
 def fp16_bits(a, a_bits):
     """fp16 bits nearest (ties to even) to a positive finite float32 ``a`` whose bits are
     ``a_bits``; ``FP16_INF_BITS`` past the largest finite fp16."""
@@ -52,7 +52,7 @@ def fp16_bits(a, a_bits):
     return h
 
 
-@njit(_nrt=False, inline="always", cache=True, nogil=True)
+@njit(**NO_NRT, inline="always", cache=True, nogil=True)
 def fp16_value(h):
     """float32 value of positive fp16 bits ``h`` (exact)."""
     exponent = (h >> 10) & 0x1F
@@ -62,7 +62,7 @@ def fp16_value(h):
     return np.float32((1024 + mantissa) * POWERS_OF_TWO[exponent])
 
 
-@njit(_nrt=False, inline="always", cache=True, nogil=True, fastmath=FINITE_MATH)
+@njit(**NO_NRT, inline="always", cache=True, nogil=True, fastmath=FINITE_MATH)
 def count_exact(levels, d, bits, p):
     """Write ``levels * d`` (float32, exact: an 11-bit d times a 4-bit level) into ``p``;
     return how many of them round (bf16, nearest-even, on the bits) to the magnitude of
@@ -79,7 +79,7 @@ def count_exact(levels, d, bits, p):
     return exact
 
 
-@njit(_nrt=False, inline="always", cache=True, nogil=True, fastmath=FINITE_MATH)
+@njit(**NO_NRT, inline="always", cache=True, nogil=True, fastmath=FINITE_MATH)
 def max_error(p, x, e):
     """Largest ``|p - x|``, using ``e`` as scratch."""
     for i in range(p.size):
@@ -89,7 +89,7 @@ def max_error(p, x, e):
     return e[0]
 
 
-@njit(_nrt=False, inline="always", cache=True, nogil=True, fastmath=FINITE_MATH)
+@njit(**NO_NRT, inline="always", cache=True, nogil=True, fastmath=FINITE_MATH)
 def choose_block_scale(levels, x, bits, step, p, e):
     """Pick ``d`` for one block: ``levels`` (32,) int8, source values ``x`` (32,) float32
     and their bf16 ``bits`` (32,) uint16, least-squares ``step``; ``p`` and ``e`` are (32,)

@@ -23,7 +23,7 @@ from gguf_exact.errors import ArgumentError, InputError, Param
 from gguf_exact.formats.checkpoint import Checkpoint
 from gguf_exact.formats.gguf_file import encode, file_type
 from gguf_exact.formats.gguf_layout import Field, TensorEntry
-from gguf_exact.formats.paths import check_output_files, one_command
+from gguf_exact.formats.paths import Inputs, check_output_files, one_command
 from gguf_exact.formats.safe_write import staged_outputs
 from gguf_exact.formats.vocab import TargetInfo, read_target
 from gguf_exact.gemma4.assistant import (
@@ -43,7 +43,8 @@ from gguf_exact.gemma4.names import tensor_kind
 from gguf_exact.malloc_tuning import keep_heap_blocks
 from gguf_exact.progress import Progress
 from gguf_exact.stream.jobs import DATA, ENCODE, QAT, TensorJob, is_source_matrix, llama_q8_0_jobs, reference_jobs
-from gguf_exact.stream.pipeline import write_report, write_verified
+from gguf_exact.stream.pipeline import FilePlan, WriteOptions, write_report, write_verified
+from gguf_exact.stream.readback import Replanner
 from gguf_exact.stream.source_rows import RowSource, locate
 from gguf_exact.stream.writer import TensorResult
 
@@ -140,6 +141,7 @@ def head_job(ckpt: Checkpoint, cfg: AssistantConfig, hf_name: str, gguf_name: st
     where = f"{info.file}: tensor {hf_name}"
     shape = hf_shape(info.shape)
     expected = expected_shape(gguf_name, cfg)
+    assert expected is not None  # the head's tensors: asked for only when the config has the head
     if shape != expected:
         raise InputError(f"{where}: shape {list(info.shape)} does not match the config, expected {list(expected)}")
     kind = tensor_kind("output.weight", 2)  # reported with the output head
@@ -261,7 +263,7 @@ def _write_drafter(
     ordered_head: bool,
 ) -> ConvertResult:
     """The exact file's jobs, as ``plan`` re-plans them (None: the exact file itself), written."""
-    inputs = {"source folder's file": source_dir, Param("vocab_from"): vocab_from}
+    inputs: Inputs = {"source folder's file": source_dir, Param("vocab_from"): vocab_from}
     out_path = check_output_files(out_path, report_path, inputs)
     keep_heap_blocks()
     start = time.perf_counter()
@@ -281,8 +283,7 @@ def _write_drafter(
         if plan is not None:
             jobs = plan(jobs)
         kv_raw = drafter_kv(cfg, target, [j.stored_type for j in jobs if is_source_matrix(j)])
-        written = write_verified(
-            out_path,
+        file_plan = FilePlan(
             jobs,
             [j.entry for j in jobs],
             GGUF_VERSION,
@@ -290,12 +291,11 @@ def _write_drafter(
             kv_raw,
             lambda placed: drafter_kv(cfg, target, [t.type for t, j in zip(placed, jobs) if is_source_matrix(j)]),
             _replanner(jobs),
-            off_grid=off_grid,
-            workers=workers,
-            progress=progress,
-            expect_sha256=expect_sha256,
-            start=start,
         )
+        options = WriteOptions(
+            off_grid=off_grid, workers=workers, progress=progress, expect_sha256=expect_sha256, start=start
+        )
+        written = write_verified(out_path, file_plan, options)
         times = written.seconds | {"total": time.perf_counter() - start}
         result = ConvertResult(out_path, written.sha256, written.size, written.results, times)
         result.report = build_report(result, folder)
@@ -303,17 +303,19 @@ def _write_drafter(
     return result
 
 
-def _replanner(jobs: list[TensorJob]):
+def _replanner(jobs: list[TensorJob]) -> Replanner:
     """For the read-back: a chunk's bytes recomputed, to name the first bad block."""
     by_name = {j.entry.name: j for j in jobs}
 
-    def expected(entry: TensorEntry, r0: int, r1: int):
+    def expected(entry: TensorEntry, r0: int, r1: int) -> tuple[np.ndarray | None, int]:
         job = by_name[entry.name]
         if job.role == DATA:
             return job.data, 1
-        values = job.source.read(r0, r1)
+        values = job.source_rows.read(r0, r1)
         if entry.type == Q4_0:
-            return plan_rows(bf16.from_exact(values), r0, histogram=False).data, q4_0.BLOCK_BYTES
+            bits = bf16.from_exact(values)
+            assert bits is not None  # written as Q4_0: its source values were bf16 values
+            return plan_rows(bits, r0, histogram=False).data, q4_0.BLOCK_BYTES
         return np.ascontiguousarray(encode(values, entry.type)).view(np.uint8), 1
 
     return expected

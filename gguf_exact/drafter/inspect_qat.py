@@ -59,7 +59,7 @@ class InspectReport:
             return "no weight matrices found"
         if not off:
             values = sum(t.blocks * 32 for t in mats)
-            exact = sum(t.exact_fraction * t.blocks * 32 for t in mats) / values
+            exact = sum((t.exact_fraction or 0.0) * t.blocks * 32 for t in mats) / values
             return f"QAT 4-bit: all {len(mats)} weight matrices are on the Q4_0 grid; {exact:.4%} of their values can be bit-exact"
         return (
             f"not QAT 4-bit: {len(off)} of {len(mats)} weight matrices have blocks off the grid (first: {off[0].name})"
@@ -174,7 +174,7 @@ def inspect_checkpoint(folder: str | Path, progress: Callable[[str], None] | Non
                     planned,
                     plan.off_grid_blocks,
                     [list(x) for x in plan.first_off_grid],
-                    plan.level_histogram.tolist(),
+                    plan.level_histogram.tolist() if plan.level_histogram is not None else None,
                     role == "probe",
                 )
             )

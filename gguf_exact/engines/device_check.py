@@ -11,6 +11,7 @@ the Vulkan loader has and how to use it.
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 from gguf_exact.builds import devices
 from gguf_exact.engines.launch import Launch, server_env
@@ -60,7 +61,7 @@ def require_device(launch: Launch) -> devices.Device | None:
     kind = BACKEND_DEVICE.get(build.rstrip("0123456789"))
     if kind is None:
         return None
-    binary = launch.command[0]
+    binary = Path(launch.command[0])
     seen = [d for d in devices.list_devices(binary, server_env(launch)) if d.backend == kind]
     if seen:
         return seen[0]

@@ -212,8 +212,8 @@ def no_drafter_message(target: Path, size: SizeMatch, recipes: list, models_dir:
 
 
 def resolve_drafter(
-    target: str | Path,
-    draft: str | Path | None,
+    target: str | Path | ModelFile,
+    draft: str | Path | ModelFile | None,
     no_draft: bool = False,
     models_dir: str | Path = "models",
     fetch: bool = False,
@@ -237,7 +237,7 @@ def resolve_drafter(
                 Param("draft"),
                 " FILE",
             )
-        return DrafterFound(Path(draft), "given as a file", given=True)
+        return DrafterFound(draft.path if isinstance(draft, ModelFile) else Path(draft), "given as a file", given=True)
     if draft is None and not default_auto and not fetch:
         return DrafterFound(None, Message("no ", Param("draft"), ": the target alone"))
     return find_drafter(target, models_dir, fetch, config=config, dry_run=dry_run)

@@ -168,7 +168,7 @@ def plan_launch(settings: ServeSettings, *, check_port: bool = True, require_bui
         raise ArgumentError(Param("port"), f" {settings.port}: expected 1-65535")
     settings = _engine_checks(settings, config)
     pair = check_pair(settings.target, settings.drafter, settings.checksums)
-    options, ignored = None, ()
+    options, ignored = None, list[str]()
     if settings.engine == server_main.NAME:  # the profile checked for this engine before anything starts
         options, ignored = serving_config(prof, with_draft=pair.drafter is not None).engine_options()
     resolved = settings.with_pair(pair, prof, options, tuple(ignored))

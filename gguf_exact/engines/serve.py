@@ -23,7 +23,7 @@ from gguf_exact.engines.device_check import (
 )
 from gguf_exact.engines.drafter_lookup import DrafterFound, resolve_drafter
 from gguf_exact.engines.launch import Launch, plan_launch
-from gguf_exact.engines.shared.rpc_probe import WorkerReport, parse_endpoints, require_workers
+from gguf_exact.engines.shared.rpc_probe import WorkerDevice, WorkerReport, parse_endpoints, require_workers
 from gguf_exact.engines.shared.rpc_watch import RPC_TIMEOUT_ENV, check_worker, worker_checker
 from gguf_exact.engines.shared.settings import ServeSettings, is_loopback
 from gguf_exact.engines.shared.speculation import Verdict
@@ -95,7 +95,7 @@ def plan_serve(settings: ServeSettings, dry_run: bool = False) -> ServePlan:
     check_vulkan_devices(s.vulkan_devices)
     found = resolve_drafter(
         s.target, s.drafter, s.no_draft, s.models_dir, s.fetch_draft, default_auto=True, dry_run=dry_run
-    )  # type: ignore[arg-type]
+    )
     read = found.pair  # the files the drafter search read and checked: not read again
     target = read.target if read is not None else s.target
     drafter = read.drafter if read is not None and read.drafter is not None else found.path
@@ -136,7 +136,8 @@ def plan_over_devices(launch: Launch, workers: list[WorkerReport], choice: Choic
     that did not answer, in a dry run, as one device of unknown memory) and the local GPU."""
     devices, k = [], 0
     for w in workers:
-        for d in w.devices or [None]:
+        listed: list[WorkerDevice | None] = list(w.devices or []) or [None]  # a silent worker: one unknown device
+        for d in listed:
             devices.append(SplitDevice(f"RPC{k}", w.endpoint, d.free if d else None, d.total if d else None))
             k += 1
     prof = launch.profile

@@ -17,6 +17,7 @@ Layout (GGUF v2/v3, little-endian)::
 """
 
 import math
+import mmap
 import struct
 from dataclasses import dataclass, field
 from typing import Any
@@ -60,6 +61,8 @@ class Field:
     def encode(self) -> bytes:
         """The pair as stored in the file."""
         if self.vtype == GGUFValueType.ARRAY:
+            if self.sub_type is None:
+                raise ValueError(f"{self.key}: an array field needs its element type (sub_type)")
             return encode_array_kv(self.key, self.sub_type, self.value)
         return encode_kv(self.key, self.vtype, self.value)
 
@@ -131,7 +134,7 @@ def align(offset: int, alignment: int) -> int:
 
 
 class _Cursor:
-    def __init__(self, buf: bytes, pos: int = 0) -> None:
+    def __init__(self, buf: bytes | mmap.mmap, pos: int = 0) -> None:
         self.buf, self.pos = buf, pos
 
     def take(self, n: int) -> bytes:
@@ -218,7 +221,7 @@ def _pair(cur: _Cursor) -> tuple[str, GGUFValueType, Any]:
         raise LayoutError(f"key {shown(key)}: {err}") from None
 
 
-def parse_header(buf: bytes) -> Header:
+def parse_header(buf: bytes | mmap.mmap) -> Header:  # the file mapped, or its first bytes
     """Parse a GGUF header from ``buf`` (the file's first bytes, at least up to the
     end of the tensor infos). Raises :class:`LayoutError` or :class:`EOFError`
     (``buf`` too short: read more and retry)."""

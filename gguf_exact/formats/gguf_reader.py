@@ -101,7 +101,7 @@ class GgufFile:
 def pread_exact(fd: int, n: int, offset: int, path: Path) -> np.ndarray:
     """``n`` bytes at ``offset``, or a one-line error when the file ends first."""
     out = np.empty(n, dtype=np.uint8)
-    view, done = memoryview(out), 0
+    view, done = out.data, 0
     while done < n:
         got = os.preadv(fd, [view[done:]], offset + done)
         if got <= 0:

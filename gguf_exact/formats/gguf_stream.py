@@ -32,7 +32,7 @@ ZEROS = bytes(1 << 16)
 
 
 def pwrite_all(fd: int, data, offset: int) -> None:
-    view = memoryview(np.ascontiguousarray(data)).cast("B") if isinstance(data, np.ndarray) else memoryview(data)
+    view = np.ascontiguousarray(data).data.cast("B") if isinstance(data, np.ndarray) else memoryview(data)
     injected_fault(offset, len(view))
     done = 0
     while done < len(view):
@@ -86,8 +86,8 @@ class StreamingGGUF:
     def _raise_writeback_error(self) -> None:
         # An error the background sync met (EIO, ENOSPC) may be reported to that call
         # only, so it is raised here, as the write's own error.
-        if self._synced is not None and self._synced.done() and self._synced.exception() is not None:
-            raise self._synced.exception()
+        if self._synced is not None and self._synced.done() and (err := self._synced.exception()) is not None:
+            raise err
 
     def _stop_writeback(self) -> None:
         if self._writeback is not None:

@@ -234,18 +234,20 @@ def staged_outputs() -> Iterator[StagedOutputs]:
     place (:meth:`StagedOutputs.commit`), else all are removed, so a command that writes a
     model and its report changes neither when either fails. Nested uses join the
     outermost stage."""
-    if _STAGE.get() is not None:
-        yield _STAGE.get()
+    outer = _STAGE.get()
+    if outer is not None:
+        yield outer
         return
     stage = StagedOutputs()
     token = _STAGE.set(stage)
+    reset = False
     try:
         yield stage
         _STAGE.reset(token)
-        token = None
+        reset = True
         stage.commit()
     finally:
-        if token is not None:
+        if not reset:
             _STAGE.reset(token)
         stage.discard()
 

@@ -35,7 +35,8 @@ def _rows(shape: tuple[int, ...]) -> tuple[int, int]:
 
 
 def write_safetensors(path: Path, tensors: list[StreamTensor], chunk_values: int = 1 << 20) -> None:
-    header, offset = {"__metadata__": {"format": "pt"}}, 0
+    header: dict[str, dict[str, object]] = {"__metadata__": {"format": "pt"}}
+    offset = 0
     for t in tensors:
         size = int(np.prod(t.shape, dtype=np.int64)) * DTYPES[t.dtype][1]
         header[t.name] = {"dtype": t.dtype, "shape": list(t.shape), "data_offsets": [offset, offset + size]}
@@ -63,7 +64,7 @@ def write_folder(folder: str | Path, config: dict, tensors: list[StreamTensor], 
     if shards <= 1:
         write_safetensors(folder / "model.safetensors", tensors)
         return folder
-    weight_map = {}
+    weight_map: dict[str, str] = {}
     for i in range(shards):
         part = tensors[i::shards]
         file = f"model-{i + 1:05d}-of-{shards:05d}.safetensors"

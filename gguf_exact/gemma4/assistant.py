@@ -99,10 +99,10 @@ def check_types(config: dict, text: object, source: str) -> None:
             if value is not None and (not ok or isinstance(value, bool)):
                 kind = "a number" if key in FLOAT_FIELDS else "an integer"
                 raise InputError(f"{source}: {label}{key} is {value!r}, expected {kind}")
-    for key, kind in (("layer_types", list), ("rope_parameters", dict)):
-        if key in text and not isinstance(text[key], kind):
+    for key, json_type in (("layer_types", list), ("rope_parameters", dict)):
+        if key in text and not isinstance(text[key], json_type):
             raise InputError(
-                f"{source}: text_config.{key} is {text[key]!r}, expected a JSON {'array' if kind is list else 'object'}"
+                f"{source}: text_config.{key} is {text[key]!r}, expected a JSON {'array' if json_type is list else 'object'}"
             )
     if not isinstance(config.get("architectures", []), list):
         raise InputError(f"{source}: architectures is {config['architectures']!r}, expected a JSON array")

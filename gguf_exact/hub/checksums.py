@@ -100,8 +100,8 @@ def parse(text: str, where: str = "checksums") -> Checksums:
                     raise HubError(f"{where}:{number}: commit {commit!r} is not a 40-hex commit id or 'unknown'")
                 cs.pins[repo] = RepoPin(repo, revision, None if commit == "unknown" else commit)
                 seen_content = True
-            elif _SIZE.fullmatch(line):
-                size, path = _SIZE.fullmatch(line).groups()
+            elif sized := _SIZE.fullmatch(line):
+                size, path = sized.groups()
                 cs.sizes[path] = int(size)
                 seen_content = True
             elif not seen_content:

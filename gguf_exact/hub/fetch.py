@@ -23,7 +23,7 @@ import os
 try:
     import fcntl
 except ImportError:  # not a POSIX system: no reflinks, files are copied
-    fcntl = None
+    fcntl = None  # type: ignore[assignment]  # the module or None, as its users check
 from dataclasses import dataclass
 from fnmatch import fnmatchcase
 from pathlib import Path
@@ -135,7 +135,7 @@ def fetch_file(pf: PinnedFile, dest: Path, config: HubConfig, progress: bool = T
         changed.append(f"{dest} was not the pinned file ({problem}): edited? replaced by the pinned file")
     cached = cached_file(pf.repo, pf.filename, pf.revision, config)
     evicted = cache_state(pf, cached, config) if cached is not None else ""
-    if evicted is None:
+    if evicted is None and cached is not None:  # None: the cached file is the pinned one
         _place(cached, dest, pf.sha256)
         return Fetched(pf, dest, _how("from cache", changed), dest.stat().st_size, pf.commit)
     if config.offline:

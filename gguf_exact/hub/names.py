@@ -74,7 +74,8 @@ def check_relative_path(name: object, where: str) -> str:
         raise HubError(
             f"{where}: file name {str(name)[:120]!r} has {problem}; only relative paths inside the repository are used"
         )
-    return name  # type: ignore[return-value]
+    assert isinstance(name, str)  # relative_path_problem finds a problem with anything else
+    return name
 
 
 def check_revision(revision: object, where: str | Param) -> str:
@@ -88,4 +89,5 @@ def check_revision(revision: object, where: str | Param) -> str:
             where,
             f': revision {str(revision)[:80]!r} has {problem}; use a branch, tag or commit, e.g. revision = "main"',
         )
-    return revision  # type: ignore[return-value]
+    assert isinstance(revision, str)  # relative_path_problem finds a problem with anything else
+    return revision

@@ -94,7 +94,7 @@ def _plan_file(pf: PinnedFile, dest: Path, config: HubConfig) -> PlannedFile:
     if cached is not None and size_problem(cached.stat().st_size, pf.size) is None and sha256_file(cached) == pf.sha256:
         return PlannedFile(pf, dest, IN_CACHE, there, None, None)
     if config.offline:
-        problem = f"not in the Hub cache ({config.cache_dir}) and HF_HUB_OFFLINE is set"
+        problem: str | None = f"not in the Hub cache ({config.cache_dir}) and HF_HUB_OFFLINE is set"
         return PlannedFile(pf, dest, TO_DOWNLOAD, there, None, problem)
     try:
         remote = remote_file(pf.repo, pf.filename, pf.revision, config)

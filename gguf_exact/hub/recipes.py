@@ -152,8 +152,7 @@ def parse_part(role: str, table: object, path: Path) -> RepoPart:
     if not isinstance(table, dict):
         raise HubError(f"{where} must be a table with repo, revision and files")
     repo, revision, files = table.get("repo"), table.get("revision"), table.get("files")
-    check_repo_id(repo, where)
-    check_revision(revision, where)
+    repo, revision = check_repo_id(repo, where), check_revision(revision, where)
     if not isinstance(files, list) or not files or not all(isinstance(f, str) and f for f in files):
         raise HubError(f"{where}: files must be a non-empty list of file names or patterns")
     for f in files:

@@ -11,7 +11,8 @@ unchecked), their vocabularies the same, and each file's sha256 equal to the one
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from gguf_exact.errors import NotExactError, PairError, Param
+from gguf_exact.errors import InputError, NotExactError, PairError, Param
+from gguf_exact.formats.gguf_layout import TensorEntry
 from gguf_exact.formats.gguf_file import sha256_file
 from gguf_exact.formats.gguf_reader import GgufFile, open_gguf
 from gguf_exact.formats.vocab import Tokenizer, tokenizer_of
@@ -44,6 +45,13 @@ class ModelFile:
         from gguf_exact.pair.geometry import Geometry
 
         return Geometry.from_gguf(self.header)
+
+    @property
+    def tensors(self) -> list[TensorEntry]:
+        """The tensor table of the header read before (every ModelFile :func:`read_model` makes has one)."""
+        if self.header is None:
+            raise InputError(f"{self.path}: its header was not read")
+        return self.header.tensors
 
 
 @dataclass(frozen=True)

@@ -178,17 +178,21 @@ def publish_release(request: PublishRequest, config: HubConfig | None = None) ->
     problem = v.error()
     if problem:
         raise problem
-    with_path = Path(donor or vocab_from)
+    sha256 = v.sha256
+    assert sha256 is not None  # verify_file hashes the file it verified
+    given = donor if donor is not None else vocab_from
+    assert given is not None  # one of the two, checked above
+    with_path = Path(given)
     role = "donor (header and metadata)" if donor else "target (vocabulary)"
     src = base.split("/", 1)[1]
-    reproduce, check = _commands(v.writer, file.name, v.sha256, base, rev, with_path.name, src)
+    reproduce, check = _commands(v.writer, file.name, sha256, base, rev, with_path.name, src)
     use = (
         [f"llama-server -m {file.name}"]
         if v.writer.startswith("repack")
         else [f"llama-server -m {with_path.name} -md {file.name} --spec-type draft-mtp --spec-draft-n-max 2"]
     )
     facts = CardFacts(
-        repo, file.name, file.stat().st_size, v.sha256, v.writer, lic, base, rev, r.quantized_by or repo.split("/")[0],
+        repo, file.name, file.stat().st_size, sha256, v.writer, lic, base, rev, r.quantized_by or repo.split("/")[0],
         [(role, with_path.name, with_path.stat().st_size, sha256_file(with_path))], exactness_by_kind(file, v),
         v.verdict().replace(str(file), file.name).replace(f"against {source}", f"against {src}"), reproduce, check, use, f"gguf-exact {__version__}", rows,
         "Measured with `gguf-exact quality`: llama-perplexity `--kl-divergence` against the bf16 reference "
@@ -201,7 +205,7 @@ def publish_release(request: PublishRequest, config: HubConfig | None = None) ->
         uploaded = upload_folder(
             folder, repo, f"Upload {file.name} ({v.writer}, gguf-exact {__version__})", config or HubConfig.from_env()
         )
-    return Release(folder, placed, card, v.sha256, facts.size, uploaded)
+    return Release(folder, placed, card, sha256, facts.size, uploaded)
 
 
 def _read_quality(path: Path) -> list[QualityRow]:

@@ -98,7 +98,11 @@ def measure_quality(request: QualityRequest, progress: Progress | None = None) -
     if progress:
         progress("bf16 reference")
     scratch = work_dir(r.work)
-    ref = Path(reference) if reference is not None else reference_for(Path(donor), source, scratch)
+    if reference is not None:
+        ref = Path(reference)
+    else:
+        assert donor is not None  # one of the two, checked above
+        ref = reference_for(Path(donor), source, scratch)
     if not ref.is_file():
         raise InputError(f"{ref}: no such reference GGUF")
     report = QualityReport(ref, text, ctx, chunks)

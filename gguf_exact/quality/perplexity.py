@@ -54,15 +54,16 @@ FIGURES = {  # name: (the line llama-perplexity prints, its pattern)
 def parse_kld(text: str, where: str) -> KldFigures:
     """The figures of a ``--kl-divergence`` run's output; an :class:`InputError` naming
     ``where`` and the missing line when one is absent."""
-    found = {}
+    found: dict[str, float] = {}
     for name, (label, pattern) in FIGURES.items():
         m = re.search(pattern, text)
         try:
-            found[name] = float(m.group(1)) if m else None
+            value = float(m.group(1)) if m else None
         except ValueError:
-            found[name] = None
-        if found[name] is None:
+            value = None
+        if value is None:
             raise InputError(f"{where}: llama-perplexity printed no number on a {label!r} line; {_tail(text)}")
+        found[name] = value
     found["same_top"] /= 100.0  # printed as a percentage
     return KldFigures(**found)
 

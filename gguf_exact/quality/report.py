@@ -146,13 +146,13 @@ def plot_quality(report: QualityReport | AcceptanceReport, path: str | Path) -> 
         ax2.bar(names, [100 * r.same_top for r in report.rows], color="tab:green")
         ax2.set_ylabel("same top token (%)")
         ax2.set_ylim(0, 100)
-        axes = (ax1, ax2)
+        axes = [ax1, ax2]
     else:
         fig, ax = plt.subplots(figsize=(6, 3.8), dpi=110)
         ax.bar(names, [100 * (r.acceptance or 0) for r in report.rows], color="tab:orange")
         ax.set_ylabel("draft acceptance (%)")
         ax.set_ylim(0, 100)
-        axes = (ax,)
+        axes = [ax]
     for ax in axes:
         ax.tick_params(axis="x", labelrotation=20, labelsize=7)
     fig.suptitle(report.note(), fontsize=7)

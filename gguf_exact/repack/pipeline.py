@@ -25,7 +25,7 @@ from gguf_exact.errors import ArgumentError, Param
 from gguf_exact.formats.checkpoint import Checkpoint
 from gguf_exact.formats.gguf_file import encode, file_type
 from gguf_exact.formats.gguf_layout import TensorEntry, encode_kv, row_bytes
-from gguf_exact.formats.paths import check_output_files, one_command
+from gguf_exact.formats.paths import Inputs, check_output_files, one_command
 from gguf_exact.formats.safe_write import staged_outputs
 from gguf_exact.malloc_tuning import keep_heap_blocks
 from gguf_exact.progress import Progress
@@ -33,7 +33,8 @@ from gguf_exact.repack import report as per_kind
 from gguf_exact.repack.donor import Donor, open_donor
 from gguf_exact.repack.tensor_map import build_map, check_same_model
 from gguf_exact.stream.jobs import SOURCE, TensorJob, reference_jobs
-from gguf_exact.stream.pipeline import write_report, write_verified
+from gguf_exact.stream.pipeline import FilePlan, WriteOptions, write_report, write_verified
+from gguf_exact.stream.readback import Replanner
 from gguf_exact.stream.source_rows import locate
 from gguf_exact.stream.writer import DONOR_SAMPLE_EVERY, TensorResult, placed_types
 
@@ -142,7 +143,7 @@ def repack_model(
         )
     if donor_stats not in ("sample", "all"):
         raise ArgumentError(f"donor_stats {donor_stats}: expected sample or all")
-    inputs = {Param("donor"): donor_path, "source folder's file": source_dir}
+    inputs: Inputs = {Param("donor"): donor_path, "source folder's file": source_dir}
     out_path, source_dir = check_output_files(out_path, report_path, inputs), Path(source_dir)
     keep_heap_blocks()
     times: dict[str, float] = {}
@@ -165,8 +166,7 @@ def repack_model(
             provisional = [(j.entry, j.stored_type) for j in mapping.jobs]
             kv_raw, _ = output_kv(donor, provisional)
             entries = [TensorEntry(e.name, e.ne, t) for e, t in provisional]
-            written = write_verified(
-                out_path,
+            file_plan = FilePlan(
                 mapping.jobs,
                 entries,
                 donor.header.version,
@@ -174,6 +174,8 @@ def repack_model(
                 kv_raw,
                 lambda placed: output_kv(donor, [(t, t.type) for t in placed])[0],
                 _replanner(donor, mapping.jobs),
+            )
+            options = WriteOptions(
                 donor=donor,
                 off_grid=off_grid,
                 donor_every=1 if donor_stats == "all" else DONOR_SAMPLE_EVERY,
@@ -182,6 +184,7 @@ def repack_model(
                 expect_sha256=expect_sha256,
                 start=start,
             )
+            written = write_verified(out_path, file_plan, options)
             times.update(written.seconds)
             digest, size, results = written.sha256, written.size, written.results
             _, out_file_type = output_kv(donor, placed_types(results, mapping.jobs))
@@ -197,18 +200,20 @@ def repack_model(
     return result
 
 
-def _replanner(donor: Donor, jobs: list[TensorJob]):
+def _replanner(donor: Donor, jobs: list[TensorJob]) -> Replanner:
     """For the read-back: the bytes a chunk should hold, recomputed (only called on a
     CRC mismatch, to name the first differing block)."""
     by_name = {j.entry.name: j for j in jobs}
 
-    def expected(entry: TensorEntry, r0: int, r1: int):
+    def expected(entry: TensorEntry, r0: int, r1: int) -> tuple[np.ndarray | None, int]:
         job = by_name[entry.name]
         if entry.type == Q4_0 and job.exact:
-            plan = plan_rows(bf16.from_exact(job.source.read(r0, r1)), r0, histogram=False, score_partial=False)
+            bits = bf16.from_exact(job.source_rows.read(r0, r1))
+            assert bits is not None  # written as Q4_0: its source values were bf16 values
+            plan = plan_rows(bits, r0, histogram=False, score_partial=False)
             return plan.data, q4_0.BLOCK_BYTES
         if job.role == SOURCE:
-            return np.ascontiguousarray(encode(job.source.read(r0, r1), entry.type)).view(np.uint8), 1
+            return np.ascontiguousarray(encode(job.source_rows.read(r0, r1), entry.type)).view(np.uint8), 1
         if entry.type == job.entry.type:
             return donor.read_rows(job.entry, r0, r1), row_bytes(entry.type, entry.cols)
         return None, 1

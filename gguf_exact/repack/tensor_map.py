@@ -76,10 +76,11 @@ def check_same_model(donor_path: Path, header_value, arch: str, config: dict, co
             )
 
 
-def _by_gguf_name(arch: str, hf_names: list[str]) -> tuple[dict[str, tuple[str, str]], list[str]]:
-    """GGUF name -> (HF name, role) for every source tensor with a mapping, and the
-    HF text-model tensors with none."""
-    out, unknown = {}, []
+def _by_gguf_name(arch: str, hf_names: list[str]) -> tuple[dict[str, tuple[str, str | None]], list[str]]:
+    """GGUF name -> (HF name, role; None: from the shape) for every source tensor with a
+    mapping, and the HF text-model tensors with none."""
+    out: dict[str, tuple[str, str | None]] = {}
+    unknown: list[str] = []
     for hf in sorted(hf_names):
         if arch == gemma4_names.ARCH:
             m = gemma4_names.gguf_tensor_name(hf)

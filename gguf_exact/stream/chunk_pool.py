@@ -18,7 +18,7 @@ import sys
 from concurrent.futures import Executor, ThreadPoolExecutor, wait
 from typing import Any, Iterator
 
-_STATE: Any = None
+_STATE: object = None  # the object whose methods the tasks call by name
 
 
 def _call(name: str, args: tuple) -> Any:
@@ -59,7 +59,7 @@ def worker_kind(kind: str) -> str:
 
 
 @contextlib.contextmanager
-def chunk_pool(state: Any, workers: int, kind: str = "auto") -> Iterator[ChunkPool]:
+def chunk_pool(state: object, workers: int, kind: str = "auto") -> Iterator[ChunkPool]:
     """A pool whose tasks call methods of ``state``; ``state`` must be complete
     (files open) before the first task, as forked workers copy it then."""
     global _STATE

@@ -54,6 +54,13 @@ class TensorJob:
     lossless: GGMLQuantizationType | None = None
 
     @property
+    def source_rows(self) -> RowSource:
+        """``source``, for a job that has one (exact, probed, encoded, a source's copy)."""
+        if self.source is None:
+            raise ValueError(f"tensor {self.entry.name}: planned without a source")
+        return self.source
+
+    @property
     def exact(self) -> bool:
         """Planned as exact Q4_0 (subject to the grid)."""
         return self.role in (QAT, PROBE) and self.source is not None
@@ -65,7 +72,7 @@ class TensorJob:
         if self.exact:
             return GGMLQuantizationType.Q4_0
         if self.role == SOURCE:
-            return GGMLQuantizationType[self.source.loc.dtype]
+            return GGMLQuantizationType[self.source_rows.loc.dtype]
         return self.entry.type
 
 
@@ -74,7 +81,7 @@ def reference_jobs(jobs: list[TensorJob]) -> list[TensorJob]:
     holds the source's own bytes; everything else (norms, generated and unmapped
     tensors) is written as the plan says, so keys, names and order stay the exact file's."""
     return [
-        replace(j, role=SOURCE, note=f"{j.source.loc.dtype}: the source's bytes") if is_source_matrix(j) else j
+        replace(j, role=SOURCE, note=f"{j.source_rows.loc.dtype}: the source's bytes") if is_source_matrix(j) else j
         for j in jobs
     ]
 
@@ -124,4 +131,4 @@ def is_reference(jobs: list[TensorJob], stored: dict[str, GGMLQuantizationType])
     bf16 reference does: no planned exact matrix is Q4_0, and every matrix with a source
     that the file has is stored in the source's dtype."""
     matrices = [j for j in jobs if j.source is not None and len(j.entry.ne) >= 2 and j.entry.name in stored]
-    return bool(matrices) and all(stored[j.entry.name].name == j.source.loc.dtype for j in matrices)
+    return bool(matrices) and all(stored[j.entry.name].name == j.source_rows.loc.dtype for j in matrices)

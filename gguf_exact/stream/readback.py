@@ -28,13 +28,16 @@ from gguf_exact.stream.writer import crc
 
 READ_BYTES = 1 << 22
 HASHED_AHEAD = 2  # chunks read and not yet hashed, at most
+# (entry, r0, r1) -> the bytes rows r0..r1 should hold (None: not recomputable), and the unit
+# a difference is counted in (18: a Q4_0 block, 1: a byte)
+Replanner = Callable[[TensorEntry, int, int], "tuple[np.ndarray | None, int]"]
 
 
 def _fail(path: Path, what: str) -> GgufExactError:
     return NotExactError(f"{path}: verification failed: {what}")
 
 
-def verify_written(path: Path, header: bytes, placed: list[TensorEntry], results: list, expected: Callable) -> str:
+def verify_written(path: Path, header: bytes, placed: list[TensorEntry], results: list, expected: Replanner) -> str:
     """Check ``path`` against what was meant; returns its sha256 (hex).
 
     ``header`` is the header as written (key/values and tensor infos, padded: the file's
@@ -88,7 +91,7 @@ def _zeros(fd: int, start: int, end: int, hash_next: Callable, path: Path) -> No
         start += raw.size
 
 
-def _where(entry: TensorEntry, r0: int, r1: int, raw: np.ndarray, expected: Callable) -> str:
+def _where(entry: TensorEntry, r0: int, r1: int, raw: np.ndarray, expected: Replanner) -> str:
     want, unit = expected(entry, r0, r1)
     if want is None:
         return f"tensor {entry.name}: rows {r0}..{r1 - 1} differ from what was written"

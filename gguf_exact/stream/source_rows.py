@@ -89,18 +89,18 @@ class RowSource:
         row_bytes = self.cols * size
         out = np.empty((r1 - r0) * row_bytes, dtype=np.uint8)
         own = fd is None
-        fd = open_input(self.loc.file) if own else fd
+        handle = open_input(self.loc.file) if fd is None else fd
         try:
             pos = 0
             for start, n in self._segments(r0, r1):
                 want = n * row_bytes
-                got = os.preadv(fd, [memoryview(out)[pos : pos + want]], self.loc.offset + start * row_bytes)
+                got = os.preadv(handle, [out.data[pos : pos + want]], self.loc.offset + start * row_bytes)
                 if got != want:
                     raise InputError(f"{self.loc.file}: truncated while reading tensor {self.loc.name}")
                 pos += want
         finally:
             if own:
-                os.close(fd)
+                os.close(handle)
         values = out.reshape(r1 - r0, row_bytes).view(NATIVE[self.loc.dtype])
         if check_finite:
             check_finite_values(values, f"{self.loc.file}: tensor {self.loc.name}", r0)

@@ -84,7 +84,7 @@ class TensorCheck(ErrorStats):
 
     def as_dict(self, name: Callable[[Param], str] = param_name) -> dict:
         """``name``: how parameters named in the note and failure are spelled."""
-        out = {
+        out: dict[str, object] = {
             "name": self.name, "source": self.source or None, "type": self.type, "planned": self.planned,
             "status": self.status, "note": render(self.note, name),
         }  # fmt: skip
@@ -172,7 +172,7 @@ class Verification:
             line += f"; {_count(len(off), 'matrix', 'matrices')} off the grid, stored as {self.writer} defines"
         if not self.unchecked:
             return Message(f"verify: PASS — {line}")
-        what = Message.join("; ", self.unchecked)
+        what = Message.joined("; ", self.unchecked)
         if allow_unchecked:
             return Message(f"verify: PASS — {line}; not judged (", ALLOW, "): ", what)
         return Message(
@@ -188,7 +188,7 @@ class Verification:
             return NotExactError(f"{self.path}: verification failed: ", self.failures[0], more)
         if self.unchecked and not allow_unchecked:
             return NotExactError(
-                f"{self.path}: not verified: not judged: ", Message.join("; ", self.unchecked), "; pass ", ALLOW,
+                f"{self.path}: not verified: not judged: ", Message.joined("; ", self.unchecked), "; pass ", ALLOW,
                 " to accept that",
             )  # fmt: skip
         return None

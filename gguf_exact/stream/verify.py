@@ -100,9 +100,9 @@ def verify_tensors(
     announce(progress, sum(j.entry.name in by_name for j in jobs))
     try:
         for job in jobs:
-            t = by_name.get(job.entry.name)
-            if t is None:
+            if job.entry.name not in by_name:
                 continue
+            t = by_name[job.entry.name]
             if progress:
                 progress(t.name)
             check = judge.tensor(job, t)
@@ -184,6 +184,7 @@ class _Judge:
         if t.type != job.entry.type:
             return _failed(check, f"is {t.type.name}; {self.writer} writes {job.entry.type.name}, {origin}")
         raw = self.gguf.read_rows(t, 0, t.rows).reshape(-1)
+        assert job.data is not None  # role data: planned with its bytes
         want = job.data.reshape(-1)
         if t.type == T.I32 and not np.array_equal(raw, want):
             got, exp = raw.view("<i4"), want.view("<i4")
@@ -214,7 +215,7 @@ class _Judge:
         return _finish(check, chunks)
 
     def _encoded_chunk(self, job: TensorJob, t: TensorEntry, r0: int, r1: int) -> _Chunk:
-        values = job.source.read(r0, r1)
+        values = job.source_rows.read(r0, r1)
         raw = self.gguf.read_rows(t, r0, r1)
         want = np.ascontiguousarray(encode(values, t.type)).view(np.uint8).reshape(raw.shape)
         chunk = _Chunk(r0, r1, stats=compare_chunk(decode(raw, t.type, values.shape), values))
@@ -228,8 +229,11 @@ class _Judge:
         if t.type != d.type:
             return _failed(check, f"is {t.type.name}; the donor's is {d.type.name} (repack copies it byte for byte)")
 
+        donor = self.donor
+        assert donor is not None  # a donor's copy is judged only with the donor
+
         def chunk(r0: int, r1: int) -> _Chunk:
-            raw, want = self.gguf.read_rows(t, r0, r1), self.donor.read_rows(d, r0, r1)
+            raw, want = self.gguf.read_rows(t, r0, r1), donor.read_rows(d, r0, r1)
             c = _Chunk(r0, r1, stats=_measure(raw, t, job, r0, r1))
             if not np.array_equal(raw, want):
                 row = int(np.flatnonzero((raw != want).any(axis=1))[0])
@@ -258,7 +262,8 @@ class _Judge:
                 check.note = "exact Q4_0: every block by the block rule"
                 check.blocks = BlockJudgement()
                 for c in chunks:
-                    check.blocks.add(c.blocks, 0, 0)
+                    if c.blocks is not None:  # every chunk on the grid has its blocks judged
+                        check.blocks.add(c.blocks, 0, 0)
                 done = _finish(check, chunks)
                 if done.status == FAIL:
                     n, total = check.blocks.less_exact, check.blocks.n_blocks
@@ -279,7 +284,7 @@ class _Judge:
         first = next(c.off_grid for c in chunks if c.off_grid)
         at = f"{n_off:,} blocks, first at row {first[0]}, column {first[1]}"
         if any(c.not_bf16 for c in chunks):
-            where = f"its source {job.hf_name} holds {job.source.loc.dtype} values that bf16 cannot ({at})"
+            where = f"its source {job.hf_name} holds {job.source_rows.loc.dtype} values that bf16 cannot ({at})"
         else:
             where = f"its source {job.hf_name} is off the 4-bit grid ({at})"
         kept = job.role == PROBE or self.off_grid.keep
@@ -315,7 +320,7 @@ class _Judge:
         )
 
     def _q4_0_chunk(self, job: TensorJob, t: TensorEntry, r0: int, r1: int) -> _Chunk:
-        values = job.source.read(r0, r1)
+        values = job.source_rows.read(r0, r1)
         raw = self.gguf.read_rows(t, r0, r1)
         chunk = _Chunk(r0, r1)
         bits = _plan_bits(values, chunk, t.cols, r0)
@@ -342,7 +347,7 @@ class _Judge:
     def _fallback_chunk(self, job: TensorJob, t: TensorEntry, r0: int, r1: int) -> _Chunk:
         """A chunk of a matrix stored in another type than Q4_0: is its source off the
         grid, and do its bytes equal the source encoded as that type?"""
-        values = job.source.read(r0, r1)
+        values = job.source_rows.read(r0, r1)
         raw = self.gguf.read_rows(t, r0, r1)
         chunk = _Chunk(r0, r1, stats=_measure(raw, t, job, r0, r1, values))
         bits = _plan_bits(values, chunk, t.cols, r0)
@@ -384,7 +389,7 @@ def _measure(
     """The stored chunk against its source; None without a source or a decoder."""
     if job.source is None:
         return None
-    values = job.source.read(r0, r1) if values is None else values
+    values = job.source_rows.read(r0, r1) if values is None else values
     try:
         return compare_chunk(decode(raw, t.type, (r1 - r0, t.cols)), values)
     except NotImplementedError:
@@ -400,9 +405,9 @@ def _add_stats(check: TensorCheck, chunks: list[_Chunk]) -> None:
 
 def _finish(check: TensorCheck, chunks: list[_Chunk]) -> TensorCheck:
     _add_stats(check, chunks)
-    bad = next((c for c in chunks if c.failure), None)
+    bad = next((c.failure for c in chunks if c.failure), None)
     if bad is not None:
-        check.status, check.failure = FAIL, bad.failure
+        check.status, check.failure = FAIL, bad
     return check
 
 

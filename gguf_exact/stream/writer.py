@@ -30,7 +30,7 @@ from gguf_exact.formats.gguf_layout import TensorEntry
 from gguf_exact.formats.gguf_reader import GgufFile
 from gguf_exact.formats.gguf_stream import StreamingGGUF, pwrite_all
 from gguf_exact.progress import Progress, announce
-from gguf_exact.stream.chunk_pool import chunk_pool
+from gguf_exact.stream.chunk_pool import ChunkPool, chunk_pool
 from gguf_exact.stream.jobs import DATA, ENCODE, PROBE, SOURCE, TensorJob
 
 CHUNK_VALUES = 1 << 18
@@ -44,7 +44,7 @@ Q4_0 = GGMLQuantizationType.Q4_0
 
 def crc(data: np.ndarray) -> int:
     """The CRC-32 of a chunk's bytes: what the read-back compares (zlib releases the GIL)."""
-    return zlib.crc32(memoryview(np.ascontiguousarray(data)).cast("B"))
+    return zlib.crc32(np.ascontiguousarray(data).data.cast("B"))
 
 
 @dataclass
@@ -122,9 +122,9 @@ class TensorWriter:
             raise ArgumentError(Param("off_grid"), " keep keeps the donor's tensor, and there is no donor here")
         self.donor, self.jobs, self.writer = donor, jobs, writer
         self.off_grid, self.donor_every = off_grid, donor_every
-        self.pool = None
+        self.pool: ChunkPool | None = None  # write_tensors' while it runs
         self.fds = {
-            f: os.open(f, os.O_RDONLY) for f in sorted({j.source.loc.file for j in jobs if j.source is not None})
+            f: os.open(f, os.O_RDONLY) for f in sorted({j.source_rows.loc.file for j in jobs if j.source is not None})
         }
 
     def close(self) -> None:
@@ -135,10 +135,11 @@ class TensorWriter:
     # -- chunk workers (run on the pool) --------------------------------------------
 
     def _read_source(self, job: TensorJob, r0: int, r1: int, check_finite: bool = True) -> np.ndarray:
-        return job.source.read(r0, r1, self.fds[job.source.loc.file], check_finite)
+        return job.source_rows.read(r0, r1, self.fds[job.source_rows.loc.file], check_finite)
 
     def _donor_stats(self, job: TensorJob, r0: int, r1: int, values: np.ndarray) -> ErrorStats | None:
         e = job.entry
+        assert self.donor is not None  # sampled only with a donor
         try:
             decoded = decode(self.donor.read_rows(e, r0, r1), e.type, (r1 - r0, e.cols))
         except NotImplementedError:
@@ -158,7 +159,7 @@ class TensorWriter:
         try:
             plan = plan_rows(bits, r0, histogram=False, score_partial=False)
         except GgufExactError as err:
-            raise InputError(f"{job.source.loc.file}: tensor {job.hf_name}: {err}") from None
+            raise InputError(f"{job.source_rows.loc.file}: tensor {job.hf_name}: {err}") from None
         res = ChunkResult(r0, r1, plan.n_blocks, plan.off_grid_blocks, plan.first_off_grid)
         if plan.data is None:
             return res
@@ -175,6 +176,7 @@ class TensorWriter:
     def copy_chunk(self, j: int, offset: int, r0: int, r1: int, index: int) -> ChunkResult:
         job = self.jobs[j]
         e = job.entry
+        assert self.donor is not None  # copies come from the donor
         raw = self.donor.read_rows(e, r0, r1)
         pwrite_all(self.writer.fd, raw, offset + r0 * raw.shape[1])
         res = ChunkResult(r0, r1, crc=crc(raw))
@@ -207,6 +209,7 @@ class TensorWriter:
         e = self.jobs[j].entry
         step = max(1, CHUNK_VALUES // max(e.cols, 1))
         args = [(j, offset, r0, min(e.rows, r0 + step), i, *extra) for i, r0 in enumerate(range(0, e.rows, step))]
+        assert self.pool is not None  # inside write_tensors
         return self.pool.run(method, args), step
 
     def tensor(self, j: int) -> TensorResult:
@@ -240,9 +243,9 @@ class TensorWriter:
 
     def _fallback(self, j: int, job: TensorJob, result: TensorResult, chunks: list[ChunkResult]) -> TensorResult:
         e = job.entry
-        where = f"{job.source.loc.file}: tensor {job.hf_name}"
+        where = f"{job.source_rows.loc.file}: tensor {job.hf_name}"
         if any(c.not_bf16 for c in chunks):
-            share = f"{job.source.loc.dtype} values that bf16 cannot hold exactly, so no exact Q4_0"
+            share = f"{job.source_rows.loc.dtype} values that bf16 cannot hold exactly, so no exact Q4_0"
             how = Message("pass ", Param("off_grid", value="f32|f16|bf16|q8_0"), " to store it in another type")
         else:
             share = f"{result.off_grid_blocks} of {result.n_blocks} blocks are off the 4-bit grid"
@@ -269,6 +272,7 @@ class TensorWriter:
 
     def _data(self, job: TensorJob, result: TensorResult) -> TensorResult:
         offset = self.writer.place(job.entry)
+        assert job.data is not None  # role data: planned with its bytes
         pwrite_all(self.writer.fd, job.data, offset)
         result.rewritten, result.chunk_rows, result.crcs = True, job.entry.rows or 1, [crc(job.data)]
         return result
@@ -279,7 +283,7 @@ class TensorWriter:
         result.crcs = [c.crc for c in chunks]
         result.chunk_rows = step
         limit = SAME_MODEL_FLOAT if job.entry.type in FLOAT_TYPES else SAME_MODEL_QUANTIZED
-        if result.donor is not None and result.donor.rel_error > limit:
+        if result.donor is not None and result.donor.rel_error > limit and self.donor is not None:
             raise InputError(
                 f"{self.donor.path}: tensor {job.entry.name} differs from the source's {job.hf_name} "
                 f"(relative difference {result.donor.rel_error:.3g}): donor and source are different models"

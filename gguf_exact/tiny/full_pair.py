@@ -245,8 +245,8 @@ def drafter_weights(size: str, kind: str, cycle: list[int]) -> tuple[dict, dict[
     # tokens the target never picks, one per cluster of the ordered head and none beside a
     # cycle token: a cluster's centroid sums its tokens' rows, and h also carries a negative
     # part on the axis before its own, which would cancel a low-weight (unsure) axis
-    size = spec.vocab_size // spec.num_centroids
-    never = (size * c for c in range(spec.num_centroids // 2, spec.num_centroids) if size * c not in cycle)
+    cluster = spec.vocab_size // spec.num_centroids
+    never = (cluster * c for c in range(spec.num_centroids // 2, spec.num_centroids) if cluster * c not in cycle)
     for depth, axes, reads in blocks:
         pre[axes + (k + 1) % N_AXES, backbone + reads + k] = one  # h axis k -> drafter axis k + 1
         post[echo + k, axes + k] = one  # drafter axis k -> h axis k (real: its echo)

@@ -68,7 +68,9 @@ def assistant_tensors(cfg: AssistantConfig) -> list[TensorEntry]:
         out.append(TensorEntry(name, tuple(reversed(shape)), Q4_0 if len(shape) == 2 else F32))
     out.append(TensorEntry(ROPE_FREQS, (cfg.text.head_dim_full // 2,), F32))
     if cfg.head is not None:  # the ordered-embedding head (its centroids taken to be on the grid)
-        out.append(TensorEntry(CENTROIDS, tuple(reversed(expected_shape(CENTROIDS, cfg))), Q4_0))
+        centroids = expected_shape(CENTROIDS, cfg)
+        assert centroids is not None  # cfg.head is set
+        out.append(TensorEntry(CENTROIDS, tuple(reversed(centroids)), Q4_0))
         out.append(TensorEntry(ORDERING, (cfg.vocab_size,), GGMLQuantizationType.I32))
     return out
 

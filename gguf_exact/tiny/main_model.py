@@ -108,8 +108,9 @@ class MainSpec:
         return 2 * self.n_ff if self.double_wide and not self.has_kv(il) else self.n_ff
 
     def n_kv_layer(self, il: int) -> int:
-        full_override = self.k_eq_v and self.n_head_kv_full and not self.is_swa(il)
-        return self.n_head_kv_full if full_override else self.n_head_kv
+        if self.k_eq_v and self.n_head_kv_full and not self.is_swa(il):
+            return self.n_head_kv_full
+        return self.n_head_kv
 
     def has_v(self, il: int) -> bool:
         return self.has_kv(il) and not (self.k_eq_v and not self.is_swa(il))

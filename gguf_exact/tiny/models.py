@@ -102,7 +102,7 @@ def write_hf_tokenizer(folder: str | Path, n_vocab: int) -> Path:
         | {"normalized": False, "special": True}
         for i in range(3)
     ]
-    tokenizer = {
+    tokenizer: dict[str, object] = {
         "version": "1.0",
         "truncation": None,
         "padding": None,
@@ -339,7 +339,7 @@ def write_checkpoint(folder: str | Path, config: dict, tensors: dict[str, np.nda
             save_file(as_st, str(tmp), metadata={"format": "pt"})
         return folder
     names = sorted(as_st)
-    weight_map = {}
+    weight_map: dict[str, str] = {}
     for i in range(shards):
         part = names[i::shards]
         file = f"model-{i + 1:05d}-of-{shards:05d}.safetensors"

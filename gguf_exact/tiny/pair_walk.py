@@ -150,7 +150,7 @@ def steady_state(
 ) -> SteadyState:
     """The periodic orbit the walk at ``n_max`` reaches from axis ``start``, counted once round."""
     seen: dict[int, int] = {}
-    order = []
+    order: list[int] = []
     s = start % N_AXES
     while s not in seen:
         seen[s] = len(order)

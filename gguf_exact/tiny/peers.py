@@ -75,7 +75,7 @@ def float_drafter_gguf(
         if j.data is not None:
             tensors.append((j.entry.name, j.data.view(np.float32).reshape(shape), F32))
             continue
-        values = j.source.read(0, j.entry.rows).reshape(shape)
+        values = j.source_rows.read(0, j.entry.rows).reshape(shape)
         qtype = matrix_type if j.entry.type == Q4_0 else F32
         data = encode(values, qtype)
         tensors.append(

@@ -60,8 +60,14 @@ def tiny_shapes(size: Gemma4Size, head_dim_divisor: int = HEAD_DIM_DIVISOR) -> t
         a, hidden_size=HIDDEN // 2, intermediate_size=FFN, vocab_size=VOCAB, max_position_embeddings=CONTEXT, **heads(a)
     )
     # the size's ordered head or none, at 32 clusters of 10 tokens, the top 4 scored
-    head = {"num_centroids": 32, "centroid_top_k": 4, "ordered_embeddings": size.assistant.ordered_embeddings}
-    return target, AssistantShape(assistant_text, backbone_hidden_size=HIDDEN, **head)
+    assistant = AssistantShape(
+        assistant_text,
+        backbone_hidden_size=HIDDEN,
+        num_centroids=32,
+        centroid_top_k=4,
+        ordered_embeddings=size.assistant.ordered_embeddings,
+    )
+    return target, assistant
 
 
 @dataclass(frozen=True)

@@ -14,9 +14,13 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Any, Callable, Iterator
+from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 import llama_cpp
+
+if TYPE_CHECKING:  # the engine imports this module
+    from gguf_exact.engines.python.engine import _Call
+    from gguf_exact.engines.python.request import CheckedRequest
 
 log = logging.getLogger(__name__)
 
@@ -27,7 +31,9 @@ class CompletionStop:
     None outside one. ``arguments``: the call's bound arguments; the criterion joins
     their ``stopping_criteria``."""
 
-    def __init__(self, current_call: Callable[[], Any], request: Any, arguments: dict[str, Any]) -> None:
+    def __init__(
+        self, current_call: Callable[[], _Call | None], request: CheckedRequest | None, arguments: dict[str, Any]
+    ) -> None:
         self.current_call = current_call
         self.request = request  # the served request (.request.CheckedRequest), or None
         if request is not None and request.started is None:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from llama_cpp import llama_cpp_ext
@@ -12,6 +12,10 @@ from gguf_exact.errors import InputError
 from gguf_exact.engines.python.draft_length import DraftLength
 from gguf_exact.engines.python.drafter import LlamaDrafter
 from gguf_exact.engines.python.request import CURRENT_REQUEST
+
+if TYPE_CHECKING:  # the engine imports this module
+    from gguf_exact.engines.python.drafter import HiddenState
+    from gguf_exact.engines.python.engine import MtpLlama, _Call
 
 _NO_DRAFTS = np.zeros(0, dtype=np.intc)
 
@@ -30,9 +34,9 @@ class MtpDraftModel(LlamaDraftModel):
 
     def __init__(self, n_max: int, adaptive: bool = False, p_min: float = 0.0) -> None:
         self.length = DraftLength(n_max, adaptive, p_min)
-        self._seen: tuple[Any, float, int] | None = None  # (call, target seconds, rows) at the last draft
+        self._seen: tuple[_Call, float, int] | None = None  # (call, target seconds, rows) at the last draft
         self.drafter: LlamaDrafter | None = None
-        self.llm: Any = None  # the MtpLlama it drafts for (set once both exist)
+        self.llm: MtpLlama | None = None  # the engine it drafts for (set once both exist)
 
     @property
     def n_max(self) -> int:
@@ -42,20 +46,22 @@ class MtpDraftModel(LlamaDraftModel):
     def n_max(self, value: int) -> None:
         self.length.n_max = value
 
-    def hidden(self, pos: int) -> Any:
+    def hidden(self, pos: int) -> HiddenState:
         """The target's hidden state for a draft at ``pos``: that of position ``pos - 1``,
         row ``pos - 1 - batch_start`` of the target's last decode (a pointer to
         ``n_embd`` floats)."""
         llm = self.llm
-        h = llama_cpp_ext.llama_get_embeddings_nextn_ith(llm.ctx, pos - 1 - llm._batch_start)  # type: ignore[union-attr]
+        assert llm is not None  # drafting starts once the engine is set
+        h = llama_cpp_ext.llama_get_embeddings_nextn_ith(llm.ctx, pos - 1 - llm._batch_start)
         if not h:
             raise InputError(f"target: llama.cpp returned no hidden state for position {pos - 1}")
         return h
 
-    def _observe_last_pass(self, call: Any) -> None:
+    def _observe_last_pass(self, call: _Call) -> None:
         """Tell the policy what the generation pass since the last draft cost (the target's decode
         time and rows between two drafts of one call: one pass) and what it kept of its draft."""
         llm, seen = self.llm, self._seen
+        assert llm is not None  # drafting starts once the engine is set
         self._seen = (call, llm.target_seconds, llm.target_rows)
         if seen is None or seen[0] is not call or len(call.pass_drafts) < 2:
             return  # the first draft of a call follows the prompt, not a generation pass

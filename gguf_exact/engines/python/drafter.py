@@ -19,7 +19,7 @@ import time
 from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, Union
 
 import llama_cpp
 import numpy as np
@@ -32,6 +32,11 @@ from gguf_exact.engines.python.bindings import (
     _meta_str,
     _new_context,
 )
+
+if TYPE_CHECKING:
+    # The hidden state a draft starts from: ``n_embd`` floats, llama.cpp's row (a pointer into
+    # its output) or an array of them.
+    HiddenState = Union["ctypes._Pointer[ctypes.c_float]", "ctypes.Array[ctypes.c_float]"]
 
 
 @dataclass(frozen=True)
@@ -120,7 +125,7 @@ class LlamaDrafter:
         self.seconds = 0.0  # time inside llama_decode
         self.last_steps = 0  # decodes of the latest draft
 
-    def draft(self, token: int, pos: int, n: int, h: Any, p_min: float = 0.0) -> list[int]:
+    def draft(self, token: int, pos: int, n: int, h: HiddenState, p_min: float = 0.0) -> list[int]:
         """Up to ``n`` greedy draft tokens after ``token`` at ``pos``; ``h`` points to the
         target's hidden state (``n_embd`` floats) of the row that produced ``token``. The
         draft stops before a token whose probability is below ``p_min``, as llama.cpp's
@@ -155,10 +160,10 @@ class LlamaDrafter:
         ptr = llama_cpp.llama_get_logits_ith(self.ctx, 0)
         if not ptr:
             raise InputError("drafter: llama.cpp returned no logits")
-        address = ctypes.cast(ptr, ctypes.c_void_p).value
-        view = self._logits.get(address)  # type: ignore[arg-type]
+        address = ctypes.cast(ptr, ctypes.c_void_p).value or 0  # not 0: ptr is not NULL
+        view = self._logits.get(address)
         if view is None:
-            view = self._logits[address] = np.ctypeslib.as_array(ptr, shape=(self.n_vocab,))  # type: ignore[index]
+            view = self._logits[address] = np.ctypeslib.as_array(ptr, shape=(self.n_vocab,))
         return view
 
 

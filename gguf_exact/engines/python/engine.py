@@ -6,17 +6,14 @@
 ...     print(chunk["choices"][0]["delta"].get("content", ""), end="")
 >>> llm.totals.acceptance_rate, llm.totals.tokens_per_target_pass
 
-``Llama.generate`` (llama-cpp-python's own loop) already does speculative decoding
-with any ``draft_model``: before each target pass it asks the draft model for tokens
-after the newest one, decodes ``[newest, drafts...]`` in one batch, samples every
-row with the request's sampler and keeps a draft only while it equals the token the
-sampler picked; on a mismatch it drops the rest from the KV cache. Each emitted
-token is sampled once, from the target's logits, with the same sampler state as
-without drafts, so the output follows the target's distribution. Greedy, the text is
-the target alone's but at rare near-ties; sampled, floating-point differences between
-batched and single-token passes often move a draw, so the same seed gives the same
-distribution, not the same text (docs/python-engine.md, "Lossless, and where floating
-point gets in").
+``Llama.generate`` (llama-cpp-python's own loop) already does speculative decoding with any ``draft_model``:
+before each target pass it asks the draft model for tokens after the newest one, decodes ``[newest,
+drafts...]`` in one batch, samples every row with the request's sampler and keeps a draft only while it equals
+the token the sampler picked; on a mismatch it drops the rest from the KV cache. Each emitted token is sampled
+once, from the target's logits, with the same sampler state as without drafts, so the output follows the
+target's distribution. Greedy, the text is the target alone's but at rare near-ties; sampled, floating-point
+differences between batched and single-token passes often move a draw, so the same seed gives the same
+distribution, not the same text (docs/python-engine.md, "Lossless, and where floating point gets in").
 
 :class:`MtpLlama` is that ``Llama`` with three things added:
 
@@ -27,14 +24,12 @@ point gets in").
   prompt gets them on its last row, as without a drafter), keeps rows' logits in
   ``scores`` only when ``logits_all=True`` (logprobs), and records where the last
   batch started, so the draft model finds its hidden-state row;
-- counters: each call of ``generate`` becomes a :class:`.Generation`
-  (:attr:`MtpLlama.last_generation`: target passes, drafts generated and
-  accepted, timings) and is added to :attr:`MtpLlama.totals` (what ``/metrics``
-  serves).
+- counters: each call of ``generate`` becomes a :class:`.Generation` (:attr:`MtpLlama.last_generation`:
+  target passes, drafts generated and accepted, timings) and is added to :attr:`MtpLlama.totals` (what
+  ``/metrics`` serves).
 
-Everything else (``create_completion``, ``create_chat_completion`` with the GGUF's
-chat template, streaming, stop strings, samplers, grammars, logprobs) is
-llama-cpp-python's.
+Everything else (``create_completion``, ``create_chat_completion`` with the GGUF's chat template, streaming,
+stop strings, samplers, grammars, logprobs) is llama-cpp-python's.
 """
 
 from __future__ import annotations
@@ -46,7 +41,7 @@ from contextlib import ExitStack
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Generator, Iterator, Literal, Sequence
 
 import llama_cpp
 import numpy as np
@@ -64,6 +59,9 @@ from gguf_exact.engines.python.llama_adapter import LlamaAdapter
 from gguf_exact.engines.python.request import CURRENT_REQUEST
 from gguf_exact.engines.python.tokenizer import PieceCache
 from gguf_exact.engines.python.totals import SpecTotals
+
+if TYPE_CHECKING:
+    from gguf_exact.pair.checks import ServePair
 
 log = logging.getLogger(__name__)
 
@@ -121,10 +119,12 @@ class MtpLlama(LlamaAdapter):
     ``logits_all=True`` keeps every row's logits (``n_ctx x n_vocab`` floats) for
     ``logprobs``; without it a request for logprobs is refused. Other keyword
     arguments go to ``Llama``; ``verbose`` defaults to False and ``swa_full`` is on
-    (a rolled-back position must not have left the sliding-window cache). ``checked``:
-    the pair as :func:`gguf_exact.pair.checks.check_pair` returned it for these files
-    (the drafter lookup does); their headers are then not read again.
+    (a rolled-back position must not have left the sliding-window cache). ``checked``: the pair as
+    :func:`gguf_exact.pair.checks.check_pair` returned it for these files (the drafter lookup does), or True
+    where another process checked them (serve's parent); their headers are then not read again.
     """
+
+    draft_model: MtpDraftModel  # Llama's, always ours (given to Llama.__init__ below)
 
     def __init__(
         self,
@@ -136,7 +136,7 @@ class MtpLlama(LlamaAdapter):
         n_gpu_layers_draft: int | None = None,
         logits_all: bool = False,
         verbose: bool = False,
-        checked: Any = None,
+        checked: ServePair | Literal[True] | None = None,
         **kwargs: Any,
     ) -> None:
         path = Path(model_path)
@@ -223,18 +223,18 @@ class MtpLlama(LlamaAdapter):
 
     @property
     def drafter(self) -> LlamaDrafter | None:
-        return self.draft_model.drafter  # type: ignore[union-attr]
+        return self.draft_model.drafter
 
     @property
     def n_max(self) -> int:
         """Most draft tokens per target pass (0: the target alone)."""
-        return self.draft_model.n_max if self.drafter is not None else 0  # type: ignore[union-attr]
+        return self.draft_model.n_max if self.drafter is not None else 0
 
     @n_max.setter
     def n_max(self, value: int) -> None:
         if value < 0:
             raise ArgumentError(f"n_max must be >= 0, got {value}")
-        self.draft_model.n_max = value  # type: ignore[union-attr]
+        self.draft_model.n_max = value
 
     draft_length = property(lambda self: self.draft_model.length, doc="The draft length: fixed or adaptive, its policy")
 
@@ -311,7 +311,7 @@ class MtpLlama(LlamaAdapter):
 
     def generate(
         self, tokens: Sequence[int], *args: Any, max_new_tokens: int | None = None, **kwargs: Any
-    ) -> Iterator[int]:
+    ) -> Generator[int, Sequence[int] | None, None]:
         """llama-cpp-python's generate loop (drafting with the MTP drafter), counted:
         when the caller stops, :attr:`last_generation` holds the call's figures.
         ``max_new_tokens`` (or the ``max_tokens`` of the ``create_completion`` that

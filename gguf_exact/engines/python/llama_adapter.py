@@ -46,6 +46,9 @@ def check_version(installed: str | None = None) -> None:
 class LlamaAdapter(llama_cpp.Llama):
     """``llama_cpp.Llama`` with public names for the internals :class:`~.engine.MtpLlama` uses."""
 
+    _n_ctx: int  # upstream's sizes, typed here (mypy does not read llama_cpp: see pyproject.toml)
+    _n_vocab: int
+
     # --- sizes and the model ---
 
     @property

@@ -9,7 +9,7 @@ from __future__ import annotations
 import logging
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Literal, Sequence
 
 import llama_cpp
 
@@ -17,6 +17,10 @@ from gguf_exact.engines.shared.engine_options import NO_PROFILE, EngineOptions
 from gguf_exact.engines.shared.serving_config import serving_config
 from gguf_exact.engines.python.engine import MtpLlama
 from gguf_exact.engines.python.warmup import time_verification_passes
+
+if TYPE_CHECKING:
+    from gguf_exact.pair.checks import ServePair
+    from gguf_exact.engines.shared.profiles import Profile
 
 log = logging.getLogger(__name__)
 
@@ -80,7 +84,7 @@ def load_with_drafter(
     target: str | Path,
     drafter: str | Path | None,
     n_max: int | None = None,
-    profile: str | Path | Any | None = None,
+    profile: str | Path | Profile | None = None,
     overrides: Sequence[str] = (),
     adaptive: bool | None = None,
     **llama_kwargs: Any,
@@ -117,8 +121,8 @@ def load_with_options(
     target: str | Path,
     drafter: str | Path | None,
     opts: EngineOptions,
-    profile: Any = None,
-    checked: Any = None,
+    profile: Profile | None = None,
+    checked: ServePair | Literal[True] | None = None,
     **llama_kwargs: Any,
 ) -> MtpLlama:
     """:class:`MtpLlama` with a profile's :class:`EngineOptions` as computed before

@@ -48,6 +48,7 @@ from pathlib import Path
 from typing import Any
 
 from gguf_exact.engines.shared.request_guard import LIMITS, RequestLimits, body_too_large, check_body
+from gguf_exact.engines.shared.generation import Generation
 from gguf_exact.engines.shared.policy_snapshot import snapshot_metrics
 from gguf_exact.engines.python.engine import PROMPT_CACHE, MtpLlama
 from gguf_exact.engines.python.llama_adapter import serve_one_model
@@ -211,8 +212,8 @@ def _with_usage(send: Any, checked: CheckedRequest) -> Any:
         nonlocal last_event
         if message["type"] == "http.response.body":
             body = message.get("body", b"")
-            if body.startswith(b"data: [DONE]") and last_event and checked.generation is not None:
-                await send({"type": "http.response.body", "body": _usage_event(last_event, checked), "more_body": True})
+            if body.startswith(b"data: [DONE]") and last_event and (g := checked.generation) is not None:
+                await send({"type": "http.response.body", "body": _usage_event(last_event, g), "more_body": True})
             elif body.startswith(b"data: {"):
                 last_event = body
         await send(message)
@@ -220,11 +221,10 @@ def _with_usage(send: Any, checked: CheckedRequest) -> Any:
     return send_with_usage
 
 
-def _usage_event(last_event: bytes, checked: CheckedRequest) -> bytes:
-    """The usage chunk, with the stream's id, time, model and object; counted as
-    llama-cpp-python counts an answer that is not streamed (the end-of-generation token not)."""
+def _usage_event(last_event: bytes, g: Generation) -> bytes:
+    """The usage chunk of the request's generation ``g``, with the stream's id, time, model and object;
+    counted as llama-cpp-python counts an answer that is not streamed (the end-of-generation token not)."""
     last = json.loads(last_event.removeprefix(b"data: ").strip())
-    g = checked.generation
     completion = g.n_tokens - (1 if g.stopped else 0)
     usage = {"prompt_tokens": g.n_prompt, "completion_tokens": completion, "total_tokens": g.n_prompt + completion}
     chunk = {k: last[k] for k in ("id", "object", "created", "model") if k in last} | {"choices": [], "usage": usage}
@@ -349,7 +349,7 @@ def metrics_text(llm: MtpLlama, queue: RequestQueue | None = None) -> str:
     return "".join(out)
 
 
-def acceptance_line(g: Any) -> str:
+def acceptance_line(g: Generation) -> str:
     """llama-server's per-request line (``gguf_exact.engines.shared.stats.parse_acceptance`` reads it)."""
     rate = g.drafts_accepted / g.drafts_generated
     return (
@@ -387,7 +387,7 @@ def build_app(llm: MtpLlama, alias: str, api_key: str | None = None, max_waiting
     async def metrics() -> PlainTextResponse:
         return PlainTextResponse(metrics_text(llm, queue), media_type="text/plain; version=0.0.4")
 
-    def on_generation(g: Any) -> None:
+    def on_generation(g: Generation) -> None:
         if g.drafts_generated:
             log.info("%s", acceptance_line(g))
 

@@ -17,6 +17,7 @@ TRACE_ENV = "LLAMA_SPEC_DRAFT_TRACE"
 
 def settings_line(s: PolicySettings) -> str:
     """The trace's first line: the settings in the driver's order (``p_min`` is not the policy's)."""
+    values: tuple[float, ...]  # counts and fractions
     values = (s.n_max, s.prior, s.prior_weight, s.decay, s.cost_weight, s.probe_interval, s.probe_interval_max)
     values += (s.cost_max_age, s.switch_margin, s.cost_window, s.retime_margin, s.burst_ratio, s.outlier_ratio)
     values += (s.recheck_interval,)

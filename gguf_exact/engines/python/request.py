@@ -17,9 +17,13 @@ import json
 import threading
 from contextvars import ContextVar
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gguf_exact.engines.python.draft_length import RequestSpeculation, request_speculation
+
+if TYPE_CHECKING:
+    from gguf_exact.engines.shared.generation import Generation
+    from gguf_exact.engines.python.engine import MtpLlama
 
 CHAT_PATH, COMPLETION_PATH = "/v1/chat/completions", "/v1/completions"
 COMPLETION_PATHS = (COMPLETION_PATH, CHAT_PATH)
@@ -37,7 +41,7 @@ class CheckedRequest:
     tokenizations: int = 0  # calls that reached the tokenizer (the rest came from ``tokens``)
     checked: bool = False  # the prompt, max_tokens and logprobs passed the engine's check
     abandoned: threading.Event = field(default_factory=threading.Event)  # the client left: stop generating
-    generation: Any = None  # the engine's count of this request's generation, once it ends
+    generation: Generation | None = None  # the engine's count of this request's generation, once it ends
     started: float | None = None  # time.monotonic() when the engine took it (the queue's wait ends)
 
     @property
@@ -86,7 +90,7 @@ class Refusal:
 CURRENT_REQUEST: ContextVar[CheckedRequest | None] = ContextVar("gguf_exact_request", default=None)
 
 
-def check_request(path: str, raw: bytes, llm: Any) -> CheckedRequest | Refusal:
+def check_request(path: str, raw: bytes, llm: MtpLlama) -> CheckedRequest | Refusal:
     """The request parsed, checked and tokenized once (see the module doc)."""
     try:
         body = json.loads(raw or b"null")
@@ -148,7 +152,7 @@ def _body_problem(path: str, body: dict, limit_field: str = "max_tokens") -> Ref
     return None
 
 
-def _grammar_problem(body: dict, llm: Any) -> Refusal | None:
+def _grammar_problem(body: dict, llm: MtpLlama) -> Refusal | None:
     """A ``grammar`` llama.cpp's parser refuses, as a 400 (see
     :meth:`.llama_adapter.LlamaAdapter._init_sampler`: it would crash the process), parsed by
     llama.cpp itself after the request guard bounded its nesting."""
@@ -160,7 +164,7 @@ def _grammar_problem(body: dict, llm: Any) -> Refusal | None:
     return None
 
 
-def _prompt_problem(path: str, body: dict, llm: Any) -> Refusal | None:
+def _prompt_problem(path: str, body: dict, llm: MtpLlama) -> Refusal | None:
     try:
         if path == CHAT_PATH:
             messages = body.get("messages")
@@ -215,7 +219,7 @@ def with_server_defaults(path: str, body: dict) -> dict:
     llama-server answers (llama-cpp-python's own: ``repeat_penalty`` 1.1, 16 tokens)."""
     from gguf_exact.engines.shared.sampling_defaults import SERVER_SAMPLING
 
-    filled = {k: v for k, v in SERVER_SAMPLING.items() if body.get(k) is None}
+    filled: dict[str, float | int | None] = {k: v for k, v in SERVER_SAMPLING.items() if body.get(k) is None}
     if path == COMPLETION_PATH and "max_tokens" not in body:
         filled["max_tokens"] = None
     return body | filled

@@ -11,16 +11,19 @@ dictionary lookup each.
 from __future__ import annotations
 
 import ctypes
-from typing import Any
+from typing import TYPE_CHECKING
 
 import llama_cpp
 from llama_cpp.llama_tokenizer import LlamaTokenizer
+
+if TYPE_CHECKING:  # the engine imports this module
+    from gguf_exact.engines.python.engine import MtpLlama
 
 
 class PieceCache(LlamaTokenizer):
     """``LlamaTokenizer`` whose ``detokenize`` reads pieces from a cache."""
 
-    def __init__(self, llama: Any) -> None:
+    def __init__(self, llama: MtpLlama) -> None:
         super().__init__(llama)
         self.vocab = llama.vocab_handle
         self.bos = llama.token_bos()
@@ -38,7 +41,7 @@ class PieceCache(LlamaTokenizer):
                 if n >= 0:
                     break
                 size = -n
-            piece = cache[token] = bytes(buf[:n])
+            piece = cache[token] = buf.raw[:n]
         return piece
 
     def detokenize(self, tokens: list[int], prev_tokens: list[int] | None = None, special: bool = False) -> bytes:

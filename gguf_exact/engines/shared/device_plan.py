@@ -191,7 +191,7 @@ def plan_devices(
     n = tgeom.n_layer
     given = parse_split(tensor_split, len(devices))
     known = all(d.free for d in devices)
-    shares = given or ([float(d.free) for d in devices] if known else [1.0] * len(devices))
+    shares = given or ([float(d.free or 0) for d in devices] if known else [1.0] * len(devices))
     split_from = "tensor-split" if given else ("free memory" if known else "equal shares (free memory unknown)")
     where = layer_devices(n, s.n_gpu_layers, shares)
     rows = [DeviceShare(d) for d in devices] + [DeviceShare(Device(CPU, "this machine"))]
@@ -199,8 +199,8 @@ def plan_devices(
     def row(idx: int | None) -> DeviceShare:
         return rows[-1] if idx is None else rows[idx]
 
-    for il, idx in enumerate(where):
-        row(idx).layers.append(il)
+    for layer, idx in enumerate(where):
+        row(idx).layers.append(layer)
     for il, nbytes, copy in weight_layers(target.header.tensors, n):
         if il is None:
             rows[-1].weights += nbytes

@@ -49,7 +49,9 @@ class Knob:
         """The help of its `serve` option: the text, and the default where llama-server has one."""
         if self.default is None or isinstance(self.default, bool):
             return f"{self.help} [profile key {self.flag}]"
-        shown = {AUTO_LAYERS: "auto", ALL_LAYERS: "all"}.get(self.default, self.default) if self.kind == "layers" else self.default  # type: ignore[call-overload]
+        shown: Value = self.default
+        if self.kind == "layers" and isinstance(shown, int) and shown < 0:
+            shown = "auto" if shown == AUTO_LAYERS else "all"
         return f"{self.help} [profile key {self.flag}; llama-server's default: {shown}]"
 
     @property

@@ -249,8 +249,8 @@ def plan_memory(target, drafter, s: MemoryInputs, cpu=None, tensor_limit: int | 
         return 0, mapped + repacked, note
 
     t = read_model(target, "target")
-    tgeom = t.geometry()
-    tdev, thost, tnote = split(t.header.tensors, tgeom.n_layer, False)
+    tgeom, ttensors = t.geometry(), t.tensors
+    tdev, thost, tnote = split(ttensors, tgeom.n_layer, False)
     n_ctx, _ = s.context(tgeom)
     caches = kv_caches(tgeom, s)
     kv_total = sum(c.bytes for c in caches)
@@ -263,17 +263,17 @@ def plan_memory(target, drafter, s: MemoryInputs, cpu=None, tensor_limit: int | 
         PlanItem("KV cache", kv_dev, kv_total - kv_dev, f"context {n_ctx:,}: {layout}"),
     ]
     comp = compute_estimate(tgeom, s, cells, n_outputs)
-    in_ram = head_in_host(t.header.tensors, tgeom.n_layer, s.layers_on_gpu(tgeom.n_layer), tensor_limit)
+    in_ram = head_in_host(ttensors, tgeom.n_layer, s.layers_on_gpu(tgeom.n_layer), tensor_limit)
     host_comp = host_compute_estimate(tgeom, s, cells, n_outputs, head_in_ram=in_ram)
     if drafter is not None:
         d = read_model(drafter, "drafter")
-        dgeom = d.geometry()
-        ddev, dhost, dnote = split(d.header.tensors, dgeom.n_layer, True)
+        dgeom, dtensors = d.geometry(), d.tensors
+        ddev, dhost, dnote = split(dtensors, dgeom.n_layer, True)
         items.append(PlanItem("drafter weights", ddev, dhost, dnote))
         items.append(PlanItem("drafter KV cache", 0, 0, "none: it reads the target's"))
         comp += compute_estimate(dgeom, s, cells, s.n_seq)  # the MTP context: one output per slot
-        head = output_head(d.header.tensors)
-        in_ram = head_in_host(d.header.tensors, dgeom.n_layer, s.layers_on_gpu(dgeom.n_layer, True), tensor_limit)
+        head = output_head(dtensors)
+        in_ram = head_in_host(dtensors, dgeom.n_layer, s.layers_on_gpu(dgeom.n_layer, True), tensor_limit)
         host_comp += host_compute_estimate(
             dgeom, s, cells, s.n_seq, backbone=tgeom.n_embd, head_in_ram=in_ram,
             head_row_bytes=head.nbytes // head.ne[1] if head is not None and len(head.ne) > 1 else 0,

@@ -50,7 +50,8 @@ def parse_snapshot(metrics: dict[str, float], prefix: str = "llamacpp:") -> Poli
     None when the server did not choose a length adaptively."""
     if prefix + METRIC_DRAFT_N not in metrics:
         return None
-    acceptance, rows = [], []
+    acceptance: list[float] = []
+    rows: list[tuple[int, float]] = []
     while (key := f'{prefix}{METRIC_ACCEPTANCE}{{depth="{len(acceptance) + 1}"}}') in metrics:
         acceptance.append(metrics[key])
     for name, value in metrics.items():

@@ -75,7 +75,7 @@ def judge(
     if slots_speculative is False or logged:
         if engine == "llama-server" and spec_type is None:
             why = "the command has no --spec-type draft-mtp (-md alone loads the drafter and leaves speculation off)"
-        elif engine == "llama-server" and "draft-mtp" not in spec_type.split(","):
+        elif engine == "llama-server" and "draft-mtp" not in (spec_type or "").split(","):
             why = f"--spec-type is {spec_type!r}, not draft-mtp"
         elif logged:
             why = f"llama.cpp logged: {logged}"

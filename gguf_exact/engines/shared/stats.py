@@ -80,7 +80,7 @@ def draft_counters(metrics: dict[str, float]) -> DraftCounters | None:
     names = {k: METRIC_PREFIX + v for k, v in DRAFT_METRICS.items()}
     if not any(n in metrics for n in names.values()):
         return None
-    per_pos = []
+    per_pos: list[int] = []
     while f'{METRIC_PREFIX}{PER_POSITION}{{position="{len(per_pos)}"}}' in metrics:
         per_pos.append(int(metrics[f'{METRIC_PREFIX}{PER_POSITION}{{position="{len(per_pos)}"}}']))
     return DraftCounters(**{k: int(metrics.get(n, 0)) for k, n in names.items()}, accepted_per_position=tuple(per_pos))

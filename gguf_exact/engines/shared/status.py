@@ -123,7 +123,7 @@ def server_status(
     rdir = find_run_dir(port, root)
     state = read_state(rdir)
     pid = read_pid(rdir)
-    running = bool(pid) and is_server_process(pid, state)  # type: ignore[arg-type]
+    running = pid is not None and pid != 0 and is_server_process(pid, state)
     url = state["url"]
     if state.get("engine") == RPC_ENGINE:
         return worker_status(rdir, state, pid, running)
@@ -221,10 +221,10 @@ def worker_status(rdir: Path, state: dict, pid: int | None, running: bool) -> Se
     console = read_tail(rdir / CONSOLE_FILE)
     st = ServerStatus(rdir, state, pid, running, "down", worker_devices=worker_devices_logged(console))
     _mark_stopped(st)
-    if running:
+    if running and pid is not None:  # running: its pid is known
         endpoint = state["url"].removeprefix("rpc://")
-        if process_state(pid) in STOPPED_STATES:  # type: ignore[arg-type]
-            st.worker = stopped_report(endpoint, pid)  # type: ignore[arg-type]
+        if process_state(pid) in STOPPED_STATES:
+            st.worker = stopped_report(endpoint, pid)
         elif still_serving(rdir / CONSOLE_FILE):
             st.worker = WorkerReport(
                 endpoint, "busy", detail="serving its client (a llama-server); it answers others once that one leaves"
