@@ -346,7 +346,7 @@ def test_parity_runs_both_engines_one_at_a_time_then_side_by_side(pair):
         one = row["one_at_a_time"]
         assert len(one["python"]) == len(one["llama-server"]) == len(one["ratios"]) == 2
         assert min(one["python"] + one["llama-server"]) > 0 and one["ratio_min"] <= one["ratio_median"]
-        assert row["same_text"] and len(row["side_by_side"]["ratios"]) == 1
+        assert row["same_text"] and len(row["side_by_side"]["ratios"]) == 1 and row["python_ms_per_token"] > 0
     assert logged[-1] == parity_line(out["modes"][1]) and logged[-1].startswith(
         "Python engine / llama-server, hidden n-max 1: one at a time "
     )

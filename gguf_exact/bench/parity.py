@@ -92,6 +92,8 @@ def engine_parity(
         row["one_at_a_time"] = _ratios(runs[PYTHON], runs[SERVER])
         row["side_by_side"] = _ratios([py.generation_tokens_per_second], [srv.generation_tokens_per_second])
         row["same_text"] = py.texts == srv.texts
+        # the Python engine's own time outside llama_decode (HTTP, sampling, its loop), side by side
+        row["python_ms_per_token"] = 1e3 * (py.python_seconds or 0.0) / max(py.tokens, 1)
         out["modes"].append(row)
         log(parity_line(row))
     return out
