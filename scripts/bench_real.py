@@ -22,7 +22,8 @@ converted with `--full-head`, without its ordered-embedding head) under --work, 
    interleaving);
 3. many users: llama-server with --parallel P and P concurrent clients (per-request
    acceptance and text against one slot, aggregate tokens/s), and the Python engine
-   with the same clients (it queues them).
+   with the same clients (it queues them);
+4. first, --parity: the Python engine vs llama-server on their own default threads (bench/parity.py).
 
     .venv/bin/python scripts/bench_real.py                      # the full run
     .venv/bin/python scripts/bench_real.py --shapes e2b --n-max 1,3 --n-predict 16 --prompts 1   # a short one
@@ -41,13 +42,9 @@ import sys
 import time
 from pathlib import Path
 
+from gguf_exact.bench.parity import add_parity_options, parity_line, parity_run
 from gguf_exact.bench.pass_costs import card_prediction, drafter_profile, predicted_speedup, target_pass_seconds
-from gguf_exact.bench.real import (
-    ENGINES,
-    Arm,
-    arms_side_by_side,
-    concurrent_arm,
-)
+from gguf_exact.bench.real import ENGINES, Arm, arms_side_by_side, concurrent_arm
 from gguf_exact.errors import GgufExactError
 from gguf_exact.tiny.full_pair import cycle_ids, write_drafter, write_pair
 from gguf_exact.tiny.vocab import gemma4_vocabulary
@@ -105,12 +102,18 @@ def costs(target: Path, drafter: Path, full: Path, n_max_list: list[int], thread
 
 def shape_run(shape: str, args, prompts: list[str]) -> dict:
     kinds = [k for k in args.kinds.split(",") if k]  # --kinds '': the target alone only
-    pairs = make_pairs(args.work, shape, kinds + ["hidden-full"])
+    more = [k for k in args.parity_kinds.split(",") if k and args.parity != "off"]
+    pairs = make_pairs(args.work, shape, list(dict.fromkeys(kinds + ["hidden-full"] + more)))
     n_max_list = [int(x) for x in args.n_max.split(",") if x]
     bounds = [int(x) for x in args.adaptive.split(",") if x]
+    out: dict = {"shape": shape, "files": {k: [str(p) for p in v] for k, v in pairs.items()}}
+    if args.parity != "off":
+        out["parity"] = parity_run(args, pairs, (bounds or [0])[0], prompts, log)
+        save_partial(args.out, out)
+        if args.parity == "only":
+            return out
     sets = [f"threads={args.threads}", f"threads-batch={args.threads}", f"ctx-size={args.ctx}", "no-warmup=true"]
     sets += args.set
-    out: dict = {"shape": shape, "files": {k: [str(p) for p in v] for k, v in pairs.items()}}
     cost_n_max = [int(x) for x in (args.cost_n_max or args.n_max).split(",")]
     out["costs"] = costs(*pairs["hidden"], pairs["hidden-full"][1], cost_n_max, args.threads, args.gpu_layers)
     arms: list[dict] = []
@@ -267,7 +270,10 @@ def engine_costs(arms: list[dict]) -> list[str]:
 
 
 def table(result: dict) -> str:
-    """The README's table for one shape."""
+    """The README's table for one shape (with --parity, its lines last)."""
+    parity = [parity_line(m) for m in result.get("parity", {}).get("modes", [])]
+    if "costs" not in result:  # --parity only
+        return "\n".join(parity) + "\n"
     c = result["costs"]
     passes = {int(k): v for k, v in c["target_pass_seconds"].items()}
     steps = {"ordered": c["drafter"]["step_seconds"]}
@@ -315,13 +321,8 @@ def table(result: dict) -> str:
         if a["engine"] == "python":
             other = next((b for b in result["arms"] if b["engine"] == "llama-server" and same_arm(a, b)), None)
             if other and other["generation_tokens_per_second"]:
-                ratios.append(
-                    (
-                        arm_kind(a),
-                        arm_n_max(a),
-                        a["generation_tokens_per_second"] / other["generation_tokens_per_second"],
-                    )
-                )
+                ratio = a["generation_tokens_per_second"] / other["generation_tokens_per_second"]
+                ratios.append((arm_kind(a), arm_n_max(a), ratio))
     if ratios:
         lines.append("")
         lines.append(
@@ -352,7 +353,7 @@ def table(result: dict) -> str:
             + (f", per-request accepted/drafted {', '.join(acc)}" if acc else "")
             + same
         )
-    return "\n".join(lines) + "\n"
+    return "\n".join(lines + ([""] + parity if parity else [])) + "\n"
 
 
 def main() -> int:
@@ -382,6 +383,7 @@ def main() -> int:
         "loaded at once and sent each request in turn; none: one arm at a time in every engine, the target "
         "alone once for every kind",
     )
+    add_parity_options(ap)
     ap.add_argument("--n-predict", type=int, default=48)
     ap.add_argument("--prompts", type=int, default=2, help="how many of the prompts per arm")
     ap.add_argument("--rounds", type=int, default=3, help="rounds of the same requests per arm (medians)")

@@ -12,8 +12,10 @@ from types import SimpleNamespace
 import pytest
 from _llama_server import TEST_SETTINGS
 
+from gguf_exact.bench.parity import engine_parity, parity_line, parity_modes
 from gguf_exact.bench.real import Arm, arms_side_by_side, check_room, concurrent_arm, engines_arm, proc_kib
 from gguf_exact.errors import InputError
+from gguf_exact.engines.shared.engine_options import server_threads
 from gguf_exact.tiny.hidden_pair import CYCLE, write_hidden_state_pair
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "scripts"))
@@ -324,3 +326,43 @@ def test_drafter_profile_times_the_ordered_head_as_the_head(pair, tmp_path):
     for p in (ordered, plain):
         assert 0 < p.head_seconds < p.profiled_step_seconds and p.step_seconds > 0
         assert p.as_dict()["head_share"] == p.head_seconds / p.profiled_step_seconds
+
+
+@pytest.mark.bindings
+@pytest.mark.llama_server
+def test_parity_runs_both_engines_one_at_a_time_then_side_by_side(pair):
+    """bench_real.py --parity: per mode the engines alone A B B A, then side by side, on the
+    profile's own threads (none pinned); the same text in both, a ratio per adjacent pair."""
+    sets = [s for s in TEST_SETTINGS if not s.startswith("threads")]
+    logged: list[str] = []
+    modes = parity_modes(["hidden"], [1], 0)
+    assert [m.label() for m in modes] == ["target alone", "hidden n-max 1"]
+    out = engine_parity(pair[0], {"hidden": pair[1]}, modes, PROMPTS[:1], 5, sets, "cpu", rounds=1, log=logged.append)
+    assert out["server_threads"] == server_threads()
+    assert [line.split(": ", 1)[1] for line in logged if line.startswith("parity, target")] == [
+        "python alone", "llama-server alone", "llama-server alone", "python alone", "both engines side by side",
+    ]  # fmt: skip
+    for row in out["modes"]:
+        one = row["one_at_a_time"]
+        assert len(one["python"]) == len(one["llama-server"]) == len(one["ratios"]) == 2
+        assert min(one["python"] + one["llama-server"]) > 0 and one["ratio_min"] <= one["ratio_median"]
+        assert row["same_text"] and len(row["side_by_side"]["ratios"]) == 1 and row["python_ms_per_token"] > 0
+    assert logged[-1] == parity_line(out["modes"][1]) and logged[-1].startswith(
+        "Python engine / llama-server, hidden n-max 1: one at a time "
+    )
+
+
+def test_a_parity_line_names_the_ratios_and_speeds():
+    one = {
+        "python": [8.0, 9.0],
+        "llama-server": [8.0, 10.0],
+        "ratios": [1.0, 0.9],
+        "ratio_min": 0.9,
+        "ratio_median": 0.95,
+    }
+    side = {"python": [7.0], "llama-server": [7.5], "ratios": [7 / 7.5], "ratio_min": 7 / 7.5, "ratio_median": 7 / 7.5}
+    row = {"mode": "target alone", "one_at_a_time": one, "side_by_side": side, "same_text": False}
+    assert parity_line(row) == (
+        "Python engine / llama-server, target alone: one at a time 0.95x (min 0.90; 8.50 vs 9.00 tokens/s), "
+        "side by side 0.93x; **texts differ**"
+    )

@@ -24,7 +24,7 @@ from gguf_exact.engines.launch import plan_launch, start_server
 from gguf_exact.engines.shared.settings import ServeSettings
 from gguf_exact.engines.shared.status import stop_server
 from gguf_exact.errors import GgufExactError
-from gguf_exact.engines.shared.engine_options import EngineOptions
+from gguf_exact.engines.shared.engine_options import EngineOptions, server_threads
 from gguf_exact.engines.shared.profiles import load_profile
 from gguf_exact.engines.python.engine import MtpDraftModel
 from gguf_exact.engines.python.load import load_with_drafter
@@ -255,12 +255,44 @@ def test_engine_options_follow_the_profiles():
     assert serving_config(load_profile("gtx1650ti"), True).engine_options()[0].n_max == 4
     cpu = load_profile("cpu").with_overrides(["ctx-size=512", "threads=1", "spec-draft-n-max=3", "mlock=true"])
     opts, ignored = serving_config(cpu, True).engine_options()
-    assert (opts.n_ctx, opts.n_threads, opts.n_threads_batch, opts.n_max, opts.n_gpu_layers) == (512, 1, 1, 3, 0)
+    kw = opts.llama_kwargs()
+    assert (kw["n_ctx"], kw["n_threads"], kw["n_threads_batch"], opts.n_max, kw["n_gpu_layers"]) == (512, 1, 1, 3, 0)
     assert ignored == ["mlock"]
     with pytest.raises(GgufExactError, match="drafts with the MTP drafter only"):
         serving_config(load_profile("cpu").with_overrides(["spec-type=ngram-simple"]), True).engine_options()
     with pytest.raises(GgufExactError, match="one request at a time"):
         serving_config(load_profile("cpu").with_overrides(["parallel=4"]), True).engine_options()
+
+
+def test_threads_default_to_llama_servers(pairs, tmp_path, monkeypatch):
+    """A profile without threads decodes on llama-server's default threads, one-row passes too
+    (llama-cpp-python's own default is cpu_count() // 2 for them: 1 of 2 cores, issue 40): the
+    count llama.cpp's own tools print as their default, here and in a loaded engine."""
+    import re
+    import subprocess
+
+    helped = subprocess.run([server_binary().with_name("llama-bench"), "--help"], capture_output=True, text=True)
+    theirs = int(re.search(r"--threads <n>\s+\(default: (\d+)\)", helped.stdout + helped.stderr).group(1))
+    assert server_threads() == theirs
+    kw = serving_config(load_profile("cpu"), True).engine_options()[0].llama_kwargs()
+    assert (kw["n_threads"], kw["n_threads_batch"]) == (theirs, theirs)
+    llm = load_with_drafter(*pairs["hidden"], profile="cpu", overrides=["ctx-size=256"])
+    try:
+        assert (llm.n_threads, llm.n_threads_batch, llm.context_params.n_threads) == (theirs, theirs, theirs)
+    finally:
+        llm.close()
+    kw = serving_config(load_profile("cpu").with_overrides(["threads-batch=3"]), True).engine_options()[0].llama_kwargs()
+    assert (kw["n_threads"], kw["n_threads_batch"]) == (theirs, 3)
+    # 3 cores of 2 hyperthreads each (sibling masks as Linux writes them), cpu6 missing: 3
+    for cpu, mask in enumerate(["03", "03", "0c", "0c", "30", "30"]):
+        (tmp_path / f"cpu{cpu}" / "topology").mkdir(parents=True)
+        (tmp_path / f"cpu{cpu}" / "topology" / "thread_siblings").write_text(mask + "\n")
+    assert server_threads(tmp_path) == 3
+    # no topology (not Linux): llama.cpp's fallback, every logical CPU up to 4, half above
+    monkeypatch.setattr("os.cpu_count", lambda: 3)
+    assert server_threads(tmp_path / "absent") == 3
+    monkeypatch.setattr("os.cpu_count", lambda: 16)
+    assert server_threads(tmp_path / "absent") == 8
 
 
 def test_load_with_drafter_takes_the_profile(pairs):
