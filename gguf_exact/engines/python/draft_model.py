@@ -86,7 +86,12 @@ class MtpDraftModel(LlamaDraftModel):
         if k <= 0:
             return _NO_DRAFTS
         seconds = self.drafter.seconds
-        drafts = self.drafter.draft(int(input_ids[-1]), pos, k, self.hidden(pos), p_min)
+        rule = llm.rejection  # speculative sampling: drafts drawn from the drafter's q, kept for the target
+        if rule is not None:
+            rule.start_draft(pos)
+        drafts = self.drafter.draft(
+            int(input_ids[-1]), pos, k, self.hidden(pos), p_min, None if rule is None else rule.draw_draft
+        )
         self.length.policy.observe_steps(self.drafter.last_steps, self.drafter.seconds - seconds)
         if call is not None:
             call.pending_drafts = len(drafts)

@@ -19,7 +19,7 @@ import time
 from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Union
+from typing import TYPE_CHECKING, Any, Callable, Union
 
 import llama_cpp
 import numpy as np
@@ -125,11 +125,15 @@ class LlamaDrafter:
         self.seconds = 0.0  # time inside llama_decode
         self.last_steps = 0  # decodes of the latest draft
 
-    def draft(self, token: int, pos: int, n: int, h: HiddenState, p_min: float = 0.0) -> list[int]:
-        """Up to ``n`` greedy draft tokens after ``token`` at ``pos``; ``h`` points to the
+    def draft(
+        self, token: int, pos: int, n: int, h: HiddenState, p_min: float = 0.0,
+        pick: Callable[[np.ndarray], int] | None = None,
+    ) -> list[int]:  # fmt: skip
+        """Up to ``n`` draft tokens after ``token`` at ``pos``; ``h`` points to the
         target's hidden state (``n_embd`` floats) of the row that produced ``token``. The
         draft stops before a token whose probability is below ``p_min``, as llama.cpp's
-        draft-mtp measures it: softmax over the drafter's 10 best logits."""
+        draft-mtp measures it: softmax over the drafter's 10 best logits. Each token is
+        the row's argmax (greedy), or ``pick(row)``'s (speculative sampling draws it)."""
         b, ctx = self.batch, self.ctx
         out: list[int] = []
         self.last_steps = 0
@@ -144,9 +148,9 @@ class LlamaDrafter:
             if rc != 0:
                 raise InputError(f"drafter decode failed with code {rc} at draft step {step}")
             row = self._logits_row()
-            token = int(row.argmax())
             if p_min > 0 and top_probability(row) < p_min:
                 break
+            token = int(row.argmax()) if pick is None else pick(row)
             out.append(token)
             if step + 1 < n:
                 h = llama_cpp_ext.llama_get_embeddings_nextn_ith(ctx, 0)

@@ -12,21 +12,19 @@ drafts...]`` in one batch, samples every row with the request's sampler and keep
 the token the sampler picked; on a mismatch it drops the rest from the KV cache. Each emitted token is sampled
 once, from the target's logits, with the same sampler state as without drafts, so the output follows the
 target's distribution. Greedy, the text is the target alone's but at rare near-ties; sampled, floating-point
-differences between batched and single-token passes often move a draw, so the same seed gives the same
+differences between batched and single-token passes often move a draw: the same seed gives the same
 distribution, not the same text (docs/python-engine.md, "Lossless, and where floating point gets in").
 
-:class:`MtpLlama` is that ``Llama`` with three things added:
+:class:`MtpLlama` is that ``Llama`` with these added:
 
-- :class:`MtpDraftModel`, the draft model: the gemma4-assistant drafter
-  (:class:`.drafter.LlamaDrafter`, an MTP context sharing the target's KV cache) fed
-  the target's hidden state of the row that produced the newest token;
-- ``eval`` that asks for logits on every row only for verification batches (a
-  prompt gets them on its last row, as without a drafter), keeps rows' logits in
-  ``scores`` only when ``logits_all=True`` (logprobs), and records where the last
-  batch started, so the draft model finds its hidden-state row;
-- counters: each call of ``generate`` becomes a :class:`.Generation` (:attr:`MtpLlama.last_generation`:
-  target passes, drafts generated and accepted, timings) and is added to :attr:`MtpLlama.totals` (what
-  ``/metrics`` serves).
+- :class:`MtpDraftModel`, the draft model: the gemma4-assistant drafter (:class:`.drafter.LlamaDrafter`, an MTP
+  context sharing the target's KV cache) fed the target's hidden state of the row that produced the newest token;
+- ``eval`` that asks for logits on every row only for verification batches (a prompt gets them on its last row),
+  keeps rows' logits in ``scores`` only when ``logits_all=True`` (logprobs), and records where the last batch
+  started, so the draft model finds its hidden-state row;
+- counters: each ``generate`` call becomes a :class:`.Generation` (:attr:`MtpLlama.last_generation`), added to
+  :attr:`MtpLlama.totals` (what ``/metrics`` serves);
+- ``rejection_sampling`` (spec-rejection-sampling): sampled requests verify drafts by min(1, p/q) (:mod:`.rejection`).
 
 Everything else (``create_completion``, ``create_chat_completion`` with the GGUF's chat template, streaming,
 stop strings, samplers, grammars, logprobs) is llama-cpp-python's.
@@ -35,7 +33,6 @@ stop strings, samplers, grammars, logprobs) is llama-cpp-python's.
 from __future__ import annotations
 
 import inspect
-import logging
 import time
 from contextlib import ExitStack
 from contextvars import ContextVar
@@ -56,14 +53,13 @@ from gguf_exact.engines.python.completion_stop import CompletionStop
 from gguf_exact.engines.python.draft_model import MtpDraftModel
 from gguf_exact.engines.python.drafter import LlamaDrafter, TargetSide
 from gguf_exact.engines.python.llama_adapter import LlamaAdapter
+from gguf_exact.engines.python.rejection import RejectionSampling
 from gguf_exact.engines.python.request import CURRENT_REQUEST
 from gguf_exact.engines.python.tokenizer import PieceCache
 from gguf_exact.engines.python.totals import SpecTotals
 
 if TYPE_CHECKING:
     from gguf_exact.pair.checks import ServePair
-
-log = logging.getLogger(__name__)
 
 # False: the next generate decodes its whole prompt, as llama-server does for a request with
 # cache_prompt false, instead of resuming from the previous request's KV cache. A context
@@ -109,9 +105,6 @@ class _Call:
         return self.budget - len(self.tokens)
 
 
-# --- the engine ---------------------------------------------------------------------
-
-
 class MtpLlama(LlamaAdapter):
     """A ``llama_cpp.Llama`` on a gemma4 target whose draft model is its MTP drafter.
 
@@ -134,6 +127,7 @@ class MtpLlama(LlamaAdapter):
         n_max: int = 2,
         adaptive: bool = False,
         n_gpu_layers_draft: int | None = None,
+        rejection_sampling: bool = False,
         logits_all: bool = False,
         verbose: bool = False,
         checked: ServePair | Literal[True] | None = None,
@@ -156,6 +150,8 @@ class MtpLlama(LlamaAdapter):
         self._pending_max_tokens: int | None = None
         self._sample_idx: int | None = None
         self.record_margins = False  # keep the target's logits of every emitted token (diagnostics)
+        self.rejection_sampling = rejection_sampling  # spec-rejection-sampling (.rejection), for sampled requests
+        self.rejection: RejectionSampling | None = None  # the rule of the generate call running, if it uses it
         self.last_logits: list[np.ndarray | None] = []  # with record_margins: the logits behind each token
         self.last_generation: Generation | None = None
         self.totals = SpecTotals()
@@ -305,6 +301,8 @@ class MtpLlama(LlamaAdapter):
     def sample(self, *args: Any, idx: int | None = None, **kwargs: Any) -> int:
         self._sample_idx = idx
         try:
+            if self.rejection is not None and (token := self.rejection.token_at(self, idx)) is not None:
+                return token  # the row verified a draft by speculative sampling
             return super().sample(*args, idx=idx, **kwargs)
         finally:
             self._sample_idx = None
@@ -328,6 +326,8 @@ class MtpLlama(LlamaAdapter):
         self._call, self._verify_next = call, False
         if not PROMPT_CACHE.get():
             self.reset()  # no prefix in common with what is cached: the prompt is decoded whole
+        rule = self.rejection_sampling and self.n_max > 0  # the request's sampler decides (and logs) the rest
+        self.rejection = RejectionSampling.for_call(args, kwargs, self._seed) if rule else None
         inner = super().generate(tokens, *args, **kwargs)
         try:
             sent = None
@@ -345,7 +345,7 @@ class MtpLlama(LlamaAdapter):
         finally:
             inner.close()
             if self._call is call:
-                self._call = None
+                self._call, self.rejection = None, None
             self._finish(call)
 
     def _finish(self, call: _Call) -> None:

@@ -129,6 +129,11 @@ class LlamaAdapter(llama_cpp.Llama):
         """The last decode's logits, ``n_rows`` rows, flat (a view on llama.cpp's buffer)."""
         return np.ctypeslib.as_array(self._ctx.get_logits(), shape=(n_rows * self._n_vocab,))
 
+    def row_logits(self, idx: int) -> np.ndarray:
+        """The logits of position ``idx``'s row of the last decode (a view on llama.cpp's buffer)."""
+        ptr = llama_cpp.llama_get_logits_ith(self.ctx, idx - self.n_tokens)  # negative: from the batch's end
+        return np.ctypeslib.as_array(ptr, shape=(self._n_vocab,))
+
     def mark_evaluated(self) -> None:
         self._requires_eval = False
 

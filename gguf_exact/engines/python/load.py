@@ -145,6 +145,7 @@ def load_with_options(
         n_max=opts.n_max,
         adaptive=opts.adaptive,
         n_gpu_layers_draft=opts.n_gpu_layers_draft,
+        rejection_sampling=opts.rejection_sampling,
         checked=checked,
         **kwargs,
     )

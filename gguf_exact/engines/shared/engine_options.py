@@ -23,6 +23,7 @@ class EngineOptions:
     adaptive: bool = False  # the draft length chosen before each pass, up to n_max (spec-draft-adaptive)
     adaptive_warmup: bool = False  # its pass costs timed at load (spec-draft-adaptive-warmup)
     p_min: float = 0.0  # a draft stops below this drafter confidence (spec-draft-p-min)
+    rejection_sampling: bool = False  # sampled requests verify drafts by min(1, p/q) (spec-rejection-sampling)
     n_gpu_layers: int = 0
     n_gpu_layers_draft: int | None = None  # None: as the target
     flash_attn: bool = True  # llama-server's auto

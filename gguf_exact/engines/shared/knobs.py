@@ -25,9 +25,9 @@ SWITCH = {"on": "on", "enabled": "on", "1": "on", "off": "off", "disabled": "off
 class Knob:
     """One option of a served model. ``default``: what llama-server does without it (None: it
     decides, e.g. from the model); ``python``: the Python engine's default where it differs;
-    ``engines``: the engines that apply it (the Python engine names the others it is given as
-    not applied, unless ``silent``: an option with nothing to do in one in-process engine
-    serving one request at a time); ``draft``: a ``[draft]`` option, applied only with a drafter."""
+    ``engines``: the engines that apply it (an engine names the others it is given as not
+    applied, unless ``silent``: an option with nothing to do there, e.g. in one in-process
+    engine serving one request at a time); ``draft``: a ``[draft]`` option, applied only with a drafter."""
 
     name: str
     flag: str
@@ -150,7 +150,8 @@ class Options:
     rpc: str | None = knob("rpc", kind="str", engines=ONLY_SERVER, help="RPC workers, HOST:PORT[,HOST:PORT...]")
     tensor_split: str | None = knob("tensor-split", "ts", kind="str", engines=ONLY_SERVER,
                                     help="How the layers split over the devices, e.g. 3,1")  # fmt: skip
-    logprobs: bool | None = knob("logprobs", kind="bool", default=False, engines=frozenset({PYTHON}),
+    # silent: llama-server always returns logprobs on request, nothing to name there
+    logprobs: bool | None = knob("logprobs", kind="bool", default=False, engines=frozenset({PYTHON}), silent=True,
                                  help="The Python engine keeps every row's logits (requests may ask for logprobs)")  # fmt: skip
     spec_type: str | None = knob("spec-type", kind="str", draft=True,
                                  help="The speculative decoder; draft-mtp runs the gemma4-assistant drafter")  # fmt: skip
@@ -164,6 +165,12 @@ class Options:
                                  help="The draft length chosen before each pass from measured costs and acceptance")  # fmt: skip
     adaptive_warmup: bool | None = knob("spec-draft-adaptive-warmup", kind="bool", default=False, draft=True,
                                         help="The adaptive length's pass costs timed at start-up")  # fmt: skip
+    # Python engine only until llama-server has the option (issue 38 needs a C++ patch there):
+    # rendered onto its command line, llama-server would refuse an unknown option at start-up.
+    rejection_sampling: bool | None = knob("spec-rejection-sampling", kind="bool", default=False, draft=True,
+                                           engines=frozenset({PYTHON}),
+                                           help="Sampled requests keep a draft with probability min(1, p/q) "
+                                                "(speculative sampling) instead of on exact match")  # fmt: skip
     draft_device: str | None = knob("spec-draft-device", "devd", kind="str", draft=True, engines=ONLY_SERVER,
                                     help="The device the drafter runs on (RPC0, CUDA0, ...)")  # fmt: skip
     draft_threads: int | None = knob("spec-draft-threads", kind="int", minimum=1, draft=True, silent=True,

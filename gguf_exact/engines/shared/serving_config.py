@@ -9,7 +9,8 @@ options already applied: :meth:`~.profiles.Profile.with_overrides`) into a
 :class:`ServingConfig`, refusing a bad value in one line naming the profile and the key.
 Its renderings:
 
-- :meth:`ServingConfig.server_args`: llama-server's command line;
+- :meth:`ServingConfig.server_args`: llama-server's command line (:meth:`ServingConfig.not_applied`
+  names the knobs given that it leaves out);
 - :meth:`ServingConfig.engine_options`: the Python engine's :class:`.EngineOptions`
   (and the options it does not apply, for a note);
 - :meth:`ServingConfig.memory_inputs`: the memory plan's inputs, as either engine applies them.
@@ -114,6 +115,7 @@ class ServingConfig:
             adaptive=self.value("adaptive", PYTHON),
             adaptive_warmup=self.value("adaptive_warmup", PYTHON),
             p_min=self.value("p_min", PYTHON),
+            rejection_sampling=bool(self.value("rejection_sampling", PYTHON)),
             n_gpu_layers=AUTO_LAYERS if ngl < 0 else ngl,  # llama.cpp: any negative count offloads every layer
             n_gpu_layers_draft=None if given_ngld is None else (AUTO_LAYERS if ngld < 0 else ngld),
             flash_attn=self.flash_attn != "off",  # auto: on, as llama-server turns it on for CPU and CUDA
@@ -122,8 +124,11 @@ class ServingConfig:
             n_batch=self.value("batch_size", PYTHON),
             n_ubatch=self.value("ubatch_size", PYTHON),
         )
-        ignored = [KNOB[n].flag for n in self.given if PYTHON not in KNOB[n].engines and not KNOB[n].silent]
-        return options, ignored + [key for key, _ in self.passthrough]
+        return options, self.not_applied(PYTHON) + [key for key, _ in self.passthrough]
+
+    def not_applied(self, engine: str) -> list[str]:
+        """The knobs given that ``engine`` does not apply, for a note (silent ones left out)."""
+        return [KNOB[n].flag for n in self.given if engine not in KNOB[n].engines and not KNOB[n].silent]
 
     def memory_inputs(self, engine: str = LLAMA_SERVER) -> MemoryInputs:
         """The memory plan's inputs as ``engine`` applies the profile: llama-server, or the Python

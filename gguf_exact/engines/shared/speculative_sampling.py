@@ -13,8 +13,8 @@ p and q are what the request's sampler chain draws from, not plain softmaxes:
 (``common_sampler_init`` in ``common/sampling.cpp``, the samplers in
 ``src/llama-sampler.cpp``) for temperature, top-k, top-p and min-p;
 :func:`why_not_mirrored` names what else in a request changes p (penalties, grammar,
-logit bias...), where an engine must keep exact match. Pure numpy, no I/O; the engines
-do not call it yet (issue 38).
+logit bias...), where an engine must keep exact match. Pure numpy, no I/O; the Python engine
+calls it with ``spec-rejection-sampling`` (:mod:`gguf_exact.engines.python.rejection`), llama-server not yet.
 """
 
 from __future__ import annotations

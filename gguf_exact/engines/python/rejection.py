@@ -1,0 +1,133 @@
+"""Speculative sampling in the Python engine (``spec-rejection-sampling``, issue 38).
+
+With the option on, a sampled request whose sampler chain the rule can mirror
+(:func:`~gguf_exact.engines.shared.speculative_sampling.why_not_mirrored`) drafts and
+verifies as Leviathan et al. do: the drafter *samples* each draft token x from
+q = its chain distribution, and the target's row that verifies x keeps it with
+probability min(1, p(x)/q(x)), else returns a token from the normalised residual
+max(0, p - q). ``Llama.generate`` then sees that token differ from the draft and
+truncates as it does on any mismatch. Rows with no draft to verify (the prompt's last,
+the bonus row) sample with llama.cpp's sampler as without the option.
+
+Greedy requests (temperature 0) never use it: exact match is already exact there and
+the text stays byte for byte what it was. Other chains the rule cannot mirror
+(penalties, grammar, logit bias, a negative temperature...) keep exact match, said once
+in the log per request.
+"""
+
+from __future__ import annotations
+
+import inspect
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+import llama_cpp
+import numpy as np
+
+from gguf_exact.engines.python.llama_adapter import LlamaAdapter
+from gguf_exact.engines.shared.speculative_sampling import chain_probabilities, why_not_mirrored
+
+log = logging.getLogger(__name__)
+
+_GENERATE = inspect.signature(llama_cpp.Llama.generate)
+MIN_KEEP = 1  # llama-cpp-python's chain keeps at least one candidate (Llama._init_sampler)
+
+
+@dataclass(frozen=True)
+class SamplerView:
+    """A request's sampler as ``Llama.generate`` was given it, with the names the rule reads."""
+
+    temperature: float
+    top_k: int
+    top_p: float
+    min_p: float
+    typical_p: float
+    repeat_penalty: float
+    frequency_penalty: float
+    presence_penalty: float
+    mirostat_mode: int
+    grammar: Any
+
+
+def sampler_view(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[SamplerView, Any]:
+    """The sampler of a ``generate(tokens, *args, **kwargs)`` call, and its logits processors."""
+    bound = _GENERATE.bind(None, None, *args, **kwargs)
+    bound.apply_defaults()
+    a = bound.arguments
+    view = SamplerView(
+        temperature=a["temp"], top_k=a["top_k"], top_p=a["top_p"], min_p=a["min_p"], typical_p=a["typical_p"],
+        repeat_penalty=a["repeat_penalty"], frequency_penalty=a["frequency_penalty"],
+        presence_penalty=a["presence_penalty"], mirostat_mode=a["mirostat_mode"], grammar=a["grammar"],
+    )  # fmt: skip
+    return view, a["logits_processor"]
+
+
+def _draw(weights: np.ndarray, rng: np.random.Generator) -> int:
+    """A token drawn from ``weights`` (non-negative, not all 0), normalised."""
+    ids = np.flatnonzero(weights)
+    cum = np.cumsum(weights[ids])
+    return int(ids[min(int(np.searchsorted(cum, rng.random() * cum[-1], side="right")), ids.size - 1)])
+
+
+class RejectionSampling:
+    """One ``generate`` call's rule: the request's sampler, a seeded generator, and the
+    q of each draft token not yet verified, by the position it was drafted for."""
+
+    def __init__(self, sampler: SamplerView, seed: int) -> None:
+        self.sampler = sampler
+        # the request's seed, as llama.cpp's dist sampler takes it (its default: a random one)
+        self.rng = np.random.default_rng(None if seed == llama_cpp.LLAMA_DEFAULT_SEED else seed)
+        self.pending: dict[int, tuple[int, np.ndarray]] = {}
+        self._next = 0
+
+    @classmethod
+    def for_call(cls, args: tuple[Any, ...], kwargs: dict[str, Any], seed: int) -> RejectionSampling | None:
+        """The rule for a ``generate`` call, or None where drafts stay on exact match (logged)."""
+        view, processors = sampler_view(args, kwargs)
+        if view.temperature == 0:
+            log.info("spec-rejection-sampling: a greedy request keeps exact match (lossless there)")
+            return None
+        reason = why_not_mirrored(view)
+        if reason is None and processors:
+            reason = (
+                "logits processors (logit_bias) change the target's distribution in a way the drafter cannot mirror"
+            )
+        if reason is not None:
+            log.info("spec-rejection-sampling: this request keeps exact match: %s", reason)
+            return None
+        return cls(view, seed)
+
+    def start_draft(self, pos: int) -> None:
+        """A draft after the token at ``pos`` begins: its tokens go to ``pos + 1``, ``pos + 2``..."""
+        self.pending.clear()
+        self._next = pos + 1
+
+    def draw_draft(self, logits: np.ndarray) -> int:
+        """The next draft token, sampled from the drafter's chain distribution q of ``logits``."""
+        q = chain_probabilities(logits, self.sampler, min_keep=MIN_KEEP)
+        token = _draw(q, self.rng)
+        self.pending[self._next] = (token, q)
+        self._next += 1
+        return token
+
+    def token_at(self, llm: LlamaAdapter, idx: int | None) -> int | None:
+        """The target's token at row ``idx`` of ``llm``'s last decode when that row verifies a
+        pending draft (the draft, or one from the residual); None: the row samples as usual."""
+        if idx is None or idx + 1 >= llm.n_tokens:
+            return None
+        draft = self.pending.pop(idx + 1, None)
+        if draft is None or draft[0] != llm.input_ids[idx + 1]:
+            return None
+        return self.verify(llm.row_logits(idx), *draft)
+
+    def verify(self, logits: np.ndarray, token: int, q: np.ndarray) -> int:
+        """The target's token for a row whose ``logits`` verify the draft ``token`` drawn from
+        ``q``: the draft with probability min(1, p/q), else one from max(0, p - q)."""
+        p = chain_probabilities(logits, self.sampler, min_keep=MIN_KEEP)
+        if self.rng.random() < min(1.0, p[token] / q[token]):
+            return token
+        return _draw(np.maximum(p - q, 0.0), self.rng)  # not all 0: p(x) < q(x) somewhere else p > q
+
+
+__all__ = ["RejectionSampling", "SamplerView", "sampler_view"]
