@@ -12,7 +12,7 @@ from types import SimpleNamespace
 
 import numpy as np
 import pytest
-from test_speculative_sampling import chi2_threshold, g_test
+from goodness_of_fit import chi2_threshold, g_test
 
 from gguf_exact.engines.python import rejection
 from gguf_exact.engines.python.engine import MtpLlama

@@ -9,6 +9,7 @@ from typing import Callable
 
 import numpy as np
 import pytest
+from goodness_of_fit import chi2_threshold, g_test
 
 from gguf_exact.engines.shared.sampling_defaults import SERVER_SAMPLING
 from gguf_exact.engines.shared.speculative_sampling import (
@@ -156,29 +157,6 @@ def test_speculative_step_by_hand():
 # ---------------------------------------------------------------- distribution exactness
 
 V, N, TOKENS, START = 12, 20_000, 3, 0
-Z_1E4 = 3.719016485455709  # the standard normal's 1 - 1e-4 quantile
-
-
-def chi2_threshold(df: int) -> float:
-    """The chi-square distribution's 1 - 1e-4 quantile at ``df`` (Wilson-Hilferty; within 1% from df 5)."""
-    return df * (1 - 2 / (9 * df) + Z_1E4 * math.sqrt(2 / (9 * df))) ** 3
-
-
-def g_test(observed: np.ndarray, expected: np.ndarray) -> tuple[float, int]:
-    """(G, degrees of freedom): cells expected below 5 pooled into one (with the smallest
-    other cell while the pool is under 5); a count in a cell the target cannot reach is inf."""
-    o, e = observed.ravel().astype(float), expected.ravel() * observed.sum()
-    if o[e == 0].sum():
-        return math.inf, 0
-    small = e < 5
-    if small.any() and e[small].sum() < 5:
-        small[np.argmin(np.where(small, np.inf, e))] = True
-    cells_o = np.append(o[~small], o[small].sum())
-    cells_e = np.append(e[~small], e[small].sum())
-    nz = cells_o > 0
-    return float(2 * np.sum(cells_o[nz] * np.log(cells_o[nz] / cells_e[nz]))), len(cells_o) - 1
-
-
 def draw(rows: np.ndarray, u: np.ndarray) -> np.ndarray:
     """Inverse-CDF sampling of each row (token order) at its uniform, as llama.cpp's dist."""
     cum = np.cumsum(rows, axis=-1)
