@@ -99,7 +99,7 @@ def test_a_broken_residual_fails(engine, pair, monkeypatch):
 
     def from_p(self, logits, token, q):
         p = chain_probabilities(logits, self.sampler, min_keep=1)
-        return token if self.rng.random() < min(1.0, p[token] / q[token]) else rejection._draw(p, self.rng)
+        return token if self.rng.random() < min(1.0, p[token] / q[token]) else rejection.draw(p, self.rng)
 
     monkeypatch.setattr(rejection.RejectionSampling, "verify", from_p)
     prompt = engine.tokenize(PROMPT)

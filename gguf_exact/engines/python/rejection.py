@@ -26,7 +26,7 @@ import llama_cpp
 import numpy as np
 
 from gguf_exact.engines.python.llama_adapter import LlamaAdapter
-from gguf_exact.engines.shared.speculative_sampling import chain_probabilities, why_not_mirrored
+from gguf_exact.engines.shared.speculative_sampling import chain_probabilities, draw, verify_row, why_not_mirrored
 
 log = logging.getLogger(__name__)
 
@@ -61,13 +61,6 @@ def sampler_view(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Sampler
         presence_penalty=a["presence_penalty"], mirostat_mode=a["mirostat_mode"], grammar=a["grammar"],
     )  # fmt: skip
     return view, a["logits_processor"]
-
-
-def _draw(weights: np.ndarray, rng: np.random.Generator) -> int:
-    """A token drawn from ``weights`` (non-negative, not all 0), normalised."""
-    ids = np.flatnonzero(weights)
-    cum = np.cumsum(weights[ids])
-    return int(ids[min(int(np.searchsorted(cum, rng.random() * cum[-1], side="right")), ids.size - 1)])
 
 
 class RejectionSampling:
@@ -106,7 +99,7 @@ class RejectionSampling:
     def draw_draft(self, logits: np.ndarray) -> int:
         """The next draft token, sampled from the drafter's chain distribution q of ``logits``."""
         q = chain_probabilities(logits, self.sampler, min_keep=MIN_KEEP)
-        token = _draw(q, self.rng)
+        token = draw(q, self.rng)
         self.pending[self._next] = (token, q)
         self._next += 1
         return token
@@ -124,10 +117,7 @@ class RejectionSampling:
     def verify(self, logits: np.ndarray, token: int, q: np.ndarray) -> int:
         """The target's token for a row whose ``logits`` verify the draft ``token`` drawn from
         ``q``: the draft with probability min(1, p/q), else one from max(0, p - q)."""
-        p = chain_probabilities(logits, self.sampler, min_keep=MIN_KEEP)
-        if self.rng.random() < min(1.0, p[token] / q[token]):
-            return token
-        return _draw(np.maximum(p - q, 0.0), self.rng)  # not all 0: p(x) < q(x) somewhere else p > q
+        return verify_row(chain_probabilities(logits, self.sampler, min_keep=MIN_KEEP), q, token, self.rng)
 
 
 __all__ = ["RejectionSampling", "SamplerView", "sampler_view"]

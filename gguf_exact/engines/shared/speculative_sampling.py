@@ -72,7 +72,7 @@ def why_not_mirrored(sampler: object) -> str | None:
             return f"{name} {value!r} is not a finite number"
     if not isinstance(getattr(sampler, "top_k", None), numbers.Integral):
         return f"top_k {getattr(sampler, 'top_k', None)!r} is not an integer"
-    if getattr(sampler, "temperature") < 0:
+    if sampler.temperature < 0:
         # llama-server samples greedily there, llama-cpp-python untruncated at temperature 1
         return "a negative temperature means different chains in the two engines"
     for name, no_op in NO_OP_VALUES.items():
@@ -225,11 +225,28 @@ def speculative_step(
     return n, np.take_along_axis(ids, pick[..., None], axis=-1)[..., 0]
 
 
+def draw(weights: np.ndarray, rng: np.random.Generator) -> int:
+    """A token drawn from ``weights`` (non-negative, not all 0), normalised."""
+    ids = np.flatnonzero(weights)
+    cum = np.cumsum(weights[ids])
+    return int(ids[min(int(np.searchsorted(cum, rng.random() * cum[-1], side="right")), ids.size - 1)])
+
+
+def verify_row(p: np.ndarray, q: np.ndarray, token: int, rng: np.random.Generator) -> int:
+    """One row of the rule, for an engine that verifies row by row: the draft ``token`` (drawn
+    from ``q``) with probability min(1, p/q), else a token from max(0, p - q), normalised."""
+    if rng.random() < min(1.0, p[token] / q[token]):
+        return token
+    return draw(np.maximum(p - q, 0.0), rng)  # not all 0: p(x) < q(x), so p > q somewhere else
+
+
 __all__ = [
     "NO_OP_VALUES",
     "ChainSettings",
     "acceptance_rate",
     "chain_probabilities",
+    "draw",
     "speculative_step",
+    "verify_row",
     "why_not_mirrored",
 ]
