@@ -72,7 +72,8 @@ def why_not_mirrored(sampler: object) -> str | None:
             return f"{name} {value!r} is not a finite number"
     if not isinstance(getattr(sampler, "top_k", None), numbers.Integral):
         return f"top_k {getattr(sampler, 'top_k', None)!r} is not an integer"
-    if sampler.temperature < 0:
+    temperature = float(getattr(sampler, "temperature", 0.0))  # checked a finite number above
+    if temperature < 0:
         # llama-server samples greedily there, llama-cpp-python untruncated at temperature 1
         return "a negative temperature means different chains in the two engines"
     for name, no_op in NO_OP_VALUES.items():
