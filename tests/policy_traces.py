@@ -7,6 +7,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field, replace
 
+from gguf_exact.engines.shared.acceptance_class import GREEDY, SAMPLED_EXACT
 from gguf_exact.engines.shared.draft_policy import DraftPolicy, PolicySettings
 
 # seconds per verification pass of r rows
@@ -57,6 +58,8 @@ def simulate(
     settings: PolicySettings | None = None,
     seeds: dict[int, float] | None = None,
     slow_steps: dict[int, float] | None = None,
+    requests: dict[int, tuple[str, list[Stream]]] | None = None,
+    tell_class: bool = True,
 ) -> tuple[list[int], DraftPolicy]:
     """Drive a fresh policy for ``passes`` passes; the k chosen before each. ``seeds``: pass
     costs by rows timed before the first pass (an engine's start-up), given first. ``events``
@@ -65,7 +68,9 @@ def simulate(
     added to a pass whose row count differs from the pass before (llama.cpp's graph rebuilt);
     ``results_without_drafts=False``: a pass without drafts gets no ``observe_result``, as in
     both engines; ``settings`` (``n_max`` ignored) for the defaults; ``slow_steps``: pass i's
-    drafter steps at ``slow_steps[i]`` times their cost."""
+    drafter steps at ``slow_steps[i]`` times their cost. ``requests``: from pass i on, requests of
+    acceptance class c whose drafts follow these streams (the engine names the class to the policy
+    when a request starts; ``tell_class=False``: it does not, as before issue 38 item 4)."""
     streams = [Stream(s.rate, s.then, s.after) for s in streams]  # fresh counters
     policy = DraftPolicy(replace(settings or PolicySettings(), n_max=n_max))
     for rows, seconds in (seeds or {}).items():
@@ -74,6 +79,12 @@ def simulate(
             events.append(("seed", rows, seconds))
     ks, prev = [], 0
     for i in range(passes):
+        if i in (requests or {}):
+            name, streams = requests[i][0], [Stream(s.rate, s.then, s.after) for s in requests[i][1]]
+            if tell_class:
+                policy.set_class(name)
+                if events is not None:
+                    events.append(("class", name))
         k = policy.choose(limit)
         accepted = 0
         for j in range(k):
@@ -179,6 +190,8 @@ def read_trace(path) -> list[tuple[PolicySettings, list[tuple], list[int]]]:
             events.append((w[0], int(w[1]), float(w[2])))
         elif w[0] == "result":
             events.append(("result", int(w[1]), int(w[2])))
+        elif w[0] == "class":
+            events.append(("class", w[1]))
         else:
             raise ValueError(f"{path}: unknown trace line {line!r}")
     assert sections, f"{path}: no settings line"
@@ -197,6 +210,41 @@ def replay_python(settings: PolicySettings, events: list[tuple]) -> list[int]:
             policy.observe_steps(e[1], e[2])
         elif e[0] == "seed":
             policy.seed(e[1], e[2])
+        elif e[0] == "class":
+            policy.set_class(e[1])
         else:
             policy.observe_result(e[1], e[2])
     return ks
+
+
+# Greedy requests, then sampled ones (issue 38 item 4): on E2B's curve the drafter real-like at greedy
+# exact match and right at 0.3 at every depth when the target samples its tokens (exact match keeps
+# a draft only with the target's probability of it), three of each in turn, 40 passes each
+SAMPLED_LOW = (Stream(0.3),) * 4
+CLASS_SWITCHES = {
+    i * 40: (GREEDY, list(REAL_LIKE)) if i % 2 == 0 else (SAMPLED_EXACT, list(SAMPLED_LOW)) for i in range(6)
+}
+
+
+def class_switches(events: list[tuple] | None = None, tell_class: bool = True, settings: PolicySettings | None = None):
+    """The CLASS_SWITCHES run: bound 4, E2B's curve, step and switch, unseeded; ``tell_class=False``:
+    the policy is not told the requests' classes (one set of counts, as before)."""
+    return simulate(
+        CURVES["e2b"], E2B_STEP, list(REAL_LIKE), 240, events=events, switch=E2B_SWITCH, settings=settings,
+        requests=CLASS_SWITCHES, tell_class=tell_class,
+    )  # fmt: skip
+
+
+def pass_yields(events: list[tuple]) -> list[tuple[int, float]]:
+    """(tokens, seconds) of each pass of a recorded run: the accepted drafts and the target's token,
+    in the target's pass and the drafter steps before it."""
+    out: list[tuple[int, float]] = []
+    seconds = 0.0
+    for e in events:
+        if e[0] == "pass":
+            seconds = e[2]
+        elif e[0] == "steps":
+            seconds += e[2]
+        elif e[0] == "result":
+            out.append((e[2] + 1, seconds))
+    return out

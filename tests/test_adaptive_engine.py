@@ -205,3 +205,33 @@ def test_the_warmup_decodes_on_a_thread_of_its_own_that_ends():
     [worker] = llm.threads
     assert worker is not threading.current_thread() and worker.name == "gguf-exact-pass-timing"
     assert not worker.is_alive()
+
+
+def test_each_request_names_its_acceptance_class_to_the_policy(pairs, tmp_path, monkeypatch):
+    # issue 38 item 4: greedy, sampled with exact match, sampled with spec-rejection-sampling, greedy
+    # again; each class's drafts counted apart (the hidden drafter always right greedy, not sampled),
+    # the greedy counts kept while the sampled requests ran. The trace says each change ("class"
+    # lines, as llama-server's) and replays to the policy's own choices
+    target, drafter = pairs["hidden"]
+    order = ((Sampling(), False), (SEEDED, False), (SEEDED, True), (Sampling(), True))
+    for adaptive in (False, True):
+        monkeypatch.setenv("LLAMA_SPEC_DRAFT_TRACE", str(tmp_path / f"policy-{adaptive}"))
+        seen = []
+        with Runner(target, drafter, n_ctx=512) as r:
+            for sampling, rule in order:
+                r.llm.rejection_sampling = rule
+                r.generate(PROMPTS[0], 24, 3, sampling=sampling, adaptive=adaptive)
+                p = r.llm.draft_length.policy
+                parked = {c: (list(t), list(a)) for c, (t, a) in p.parked.items()}  # copies: they go on counting
+                seen.append((p.current_class, list(p.tried), list(p.accepted), parked))
+        assert [s[0] for s in seen] == ["greedy", "sampled-exact", "sampled-rejection", "greedy"]
+        assert seen[1][3]["greedy"] == (seen[0][1], seen[0][2])  # parked as the first request left it
+        assert seen[3][3] == {"sampled-exact": seen[1][1:3], "sampled-rejection": seen[2][1:3]}
+        settings, events, chosen = read_trace(tmp_path / f"policy-{adaptive}.0")[-1]  # the bound of 3's
+        assert [e[1] for e in events if e[0] == "class"] == ["sampled-exact", "sampled-rejection", "greedy"]
+        assert replay_python(settings, events) == chosen
+        if not adaptive:  # 3 drafts every pass: every class counted at depth 1
+            assert seen[3][1] == seen[3][2] and seen[3][1][0] > seen[0][1][0] > 4  # greedy: all kept
+            assert all(a < t for _, tried, accepted, _ in seen[1:3] for a, t in zip(accepted, tried))
+        else:
+            assert len(chosen) >= 60

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import pytest
-from policy_traces import CURVES, Stream, burst, one_dear_timing, simulate
+from policy_traces import CURVES, Stream, burst, class_switches, one_dear_timing, pass_yields, simulate
 
 from gguf_exact.engines.shared.stats import parse_metrics
+from gguf_exact.engines.shared.acceptance_class import GREEDY, SAMPLED_EXACT, SAMPLED_REJECTION, acceptance_class
 from gguf_exact.engines.shared.draft_policy import DraftPolicy, PolicySettings
 from gguf_exact.engines.shared.policy_snapshot import parse_snapshot, snapshot_metrics
 
@@ -387,3 +388,57 @@ def test_the_policy_says_why_it_chose_its_length() -> None:
     for _ in range(40):
         low.observe_result(1, 0)
     assert low.choose(1) == 0 and low.reason.startswith("acceptance too low: ")
+
+
+def test_a_requests_acceptance_class_is_its_temperature_and_rule() -> None:
+    cases = ((0.0, False), (0.0, True), (-1.0, True), (0.8, False), (1.0, True))
+    assert [acceptance_class(t, rule) for t, rule in cases] == [
+        GREEDY,
+        GREEDY,
+        GREEDY,
+        SAMPLED_EXACT,
+        SAMPLED_REJECTION,
+    ]
+
+
+def test_each_acceptance_class_keeps_its_own_counts() -> None:
+    policy = DraftPolicy(PolicySettings(n_max=2))
+    policy.observe_result(2, 2)  # greedy, the class a policy starts in
+    assert policy.set_class(SAMPLED_EXACT) and not policy.set_class(SAMPLED_EXACT)
+    assert policy.tried == [0.0, 0.0] and policy.acceptance(1) == 0.5  # never seen: the prior
+    policy.observe_result(2, 0)
+    assert policy.tried == [1.0, 0.0] and policy.acceptance(1) == 0.25  # (0 + 0.5) / (1 + 1)
+    assert policy.set_class(GREEDY)  # its counts as it left them
+    assert (policy.tried, policy.accepted, policy.acceptance(1)) == ([1.0, 1.0], [1.0, 1.0], 0.75)
+    assert policy.parked == {SAMPLED_EXACT: ([1.0, 0.0], [0.0, 0.0])}
+    with pytest.raises(ValueError, match="unknown acceptance class 'hot'"):
+        policy.set_class("hot")
+
+
+def test_sampled_requests_after_greedy_ones_are_never_drafted_at_a_loss() -> None:
+    # issue 38 item 4, E2B's curve: greedy requests (real-like drafter: 3 drafts pay, 11.7 tokens/s
+    # expected against the target alone's 10) and sampled ones (exact match right at 0.3: no length
+    # pays) in turn, 40 passes each. Told each request's class, the policy prices each by its own counts
+    ev_new: list[tuple] = []
+    ev_old: list[tuple] = []
+    new, _ = class_switches(events=ev_new)
+    old, _ = class_switches(events=ev_old, tell_class=False)
+    assert new[:40] == old[:40]  # the first greedy request alike
+    # the first sampled request: the old policy drafts 3 on the greedy counts until five misses
+    # pulled them down; the new one starts from the prior (no length pays) and probes twice
+    assert old[40:48] == [3, 3, 3, 3, 3, 0, 0, 0] and new[40:48] == [0] * 7 + [1]
+    # greedy again: the new policy drafts 3 from its first pass; the old one stays at the target
+    # alone (a probe's one draft at 92 its only drafts)
+    assert new[80:120] == [3] * 40 and old[80:120] == [0] * 12 + [1] + [0] * 27
+    sampled = [i for i in range(240) if (i // 40) % 2]
+    assert sum(new[i] for i in sampled) == 4 and sum(old[i] for i in sampled) == 26
+    # tokens and seconds, each pass's accepted drafts + 1 against its pass and drafter steps: the
+    # target alone makes 10 tokens/s. Whole run: 1.07x it against 0.958x (a loss); the sampled
+    # requests alone 0.955x (four one-draft probes, the switches back to one row) against 0.887x
+    rates = []
+    for ev in (ev_new, ev_old):
+        y = pass_yields(ev)
+        tokens, seconds = sum(t for t, _ in y), sum(s for _, s in y)
+        s_tokens, s_seconds = sum(y[i][0] for i in sampled), sum(y[i][1] for i in sampled)
+        rates.append((tokens, round(seconds, 4), s_tokens, round(s_seconds, 4)))
+    assert rates == [(420, 39.2327, 120, 12.5658), (287, 29.9464, 123, 13.8642)]

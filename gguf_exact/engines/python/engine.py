@@ -53,7 +53,7 @@ from gguf_exact.engines.python.completion_stop import CompletionStop
 from gguf_exact.engines.python.draft_model import MtpDraftModel
 from gguf_exact.engines.python.drafter import LlamaDrafter, TargetSide
 from gguf_exact.engines.python.llama_adapter import LlamaAdapter
-from gguf_exact.engines.python.rejection import RejectionSampling
+from gguf_exact.engines.python.rejection import RejectionSampling, call_class
 from gguf_exact.engines.python.request import CURRENT_REQUEST
 from gguf_exact.engines.python.tokenizer import PieceCache
 from gguf_exact.engines.python.totals import SpecTotals
@@ -328,6 +328,7 @@ class MtpLlama(LlamaAdapter):
             self.reset()  # no prefix in common with what is cached: the prompt is decoded whole
         rule = self.rejection_sampling and self.n_max > 0  # the request's sampler decides (and logs) the rest
         self.rejection = RejectionSampling.for_call(args, kwargs, self._seed) if rule else None
+        self.draft_length.policy.set_class(call_class(args, kwargs, self.rejection))  # its acceptance's counts
         inner = super().generate(tokens, *args, **kwargs)
         try:
             sent = None

@@ -56,6 +56,12 @@ class TracedPolicy(DraftPolicy):
         self._write(f"steps {steps} {seconds!r}\n")
         super().observe_steps(steps, seconds)
 
+    def set_class(self, name: str) -> bool:
+        changed = super().set_class(name)
+        if changed:  # as llama-server writes it: on a change only
+            self._write(f"class {name}\n")
+        return changed
+
     def observe_result(self, drafted: int, accepted: int) -> None:
         self._write(f"result {drafted} {accepted}\n")
         super().observe_result(drafted, accepted)

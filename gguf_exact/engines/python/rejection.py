@@ -26,6 +26,7 @@ import llama_cpp
 import numpy as np
 
 from gguf_exact.engines.python.llama_adapter import LlamaAdapter
+from gguf_exact.engines.shared.acceptance_class import acceptance_class
 from gguf_exact.engines.shared.speculative_sampling import chain_probabilities, draw, verify_row, why_not_mirrored
 
 log = logging.getLogger(__name__)
@@ -61,6 +62,12 @@ def sampler_view(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Sampler
         presence_penalty=a["presence_penalty"], mirostat_mode=a["mirostat_mode"], grammar=a["grammar"],
     )  # fmt: skip
     return view, a["logits_processor"]
+
+
+def call_class(args: tuple[Any, ...], kwargs: dict[str, Any], rule: RejectionSampling | None) -> str:
+    """The acceptance class of a ``generate`` call (the draft-length policy's counts for it): its
+    temperature and whether ``rule`` verifies its drafts (:mod:`~gguf_exact.engines.shared.acceptance_class`)."""
+    return acceptance_class(sampler_view(args, kwargs)[0].temperature, rule is not None)
 
 
 class RejectionSampling:
@@ -120,4 +127,4 @@ class RejectionSampling:
         return verify_row(chain_probabilities(logits, self.sampler, min_keep=MIN_KEEP), q, token, self.rng)
 
 
-__all__ = ["RejectionSampling", "SamplerView", "sampler_view"]
+__all__ = ["RejectionSampling", "SamplerView", "call_class", "sampler_view"]

@@ -1,84 +1,76 @@
-"""The draft length chosen while speculation runs: before each target pass, the k (0 = the
-target alone) that maximises expected tokens per second on this machine, for this text.
+"""The draft length chosen while speculation runs: before each target pass, the k (0 = the target alone) that
+maximises expected tokens per second on this machine, for this text.
 
-For k drafts with per-depth acceptance a_1..a_k (a_j: the chance draft j is right once
-drafts 1..j-1 were), a pass yields ``E(k) = 1 + sum_j prod_{i<=j} a_i`` tokens and costs
-``T(k) = k * drafter_step + pass_cost(k + 1)``; the policy picks ``argmax E(k) / T(k)``
-for k in 0..min(n_max, limit). Its inputs are measured online:
+For k drafts with per-depth acceptance a_1..a_k (a_j: the chance draft j is right once drafts 1..j-1 were), a
+pass yields ``E(k) = 1 + sum_j prod_{i<=j} a_i`` tokens and costs ``T(k) = k * drafter_step + pass_cost(k + 1)``;
+the policy picks ``argmax E(k) / T(k)`` for k in 0..min(n_max, limit). Its inputs are measured online:
 
-- ``pass_cost(r)``: the target's decode of r rows, the lowest of its last ``cost_window``
-  steady timings per row count. Seeded (:meth:`DraftPolicy.seed`) by the engine's start-up,
-  where ``spec-draft-adaptive-warmup`` is on (the shipped profiles): each row count timed
-  there prices it until its first steady pass replaces the seed. Unseeded, a row count not
-  measured yet costs what one row fewer does (optimism: it is tried once, then known; longer
-  ones wait until it is), so a non-monotonic curve (AVX-512's repacked Q4_0 kernels: 4 rows
-  cheaper than 3) is found;
+- ``pass_cost(r)``: the target's decode of r rows, the lowest of its last ``cost_window`` steady timings per row
+  count. Seeded (:meth:`DraftPolicy.seed`) by the engine's start-up, where ``spec-draft-adaptive-warmup`` is on
+  (the shipped profiles): each row count timed there prices it until its first steady pass replaces the seed.
+  Unseeded, a row count not measured yet costs what one row fewer does (optimism: it is tried once, then known;
+  longer ones wait until it is), so a non-monotonic curve (AVX-512's repacked Q4_0 kernels: 4 rows cheaper than
+  3) is found;
 - ``drafter_step``: one drafter decode, a running mean (0 until measured);
-- ``a_j``: decayed counts of drafts tried and accepted at depth j, around a prior.
+- ``a_j``: decayed counts of drafts tried and accepted at depth j, around a prior, kept per acceptance class
+  (:mod:`.acceptance_class`: the rule and the request's sampler; the engine names the request's class with
+  :meth:`DraftPolicy.set_class`, a class never seen starts from the prior).
 
-The drafter's own confidence enters through ``p_min``: a draft stops at a token whose
-top probability (softmax over the drafter's 10 best logits, as llama.cpp's draft-mtp)
-is below it.
+The drafter's own confidence enters through ``p_min``: a draft stops at a token whose top probability (softmax
+over the drafter's 10 best logits, as llama.cpp's draft-mtp) is below it.
 
-Timings go stale: a row count not timed in ``cost_max_age`` passes costs at most what one
-row fewer does (so it is tried again where that guess could pay), a single row stale is
-timed again by one pass of the target alone, and a new timing replaces a stale one. Without
-that, one pass timed while the machine was busy (2 rows at 20x their cost) stopped drafting
-for good, since nothing timed 2 rows again; one first pass timed slow (1 row) kept a
-useless drafter drafting.
+Timings go stale: a row count not timed in ``cost_max_age`` passes costs at most what one row fewer does (tried
+again where that guess could pay), a single row stale is timed again by one pass of the target alone, and a new
+timing replaces a stale one. Without that, one pass timed while the machine was busy (2 rows at 20x) stopped
+drafting for good, nothing timing 2 rows again; a slow first pass of 1 row kept a useless drafter drafting.
 
-Switches: llama.cpp reuses a decode's graph only for a batch of the same shape, so a pass
-whose row count differs from the one before also rebuilds and reallocates the graph (on a
-2-core CPU at E2B, 2 rows after 1 cost 167 ms where 2 rows after 2 cost 136). A switch
-pass's timing is therefore not kept for a row count already timed; a row count timed only
-by a switch is provisional, and the policy drafts the same length once more to time it
-steadily, unless the climb goes on: every draft of that pass was right and a longer one is the
-best now (an always-right drafter climbs 1, 2, 3, 4 in four passes, not eight; a length passed
-on the way is timed steadily when the policy comes back to it). And it keeps its last length
-unless another one's rate is ``switch_margin`` better, so two lengths of about one rate do not
-alternate, rebuilding every pass.
+Switches: llama.cpp reuses a decode's graph only for a batch of the same shape, so a pass whose row count
+differs from the one before also rebuilds and reallocates the graph (on a 2-core CPU at E2B, 2 rows after 1 cost
+167 ms where 2 rows after 2 cost 136). A switch pass's timing is therefore not kept for a row count already
+timed; a row count timed only by a switch is provisional, and the policy drafts the same length once more to
+time it steadily, unless the climb goes on: every draft of that pass was right and a longer one is the best now
+(an always-right drafter climbs 1, 2, 3, 4 in four passes, not eight; a length passed on the way is timed
+steadily when the policy comes back to it). And it keeps its last length unless another one's rate is
+``switch_margin`` better, so two lengths of about one rate do not alternate, rebuilding every pass.
 
-One dear timing: a row count costs the lowest of its last ``cost_window`` steady timings, so one
-spike upward (the host busy for a moment) is ignored once it has been timed twice; a steady timing
-above ``burst_ratio`` times its row count's cost is not kept at all (a burst of busy passes filled
-the window, issue 23). And a longer length than the best, timed steadily only once and at least
-``probe_interval`` passes ago, whose rate (the next depth taken on trust) is within ``retime_margin``
-of the best's but below it, is timed again (two passes), at most once every ``probe_interval``
-passes: at E2B on 2 CPU cores 5 rows once timed at 306-344 ms against about 250 made 3 drafts look
-better than 4 until stale. A spuriously low timing leaves its window after ``cost_window`` passes.
+One dear timing: a row count costs the lowest of its last ``cost_window`` steady timings, so one spike upward
+(the host busy for a moment) is ignored once it has been timed twice; a steady timing above ``burst_ratio``
+times its row count's cost is not kept at all (a burst of busy passes filled the window, issue 23). And a longer
+length than the best, timed steadily only once and at least ``probe_interval`` passes ago, whose rate (the next
+depth taken on trust) is within ``retime_margin`` of the best's but below it, is timed again (two passes), at
+most once every ``probe_interval`` passes: at E2B on 2 CPU cores 5 rows once timed at 306-344 ms against about
+250 made 3 drafts look better than 4 until stale. A spuriously low timing leaves its window after
+``cost_window`` passes.
 
-Seeded costs leave nothing for that optimism to explore, and the prior (0.5 at every depth)
-alone would keep an always-right drafter at the target alone until the first scheduled
-probe: so a seeded policy *climbs* until a draft is first rejected, one depth deeper after
-each all-right pass where that could pay with the next depth on trust (a probe's price);
-what seeding saves: ``scripts/sim_draft_policy.py --seeded`` and docs/serving.md.
+Seeded costs leave nothing for that optimism to explore, and the prior (0.5 at every depth) alone would keep an
+always-right drafter at the target alone until the first scheduled probe: so a seeded policy *climbs* until a
+draft is first rejected, one depth deeper after each all-right pass where that could pay with the next depth on
+trust (a probe's price); what seeding saves: ``scripts/sim_draft_policy.py --seeded`` and docs/serving.md.
 
-Recovery: every ``probe_interval`` passes the policy drafts the shortest length longer than its
-best that could pay if the drafter were always right one depth deeper than the best; a failed
-probe doubles the interval (up to ``probe_interval_max``), a successful one halves it, so after a
-change of text drafting comes back, and where longer drafts cannot pay at all (k rows cost k
-passes) nothing is spent on them.
+Recovery: every ``probe_interval`` passes the policy drafts the shortest length longer than its best that could
+pay if the drafter were always right one depth deeper than the best; a failed probe doubles the interval (up to
+``probe_interval_max``), a successful one halves it, so after a change of text drafting comes back, and where
+longer drafts cannot pay at all (k rows cost k passes) nothing is spent on them.
 
-Out of line, priced out (issue 41): a busy start once seeded 2 rows at 3.55 s against 0.17 s for
-1, and nothing re-timed a length never drafted. So a new timing of r rows above ``outlier_ratio``
-times the nearest shorter row count s's cost scaled by r / s is forgotten the first time in a row
-(untimed, it is explored and timed again; a second one out of line stands). And after
-``recheck_interval`` passes priced out (0 drafts, no probe could pay), one pass drafts one token to
-re-time the 2-row pass and the drafter step; a recheck that leaves drafting off doubles the
-interval, up to ``cost_max_age``. :attr:`DraftPolicy.reason` says why the last choice, for
+Out of line, priced out (issue 41): a busy start once seeded 2 rows at 3.55 s against 0.17 s for 1, and nothing
+re-timed a length never drafted. So a new timing of r rows above ``outlier_ratio`` times the nearest shorter row
+count s's cost scaled by r / s is forgotten the first time in a row (untimed, it is explored and timed again; a
+second one out of line stands). And after ``recheck_interval`` passes priced out (0 drafts, no probe could pay),
+one pass drafts one token to re-time the 2-row pass and the drafter step; a recheck that leaves drafting off
+doubles the interval, up to ``cost_max_age``. :attr:`DraftPolicy.reason` says why the last choice, for
 ``status`` and ``/metrics`` (``spec_draft_reason{reason="priced out: 2 rows cost 3.55 s vs 0.17 s"}``).
 
-Deterministic (no RNG, probes on a schedule) and written as plain arithmetic in one
-order, so llama.cpp's ``--spec-draft-adaptive`` (the C++ twin in the build patches
-``builds/patches/*-23[a-g]-*.patch``, header ``common/draft-policy.h``) chooses the
-same k on the same recorded inputs (``tests/test_draft_policy_cpp.py``). Pure: no I/O, no
-clock; callers time their passes and report them.
+Deterministic (no RNG, probes on a schedule) and written as plain arithmetic in one order, so llama.cpp's
+``--spec-draft-adaptive`` (the C++ twin in the build patches ``builds/patches/*-23[a-g]-*.patch``, header
+``common/draft-policy.h``) chooses the same k on the same recorded inputs (``tests/test_draft_policy_cpp.py``).
+Pure: no I/O, no clock; callers time their passes and report them.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from gguf_exact.engines.shared.acceptance_class import ACCEPTANCE_CLASSES, GREEDY
 from gguf_exact.engines.shared.policy_snapshot import PolicySnapshot
 
 # Two rates within this relative margin are a tie, and the shorter draft wins: the C++
@@ -103,9 +95,7 @@ class PolicySettings:
     cost_max_age: int = 128  # in passes: a row count's timing older than this is forgotten
     switch_margin: float = 0.02  # another length must beat the last one's rate by this to switch to it
     burst_ratio: float = 2.0  # a steady timing above this many times its row count's cost is not kept (0: all are)
-    outlier_ratio: float = (
-        2.0  # a new timing above this many times a shorter pass's, scaled by rows, is doubted (0: never)
-    )
+    outlier_ratio: float = 2.0  # a new timing above this many times a shorter pass's, scaled by rows, is doubted
     recheck_interval: int = 32  # passes at 0 drafts, priced out, before one draft re-times the costs (0: never)
 
 
@@ -121,8 +111,10 @@ class DraftPolicy:
     provisional: dict[int, bool] = field(default_factory=dict)  # rows -> timed only by a switch pass
     last_rows: int = 0  # the row count of the pass timed last (0: none yet)
     step_cost: float | None = None  # seconds per drafter step
-    tried: list[float] = field(default_factory=list)  # decayed drafts tried at depth j (index j - 1)
+    tried: list[float] = field(default_factory=list)  # decayed drafts tried at depth j (index j - 1), this class
     accepted: list[float] = field(default_factory=list)  # decayed drafts accepted there
+    current_class: str = GREEDY  # the acceptance class tried and accepted count for (set_class)
+    parked: dict[str, tuple[list[float], list[float]]] = field(default_factory=dict)  # other classes' counts
     interval: int = 0  # current probe interval (0: the settings' base)
     since_probe: int = 0
     probing: int = 0  # the depth of the probe in flight, 0 when the last choice was no probe
@@ -260,6 +252,18 @@ class DraftPolicy:
         return pick
 
     # --- the loop's calls ---
+
+    def set_class(self, name: str) -> bool:
+        """The request starting is of acceptance class ``name``: its counts (a class never seen: none, the
+        prior) price the drafts from now on, the others' kept as they are. True when the class changed."""
+        if name not in ACCEPTANCE_CLASSES:
+            raise ValueError(f"unknown acceptance class {name!r} (one of {', '.join(ACCEPTANCE_CLASSES)})")
+        if name == self.current_class:
+            return False
+        self.parked[self.current_class] = (self.tried, self.accepted)
+        self.tried, self.accepted = self.parked.pop(name, ([0.0] * self.settings.n_max, [0.0] * self.settings.n_max))
+        self.current_class = name
+        return True
 
     def choose(self, limit: int) -> int:
         """How many tokens to draft before the next pass, at most ``limit`` (what the context
@@ -443,8 +447,4 @@ class DraftPolicy:
         )
 
 
-__all__ = [
-    "TIE_MARGIN",
-    "DraftPolicy",
-    "PolicySettings",
-]
+__all__ = ["TIE_MARGIN", "DraftPolicy", "PolicySettings"]
