@@ -11,9 +11,21 @@ from pathlib import Path
 
 import pytest
 from helpers import sdist_files
-from policy_traces import CURVES, Stream, burst, busy_seeds, busy_steps, one_dear_timing, simulate
+from policy_traces import (
+    CLASS_SWITCHES,
+    CURVES,
+    REAL_LIKE,
+    Stream,
+    burst,
+    busy_seeds,
+    busy_steps,
+    class_switches,
+    one_dear_timing,
+    simulate,
+)
 
 from gguf_exact.builds import llama_build, source_patches
+from gguf_exact.engines.shared.acceptance_class import ACCEPTANCE_CLASSES
 from gguf_exact.engines.shared.draft_policy import DraftPolicy, PolicySettings
 
 DRIVER = Path(__file__).parent / "cpp" / "draft_policy_driver.cpp"
@@ -76,6 +88,8 @@ def replay(exe: Path, settings: PolicySettings, events: list[tuple]) -> list[int
             lines.append(f"choose {e[1]}")
         elif e[0] in ("pass", "steps", "seed"):
             lines.append(f"{e[0]} {e[1]} {e[2]!r}")
+        elif e[0] == "class":
+            lines.append(f"class {e[1]}")
         else:
             lines.append(f"result {e[1]} {e[2]}")
     out = subprocess.run([str(exe)], input="\n".join(lines) + "\n", capture_output=True, text=True, check=True)
@@ -94,6 +108,12 @@ def test_the_patch_adds_the_option_the_fields_and_the_policy(patched_tree):
     server = (patched_tree / "tools" / "server" / "server-context.cpp").read_text()
     assert "slot.draft_policy.choose(n_draft_max)" in server
     assert "observe_pass(off, batch.view.size(), t_decode_us)" in server
+    # the request's acceptance class before its passes: its temperature and the rule (spec_rejection,
+    # which the option that brings rejection sampling to llama-server sets per request)
+    assert "set_class(common_draft_class_of(slot.task->params.sampling.temp, slot.spec_rejection))" in server
+    header = (patched_tree / "common" / "draft-policy.h").read_text()
+    names = re.search(r"common_draft_class_names\[COMMON_DRAFT_CLASS_COUNT\] = \{([^}]*)\}", header)
+    assert names is not None and re.findall(r'"([^"]+)"', names.group(1)) == list(ACCEPTANCE_CLASSES)
 
 
 @pytest.mark.parametrize(
@@ -302,3 +322,35 @@ def test_cpp_and_python_price_a_stale_timing_alike(driver):
     run(2, curve)
     assert ks[:6] == [0, 0, 1, 2, 2, 2] and ks[-1] == 2  # 2 drafts at once: the stale 3 rows priced
     assert replay(driver, PolicySettings(n_max=2), events) == ks
+
+
+@pytest.mark.parametrize("tell", [True, False])
+def test_cpp_and_python_keep_acceptance_classes_apart_alike(driver, tell):
+    # issue 38 item 4: greedy and sampled requests in turn, each class's counts its own ("class"
+    # lines, as both engines' traces write them); not told, one set of counts, as before
+    events: list[tuple] = []
+    ks, _ = class_switches(events=events, tell_class=tell)
+    assert replay(driver, PolicySettings(), events) == ks
+    assert [e[1] for e in events if e[0] == "class"] == (
+        [CLASS_SWITCHES[i][0] for i in sorted(CLASS_SWITCHES)] if tell else []
+    )
+    assert ks[80:85] == ([3] * 5 if tell else [0] * 5)
+
+
+@pytest.mark.parametrize("curve", ["gpu", "avx512", "e2b"])
+def test_cpp_and_python_switch_among_all_three_classes_alike_seeded(driver, curve):
+    # every class in turn, the last one coming back after the others served; seeded costs (the climb),
+    # requests of 30 passes, the drafter always right greedy, real-like sampled-rejection, poor sampled-exact
+    right, poor = [Stream(1.0)] * 4, [Stream(0.2)] * 4
+    by_class = dict(zip(ACCEPTANCE_CLASSES, (right, poor, list(REAL_LIKE))))
+    order = ACCEPTANCE_CLASSES[::-1] + ACCEPTANCE_CLASSES + ACCEPTANCE_CLASSES[1:2]
+    requests = {30 * i: (name, by_class[name]) for i, name in enumerate(order)}
+    seeds = {r: 0.9 * c for r, c in CURVES[curve].items()}
+    events: list[tuple] = []
+    ks, policy = simulate(CURVES[curve], 0.002, right, 30 * len(order), events=events, seeds=seeds, requests=requests)
+    assert replay(driver, PolicySettings(n_max=4), events) == ks
+    assert policy.current_class == ACCEPTANCE_CLASSES[1] and set(policy.parked) == {
+        ACCEPTANCE_CLASSES[0],
+        ACCEPTANCE_CLASSES[2],
+    }
+    assert len(set(ks)) >= 2

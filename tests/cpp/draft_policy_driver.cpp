@@ -2,10 +2,12 @@
 // gguf_exact/engines/shared/draft_policy.py) and prints the k of every "choose" line.
 // Input lines: "settings N_MAX PRIOR PRIOR_WEIGHT DECAY COST_WEIGHT PROBE PROBE_MAX COST_MAX_AGE SWITCH_MARGIN COST_WINDOW
 // RETIME_MARGIN BURST_RATIO OUTLIER_RATIO RECHECK_INTERVAL" first, then
-// "choose LIMIT", "pass ROWS SECONDS", "steps N SECONDS", "seed ROWS SECONDS", "result DRAFTED ACCEPTED"; a line starting
+// "choose LIMIT", "pass ROWS SECONDS", "steps N SECONDS", "seed ROWS SECONDS", "result DRAFTED ACCEPTED", "class NAME"
+// (the acceptance class of the requests from there on: greedy, sampled-exact, sampled-rejection); a line starting
 // with "#" is a comment (llama-server's LLAMA_SPEC_DRAFT_TRACE writes this format, with comments).
 #include "draft-policy.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -51,6 +53,16 @@ int main() {
             } else {
                 policy.observe_steps(n, t);
             }
+        } else if (what == "class") {
+            std::string name;
+            std::cin >> name;
+            const auto * end = common_draft_class_names + COMMON_DRAFT_CLASS_COUNT;
+            const auto * at  = std::find_if(common_draft_class_names, end, [&](const char * n) { return name == n; });
+            if (at == end) {
+                std::fprintf(stderr, "unknown acceptance class %s\n", name.c_str());
+                return 2;
+            }
+            policy.set_class((common_draft_class) (at - common_draft_class_names));
         } else if (what == "result") {
             int drafted, accepted;
             std::cin >> drafted >> accepted;
