@@ -122,6 +122,8 @@ def test_both_twins_choose_what_llama_servers_policy_chose_on_what_it_was_told(p
     # 6 requests of 40 tokens: a choice before every pass the budget leaves room for drafts in
     assert settings.n_max == 4 and len(chosen) == sum(e[0] == "choose" for e in events) >= 60
     assert all(s > 0 for e in events if e[0] == "pass" for s in [e[2]])
+    # greedy and seeded requests in turn: each names its acceptance class, a line on each change
+    assert [e[1] for e in events if e[0] == "class"] == ["sampled-exact", "greedy"] * 2 + ["sampled-exact"]
     assert replay_python(settings, events) == chosen
     with open(trace) as f:
         out = subprocess.run([str(driver)], stdin=f, capture_output=True, text=True, check=True)
