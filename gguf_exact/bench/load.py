@@ -124,7 +124,8 @@ def client_streams(
             replies[c].append(r)
             i += 1
 
-    threads = [threading.Thread(target=stream, args=(c,)) for c in range(clients)]
+    # daemons: Ctrl-C ends the run (and its servers, stopped on the way out) without waiting for replies
+    threads = [threading.Thread(target=stream, args=(c,), daemon=True) for c in range(clients)]
     for t in threads:
         t.start()
     t0 = time.perf_counter()
