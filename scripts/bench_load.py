@@ -27,9 +27,10 @@ import platform
 import sys
 import tempfile
 import time
+from functools import partial
 from pathlib import Path
 
-from gguf_exact.bench.load import ARMS, SAMPLERS, LoadRequest, measure_load, table
+from gguf_exact.bench.load import ARMS, SAMPLERS, LoadRequest, LoadResult, measure_load, table
 from gguf_exact.bench.plot import plot_load
 from gguf_exact.bench.prompt_set import load_prompts
 from gguf_exact.errors import GgufExactError
@@ -73,6 +74,13 @@ def pairs_from(args: argparse.Namespace, scratch: Path) -> dict[str, tuple[Path,
             write_drafter(drafter, args.shape.upper(), kind, cycle_ids(gemma4_vocabulary()), target)
         out[kind] = (target, drafter)
     return out
+
+
+def keep(out: Path, results: list[dict], files: list[str], group: list[LoadResult]) -> None:
+    """Add a slot count's results to ``results`` and write them all to ``out/partial.json``
+    (a long run interrupted keeps what it finished)."""
+    results.extend(r.as_dict() | {"files": files} for r in group)
+    (out / "partial.json").write_text(json.dumps(results, indent=1) + "\n")
 
 
 def main() -> int:
@@ -121,8 +129,7 @@ def main() -> int:
                 sets=sets,
                 profile=args.profile,
             )
-            results += [r.as_dict() | {"files": [str(target), str(drafter)]} for r in measure_load(req, log)]
-            (args.out / "partial.json").write_text(json.dumps(results, indent=1) + "\n")
+            measure_load(req, log, partial(keep, args.out, results, [str(target), str(drafter)]))
     meta = {
         "args": {k: str(v) for k, v in vars(args).items()},
         "machine": platform.platform(),

@@ -221,7 +221,11 @@ class LoadRequest:
     profile: str = BENCH_PROFILE
 
 
-def measure_load(req: LoadRequest, log: Callable[[str], None] = lambda _: None) -> list[LoadResult]:
+def measure_load(
+    req: LoadRequest,
+    log: Callable[[str], None] = lambda _: None,
+    on_group: Callable[[list[LoadResult]], None] = lambda _: None,
+) -> list[LoadResult]:
     """Every arm x slot count x sampler of ``req``. Per slot count P, every arm's llama-server
     (``--parallel P``, ``ctx_per_slot`` a slot) loaded at once; then ``req.rounds`` rounds, in
     each of which every arm in turn (the order rotated by one a round) takes P clients of
@@ -266,6 +270,7 @@ def measure_load(req: LoadRequest, log: Callable[[str], None] = lambda _: None) 
                     f"latency {med:.2f}/{high:.2f} s, lost {r.lost}, load average up to {r.load_average:.1f}"
                 )
             out += list(got.values())
+            on_group(list(got.values()))  # a long run interrupted keeps the slot counts it finished
     order = {arm.label: i for i, arm in enumerate(req.arms)}
     return sorted(out, key=lambda r: (order[r.arm], r.parallel))  # stable: samplers keep their order
 
