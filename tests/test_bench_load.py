@@ -36,7 +36,11 @@ def test_every_clients_stream_completes_with_its_own_counts(pair):
         "hidden", *pair, PROMPTS, parallels=(1, 2), arms=(LoadArm("off", 0), LoadArm("n-max 3", 3)),
         n_predict=12, requests=2, rounds=2, sets=TEST_SETTINGS,
     )  # fmt: skip
-    results = measure_load(req)
+    groups: list[list] = []
+    results = measure_load(req, on_group=groups.append)
+    assert [[(r.arm, r.parallel) for r in g] for g in groups] == [
+        [(arm, p) for arm in ("off", "n-max 3") for _ in ("greedy", "gemma")] for p in (1, 2)
+    ]  # each slot count's results as soon as it is done
     assert [(r.arm, r.parallel, r.sampler) for r in results] == [
         (arm, p, s) for arm in ("off", "n-max 3") for p in (1, 2) for s in ("greedy", "gemma")
     ]
