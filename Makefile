@@ -176,6 +176,17 @@ BENCH_REAL_ARGS ?=
 bench-real: setup llama-server
 	$(BIN)/python scripts/bench_real.py $(BENCH_REAL_ARGS)
 
+# Many users at once (scripts/bench_load.py): llama-server with --parallel 1, 2, 4 and as many
+# concurrent clients, speculation off, n-max 1 and 3 and the cpu profile's adaptive length, greedy
+# and Gemma's sampling: total tokens/s, latency median/p90, acceptance per slot, and where the
+# drafter stops paying. The tiny pairs by default (a minute); full size, e.g.:
+#   make bench-load BENCH_LOAD_ARGS="--pair mixed=T.gguf,D.gguf --n-predict 24 --out build/bench-load-e2b"
+# The soak (no request lost or changed under 4 clients): scripts/soak_load.py --duration 600
+.PHONY: bench-load
+BENCH_LOAD_ARGS ?=
+bench-load: setup llama-server
+	$(BIN)/python scripts/bench_load.py $(BENCH_LOAD_ARGS)
+
 # Serving over llama.cpp's RPC backend (scripts/bench_rpc.py): tokens/s with and without the
 # drafter on one machine and over two loopback rpc-server workers, and the bytes one request
 # moves per target pass and per draft step; the full-size pair kept in build/rpc-bench.

@@ -1,0 +1,130 @@
+"""bench-load's parts (gguf_exact/bench/load.py) on the tiny hidden-state pair, whose drafts are
+all accepted, not timed: every client's stream completes with its own counts, greedy texts are
+the same with the drafter and without, and the table's reading of where the drafter stops paying."""
+
+from __future__ import annotations
+
+import pytest
+from _llama_server import TEST_SETTINGS
+
+from gguf_exact.bench.load import (
+    LoadArm,
+    LoadRequest,
+    Reply,
+    changed,
+    client_streams,
+    measure_load,
+    per_slot,
+    prompt_order,
+    stops_paying,
+    table,
+)
+from gguf_exact.bench.real import running
+from gguf_exact.tiny.hidden_pair import write_hidden_state_pair
+
+PROMPTS = {"short": "the a of", "code": "def f(x): return x + 1", "prose": "the quick brown fox"}
+
+
+@pytest.fixture(scope="module")
+def pair(run_dir, tmp_path_factory):
+    return write_hidden_state_pair(tmp_path_factory.mktemp("hidden"))
+
+
+@pytest.mark.llama_server
+def test_every_clients_stream_completes_with_its_own_counts(pair):
+    req = LoadRequest(
+        "hidden", *pair, PROMPTS, parallels=(1, 2), arms=(LoadArm("off", 0), LoadArm("n-max 3", 3)),
+        n_predict=12, requests=2, rounds=2, sets=TEST_SETTINGS,
+    )  # fmt: skip
+    groups: list[list] = []
+    results = measure_load(req, on_group=groups.append)
+    assert [[(r.arm, r.parallel) for r in g] for g in groups] == [
+        [(arm, p) for arm in ("off", "n-max 3") for _ in ("greedy", "gemma")] for p in (1, 2)
+    ]  # each slot count's results as soon as it is done
+    assert [(r.arm, r.parallel, r.sampler) for r in results] == [
+        (arm, p, s) for arm in ("off", "n-max 3") for p in (1, 2) for s in ("greedy", "gemma")
+    ]
+    for r in results:
+        # every client sent its 2 requests a round, in its own prompt order, and each got 12 tokens
+        assert [(x.client, x.index, x.prompt) for x in r.replies] == [
+            (c, i, prompt_order(list(PROMPTS), c, i))
+            for rnd in (0, 1)
+            for c in range(r.parallel)
+            for i in (2 * rnd, 2 * rnd + 1)
+        ]
+        assert r.lost == 0 and [len(x.tokens) for x in r.replies] == [12] * 4 * r.parallel
+        assert r.tokens == 48 * r.parallel and r.tokens_per_second > 0 and r.load_average > 0
+        assert {x.slot for x in r.replies} <= set(range(r.parallel)) and all(x.seconds > 0 for x in r.replies)
+        med, high = r.latency()
+        assert 0 < med <= high <= max(x.seconds for x in r.replies)
+        d = r.as_dict()
+        assert (d["requests"], d["tokens"], d["lost"], len(d["replies"])) == (
+            4 * r.parallel,
+            48 * r.parallel,
+            0,
+            4 * r.parallel,
+        )
+    by = {(r.arm, r.parallel, r.sampler): r for r in results}
+    for p in (1, 2):
+        off, drafted = by["off", p, "greedy"], by["n-max 3", p, "greedy"]
+        assert [x.tokens for x in drafted.replies] == [x.tokens for x in off.replies]  # the target alone's text
+        assert all(x.draft_n == 0 for x in off.replies)
+        # 12 tokens: the prefill's, passes carrying 3 and 3 drafts, then the 2 room is left for
+        assert [(x.draft_n, x.draft_n_accepted) for x in drafted.replies] == [(8, 8)] * 4 * p
+        assert sum(d for _, d in per_slot(drafted.replies).values()) == 32 * p
+    assert by["n-max 3", 1, "gemma"].replies[0].draft_n > 0  # the sampled requests draft too
+    lines = table([r.as_dict() for r in results]).splitlines()
+    assert len([x for x in lines if x.startswith("| hidden |")]) == 8
+    assert sum(x.startswith("- hidden, ") for x in lines) == 2
+
+
+@pytest.mark.llama_server
+def test_a_timed_stream_keeps_sending_until_its_seconds_are_up_and_changed_finds_a_changed_text(pair):
+    with running(pair[0], None, "llama-server", [*TEST_SETTINGS, "parallel=2", "ctx-size=1024"]) as (launch, _, _):
+        replies, wall = client_streams(launch.url, PROMPTS, 2, 8, seconds=1.0)
+    assert wall >= 1.0 and {r.client for r in replies} == {0, 1}
+    for c in (0, 1):
+        own = [r for r in replies if r.client == c]
+        assert [r.index for r in own] == list(range(len(own))) and len(own) >= 2
+    reference = {r.prompt: r.text for r in replies}
+    assert changed(replies, reference) == []
+    assert changed(replies, reference | {"short": "x"}) == [r for r in replies if r.prompt == "short"]
+    lost = Reply(0, 0, "code", error="no answer")
+    assert changed([lost], reference) == [lost]
+
+
+def test_per_slot_sums_each_slots_replies_and_leaves_lost_ones_out():
+    replies = [Reply(0, 0, "a", slot=1, draft_n=6, draft_n_accepted=3), Reply(1, 0, "a", slot=0, draft_n=4, draft_n_accepted=4),
+               Reply(0, 1, "a", slot=1, draft_n=2, draft_n_accepted=1), Reply(1, 1, "a", slot=0, draft_n=9, error="lost")]  # fmt: skip
+    assert per_slot(replies) == {0: (4, 4), 1: (4, 8)}
+
+
+def row(kind: str, arm: str, n_max: int, p: int, tps: float, adaptive: bool = False) -> dict:
+    return {"kind": kind, "sampler": "greedy", "arm": arm, "n_max": n_max, "adaptive": adaptive, "parallel": p,
+            "tokens_per_second": tps, "latency_median_seconds": 1.0, "latency_p90_seconds": 1.5,
+            "per_slot": {"0": [3, 4]}, "requests": 2 * p, "lost": 0}  # fmt: skip
+
+
+def test_stops_paying_names_the_fewest_users_at_which_no_drafting_arm_beats_off():
+    results = [
+        *(row("mixed", "off", 0, p, t) for p, t in ((1, 4.0), (2, 5.0), (4, 6.0))),
+        *(row("mixed", "n-max 1", 1, p, t) for p, t in ((1, 5.0), (2, 5.5), (4, 5.4))),
+        *(row("mixed", "adaptive", 4, p, t, True) for p, t in ((1, 4.9), (2, 5.0), (4, 5.8))),
+        *(row("hidden", "off", 0, p, 4.0) for p in (1, 2)),
+        *(row("hidden", "n-max 3", 3, p, 8.0) for p in (1, 2)),
+    ]
+    hidden, mixed = stops_paying(results)
+    assert (hidden["kind"], hidden["stops_at"], [u["best_vs_off"] for u in hidden["users"]]) == (
+        "hidden",
+        None,
+        [2.0, 2.0],
+    )
+    assert mixed["stops_at"] == 4
+    assert [(u["users"], u["best_arm"]) for u in mixed["users"]] == [(1, "n-max 1"), (2, "n-max 1"), (4, "adaptive")]
+    assert [u["adaptive_vs_off"] for u in mixed["users"]] == pytest.approx([4.9 / 4.0, 1.0, 5.8 / 6.0])
+    assert [u["adaptive_vs_better"] for u in mixed["users"]] == pytest.approx([4.9 / 5.0, 5.0 / 5.5, 5.8 / 6.0])
+    lines = table(results).splitlines()
+    assert "| mixed | greedy | 2 | n-max 1 | 5.50 | 1.10x | 1.00 | 1.50 | 0:3/4 | 4 | 0 |" in lines
+    assert "| mixed | greedy | 2 | off | 5.00 | 1.00x | 1.00 | 1.50 | - | 4 | 0 |" in lines
+    assert lines[-1].startswith("- mixed, greedy: the drafter stops paying at 4 users; ")
+    assert lines[-2].startswith("- hidden, greedy: the drafter pays up to 2 users (all measured); ")
