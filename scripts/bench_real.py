@@ -46,8 +46,10 @@ from gguf_exact.bench.parity import add_parity_options, parity_run
 from gguf_exact.bench.pass_costs import drafter_profile, target_pass_seconds
 from gguf_exact.bench.real import ENGINES, Arm, arms_side_by_side, concurrent_arm
 from gguf_exact.bench.real_table import adaptive_goals, alone_key, same_arm, table  # noqa: F401  (the tests' names)
+from gguf_exact.bench.request import RULES, SAMPLERS
 from gguf_exact.errors import GgufExactError
 from gguf_exact.tiny.full_pair import cycle_ids, write_drafter, write_pair
+from gguf_exact.tiny.pair_walk import KINDS as WALK_KINDS
 from gguf_exact.tiny.vocab import gemma4_vocabulary
 
 # Text the made-up vocabulary splits into a few dozen tokens; the target's next token
@@ -66,7 +68,10 @@ def log(msg: str) -> None:
 
 def make_pairs(work: Path, shape: str, kinds: list[str]) -> dict[str, tuple[Path, Path]]:
     """The kinds' drafters beside one target; ``<kind>-full``: the same drafter without its
-    ordered-embedding head (``convert --full-head``), which scores all 262,144 tokens."""
+    ordered-embedding head (``convert --full-head``), which scores all 262,144 tokens. A kind
+    that is not one of the cycle target's drafters (:data:`WALK_KINDS`) is a pair of its own,
+    as ``make-pair --kind`` writes it (its own target, under ``<shape>/<kind>``; the pair
+    writer refuses a kind it does not know)."""
     folder = work / shape
     target, hidden = folder / "target.gguf", folder / "drafter.gguf"
     if not target.is_file() or not hidden.is_file():
@@ -79,6 +84,13 @@ def make_pairs(work: Path, shape: str, kinds: list[str]) -> dict[str, tuple[Path
         base, full = kind.removesuffix("-full"), kind.endswith("-full")
         path = folder / (f"{base}-full-head-drafter.gguf" if full else f"{base}-drafter.gguf")
         if kind == "hidden":
+            continue
+        if base not in WALK_KINDS:
+            own = folder / kind
+            if not (own / "target.gguf").is_file() or not (own / "drafter.gguf").is_file():
+                log(f"{shape}: make-pair --kind {kind}")
+                write_pair(own, shape, kind)
+            pairs[kind] = (own / "target.gguf", own / "drafter.gguf")
             continue
         if not path.is_file():
             log(f"{shape}: {base} drafter" + (" without its ordered head" if full else ""))
@@ -119,31 +131,33 @@ def shape_run(shape: str, args, prompts: list[str]) -> dict:
     out["costs"] = costs(*pairs["hidden"], pairs["hidden-full"][1], cost_n_max, args.threads, args.gpu_layers)
     arms: list[dict] = []
     engines = args.engines.split(",")
-    target = pairs["hidden"][0]
+    shared = pairs["hidden"][0]  # the cycle target: every kind's but those with a pair of their own
     # the fixed lengths, the policy's own choice up to each bound (spec-draft-adaptive), then
     # the first bound again with each --adaptive-arm's overrides
     lengths = [(n, False, ()) for n in n_max_list] + [(b, True, ()) for b in bounds]
     lengths += [(bounds[0], True, tuple(x.split(","))) for x in args.adaptive_arm]
+    samplers, rules = args.samplers.split(","), args.rules.split(",")
 
-    def side_by_side(kind: str, group: str | None, drafter: Path | None, together: list[Arm]) -> None:
+    def side_by_side(kind: str, group: str | None, pair: tuple[Path, Path | None], together: list[Arm]) -> None:
         """Every arm of ``together`` loaded at once; each arm's dict: its kind ("none": the
         target alone) and ``group``, the kind it was interleaved with (None: not interleaved)."""
         log(f"{shape}: {kind}: {len(together)} servers loaded together: " + "; ".join(a.describe() for a in together))
-        results = arms_side_by_side(target, drafter, together, prompts, args.n_predict, sets, args.profile, args.rounds)
+        results = arms_side_by_side(*pair, together, prompts, args.n_predict, sets, args.profile, args.rounds)
         for arm, r in zip(together, results):
             arms.append({"kind": kind if arm.n_max else "none", "group": group} | r.as_dict())
         save_partial(args.out, out | {"arms": arms})
 
-    if args.interleave == "none" or not kinds:  # the target alone once, for every kind
-        side_by_side("none", None, None, [Arm(e, 0) for e in engines])
+    if args.interleave == "none" or not kinds:  # the target alone once, for every kind of the shared target
+        side_by_side("none", None, (shared, None), [Arm(e, 0, sampler=m) for m in samplers for e in engines])
     for kind in kinds:
-        drafter = pairs[kind][1]
+        own = pairs[kind][0] != shared  # a pair of its own: its own target alone, also when not interleaved
         if args.interleave == "kind":  # every arm of the kind, its own target alone first
-            together = [Arm(e, n, a, s) for n, a, s in [(0, False, ()), *lengths] for e in engines]
-            side_by_side(kind, kind, drafter, together)
+            side_by_side(kind, kind, pairs[kind], kind_arms(engines, [(0, False, ()), *lengths], samplers, rules))
         else:
-            for n, a, s in lengths:
-                side_by_side(kind, None, drafter, [Arm(e, n, a, s) for e in engines])
+            if own:
+                side_by_side(kind, kind, (pairs[kind][0], None), kind_arms(engines, [(0, False, ())], samplers, rules))
+            for length in lengths:
+                side_by_side(kind, kind if own else None, pairs[kind], kind_arms(engines, [length], samplers, rules))
     out["arms"] = arms
     save_partial(args.out, out)
     if args.parallel:
@@ -154,9 +168,7 @@ def shape_run(shape: str, args, prompts: list[str]) -> dict:
 
         def clients(engine: str, k: str, slots: int, p: int, **label) -> None:
             """``p`` clients at once on ``engine`` with ``slots`` slots, ``k``'s drafter."""
-            r = concurrent_arm(
-                target, pairs[k][1], engine, n_max, slots, clients_prompts[:p], args.n_predict, sets, args.profile
-            )
+            r = concurrent_arm(*pairs[k], engine, n_max, slots, clients_prompts[:p], args.n_predict, sets, args.profile)
             many.append({"kind": k, **label} | r.as_dict())
 
         for p in (int(x) for x in args.parallel.split(",")):
@@ -171,6 +183,19 @@ def shape_run(shape: str, args, prompts: list[str]) -> dict:
                 clients("python", kind, 1, p)
         out["concurrent"] = many
     return out
+
+
+def kind_arms(engines: list[str], lengths: list[tuple], samplers: list[str], rules: list[str]) -> list[Arm]:
+    """Per sampler, each length (``(n_max, adaptive, sets)``; n-max 0: the target alone) in
+    every engine; a sampled drafting arm once per rule, a greedy one once (exact match: at
+    temperature 0 rejection sampling keeps exactly the drafts exact match keeps)."""
+    return [
+        Arm(e, n, a, s, sampler=m, rule=r)
+        for m in samplers
+        for n, a, s in lengths
+        for r in (rules if n and SAMPLERS[m].get("temperature", 0.0) > 0 else ["exact"])
+        for e in engines
+    ]
 
 
 def save_partial(out_dir: Path, result: dict) -> None:
@@ -188,6 +213,13 @@ def main() -> int:
         help="drafters (hidden, mixed, real); <kind>-full: without the ordered head",
     )
     ap.add_argument("--engines", default=",".join(ENGINES))
+    ap.add_argument("--samplers", default="greedy", help=f"request samplers: {', '.join(SAMPLERS)} (Gemma's own)")
+    ap.add_argument(
+        "--rules",
+        default="exact",
+        help="verification rules of the sampled drafting arms: exact (match), rejection (speculative sampling, "
+        "spec-rejection-sampling=true); greedy arms are exact match",
+    )
     ap.add_argument("--n-max", default="1,2,3,4", help="fixed draft lengths (the policy off)")
     ap.add_argument("--adaptive", default="4", help="n-max bounds of the adaptive draft length's arms ('' for none)")
     ap.add_argument(
@@ -234,6 +266,9 @@ def main() -> int:
     args = ap.parse_args()
     if args.adaptive_arm and not [x for x in args.adaptive.split(",") if x]:
         ap.error("--adaptive-arm needs an --adaptive bound (the first is its n-max)")
+    for option, given, known in (("--samplers", args.samplers, SAMPLERS), ("--rules", args.rules, RULES)):
+        if bad := [x for x in given.split(",") if x not in known]:
+            ap.error(f"{option}: {', '.join(bad)}: expected some of {', '.join(known)}")
     prompts = list(PROMPTS[: args.prompts])
     t0 = time.time()
     results = []

@@ -34,19 +34,68 @@ def arm_kind(arm: dict) -> str:
     return f"{arm['kind']} ({arm['group']})" if not arm["n_max"] and arm.get("group") else arm["kind"]
 
 
-def alone_key(arm: dict) -> tuple[str | None, str]:
+def sampler(arm: dict) -> str:
+    return arm.get("sampler", "greedy")  # runs before the sampled arms: greedy
+
+
+def rule(arm: dict) -> str:
+    """The verification rule of a drafting arm ("-" for the target alone)."""
+    return arm.get("rule", "exact") if arm["n_max"] else "-"
+
+
+def sampling(arm: dict) -> str:
+    """``, SAMPLER, RULE`` after an arm's description where it samples; "" for greedy."""
+    if sampler(arm) == "greedy":
+        return ""
+    return f", {sampler(arm)}" + (f", {rule(arm)}" if arm["n_max"] else "")
+
+
+def alone_key(arm: dict) -> tuple[str | None, str, str]:
     """Which target alone an arm is compared with: its group's (None: the run's only one), in
-    its engine."""
-    return arm.get("group"), arm["engine"]
+    its engine, at its sampler."""
+    return arm.get("group"), arm["engine"], sampler(arm)
 
 
 def arm_key(arm: dict) -> tuple:
-    return arm["kind"], arm.get("group"), arm["n_max"], bool(arm.get("adaptive")), tuple(arm.get("sets") or ())
+    return (
+        *(arm["kind"], arm.get("group"), arm["n_max"], bool(arm.get("adaptive")), tuple(arm.get("sets") or ())),
+        *(sampler(arm), rule(arm)),
+    )
 
 
 def same_arm(a: dict, b: dict) -> bool:
-    """The same arm in another engine: kind, group, length and overrides."""
+    """The same arm in another engine: kind, group, length, overrides, sampler and rule."""
     return arm_key(a) == arm_key(b)
+
+
+def per_depth(arm: dict) -> str:
+    """Acceptance at depth 1, 2, ... given the drafts before it (``0.85/0.62``); "-" without."""
+    return "/".join(f"{a:.2f}" for a in arm.get("acceptance_per_depth") or ()) or "-"
+
+
+def rule_goals(arms: list[dict], alone: dict[tuple[str | None, str, str], dict]) -> list[str]:
+    """Per sampled arm verified by rejection sampling: its tokens/s over the same arm's by
+    exact match, and each over the target alone (generation tokens/s), as issue 38 reads them
+    (at temperature 1 rejection >= 1.15x exact match on the sampled pair; both >= 0.98x the
+    target alone on every kind)."""
+    out = []
+    for a in (x for x in arms if x["n_max"] and rule(x) == "rejection"):
+        exact = next(
+            (b for b in arms if b["engine"] == a["engine"] and arm_key(b) == arm_key(a)[:-1] + ("exact",)), None
+        )
+        base = alone.get(alone_key(a))
+        tps = a["generation_tokens_per_second"]
+        parts = []
+        if exact and exact["generation_tokens_per_second"]:
+            parts.append(f"rejection {tps / exact['generation_tokens_per_second']:.2f}x exact match")
+        if base and base["generation_tokens_per_second"]:
+            of_alone = [("rejection", tps)] + (
+                [("exact match", exact["generation_tokens_per_second"])] if exact else []
+            )
+            per = ", ".join(f"{name} {v / base['generation_tokens_per_second']:.2f}x" for name, v in of_alone)
+            parts.append(f"the target alone: {per}")
+        out.append(f"- {a['engine']}, {a['kind']}, n-max {arm_n_max(a)}, {sampler(a)}: " + "; ".join(parts))
+    return out
 
 
 def adaptive_goals(arms: list[dict], alone: dict[tuple[str | None, str], dict]) -> list[str]:
@@ -59,7 +108,11 @@ def adaptive_goals(arms: list[dict], alone: dict[tuple[str | None, str], dict]) 
         fixed = [
             b
             for b in arms
-            if alone_key(b) == alone_key(a) and b["kind"] == a["kind"] and b["n_max"] and not b.get("adaptive")
+            if alone_key(b) == alone_key(a)
+            and b["kind"] == a["kind"]
+            and b["n_max"]
+            and not b.get("adaptive")
+            and rule(b) == rule(a)
         ]
         base = alone.get(alone_key(a))
         tps = a["generation_tokens_per_second"]
@@ -69,7 +122,10 @@ def adaptive_goals(arms: list[dict], alone: dict[tuple[str | None, str], dict]) 
             parts.append(
                 f"{tps / best['generation_tokens_per_second']:.2f}x the best fixed length (n-max {best['n_max']})"
             )
-        out.append(f"- {a['engine']}, {a['kind']}, adaptive up to n-max {a['n_max']}{own_sets(a)}: " + ", ".join(parts))
+        out.append(
+            f"- {a['engine']}, {a['kind']}, adaptive up to n-max {a['n_max']}{own_sets(a)}{sampling(a)}: "
+            + ", ".join(parts)
+        )
     return out
 
 
@@ -125,9 +181,10 @@ def table(result: dict) -> str:
         + "; "
         + ", ".join(heads),
         "",
-        "| kind | n-max | engine | tokens/s | generation tokens/s | speed-up | predicted | acceptance | tokens/pass "
-        "| TTFT s | load s | peak RSS MiB | same text |" + (" card, predicted |" if card else ""),
-        "|" + "---|" * (14 if card else 13),
+        "| kind | n-max | engine | sampler | rule | tokens/s | generation tokens/s | speed-up | predicted | acceptance "
+        "| per depth | tokens/pass | TTFT s | load s | peak RSS MiB | same text |"
+        + (" card, predicted |" if card else ""),
+        "|" + "---|" * (17 if card else 16),
     ]
     for a in result["arms"]:
         base = alone.get(alone_key(a))
@@ -138,12 +195,14 @@ def table(result: dict) -> str:
         pred = predicted_speedup(tpp, passes[1], passes[a["n_max"] + 1], draft, a["n_max"]) if fixed else None
         on_card = card_prediction(tpp, card, passes[1], draft, a["n_max"]) if card and fixed else None
         same = all(t == b for t, b in zip(a["texts"], base["texts"] if base else []))
+        # rejection sampling draws other tokens from the same seed: the target's distribution, not its text
+        same_cell = "-" if rule(a) == "rejection" else "yes" if same else "**no**"
         acc = "-" if a["acceptance"] is None else f"{a['acceptance']:.3f}"
         lines.append(
-            f"| {arm_kind(a)} | {arm_n_max(a)} | {a['engine']} | {a['tokens_per_second']:.2f} | "
+            f"| {arm_kind(a)} | {arm_n_max(a)} | {a['engine']} | {sampler(a)} | {rule(a)} | {a['tokens_per_second']:.2f} | "
             f"{a['generation_tokens_per_second']:.2f} | {speed:.2f}x | {'-' if pred is None else f'{pred:.2f}x'} | "
-            f"{acc} | {a['tokens_per_pass']:.2f} | {a['ttft_seconds']:.2f} | {a['load_seconds']:.1f} | "
-            f"{a['peak_rss_mib']:,.0f} | {'yes' if same else '**no**'} |"
+            f"{acc} | {per_depth(a)} | {a['tokens_per_pass']:.2f} | {a['ttft_seconds']:.2f} | {a['load_seconds']:.1f} | "
+            f"{a['peak_rss_mib']:,.0f} | {same_cell} |"
             + ("" if not card else f" {'-' if on_card is None else f'{on_card:.2f}x'} |")
         )
     ratios = []
@@ -152,7 +211,7 @@ def table(result: dict) -> str:
             other = next((b for b in result["arms"] if b["engine"] == "llama-server" and same_arm(a, b)), None)
             if other and other["generation_tokens_per_second"]:
                 ratio = a["generation_tokens_per_second"] / other["generation_tokens_per_second"]
-                ratios.append((arm_kind(a), arm_n_max(a), ratio))
+                ratios.append((arm_kind(a), arm_n_max(a) + sampling(a), ratio))
     if ratios:
         lines.append("")
         lines.append(
@@ -163,6 +222,13 @@ def table(result: dict) -> str:
     goals = adaptive_goals(result["arms"], alone)
     if goals:
         lines += ["", *goals]
+    if any(sampler(a) == "greedy" and a["n_max"] for a in result["arms"]):
+        lines += [
+            "",
+            "Greedy arms verify by exact match only: at temperature 0 rejection sampling keeps the same drafts.",
+        ]
+    if goals := rule_goals(result["arms"], alone):
+        lines += ["", "Rejection sampling against exact match and the target alone, generation tokens/s:", *goals]
     serial = {(m.get("kind", "hidden"), m["clients"]): m for m in result.get("concurrent", []) if m.get("serial")}
     for m in result.get("concurrent", []):
         ref = serial.get((m.get("kind", "hidden"), m["clients"])) if m["parallel"] > 1 else None
@@ -186,4 +252,17 @@ def table(result: dict) -> str:
     return "\n".join(lines + ([""] + parity if parity else [])) + "\n"
 
 
-__all__ = ["adaptive_goals", "alone_key", "arm_key", "arm_kind", "arm_n_max", "engine_costs", "own_sets", "same_arm", "steady_tokens_per_pass", "table"]
+__all__ = [
+    "adaptive_goals",
+    "alone_key",
+    "arm_key",
+    "arm_kind",
+    "arm_n_max",
+    "per_depth",
+    "rule_goals",
+    "engine_costs",
+    "own_sets",
+    "same_arm",
+    "steady_tokens_per_pass",
+    "table",
+]
