@@ -455,3 +455,62 @@ def test_bench_real_refuses_an_unknown_sampler_or_rule_in_one_line():
         assert r.returncode == 2 and r.stderr.splitlines()[-1].endswith(
             f"error: {option}: {bad}: expected some of {known}"
         )
+
+
+@pytest.mark.bindings
+@pytest.mark.llama_server
+def test_sampled_arms_send_gemmas_sampler_with_a_seed_per_prompt_and_launch_with_their_rule(pair, monkeypatch):
+    """bench-real's sampled arms: every measured request carries Gemma's sampler and prompt i's
+    seed 1 + i (in every arm and round); each drafting arm's rule reaches its server's profile as
+    spec-rejection-sampling (whichever engine applies it); draft counters per depth from /metrics."""
+    import gguf_exact.engines.launch as launch_mod
+    import gguf_exact.engines.shared.http as http
+
+    bodies: list[tuple[str, dict]] = []
+    post = http.post_json
+    monkeypatch.setattr(
+        http, "post_json", lambda url, body, *a, **k: bodies.append((url, body)) or post(url, body, *a, **k)
+    )
+    launches = []
+    plan = launch_mod.plan_launch
+    monkeypatch.setattr(launch_mod, "plan_launch", lambda *a, **k: launches.append(plan(*a, **k)) or launches[-1])
+    arms = [
+        Arm("llama-server", 0, sampler="gemma"),
+        Arm("python", 2, sampler="gemma", rule="exact"),
+        Arm("python", 2, sampler="gemma", rule="rejection"),
+        Arm("llama-server", 2, sampler="gemma", rule="rejection"),
+    ]
+    results = arms_side_by_side(pair[0], pair[1], arms, PROMPTS, 9, TEST_SETTINGS, rounds=2)
+    measured = [b for url, b in bodies if url.endswith("/v1/completions") and b["max_tokens"] == 9]
+    assert len(measured) == 4 * 2 * 2  # arms x rounds x prompts
+    gemma = {"temperature": 1.0, "top_k": 64, "top_p": 0.95, "min_p": 0.0}
+    assert all({k: b[k] for k in gemma} == gemma for b in measured)
+    assert {(b["prompt"], b["seed"]) for b in measured} == {(PROMPTS[0], 1), (PROMPTS[1], 2)}
+    # the warm-up and time-to-first-token requests stay greedy
+    assert all(b["temperature"] == 0.0 and "top_k" not in b for url, b in bodies if b.get("max_tokens") in (1, 2))
+    assert [launch.settings.overrides[len(TEST_SETTINGS) :] for launch in launches] == [
+        (),
+        ("spec-draft-adaptive=false", "spec-draft-n-max=2", "spec-rejection-sampling=false"),
+        ("spec-draft-adaptive=false", "spec-draft-n-max=2", "spec-rejection-sampling=true"),
+        ("spec-draft-adaptive=false", "spec-draft-n-max=2", "spec-rejection-sampling=true"),
+    ]
+    assert [launch.settings.config.value("rejection_sampling") for launch in launches] == [False, False, True, True]
+    assert [launch.settings.engine_options.rejection_sampling for launch in launches[1:3]] == [False, True]
+    assert [(r.engine, r.sampler, r.rule, r.tokens, r.same_every_round) for r in results] == [
+        ("llama-server", "gemma", "exact", 18, True),
+        ("python", "gemma", "exact", 18, True),
+        ("python", "gemma", "rejection", 18, True),
+        ("llama-server", "gemma", "rejection", 18, True),
+    ]
+    alone, *drafting = results
+    assert (alone.draft_rounds, alone.accepted_per_position, alone.acceptance_per_depth) == (0, [], [])
+    for r in drafting:
+        # counted over both rounds (the same seeds: the same drafts twice), one entry per depth
+        assert len(r.accepted_per_position) == 2 and 0 < r.draft_rounds and r.draft_rounds >= r.accepted_per_position[0]
+        assert sum(r.accepted_per_position) == 2 * r.drafts_accepted
+        depth = r.as_dict()["acceptance_per_depth"]
+        assert depth[0] == r.accepted_per_position[0] / r.draft_rounds and len(depth) == 1 + (
+            r.accepted_per_position[0] > 0
+        )
+    # at temperature 1 the rejection rule draws other tokens from the same seeds than exact match
+    assert results[2].texts != results[1].texts

@@ -288,6 +288,8 @@ def _arm_result(
         was = before.accepted_per_position if before is not None else ()
         rounds = after.drafts - (before.drafts if before is not None else 0)
         per_position = [n - (was[i] if i < len(was) else 0) for i, n in enumerate(after.accepted_per_position)]
+        # the Python engine lists positions up to the deepest ever accepted: the rest accepted none
+        per_position += [0] * (arm.n_max - len(per_position) if rounds else 0)
     python = [g.server_python_seconds for g in first]
     return ArmResult(
         engine=arm.engine,
