@@ -98,7 +98,7 @@ def rule_goals(arms: list[dict], alone: dict[tuple[str | None, str, str], dict])
     return out
 
 
-def adaptive_goals(arms: list[dict], alone: dict[tuple[str | None, str], dict]) -> list[str]:
+def adaptive_goals(arms: list[dict], alone: dict[tuple[str | None, str, str], dict]) -> list[str]:
     """Per engine and kind, each adaptive arm against the target alone and the best fixed
     length of its group (of the same run where not interleaved; generation tokens/s), as the
     goals read them (issue 23: >= 0.98x the target alone on mixed, >= 0.97x the best fixed
@@ -232,7 +232,7 @@ def table(result: dict) -> str:
     serial = {(m.get("kind", "hidden"), m["clients"]): m for m in result.get("concurrent", []) if m.get("serial")}
     for m in result.get("concurrent", []):
         ref = serial.get((m.get("kind", "hidden"), m["clients"])) if m["parallel"] > 1 else None
-        same = (
+        slots_same = (
             ""
             if ref is None
             else "; token ids equal to one slot's: "
@@ -242,12 +242,12 @@ def table(result: dict) -> str:
                 else "**no**"
             )
         )
-        acc = [f"{r['draft_n_accepted']}/{r['draft_n']}" for r in m["per_request"] if "draft_n" in r]
+        counts = [f"{r['draft_n_accepted']}/{r['draft_n']}" for r in m["per_request"] if "draft_n" in r]
         lines.append(
             f"- {m['engine']} --parallel {m['parallel']}, {m['clients']} clients{' (serial)' if m.get('serial') else ''}, "
             f"{m.get('kind', 'hidden')} n-max {m['n_max']}: {m['aggregate_tokens_per_second']:.2f} tokens/s aggregate"
-            + (f", per-request accepted/drafted {', '.join(acc)}" if acc else "")
-            + same
+            + (f", per-request accepted/drafted {', '.join(counts)}" if counts else "")
+            + slots_same
         )
     return "\n".join(lines + ([""] + parity if parity else [])) + "\n"
 
