@@ -127,7 +127,7 @@ def shape_run(shape: str, args, prompts: list[str]) -> dict:
             return out
     sets = [f"threads={args.threads}", f"threads-batch={args.threads}", f"ctx-size={args.ctx}", "no-warmup=true"]
     sets += args.set
-    cost_n_max = [int(x) for x in (args.cost_n_max or args.n_max).split(",")]
+    cost_n_max = [int(x) for x in (args.cost_n_max or args.n_max).split(",") if x]  # none: the 1-row pass only
     out["costs"] = costs(*pairs["hidden"], pairs["hidden-full"][1], cost_n_max, args.threads, args.gpu_layers)
     arms: list[dict] = []
     engines = args.engines.split(",")
