@@ -134,7 +134,7 @@ def engine_costs(arms: list[dict]) -> list[str]:
     and the pass and drafter-step costs each engine's policy measured in its adaptive arms."""
     out = []
     own = [
-        f"{arm_kind(a)} n-max {arm_n_max(a)}: {1e3 * a['python_seconds'] / a['tokens']:.2f} ms"
+        f"{arm_kind(a)} n-max {arm_n_max(a)}{sampling(a)}: {1e3 * a['python_seconds'] / a['tokens']:.2f} ms"
         f" ({100 * a['python_seconds'] / a['wall_seconds']:.1f}%)"
         for a in arms
         if a.get("python_seconds") is not None and a["tokens"] and a["wall_seconds"]
@@ -150,7 +150,7 @@ def engine_costs(arms: list[dict]) -> list[str]:
             rows = ", ".join(f"{r} row{'s' if r > 1 else ''} {1e3 * v:.0f} ms" for r, v in pol["pass_seconds"])
             step = "" if pol["step_seconds"] is None else f"; drafter step {1e3 * pol['step_seconds']:.2f} ms"
             out.append(
-                f"- {a['engine']}, {a['kind']}, adaptive up to {a['n_max']}{own_sets(a)}, as its policy timed: {rows}{step}"
+                f"- {a['engine']}, {a['kind']}, adaptive up to {a['n_max']}{own_sets(a)}{sampling(a)}, as its policy timed: {rows}{step}"
             )
     return out
 
