@@ -73,24 +73,24 @@ def make_pairs(work: Path, shape: str, kinds: list[str]) -> dict[str, tuple[Path
     as ``make-pair --kind`` writes it (its own target, under ``<shape>/<kind>``; the pair
     writer refuses a kind it does not know)."""
     folder = work / shape
+    pairs: dict[str, tuple[Path, Path]] = {}
+    for kind in (k for k in kinds if k.removesuffix("-full") not in WALK_KINDS):  # first: a kind refused stops at once
+        own = folder / kind
+        if not (own / "target.gguf").is_file() or not (own / "drafter.gguf").is_file():
+            log(f"{shape}: make-pair --kind {kind}")
+            write_pair(own, shape, kind)
+        pairs[kind] = (own / "target.gguf", own / "drafter.gguf")
     target, hidden = folder / "target.gguf", folder / "drafter.gguf"
     if not target.is_file() or not hidden.is_file():
         log(f"{shape}: make-pair")
         cycle = list(write_pair(folder, shape, "hidden").cycle)
     else:
         cycle = cycle_ids(gemma4_vocabulary())
-    pairs = {"hidden": (target, hidden)}  # the cost runs' drafter
+    pairs["hidden"] = (target, hidden)  # the cost runs' drafter
     for kind in kinds:
         base, full = kind.removesuffix("-full"), kind.endswith("-full")
         path = folder / (f"{base}-full-head-drafter.gguf" if full else f"{base}-drafter.gguf")
-        if kind == "hidden":
-            continue
-        if base not in WALK_KINDS:
-            own = folder / kind
-            if not (own / "target.gguf").is_file() or not (own / "drafter.gguf").is_file():
-                log(f"{shape}: make-pair --kind {kind}")
-                write_pair(own, shape, kind)
-            pairs[kind] = (own / "target.gguf", own / "drafter.gguf")
+        if kind == "hidden" or base not in WALK_KINDS:
             continue
         if not path.is_file():
             log(f"{shape}: {base} drafter" + (" without its ordered head" if full else ""))

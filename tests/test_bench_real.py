@@ -514,3 +514,13 @@ def test_sampled_arms_send_gemmas_sampler_with_a_seed_per_prompt_and_launch_with
         )
     # at temperature 1 the rejection rule draws other tokens from the same seeds than exact match
     assert results[2].texts != results[1].texts
+
+
+def test_a_kind_the_pair_writer_refuses_stops_bench_real_before_any_pair_is_written(tmp_path):
+    """Kinds other than the cycle target's drafters go to make-pair's writer (their own target),
+    first: an unknown one costs no multi-GB pair before its one-line error."""
+    from gguf_exact.errors import ArgumentError
+
+    with pytest.raises(ArgumentError, match="^kind bogus: expected one of hidden, mixed, real"):
+        bench_real.make_pairs(tmp_path, "e2b", ["mixed", "bogus"])
+    assert list(tmp_path.iterdir()) == []
