@@ -171,6 +171,8 @@ bench-repack: setup
 # arm at a time), --parallel 2 and 4; prints
 # the tables, writes build/bench-real/bench-real.{json,md}. Hours on 2 CPU cores; a short run:
 #   make bench-real BENCH_REAL_ARGS="--shapes e2b --n-max 1,3 --n-predict 16 --prompts 1 --parallel 2"
+# Gemma's sampling beside greedy, sampled arms once per verification rule: --samplers greedy,gemma
+# --rules exact,rejection (docs/benchmarks.md).
 .PHONY: bench-real memory-real
 BENCH_REAL_ARGS ?=
 bench-real: setup llama-server

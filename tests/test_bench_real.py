@@ -21,6 +21,8 @@ from gguf_exact.tiny.hidden_pair import CYCLE, write_hidden_state_pair
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "scripts"))
 import bench_real  # noqa: E402  (scripts/bench_real.py: its table and goals)
 
+from gguf_exact.bench.real_table import rule_goals  # noqa: E402
+
 PROMPTS = ("the a of", "to in is")
 WORDS = [w.lstrip("▁") for w in CYCLE]
 
@@ -232,16 +234,17 @@ def test_interleaved_groups_compare_each_arm_with_their_own_target_alone():
     }
     rows = [line for line in bench_real.table(result).splitlines() if line.startswith("| ")][1:]
     # predicted for n-max 2: (20 - 2) / (5 - 2) = 6 tokens a pass x 0.1 / (0.125 + 2 x 0.0125) = 4.00x
-    assert [row.split(" | ")[:6] for row in rows] == [
-        ["| none (hidden)", "0", "llama-server", "5.00", "10.00", "1.00x"],
-        ["| hidden", "2", "llama-server", "10.00", "20.00", "2.00x"],
-        ["| hidden", "<=2 adaptive", "llama-server", "9.50", "19.00", "1.90x"],
-        ["| hidden", "<=2 adaptive (spec-draft-p-min=0.5)", "llama-server", "10.50", "21.00", "2.10x"],
-        ["| none (mixed)", "0", "llama-server", "4.00", "8.00", "1.00x"],
-        ["| mixed", "2", "llama-server", "4.40", "8.80", "1.10x"],
-        ["| mixed", "<=2 adaptive", "llama-server", "4.00", "8.00", "1.00x"],
-    ]
-    assert [row.split(" | ")[6] for row in rows] == ["-", "4.00x", "-", "-", "-", "4.00x", "-"]
+    # runs before the sampled arms name no sampler: greedy, exact match
+    assert [row.split(" | ")[:8] for row in rows] == [
+        ["| none (hidden)", "0", "llama-server", "greedy", "-", "5.00", "10.00", "1.00x"],
+        ["| hidden", "2", "llama-server", "greedy", "exact", "10.00", "20.00", "2.00x"],
+        ["| hidden", "<=2 adaptive", "llama-server", "greedy", "exact", "9.50", "19.00", "1.90x"],
+        ["| hidden", "<=2 adaptive (spec-draft-p-min=0.5)", "llama-server", "greedy", "exact", "10.50", "21.00", "2.10x"],
+        ["| none (mixed)", "0", "llama-server", "greedy", "-", "4.00", "8.00", "1.00x"],
+        ["| mixed", "2", "llama-server", "greedy", "exact", "4.40", "8.80", "1.10x"],
+        ["| mixed", "<=2 adaptive", "llama-server", "greedy", "exact", "4.00", "8.00", "1.00x"],
+    ]  # fmt: skip
+    assert [row.split(" | ")[8] for row in rows] == ["-", "4.00x", "-", "-", "-", "4.00x", "-"]
     # the same arm in the other engine, matched within its group and with the same overrides
     python = [
         a | {"engine": "python", "generation_tokens_per_second": a["generation_tokens_per_second"] / 2} for a in arms
@@ -366,3 +369,158 @@ def test_a_parity_line_names_the_ratios_and_speeds():
         "Python engine / llama-server, target alone: one at a time 0.95x (min 0.90; 8.50 vs 9.00 tokens/s), "
         "side by side 0.93x; **texts differ**"
     )
+
+
+def test_sampled_arms_compare_rejection_with_exact_match_and_their_own_target_alone():
+    """bench_real.py --samplers greedy,gemma --rules exact,rejection: each sampler its own target
+    alone; a sampled arm once per rule, matched with the other engine's by sampler and rule."""
+    args = dict(kind="sampled", group="sampled", n_max=3, adaptive=True)
+    arms = [
+        bench_arm("none", "sampled", 0, 10.0),
+        bench_arm(**args, generation_tps=20.0),
+        bench_arm("none", "sampled", 0, 8.0) | {"sampler": "gemma"},
+        bench_arm(**args, generation_tps=8.0) | {"sampler": "gemma", "rule": "exact"},
+        bench_arm(**args, generation_tps=9.6) | {"sampler": "gemma", "rule": "rejection"},
+    ]
+    arms[4]["acceptance_per_depth"] = [0.8125, 0.6, 0.5]
+    alone = {bench_real.alone_key(a): a for a in arms if not a["n_max"]}
+    assert sorted(alone) == [("sampled", "llama-server", "gemma"), ("sampled", "llama-server", "greedy")]
+    assert rule_goals(arms, alone) == [
+        "- llama-server, sampled, n-max <=3 adaptive, gemma: rejection 1.20x exact match; "
+        "the target alone: rejection 1.20x, exact match 1.00x"
+    ]
+    # the adaptive goal's fixed lengths and target alone are its sampler's and rule's: none fixed here
+    assert bench_real.adaptive_goals(arms, alone)[1:] == [
+        "- llama-server, sampled, adaptive up to n-max 3, gemma, exact: 1.00x the target alone",
+        "- llama-server, sampled, adaptive up to n-max 3, gemma, rejection: 1.20x the target alone",
+    ]
+    result = {
+        "shape": "e2b",
+        "arms": arms,
+        "costs": {"target_pass_seconds": {"1": 0.1}, "drafter": {"step_seconds": 0.01, "head_share": 0.5}},
+    }
+    python = [
+        a | {"engine": "python", "generation_tokens_per_second": a["generation_tokens_per_second"] * 0.96} for a in arms
+    ]
+    lines = bench_real.table(result | {"arms": arms + python}).splitlines()
+    rows = [line.split(" | ") for line in lines if line.startswith("| ")][1:]
+    cells = [(r[0], r[2], r[3], r[4], r[7], r[10], r[-1]) for r in rows[:5]]
+    assert cells == [
+        ("| none (sampled)", "llama-server", "greedy", "-", "1.00x", "-", "yes |"),
+        ("| sampled", "llama-server", "greedy", "exact", "2.00x", "-", "yes |"),
+        ("| none (sampled)", "llama-server", "gemma", "-", "1.00x", "-", "yes |"),
+        ("| sampled", "llama-server", "gemma", "exact", "1.00x", "-", "yes |"),
+        ("| sampled", "llama-server", "gemma", "rejection", "1.20x", "0.81/0.60/0.50", "- |"),
+    ]
+    assert "Greedy arms verify by exact match only: at temperature 0 rejection sampling keeps the same drafts." in lines
+    assert next(line for line in lines if line.startswith("Python engine / llama-server")) == (
+        "Python engine / llama-server, generation tokens/s: none (sampled) n-max 0: 0.96x, sampled n-max <=3 adaptive: "
+        "0.96x, none (sampled) n-max 0, gemma: 0.96x, sampled n-max <=3 adaptive, gemma, exact: 0.96x, "
+        "sampled n-max <=3 adaptive, gemma, rejection: 0.96x"
+    )
+
+
+def test_kind_arms_run_each_sampled_drafting_arm_once_per_rule_and_greedy_ones_once():
+    arms = bench_real.kind_arms(
+        ["llama-server", "python"], [(0, False, ()), (4, True, ())], ["greedy", "gemma"], ["exact", "rejection"]
+    )
+    assert [a.describe() for a in arms] == [
+        "llama-server, the target alone", "python, the target alone",
+        "llama-server, adaptive up to n-max 4", "python, adaptive up to n-max 4",
+        "llama-server, the target alone, gemma", "python, the target alone, gemma",
+        "llama-server, adaptive up to n-max 4, gemma, exact", "python, adaptive up to n-max 4, gemma, exact",
+        "llama-server, adaptive up to n-max 4, gemma, rejection", "python, adaptive up to n-max 4, gemma, rejection",
+    ]  # fmt: skip
+    # the rule reaches the launch overrides of sampled drafting arms only (false given too: a profile
+    # that turns it on does not decide an exact-match arm)
+    assert [a.overrides() for a in arms[::2]] == [
+        [],
+        ["spec-draft-adaptive=true", "spec-draft-n-max=4"],
+        [],
+        ["spec-draft-adaptive=true", "spec-draft-n-max=4", "spec-rejection-sampling=false"],
+        ["spec-draft-adaptive=true", "spec-draft-n-max=4", "spec-rejection-sampling=true"],
+    ]
+
+
+def test_bench_real_refuses_an_unknown_sampler_or_rule_in_one_line():
+    import subprocess
+
+    script = Path(__file__).resolve().parent.parent / "scripts" / "bench_real.py"
+    for option, value, known in (
+        ("--samplers", "greedy,hot", "greedy, gemma"),
+        ("--rules", "exact,typical", "exact, rejection"),
+    ):
+        r = subprocess.run([sys.executable, str(script), option, value], capture_output=True, text=True)
+        bad = value.split(",")[1]
+        assert r.returncode == 2 and r.stderr.splitlines()[-1].endswith(
+            f"error: {option}: {bad}: expected some of {known}"
+        )
+
+
+@pytest.mark.bindings
+@pytest.mark.llama_server
+def test_sampled_arms_send_gemmas_sampler_with_a_seed_per_prompt_and_launch_with_their_rule(pair, monkeypatch):
+    """bench-real's sampled arms: every measured request carries Gemma's sampler and prompt i's
+    seed 1 + i (in every arm and round); each drafting arm's rule reaches its server's profile as
+    spec-rejection-sampling (whichever engine applies it); draft counters per depth from /metrics."""
+    import gguf_exact.engines.launch as launch_mod
+    import gguf_exact.engines.shared.http as http
+
+    bodies: list[tuple[str, dict]] = []
+    post = http.post_json
+    monkeypatch.setattr(
+        http, "post_json", lambda url, body, *a, **k: bodies.append((url, body)) or post(url, body, *a, **k)
+    )
+    launches = []
+    plan = launch_mod.plan_launch
+    monkeypatch.setattr(launch_mod, "plan_launch", lambda *a, **k: launches.append(plan(*a, **k)) or launches[-1])
+    arms = [
+        Arm("llama-server", 0, sampler="gemma"),
+        Arm("python", 2, sampler="gemma", rule="exact"),
+        Arm("python", 2, sampler="gemma", rule="rejection"),
+        Arm("llama-server", 2, sampler="gemma", rule="rejection"),
+    ]
+    results = arms_side_by_side(pair[0], pair[1], arms, PROMPTS, 9, TEST_SETTINGS, rounds=2)
+    measured = [b for url, b in bodies if url.endswith("/v1/completions") and b["max_tokens"] == 9]
+    assert len(measured) == 4 * 2 * 2  # arms x rounds x prompts
+    gemma = {"temperature": 1.0, "top_k": 64, "top_p": 0.95, "min_p": 0.0}
+    assert all({k: b[k] for k in gemma} == gemma for b in measured)
+    assert {(b["prompt"], b["seed"]) for b in measured} == {(PROMPTS[0], 1), (PROMPTS[1], 2)}
+    # the warm-up and time-to-first-token requests stay greedy
+    assert all(b["temperature"] == 0.0 and "top_k" not in b for url, b in bodies if b.get("max_tokens") in (1, 2))
+    assert [launch.settings.overrides[len(TEST_SETTINGS) :] for launch in launches] == [
+        (),
+        ("spec-draft-adaptive=false", "spec-draft-n-max=2", "spec-rejection-sampling=false"),
+        ("spec-draft-adaptive=false", "spec-draft-n-max=2", "spec-rejection-sampling=true"),
+        ("spec-draft-adaptive=false", "spec-draft-n-max=2", "spec-rejection-sampling=true"),
+    ]
+    assert [launch.settings.config.value("rejection_sampling") for launch in launches] == [False, False, True, True]
+    assert [launch.settings.engine_options.rejection_sampling for launch in launches[1:3]] == [False, True]
+    assert [(r.engine, r.sampler, r.rule, r.tokens, r.same_every_round) for r in results] == [
+        ("llama-server", "gemma", "exact", 18, True),
+        ("python", "gemma", "exact", 18, True),
+        ("python", "gemma", "rejection", 18, True),
+        ("llama-server", "gemma", "rejection", 18, True),
+    ]
+    alone, *drafting = results
+    assert (alone.draft_rounds, alone.accepted_per_position, alone.acceptance_per_depth) == (0, [], [])
+    for r in drafting:
+        # counted over both rounds (the same seeds: the same drafts twice), one entry per depth
+        assert len(r.accepted_per_position) == 2 and 0 < r.draft_rounds and r.draft_rounds >= r.accepted_per_position[0]
+        assert sum(r.accepted_per_position) == 2 * r.drafts_accepted
+        depth = r.as_dict()["acceptance_per_depth"]
+        assert depth[0] == r.accepted_per_position[0] / r.draft_rounds and len(depth) == 1 + (
+            r.accepted_per_position[0] > 0
+        )
+    # at temperature 1 the rejection rule draws other tokens from the same seeds than exact match
+    assert results[2].texts != results[1].texts
+
+
+def test_a_kind_the_pair_writer_refuses_stops_bench_real_before_any_pair_is_written(tmp_path):
+    """Kinds other than the cycle target's drafters go to make-pair's writer (their own target),
+    first: an unknown one costs no multi-GB pair before its one-line error."""
+    from gguf_exact.errors import ArgumentError
+
+    with pytest.raises(ArgumentError, match="^kind bogus: expected one of hidden, mixed, real"):
+        bench_real.make_pairs(tmp_path, "e2b", ["mixed", "bogus"])
+    assert list(tmp_path.iterdir()) == []

@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterator, Sequence
 
 from gguf_exact.bench.report import Figures
-from gguf_exact.bench.request import BENCH_PROFILE, adaptive_length, fixed_length
+from gguf_exact.bench.request import BENCH_PROFILE, SAMPLERS, adaptive_length, fixed_length, rule_overrides
 from gguf_exact.engines.shared.settings import ENGINES  # what serve --engine takes
 from gguf_exact.errors import InputError
 
@@ -42,20 +42,30 @@ MEMORY_SPARE = GIB  # left free beside the servers: this process, the system, ot
 class Arm:
     """One server of a side-by-side run: ``engine`` drafting up to ``n_max`` (0: the target
     alone, no drafter), a fixed length or the policy's (``adaptive``), with ``sets``
-    (``KEY=VALUE``, e.g. ``spec-draft-p-min=0.5``) over the run's own for this arm only."""
+    (``KEY=VALUE``, e.g. ``spec-draft-p-min=0.5``) over the run's own for this arm only; its
+    requests sample with ``sampler`` (a :data:`~.request.SAMPLERS` name) and a sampled arm's
+    drafts are verified by ``rule`` (exact match, or rejection: speculative sampling)."""
 
     engine: str
     n_max: int
     adaptive: bool = False
     sets: tuple[str, ...] = ()
     label: str = ""  # a name for logs and tables ("": described by the fields)
+    sampler: str = "greedy"
+    rule: str = "exact"
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "sets", tuple(self.sets))
 
+    @property
+    def sampled(self) -> bool:
+        return SAMPLERS[self.sampler].get("temperature", 0.0) > 0
+
     def overrides(self) -> list[str]:
-        """The draft length's overrides, then the arm's own (the later of two values wins)."""
-        return [*(adaptive_length(self.n_max) if self.adaptive else fixed_length(self.n_max)), *self.sets]
+        """The draft length's overrides, a sampled drafting arm's rule, then the arm's own (the
+        later of two values wins). Greedy arms name no rule: at temperature 0 both are exact match."""
+        rule = rule_overrides(self.rule) if self.n_max and self.sampled else []
+        return [*(adaptive_length(self.n_max) if self.adaptive else fixed_length(self.n_max)), *rule, *self.sets]
 
     def describe(self) -> str:
         """The arm in a few words, for a log: its engine and its label, or its length and sets."""
@@ -65,6 +75,7 @@ class Arm:
             how = "the target alone"
         else:
             how = f"adaptive up to n-max {self.n_max}" if self.adaptive else f"n-max {self.n_max}"
+        how += "" if not self.sampled else f", {self.sampler}" + (f", {self.rule}" if self.n_max else "")
         return f"{self.engine}, {how}" + (f" ({', '.join(self.sets)})" if self.sets else "")
 
 
@@ -91,6 +102,22 @@ class ArmResult(Figures):
     policy: dict | None = None
     sets: list[str] = field(default_factory=list)  # the arm's own overrides (Arm.sets)
     label: str = ""
+    sampler: str = "greedy"
+    rule: str = "exact"  # the verification rule of a sampled drafting arm (greedy: exact match either way)
+    # over every round's requests (/metrics counters): passes that carried drafts, and how many
+    # of them had their draft at position 0, 1, ... accepted
+    draft_rounds: int = 0
+    accepted_per_position: list[int] = field(default_factory=list)
+
+    @property
+    def acceptance_per_depth(self) -> list[float]:
+        """Per depth d, accepted / drafted there, given the drafts before it were accepted:
+        depth 1 over the passes that drafted, depth d over those whose depth d - 1 was
+        accepted. Exact at a fixed length (each pass drafts n-max, unless a request's end
+        leaves less room); where a pass drafts fewer (the adaptive length), deeper figures
+        read low."""
+        drafted = [self.draft_rounds, *self.accepted_per_position]
+        return [a / d for a, d in zip(self.accepted_per_position, drafted) if d]
 
     def as_dict(self) -> dict:
         d = {k: v for k, v in self.__dict__.items()}
@@ -98,6 +125,7 @@ class ArmResult(Figures):
             "tokens_per_second": self.tokens_per_second,
             "generation_tokens_per_second": self.generation_tokens_per_second,
             "acceptance": self.acceptance_rate,
+            "acceptance_per_depth": self.acceptance_per_depth,
             "tokens_per_pass": self.tokens_per_target_pass,
         }
         return d
@@ -198,10 +226,13 @@ def arms_side_by_side(
     ratios between arms hold where the absolute figures wander, and a request's peers run
     seconds apart, not minutes apart as arms run one after the other.
     ``on_request(arm, round, prompt)`` (indices) is called before each measured request.
+    Each arm's requests use its sampler; prompt ``i``'s seed is ``1 + i`` in every arm and
+    round, so a sampled run is reproducible and each arm draws from the same seeds.
 
     Before each server after the first, :func:`check_room`: the servers still to start must
     fit in the memory available."""
-    from gguf_exact.engines.shared.http import openai_generate
+    from gguf_exact.engines.shared.http import get_metrics, openai_generate
+    from gguf_exact.engines.shared.stats import draft_counters
 
     drafts = drafter is not None and any(a.n_max for a in arms)
     model_bytes = target.stat().st_size + (drafter.stat().st_size if drafts and drafter is not None else 0)
@@ -220,6 +251,7 @@ def arms_side_by_side(
         # a prompt no request before or after shares a prefix with: llama-cpp-python reuses
         # the previous request's prefix, llama-server (cache_prompt off) does not
         ttft = [openai_generate(launch.url, TTFT_PROMPT, 1, 0.0, 1) for launch, _, _ in servers]
+        counted = [draft_counters(get_metrics(launch.url)) for launch, _, _ in servers]  # before the measured requests
         runs: list[list[list[Any]]] = [[] for _ in arms]
         for r in range(rounds):
             for per_round in runs:
@@ -229,18 +261,35 @@ def arms_side_by_side(
                 for a in [*range(first, len(arms)), *range(first)]:
                     if on_request is not None:
                         on_request(a, r, i)
-                    runs[a][-1].append(openai_generate(servers[a][0].url, p, n_predict, 0.0, 1))
-        return [_arm_result(arm, *server, ttft[a], runs[a]) for a, (arm, server) in enumerate(zip(arms, servers))]
+                    url, sampler = servers[a][0].url, SAMPLERS[arms[a].sampler]
+                    runs[a][-1].append(openai_generate(url, p, n_predict, seed=1 + i, sampler=sampler))
+        return [
+            _arm_result(arm, *server, ttft[a], runs[a], counted[a])
+            for a, (arm, server) in enumerate(zip(arms, servers))
+        ]
 
 
-def _arm_result(arm: Arm, launch: Any, proc: Any, load: float, ttft: Any, per_round: list[list[Any]]) -> ArmResult:
+def _arm_result(
+    arm: Arm, launch: Any, proc: Any, load: float, ttft: Any, per_round: list[list[Any]], before: Any
+) -> ArmResult:
     """One arm's figures from its requests' answers (``per_round``: the prompts' per round),
-    its policy from its ``/metrics`` and its peak RSS, read while its server runs."""
+    its policy and draft counters from its ``/metrics`` (``before``: the counters before the
+    measured requests) and its peak RSS, read while its server runs."""
     from gguf_exact.engines.shared.http import get_metrics
     from gguf_exact.engines.shared.policy_snapshot import parse_snapshot
+    from gguf_exact.engines.shared.stats import draft_counters
 
     first = per_round[0]
-    snap = parse_snapshot(get_metrics(launch.url))
+    metrics = get_metrics(launch.url)
+    snap = parse_snapshot(metrics)
+    after = draft_counters(metrics)
+    rounds, per_position = 0, []
+    if after is not None:
+        was = before.accepted_per_position if before is not None else ()
+        rounds = after.drafts - (before.drafts if before is not None else 0)
+        per_position = [n - (was[i] if i < len(was) else 0) for i, n in enumerate(after.accepted_per_position)]
+        # the Python engine lists positions up to the deepest ever accepted: the rest accepted none
+        per_position += [0] * (arm.n_max - len(per_position) if rounds else 0)
     python = [g.server_python_seconds for g in first]
     return ArmResult(
         engine=arm.engine,
@@ -265,6 +314,10 @@ def _arm_result(arm: Arm, launch: Any, proc: Any, load: float, ttft: Any, per_ro
         policy=None if snap is None else asdict(snap),
         sets=list(arm.sets),
         label=arm.label,
+        sampler=arm.sampler,
+        rule=arm.rule,
+        draft_rounds=rounds,
+        accepted_per_position=per_position,
     )
 
 

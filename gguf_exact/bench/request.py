@@ -18,6 +18,21 @@ BENCH_PROFILE = "cpu"
 
 # The drafting knobs' profile keys, as engines/shared/knobs.py declares them.
 N_MAX_KEY, ADAPTIVE_KEY, P_MIN_KEY = (KNOB[name].flag for name in ("n_max", "adaptive", "p_min"))
+RULE_KEY = KNOB["rejection_sampling"].flag  # the verification rule: exact match, or speculative sampling
+
+# A request's sampler fields by name. Gemma 4's generation_config: temperature 1, top-k 64,
+# top-p 0.95, min-p off (llama-server's default 0.05 is not Gemma's). Greedy: the target alone's text.
+SAMPLERS: dict[str, dict[str, float]] = {
+    "greedy": {"temperature": 0.0},
+    "gemma": {"temperature": 1.0, "top_k": 64, "top_p": 0.95, "min_p": 0.0},
+}
+RULES = ("exact", "rejection")  # how drafts are verified: exact match, or speculative sampling (RULE_KEY)
+
+
+def rule_overrides(rule: str) -> list[str]:
+    """The launch override of a drafting arm verifying by ``rule`` (one of :data:`RULES`), given
+    either way so a profile that turns the rule on does not decide an exact-match arm."""
+    return [f"{RULE_KEY}={'true' if rule == 'rejection' else 'false'}"]
 
 
 def fixed_length(n_max: int) -> list[str]:
@@ -63,4 +78,16 @@ class BenchRequest:
             object.__setattr__(self, "prompt_names", tuple(self.prompt_names))
 
 
-__all__ = ["ADAPTIVE_KEY", "BENCH_PROFILE", "N_MAX_KEY", "P_MIN_KEY", "BenchRequest", "adaptive_length", "fixed_length"]
+__all__ = [
+    "ADAPTIVE_KEY",
+    "BENCH_PROFILE",
+    "N_MAX_KEY",
+    "P_MIN_KEY",
+    "RULES",
+    "RULE_KEY",
+    "SAMPLERS",
+    "BenchRequest",
+    "adaptive_length",
+    "fixed_length",
+    "rule_overrides",
+]

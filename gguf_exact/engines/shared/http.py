@@ -112,7 +112,13 @@ def _delta(after: dict[str, float], before: dict[str, float], name: str) -> floa
 
 
 def openai_generate(
-    url: str, prompt: str, n_predict: int, temperature: float = 0.0, seed: int | None = None, model: str | None = None
+    url: str,
+    prompt: str,
+    n_predict: int,
+    temperature: float = 0.0,
+    seed: int | None = None,
+    model: str | None = None,
+    sampler: dict[str, float] | None = None,
 ) -> Generation:
     """One ``/v1/completions`` request: text and client-side wall time from the
     answer, tokens and draft counters from the ``/metrics`` difference around it.
@@ -121,7 +127,8 @@ def openai_generate(
     is set so that ``tokens_per_second`` is the server's own generation-phase rate
     (``llamacpp:tokens_predicted_seconds_total``), as for llama-server's
     ``timings.predicted_per_second``; ``target_seconds`` and ``drafter_seconds``
-    are the Python engine's decode times (0 for llama-server)."""
+    are the Python engine's decode times (0 for llama-server). ``sampler``: more of the
+    request's sampler fields (``top_k``, ``top_p``, ``min_p``, a ``temperature`` over the argument's)."""
     base = url.rstrip("/")
     # cache_prompt false: llama-server would otherwise restore a prompt it has seen from its
     # cache and skip the prefill (llama-cpp-python only reuses the previous request's prefix).
@@ -132,7 +139,7 @@ def openai_generate(
         "temperature": temperature,
         "repeat_penalty": 1.0,
         "cache_prompt": False,
-    }
+    } | (sampler or {})
     if seed is not None:
         body["seed"] = seed
     if model is not None:
