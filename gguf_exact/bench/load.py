@@ -25,15 +25,11 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 from gguf_exact.bench.real import running
-from gguf_exact.bench.request import BENCH_PROFILE, fixed_length
+from gguf_exact.bench.request import BENCH_PROFILE, SAMPLERS, fixed_length
 from gguf_exact.errors import GgufExactError
 
 # Gemma 4's generation_config: temperature 1, top-k 64, top-p 0.95 (min-p off: llama-server's
 # default 0.05 is not Gemma's). Greedy: the text the target alone gives, token for token.
-SAMPLERS: dict[str, dict[str, float]] = {
-    "greedy": {"temperature": 0.0},
-    "gemma": {"temperature": 1.0, "top_k": 64, "top_p": 0.95, "min_p": 0.0},
-}
 
 
 @dataclass(frozen=True)
