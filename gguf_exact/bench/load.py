@@ -28,9 +28,6 @@ from gguf_exact.bench.real import running
 from gguf_exact.bench.request import BENCH_PROFILE, SAMPLERS, fixed_length
 from gguf_exact.errors import GgufExactError
 
-# Gemma 4's generation_config: temperature 1, top-k 64, top-p 0.95 (min-p off: llama-server's
-# default 0.05 is not Gemma's). Greedy: the text the target alone gives, token for token.
-
 
 @dataclass(frozen=True)
 class LoadArm:
