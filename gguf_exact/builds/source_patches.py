@@ -80,6 +80,7 @@ PATCHES: tuple[SourcePatch, ...] = (
     SourcePatch("22142", "0010-22142-perplexity-log-flush.patch", server_only=True),
     SourcePatch("42", "0011-42-request-guard.patch", server_only=True),
     SourcePatch("42r", "0012-42r-rpc-client-timeout.patch", server_only=True),
+    SourcePatch("38", "0013-38-rejection-sampling.patch", server_only=True),
 )
 
 
