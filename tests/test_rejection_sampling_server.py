@@ -17,7 +17,6 @@ import json
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from types import SimpleNamespace
 
 import llama_cpp
 import numpy as np
@@ -27,18 +26,17 @@ from goodness_of_fit import chi2_threshold, g_test
 
 from gguf_exact.engines.launch import plan_launch, start_server
 from gguf_exact.engines.python.engine import MtpLlama
-from gguf_exact.engines.shared.http import get_text
+from gguf_exact.engines.shared.http import get_metrics
 from gguf_exact.engines.shared.settings import CONSOLE_FILE, LOG_FILE, ServeSettings
-from gguf_exact.engines.shared.speculative_sampling import chain_probabilities
-from gguf_exact.engines.shared.stats import parse_metrics
 from gguf_exact.engines.shared.status import stop_server
 from gguf_exact.tiny.pairs import write_runner_pairs
 
 pytestmark = [pytest.mark.llama_server, pytest.mark.bindings]
 
-CLIENTS = 4  # concurrent requests, one slot each
+CLIENTS = 1  # one at a time: on 2 busy cores, parallel slots were slower (the compute threads spin)
 SETTINGS = (*TEST_SETTINGS, "spec-rejection-sampling=true", f"parallel={CLIENTS}", "spec-draft-n-max=3")
-N_SAMPLES = 20_000
+N_SAMPLES = 6_000
+VOCAB, EOG = 320, {2}  # the tiny vocabulary's size and its end-of-generation token (checked)
 PROMPT = b"hello world"
 UNTRUNCATED = {"temperature": 1.0, "top_k": 0, "top_p": 1.0, "min_p": 0.0}
 # (sampler, the request's speculative.n_max, tokens compared)
@@ -58,17 +56,28 @@ def pair(tmp_path_factory) -> tuple[Path, Path]:
 
 @pytest.fixture(scope="module")
 def prompt(pair) -> list[int]:
-    alone = MtpLlama(pair[0], None, n_ctx=256, n_threads=1)
+    llm = MtpLlama(pair[0], None, n_ctx=256, n_threads=1)
     try:
-        return alone.tokenize(PROMPT)
+        assert llm.n_vocab() == VOCAB and [
+            t for t in range(VOCAB) if llama_cpp.llama_vocab_is_eog(llm.vocab_handle, t)
+        ] == sorted(EOG)
+        return llm.tokenize(PROMPT)
     finally:
-        alone.close()
+        llm.close()
 
 
 @pytest.fixture(scope="module")
 def server(pair, tmp_path_factory):
     server_binary()
     launch = served(pair[0], pair[1], tmp_path_factory.mktemp("run"))
+    yield launch
+    stop_server(launch.port, root=launch.run_dir.parent)
+
+
+@pytest.fixture(scope="module")
+def alone(pair, tmp_path_factory):
+    """The target without a drafter: the reference."""
+    launch = served(pair[0], None, tmp_path_factory.mktemp("alone"))
     yield launch
     stop_server(launch.port, root=launch.run_dir.parent)
 
@@ -82,7 +91,7 @@ def served(target: Path, drafter: Path | None, run: Path):
 
 
 def metrics(launch) -> dict[str, float]:
-    return parse_metrics(get_text(launch.url + "/metrics"))
+    return get_metrics(launch.url)
 
 
 def completions(launch, bodies: list[dict]) -> list[list[int]]:
@@ -115,31 +124,30 @@ def bodies(prompt: list[int], sampler: dict, n_max: int, depth: int, n: int, **e
     return [base | sampler | {"seed": seed} | extra for seed in range(n)]
 
 
-def target_cells(target: Path, prompt: list[int], sampler: dict, depth: int, n: int) -> dict[tuple[int, ...], float]:
-    """The target alone's probability of each first ``depth`` tokens, from its own logits: a prefix
-    expected fewer than 5 times in ``n`` is one cell (the G-test pools such cells anyway), as is
-    one that ends in an end-of-generation token."""
-    chain = SimpleNamespace(
-        temperature=sampler["temperature"], top_k=sampler["top_k"], top_p=sampler["top_p"], min_p=sampler["min_p"]
-    )
-    alone = MtpLlama(target, None, n_ctx=256, n_threads=1)
+def target_cells(alone, prompt: list[int], sampler: dict, depth: int, n: int) -> dict[tuple[int, ...], float]:
+    """The target alone's probability of each first ``depth`` tokens: each row's distribution is
+    what llama-server without a drafter samples it from (``n_probs`` over every candidate, after
+    its chain: its own tie order, where the tiny target's logits tie at a top-k or top-p cut). A
+    prefix expected fewer than 5 times in ``n`` is one cell (the G-test pools such cells anyway),
+    as is one that ends in an end-of-generation token."""
     cells: dict[tuple[int, ...], float] = {}
-    try:
+    conn = http.client.HTTPConnection(alone.host, alone.port, timeout=120)
 
-        def walk(prefix: tuple[int, ...], mass: float) -> None:
-            eog = bool(prefix) and llama_cpp.llama_vocab_is_eog(alone.vocab_handle, prefix[-1])
-            if len(prefix) == depth or eog or (prefix and mass * n < 5):
-                cells[prefix] = mass
-                return
-            alone.n_tokens = 0  # the next eval decodes the prompt and the prefix afresh
-            alone.eval([*prompt, *prefix])
-            p = chain_probabilities(alone.row_logits(len(prompt) + len(prefix) - 1), chain, min_keep=0)
-            for t in np.flatnonzero(p):
-                walk((*prefix, int(t)), mass * float(p[t]))
+    def row(prefix: tuple[int, ...]) -> list[dict]:
+        body = {"prompt": [*prompt, *prefix], "n_predict": 1, "n_probs": VOCAB, "post_sampling_probs": True}
+        conn.request("POST", "/completion", json.dumps(body | sampler | {"seed": 0}))
+        answer = json.loads(conn.getresponse().read())
+        return answer["completion_probabilities"][0]["top_probs"]
 
-        walk((), 1.0)
-    finally:
-        alone.close()
+    def walk(prefix: tuple[int, ...], mass: float) -> None:
+        if len(prefix) == depth or (prefix and (prefix[-1] in EOG or mass * n < 5)):
+            cells[prefix] = mass
+            return
+        for c in row(prefix):
+            walk((*prefix, c["id"]), mass * c["prob"])
+
+    walk((), 1.0)
+    conn.close()
     return cells
 
 
@@ -158,14 +166,14 @@ def g_of(samples: list[list[int]], cells: dict[tuple[int, ...], float]) -> tuple
 
 
 @pytest.mark.parametrize("case", CASES)
-def test_the_first_tokens_follow_the_target(server, pair, prompt, case):
+def test_the_first_tokens_follow_the_target(server, alone, prompt, case):
     sampler, n_max, depth = CASES[case]
     before = metrics(server)
     t = time.perf_counter()
     samples = completions(server, bodies(prompt, sampler, n_max, depth, N_SAMPLES))
     seconds = time.perf_counter() - t
     after = metrics(server)
-    cells = target_cells(pair[0], prompt, sampler, depth, N_SAMPLES)
+    cells = target_cells(alone, prompt, sampler, depth, N_SAMPLES)
     g, df = g_of(samples, cells)
     drafted, accepted = (after[k] - before.get(k, 0.0) for k in (DRAFTED, ACCEPTED))
     print(
@@ -174,7 +182,7 @@ def test_the_first_tokens_follow_the_target(server, pair, prompt, case):
     )
     # every request went by the rule, and drafted (the draft is what the rule verifies)
     assert after[RULE] - before.get(RULE, 0.0) == N_SAMPLES and after.get(FALLBACKS, 0.0) == before.get(FALLBACKS, 0.0)
-    assert drafted >= N_SAMPLES * (depth - 1) * 0.99 and 0 < accepted < drafted
+    assert drafted >= N_SAMPLES * (depth - 1) * 0.95 and 0 < accepted < drafted
     assert df >= 30 and g < chi2_threshold(df), (g, df, chi2_threshold(df))
 
 
@@ -197,14 +205,9 @@ def test_the_rule_accepts_more_than_exact_match_at_temperature_1(server, prompt)
     assert rates[True][0] > 1.3 * rates[False][0]
 
 
-def test_greedy_text_is_the_target_alones_and_other_chains_keep_exact_match(server, pair, prompt, tmp_path):
+def test_greedy_text_is_the_target_alones_and_other_chains_keep_exact_match(server, alone, prompt):
     body = {"prompt": prompt, "n_predict": 40, "return_tokens": True, "temperature": 0}
-    ours = completions(server, [body])[0]
-    alone = served(pair[0], None, tmp_path / "alone")
-    try:
-        want = completions(alone, [body])[0]
-    finally:
-        stop_server(alone.port, root=alone.run_dir.parent)
+    ours, want = completions(server, [body])[0], completions(alone, [body])[0]
     assert ours == want and len(ours) > 0
     before = metrics(server)
     completions(server, [body | {"temperature": 0.7, "repeat_penalty": 1.1, "seed": 1}])
