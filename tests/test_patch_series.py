@@ -89,7 +89,7 @@ def test_the_script_names_each_commit_that_conflicts_and_applies_the_rest(checko
     the comment edited here, 23a the edited line of draft-mtp's loop. One run names the first two
     with their files in conflict and applies the other eleven; 23a applies, but git placed its
     second hunk in eagle3's loop, whose lines read alike, and the report says so (and of 38's
-    first hunk there, one line off for the line 23a's did not add)."""
+    draft-mtp hunk, one line off for the line 23a's did not add there)."""
     context = checkout / "src/llama-context.cpp"
     context.write_text(
         context.read_text().replace("// that the previous compute is still reading.", "// that it still reads.")
@@ -117,8 +117,8 @@ def test_the_script_names_each_commit_that_conflicts_and_applies_the_rest(checko
         "off its place (at line 818): check where it went"
     )
     expected[12] = (
-        "0013-38-rejection-sampling.patch: applied, but hunk #1 of common/speculative.cpp matched 1 lines "
-        "off its place (at line 1661): check where it went"
+        "0013-38-rejection-sampling.patch: applied, but hunk #2 of common/speculative.cpp matched 1 lines "
+        "off its place (at line 1401): check where it went"
     )
     assert proc.stdout.splitlines() == expected
     assert proc.stderr == (

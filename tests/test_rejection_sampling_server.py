@@ -36,6 +36,7 @@ pytestmark = [pytest.mark.llama_server, pytest.mark.bindings]
 CLIENTS = 1  # one at a time: on 2 busy cores, parallel slots were slower (the compute threads spin)
 SETTINGS = (*TEST_SETTINGS, "spec-rejection-sampling=true", f"parallel={CLIENTS}", "spec-draft-n-max=3")
 N_SAMPLES = 6_000
+ACCEPTANCE_RUNS = 200  # seeded 32-token requests per rule
 VOCAB, EOG = 320, {2}  # the tiny vocabulary's size and its end-of-generation token (checked)
 PROMPT = b"hello world"
 UNTRUNCATED = {"temperature": 1.0, "top_k": 0, "top_p": 1.0, "min_p": 0.0}
@@ -135,9 +136,12 @@ def target_cells(alone, prompt: list[int], sampler: dict, depth: int, n: int) ->
 
     def row(prefix: tuple[int, ...]) -> list[dict]:
         body = {"prompt": [*prompt, *prefix], "n_predict": 1, "n_probs": VOCAB, "post_sampling_probs": True}
-        conn.request("POST", "/completion", json.dumps(body | sampler | {"seed": 0}))
-        answer = json.loads(conn.getresponse().read())
-        return answer["completion_probabilities"][0]["top_probs"]
+        for seed in range(50):  # a token that ends inside a UTF-8 character comes without its probabilities
+            conn.request("POST", "/completion", json.dumps(body | sampler | {"seed": seed}))
+            answer = json.loads(conn.getresponse().read())
+            if answer.get("completion_probabilities"):
+                return answer["completion_probabilities"][0]["top_probs"]
+        raise AssertionError(f"no probabilities for the row after {prefix} in 50 draws")
 
     def walk(prefix: tuple[int, ...], mass: float) -> None:
         if len(prefix) == depth or (prefix and (prefix[-1] in EOG or mass * n < 5)):
@@ -187,22 +191,22 @@ def test_the_first_tokens_follow_the_target(server, alone, prompt, case):
 
 
 def test_the_rule_accepts_more_than_exact_match_at_temperature_1(server, prompt):
-    # sum_x min(p(x), q(x)) against p(argmax q): the drafter's sure token is often one the target
-    # gives little, and then only the rule keeps a draft drawn elsewhere in q
+    # sum_x min(p(x), q(x)) against p(argmax q): where the drafter's sure token is one the target
+    # gives little, only the rule keeps a draft drawn elsewhere in q (at the first depth, after the
+    # prompt, the drafter's token is the target's top one and the two rules keep about as much)
     rates = {}
     for on in (True, False):
         before = metrics(server)
+        extra = {"speculative": {"n_max": 3, "rejection_sampling": on}}
         completions(
-            server, bodies(prompt, UNTRUNCATED, 1, 2, 2_000, speculative={"n_max": 1, "rejection_sampling": on})
+            server, [b | {"n_predict": 32} for b in bodies(prompt, UNTRUNCATED, 3, 2, ACCEPTANCE_RUNS, **extra)]
         )
         after = metrics(server)
-        drafted, accepted = (after[k] - before.get(k, 0.0) for k in (DRAFTED, ACCEPTED))
-        rates[on] = (accepted, drafted)
+        rates[on] = tuple(after[k] - before.get(k, 0.0) for k in (ACCEPTED, DRAFTED))
     print(
         f"accepted {rates[True][0]:.0f}/{rates[True][1]:.0f} by the rule, {rates[False][0]:.0f}/{rates[False][1]:.0f} on exact match"
     )
-    assert rates[True][1] == rates[False][1] == 2_000
-    assert rates[True][0] > 1.3 * rates[False][0]
+    assert rates[True][0] / rates[True][1] > 1.3 * rates[False][0] / rates[False][1]
 
 
 def test_greedy_text_is_the_target_alones_and_other_chains_keep_exact_match(server, alone, prompt):
