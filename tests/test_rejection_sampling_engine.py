@@ -1,7 +1,8 @@
 """Speculative sampling in the Python engine (spec-rejection-sampling, issue 38) on a real tiny pair:
 the first two tokens' joint distribution equals the target alone's, computed exactly from its own
 logits (a G-test at the 1e-4 level, the rule's own tests' thresholds); a broken residual fails the
-same test; acceptance beats exact match's; greedy output is untouched."""
+same test; acceptance beats exact match's; greedy output is untouched; a request's
+speculative.rejection_sampling turns it on or off for itself."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from goodness_of_fit import chi2_threshold, g_test
 
 from gguf_exact.engines.python import rejection
 from gguf_exact.engines.python.engine import MtpLlama
+from gguf_exact.engines.python.request import CURRENT_REQUEST, CheckedRequest
 from gguf_exact.engines.shared.speculative_sampling import chain_probabilities
 from gguf_exact.tiny.pairs import write_runner_pairs
 
@@ -161,17 +163,29 @@ def test_greedy_is_untouched_and_other_chains_keep_exact_match(engine, caplog):
     ]
 
 
-def test_llama_server_says_it_does_not_apply_it(pair, tmp_path, monkeypatch):
+def test_a_request_turns_it_on_or_off_for_itself():
+    # speculative.rejection_sampling, the per-request field, over the engine's setting
+    seen = {}
+    for default, field in ((True, None), (True, False), (False, True), (False, None)):
+        body = {"prompt": "x"} | ({} if field is None else {"speculative": {"rejection_sampling": field}})
+        scope = CURRENT_REQUEST.set(CheckedRequest("/v1/completions", body))
+        try:
+            rule = rejection.RejectionSampling.for_call((), {"temp": 1.0, "top_k": 0}, 1, default)
+        finally:
+            CURRENT_REQUEST.reset(scope)
+        seen[(default, field)] = rule is not None
+    assert seen == {(True, None): True, (True, False): False, (False, True): True, (False, None): False}
+
+
+def test_both_engines_apply_it(pair, tmp_path, monkeypatch):
     from gguf_exact.engines.launch import plan_launch
     from gguf_exact.engines.shared.settings import ServeSettings
 
     monkeypatch.setenv("GGUF_EXACT_RUN_DIR", str(tmp_path / "run"))
     sets = ["spec-rejection-sampling=true"]
     server = plan_launch(ServeSettings(*pair, "cpu", sets, port=9), check_port=False, require_build=False)
-    assert "--spec-rejection-sampling" not in server.command
-    assert server.note is not None and server.note.endswith(
-        "profile cpu: not applied by llama-server: spec-rejection-sampling (the Python engine's)"
-    )
+    assert server.command.count("--spec-rejection-sampling") == 1  # patch 38
+    assert "not applied" not in (server.note or "")
     python = plan_launch(ServeSettings(*pair, "cpu", sets, port=9, engine="python"), check_port=False)
     assert python.settings.engine_options is not None and python.settings.engine_options.rejection_sampling
     assert python.settings.ignored_keys == ()

@@ -1,6 +1,7 @@
 """One per-request speculative contract in both engines (issue 41 §3): ``speculative.n_max``,
-``.p_min`` and ``.adaptive``, dotted or inside a ``speculative`` object, are taken by
-``serve --engine python`` and by llama-server (patch 23) alike, and what one refuses the other
+``.p_min``, ``.adaptive`` and ``.rejection_sampling`` (issue 38), dotted or inside a
+``speculative`` object, are taken by ``serve --engine python`` and by llama-server (patches 23
+and 38) alike, and what one refuses the other
 refuses with the same HTTP 400 and the same message naming the field
 (:func:`gguf_exact.engines.python.draft_length.request_speculation`)."""
 
@@ -42,6 +43,9 @@ REFUSED = [
     ({"speculative": {"n_max": 1, "type": "x"}}, "speculative.type"),
     ({"speculative": {"n_max": 1}, "speculative.n_max": 1}, "speculative.n_max"),
     ({"speculative": {"adaptive": False}, "speculative.adaptive": True}, "speculative.adaptive"),
+    ({"speculative": {"rejection_sampling": "yes"}}, "speculative.rejection_sampling"),
+    ({"speculative.rejection_sampling": 0}, "speculative.rejection_sampling"),
+    ({"speculative": {"rejection_sampling": 1}, "speculative.rejection_sampling": 1}, "speculative.rejection_sampling"),
 ]
 
 
@@ -59,9 +63,20 @@ def test_the_contract_as_the_python_engine_reads_it():
     assert request_speculation({"speculative": None, "speculative.n_max": 0}) == RequestSpeculation(0)
     assert request_speculation({"speculative": {"n_max": None}, "speculative.n_max": 1}) == RequestSpeculation(1)
     assert request_speculation({"speculative": {}}) == RequestSpeculation()
+    off, on = RequestSpeculation(rejection_sampling=False), RequestSpeculation(rejection_sampling=True)
+    assert request_speculation({"speculative.rejection_sampling": False}) == off
+    assert request_speculation({"speculative": {"rejection_sampling": True}}) == on
+    assert request_speculation({"speculative": {"n_min": 2}}) == (
+        "speculative.n_min is not a per-request speculative field (n_max, p_min, adaptive, rejection_sampling)",
+        "speculative.n_min",
+    )
+    assert request_speculation({"speculative.rejection_sampling": 0}) == (
+        "speculative.rejection_sampling must be true or false, got 0",
+        "speculative.rejection_sampling",
+    )
     assert request_speculation({"speculative": {"n_max": 2**31 - 1}}) == RequestSpeculation(2**31 - 1)
     assert request_speculation({"speculative": "yes"}) == (
-        "speculative must be an object (n_max, p_min, adaptive), got a string",
+        "speculative must be an object (n_max, p_min, adaptive, rejection_sampling), got a string",
         "speculative",
     )
     assert request_speculation({"speculative": {"n_max": -3}}) == (

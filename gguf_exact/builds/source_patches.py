@@ -9,7 +9,7 @@ message carries its id too (``Gguf-exact-id:``), which :mod:`.patch_series` chec
 writes the series back from a llama.cpp checkout (moving it to a newer llama.cpp:
 docs/building-llama-cpp.md).
 Their ids go into the build's cache key, followed by a digest of the patches' bytes
-(``0c1e57098+24.3f9a1c-cpu-...``, ``0c1e57098+24+27572+23a+...+42r.b81e07+rpc-cuda86-...``), and
+(``0c1e57098+24.3f9a1c-cpu-...``, ``0c1e57098+24+27572+23a+...+42r+38.b81e07+rpc-cuda86-...``), and
 their ids and sha256 into ``build-info.json``: a patched build is never taken for a plain one,
 nor a build of an older revision of a patch for the current one (editing a patch rebuilds), and
 llama-server and the bindings of one backend carry the same, except a patch marked
@@ -66,7 +66,8 @@ class SourcePatch:
 # changes nothing, so CPU builds go without it (and an edit of it rebuilds no CPU wheel).
 # 23 (the adaptive draft length, llama-server's only) is one commit per concern: draft-mtp's
 # per-sequence bounds, the policy header, the option and its wiring, the /slots and /metrics
-# report, the per-request fields, the start-up timing, the trace writer.
+# report, the per-request fields, the start-up timing, the trace writer. 38 (speculative
+# sampling, --spec-rejection-sampling) is llama-server's only too: common/ and tools/server.
 PATCHES: tuple[SourcePatch, ...] = (
     SourcePatch("24", "0001-24-ordered-embedding-head.patch"),
     SourcePatch("27572", "0002-27572-sync-before-set-inputs.patch", gpu_only=True),
@@ -80,6 +81,7 @@ PATCHES: tuple[SourcePatch, ...] = (
     SourcePatch("22142", "0010-22142-perplexity-log-flush.patch", server_only=True),
     SourcePatch("42", "0011-42-request-guard.patch", server_only=True),
     SourcePatch("42r", "0012-42r-rpc-client-timeout.patch", server_only=True),
+    SourcePatch("38", "0013-38-rejection-sampling.patch", server_only=True),
 )
 
 

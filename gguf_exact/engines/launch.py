@@ -178,7 +178,7 @@ def plan_launch(settings: ServeSettings, *, check_port: bool = True, require_bui
         cmd = server_main.command(resolved, rdir)
     else:
         cmd, note = llama_server.command(resolved, rdir, require_build)
-        if skipped := config.not_applied(llama_server.NAME):  # e.g. spec-rejection-sampling: Python engine only
+        if skipped := config.not_applied(llama_server.NAME):  # a knob only the Python engine has
             line = f"profile {prof.name}: not applied by llama-server: {', '.join(skipped)} (the Python engine's)"
             note = f"{note}; {line}" if note else line
     if check_port:

@@ -1,7 +1,8 @@
 """How many tokens the Python engine drafts before each target pass: a fixed n-max, or the
 length :mod:`gguf_exact.engines.shared.draft_policy` chooses (``spec-draft-adaptive``), within what
 one request asks for with the per-request fields ``speculative.n_max`` (0: no drafts),
-``speculative.p_min`` and ``speculative.adaptive``, dotted or inside a ``speculative`` object,
+``speculative.p_min`` and ``speculative.adaptive``, dotted or inside a ``speculative`` object
+(and ``speculative.rejection_sampling``, which :mod:`.rejection`'s rule reads),
 checked as llama-server checks them (:func:`request_speculation`).
 
 The engine reports each generation pass (rows, seconds in the target's decode), each
@@ -21,7 +22,8 @@ from gguf_exact.engines.shared.policy_snapshot import PolicySnapshot
 from gguf_exact.engines.python.policy_trace import new_policy
 
 # The per-request fields, one contract in both engines (llama-server's side: patch 23's
-# tools/server/server-schema.cpp, eval_request_speculation): each of n_max, p_min and adaptive is
+# tools/server/server-schema.cpp, eval_request_speculation; rejection_sampling: patch 38): each of
+# n_max, p_min, adaptive and rejection_sampling is
 # given dotted at the top level ("speculative.n_max": 2, llama-server's own form) or inside a
 # "speculative" object ({"speculative": {"n_max": 2}}), not both ways at once (refused, whatever the
 # values: neither form silently wins); null is absent (the server's setting). n_max above the server's
@@ -29,7 +31,8 @@ from gguf_exact.engines.python.policy_trace import new_policy
 # message and as the error's param, with the same words from both engines (tests/test_speculative_fields.py).
 SPECULATIVE = "speculative"
 N_MAX_FIELD, P_MIN_FIELD, ADAPTIVE_FIELD = "speculative.n_max", "speculative.p_min", "speculative.adaptive"
-REQUEST_FIELDS = ("n_max", "p_min", "adaptive")
+REQUEST_FIELDS = ("n_max", "p_min", "adaptive", "rejection_sampling")
+LISTED = "(" + ", ".join(REQUEST_FIELDS) + ")"
 N_MAX_LIMIT = 2**31 - 1  # llama-server keeps n_max in an int32
 
 
@@ -40,6 +43,7 @@ class RequestSpeculation:
     n_max: int | None = None
     p_min: float | None = None
     adaptive: bool | None = None
+    rejection_sampling: bool | None = None
 
 
 def shown(value: Any) -> str:
@@ -58,12 +62,12 @@ def request_speculation(body: dict[str, Any]) -> RequestSpeculation | tuple[str,
     """The request's speculative fields, or (message, field) when one breaks the contract above."""
     nested = body.get(SPECULATIVE)
     if nested is not None and not isinstance(nested, dict):
-        return f"{SPECULATIVE} must be an object (n_max, p_min, adaptive), got {shown(nested)}", SPECULATIVE
+        return f"{SPECULATIVE} must be an object {LISTED}, got {shown(nested)}", SPECULATIVE
     nested = nested or {}
     unknown = next((key for key in nested if key not in REQUEST_FIELDS), None)
     if unknown is not None:
         field = f"{SPECULATIVE}.{unknown}"
-        return f"{field} is not a per-request speculative field (n_max, p_min, adaptive)", field
+        return f"{field} is not a per-request speculative field {LISTED}", field
     found: dict[str, Any] = {}
     for name in REQUEST_FIELDS:
         field = f"{SPECULATIVE}.{name}"
@@ -78,7 +82,7 @@ def request_speculation(body: dict[str, Any]) -> RequestSpeculation | tuple[str,
             return f"{field} must be an integer from 0 (no drafts) to {N_MAX_LIMIT}, got {shown(value)}", field
         if name == "p_min" and not (number and 0 <= value <= 1):
             return f"{field} must be a number from 0 to 1, got {shown(value)}", field
-        if name == "adaptive" and not isinstance(value, bool):
+        if name in ("adaptive", "rejection_sampling") and not isinstance(value, bool):
             return f"{field} must be true or false, got {shown(value)}", field
         found[name] = float(value) if name == "p_min" else value
     return RequestSpeculation(**found)

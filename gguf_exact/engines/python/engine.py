@@ -326,8 +326,8 @@ class MtpLlama(LlamaAdapter):
         self._call, self._verify_next = call, False
         if not PROMPT_CACHE.get():
             self.reset()  # no prefix in common with what is cached: the prompt is decoded whole
-        rule = self.rejection_sampling and self.n_max > 0  # the request's sampler decides (and logs) the rest
-        self.rejection = RejectionSampling.for_call(args, kwargs, self._seed) if rule else None
+        rule = RejectionSampling.for_call  # the request's field, else ours; its sampler decides (and logs) the rest
+        self.rejection = rule(args, kwargs, self._seed, self.rejection_sampling) if self.n_max > 0 else None
         self.draft_length.policy.set_class(call_class(args, kwargs, self.rejection))  # its acceptance's counts
         inner = super().generate(tokens, *args, **kwargs)
         try:

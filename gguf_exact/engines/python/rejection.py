@@ -9,7 +9,8 @@ max(0, p - q). ``Llama.generate`` then sees that token differ from the draft and
 truncates as it does on any mismatch. Rows with no draft to verify (the prompt's last,
 the bonus row) sample with llama.cpp's sampler as without the option.
 
-Greedy requests (temperature 0) never use it: exact match is already exact there and
+A request's ``speculative.rejection_sampling`` (:mod:`.draft_length`) turns it on or off for
+that request alone. Greedy requests (temperature 0) never use it: exact match is already exact there and
 the text stays byte for byte what it was. Other chains the rule cannot mirror
 (penalties, grammar, logit bias, a negative temperature...) keep exact match, said once
 in the log per request.
@@ -26,6 +27,7 @@ import llama_cpp
 import numpy as np
 
 from gguf_exact.engines.python.llama_adapter import LlamaAdapter
+from gguf_exact.engines.python.request import CURRENT_REQUEST
 from gguf_exact.engines.shared.acceptance_class import acceptance_class
 from gguf_exact.engines.shared.speculative_sampling import chain_probabilities, draw, verify_row, why_not_mirrored
 
@@ -82,8 +84,15 @@ class RejectionSampling:
         self._next = 0
 
     @classmethod
-    def for_call(cls, args: tuple[Any, ...], kwargs: dict[str, Any], seed: int) -> RejectionSampling | None:
-        """The rule for a ``generate`` call, or None where drafts stay on exact match (logged)."""
+    def for_call(
+        cls, args: tuple[Any, ...], kwargs: dict[str, Any], seed: int, default: bool
+    ) -> RejectionSampling | None:
+        """The rule for a ``generate`` call, or None where drafts stay on exact match (logged where
+        asked for): the request's ``speculative.rejection_sampling`` asks, else ``default`` (the server's)."""
+        request = CURRENT_REQUEST.get()
+        asked = request.speculation.rejection_sampling if request is not None else None
+        if not (default if asked is None else asked):
+            return None
         view, processors = sampler_view(args, kwargs)
         if view.temperature == 0:
             log.info("spec-rejection-sampling: a greedy request keeps exact match (lossless there)")

@@ -165,10 +165,8 @@ class Options:
                                  help="The draft length chosen before each pass from measured costs and acceptance")  # fmt: skip
     adaptive_warmup: bool | None = knob("spec-draft-adaptive-warmup", kind="bool", default=False, draft=True,
                                         help="The adaptive length's pass costs timed at start-up")  # fmt: skip
-    # Python engine only until llama-server has the option (issue 38 needs a C++ patch there):
-    # rendered onto its command line, llama-server would refuse an unknown option at start-up.
+    # llama-server's option comes with patch 38 (0013-38-rejection-sampling.patch)
     rejection_sampling: bool | None = knob("spec-rejection-sampling", kind="bool", default=False, draft=True,
-                                           engines=frozenset({PYTHON}),
                                            help="Sampled requests keep a draft with probability min(1, p/q) "
                                                 "(speculative sampling) instead of on exact match")  # fmt: skip
     draft_device: str | None = knob("spec-draft-device", "devd", kind="str", draft=True, engines=ONLY_SERVER,

@@ -14,7 +14,9 @@ p and q are what the request's sampler chain draws from, not plain softmaxes:
 ``src/llama-sampler.cpp``) for temperature, top-k, top-p and min-p;
 :func:`why_not_mirrored` names what else in a request changes p (penalties, grammar,
 logit bias...), where an engine must keep exact match. Pure numpy, no I/O; the Python engine
-calls it with ``spec-rejection-sampling`` (:mod:`gguf_exact.engines.python.rejection`), llama-server not yet.
+calls it with ``spec-rejection-sampling`` (:mod:`gguf_exact.engines.python.rejection`); llama-server
+has its C++ twin in patch 38 (``common_sampler_probs``, ``common_sampler_why_not_mirrored``), which
+applies the request's own chain instead of mirroring it.
 """
 
 from __future__ import annotations
