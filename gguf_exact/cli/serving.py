@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import sys
 from contextlib import nullcontext
-from pathlib import Path
 from typing import Any
 
 import click

@@ -32,11 +32,11 @@ Every function here is pure: header data and numbers in, bytes out.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 from gguf import GGMLQuantizationType
 
-from gguf_exact.errors import ArgumentError, InputError, Message, Param
+from gguf_exact.errors import ArgumentError, Message, Param
 from gguf_exact.formats.gguf_layout import TensorEntry
 from gguf_exact.formats.gguf_layout import row_bytes as gguf_row_bytes
 from gguf_exact.pair.geometry import Geometry
