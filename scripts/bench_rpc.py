@@ -34,11 +34,11 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from gguf_exact.engines.shared.http import post_json
 from gguf_exact.engines.launch import plan_launch, start_server
-from gguf_exact.engines.shared.process import free_port, scratch_run_root
 from gguf_exact.engines.rpc_worker import plan_worker, start_worker
 from gguf_exact.engines.serve import plan_serve
+from gguf_exact.engines.shared.http import post_json
+from gguf_exact.engines.shared.process import free_port, scratch_run_root
 from gguf_exact.engines.shared.settings import ServeSettings, WorkerSettings
 from gguf_exact.engines.shared.status import stop_server
 

@@ -30,13 +30,13 @@ from pathlib import Path
 
 from gguf_exact.bench.prompt_set import load_prompts
 from gguf_exact.builds.llama_build import find_build
-from gguf_exact.engines.shared.http import server_generate
 from gguf_exact.engines.launch import plan_launch, start_server
+from gguf_exact.engines.python.runner import Runner
+from gguf_exact.engines.shared.http import server_generate
 from gguf_exact.engines.shared.process import free_port
 from gguf_exact.engines.shared.settings import ServeSettings
 from gguf_exact.engines.shared.status import stop_server
 from gguf_exact.errors import GgufExactError
-from gguf_exact.engines.python.runner import Runner
 from gguf_exact.tiny.pairs import write_runner_pairs
 
 

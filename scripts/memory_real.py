@@ -19,15 +19,15 @@ import sys
 import tempfile
 from pathlib import Path
 
-from gguf_exact.engines.shared.knobs import BY_KEY
-from gguf_exact.engines.shared.serving_config import serving_config
 from gguf_exact.engines.launch import plan_launch, start_server
 from gguf_exact.engines.logged_buffers import compare, logged_buffers
+from gguf_exact.engines.shared.knobs import BY_KEY
+from gguf_exact.engines.shared.memory_plan import plan_memory
 from gguf_exact.engines.shared.process import free_port
+from gguf_exact.engines.shared.profiles import load_profile
+from gguf_exact.engines.shared.serving_config import serving_config
 from gguf_exact.engines.shared.settings import LOG_FILE, ServeSettings
 from gguf_exact.engines.shared.status import stop_server
-from gguf_exact.engines.shared.memory_plan import plan_memory
-from gguf_exact.engines.shared.profiles import load_profile
 
 PROFILES = ("cpu", "rtx3050", "gtx1650ti")
 MEMORY_KEYS = ("ctx-size", "flash-attn", "ubatch-size", "batch-size", "parallel")

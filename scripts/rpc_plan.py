@@ -17,12 +17,12 @@ import sys
 import tempfile
 from pathlib import Path
 
-from gguf_exact.engines.shared.serving_config import serving_config
-from gguf_exact.errors import render
-from gguf_exact.pair.checks import read_model
 from gguf_exact.engines.shared.device_plan import Device, plan_devices
 from gguf_exact.engines.shared.memory_plan import MIB
 from gguf_exact.engines.shared.profile_choice import resolve_profile
+from gguf_exact.engines.shared.serving_config import serving_config
+from gguf_exact.errors import render
+from gguf_exact.pair.checks import read_model
 from gguf_exact.tiny.full_size import write_full_size_drafter, write_full_size_target
 
 

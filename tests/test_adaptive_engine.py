@@ -10,15 +10,15 @@ from pathlib import Path
 import pytest
 from policy_traces import read_trace, replay_python
 
-from gguf_exact.engines.shared.serving_config import serving_config
 from gguf_exact.bench.prompt_set import load_prompts
-from gguf_exact.engines.shared.stats import parse_metrics
-from gguf_exact.engines.shared.policy_snapshot import parse_snapshot
-from gguf_exact.engines.shared.profiles import load_profile
 from gguf_exact.engines.python.draft_length import RequestSpeculation, request_speculation
 from gguf_exact.engines.python.openai_server import metrics_text
 from gguf_exact.engines.python.request import CURRENT_REQUEST, CheckedRequest
 from gguf_exact.engines.python.runner import Runner, Sampling
+from gguf_exact.engines.shared.policy_snapshot import parse_snapshot
+from gguf_exact.engines.shared.profiles import load_profile
+from gguf_exact.engines.shared.serving_config import serving_config
+from gguf_exact.engines.shared.stats import parse_metrics
 from gguf_exact.tiny.pairs import write_runner_pairs
 
 pytestmark = [pytest.mark.bindings]

@@ -12,12 +12,12 @@ from _llama_server import TEST_SETTINGS, free_port, get_json, post_json, server_
 from policy_traces import read_trace, replay_python
 from test_draft_policy_cpp import driver, patched_tree  # noqa: F401  (fixtures: the C++ twin's replay driver)
 
-from gguf_exact.engines.shared.http import get_text
 from gguf_exact.engines.launch import plan_launch, start_server
+from gguf_exact.engines.shared.http import get_text
+from gguf_exact.engines.shared.policy_snapshot import parse_snapshot
 from gguf_exact.engines.shared.settings import ServeSettings
 from gguf_exact.engines.shared.stats import parse_metrics
 from gguf_exact.engines.shared.status import stop_server
-from gguf_exact.engines.shared.policy_snapshot import parse_snapshot
 from gguf_exact.tiny.pairs import write_runner_pairs
 
 pytestmark = [pytest.mark.llama_server]

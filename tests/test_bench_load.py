@@ -38,10 +38,10 @@ def test_every_clients_stream_completes_with_its_own_counts(pair):
     )  # fmt: skip
     groups: list[list] = []
     results = measure_load(req, on_group=groups.append)
-    assert [[(r.arm, r.parallel) for r in g] for g in groups] == [
+    assert [[(r.arm, r.users) for r in g] for g in groups] == [
         [(arm, p) for arm in ("off", "n-max 3") for _ in ("greedy", "gemma")] for p in (1, 2)
     ]  # each slot count's results as soon as it is done
-    assert [(r.arm, r.parallel, r.sampler) for r in results] == [
+    assert [(r.arm, r.users, r.sampler) for r in results] == [
         (arm, p, s) for arm in ("off", "n-max 3") for p in (1, 2) for s in ("greedy", "gemma")
     ]
     for r in results:
@@ -49,22 +49,22 @@ def test_every_clients_stream_completes_with_its_own_counts(pair):
         assert [(x.client, x.index, x.prompt) for x in r.replies] == [
             (c, i, prompt_order(list(PROMPTS), c, i))
             for rnd in (0, 1)
-            for c in range(r.parallel)
+            for c in range(r.users)
             for i in (2 * rnd, 2 * rnd + 1)
         ]
-        assert r.lost == 0 and [len(x.tokens) for x in r.replies] == [12] * 4 * r.parallel
-        assert r.tokens == 48 * r.parallel and r.tokens_per_second > 0 and r.load_average > 0
-        assert {x.slot for x in r.replies} <= set(range(r.parallel)) and all(x.seconds > 0 for x in r.replies)
+        assert r.lost == 0 and [len(x.tokens) for x in r.replies] == [12] * 4 * r.users
+        assert r.tokens == 48 * r.users and r.tokens_per_second > 0 and r.load_average > 0
+        assert {x.slot for x in r.replies} <= set(range(r.users)) and all(x.seconds > 0 for x in r.replies)
         med, high = r.latency()
         assert 0 < med <= high <= max(x.seconds for x in r.replies)
         d = r.as_dict()
         assert (d["requests"], d["tokens"], d["lost"], len(d["replies"])) == (
-            4 * r.parallel,
-            48 * r.parallel,
+            4 * r.users,
+            48 * r.users,
             0,
-            4 * r.parallel,
+            4 * r.users,
         )
-    by = {(r.arm, r.parallel, r.sampler): r for r in results}
+    by = {(r.arm, r.users, r.sampler): r for r in results}
     for p in (1, 2):
         off, drafted = by["off", p, "greedy"], by["n-max 3", p, "greedy"]
         assert [x.tokens for x in drafted.replies] == [x.tokens for x in off.replies]  # the target alone's text
@@ -100,7 +100,7 @@ def test_per_slot_sums_each_slots_replies_and_leaves_lost_ones_out():
 
 
 def row(kind: str, arm: str, n_max: int, p: int, tps: float, adaptive: bool = False) -> dict:
-    return {"kind": kind, "sampler": "greedy", "arm": arm, "n_max": n_max, "adaptive": adaptive, "parallel": p,
+    return {"kind": kind, "sampler": "greedy", "arm": arm, "n_max": n_max, "adaptive": adaptive, "users": p,
             "tokens_per_second": tps, "latency_median_seconds": 1.0, "latency_p90_seconds": 1.5,
             "per_slot": {"0": [3, 4]}, "requests": 2 * p, "lost": 0}  # fmt: skip
 

@@ -14,8 +14,8 @@ from _llama_server import TEST_SETTINGS
 
 from gguf_exact.bench.parity import engine_parity, parity_line, parity_modes
 from gguf_exact.bench.real import Arm, arms_side_by_side, check_room, concurrent_arm, engines_arm, proc_kib
-from gguf_exact.errors import InputError
 from gguf_exact.engines.shared.engine_options import server_threads
+from gguf_exact.errors import InputError
 from gguf_exact.tiny.hidden_pair import CYCLE, write_hidden_state_pair
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "scripts"))

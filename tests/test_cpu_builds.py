@@ -200,8 +200,8 @@ def test_doctor_reports_features_bindings_and_probe():
 
 @pytest.mark.bindings
 def test_gpu_profile_on_cpu_bindings_warns_in_one_line():
-    from gguf_exact.engines.shared.engine_options import EngineOptions
     from gguf_exact.engines.python.load import gpu_offload_warning
+    from gguf_exact.engines.shared.engine_options import EngineOptions
 
     gpu = EngineOptions(n_gpu_layers=-1)
     text = gpu_offload_warning("rtx3050", "cuda86", gpu, supports_gpu=False)
@@ -233,8 +233,8 @@ def test_gpu_profile_on_cpu_bindings_warns_in_one_line():
 
 @pytest.mark.bindings
 def test_load_with_a_gpu_profile_warns_here(tiny, caplog):
-    from gguf_exact.engines.shared.engine_options import EngineOptions
     from gguf_exact.engines.python.load import gpu_offload_warning, load_with_drafter
+    from gguf_exact.engines.shared.engine_options import EngineOptions
 
     with caplog.at_level("WARNING", logger="gguf_exact.engines.python.engine"):
         llm = load_with_drafter(tiny / "target.gguf", None, profile="rtx3050", n_ctx=256)

@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 from policy_traces import CURVES, Stream, burst, class_switches, one_dear_timing, pass_yields, simulate
 
-from gguf_exact.engines.shared.stats import parse_metrics
 from gguf_exact.engines.shared.acceptance_class import GREEDY, SAMPLED_EXACT, SAMPLED_REJECTION, acceptance_class
 from gguf_exact.engines.shared.draft_policy import DraftPolicy, PolicySettings
 from gguf_exact.engines.shared.policy_snapshot import parse_snapshot, snapshot_metrics
+from gguf_exact.engines.shared.stats import parse_metrics
 
 
 def steady(ks: list[int], tail: int = 40) -> list[int]:
@@ -263,8 +263,8 @@ def test_cost_estimates_are_the_lowest_recent_steady_timing_and_unknown_rows_bor
 
 
 def test_snapshot_survives_metrics_text_as_both_engines_write_it() -> None:
-    from gguf_exact.engines.shared.stats import parse_metrics
     from gguf_exact.engines.shared.policy_snapshot import parse_snapshot, snapshot_metrics
+    from gguf_exact.engines.shared.stats import parse_metrics
 
     _, policy = simulate(CURVES["avx512"], step=0.006, streams=[Stream(1.0)] * 4, passes=30)
     snap = policy.snapshot()

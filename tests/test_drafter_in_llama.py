@@ -5,8 +5,8 @@ from pathlib import Path
 import pytest
 
 from gguf_exact.drafter.convert import convert_drafter
-from gguf_exact.errors import GgufExactError
 from gguf_exact.engines.python.runner import Runner, live_contexts
+from gguf_exact.errors import GgufExactError
 from gguf_exact.tiny.models import TinyTarget, write_tiny_drafter, write_tiny_target
 
 pytestmark = pytest.mark.bindings

@@ -18,17 +18,17 @@ import numpy as np
 import pytest
 from _llama_server import TEST_SETTINGS, complete, free_port, server_binary
 
-from gguf_exact.engines.shared.serving_config import serving_config
 from gguf_exact.bench.prompt_set import load_prompts
 from gguf_exact.engines.launch import plan_launch, start_server
-from gguf_exact.engines.shared.settings import ServeSettings
-from gguf_exact.engines.shared.status import stop_server
-from gguf_exact.errors import GgufExactError
-from gguf_exact.engines.shared.engine_options import EngineOptions, server_threads
-from gguf_exact.engines.shared.profiles import load_profile
 from gguf_exact.engines.python.engine import MtpDraftModel
 from gguf_exact.engines.python.load import load_with_drafter
 from gguf_exact.engines.python.runner import Runner
+from gguf_exact.engines.shared.engine_options import EngineOptions, server_threads
+from gguf_exact.engines.shared.profiles import load_profile
+from gguf_exact.engines.shared.serving_config import serving_config
+from gguf_exact.engines.shared.settings import ServeSettings
+from gguf_exact.engines.shared.status import stop_server
+from gguf_exact.errors import GgufExactError
 from gguf_exact.tiny.hidden_pair import CYCLE, next_in_cycle
 from gguf_exact.tiny.pairs import write_runner_pairs
 

@@ -93,9 +93,9 @@ def _spelled_cases():
     message of the library that names a parameter."""
     from gguf_exact.drafter.verify import NO_TARGET
     from gguf_exact.engines.drafter_lookup import resolve_drafter
-    from gguf_exact.repack.check import NO_DONOR
     from gguf_exact.engines.shared.memory_plan import MemoryPlan, PlanItem
     from gguf_exact.engines.shared.profiles import load_profile
+    from gguf_exact.repack.check import NO_DONOR
     from gguf_exact.stream.verify import Verification
 
     v = Verification(Path("d.gguf"), Path("src"), unchecked=[Message("10 keys (tokenizer.*): ", NO_TARGET)])

@@ -14,9 +14,9 @@ from gguf import GGMLQuantizationType, GGUFReader
 from helpers import compact_names, off_grid_checkpoint
 from rich.console import Console
 
-from gguf_exact.engines.shared.serving_config import serving_config
 from gguf_exact.cli import console, load_groups, main, options
 from gguf_exact.core import bf16
+from gguf_exact.engines.shared.serving_config import serving_config
 from gguf_exact.formats.checkpoint import Checkpoint
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -200,8 +200,8 @@ def test_tune_has_no_no_draft_and_names_its_profile():
 
 def test_tuned_names():
     from gguf_exact.bench.tune import shadows_builtin, tuned_name
-    from gguf_exact.errors import GgufExactError
     from gguf_exact.engines.shared.profiles import load_profile
+    from gguf_exact.errors import GgufExactError
 
     cpu = load_profile("cpu")
     assert tuned_name(cpu) == "cpu-tuned" and tuned_name(cpu, "laptop") == "laptop"
@@ -320,8 +320,8 @@ def test_every_option_serve_owns_is_refused_after_the_double_dash(tiny, tmp_path
     """llama-server takes an option's last value: any of serve's own options after `--`
     would override the one serve checked (`-- --host 0.0.0.0` bound every interface with no
     key). Each reserved option, in each spelling, is refused in one line; others pass."""
-    from gguf_exact.engines.shared.request_guard import llama_server_args
     from gguf_exact.engines.shared.profiles import RESERVED
+    from gguf_exact.engines.shared.request_guard import llama_server_args
 
     assert {a.removeprefix("--") for a in llama_server_args() if a.startswith("--")} <= set(RESERVED)
     env = {"GGUF_EXACT_RUN_DIR": str(tmp_path / "run"), "GGUF_EXACT_API_KEY": ""}

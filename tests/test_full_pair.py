@@ -19,16 +19,16 @@ from click.testing import CliRunner
 from gguf import GGMLQuantizationType
 from gguf.quants import dequantize
 
-from gguf_exact.engines.shared.serving_config import serving_config
 from gguf_exact.bench.request import fixed_length
 from gguf_exact.cli import main
 from gguf_exact.engines.launch import plan_launch, start_server
+from gguf_exact.engines.python.runner import Runner
+from gguf_exact.engines.shared.profiles import load_profile
+from gguf_exact.engines.shared.serving_config import serving_config
 from gguf_exact.engines.shared.settings import ServeSettings
 from gguf_exact.engines.shared.status import stop_server
 from gguf_exact.formats.gguf_reader import open_gguf
 from gguf_exact.gemma4.sizes import SIZES
-from gguf_exact.engines.shared.profiles import load_profile
-from gguf_exact.engines.python.runner import Runner
 from gguf_exact.tiny.full_pair import N_AXES, next_token, write_drafter, write_pair
 from gguf_exact.tiny.main_model import MainSpec, model_tensors
 from gguf_exact.tiny.pair_walk import predict_run
@@ -241,8 +241,8 @@ def test_memory_plan_equals_llama_server_log_at_real_shape(pair, tmp_path, monke
     """The plan's weights (memory-mapped span plus the CPU's repacked Q4_0 copies), KV cache
     and compute buffers against what llama-server logs for the full-size E2B pair."""
     from gguf_exact.engines.logged_buffers import compare, logged_buffers
-    from gguf_exact.engines.shared.settings import LOG_FILE
     from gguf_exact.engines.shared.memory_plan import plan_memory
+    from gguf_exact.engines.shared.settings import LOG_FILE
 
     server_binary()
     p = pair[0]
@@ -272,8 +272,8 @@ def test_over_two_rpc_workers_the_full_size_pair_says_the_same_with_buffers_as_p
     from gguf_exact.engines.logged_buffers import logged_buffers
     from gguf_exact.engines.rpc_worker import plan_worker, start_worker
     from gguf_exact.engines.serve import plan_serve
-    from gguf_exact.engines.shared.settings import LOG_FILE, WorkerSettings
     from gguf_exact.engines.shared.memory_plan import MIB
+    from gguf_exact.engines.shared.settings import LOG_FILE, WorkerSettings
 
     server_binary()
     p = pair[0]

@@ -38,9 +38,9 @@ from gguf_exact.builds.gpu_toolchains import (
 )
 from gguf_exact.builds.llama_build import COMMIT, TARGETS, backend_name, build_command, cmake_args
 from gguf_exact.cli import main
+from gguf_exact.engines.shared.profiles import load_profile
 from gguf_exact.errors import GgufExactError
 from gguf_exact.hub import checksums
-from gguf_exact.engines.shared.profiles import load_profile
 
 NVCC_VERSION = """nvcc: NVIDIA (R) Cuda compiler driver
 Copyright (c) 2005-2025 NVIDIA Corporation

@@ -10,14 +10,8 @@ import pytest
 from _llama_server import server_binary
 from gguf import GGMLQuantizationType
 
-from gguf_exact.engines.shared.serving_config import serving_config
 from gguf_exact.drafter.convert import convert_drafter
 from gguf_exact.engines.launch import plan_launch, start_server
-from gguf_exact.engines.shared.process import free_port
-from gguf_exact.engines.shared.settings import LOG_FILE, ServeSettings
-from gguf_exact.engines.shared.status import stop_server
-from gguf_exact.errors import GgufExactError
-from gguf_exact.formats.gguf_reader import open_gguf
 from gguf_exact.engines.shared.memory_plan import (
     MIB,
     Geometry,
@@ -29,8 +23,14 @@ from gguf_exact.engines.shared.memory_plan import (
     row_bytes,
     weight_split,
 )
+from gguf_exact.engines.shared.process import free_port
 from gguf_exact.engines.shared.profiles import load_profile
+from gguf_exact.engines.shared.serving_config import serving_config
+from gguf_exact.engines.shared.settings import LOG_FILE, ServeSettings
+from gguf_exact.engines.shared.status import stop_server
 from gguf_exact.engines.shared.weight_placement import head_in_host, probe_bytes, refused
+from gguf_exact.errors import GgufExactError
+from gguf_exact.formats.gguf_reader import open_gguf
 from gguf_exact.tiny.full_size import write_full_size_drafter, write_full_size_target
 from gguf_exact.tiny.models import write_agreeing_pair, write_tiny_target
 from gguf_exact.tiny.structural import write_structural_pair

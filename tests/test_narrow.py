@@ -136,8 +136,8 @@ def test_demo_rules_are_ascii_and_fit(tmp_path, monkeypatch):
 def test_missing_build_names_the_make_line_of_its_backend(monkeypatch, tmp_path):
     from gguf_exact.builds.llama_build import make_command
     from gguf_exact.engines.llama_server import resolve_server_binary
-    from gguf_exact.errors import GgufExactError
     from gguf_exact.engines.shared.profiles import load_profile
+    from gguf_exact.errors import GgufExactError
 
     assert [make_command(b) for b in ("cpu", "cuda86", "cuda75", "vulkan")] == [
         "make llama-server", "make llama-server CUDA=86", "make llama-server CUDA=75", "make llama-server VULKAN=1",

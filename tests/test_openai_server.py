@@ -22,8 +22,8 @@ from click.testing import CliRunner
 
 from gguf_exact.bench.prompt_set import load_prompts
 from gguf_exact.cli import main
-from gguf_exact.engines.shared.http import get_metrics
 from gguf_exact.engines.launch import plan_launch, start_server
+from gguf_exact.engines.shared.http import get_metrics
 from gguf_exact.engines.shared.settings import ServeSettings
 from gguf_exact.engines.shared.status import server_status, stop_server
 from gguf_exact.tiny.hidden_pair import write_hidden_state_pair

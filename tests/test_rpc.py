@@ -233,9 +233,9 @@ def test_layers_go_to_devices_as_llama_cpp_places_them():
 
 
 def test_the_plan_over_devices_splits_every_byte_and_places_the_drafter_with_its_caches(tmp_path):
-    from gguf_exact.pair.checks import read_model
     from gguf_exact.engines.shared.device_plan import CPU, Device, drafter_kv_layers, plan_devices
     from gguf_exact.engines.shared.memory_plan import MemoryInputs, kv_caches, weight_split
+    from gguf_exact.pair.checks import read_model
     from gguf_exact.tiny.full_size import write_full_size_drafter, write_full_size_target
 
     t = read_model(write_full_size_target(tmp_path / "e2b.gguf", "E2B"), "target")
@@ -291,9 +291,9 @@ def test_the_plan_says_when_shared_caches_travel_every_pass(tmp_path):
     """E2B's layers 15-34 reuse the caches of layers 13 (sliding) and 14 (full): split at 18, both
     caches go from RPC0 to RPC1 at every pass (measured on loopback: 12.2 MB per pass against 1.2 MB
     split at 13, scripts/bench_rpc.py); split at 13, nothing does."""
-    from gguf_exact.pair.checks import read_model
     from gguf_exact.engines.shared.device_plan import Device, plan_devices
     from gguf_exact.engines.shared.memory_plan import MemoryInputs, layer_kv
+    from gguf_exact.pair.checks import read_model
     from gguf_exact.tiny.full_size import write_full_size_target
 
     t = read_model(write_full_size_target(tmp_path / "e2b.gguf", "E2B"), "target")
@@ -321,9 +321,9 @@ def test_a_stopped_worker_of_this_machine_is_named_by_status_serve_and_the_heads
 
     from helpers import cli
 
+    from gguf_exact.engines.serve import workers_gone
     from gguf_exact.engines.shared import rpc_watch
     from gguf_exact.engines.shared.process import write_run_state
-    from gguf_exact.engines.serve import workers_gone
     from gguf_exact.engines.shared.status import rpc_gave_up_after, server_status
 
     with socket.socket() as s:

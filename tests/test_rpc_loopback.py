@@ -29,13 +29,13 @@ from helpers import status_lines
 
 from gguf_exact.engines.launch import plan_launch, start_server
 from gguf_exact.engines.logged_buffers import logged_buffers
-from gguf_exact.engines.shared.process import read_pid
-from gguf_exact.engines.shared.rpc_probe import CMD_HELLO, CONN_CAPS_SIZE, probe_worker
 from gguf_exact.engines.rpc_worker import plan_worker, start_worker
 from gguf_exact.engines.serve import plan_serve
+from gguf_exact.engines.shared.memory_plan import MIB
+from gguf_exact.engines.shared.process import read_pid
+from gguf_exact.engines.shared.rpc_probe import CMD_HELLO, CONN_CAPS_SIZE, probe_worker
 from gguf_exact.engines.shared.settings import CONSOLE_FILE, LOG_FILE, ServeSettings, WorkerSettings
 from gguf_exact.engines.shared.status import server_status, stop_server
-from gguf_exact.engines.shared.memory_plan import MIB
 from gguf_exact.tiny.pairs import write_runner_pairs
 
 pytestmark = [pytest.mark.llama_server]

@@ -33,9 +33,9 @@ from gguf import GGUFReader
 
 from gguf_exact.bench.prompt_set import load_prompts
 from gguf_exact.drafter.convert import convert_drafter
-from gguf_exact.errors import GgufExactError
 from gguf_exact.engines.python.engine import MtpLlama
 from gguf_exact.engines.python.runner import GREEDY, Generation, Runner, Sampling, generate, live_contexts
+from gguf_exact.errors import GgufExactError
 from gguf_exact.tiny.models import (
     TinyDrafter,
     TinyTarget,

@@ -6,7 +6,6 @@ from pathlib import Path
 import pytest
 from _llama_server import server_binary
 
-from gguf_exact.engines.shared.serving_config import serving_config
 from gguf_exact.builds import llama_build
 from gguf_exact.builds.llama_build import (
     COMMIT,
@@ -17,9 +16,10 @@ from gguf_exact.builds.llama_build import (
     pinned_sdist,
     verify_sdist,
 )
+from gguf_exact.engines.shared.profiles import available_profiles, load_profile, parse_value
+from gguf_exact.engines.shared.serving_config import serving_config
 from gguf_exact.engines.shared.stats import draft_counters, parse_acceptance, parse_metrics
 from gguf_exact.errors import GgufExactError
-from gguf_exact.engines.shared.profiles import available_profiles, load_profile, parse_value
 
 LOG = """\
 srv  log_server_r: request: POST /completion 127.0.0.1 200

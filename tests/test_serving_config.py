@@ -15,13 +15,13 @@ from click.testing import CliRunner
 import gguf_exact
 from gguf_exact.cli.options import knob_options, overrides_option, settings_options
 from gguf_exact.cli.serving import SERVE_SETTINGS, serve
-from gguf_exact.engines.shared.settings import ServeSettings
-from gguf_exact.errors import GgufExactError
 from gguf_exact.engines.shared.engine_options import EngineOptions
 from gguf_exact.engines.shared.knobs import ALL_LAYERS, AUTO_LAYERS, BY_KEY, KNOBS
 from gguf_exact.engines.shared.memory_plan import MemoryInputs
 from gguf_exact.engines.shared.profiles import load_profile
 from gguf_exact.engines.shared.serving_config import serving_config
+from gguf_exact.engines.shared.settings import ServeSettings
+from gguf_exact.errors import GgufExactError
 
 ROOT = Path(gguf_exact.__file__).parent
 

@@ -17,8 +17,8 @@ from click.testing import CliRunner
 from test_faults_servers import HOST, auth, http
 
 from gguf_exact.cli import main
-from gguf_exact.engines.shared.http import get_metrics
 from gguf_exact.engines.python.draft_length import RequestSpeculation, request_speculation
+from gguf_exact.engines.shared.http import get_metrics
 from gguf_exact.tiny.pairs import write_runner_pairs
 
 DRAFT_TOKENS, DRAFT_PASSES = "llamacpp:spec_decode_num_draft_tokens_total", "llamacpp:spec_decode_num_drafts_total"

@@ -17,8 +17,8 @@ from gguf_exact.bench.tune import TUNED_MARK, kept_line, set_n_max, write_tuned_
 from gguf_exact.bench.tune_pick import Setting, pick_adaptive, pick_setting
 from gguf_exact.cli import main
 from gguf_exact.drafter.convert import convert_drafter
-from gguf_exact.errors import GgufExactError
 from gguf_exact.engines.shared.profiles import PROFILE_DIR, load_profile
+from gguf_exact.errors import GgufExactError
 from gguf_exact.tiny.models import write_agreeing_pair
 
 PROFILE = """# a profile

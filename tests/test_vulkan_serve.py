@@ -25,18 +25,18 @@ import pytest
 from _llama_server import TEST_SETTINGS, free_port, server_binary
 from helpers import cli
 
-from gguf_exact.engines.shared.serving_config import serving_config
 from gguf_exact.builds.build_probe import probe_device
 from gguf_exact.builds.devices import tensor_limit
 from gguf_exact.builds.llama_build import find_build
 from gguf_exact.engines.device_check import is_software
-from gguf_exact.engines.shared.http import health
 from gguf_exact.engines.logged_buffers import logged_buffers
 from gguf_exact.engines.serve import plan_serve, start_planned
-from gguf_exact.engines.shared.settings import LOG_FILE, ServeSettings
-from gguf_exact.engines.shared.status import stop_server
+from gguf_exact.engines.shared.http import health
 from gguf_exact.engines.shared.memory_plan import MIB, plan_memory
 from gguf_exact.engines.shared.profiles import load_profile
+from gguf_exact.engines.shared.serving_config import serving_config
+from gguf_exact.engines.shared.settings import LOG_FILE, ServeSettings
+from gguf_exact.engines.shared.status import stop_server
 from gguf_exact.tiny.full_pair import write_pair
 from gguf_exact.tiny.pairs import write_runner_pairs
 

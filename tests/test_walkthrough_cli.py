@@ -8,8 +8,8 @@ import click
 import pytest
 from click.testing import CliRunner
 
-from gguf_exact.engines.shared.serving_config import serving_config
 from gguf_exact.cli import load_groups, main
+from gguf_exact.engines.shared.serving_config import serving_config
 
 
 def run(*args, env=None):

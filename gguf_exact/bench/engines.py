@@ -22,8 +22,8 @@ from typing import Callable
 
 from gguf_exact.bench.report import Figures, Report, cell, machine, yes_no
 from gguf_exact.bench.request import BenchRequest, fixed_length
-from gguf_exact.errors import ArgumentError, Param
 from gguf_exact.engines.shared.generation import Generation
+from gguf_exact.errors import ArgumentError, Param
 
 ENGINES = ("python", "llama-server")
 
@@ -161,8 +161,8 @@ def bench_engines(
     """Start each engine's server (``request.engines``, default both) at each n-max of
     ``request.n_values`` on ``request.target`` and ``request.draft``, run the prompts
     over HTTP, stop them."""
-    from gguf_exact.engines.shared.http import openai_generate
     from gguf_exact.engines.launch import plan_launch, start_server
+    from gguf_exact.engines.shared.http import openai_generate
     from gguf_exact.engines.shared.process import free_port, scratch_run_root
     from gguf_exact.engines.shared.settings import ServeSettings
     from gguf_exact.engines.shared.status import stop_server

@@ -26,7 +26,10 @@ from typing import Callable, Sequence
 
 from gguf_exact.bench.real import running
 from gguf_exact.bench.request import BENCH_PROFILE, SAMPLERS, fixed_length
+from gguf_exact.engines.shared.knobs import KNOB
 from gguf_exact.errors import GgufExactError
+
+PARALLEL_KEY, CTX_KEY = (KNOB[name].flag for name in ("parallel", "ctx_size"))
 
 
 @dataclass(frozen=True)
@@ -157,7 +160,7 @@ class LoadResult:
     arm: str
     n_max: int
     adaptive: bool
-    parallel: int
+    users: int  # clients, each with a slot of its own (--parallel)
     sampler: str
     wall_seconds: float
     replies: list[Reply]
@@ -231,7 +234,7 @@ def measure_load(
         with ExitStack() as stack:
             urls = []
             for arm in req.arms:
-                sets = [*req.sets, f"parallel={p}", f"ctx-size={req.ctx_per_slot * p}", *arm.overrides()]
+                sets = [*req.sets, f"{PARALLEL_KEY}={p}", f"{CTX_KEY}={req.ctx_per_slot * p}", *arm.overrides()]
                 drafter = req.drafter if arm.n_max else None
                 launch, _proc, _load = stack.enter_context(
                     running(req.target, drafter, "llama-server", sets, req.profile)
@@ -265,7 +268,7 @@ def measure_load(
             out += list(got.values())
             on_group(list(got.values()))  # a long run interrupted keeps the slot counts it finished
     order = {arm.label: i for i, arm in enumerate(req.arms)}
-    return sorted(out, key=lambda r: (order[r.arm], r.parallel))  # stable: samplers keep their order
+    return sorted(out, key=lambda r: (order[r.arm], r.users))  # stable: samplers keep their order
 
 
 def stops_paying(results: Sequence[dict]) -> list[dict]:
@@ -278,8 +281,8 @@ def stops_paying(results: Sequence[dict]) -> list[dict]:
     for kind, sampler in groups:
         rows = [r for r in results if (r["kind"], r["sampler"]) == (kind, sampler)]
         users = []
-        for p in sorted({r["parallel"] for r in rows}):
-            at = {r["arm"]: r for r in rows if r["parallel"] == p}
+        for p in sorted({r["users"] for r in rows}):
+            at = {r["arm"]: r for r in rows if r["users"] == p}
             off = at.get("off")
             drafting = [r for r in at.values() if r["n_max"]]
             if off is None or not drafting or not off["tokens_per_second"]:
@@ -306,18 +309,18 @@ def stops_paying(results: Sequence[dict]) -> list[dict]:
 def table(results: Sequence[dict]) -> str:
     """The Markdown table of every result, then per kind and sampler where the drafter stops
     paying."""
-    off = {(r["kind"], r["sampler"], r["parallel"]): r["tokens_per_second"] for r in results if not r["n_max"]}
+    off = {(r["kind"], r["sampler"], r["users"]): r["tokens_per_second"] for r in results if not r["n_max"]}
     lines = [
         "| kind | sampler | users | arm | tokens/s | vs off | latency median s | p90 s "
         "| accepted/drafted per slot | requests | lost |",
         "|" + "---|" * 11,
     ]
     for r in results:
-        base = off.get((r["kind"], r["sampler"], r["parallel"]))
+        base = off.get((r["kind"], r["sampler"], r["users"]))
         ratio = f"{r['tokens_per_second'] / base:.2f}x" if base else "-"
         slots = " ".join(f"{s}:{a}/{d}" for s, (a, d) in r["per_slot"].items()) if r["n_max"] else "-"
         lines.append(
-            f"| {r['kind']} | {r['sampler']} | {r['parallel']} | {r['arm']} | {r['tokens_per_second']:.2f} | {ratio} "
+            f"| {r['kind']} | {r['sampler']} | {r['users']} | {r['arm']} | {r['tokens_per_second']:.2f} | {ratio} "
             f"| {r['latency_median_seconds']:.2f} | {r['latency_p90_seconds']:.2f} | {slots} | {r['requests']} "
             f"| {r['lost']} |"
         )

@@ -70,11 +70,11 @@ def plot_load(results: list[dict], path: str | Path) -> Path:
     for ax, (kind, sampler) in zip(axes[0], groups):
         rows = [r for r in results if (r["kind"], r["sampler"]) == (kind, sampler)]
         for arm in dict.fromkeys(r["arm"] for r in rows):
-            pts = sorted((r["parallel"], r["tokens_per_second"]) for r in rows if r["arm"] == arm)
+            pts = sorted((r["users"], r["tokens_per_second"]) for r in rows if r["arm"] == arm)
             ax.plot([p for p, _ in pts], [t for _, t in pts], "o-", label=arm)
         ax.set_title(f"{kind}, {sampler}", fontsize=9)
         ax.set_xlabel("users (= slots)")
-        ax.set_xticks(sorted({r["parallel"] for r in rows}))
+        ax.set_xticks(sorted({r["users"] for r in rows}))
         ax.set_ylim(bottom=0)
         ax.grid(alpha=0.3)
     axes[0][0].set_ylabel("total tokens/s")

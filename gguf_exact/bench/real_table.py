@@ -7,6 +7,8 @@ from __future__ import annotations
 from gguf_exact.bench.parity import parity_line
 from gguf_exact.bench.pass_costs import card_prediction, predicted_speedup
 
+SLOTS = "parallel"  # a many-users result's field (its llama-server --parallel), not a profile read
+
 
 def steady_tokens_per_pass(arm: dict) -> float:
     """Tokens per target pass after each request's first token, which its prefill pass
@@ -231,7 +233,7 @@ def table(result: dict) -> str:
         lines += ["", "Rejection sampling against exact match and the target alone, generation tokens/s:", *goals]
     serial = {(m.get("kind", "hidden"), m["clients"]): m for m in result.get("concurrent", []) if m.get("serial")}
     for m in result.get("concurrent", []):
-        ref = serial.get((m.get("kind", "hidden"), m["clients"])) if m["parallel"] > 1 else None
+        ref = serial.get((m.get("kind", "hidden"), m["clients"])) if m[SLOTS] > 1 else None
         slots_same = (
             ""
             if ref is None
@@ -244,7 +246,7 @@ def table(result: dict) -> str:
         )
         counts = [f"{r['draft_n_accepted']}/{r['draft_n']}" for r in m["per_request"] if "draft_n" in r]
         lines.append(
-            f"- {m['engine']} --parallel {m['parallel']}, {m['clients']} clients{' (serial)' if m.get('serial') else ''}, "
+            f"- {m['engine']} --parallel {m[SLOTS]}, {m['clients']} clients{' (serial)' if m.get('serial') else ''}, "
             f"{m.get('kind', 'hidden')} n-max {m['n_max']}: {m['aggregate_tokens_per_second']:.2f} tokens/s aggregate"
             + (f", per-request accepted/drafted {', '.join(counts)}" if counts else "")
             + slots_same

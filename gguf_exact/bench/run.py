@@ -23,9 +23,9 @@ from typing import Callable
 
 from gguf_exact.bench.report import TARGET, Arm, Figures, Report, alternating_order, cell, machine, yes_no
 from gguf_exact.bench.request import BenchRequest
+from gguf_exact.engines.shared.generation import Generation
 from gguf_exact.errors import ArgumentError, Param
 from gguf_exact.formats.paths import Inputs
-from gguf_exact.engines.shared.generation import Generation
 
 
 @dataclass

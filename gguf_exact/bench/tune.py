@@ -36,13 +36,13 @@ from gguf_exact.bench.report import TARGET, Arm, alternating_order
 from gguf_exact.bench.request import ADAPTIVE_KEY, N_MAX_KEY, P_MIN_KEY
 from gguf_exact.bench.run import BenchReport, bench_servers, summarize
 from gguf_exact.bench.tune_pick import TOO_NOISY, AdaptivePick, Setting, pick_adaptive, pick_setting, too_noisy
+from gguf_exact.engines.shared.draft_policy import PolicySettings
+from gguf_exact.engines.shared.knobs import BY_KEY
+from gguf_exact.engines.shared.profiles import PROFILE_DIR, Profile, load_profile, user_profile_dir
+from gguf_exact.engines.shared.serving_config import serving_config
 from gguf_exact.errors import ArgumentError, InputError, NotExactError, Param
 from gguf_exact.formats.paths import Inputs, check_not_input
 from gguf_exact.formats.safe_write import atomic_output, output_folder, staged_outputs
-from gguf_exact.engines.shared.draft_policy import PolicySettings
-from gguf_exact.engines.shared.knobs import BY_KEY
-from gguf_exact.engines.shared.serving_config import serving_config
-from gguf_exact.engines.shared.profiles import PROFILE_DIR, Profile, load_profile, user_profile_dir
 
 TUNED_MARK = "# tuned by gguf-exact tune"
 

@@ -28,8 +28,8 @@ from gguf_exact.cli.options import (
     sampling_options,
     target_and_draft_options,
 )
-from gguf_exact.errors import ArgumentError
 from gguf_exact.engines.shared.engine_options import NO_PROFILE
+from gguf_exact.errors import ArgumentError
 
 
 def unescape(text: str) -> str:
@@ -183,9 +183,9 @@ def chat(
     ends and prints the same figures; Ctrl-C during a reply ends that reply. Any other line starting with / is not sent: it gets the list of
     commands (start a line with // to send it with one /).
     """
-    from gguf_exact.engines.shared.profile_choice import resolve_profile
     from gguf_exact.engines.python.chat import chat_session, stats_line
     from gguf_exact.engines.python.load import load_with_drafter
+    from gguf_exact.engines.shared.profile_choice import resolve_profile
 
     found = drafter_from_options(target, drafter, no_draft, fetch_draft, models_dir, auto=True)
     if not found.given and found.path is not None:

@@ -25,7 +25,6 @@ from gguf_exact.cli.rpc import rpc_plan_lines, show_worker
 from gguf_exact.constants import API_KEY_ENV
 from gguf_exact.engines.shared.settings import LOG_FILE, RPC_ENGINE, ServeSettings
 
-
 SERVE_SETTINGS = ("host", "port", "api_key", "insecure", "server_bin", "rpc", "engine", "logprobs", "vulkan_devices")
 
 

@@ -31,7 +31,10 @@ from gguf_exact.engines.shared.process import (
     terminate,
     write_state,
 )
+from gguf_exact.engines.shared.profile_choice import resolve_profile
+from gguf_exact.engines.shared.profiles import Profile
 from gguf_exact.engines.shared.rpc_probe import parse_endpoints
+from gguf_exact.engines.shared.serving_config import ServingConfig, serving_config
 from gguf_exact.engines.shared.settings import (
     CONSOLE_FILE,
     ENGINES,
@@ -44,9 +47,6 @@ from gguf_exact.engines.shared.settings import (
 from gguf_exact.engines.shared.status import server_label
 from gguf_exact.errors import ArgumentError, Param, ServerError
 from gguf_exact.pair.checks import ServePair, check_pair
-from gguf_exact.engines.shared.profile_choice import resolve_profile
-from gguf_exact.engines.shared.profiles import Profile
-from gguf_exact.engines.shared.serving_config import ServingConfig, serving_config
 
 
 @dataclass(frozen=True)

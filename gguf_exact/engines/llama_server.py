@@ -14,10 +14,10 @@ from pathlib import Path
 
 from gguf_exact import constants
 from gguf_exact.builds.llama_build import build_command, find_build, install_dir, make_command
+from gguf_exact.engines.shared.profiles import RESERVED, Profile, refuse_no_mmap
 from gguf_exact.engines.shared.request_guard import llama_server_args
 from gguf_exact.engines.shared.settings import LOG_FILE, ServeSettings
 from gguf_exact.errors import ArgumentError, BuildError, GgufExactError, Param, ServerError
-from gguf_exact.engines.shared.profiles import RESERVED, Profile, refuse_no_mmap
 
 NAME = "llama-server"
 

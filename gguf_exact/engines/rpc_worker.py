@@ -33,12 +33,12 @@ from gguf_exact.engines.shared.process import (
     terminate,
     write_run_state,
 )
-from gguf_exact.engines.shared.rpc_probe import probe_worker
-from gguf_exact.engines.shared.settings import CONSOLE_FILE, RPC_ENGINE, WorkerSettings, is_loopback
-from gguf_exact.errors import ArgumentError, BuildError, Param, ServerError
 from gguf_exact.engines.shared.profile_choice import resolve_profile
 from gguf_exact.engines.shared.profiles import Profile
+from gguf_exact.engines.shared.rpc_probe import probe_worker
 from gguf_exact.engines.shared.serving_config import serving_config
+from gguf_exact.engines.shared.settings import CONSOLE_FILE, RPC_ENGINE, WorkerSettings, is_loopback
+from gguf_exact.errors import ArgumentError, BuildError, Param, ServerError
 
 
 @dataclass(frozen=True)

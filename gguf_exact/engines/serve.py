@@ -23,16 +23,16 @@ from gguf_exact.engines.device_check import (
 )
 from gguf_exact.engines.drafter_lookup import DrafterFound, resolve_drafter
 from gguf_exact.engines.launch import Launch, plan_launch
-from gguf_exact.engines.shared.rpc_probe import WorkerDevice, WorkerReport, parse_endpoints, require_workers
-from gguf_exact.engines.shared.rpc_watch import RPC_TIMEOUT_ENV, check_worker, worker_checker
-from gguf_exact.engines.shared.settings import ServeSettings, is_loopback
-from gguf_exact.engines.shared.speculation import Verdict
-from gguf_exact.errors import GgufExactError
 from gguf_exact.engines.shared.device_plan import Device as SplitDevice
 from gguf_exact.engines.shared.device_plan import DevicePlan, plan_devices
 from gguf_exact.engines.shared.memory_plan import MemoryPlan, plan_memory
 from gguf_exact.engines.shared.profile_choice import Choice, resolve_profile
 from gguf_exact.engines.shared.profiles import Profile
+from gguf_exact.engines.shared.rpc_probe import WorkerDevice, WorkerReport, parse_endpoints, require_workers
+from gguf_exact.engines.shared.rpc_watch import RPC_TIMEOUT_ENV, check_worker, worker_checker
+from gguf_exact.engines.shared.settings import ServeSettings, is_loopback
+from gguf_exact.engines.shared.speculation import Verdict
+from gguf_exact.errors import GgufExactError
 
 
 @dataclass(frozen=True)

@@ -12,8 +12,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from gguf_exact.errors import InputError, NotExactError, PairError, Param
-from gguf_exact.formats.gguf_layout import TensorEntry
 from gguf_exact.formats.gguf_file import sha256_file
+from gguf_exact.formats.gguf_layout import TensorEntry
 from gguf_exact.formats.gguf_reader import GgufFile, open_gguf
 from gguf_exact.formats.vocab import Tokenizer, tokenizer_of
 from gguf_exact.gemma4.assistant import ARCH as DRAFTER_ARCH

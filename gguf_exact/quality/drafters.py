@@ -46,8 +46,8 @@ def drafter_reference(source: Path, target: Path, work: Path) -> Path:
 
 
 def _run_drafter(target: Path, drafter: Path, prompts: list[str], n_predict: int, root: Path):
-    from gguf_exact.engines.shared.http import server_generate
     from gguf_exact.engines.launch import plan_launch, start_server
+    from gguf_exact.engines.shared.http import server_generate
     from gguf_exact.engines.shared.process import free_port
     from gguf_exact.engines.shared.settings import ServeSettings
     from gguf_exact.engines.shared.status import stop_server

@@ -17,9 +17,9 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
+from gguf_exact.engines.python.policy_trace import new_policy
 from gguf_exact.engines.shared.draft_policy import PolicySettings
 from gguf_exact.engines.shared.policy_snapshot import PolicySnapshot
-from gguf_exact.engines.python.policy_trace import new_policy
 
 # The per-request fields, one contract in both engines (llama-server's side: patch 23's
 # tools/server/server-schema.cpp, eval_request_speculation; rejection_sampling: patch 38): each of

@@ -8,10 +8,10 @@ import numpy as np
 from llama_cpp import llama_cpp_ext
 from llama_cpp.llama_speculative import LlamaDraftModel
 
-from gguf_exact.errors import InputError
 from gguf_exact.engines.python.draft_length import DraftLength
 from gguf_exact.engines.python.drafter import LlamaDrafter
 from gguf_exact.engines.python.request import CURRENT_REQUEST
+from gguf_exact.errors import InputError
 
 if TYPE_CHECKING:  # the engine imports this module
     from gguf_exact.engines.python.drafter import HiddenState

@@ -25,13 +25,13 @@ import llama_cpp
 import numpy as np
 from llama_cpp import llama_cpp_ext
 
-from gguf_exact.errors import InputError, PairError
-from gguf_exact.gemma4.assistant import ARCH as ASSISTANT_ARCH
 from gguf_exact.engines.python.bindings import (
     _load_model,
     _meta_str,
     _new_context,
 )
+from gguf_exact.errors import InputError, PairError
+from gguf_exact.gemma4.assistant import ARCH as ASSISTANT_ARCH
 
 if TYPE_CHECKING:
     # The hidden state a draft starts from: ``n_embd`` floats, llama.cpp's row (a pointer into

@@ -44,10 +44,6 @@ import llama_cpp
 import numpy as np
 from llama_cpp import llama_chat_format, llama_cpp_ext
 
-from gguf_exact.errors import ArgumentError, InputError
-from gguf_exact.formats.paths import check_input_file
-from gguf_exact.gemma4.names import ARCH as TARGET_ARCH
-from gguf_exact.engines.shared.generation import Generation
 from gguf_exact.engines.python.bindings import _meta_str, errors_only_logs
 from gguf_exact.engines.python.completion_stop import CompletionStop
 from gguf_exact.engines.python.draft_model import MtpDraftModel
@@ -57,6 +53,10 @@ from gguf_exact.engines.python.rejection import RejectionSampling, call_class
 from gguf_exact.engines.python.request import CURRENT_REQUEST
 from gguf_exact.engines.python.tokenizer import PieceCache
 from gguf_exact.engines.python.totals import SpecTotals
+from gguf_exact.engines.shared.generation import Generation
+from gguf_exact.errors import ArgumentError, InputError
+from gguf_exact.formats.paths import check_input_file
+from gguf_exact.gemma4.names import ARCH as TARGET_ARCH
 
 if TYPE_CHECKING:
     from gguf_exact.pair.checks import ServePair

@@ -13,14 +13,14 @@ from typing import TYPE_CHECKING, Any, Literal, Sequence
 
 import llama_cpp
 
-from gguf_exact.engines.shared.engine_options import NO_PROFILE, EngineOptions
-from gguf_exact.engines.shared.serving_config import serving_config
 from gguf_exact.engines.python.engine import MtpLlama
 from gguf_exact.engines.python.warmup import time_verification_passes
+from gguf_exact.engines.shared.engine_options import NO_PROFILE, EngineOptions
+from gguf_exact.engines.shared.serving_config import serving_config
 
 if TYPE_CHECKING:
-    from gguf_exact.pair.checks import ServePair
     from gguf_exact.engines.shared.profiles import Profile
+    from gguf_exact.pair.checks import ServePair
 
 log = logging.getLogger(__name__)
 

@@ -47,13 +47,13 @@ import logging
 from pathlib import Path
 from typing import Any
 
-from gguf_exact.engines.shared.request_guard import LIMITS, RequestLimits, body_too_large, check_body
-from gguf_exact.engines.shared.generation import Generation
-from gguf_exact.engines.shared.policy_snapshot import snapshot_metrics
 from gguf_exact.engines.python.engine import PROMPT_CACHE, MtpLlama
 from gguf_exact.engines.python.llama_adapter import serve_one_model
 from gguf_exact.engines.python.request import COMPLETION_PATHS, CURRENT_REQUEST, CheckedRequest, Refusal, check_request
 from gguf_exact.engines.python.request_queue import MAX_WAITING, RequestQueue
+from gguf_exact.engines.shared.generation import Generation
+from gguf_exact.engines.shared.policy_snapshot import snapshot_metrics
+from gguf_exact.engines.shared.request_guard import LIMITS, RequestLimits, body_too_large, check_body
 
 log = logging.getLogger("gguf_exact.server")
 

@@ -22,8 +22,8 @@ from typing import TYPE_CHECKING, Any
 from gguf_exact.engines.python.draft_length import RequestSpeculation, request_speculation
 
 if TYPE_CHECKING:
-    from gguf_exact.engines.shared.generation import Generation
     from gguf_exact.engines.python.engine import MtpLlama
+    from gguf_exact.engines.shared.generation import Generation
 
 CHAT_PATH, COMPLETION_PATH = "/v1/chat/completions", "/v1/completions"
 COMPLETION_PATHS = (COMPLETION_PATH, CHAT_PATH)

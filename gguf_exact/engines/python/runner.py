@@ -24,10 +24,10 @@ from typing import Any, Sequence
 
 import llama_cpp
 
-from gguf_exact.errors import ArgumentError, Param
+from gguf_exact.engines.python.engine import MtpLlama, live_contexts
 from gguf_exact.engines.shared.generation import Generation
 from gguf_exact.engines.shared.sampling_defaults import SERVER_SAMPLING
-from gguf_exact.engines.python.engine import MtpLlama, live_contexts
+from gguf_exact.errors import ArgumentError, Param
 
 
 @dataclass(frozen=True)

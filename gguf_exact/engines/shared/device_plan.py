@@ -36,10 +36,10 @@ from __future__ import annotations
 from bisect import bisect_right
 from dataclasses import dataclass, field
 
-from gguf_exact.errors import ArgumentError, Message, Param
-from gguf_exact.pair.geometry import Geometry
 from gguf_exact.engines.shared.compute_estimate import compute_estimate
 from gguf_exact.engines.shared.memory_plan import MIB, MemoryInputs, cache_cells, layer_kv, mib, weight_layers
+from gguf_exact.errors import ArgumentError, Message, Param
+from gguf_exact.pair.geometry import Geometry
 
 CPU = "CPU"
 FIT_MARGIN = 1024 * MIB  # common_params::fit_params_target: what --fit keeps free per device

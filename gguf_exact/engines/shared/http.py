@@ -24,8 +24,8 @@ import urllib.error
 import urllib.request
 
 from gguf_exact.constants import API_KEY_ENV
-from gguf_exact.errors import Param, ServerError
 from gguf_exact.engines.shared.generation import Generation
+from gguf_exact.errors import Param, ServerError
 
 
 def post_json(url: str, body: dict, timeout: float = 600.0) -> dict:

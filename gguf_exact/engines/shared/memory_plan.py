@@ -36,12 +36,8 @@ from dataclasses import dataclass, field
 
 from gguf import GGMLQuantizationType
 
-from gguf_exact.errors import ArgumentError, Message, Param
-from gguf_exact.formats.gguf_layout import TensorEntry
-from gguf_exact.formats.gguf_layout import row_bytes as gguf_row_bytes
-from gguf_exact.pair.geometry import Geometry
-from gguf_exact.engines.shared.knobs import KV_CACHE_TYPES
 from gguf_exact.engines.shared.compute_estimate import compute_estimate, host_compute_estimate
+from gguf_exact.engines.shared.knobs import KV_CACHE_TYPES
 from gguf_exact.engines.shared.weight_placement import (
     cpu_weight_buffers,
     head_in_host,
@@ -50,6 +46,10 @@ from gguf_exact.engines.shared.weight_placement import (
     weight_layers,
     weight_split,
 )
+from gguf_exact.errors import ArgumentError, Message, Param
+from gguf_exact.formats.gguf_layout import TensorEntry
+from gguf_exact.formats.gguf_layout import row_bytes as gguf_row_bytes
+from gguf_exact.pair.geometry import Geometry
 
 MIB = 1024 * 1024
 KV_PAD = 256  # llama.cpp pads n_ctx and the SWA cache to 256 cells

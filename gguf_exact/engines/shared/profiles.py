@@ -27,10 +27,10 @@ else:  # pragma: no cover
 
 from gguf_exact.builds.llama_build import BACKEND
 from gguf_exact.constants import PROFILES_ENV, env_path
+from gguf_exact.engines.shared.knobs import BY_KEY, Value
 from gguf_exact.errors import ArgumentError, InputError, Message, Param
 from gguf_exact.formats.bounded_json import read_side_file
 from gguf_exact.resources import shipped_dir, user_config_dir
-from gguf_exact.engines.shared.knobs import BY_KEY, Value
 
 PROFILE_DIR = shipped_dir("serve")  # the project's serve/ (a wheel carries a copy)
 

@@ -25,11 +25,12 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any
 
-from gguf_exact.errors import InputError
 from gguf_exact.engines.shared.engine_options import EngineOptions
 from gguf_exact.engines.shared.knobs import ALL_LAYERS, AUTO_LAYERS, BY_KEY, KNOB, LLAMA_SERVER, PYTHON, Options, Value
 from gguf_exact.engines.shared.memory_plan import MemoryInputs
 from gguf_exact.engines.shared.profiles import Profile
+from gguf_exact.errors import InputError
+
 
 @dataclass(frozen=True)
 class ServingConfig:

@@ -19,12 +19,12 @@ from pathlib import Path
 from typing import Any
 
 from gguf_exact.constants import API_KEY_ENV
-from gguf_exact.errors import ServerError
-from gguf_exact.pair.checks import ModelFile, ServePair
 from gguf_exact.engines.shared.engine_options import EngineOptions
 from gguf_exact.engines.shared.profile_choice import AUTO
 from gguf_exact.engines.shared.profiles import Profile
 from gguf_exact.engines.shared.serving_config import ServingConfig, serving_config
+from gguf_exact.errors import ServerError
+from gguf_exact.pair.checks import ModelFile, ServePair
 
 # Every serving default, written once.
 DEFAULT_HOST = "127.0.0.1"

@@ -17,6 +17,7 @@ from pathlib import Path
 
 from gguf_exact import constants
 from gguf_exact.engines.shared.http import get_text, health
+from gguf_exact.engines.shared.policy_snapshot import PolicySnapshot, parse_snapshot
 from gguf_exact.engines.shared.process import (
     alive,
     find_run_dir,
@@ -39,7 +40,6 @@ from gguf_exact.engines.shared.rpc_watch import (
 from gguf_exact.engines.shared.settings import CONSOLE_FILE, LOG_FILE, PID_FILE, RPC_ENGINE, STATE_FILE
 from gguf_exact.engines.shared.speculation import Verdict, judge, probe
 from gguf_exact.engines.shared.stats import Acceptance, DraftCounters, draft_counters, parse_acceptance, parse_metrics
-from gguf_exact.engines.shared.policy_snapshot import PolicySnapshot, parse_snapshot
 
 
 def server_label(engine: str | None) -> str:
