@@ -161,9 +161,8 @@ def drafter_weights(spec: TinyDrafter, cycle: list[int]) -> tuple[dict, dict[str
     pre[(states + 2) % n, backbone + echo + states] = ECHO * EMBD * np.sqrt(backbone) * 12.0 / LOGIT_SCALE
     post = np.zeros((backbone, width), np.float32)
     post[echo + k, k] = 1.0
-    embed = np.zeros((spec.vocab_size, width), np.float32)
-    embed[cycle, k] = 1.0
-    embed[cycle, lift_axis] = 1.0
+    embed = np.zeros((spec.vocab_size, width), np.uint16)  # bf16 bits: 262,144 rows at full size
+    embed[cycle, k] = embed[cycle, lift_axis] = bf16.from_f32(np.ones(1, np.float32))[0]
     norm = np.ones(width, np.float32)
     norm[:n] = DRAFT_SHARPNESS * LOGIT_SCALE / root_w
     norm[lift_axis] = DRAFT_LIFT * 12.0 / (root_w * BIAS_LEVEL)
@@ -171,7 +170,7 @@ def drafter_weights(spec: TinyDrafter, cycle: list[int]) -> tuple[dict, dict[str
     small |= {
         "pre_projection.weight": bf16.from_f32(pre),
         "post_projection.weight": bf16.from_f32(post),
-        "model.embed_tokens.weight": bf16.from_f32(embed),
+        "model.embed_tokens.weight": embed,
         "model.norm.weight": bf16.from_f32(norm),
         "masked_embedding.token_ordering": ordering,  # the cycle tokens' clusters first
     }
