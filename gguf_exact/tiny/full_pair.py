@@ -68,6 +68,7 @@ from gguf_exact.formats.gguf_stream import pwrite_all, streaming_gguf
 from gguf_exact.formats.safe_write import output_folder
 from gguf_exact.gemma4.hparams import TextHparams, rope_freqs
 from gguf_exact.gemma4.sizes import SIZES
+from gguf_exact.tiny import sampled_pair
 from gguf_exact.tiny.main_model import NORM, SCALAR, MainSpec, donor_kv, hf_config, model_tensors
 from gguf_exact.tiny.models import (
     TinyDrafter,
@@ -78,7 +79,6 @@ from gguf_exact.tiny.models import (
     vocabulary,
     write_checkpoint,
 )
-from gguf_exact.tiny import sampled_pair
 from gguf_exact.tiny.ordered_head import consistent_head
 from gguf_exact.tiny.pair_walk import KINDS as WALK_KINDS
 from gguf_exact.tiny.pair_walk import N_AXES, norm_weight, right

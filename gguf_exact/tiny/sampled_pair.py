@@ -86,9 +86,9 @@ def drafter_levels(n_axes: int = N_AXES) -> np.ndarray:
     """:func:`levels` one level off on a fixed pattern of the lesser successors, and with the top
     two swapped in the states of :data:`FIRST_WRONG`."""
     out = levels(n_axes)
-    k, j = np.meshgrid(np.arange(n_axes), np.arange(n_axes), indexing="ij")
+    state, axis = np.meshgrid(np.arange(n_axes), np.arange(n_axes), indexing="ij")
     lesser = (out > 0) & (out < 7)
-    out[lesser] = np.clip(out[lesser] + (k * 7 + j * 3)[lesser] % 3 - 1, 0, 6)
+    out[lesser] = np.clip(out[lesser] + (state * 7 + axis * 3)[lesser] % 3 - 1, 0, 6)
     for k in FIRST_WRONG:
         a, b = (k + 1) % n_axes, (k + 2) % n_axes
         out[k, [a, b]] = out[k, [b, a]]
