@@ -59,6 +59,7 @@ EMBD = 0.05  # token embedding length: small, so the input's own axis barely sho
 BIAS_LEVEL = 7  # the bias axis' share of every state's row, in levels: keeps |row| from 10 to 18
 LOGIT_SCALE = 10.8  # cycle logits = LOGIT_SCALE * level / |row|: about 1 logit per level when sure
 JUNK_LOGIT = -12.0  # at |row| 12: 262,144 junk tokens then weigh under 1% at temperature 1
+TIE_BREAK = 0.01  # at most 0.12 logits between tokens of one level (JUNK_LOGIT's scale)
 DRAFT_LIFT = 12.0  # the drafter's cycle tokens over the zero-row junk in its candidate clusters
 FIRST_WRONG = tuple(k for k in range(N_AXES) if k % 6 == 4)  # the drafter's swapped states
 ECHO = 0.3  # deeper drafts: the share of the last state added two successors ahead...
@@ -117,8 +118,9 @@ def target_embd(rows: np.ndarray, cycle: list[int], n_vocab: int, cols: int) -> 
     ax, bias = token_axes(n_vocab, cycle), axes()["bias"]
     out = np.zeros((len(rows), cols), np.float32)
     out[np.arange(len(rows)), ax[rows]] = EMBD
-    junk = ax[rows] >= N_AXES
-    out[np.flatnonzero(junk), bias] = -EMBD
+    # a token's own small share of the bias axis: no two logits tie (a real model's never do, and
+    # a top-k or top-p cut between equal logits is where samplers may keep different tokens)
+    out[:, bias] = np.where(ax[rows] >= N_AXES, -EMBD, 0.0) + TIE_BREAK * EMBD * ((rows * 37) % 101 + 1) / 101
     return out
 
 
