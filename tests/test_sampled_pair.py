@@ -17,9 +17,7 @@ from gguf_exact.tiny.sampled_pair import FIRST_WRONG, N_AXES, drafter_levels, le
 pytestmark = [pytest.mark.bindings]
 
 ROW = re.compile(r"^\s+(\d)\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)$", re.M)
-SPREAD = re.compile(
-    r"top token's probability ([\d.]+) / ([\d.]+) / ([\d.]+) .* tokens above 1%: (\d+) / (\d+) / (\d+)"
-)
+SPREAD = re.compile(r"top token's probability ([\d.]+) / ([\d.]+) / ([\d.]+) .* tokens above 1%: (\d+) / (\d+) / (\d+)")
 
 
 def test_levels_have_one_top_and_the_drafter_differs_where_designed():
