@@ -228,9 +228,9 @@ def test_engine_same_text_and_the_predicted_counts(pair):
 def test_make_pair_refuses_bad_input_in_one_line(tmp_path):
     runner = CliRunner()
     r = runner.invoke(main, ["make-pair", str(tmp_path / "p"), "--shape", "e3b", "--kind", "hidden"])
-    assert (r.exit_code, r.output) == (1, "error: --shape e3b: expected one of e2b, e4b\n")
+    assert (r.exit_code, r.output) == (1, "error: --shape e3b: expected one of e2b, e4b, tiny\n")
     r = runner.invoke(main, ["make-pair", str(tmp_path / "p"), "--shape", "e2b", "--kind", "half"])
-    assert (r.exit_code, r.output) == (1, "error: --kind half: expected one of hidden, mixed, real\n")
+    assert (r.exit_code, r.output) == (1, "error: --kind half: expected one of hidden, mixed, real, sampled\n")
     (tmp_path / "f").write_text("x")
     r = runner.invoke(main, ["make-pair", str(tmp_path / "f"), "--shape", "e2b", "--kind", "hidden"])
     assert (r.exit_code, r.output) == (1, f"error: {tmp_path / 'f'}: exists and is not a folder\n")

@@ -58,21 +58,34 @@ def make_tiny(out_dir: Path, seed: int, step_kind: str, with_pairs: bool) -> Non
 
 @main.command("make-pair")
 @click.argument("out_dir", type=click.Path(path_type=Path))
-@click.option("--shape", required=True, help="e2b or e4b: the real model's structure.")
+@click.option("--shape", required=True, help="e2b or e4b: the real model's structure (tiny: sampled's tiny form).")
 @click.option(
     "--kind",
     required=True,
-    help="hidden (acceptance 1), mixed (1/2 at n-max 1 and 2) or real (as real assistants: "
-    "0.85 at the first draft, 0.6-0.65 deeper, unsure where it is wrong).",
+    help="hidden (acceptance 1), mixed (1/2 at n-max 1 and 2), real (as real assistants: "
+    "0.85 at the first draft, 0.6-0.65 deeper, unsure where it is wrong; all three deterministic "
+    "even at temperature 1) or sampled (a target that samples like a real model and a drafter "
+    "that approximates it).",
 )
-def make_pair(out_dir: Path, shape: str, kind: str) -> None:
+@click.option(
+    "--contexts",
+    default=200,
+    show_default=True,
+    type=click.IntRange(min=1),
+    help="sampled: tokens the target generates to measure the pair's figures on.",
+)
+def make_pair(out_dir: Path, shape: str, kind: str, contexts: int) -> None:
     """Write a full-size target + drafter pair: OUT_DIR/target.gguf and OUT_DIR/drafter.gguf.
 
     Every tensor at the real E2B or E4B shape and type (Q4_0 matrices, Q6_K
     embeddings, 262,144-token vocabulary), almost all weights zero, so llama.cpp
-    does all of a real model's work; the target walks a 24-token cycle and the
-    drafter reads only its hidden state. For benchmarks at the real size without
-    the download.
+    does all of a real model's work; the target walks a 24-token cycle. For
+    benchmarks at the real size without the download.
+
+    The sampled kind then measures, with the two models themselves, what each
+    verification rule should accept per draft depth at temperature 1, top-k 64,
+    top-p 0.95: greedy agreement (temperature 0), p(top of q) (exact match),
+    sum min(p, q) (rejection sampling).
     """
     from gguf_exact.tiny.full_pair import write_pair
 
@@ -81,6 +94,14 @@ def make_pair(out_dir: Path, shape: str, kind: str) -> None:
     for path in (pair.target, pair.drafter):
         say(f"wrote {path}  {path.stat().st_size:,} bytes")
     say(f"cycle: {' '.join(pair.cycle_text)}  ({time.perf_counter() - start:.1f} s)")
+    if kind == "sampled":
+        from gguf_exact.bench.pair_figures import measure_pair
+
+        start = time.perf_counter()
+        figures = measure_pair(pair.target, pair.drafter, contexts=contexts)
+        for line in figures.lines():
+            say(line)
+        say(f"measured in {time.perf_counter() - start:.1f} s")
 
 
 @main.command()

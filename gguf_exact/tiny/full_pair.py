@@ -68,28 +68,33 @@ from gguf_exact.formats.gguf_stream import pwrite_all, streaming_gguf
 from gguf_exact.formats.safe_write import output_folder
 from gguf_exact.gemma4.hparams import TextHparams, rope_freqs
 from gguf_exact.gemma4.sizes import SIZES
+from gguf_exact.tiny import sampled_pair
 from gguf_exact.tiny.main_model import NORM, SCALAR, MainSpec, donor_kv, hf_config, model_tensors
 from gguf_exact.tiny.models import (
     TinyDrafter,
+    TinyTarget,
     drafter_config,
     drafter_tensors,
     pass_through_layers,
+    vocabulary,
     write_checkpoint,
 )
 from gguf_exact.tiny.ordered_head import consistent_head
-from gguf_exact.tiny.pair_walk import KINDS, N_AXES, norm_weight, right
+from gguf_exact.tiny.pair_walk import KINDS as WALK_KINDS
+from gguf_exact.tiny.pair_walk import N_AXES, norm_weight, right
 from gguf_exact.tiny.vocab import Vocabulary, gemma4_vocabulary, vocabulary_pairs
 
 T = GGMLQuantizationType
 SHAPES = {"e2b": "E2B", "e4b": "E4B"}
 CYCLE_EMBD, OTHER_EMBD = 0.5, 0.25  # embedding lengths: the cycle token wins its axis
 CHUNK_BYTES = 32 << 20
+KINDS = (*WALK_KINDS, "sampled")  # sampled: gguf_exact.tiny.sampled_pair, a Markov chain that samples
 
 
 @dataclass(frozen=True)
 class FullPair:
-    shape: str  # E2B or E4B
-    kind: str  # hidden or mixed
+    shape: str  # E2B, E4B or tiny
+    kind: str  # one of KINDS
     target: Path
     drafter: Path
     cycle: tuple[int, ...]  # token ids the target walks, axis 0 first
@@ -181,8 +186,24 @@ def target_kv(spec: MainSpec, vocab: Vocabulary, name: str) -> list[bytes]:
     return [named[0], encode_kv("general.name", GGUFValueType.STRING, name), *named[1:], *vocabulary_pairs(vocab)]
 
 
-def write_target(path: str | Path, size: str, vocab: Vocabulary, cycle: list[int]) -> Path:
-    """``size``'s target with the cycle-walking weights, every tensor at its real shape and type."""
+def _sampled_heads(spec: MainSpec, cycle: list[int]) -> dict[str, tuple[int, RowHead]]:
+    """:mod:`.sampled_pair`'s target weights as :func:`_target_heads` gives the cycle's."""
+    select, down = sampled_pair.target_ffn()
+
+    def embd(r0: int, r1: int) -> np.ndarray:
+        return sampled_pair.target_embd(np.arange(r0, r1), cycle, spec.n_vocab, 256)
+
+    return {
+        "token_embd.weight": (spec.n_vocab, embd),
+        "blk.0.ffn_gate.weight": (len(select), lambda r0, r1: select[r0:r1]),
+        "blk.0.ffn_up.weight": (len(select), lambda r0, r1: select[r0:r1]),
+        "blk.0.ffn_down.weight": (len(down), lambda r0, r1: down[r0:r1]),
+    }
+
+
+def write_target(path: str | Path, size: str, vocab: Vocabulary, cycle: list[int], kind: str = "hidden") -> Path:
+    """``size``'s target with the cycle-walking weights (``kind`` sampled: :mod:`.sampled_pair`'s),
+    every tensor at its real shape and type."""
     path = Path(path)
     spec = MainSpec.from_shape(SIZES[size].target)
     tensors = model_tensors(spec)
@@ -190,13 +211,16 @@ def write_target(path: str | Path, size: str, vocab: Vocabulary, cycle: list[int
     rope = rope_freqs(TextHparams.from_hf(hf_config(spec)["text_config"]))
     entries.insert(1, TensorEntry("rope_freqs.weight", (rope.size,), T.F32))
     what = {t.gguf_name: t.what for t in tensors}
-    heads = _target_heads(spec, cycle)
+    sampled = kind == "sampled"
+    heads = _sampled_heads(spec, cycle) if sampled else _target_heads(spec, cycle)
     kv = target_kv(spec, vocab, f"gemma-4-{size}-made-pair")
     with streaming_gguf(path, 3, kv, entries, 32) as writer:
         for entry in entries:
             offset = writer.place(entry)
             if entry.name == "rope_freqs.weight":
                 pwrite_all(writer.fd, rope.view(np.uint8), offset)
+            elif sampled and entry.name == "output_norm.weight":  # its logit scales
+                pwrite_all(writer.fd, sampled_pair.target_output_norm(entry.n_values).view(np.uint8), offset)
             elif what[entry.name] in (NORM, SCALAR):  # every norm and layer scalar 1.0
                 pwrite_all(writer.fd, np.ones(entry.n_values, np.float32).view(np.uint8), offset)
             else:
@@ -232,6 +256,8 @@ def drafter_weights(size: str, kind: str, cycle: list[int]) -> tuple[dict, dict[
     the target's ``h`` and their own output alike; ``real`` has a second block for what its
     ``post_projection`` hands back (on the echo axes of ``h``), with a head of its own."""
     spec = TinyDrafter.from_shape(SIZES[size].assistant)
+    if kind == "sampled":
+        return sampled_pair.drafter_weights(spec, cycle)
     small = drafter_tensors(replace(spec, vocab_size=N_AXES))  # every layer tensor at its real shape
     width, backbone, k = spec.hidden_size, spec.backbone_hidden_size, np.arange(N_AXES)
     one = bf16.from_f32(np.ones(1, np.float32))[0]
@@ -283,22 +309,35 @@ def write_drafter(
 def write_pair(folder: str | Path, shape: str, kind: str, progress: Callable[[str], None] | None = None) -> FullPair:
     """Write ``folder/target.gguf`` and ``folder/drafter.gguf`` (``shape`` e2b or e4b)."""
     say = progress or (lambda _m: None)
-    if shape.lower() not in SHAPES:
-        raise ArgumentError(Param("shape"), f" {shape}: expected one of {', '.join(SHAPES)}")
+    if shape.lower() not in (*SHAPES, "tiny"):
+        raise ArgumentError(Param("shape"), f" {shape}: expected one of {', '.join(SHAPES)}, tiny")
     if kind not in KINDS:
         raise ArgumentError(Param("kind"), f" {kind}: expected one of {', '.join(KINDS)}")
     folder = Path(folder)
     if folder.exists() and not folder.is_dir():
         raise ArgumentError(f"{folder}: exists and is not a folder")
+    if shape.lower() == "tiny":
+        return _tiny_pair(folder, kind)
     size = SHAPES[shape.lower()]
     output_folder(folder)
     vocab = gemma4_vocabulary()
     cycle = cycle_ids(vocab)
     say(f"target: {size}, {len(vocab.tokens):,} tokens, {len(vocab.merges):,} merges")
-    target = write_target(folder / "target.gguf", size, vocab, cycle)
+    target = write_target(folder / "target.gguf", size, vocab, cycle, kind)
     say(f"drafter: the {size} assistant, kind {kind}, through gguf-exact convert")
     drafter = write_drafter(folder / "drafter.gguf", size, kind, cycle, target)
     return FullPair(size, kind, target, drafter, tuple(cycle), tuple(vocab.tokens[i] for i in cycle))
+
+
+def _tiny_pair(folder: Path, kind: str) -> FullPair:
+    """The tiny form (F32 target of 320 tokens): the sampled kind's only; the others have theirs
+    among the tiny kit's pairs."""
+    if kind != "sampled":
+        raise ArgumentError(Param("kind"), f" {kind}: the tiny shape is made for the sampled kind only")
+    target, drafter = sampled_pair.write_tiny_pair(folder)
+    cycle = sampled_pair.tiny_cycle()
+    tokens = vocabulary(TinyTarget().n_vocab)[0]
+    return FullPair("tiny", kind, target, drafter, tuple(cycle), tuple(tokens[i] for i in cycle))
 
 
 __all__ = [
