@@ -31,10 +31,11 @@ def test_the_three_renderings_of_a_shipped_profile():
     assert rtx.server_args() == [
         "--n-gpu-layers", "99", "--flash-attn", "on", "--ctx-size", "8192", "--parallel", "1",
         "--spec-type", "draft-mtp", "--spec-draft-adaptive", "--spec-draft-adaptive-warmup",
-        "--spec-draft-n-max", "4", "--n-gpu-layers-draft", "all",
+        "--spec-draft-n-max", "4", "--spec-rejection-sampling", "--n-gpu-layers-draft", "all",
     ]  # fmt: skip
     assert rtx.engine_options() == (
-        EngineOptions(n_ctx=8192, n_max=4, adaptive=True, adaptive_warmup=True, p_min=0.0, n_gpu_layers=99,
+        EngineOptions(n_ctx=8192, n_max=4, adaptive=True, adaptive_warmup=True, p_min=0.0, rejection_sampling=True,
+                      n_gpu_layers=99,
                       n_gpu_layers_draft=-1, flash_attn=True, n_threads=None, n_threads_batch=None, n_batch=512,
                       n_ubatch=512),
         [],
@@ -116,7 +117,7 @@ def test_options_the_python_engine_does_not_apply_are_named():
     assert serving_config(p, True).server_args() == [
         "--ctx-size", "4096", "--parallel", "1", "--cache-type-k", "q8_0", "--no-warmup", "--threads", "2",
         "--spec-type", "draft-mtp", "--spec-draft-adaptive", "--spec-draft-adaptive-warmup", "--spec-draft-n-max", "4",
-        "--mlock",  # a llama-server option no knob declares: passed through as written
+        "--spec-rejection-sampling", "--mlock",  # mlock: a llama-server option no knob declares: passed through as written
     ]  # fmt: skip
 
 
@@ -128,7 +129,9 @@ def test_rejection_sampling_applies_to_both_engines():
     args = on.server_args()
     assert args.count("--spec-rejection-sampling") == 1 and "--logprobs" not in args
     assert on.not_applied("llama-server") == []
-    off = serving_config(load_profile("cpu"), True)
+    shipped = serving_config(load_profile("cpu"), True)  # the shipped profiles turn it on
+    assert shipped.engine_options()[0].rejection_sampling is True and "--spec-rejection-sampling" in shipped.server_args()
+    off = serving_config(load_profile("cpu").with_overrides(["spec-rejection-sampling=false"]), True)
     assert off.engine_options()[0].rejection_sampling is False and "--spec-rejection-sampling" not in off.server_args()
     # a [draft] knob: without a drafter the table is not read
     alone = serving_config(load_profile("cpu").with_overrides(["spec-rejection-sampling=true"]), False)
