@@ -79,6 +79,7 @@ def test_shipped_profiles():
         "--spec-draft-adaptive-warmup",
         "--spec-draft-n-max",
         "4",
+        "--spec-rejection-sampling",
         "--n-gpu-layers-draft",
         "all",
     ]
