@@ -26,15 +26,15 @@ from typing import Any
 import llama_cpp
 import numpy as np
 
+from gguf_exact.engines.python.chain_distribution import ChainDistribution
 from gguf_exact.engines.python.llama_adapter import LlamaAdapter
 from gguf_exact.engines.python.request import CURRENT_REQUEST
 from gguf_exact.engines.shared.acceptance_class import acceptance_class
-from gguf_exact.engines.shared.speculative_sampling import chain_probabilities, draw, verify_row, why_not_mirrored
+from gguf_exact.engines.shared.speculative_sampling import draw, verify_row, why_not_mirrored
 
 log = logging.getLogger(__name__)
 
 _GENERATE = inspect.signature(llama_cpp.Llama.generate)
-MIN_KEEP = 1  # llama-cpp-python's chain keeps at least one candidate (Llama._init_sampler)
 
 
 @dataclass(frozen=True)
@@ -78,6 +78,8 @@ class RejectionSampling:
 
     def __init__(self, sampler: SamplerView, seed: int) -> None:
         self.sampler = sampler
+        # p and q by llama.cpp's own chain, which samples the rows the rule does not verify
+        self.chain = ChainDistribution(sampler)
         # the request's seed, as llama.cpp's dist sampler takes it (its default: a random one)
         self.rng = np.random.default_rng(None if seed == llama_cpp.LLAMA_DEFAULT_SEED else seed)
         self.pending: dict[int, tuple[int, np.ndarray]] = {}
@@ -114,7 +116,7 @@ class RejectionSampling:
 
     def draw_draft(self, logits: np.ndarray) -> int:
         """The next draft token, sampled from the drafter's chain distribution q of ``logits``."""
-        q = chain_probabilities(logits, self.sampler, min_keep=MIN_KEEP)
+        q = self.chain(logits)
         token = draw(q, self.rng)
         self.pending[self._next] = (token, q)
         self._next += 1
@@ -133,7 +135,7 @@ class RejectionSampling:
     def verify(self, logits: np.ndarray, token: int, q: np.ndarray) -> int:
         """The target's token for a row whose ``logits`` verify the draft ``token`` drawn from
         ``q``: the draft with probability min(1, p/q), else one from max(0, p - q)."""
-        return verify_row(chain_probabilities(logits, self.sampler, min_keep=MIN_KEEP), q, token, self.rng)
+        return verify_row(self.chain(logits), q, token, self.rng)
 
 
 __all__ = ["RejectionSampling", "SamplerView", "call_class", "sampler_view"]

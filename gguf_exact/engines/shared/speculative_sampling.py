@@ -13,10 +13,12 @@ p and q are what the request's sampler chain draws from, not plain softmaxes:
 (``common_sampler_init`` in ``common/sampling.cpp``, the samplers in
 ``src/llama-sampler.cpp``) for temperature, top-k, top-p and min-p;
 :func:`why_not_mirrored` names what else in a request changes p (penalties, grammar,
-logit bias...), where an engine must keep exact match. Pure numpy, no I/O; the Python engine
-calls it with ``spec-rejection-sampling`` (:mod:`gguf_exact.engines.python.rejection`); llama-server
-has its C++ twin in patch 38 (``common_sampler_probs``, ``common_sampler_why_not_mirrored``), which
-applies the request's own chain instead of mirroring it.
+logit bias...), where an engine must keep exact match. Pure numpy, no I/O, for figures and
+synthetic proofs (:mod:`gguf_exact.bench.pair_figures`). Both engines compute p and q with
+llama.cpp's own chain instead, whose sort decides which of several equal logits a cut keeps
+(the mirror ranks them by token id): the Python engine through llama-cpp-python's samplers
+(:mod:`gguf_exact.engines.python.chain_distribution`), llama-server in patch 38
+(``common_sampler_probs``, ``common_sampler_why_not_mirrored``).
 """
 
 from __future__ import annotations
