@@ -1,7 +1,7 @@
 """Speculative sampling in llama-server (--spec-rejection-sampling, patch 38, issue 38) on the tiny
 hidden pair, through the HTTP API: the first two or three generated tokens of seeded requests follow
-the target alone's joint distribution, computed exactly from its own logits (the bindings and the
-mirrored chain, llama-server's min_keep 0) and compared by the G-test at the 1e-4 level; at
+the target alone's joint distribution, computed exactly from its own rows (llama-server without a
+drafter, n_probs over every candidate after its chain) and compared by the G-test at the 1e-4 level; at
 temperature 1 the rule accepts more drafts than exact match; greedy text is the target alone's;
 a chain the drafter cannot mirror keeps exact match and is counted on /metrics.
 
