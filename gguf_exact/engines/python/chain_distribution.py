@@ -17,11 +17,11 @@ survivors' probabilities are the softmax of their logits after the temperature.
 from __future__ import annotations
 
 import ctypes
+import weakref
 from typing import Protocol
 
 import llama_cpp
 import numpy as np
-from llama_cpp._internals import LlamaSampler
 
 MIN_KEEP = 1  # llama-cpp-python's chain keeps at least one candidate (Llama._init_sampler)
 
@@ -58,13 +58,17 @@ class ChainDistribution:
     def __init__(self, sampler: TruncatingSampler) -> None:
         if not sampler.temperature > 0:
             raise ValueError(f"temperature {sampler.temperature!r}: a chain distribution needs a sampled request")
-        # the order and min_keep of Llama._init_sampler's non-mirostat branch
-        self._chain = LlamaSampler()
-        self._chain.add_top_k(sampler.top_k)
-        self._chain.add_typical(sampler.typical_p, MIN_KEEP)
-        self._chain.add_top_p(sampler.top_p, MIN_KEEP)
-        self._chain.add_min_p(sampler.min_p, MIN_KEEP)
-        self._chain.add_temp(sampler.temperature)
+        # the order and min_keep of Llama._init_sampler's non-mirostat branch, by llama.h's public calls
+        self._chain = llama_cpp.llama_sampler_chain_init(llama_cpp.llama_sampler_chain_default_params())
+        self._free = weakref.finalize(self, llama_cpp.llama_sampler_free, self._chain)
+        for stage in (
+            llama_cpp.llama_sampler_init_top_k(sampler.top_k),
+            llama_cpp.llama_sampler_init_typical(sampler.typical_p, MIN_KEEP),
+            llama_cpp.llama_sampler_init_top_p(sampler.top_p, MIN_KEEP),
+            llama_cpp.llama_sampler_init_min_p(sampler.min_p, MIN_KEEP),
+            llama_cpp.llama_sampler_init_temp(sampler.temperature),
+        ):
+            llama_cpp.llama_sampler_chain_add(self._chain, stage)  # the chain owns it from here
         self._row = np.zeros(0, TOKEN_DATA)
 
     def __call__(self, logits: np.ndarray) -> np.ndarray:
@@ -80,7 +84,7 @@ class ChainDistribution:
         cur = llama_cpp.llama_token_data_array(
             data=row.ctypes.data_as(llama_cpp.llama_token_data_p), size=row.size, selected=-1, sorted=False
         )
-        llama_cpp.llama_sampler_apply(self._chain.sampler, ctypes.byref(cur))
+        llama_cpp.llama_sampler_apply(self._chain, ctypes.byref(cur))
         # the samplers may point data elsewhere (llama.h): read the survivors where it points now
         survivors = np.ctypeslib.as_array(
             (ctypes.c_char * (cur.size * TOKEN_DATA.itemsize)).from_address(ctypes.addressof(cur.data.contents))
@@ -92,7 +96,7 @@ class ChainDistribution:
         return out
 
     def close(self) -> None:
-        self._chain.close()
+        self._free()
 
 
 __all__ = ["MIN_KEEP", "ChainDistribution", "TruncatingSampler"]
