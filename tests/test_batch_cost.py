@@ -8,6 +8,8 @@ from policy_traces import CURVES, REAL_LIKE, Stream, burst, busy_seeds, replay_p
 
 from gguf_exact.engines.shared.batch_cost import BatchCost, BatchPolicy
 from gguf_exact.engines.shared.draft_policy import PolicySettings
+from gguf_exact.engines.shared.policy_snapshot import PolicySnapshot, parse_snapshot, snapshot_metrics
+from gguf_exact.engines.shared.stats import parse_metrics
 
 SEEDS = {1: 0.010, 2: 0.011, 3: 0.012, 4: 0.013, 5: 0.014}  # alone: rows nearly free, 4 drafts pay
 
@@ -89,3 +91,15 @@ def test_a_batch_timing_is_the_lowest_of_the_last_three_and_goes_stale():
     assert cost.cost(6) is None and cost.cost(7) == 0.3
     cost.observe(6, 0.8)  # a stale total starts again from its new timing
     assert cost.samples[6] == [0.8]
+
+
+def test_the_batch_and_each_slots_length_go_through_metrics_and_back():
+    # llama-server's /metrics at --parallel: llamacpp:spec_batch_rows and spec_slot_draft_n{slot}; status reads them
+    snap = PolicySnapshot(1, (0.9,), ((1, 0.01),), None, "batch of 5 rows: 1 drafts", 5, ((0, 1), (1, 0), (3, 0)))
+    text = snapshot_metrics(snap)
+    assert "llamacpp:spec_batch_rows 5\n" in text and 'llamacpp:spec_slot_draft_n{slot="3"} 0\n' in text
+    assert parse_snapshot(parse_metrics(text)) == snap
+    one = PolicySnapshot(2, (0.9,), ((3, 0.02),), 0.001)  # one user: neither written
+    assert (
+        "spec_batch_rows" not in snapshot_metrics(one) and parse_snapshot(parse_metrics(snapshot_metrics(one))) == one
+    )
