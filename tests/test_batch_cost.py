@@ -61,14 +61,15 @@ def test_others_rows_on_a_steep_curve_stop_the_drafts_and_one_user_keeps_them():
 
 
 def test_rows_that_cost_little_in_a_batch_keep_the_drafts():
-    # a card at 4 users: 0.010 s + 0.1 ms a row, a drafter step of 0.1 ms; beside 3 slots drafting 4
-    # (15 rows, E(4) tokens each) 4 drafts too. A drafter step of 1 ms is priced as this slot's own
-    # (the call's steps are the longest draft's; the policy does not know the others'): none then
-    cheap = drafting_policy({t: 0.010 + 0.0001 * t for t in range(15, 21)}, step=0.0001)
+    # a card at 4 users: 0.010 s + 0.1 ms a row; beside 3 slots drafting 4 (15 rows, E(4) tokens each)
+    cheap = drafting_policy({t: 0.010 + 0.0001 * t for t in range(3, 21)})
     others = 3 * cheap.expected_tokens(4)
-    assert cheap.choose(4, 15, others) == 4 and cheap.batch_rows == 20
-    dear_step = drafting_policy({t: 0.010 + 0.0001 * t for t in range(15, 21)}, step=0.001)
-    assert dear_step.choose(4, 15, others) == 0 and dear_step.choose(4) == 4
+    assert cheap.choose(4, 15, others, others_drafts=4) == 4 and cheap.batch_rows == 20
+    # a drafter step of 5 ms: beside 3 slots drafting none the steps are this slot's, dearer than the
+    # tokens they bring; beside 3 slots drafting 4 the call takes 4 steps anyway, and 4 drafts pay
+    dear = drafting_policy({t: 0.010 + 0.0001 * t for t in range(3, 21)}, step=0.005)
+    assert dear.choose(4, 3, 3.0) == 0 and dear.reason == "batch of 4 rows: 0 drafts"
+    assert dear.choose(4, 15, others, others_drafts=4) == 4 and dear.batch_rows == 20
 
 
 def test_an_untimed_batch_is_priced_as_one_row_fewer_and_a_batch_unknown_is_timed_first():

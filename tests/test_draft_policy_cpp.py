@@ -89,8 +89,8 @@ def replay(exe: Path, settings: PolicySettings, events: list[tuple]) -> list[int
         f"settings {s.n_max} {s.prior!r} {s.prior_weight!r} {s.decay!r} {s.cost_weight!r} {s.probe_interval} {s.probe_interval_max} {s.cost_max_age} {s.switch_margin!r} {s.cost_window} {s.retime_margin!r} {s.burst_ratio!r} {s.outlier_ratio!r} {s.recheck_interval}"
     ]
     for e in events:
-        if e[0] == "choose":  # ("choose", limit, k[, others_rows, others_tokens])
-            lines.append(f"choose {e[1]}" + (f" {e[3]} {e[4]!r}" if len(e) > 3 else ""))
+        if e[0] == "choose":  # ("choose", limit, k[, others_rows, others_tokens, others_drafts])
+            lines.append(f"choose {e[1]}" + (f" {e[3]} {e[4]!r} {e[5]}" if len(e) > 3 else ""))
         elif e[0] in ("pass", "steps", "seed"):  # ("pass", rows, seconds[, total rows])
             lines.append(f"{e[0]} {e[1]} {e[2]!r}" + (f" {e[3]}" if len(e) > 3 else ""))
         elif e[0] == "class":
@@ -111,7 +111,7 @@ def test_the_patch_adds_the_option_the_fields_and_the_policy(patched_tree):
     reader = schema.partition("static void eval_request_speculation(")[2].partition("\n}\n")[0]
     assert '{"n_max", "p_min", "adaptive"' in reader and 'data.contains("speculative")' in reader
     server = (patched_tree / "tools" / "server" / "server-context.cpp").read_text()
-    assert "slot.draft_policy.choose(n_draft_max, others_rows, others_tokens)" in server
+    assert "slot.draft_policy.choose(n_draft_max, others_rows, others_tokens, batch_drafts)" in server
     assert "observe_pass(off, batch.view.size(), t_decode_us)" in server
     assert "slot.draft_policy.observe_pass(r, (double) t_us / 1e6, n)" in server  # the whole pass, its total rows
     # the request's acceptance class before its passes: its temperature and the rule (spec_rejection,
@@ -374,12 +374,12 @@ BATCH_CASES = {
     # k rows cost k passes (a CPU): 5 and 6 rows tried once each, then no slot drafts beside others, nor alone
     "cpu": ({t: 0.1 * t for t in range(1, 26)}, 0.001, [[Stream(1.0)] * 4] * 4, [(40, 4), (40, 1)], 0,
             [5, 6] + [4] * 37, [0, 0, 0, 0]),
-    # rows nearly free: slots 1 and 3 (always right) draft 4 beside the others as slot 0 does alone; slot 2
-    # (real-like) none, its drafts not paying their steps
+    # rows nearly free: every slot drafts beside the others as slot 0 does alone, slot 2 (real-like) 3
+    # drafts, the drafter's steps paid by the others' longer drafts (the sequences draft together)
     "cheap": (
         {t: 0.010 + 0.0001 * t for t in range(1, 26)}, 0.0002,
         [[Stream(1.0)] * 4, [Stream(1.0)] * 4, list(REAL_LIKE), [Stream(1.0)] * 4], [(30, 1), (100, 4), (30, 1)], 4,
-        [7, 8, 9, 10, 11, 12, 13, 14, 15] + [16] * 90, [4, 4, 0, 4],
+        list(range(7, 20)) + [19, 18, 19, 18, 19, 20, 20, 20, 19, 20, 20] + [19] * 75, [4, 4, 3, 4],
     ),
 }  # fmt: skip
 

@@ -96,7 +96,7 @@ def test_four_adaptive_slots_choose_in_the_batch_and_both_twins_replay_each_slot
         assert [int(x) for x in out.stdout.split()] == chosen
         beside += sum(1 for e in events if e[0] == "choose" and e[3] > 0)
         shared += sum(1 for e in events if e[0] == "pass" and e[3] > e[1])
-        assert all(len(e) == 5 for e in events if e[0] == "choose")  # llama-server writes the batch fields
+        assert all(len(e) == 6 for e in events if e[0] == "choose")  # llama-server writes the batch fields
     assert beside > 0 and shared > 0  # choices made beside other slots' rows, passes priced by the batch
     policies = [s["draft_policy"] for s in slots]
     assert all(p["batch_rows"] >= p["others_rows"] + 1 >= 1 for p in policies)

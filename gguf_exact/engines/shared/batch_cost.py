@@ -2,11 +2,13 @@
 cost of a pass is the cost of ALL its rows, so a slot drafting k tokens beside others' rows pays
 ``pass_cost(others_rows + k + 1)`` for the batch's ``others_tokens + E(k)`` tokens, and chooses
 
-    argmax_k (others_tokens + E(k)) / (k * drafter_step + batch_cost(others_rows + k + 1)),  k in 0..min(n_max, limit)
+    argmax_k (others_tokens + E(k)) / (max(k, others_drafts) * drafter_step + batch_cost(others_rows + k + 1))
 
-(ties: the shorter draft). ``others_rows``: what the other slots add to this pass (a slot that chose
-already: its k + 1; a generating slot still to choose: 1); ``others_tokens``: the tokens they are expected
-to bring (``E(k)`` each, 1 for a slot still to choose). Alone (``others_rows`` 0) the choice is
+for k in 0..min(n_max, limit) (ties: the shorter draft): the batch's expected tokens per second.
+``others_rows``: what the other slots add to this pass (a slot that chose already: its k + 1; a
+generating slot still to choose: 1); ``others_tokens``: the tokens they are expected to bring (``E(k)``
+each, 1 for a slot still to choose); ``others_drafts``: the longest draft they asked the drafter for
+(the sequences draft together: the call takes as many steps as the longest draft). Alone (``others_rows`` 0) the choice is
 :class:`~.draft_policy.DraftPolicy`'s, every rule of it (probes, climbs, re-times, rechecks) as before,
 so a trace recorded before this (no batch fields) replays unchanged.
 
@@ -20,7 +22,8 @@ own as before. So at load, where a row costs about a row (a CPU), others' rows m
 the slot drafts less or not at all; where rows are cheap (a GPU's batch), drafting goes on.
 
 Pure and deterministic, as the policy: the C++ twin (``common/draft-policy.h``, patch 39) makes the same
-choices on the same trace (``choose LIMIT OTHERS_ROWS OTHERS_TOKENS``, ``pass ROWS SECONDS TOTAL``).
+choices on the same trace (``choose LIMIT OTHERS_ROWS OTHERS_TOKENS OTHERS_DRAFTS``, ``pass ROWS SECONDS
+TOTAL``).
 """
 
 from __future__ import annotations
@@ -75,17 +78,18 @@ class BatchPolicy(DraftPolicy):
                 return c
         return None
 
-    def batch_rate(self, k: int, others_rows: int, others_tokens: float) -> float | None:
+    def batch_rate(self, k: int, others_rows: int, others_tokens: float, others_drafts: int = 0) -> float | None:
         """The batch's expected tokens per second when this slot drafts ``k`` (None while unknown)."""
         c = self.total_cost(others_rows + k + 1)
         if c is None:
             return None
-        t = k * (self.step_cost or 0.0) + c
+        t = max(k, others_drafts) * (self.step_cost or 0.0) + c
         return (others_tokens + self.expected_tokens(k)) / t if t > 0 else None
 
-    def choose(self, limit: int, others_rows: int = 0, others_tokens: float = 0.0) -> int:
+    def choose(self, limit: int, others_rows: int = 0, others_tokens: float = 0.0, others_drafts: int = 0) -> int:
         """As :meth:`DraftPolicy.choose` alone; beside ``others_rows`` rows of other slots bringing
-        ``others_tokens`` tokens, the k that maximises the batch's :meth:`batch_rate`."""
+        ``others_tokens`` tokens, their longest draft ``others_drafts``, the k that maximises the
+        batch's :meth:`batch_rate`."""
         self.others_rows = max(0, others_rows)
         if self.others_rows == 0:
             k = super().choose(limit)
@@ -93,12 +97,12 @@ class BatchPolicy(DraftPolicy):
             return k
         top = min(self.settings.n_max, limit)
         self.probing = self.rechecking = self.retiming = 0  # the one-user rules' passes are not this one
-        k, best = 0, self.batch_rate(0, self.others_rows, others_tokens)
+        k, best = 0, self.batch_rate(0, self.others_rows, others_tokens, others_drafts)
         if best is None:
             self.reason = f"timing a batch of {self.others_rows + 1} rows"
         else:
             for j in range(1, top + 1):
-                r = self.batch_rate(j, self.others_rows, others_tokens)
+                r = self.batch_rate(j, self.others_rows, others_tokens, others_drafts)
                 if r is not None and r > best * (1.0 + TIE_MARGIN):
                     k, best = j, r
             self.reason = f"batch of {self.others_rows + k + 1} rows: {k} drafts"
