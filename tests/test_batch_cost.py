@@ -104,3 +104,18 @@ def test_the_batch_and_each_slots_length_go_through_metrics_and_back():
     assert (
         "spec_batch_rows" not in snapshot_metrics(one) and parse_snapshot(parse_metrics(snapshot_metrics(one))) == one
     )
+
+
+def test_beside_others_a_slot_that_never_drafted_probes_as_alone():
+    # E2B-like batch of 4 rows 0.20 s, of 5 rows 0.24, a drafter step 1.7 ms: at the prior's acceptance (0.5)
+    # one draft brings (3 + 1.5) / 0.2417 = 18.6 tokens/s against 4 / 0.2 = 20, so the slot would never
+    # draft and never learn; right at depth 1 it would bring 5 / 0.2417 = 20.7: every 8th pass one draft
+    policy = BatchPolicy(PolicySettings(n_max=4))
+    policy.observe_steps(1, 0.0017)
+    policy.observe_pass(1, 0.20, 4)
+    policy.observe_pass(2, 0.24, 5)
+    assert [policy.choose(4, 3, 3.0) for _ in range(8)] == [0] * 7 + [1]
+    assert policy.reason == "probing 5 rows: 1 drafts" and policy.probing == 1
+    policy.observe_result(1, 0)  # the probe failed: the interval doubles, as alone
+    assert policy.interval == 16 and policy.acceptance(1) == 0.25
+    assert [policy.choose(4, 3, 3.0) for _ in range(16)] == [0] * 15 + [1]

@@ -371,15 +371,16 @@ BATCH_CASES = {
     "saturating": (
         SATURATING, 0.001, [[Stream(0.9)] * 4] * 4, [(60, 1), (100, 4), (60, 2), (60, 1)], 4, [5] * 99, [1, 0, 0, 0]
     ),
-    # k rows cost k passes (a CPU): 5 and 6 rows tried once each, then no slot drafts beside others, nor alone
+    # k rows cost k passes (a CPU): 5 and 6 rows tried once each, 7 once by a probe, then no slot drafts
+    # beside others, nor alone
     "cpu": ({t: 0.1 * t for t in range(1, 26)}, 0.001, [[Stream(1.0)] * 4] * 4, [(40, 4), (40, 1)], 0,
-            [5, 6] + [4] * 37, [0, 0, 0, 0]),
-    # rows nearly free: every slot drafts beside the others as slot 0 does alone, slot 2 (real-like) 3
-    # drafts, the drafter's steps paid by the others' longer drafts (the sequences draft together)
+            [5, 6] + [4] * 7 + [7] + [4] * 29, [0, 0, 0, 0]),
+    # rows nearly free: every slot drafts 4 beside the others as slot 0 does alone, slot 2 (real-like)
+    # once probes taught it its acceptance (its drafter steps paid by the others' drafts: they draft together)
     "cheap": (
         {t: 0.010 + 0.0001 * t for t in range(1, 26)}, 0.0002,
         [[Stream(1.0)] * 4, [Stream(1.0)] * 4, list(REAL_LIKE), [Stream(1.0)] * 4], [(30, 1), (100, 4), (30, 1)], 4,
-        list(range(7, 20)) + [19, 18, 19, 18, 19, 20, 20, 20, 19, 20, 20] + [19] * 75, [4, 4, 3, 4],
+        list(range(7, 20)) + [19, 18, 19, 18, 20] + [19] * 15 + [20] * 66, [4, 4, 4, 4],
     ),
 }  # fmt: skip
 

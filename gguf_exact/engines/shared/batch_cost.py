@@ -18,8 +18,10 @@ else, untimed, what ``t - 1`` rows cost (optimism, as alone: the longer batch is
 known), else unknown (not considered). A batch timing older than ``cost_max_age`` batch passes is
 forgotten. A pass shared with other slots (``total > rows`` in :meth:`BatchPolicy.observe_pass`) times
 the batch curve only: a slot's own curve stays the one-user curve, and its per-depth acceptance is its
-own as before. So at load, where a row costs about a row (a CPU), others' rows make drafting dear and
-the slot drafts less or not at all; where rows are cheap (a GPU's batch), drafting goes on.
+own as before. A probe (one draft deeper than the best, were the drafter right there) runs on the
+one-user schedule, so a slot that only ever served beside others learns its acceptance. So at load,
+where a row costs about a row (a CPU), others' rows make drafting dear and the slot drafts less or not
+at all; where rows are cheap (a GPU's batch), drafting goes on.
 
 Pure and deterministic, as the policy: the C++ twin (``common/draft-policy.h``, patch 39) makes the same
 choices on the same trace (``choose LIMIT OTHERS_ROWS OTHERS_TOKENS OTHERS_DRAFTS``, ``pass ROWS SECONDS
@@ -86,6 +88,23 @@ class BatchPolicy(DraftPolicy):
         t = max(k, others_drafts) * (self.step_cost or 0.0) + c
         return (others_tokens + self.expected_tokens(k)) / t if t > 0 else None
 
+    def batch_trusting_rate(
+        self, k: int, j: int, others_rows: int, others_tokens: float, others_drafts: int
+    ) -> float | None:
+        """:meth:`batch_rate` of ``j`` > ``k`` drafts were the drafter always right at depth k + 1 (as
+        :meth:`DraftPolicy.trusting_rate` alone): what a probe could bring."""
+        c = self.total_cost(others_rows + j + 1)
+        if c is None:
+            return None
+        e, p = self.expected_tokens(k), 1.0
+        for i in range(1, k + 1):
+            p = p * self.acceptance(i)
+        for i in range(k + 1, j + 1):
+            p = p * (1.0 if i == k + 1 else self.acceptance(i))
+            e = e + p
+        t = max(j, others_drafts) * (self.step_cost or 0.0) + c
+        return (others_tokens + e) / t if t > 0 else None
+
     def choose(self, limit: int, others_rows: int = 0, others_tokens: float = 0.0, others_drafts: int = 0) -> int:
         """As :meth:`DraftPolicy.choose` alone; beside ``others_rows`` rows of other slots bringing
         ``others_tokens`` tokens, their longest draft ``others_drafts``, the k that maximises the
@@ -105,9 +124,20 @@ class BatchPolicy(DraftPolicy):
                 r = self.batch_rate(j, self.others_rows, others_tokens, others_drafts)
                 if r is not None and r > best * (1.0 + TIE_MARGIN):
                     k, best = j, r
-            self.reason = f"batch of {self.others_rows + k + 1} rows: {k} drafts"
+            # a probe every `interval` passes, as alone: a slot that never drafted would keep the prior's
+            # acceptance, and priced by it, never draft beside others
+            probe = next((j for j in range(k + 1, top + 1) if self.pays(k, j, best, others_tokens, others_drafts)), 0)
+            self.since_probe = self.since_probe + 1 if probe else 0
+            if probe and self.since_probe >= self.interval:
+                self.since_probe, k, self.probing = 0, probe, probe
+            what = "probing" if self.probing else "batch of"
+            self.reason = f"{what} {self.others_rows + k + 1} rows: {k} drafts"
         self.last_k, self.batch_rows = k, self.others_rows + k + 1
         return k
+
+    def pays(self, k: int, j: int, best: float, others_tokens: float, others_drafts: int) -> bool:
+        r = self.batch_trusting_rate(k, j, self.others_rows, others_tokens, others_drafts)
+        return r is not None and r > best * (1.0 + TIE_MARGIN)
 
     def observe_pass(self, rows: int, seconds: float, total: int = 0) -> None:
         """This slot's ``rows`` rows were in a pass of ``total`` rows (0: its own alone) that took ``seconds``."""
