@@ -263,17 +263,23 @@ def batched(
     phases: list[tuple[int, int]],
     n_max: int = 4,
     limit: int = 99,
+    seeds: dict[int, float] | None = None,
 ) -> tuple[list[list[int]], list[list[tuple]], list[BatchPolicy], list[int]]:
     """Drive one :class:`BatchPolicy` per slot as llama-server's update loop does at ``--parallel``: each
     ``(passes, n)`` phase has slots 0..n-1 generating; before a pass each slot chooses in slot order
     knowing the rows and expected tokens of the slots before it (their drafts + 1, the longest draft) and
     1 row, 1 token for each one after it; the pass costs ``cost`` of its total rows, each slot told the whole pass's
     seconds and total (alone: the one-user calls); the drafter call as many steps as the longest draft.
-    Returns each slot's k per pass it generated in and its events, the policies and each pass's rows."""
+    ``seeds``: every slot's costs timed at start-up, given first. Returns each slot's k per pass it
+    generated in and its events, the policies and each pass's rows."""
     streams = [[Stream(s.rate, s.then, s.after) for s in slot] for slot in streams]
     policies = [BatchPolicy(PolicySettings(n_max=n_max)) for _ in streams]
     ks: list[list[int]] = [[] for _ in streams]
     events: list[list[tuple]] = [[] for _ in streams]
+    for policy, slot_events in zip(policies, events):
+        for rows, seconds in (seeds or {}).items():
+            policy.seed(rows, seconds)
+            slot_events.append(("seed", rows, seconds))
     totals, i = [], 0
     for passes, n in phases:
         for _ in range(passes):

@@ -119,3 +119,15 @@ def test_beside_others_a_slot_that_never_drafted_probes_as_alone():
     policy.observe_result(1, 0)  # the probe failed: the interval doubles, as alone
     assert policy.interval == 16 and policy.acceptance(1) == 0.25
     assert [policy.choose(4, 3, 3.0) for _ in range(16)] == [0] * 15 + [1]
+
+
+def test_beside_others_a_seeded_slot_climbs_at_once_until_a_draft_is_rejected():
+    # the same costs seeded at start-up (spec-draft-adaptive-warmup): the climb, as alone, probes at once
+    policy = BatchPolicy(PolicySettings(n_max=4))
+    for rows, seconds in {1: 0.10, 2: 0.17, 3: 0.19, 4: 0.20, 5: 0.24}.items():
+        policy.seed(rows, seconds)
+    policy.observe_steps(1, 0.0017)
+    assert policy.climbing and policy.choose(4, 3, 3.0) == 1 and policy.reason == "probing 5 rows: 1 drafts"
+    policy.observe_pass(2, 0.24, 5)
+    policy.observe_result(1, 0)  # rejected: the climb ends, probes on the schedule (a failed one: 16) from then on
+    assert not policy.climbing and [policy.choose(4, 3, 3.0) for _ in range(16)] == [0] * 15 + [1]

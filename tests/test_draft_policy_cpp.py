@@ -399,3 +399,22 @@ def test_cpp_and_python_choose_alike_in_a_batch_of_slots(driver, case):
     end = start + phases[four][0] - 1  # the 4-slot phase's last pass, in each slot's own count
     assert [ks[s][end - (start if s else 0)] for s in range(4)] == last
     assert sum(last) + 4 == totals[end] and policies[3].batch_rows == totals[end]
+
+
+def test_cpp_and_python_climb_alike_in_a_batch_of_slots(driver):
+    # costs seeded at start-up (the shipped profiles): beside the others each slot probes at once until a
+    # draft is rejected, as alone; real-like drafters on the saturating card, 4 slots from the first pass
+    seeds = {r: SATURATING[r] for r in range(1, 6)}
+    ks, events, policies, totals = batched(SATURATING, 0.001, [list(REAL_LIKE)] * 4, [(60, 4), (30, 1)], seeds=seeds)
+    for slot, slot_events in enumerate(events):
+        assert slot_events[:5] == [("seed", r, s) for r, s in seeds.items()]
+        assert replay(driver, PolicySettings(n_max=4), slot_events) == ks[slot]
+    # slot 0 drafts 2 (6 rows, untimed: priced as 5) and is rejected; each later slot climbs one draft (a
+    # batch of 5 rows) at its first pass with room, is rejected too, and the climbs are over
+    assert [k[:4] for k in ks] == [[2, 0, 0, 0], [0, 1, 0, 0], [0, 0, 1, 0], [0, 0, 0, 1]] and totals[:4] == [
+        6,
+        5,
+        5,
+        5,
+    ]
+    assert not any(p.climbing for p in policies) and ks[0][-1] == 2

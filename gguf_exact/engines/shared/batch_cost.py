@@ -19,7 +19,8 @@ known), else unknown (not considered). A batch timing older than ``cost_max_age`
 forgotten. A pass shared with other slots (``total > rows`` in :meth:`BatchPolicy.observe_pass`) times
 the batch curve only: a slot's own curve stays the one-user curve, and its per-depth acceptance is its
 own as before. A probe (one draft deeper than the best, were the drafter right there) runs on the
-one-user schedule, so a slot that only ever served beside others learns its acceptance. So at load,
+one-user schedule (at once while a seeded slot climbs), so a slot that only ever served beside others
+learns its acceptance. So at load,
 where a row costs about a row (a CPU), others' rows make drafting dear and the slot drafts less or not
 at all; where rows are cheap (a GPU's batch), drafting goes on.
 
@@ -125,10 +126,12 @@ class BatchPolicy(DraftPolicy):
                 if r is not None and r > best * (1.0 + TIE_MARGIN):
                     k, best = j, r
             # a probe every `interval` passes, as alone: a slot that never drafted would keep the prior's
-            # acceptance, and priced by it, never draft beside others
+            # acceptance, and priced by it, never draft beside others; seeded costs and no draft rejected
+            # yet (the climb alone): at once
             probe = next((j for j in range(k + 1, top + 1) if self.pays(k, j, best, others_tokens, others_drafts)), 0)
             self.since_probe = self.since_probe + 1 if probe else 0
-            if probe and self.since_probe >= self.interval:
+            climb = self.climbing and (self.last_k == 0 or self.all_right)
+            if probe and (climb or self.since_probe >= self.interval):
                 self.since_probe, k, self.probing = 0, probe, probe
             what = "probing" if self.probing else "batch of"
             self.reason = f"{what} {self.others_rows + k + 1} rows: {k} drafts"
