@@ -8,6 +8,7 @@ import math
 from dataclasses import dataclass, field, replace
 
 from gguf_exact.engines.shared.acceptance_class import GREEDY, SAMPLED_EXACT
+from gguf_exact.engines.shared.batch_cost import BatchPolicy
 from gguf_exact.engines.shared.draft_policy import DraftPolicy, PolicySettings
 
 # seconds per verification pass of r rows
@@ -184,10 +185,10 @@ def read_trace(path) -> list[tuple[PolicySettings, list[tuple], list[int]]]:
         elif w[0] == "#":
             if w[1] == "k":
                 chosen.append(int(w[2]))
-        elif w[0] == "choose":
-            events.append(("choose", int(w[1]), None))
-        elif w[0] in ("pass", "steps", "seed"):
-            events.append((w[0], int(w[1]), float(w[2])))
+        elif w[0] == "choose":  # the batch's other rows and tokens where written (issue 39)
+            events.append(("choose", int(w[1]), None, *((int(w[2]), float(w[3]), int(w[4])) if len(w) > 2 else ())))
+        elif w[0] in ("pass", "steps", "seed"):  # a pass's total rows where written
+            events.append((w[0], int(w[1]), float(w[2]), *((int(w[3]),) if len(w) > 3 else ())))
         elif w[0] == "result":
             events.append(("result", int(w[1]), int(w[2])))
         elif w[0] == "class":
@@ -200,12 +201,12 @@ def read_trace(path) -> list[tuple[PolicySettings, list[tuple], list[int]]]:
 
 def replay_python(settings: PolicySettings, events: list[tuple]) -> list[int]:
     """The k the Python twin chooses on recorded events (``choose`` events' own k ignored)."""
-    policy, ks = DraftPolicy(settings), []
+    policy, ks = BatchPolicy(settings), []
     for e in events:
         if e[0] == "choose":
-            ks.append(policy.choose(e[1]))
+            ks.append(policy.choose(e[1], *e[3:]))
         elif e[0] == "pass":
-            policy.observe_pass(e[1], e[2])
+            policy.observe_pass(e[1], e[2], *e[3:])
         elif e[0] == "steps":
             policy.observe_steps(e[1], e[2])
         elif e[0] == "seed":
@@ -248,3 +249,62 @@ def pass_yields(events: list[tuple]) -> list[tuple[int, float]]:
         elif e[0] == "result":
             out.append((e[2] + 1, seconds))
     return out
+
+
+# A machine whose pass grows little up to 5 rows in all and then a row costs 20 ms (a card whose compute
+# the batch fills): alone, 4 drafts pay; beside 3 other slots' rows, drafts push the batch past 5 rows
+SATURATING = {t: 0.010 + 0.001 * t if t <= 5 else 0.015 + 0.020 * (t - 5) for t in range(1, 26)}
+
+
+def batched(
+    cost: dict[int, float],
+    step: float,
+    streams: list[list[Stream]],
+    phases: list[tuple[int, int]],
+    n_max: int = 4,
+    limit: int = 99,
+    seeds: dict[int, float] | None = None,
+) -> tuple[list[list[int]], list[list[tuple]], list[BatchPolicy], list[int]]:
+    """Drive one :class:`BatchPolicy` per slot as llama-server's update loop does at ``--parallel``: each
+    ``(passes, n)`` phase has slots 0..n-1 generating; before a pass each slot chooses in slot order
+    knowing the rows and expected tokens of the slots before it (their drafts + 1, the longest draft) and
+    1 row, 1 token for each one after it; the pass costs ``cost`` of its total rows, each slot told the whole pass's
+    seconds and total (alone: the one-user calls); the drafter call as many steps as the longest draft.
+    ``seeds``: every slot's costs timed at start-up, given first. Returns each slot's k per pass it
+    generated in and its events, the policies and each pass's rows."""
+    streams = [[Stream(s.rate, s.then, s.after) for s in slot] for slot in streams]
+    policies = [BatchPolicy(PolicySettings(n_max=n_max)) for _ in streams]
+    ks: list[list[int]] = [[] for _ in streams]
+    events: list[list[tuple]] = [[] for _ in streams]
+    for policy, slot_events in zip(policies, events):
+        for rows, seconds in (seeds or {}).items():
+            policy.seed(rows, seconds)
+            slot_events.append(("seed", rows, seconds))
+    totals, i = [], 0
+    for passes, n in phases:
+        for _ in range(passes):
+            rows, tokens, chosen = 0, 0.0, []
+            for s in range(n):
+                after, longest = n - s - 1, max(chosen, default=0)
+                k = policies[s].choose(limit, rows + after, tokens + after, longest)
+                events[s].append(("choose", limit, k, rows + after, tokens + after, longest))
+                ks[s].append(k)
+                chosen.append(k)
+                rows, tokens = rows + k + 1, tokens + policies[s].expected_tokens(k)
+            steps = max(chosen)
+            seconds = cost[rows]
+            totals.append(rows)
+            for s, k in enumerate(chosen):
+                accepted = 0
+                while accepted < k and streams[s][accepted].right(i):
+                    accepted += 1
+                if k:  # the slots that drafted: the call took as many steps as the longest draft
+                    policies[s].observe_steps(steps, steps * step)
+                    events[s].append(("steps", steps, steps * step))
+                policies[s].observe_pass(k + 1, seconds, rows)
+                events[s].append(("pass", k + 1, seconds, rows))
+                if k:
+                    policies[s].observe_result(k, accepted)
+                    events[s].append(("result", k, accepted))
+            i += 1
+    return ks, events, policies, totals

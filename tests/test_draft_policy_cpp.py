@@ -1,5 +1,6 @@
-"""llama-server's adaptive draft length (patch 23b's common/draft-policy.h, wired in by 23c-23g) and
-the Python engine's (gguf_exact.engines.shared.draft_policy) choose the same k on the same recorded inputs."""
+"""llama-server's adaptive draft length (patch 23b's common/draft-policy.h, wired in by 23c-23g, the batch
+by 39) and the Python engine's (gguf_exact.engines.shared.draft_policy, .batch_cost) choose the same k on the
+same recorded inputs."""
 
 from __future__ import annotations
 
@@ -15,12 +16,15 @@ from policy_traces import (
     CLASS_SWITCHES,
     CURVES,
     REAL_LIKE,
+    SATURATING,
     Stream,
+    batched,
     burst,
     busy_seeds,
     busy_steps,
     class_switches,
     one_dear_timing,
+    replay_python,
     simulate,
 )
 
@@ -30,6 +34,8 @@ from gguf_exact.engines.shared.draft_policy import DraftPolicy, PolicySettings
 
 DRIVER = Path(__file__).parent / "cpp" / "draft_policy_driver.cpp"
 ADAPTIVE = [p for p in source_patches.PATCHES if p.id.startswith("23")]  # 23a-23g, one commit per concern
+# 39 (the batch) edits lines 38 and 42 edited: the server's whole series, in order, as a build applies it
+SERIES = source_patches.patches_for("cpu")
 
 
 def patched_files(patch: Path) -> list[str]:
@@ -38,20 +44,19 @@ def patched_files(patch: Path) -> list[str]:
 
 @pytest.fixture(scope="module")
 def patched_tree(tmp_path_factory) -> Path:
-    """The files the 23 commits touch, from the pinned sdist's vendor/llama.cpp, patched as a build does."""
+    """The files llama-server's series touches, from the pinned sdist's vendor/llama.cpp, patched as a build does."""
     sdist = llama_build.fetch_sdist(llama_build.pinned_sdist(), log=lambda _m: None)
-    wanted = {f for p in ADAPTIVE for f in patched_files(p.path)}
+    wanted = {f for p in SERIES for f in patched_files(p.path)}
     root = sdist_files(sdist, wanted, tmp_path_factory.mktemp("llama.cpp"))
-    # these patches alone: the tree holds only their files (the build applies every patch of its backend)
-    for p in ADAPTIVE:
+    for p in SERIES:
         subprocess.run(
             ["patch", "-p1", "--forward", "--batch", "--fuzz=0", "-i", str(p.path)],
             cwd=root,
             check=True,
             capture_output=True,
         )
-        assert p in source_patches.patches_for("cpu") and p not in source_patches.patches_for("cpu", bindings=True)
-    assert [p.id for p in ADAPTIVE] == ["23a", "23b", "23c", "23d", "23e", "23f", "23g"]
+    assert all(p not in source_patches.patches_for("cpu", bindings=True) for p in ADAPTIVE)
+    assert [p.id for p in ADAPTIVE] == ["23a", "23b", "23c", "23d", "23e", "23f", "23g"] and SERIES[-1].id == "39"
     return root
 
 
@@ -84,10 +89,10 @@ def replay(exe: Path, settings: PolicySettings, events: list[tuple]) -> list[int
         f"settings {s.n_max} {s.prior!r} {s.prior_weight!r} {s.decay!r} {s.cost_weight!r} {s.probe_interval} {s.probe_interval_max} {s.cost_max_age} {s.switch_margin!r} {s.cost_window} {s.retime_margin!r} {s.burst_ratio!r} {s.outlier_ratio!r} {s.recheck_interval}"
     ]
     for e in events:
-        if e[0] == "choose":
-            lines.append(f"choose {e[1]}")
-        elif e[0] in ("pass", "steps", "seed"):
-            lines.append(f"{e[0]} {e[1]} {e[2]!r}")
+        if e[0] == "choose":  # ("choose", limit, k[, others_rows, others_tokens, others_drafts])
+            lines.append(f"choose {e[1]}" + (f" {e[3]} {e[4]!r} {e[5]}" if len(e) > 3 else ""))
+        elif e[0] in ("pass", "steps", "seed"):  # ("pass", rows, seconds[, total rows])
+            lines.append(f"{e[0]} {e[1]} {e[2]!r}" + (f" {e[3]}" if len(e) > 3 else ""))
         elif e[0] == "class":
             lines.append(f"class {e[1]}")
         else:
@@ -104,10 +109,11 @@ def test_the_patch_adds_the_option_the_fields_and_the_policy(patched_tree):
     # speculative fields switched off under #if 0)
     assert "eval_request_speculation(data, params.speculative.draft);" in schema
     reader = schema.partition("static void eval_request_speculation(")[2].partition("\n}\n")[0]
-    assert '{"n_max", "p_min", "adaptive"}' in reader and 'data.contains("speculative")' in reader
+    assert '{"n_max", "p_min", "adaptive"' in reader and 'data.contains("speculative")' in reader
     server = (patched_tree / "tools" / "server" / "server-context.cpp").read_text()
-    assert "slot.draft_policy.choose(n_draft_max)" in server
+    assert "slot.draft_policy.choose(n_draft_max, others_rows, others_tokens, batch_drafts)" in server
     assert "observe_pass(off, batch.view.size(), t_decode_us)" in server
+    assert "slot.draft_policy.observe_pass(r, (double) t_us / 1e6, n)" in server  # the whole pass, its total rows
     # the request's acceptance class before its passes: its temperature and the rule (spec_rejection,
     # which the option that brings rejection sampling to llama-server sets per request)
     assert "set_class(common_draft_class_of(slot.task->params.sampling.temp, slot.spec_rejection))" in server
@@ -354,3 +360,61 @@ def test_cpp_and_python_switch_among_all_three_classes_alike_seeded(driver, curv
         ACCEPTANCE_CLASSES[2],
     }
     assert len(set(ks)) >= 2
+
+
+# issue 39: slots sharing the target's pass (--parallel), each choosing beside the others' rows.
+# (curve, drafter step, the slots' drafters, the phases (passes, slots generating), slot 0's k at the
+# last pass alone, the batch's rows from the 4-slot phase's second pass on, then each slot's k at its end)
+BATCH_CASES = {
+    # a card whose compute fills at 5 rows: beside 3 slots' rows one draft of slot 0 fills the batch to
+    # 5 rows, the later slots draft none; alone 4 drafts
+    "saturating": (
+        SATURATING, 0.001, [[Stream(0.9)] * 4] * 4, [(60, 1), (100, 4), (60, 2), (60, 1)], 4, [5] * 99, [1, 0, 0, 0]
+    ),
+    # k rows cost k passes (a CPU): 5 and 6 rows tried once each, 7 once by a probe, then no slot drafts
+    # beside others, nor alone
+    "cpu": ({t: 0.1 * t for t in range(1, 26)}, 0.001, [[Stream(1.0)] * 4] * 4, [(40, 4), (40, 1)], 0,
+            [5, 6] + [4] * 7 + [7] + [4] * 29, [0, 0, 0, 0]),
+    # rows nearly free: every slot drafts 4 beside the others as slot 0 does alone, slot 2 (real-like)
+    # once probes taught it its acceptance (its drafter steps paid by the others' drafts: they draft together)
+    "cheap": (
+        {t: 0.010 + 0.0001 * t for t in range(1, 26)}, 0.0002,
+        [[Stream(1.0)] * 4, [Stream(1.0)] * 4, list(REAL_LIKE), [Stream(1.0)] * 4], [(30, 1), (100, 4), (30, 1)], 4,
+        list(range(7, 20)) + [19, 18, 19, 18, 20] + [19] * 15 + [20] * 66, [4, 4, 4, 4],
+    ),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("case", list(BATCH_CASES))
+def test_cpp_and_python_choose_alike_in_a_batch_of_slots(driver, case):
+    cost, step, streams, phases, alone_k, rows, last = BATCH_CASES[case]
+    ks, events, policies, totals = batched(cost, step, streams, phases)
+    for slot, slot_events in enumerate(events):
+        assert replay(driver, PolicySettings(n_max=4), slot_events) == ks[slot]
+        assert replay_python(PolicySettings(n_max=4), slot_events) == ks[slot]
+    assert ks[0][-1] == alone_k and policies[0].batch_rows == alone_k + 1 and policies[0].others_rows == 0
+    four = next(i for i, (_, n) in enumerate(phases) if n == 4)
+    start = sum(p for p, _ in phases[:four])
+    assert totals[start + 1 : start + 1 + len(rows)] == rows
+    end = start + phases[four][0] - 1  # the 4-slot phase's last pass, in each slot's own count
+    assert [ks[s][end - (start if s else 0)] for s in range(4)] == last
+    assert sum(last) + 4 == totals[end] and policies[3].batch_rows == totals[end]
+
+
+def test_cpp_and_python_climb_alike_in_a_batch_of_slots(driver):
+    # costs seeded at start-up (the shipped profiles): beside the others each slot probes at once until a
+    # draft is rejected, as alone; real-like drafters on the saturating card, 4 slots from the first pass
+    seeds = {r: SATURATING[r] for r in range(1, 6)}
+    ks, events, policies, totals = batched(SATURATING, 0.001, [list(REAL_LIKE)] * 4, [(60, 4), (30, 1)], seeds=seeds)
+    for slot, slot_events in enumerate(events):
+        assert slot_events[:5] == [("seed", r, s) for r, s in seeds.items()]
+        assert replay(driver, PolicySettings(n_max=4), slot_events) == ks[slot]
+    # slot 0 drafts 2 (6 rows, untimed: priced as 5) and is rejected; each later slot climbs one draft (a
+    # batch of 5 rows) at its first pass with room, is rejected too, and the climbs are over
+    assert [k[:4] for k in ks] == [[2, 0, 0, 0], [0, 1, 0, 0], [0, 0, 1, 0], [0, 0, 0, 1]] and totals[:4] == [
+        6,
+        5,
+        5,
+        5,
+    ]
+    assert not any(p.climbing for p in policies) and ks[0][-1] == 2

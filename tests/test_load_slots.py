@@ -8,11 +8,16 @@ the mixed pair."""
 
 from __future__ import annotations
 
+import subprocess
+
 import pytest
-from _llama_server import TEST_SETTINGS
+from _llama_server import TEST_SETTINGS, get_json
+from policy_traces import read_trace, replay_python
+from test_draft_policy_cpp import driver, patched_tree  # noqa: F401  (fixtures: the C++ twin's replay driver)
 
 from gguf_exact.bench.load import client_streams, per_slot
 from gguf_exact.bench.real import running
+from gguf_exact.engines.shared.http import get_text
 from gguf_exact.tiny.hidden_pair import write_hidden_state_pair
 
 # prompts of different lengths: the slots' sequences are never at the same position
@@ -59,3 +64,43 @@ def test_four_slots_at_once_accept_what_one_slot_does_and_keep_the_target_alones
     assert sorted(slots) == [0, 1, 2, 3]
     served = {s: sum(r.slot == s for r in replies) for s in slots}
     assert slots == {s: (47 * n, 47 * n) for s, n in served.items()} and sum(served.values()) == 12
+
+
+@pytest.mark.llama_server
+def test_four_adaptive_slots_choose_in_the_batch_and_both_twins_replay_each_slots_trace(
+    pair,
+    driver,  # noqa: F811
+    tmp_path,
+    monkeypatch,
+):
+    # issue 39 item 2: with spec-draft-adaptive at --parallel 4 each slot chooses knowing the rows the
+    # other slots add to the pass (LLAMA_SPEC_DRAFT_TRACE: "choose LIMIT OTHERS_ROWS OTHERS_TOKENS", "pass
+    # ROWS SECONDS TOTAL"); both twins replaying a slot's trace choose what it chose, pass by pass, and
+    # every text is the target alone's
+    target, drafter = pair
+    alone = one_at_a_time(target, None, TEST_SETTINGS)
+    monkeypatch.setenv("LLAMA_SPEC_DRAFT_TRACE", str(tmp_path / "policy"))
+    sets = [*TEST_SETTINGS, "spec-draft-adaptive=true", "spec-draft-n-max=3", "parallel=4", "ctx-size=2048"]
+    with running(target, drafter, "llama-server", sets) as (launch, _, _):
+        replies, _ = client_streams(launch.url, PROMPTS, 4, N_PREDICT, requests=2)
+        slots = get_json(launch.url + "/slots")
+        status, metrics = get_text(launch.url + "/metrics")
+    assert len(replies) == 8 and not any(r.error for r in replies)
+    assert [r.tokens for r in replies] == [alone[r.prompt].tokens for r in replies]
+    beside, shared = 0, 0
+    for slot in range(4):
+        [(settings, events, chosen)] = read_trace(tmp_path / f"policy.{slot}")
+        assert settings.n_max == 3 and chosen and replay_python(settings, events) == chosen
+        with open(tmp_path / f"policy.{slot}") as f:
+            out = subprocess.run([str(driver)], stdin=f, capture_output=True, text=True, check=True)
+        assert [int(x) for x in out.stdout.split()] == chosen
+        beside += sum(1 for e in events if e[0] == "choose" and e[3] > 0)
+        shared += sum(1 for e in events if e[0] == "pass" and e[3] > e[1])
+        assert all(len(e) == 6 for e in events if e[0] == "choose")  # llama-server writes the batch fields
+    assert beside > 0 and shared > 0  # choices made beside other slots' rows, passes priced by the batch
+    policies = [s["draft_policy"] for s in slots]
+    assert all(p["batch_rows"] >= p["others_rows"] + 1 >= 1 for p in policies)
+    assert status == 200 and "llamacpp:spec_batch_rows " in metrics
+    assert sorted(
+        line.split("}")[0] for line in metrics.splitlines() if line.startswith("llamacpp:spec_slot_draft_n{")
+    ) == [f'llamacpp:spec_slot_draft_n{{slot="{i}"' for i in range(4)]

@@ -67,7 +67,8 @@ class SourcePatch:
 # 23 (the adaptive draft length, llama-server's only) is one commit per concern: draft-mtp's
 # per-sequence bounds, the policy header, the option and its wiring, the /slots and /metrics
 # report, the per-request fields, the start-up timing, the trace writer. 38 (speculative
-# sampling, --spec-rejection-sampling) is llama-server's only too: common/ and tools/server.
+# sampling, --spec-rejection-sampling) is llama-server's only too: common/ and tools/server; 39 (the
+# draft policy knows the batch other slots share) too.
 PATCHES: tuple[SourcePatch, ...] = (
     SourcePatch("24", "0001-24-ordered-embedding-head.patch"),
     SourcePatch("27572", "0002-27572-sync-before-set-inputs.patch", gpu_only=True),
@@ -82,6 +83,7 @@ PATCHES: tuple[SourcePatch, ...] = (
     SourcePatch("42", "0011-42-request-guard.patch", server_only=True),
     SourcePatch("42r", "0012-42r-rpc-client-timeout.patch", server_only=True),
     SourcePatch("38", "0013-38-rejection-sampling.patch", server_only=True),
+    SourcePatch("39", "0014-39-batch-aware-draft-policy.patch", server_only=True),
 )
 
 

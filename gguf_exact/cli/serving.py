@@ -145,7 +145,9 @@ def serve(
             say(f"draft-mtp {verdict.line}")
     if detach:
         key = f" (with {API_KEY_ENV} set)" if launch.api_key else ""
-        say(f"detached; `gguf-exact status --port {settings.port}`{key} reports on it, `gguf-exact stop --port {settings.port}` ends it")
+        say(
+            f"detached; `gguf-exact status --port {settings.port}`{key} reports on it, `gguf-exact stop --port {settings.port}` ends it"
+        )
         return
     code = serve_foreground(launch, started.process)
     if gone := workers_gone(plan, code):
@@ -224,6 +226,9 @@ def status(port: int | None, last: int, as_json: bool, probe: bool, api_key: str
                 if p.reason:
                     show(f"why          {p.reason}")
                 show(f"pass cost    {costs}; drafter step {step}")
+                if p.slot_draft_n:  # --parallel: the batch the latest length was chosen in, each slot's length
+                    per = ", ".join(f"slot {i}: {n}" for i, n in p.slot_draft_n)
+                    show(f"batch        {p.batch_rows} rows in the latest choice's pass; draft length {per}")
         if st.running:
             for a in st.recent:
                 show(

@@ -2,9 +2,10 @@
 // gguf_exact/engines/shared/draft_policy.py) and prints the k of every "choose" line.
 // Input lines: "settings N_MAX PRIOR PRIOR_WEIGHT DECAY COST_WEIGHT PROBE PROBE_MAX COST_MAX_AGE SWITCH_MARGIN COST_WINDOW
 // RETIME_MARGIN BURST_RATIO OUTLIER_RATIO RECHECK_INTERVAL" first, then
-// "choose LIMIT", "pass ROWS SECONDS", "steps N SECONDS", "seed ROWS SECONDS", "result DRAFTED ACCEPTED", "class NAME"
+// "choose LIMIT [OTHERS_ROWS OTHERS_TOKENS OTHERS_DRAFTS]", "pass ROWS SECONDS [TOTAL_ROWS]", "steps N SECONDS", "seed ROWS SECONDS", "result DRAFTED ACCEPTED", "class NAME"
 // (the acceptance class of the requests from there on: greedy, sampled-exact, sampled-rejection); a line starting
-// with "#" is a comment (llama-server's LLAMA_SPEC_DRAFT_TRACE writes this format, with comments).
+// with "#" is a comment (llama-server's LLAMA_SPEC_DRAFT_TRACE writes this format, with comments). The bracketed
+// fields (the batch other slots share, issue 39) are 0 when absent, as in traces written before them.
 #include "draft-policy.h"
 
 #include <algorithm>
@@ -12,6 +13,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <iostream>
+#include <sstream>
 #include <string>
 
 int main() {
@@ -40,14 +42,23 @@ int main() {
         } else if (what == "choose") {
             int limit;
             std::cin >> limit;
-            std::printf("%d\n", policy.choose(limit));
+            std::string rest, tokens = "0";
+            std::getline(std::cin, rest);
+            std::istringstream more(rest);
+            int others = 0, drafts = 0;
+            more >> others >> tokens >> drafts;
+            std::printf("%d\n", policy.choose(limit, others, std::strtod(tokens.c_str(), nullptr), drafts));
         } else if (what == "pass" || what == "steps" || what == "seed") {
             int n;
-            std::string seconds;
+            std::string seconds, rest;
             std::cin >> n >> seconds;
+            std::getline(std::cin, rest);
+            std::istringstream more(rest);
+            int total = 0;
+            more >> total;
             const double t = std::strtod(seconds.c_str(), nullptr);
             if (what == "pass") {
-                policy.observe_pass(n, t);
+                policy.observe_pass(n, t, total);
             } else if (what == "seed") {
                 policy.seed(n, t);
             } else {

@@ -10,7 +10,8 @@ import time
 from dataclasses import dataclass, field
 from typing import IO
 
-from gguf_exact.engines.shared.draft_policy import DraftPolicy, PolicySettings
+from gguf_exact.engines.shared.batch_cost import BatchPolicy
+from gguf_exact.engines.shared.draft_policy import PolicySettings
 
 TRACE_ENV = "LLAMA_SPEC_DRAFT_TRACE"
 
@@ -25,8 +26,9 @@ def settings_line(s: PolicySettings) -> str:
 
 
 @dataclass
-class TracedPolicy(DraftPolicy):
-    """A :class:`DraftPolicy` that appends its inputs and choices to ``out``."""
+class TracedPolicy(BatchPolicy):
+    """A :class:`BatchPolicy` that appends its inputs and choices to ``out`` (the batch fields only where
+    other slots share the pass: this engine's one slot writes the lines of traces before them)."""
 
     out: IO[str] | None = field(default=None, repr=False)
 
@@ -38,9 +40,10 @@ class TracedPolicy(DraftPolicy):
         if self.out is not None:
             self.out.write(line)
 
-    def choose(self, limit: int) -> int:
-        self._write(f"choose {limit}\n")
-        k = super().choose(limit)
+    def choose(self, limit: int, others_rows: int = 0, others_tokens: float = 0.0, others_drafts: int = 0) -> int:
+        batch = f" {others_rows} {others_tokens!r} {others_drafts}" if others_rows or others_tokens else ""
+        self._write(f"choose {limit}{batch}\n")
+        k = super().choose(limit, others_rows, others_tokens, others_drafts)
         self._write(f"# k {k} t_us {time.monotonic_ns() // 1000}\n")
         return k
 
@@ -48,9 +51,9 @@ class TracedPolicy(DraftPolicy):
         self._write(f"seed {rows} {seconds!r}\n")
         super().seed(rows, seconds)
 
-    def observe_pass(self, rows: int, seconds: float) -> None:
-        self._write(f"pass {rows} {seconds!r}\n")
-        super().observe_pass(rows, seconds)
+    def observe_pass(self, rows: int, seconds: float, total: int = 0) -> None:
+        self._write(f"pass {rows} {seconds!r}" + (f" {total}\n" if total else "\n"))
+        super().observe_pass(rows, seconds, total)
 
     def observe_steps(self, steps: int, seconds: float) -> None:
         self._write(f"steps {steps} {seconds!r}\n")
@@ -67,12 +70,12 @@ class TracedPolicy(DraftPolicy):
         super().observe_result(drafted, accepted)
 
 
-def new_policy(settings: PolicySettings) -> DraftPolicy:
+def new_policy(settings: PolicySettings) -> BatchPolicy:
     """A policy, traced to ``$LLAMA_SPEC_DRAFT_TRACE.0`` when that is set (line-buffered: a
     killed server leaves whole lines)."""
     path = os.environ.get(TRACE_ENV)
     if not path:
-        return DraftPolicy(settings)
+        return BatchPolicy(settings)
     return TracedPolicy(settings, out=open(f"{path}.0", "a", buffering=1, encoding="utf-8"))  # noqa: SIM115
 
 

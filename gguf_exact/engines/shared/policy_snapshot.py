@@ -11,6 +11,8 @@ from dataclasses import dataclass
 METRIC_DRAFT_N, METRIC_ACCEPTANCE = "spec_draft_n", "spec_draft_acceptance"
 METRIC_PASS_SECONDS, METRIC_STEP_SECONDS = "spec_draft_pass_seconds", "spec_draft_step_seconds"
 METRIC_REASON = "spec_draft_reason"  # {reason="why the latest length"} 1
+# the batch the latest length was chosen in, all slots' rows; each slot's latest length{slot} (--parallel)
+METRIC_BATCH_ROWS, METRIC_SLOT_DRAFT_N = "spec_batch_rows", "spec_slot_draft_n"
 
 
 @dataclass(frozen=True)
@@ -22,6 +24,8 @@ class PolicySnapshot:
     pass_seconds: tuple[tuple[int, float], ...]  # (rows, seconds) measured
     step_seconds: float | None
     reason: str = ""  # why the latest length (priced out, probing, acceptance too low ...)
+    batch_rows: int = 0  # the latest pass's batch in rows, every slot's (0: not said)
+    slot_draft_n: tuple[tuple[int, int], ...] = ()  # (slot, its latest draft length), llama-server's slots
 
 
 def snapshot_metrics(snap: PolicySnapshot, prefix: str = "llamacpp:") -> str:
@@ -38,6 +42,14 @@ def snapshot_metrics(snap: PolicySnapshot, prefix: str = "llamacpp:") -> str:
         out.append(
             f"# HELP {s} Speculative: measured cost of one drafter step\n# TYPE {s} gauge\n{s} {snap.step_seconds:g}\n"
         )
+    if snap.batch_rows:
+        b = prefix + METRIC_BATCH_ROWS
+        out.append(f"# HELP {b} Speculative: rows of the batch the latest draft length was chosen in\n")
+        out.append(f"# TYPE {b} gauge\n{b} {snap.batch_rows}\n")
+    if snap.slot_draft_n:
+        d = prefix + METRIC_SLOT_DRAFT_N
+        out.append(f"# HELP {d} Speculative: each slot's latest draft length\n# TYPE {d} gauge\n")
+        out += [f'{d}{{slot="{i}"}} {n}\n' for i, n in snap.slot_draft_n]
     if snap.reason:
         why = prefix + METRIC_REASON
         out.append(f"# HELP {why} Speculative: why the latest draft length\n# TYPE {why} gauge\n")
@@ -52,12 +64,16 @@ def parse_snapshot(metrics: dict[str, float], prefix: str = "llamacpp:") -> Poli
         return None
     acceptance: list[float] = []
     rows: list[tuple[int, float]] = []
+    slots: list[tuple[int, int]] = []
     while (key := f'{prefix}{METRIC_ACCEPTANCE}{{depth="{len(acceptance) + 1}"}}') in metrics:
         acceptance.append(metrics[key])
     for name, value in metrics.items():
         head, _, rest = name.partition('{rows="')
         if head == prefix + METRIC_PASS_SECONDS and rest:
             rows.append((int(rest.rstrip('"}')), value))
+        head, _, rest = name.partition('{slot="')
+        if head == prefix + METRIC_SLOT_DRAFT_N and rest:
+            slots.append((int(rest.rstrip('"}')), int(value)))
     head = f'{prefix}{METRIC_REASON}{{reason="'
     reason = next((name[len(head) : -2] for name in metrics if name.startswith(head)), "")
     return PolicySnapshot(
@@ -66,14 +82,18 @@ def parse_snapshot(metrics: dict[str, float], prefix: str = "llamacpp:") -> Poli
         acceptance=tuple(acceptance),
         pass_seconds=tuple(sorted(rows)),
         step_seconds=metrics.get(prefix + METRIC_STEP_SECONDS),
+        batch_rows=int(metrics.get(prefix + METRIC_BATCH_ROWS, 0)),
+        slot_draft_n=tuple(sorted(slots)),
     )
 
 
 __all__ = [
     "METRIC_ACCEPTANCE",
+    "METRIC_BATCH_ROWS",
     "METRIC_DRAFT_N",
     "METRIC_PASS_SECONDS",
     "METRIC_REASON",
+    "METRIC_SLOT_DRAFT_N",
     "METRIC_STEP_SECONDS",
     "PolicySnapshot",
     "parse_snapshot",

@@ -1,0 +1,154 @@
+"""The draft length chosen when other slots share the target's pass (llama-server's ``--parallel``): the
+cost of a pass is the cost of ALL its rows, so a slot drafting k tokens beside others' rows pays
+``pass_cost(others_rows + k + 1)`` for the batch's ``others_tokens + E(k)`` tokens, and chooses
+
+    argmax_k (others_tokens + E(k)) / (max(k, others_drafts) * drafter_step + batch_cost(others_rows + k + 1))
+
+for k in 0..min(n_max, limit) (ties: the shorter draft): the batch's expected tokens per second.
+``others_rows``: what the other slots add to this pass (a slot that chose already: its k + 1; a
+generating slot still to choose: 1); ``others_tokens``: the tokens they are expected to bring (``E(k)``
+each, 1 for a slot still to choose); ``others_drafts``: the longest draft they asked the drafter for
+(the sequences draft together: the call takes as many steps as the longest draft). Alone (``others_rows`` 0) the choice is
+:class:`~.draft_policy.DraftPolicy`'s, every rule of it (probes, climbs, re-times, rechecks) as before,
+so a trace recorded before this (no batch fields) replays unchanged.
+
+``batch_cost(t)``: a pass of ``t`` rows in all, the lowest of its last ``cost_window`` timings in batches
+(:class:`BatchCost`), else this slot's own timing of ``t`` rows alone (a pass of t rows either way),
+else, untimed, what ``t - 1`` rows cost (optimism, as alone: the longer batch is tried once, then
+known), else unknown (not considered). A batch timing older than ``cost_max_age`` batch passes is
+forgotten. A pass shared with other slots (``total > rows`` in :meth:`BatchPolicy.observe_pass`) times
+the batch curve only: a slot's own curve stays the one-user curve, and its per-depth acceptance is its
+own as before. A probe (one draft deeper than the best, were the drafter right there) runs on the
+one-user schedule (at once while a seeded slot climbs), so a slot that only ever served beside others
+learns its acceptance. So at load,
+where a row costs about a row (a CPU), others' rows make drafting dear and the slot drafts less or not
+at all; where rows are cheap (a GPU's batch), drafting goes on.
+
+Pure and deterministic, as the policy: the C++ twin (``common/draft-policy.h``, patch 39) makes the same
+choices on the same trace (``choose LIMIT OTHERS_ROWS OTHERS_TOKENS OTHERS_DRAFTS``, ``pass ROWS SECONDS
+TOTAL``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from gguf_exact.engines.shared.draft_policy import TIE_MARGIN, DraftPolicy
+
+
+@dataclass
+class BatchCost:
+    """A target pass's cost by the total rows in its batch, timed in passes shared with other slots."""
+
+    window: int = 3  # a total costs the lowest of its last this many timings (a spike upward passes)
+    max_age: int = 128  # in batch passes: an older timing is forgotten
+    samples: dict[int, list[float]] = field(default_factory=dict)  # total rows -> its last timings
+    timed_at: dict[int, int] = field(default_factory=dict)  # total rows -> the batch pass count when timed
+    passes: int = 0
+
+    def timed(self, total: int) -> bool:
+        return total in self.samples and self.passes - self.timed_at[total] <= self.max_age
+
+    def observe(self, total: int, seconds: float) -> None:
+        self.passes += 1
+        kept = self.samples[total] if self.timed(total) else []
+        self.samples[total] = (kept + [seconds])[-max(1, self.window) :]
+        self.timed_at[total] = self.passes
+
+    def cost(self, total: int) -> float | None:
+        return min(self.samples[total]) if self.timed(total) else None
+
+
+@dataclass
+class BatchPolicy(DraftPolicy):
+    """A :class:`DraftPolicy` that knows the rows other slots add to its pass; see the module's docstring."""
+
+    batch: BatchCost = field(default_factory=BatchCost)
+    others_rows: int = 0  # the other slots' rows in the last choice's batch (status, /metrics)
+    batch_rows: int = 0  # the last choice's batch in rows, this slot's included
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        self.batch.window, self.batch.max_age = self.settings.cost_window, self.settings.cost_max_age
+
+    def total_cost(self, total: int) -> float | None:
+        """A pass of ``total`` rows in all: timed in batches, else alone, else what one row fewer costs."""
+        for t in (total, total - 1):
+            c = self.batch.cost(t)
+            if c is None and self.timed(t):
+                c = self.pass_cost[t]
+            if c is not None or t < total:
+                return c
+        return None
+
+    def batch_rate(self, k: int, others_rows: int, others_tokens: float, others_drafts: int = 0) -> float | None:
+        """The batch's expected tokens per second when this slot drafts ``k`` (None while unknown)."""
+        c = self.total_cost(others_rows + k + 1)
+        if c is None:
+            return None
+        t = max(k, others_drafts) * (self.step_cost or 0.0) + c
+        return (others_tokens + self.expected_tokens(k)) / t if t > 0 else None
+
+    def batch_trusting_rate(
+        self, k: int, j: int, others_rows: int, others_tokens: float, others_drafts: int
+    ) -> float | None:
+        """:meth:`batch_rate` of ``j`` > ``k`` drafts were the drafter always right at depth k + 1 (as
+        :meth:`DraftPolicy.trusting_rate` alone): what a probe could bring."""
+        c = self.total_cost(others_rows + j + 1)
+        if c is None:
+            return None
+        e, p = self.expected_tokens(k), 1.0
+        for i in range(1, k + 1):
+            p = p * self.acceptance(i)
+        for i in range(k + 1, j + 1):
+            p = p * (1.0 if i == k + 1 else self.acceptance(i))
+            e = e + p
+        t = max(j, others_drafts) * (self.step_cost or 0.0) + c
+        return (others_tokens + e) / t if t > 0 else None
+
+    def choose(self, limit: int, others_rows: int = 0, others_tokens: float = 0.0, others_drafts: int = 0) -> int:
+        """As :meth:`DraftPolicy.choose` alone; beside ``others_rows`` rows of other slots bringing
+        ``others_tokens`` tokens, their longest draft ``others_drafts``, the k that maximises the
+        batch's :meth:`batch_rate`."""
+        self.others_rows = max(0, others_rows)
+        if self.others_rows == 0:
+            k = super().choose(limit)
+            self.batch_rows = k + 1
+            return k
+        top = min(self.settings.n_max, limit)
+        self.probing = self.rechecking = self.retiming = 0  # the one-user rules' passes are not this one
+        k, best = 0, self.batch_rate(0, self.others_rows, others_tokens, others_drafts)
+        if best is None:
+            self.reason = f"timing a batch of {self.others_rows + 1} rows"
+        else:
+            for j in range(1, top + 1):
+                r = self.batch_rate(j, self.others_rows, others_tokens, others_drafts)
+                if r is not None and r > best * (1.0 + TIE_MARGIN):
+                    k, best = j, r
+            # a probe every `interval` passes, as alone: a slot that never drafted would keep the prior's
+            # acceptance, and priced by it, never draft beside others; seeded costs and no draft rejected
+            # yet (the climb alone): at once
+            probe = next((j for j in range(k + 1, top + 1) if self.pays(k, j, best, others_tokens, others_drafts)), 0)
+            self.since_probe = self.since_probe + 1 if probe else 0
+            climb = self.climbing and (self.last_k == 0 or self.all_right)
+            if probe and (climb or self.since_probe >= self.interval):
+                self.since_probe, k, self.probing = 0, probe, probe
+            what = "probing" if self.probing else "batch of"
+            self.reason = f"{what} {self.others_rows + k + 1} rows: {k} drafts"
+        self.last_k, self.batch_rows = k, self.others_rows + k + 1
+        return k
+
+    def pays(self, k: int, j: int, best: float, others_tokens: float, others_drafts: int) -> bool:
+        r = self.batch_trusting_rate(k, j, self.others_rows, others_tokens, others_drafts)
+        return r is not None and r > best * (1.0 + TIE_MARGIN)
+
+    def observe_pass(self, rows: int, seconds: float, total: int = 0) -> None:
+        """This slot's ``rows`` rows were in a pass of ``total`` rows (0: its own alone) that took ``seconds``."""
+        if total <= rows:
+            super().observe_pass(rows, seconds)
+            return
+        self.all_right = False  # until observe_result says this pass kept every draft
+        self.batch.observe(total, seconds)
+
+
+__all__ = ["BatchCost", "BatchPolicy"]

@@ -1,0 +1,133 @@
+"""The draft policy that knows the batch (issue 39, gguf_exact.engines.shared.batch_cost): alone it makes
+the one-user policy's choices; beside other slots' rows it prices a pass by all its rows."""
+
+from __future__ import annotations
+
+import pytest
+from policy_traces import CURVES, REAL_LIKE, Stream, burst, busy_seeds, replay_python, simulate
+
+from gguf_exact.engines.shared.batch_cost import BatchCost, BatchPolicy
+from gguf_exact.engines.shared.draft_policy import PolicySettings
+from gguf_exact.engines.shared.policy_snapshot import PolicySnapshot, parse_snapshot, snapshot_metrics
+from gguf_exact.engines.shared.stats import parse_metrics
+
+SEEDS = {1: 0.010, 2: 0.011, 3: 0.012, 4: 0.013, 5: 0.014}  # alone: rows nearly free, 4 drafts pay
+
+
+@pytest.mark.parametrize("curve", ["cpu", "gpu", "avx512", "e2b"])
+@pytest.mark.parametrize("streams", [[Stream(1.0)] * 4, list(REAL_LIKE), [Stream(0.45)] * 4])
+def test_alone_it_chooses_what_the_one_user_policy_chooses(curve, streams):
+    # others_rows 0 (and traces written before the batch fields): every choice the DraftPolicy's
+    events: list[tuple] = []
+    ks, _ = simulate(CURVES[curve], 0.002, streams, 200, events=events, switch=0.031 if curve == "e2b" else 0.0)
+    assert replay_python(PolicySettings(n_max=4), events) == ks
+    for trace in (burst, busy_seeds):
+        events = []
+        ks, _ = trace(events=events)
+        assert replay_python(PolicySettings(n_max=4), events) == ks
+
+
+def drafting_policy(batch: dict[int, float], step: float = 0.001) -> BatchPolicy:
+    """A policy whose drafter was right 20 times at every depth, costs seeded alone (``SEEDS``), a
+    drafter step of ``step`` seconds, and batches of ``batch``'s total rows timed at their seconds."""
+    policy = BatchPolicy(PolicySettings(n_max=4))
+    for rows, seconds in SEEDS.items():
+        policy.seed(rows, seconds)
+    policy.observe_steps(4, 4 * step)
+    for _ in range(20):
+        policy.observe_result(4, 4)
+    for total, seconds in batch.items():
+        policy.observe_pass(1, seconds, total)
+    return policy
+
+
+def test_others_rows_on_a_steep_curve_stop_the_drafts_and_one_user_keeps_them():
+    # a row costs a pass in a batch (a CPU at 4 users): beside 3 slots' rows bringing 3 tokens, a
+    # draft adds a row for less than a token: (3 + E(k)) / (0.001 k + 0.1 (4 + k)) is best at k = 0
+    steep = drafting_policy({t: 0.1 * t for t in range(4, 9)})
+    assert steep.choose(4, others_rows=3, others_tokens=3.0) == 0
+    assert (steep.batch_rows, steep.others_rows, steep.reason) == (4, 3, "batch of 4 rows: 0 drafts")
+    # the same policy alone: the seeded one-user costs, 4 drafts (batch timings leave the own curve as seeded)
+    assert steep.choose(4) == 4 and (steep.batch_rows, steep.others_rows) == (5, 0)
+    assert steep.pass_cost == SEEDS and steep.reason == "best rate: 4 drafts"
+    # beside one slot's 1 row the batch of 2-6 rows: 2 rows 0.2 s against 0.1 alone (seeded) priced
+    # from the batch curve only where timed: 5 and 6 rows (0.5, 0.6), the shorter ones alone's
+    two = drafting_policy({t: 0.1 * t for t in (5, 6)})
+    assert [two.batch_rate(k, 1, 1.0) for k in range(4)] == pytest.approx(
+        [2.0 / 0.011, (1.0 + two.expected_tokens(1)) / 0.013, (1.0 + two.expected_tokens(2)) / 0.015, None][:3]
+        + [(1.0 + two.expected_tokens(3)) / 0.503]
+    )
+    assert two.choose(4, 1, 1.0) == 2  # 4 rows in all, the cheapest rate per token before 5 rows' 0.5 s
+
+
+def test_rows_that_cost_little_in_a_batch_keep_the_drafts():
+    # a card at 4 users: 0.010 s + 0.1 ms a row; beside 3 slots drafting 4 (15 rows, E(4) tokens each)
+    cheap = drafting_policy({t: 0.010 + 0.0001 * t for t in range(3, 21)})
+    others = 3 * cheap.expected_tokens(4)
+    assert cheap.choose(4, 15, others, others_drafts=4) == 4 and cheap.batch_rows == 20
+    # a drafter step of 5 ms: beside 3 slots drafting none the steps are this slot's, dearer than the
+    # tokens they bring; beside 3 slots drafting 4 the call takes 4 steps anyway, and 4 drafts pay
+    dear = drafting_policy({t: 0.010 + 0.0001 * t for t in range(3, 21)}, step=0.005)
+    assert dear.choose(4, 3, 3.0) == 0 and dear.reason == "batch of 4 rows: 0 drafts"
+    assert dear.choose(4, 15, others, others_drafts=4) == 4 and dear.batch_rows == 20
+
+
+def test_an_untimed_batch_is_priced_as_one_row_fewer_and_a_batch_unknown_is_timed_first():
+    policy = BatchPolicy(PolicySettings(n_max=4))
+    assert policy.choose(4, 3, 3.0) == 0 and policy.reason == "timing a batch of 4 rows"
+    policy.observe_pass(1, 0.4, 4)
+    assert policy.total_cost(4) == 0.4 and policy.total_cost(5) == 0.4 and policy.total_cost(6) is None
+    assert policy.choose(4, 3, 3.0) == 1 and policy.batch_rows == 5  # 5 rows tried once, then known
+    policy.observe_pass(2, 0.5, 5)
+    assert policy.choose(4, 3, 3.0) == 0 and policy.pass_cost == {}  # the one-user curve untouched
+
+
+def test_a_batch_timing_is_the_lowest_of_the_last_three_and_goes_stale():
+    cost = BatchCost(window=3, max_age=4)
+    for seconds in (0.5, 0.2, 0.9, 0.4):
+        cost.observe(6, seconds)
+    assert cost.samples[6] == [0.2, 0.9, 0.4] and cost.cost(6) == 0.2
+    for _ in range(5):
+        cost.observe(7, 0.3)
+    assert cost.cost(6) is None and cost.cost(7) == 0.3
+    cost.observe(6, 0.8)  # a stale total starts again from its new timing
+    assert cost.samples[6] == [0.8]
+
+
+def test_the_batch_and_each_slots_length_go_through_metrics_and_back():
+    # llama-server's /metrics at --parallel: llamacpp:spec_batch_rows and spec_slot_draft_n{slot}; status reads them
+    snap = PolicySnapshot(1, (0.9,), ((1, 0.01),), None, "batch of 5 rows: 1 drafts", 5, ((0, 1), (1, 0), (3, 0)))
+    text = snapshot_metrics(snap)
+    assert "llamacpp:spec_batch_rows 5\n" in text and 'llamacpp:spec_slot_draft_n{slot="3"} 0\n' in text
+    assert parse_snapshot(parse_metrics(text)) == snap
+    one = PolicySnapshot(2, (0.9,), ((3, 0.02),), 0.001)  # one user: neither written
+    assert (
+        "spec_batch_rows" not in snapshot_metrics(one) and parse_snapshot(parse_metrics(snapshot_metrics(one))) == one
+    )
+
+
+def test_beside_others_a_slot_that_never_drafted_probes_as_alone():
+    # E2B-like batch of 4 rows 0.20 s, of 5 rows 0.24, a drafter step 1.7 ms: at the prior's acceptance (0.5)
+    # one draft brings (3 + 1.5) / 0.2417 = 18.6 tokens/s against 4 / 0.2 = 20, so the slot would never
+    # draft and never learn; right at depth 1 it would bring 5 / 0.2417 = 20.7: every 8th pass one draft
+    policy = BatchPolicy(PolicySettings(n_max=4))
+    policy.observe_steps(1, 0.0017)
+    policy.observe_pass(1, 0.20, 4)
+    policy.observe_pass(2, 0.24, 5)
+    assert [policy.choose(4, 3, 3.0) for _ in range(8)] == [0] * 7 + [1]
+    assert policy.reason == "probing 5 rows: 1 drafts" and policy.probing == 1
+    policy.observe_result(1, 0)  # the probe failed: the interval doubles, as alone
+    assert policy.interval == 16 and policy.acceptance(1) == 0.25
+    assert [policy.choose(4, 3, 3.0) for _ in range(16)] == [0] * 15 + [1]
+
+
+def test_beside_others_a_seeded_slot_climbs_at_once_until_a_draft_is_rejected():
+    # the same costs seeded at start-up (spec-draft-adaptive-warmup): the climb, as alone, probes at once
+    policy = BatchPolicy(PolicySettings(n_max=4))
+    for rows, seconds in {1: 0.10, 2: 0.17, 3: 0.19, 4: 0.20, 5: 0.24}.items():
+        policy.seed(rows, seconds)
+    policy.observe_steps(1, 0.0017)
+    assert policy.climbing and policy.choose(4, 3, 3.0) == 1 and policy.reason == "probing 5 rows: 1 drafts"
+    policy.observe_pass(2, 0.24, 5)
+    policy.observe_result(1, 0)  # rejected: the climb ends, probes on the schedule (a failed one: 16) from then on
+    assert not policy.climbing and [policy.choose(4, 3, 3.0) for _ in range(16)] == [0] * 15 + [1]
