@@ -23,6 +23,8 @@ from typing import Protocol
 import llama_cpp
 import numpy as np
 
+from gguf_exact.engines.shared.speculative_sampling import ChainSettings
+
 MIN_KEEP = 1  # llama-cpp-python's chain keeps at least one candidate (Llama._init_sampler)
 
 # llama_token_data, one entry of llama_token_data_array (llama.h): id, logit, p
@@ -30,20 +32,9 @@ TOKEN_DATA = np.dtype([("id", np.int32), ("logit", np.float32), ("p", np.float32
 assert TOKEN_DATA.itemsize == ctypes.sizeof(llama_cpp.llama_token_data)
 
 
-class TruncatingSampler(Protocol):
-    """The fields of a request's sampler the chain is built from (``rejection.SamplerView``)."""
-
-    @property
-    def temperature(self) -> float: ...
-
-    @property
-    def top_k(self) -> int: ...
-
-    @property
-    def top_p(self) -> float: ...
-
-    @property
-    def min_p(self) -> float: ...
+class TruncatingSampler(ChainSettings, Protocol):
+    """The fields of a request's sampler the chain is built from (``rejection.SamplerView``): the
+    mirrored chain's, and typical-p, which llama-cpp-python's chain also runs."""
 
     @property
     def typical_p(self) -> float: ...

@@ -97,14 +97,8 @@ class BatchPolicy(DraftPolicy):
         c = self.total_cost(others_rows + j + 1)
         if c is None:
             return None
-        e, p = self.expected_tokens(k), 1.0
-        for i in range(1, k + 1):
-            p = p * self.acceptance(i)
-        for i in range(k + 1, j + 1):
-            p = p * (1.0 if i == k + 1 else self.acceptance(i))
-            e = e + p
         t = max(j, others_drafts) * (self.step_cost or 0.0) + c
-        return (others_tokens + e) / t if t > 0 else None
+        return (others_tokens + self.trusting_tokens(k, j)) / t if t > 0 else None
 
     def choose(self, limit: int, others_rows: int = 0, others_tokens: float = 0.0, others_drafts: int = 0) -> int:
         """As :meth:`DraftPolicy.choose` alone; beside ``others_rows`` rows of other slots bringing

@@ -201,17 +201,16 @@ class DraftPolicy:
         """The rate of ``j`` > ``k`` drafts were the drafter always right at depth k + 1, the
         other depths as estimated: the depths up to k are drafted every pass and deeper ones
         were probed, so their estimates stand; only the next depth is taken on trust."""
-        c = self.cost(j + 1)
-        if c is None:
-            return None
+        c, t = self.cost(j + 1), j * (self.step_cost or 0.0)
+        return self.trusting_tokens(k, j) / (t + c) if c is not None and t + c > 0 else None
+
+    def trusting_tokens(self, k: int, j: int) -> float:
+        """The expected tokens of a pass of ``j`` > ``k`` drafts, depth k + 1 taken on trust."""
         e, p = self.expected_tokens(k), 1.0
-        for i in range(1, k + 1):
-            p = p * self.acceptance(i)
-        for i in range(k + 1, j + 1):
+        for i in range(1, j + 1):
             p = p * (1.0 if i == k + 1 else self.acceptance(i))
-            e = e + p
-        t = j * (self.step_cost or 0.0) + c
-        return e / t if t > 0 else None
+            e = e + (p if i > k else 0.0)
+        return e
 
     def probe_length(self, k: int, top: int) -> int:
         """The shortest draft longer than ``k`` (up to ``top``) that could pay if the drafter
