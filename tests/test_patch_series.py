@@ -68,10 +68,10 @@ def test_every_commit_applies_to_the_pinned_base_and_writes_back_the_same_files(
     results = patch_series.apply_series(checkout, log=lambda _m: None)
     assert [(p.id, why, moved) for p, why, moved in results] == [(p.id, "", "") for p in source_patches.PATCHES]
     assert git(checkout, "rev-parse", "--abbrev-ref", "HEAD").strip() == patch_series.BRANCH
-    subjects = git(checkout, "log", "--reverse", "--format=%(trailers:key=Gguf-exact-id,valueonly)", "-13")
+    subjects = git(checkout, "log", "--reverse", "--format=%(trailers:key=Gguf-exact-id,valueonly)", f"-{len(source_patches.PATCHES)}")
     assert subjects.split() == [p.id for p in source_patches.PATCHES]
 
-    changed = git(checkout, "diff", "--name-only", "HEAD~13", "HEAD").split()
+    changed = git(checkout, "diff", "--name-only", f"HEAD~{len(source_patches.PATCHES)}", "HEAD").split()
     built = sdist_files(sdist, changed, tmp_path / "built")
     assert source_patches.apply_patches(built, "cuda86") == [p.id for p in source_patches.PATCHES]
     assert all((checkout / f).read_bytes() == (built / f).read_bytes() for f in changed), changed
@@ -122,12 +122,12 @@ def test_the_script_names_each_commit_that_conflicts_and_applies_the_rest(checko
     )
     assert proc.stdout.splitlines() == expected
     assert proc.stderr == (
-        "2 of 13 patches do not apply: 0001-24-ordered-embedding-head.patch, 0002-27572-sync-before-set-inputs.patch; "
+        "2 of 14 patches do not apply: 0001-24-ordered-embedding-head.patch, 0002-27572-sync-before-set-inputs.patch; "
         "2 applied with a hunk off its place (above): check where it went\n"
     )
-    ids = git(checkout, "log", "--reverse", "--format=%(trailers:key=Gguf-exact-id,valueonly)", "-11").split()
+    ids = git(checkout, "log", "--reverse", "--format=%(trailers:key=Gguf-exact-id,valueonly)", f"-{len(source_patches.PATCHES) - 2}").split()
     assert ids == [p.id for p in source_patches.PATCHES if p.id not in ("24", "27572")]
-    assert git(checkout, "log", "-1", "--format=%s", "HEAD~11") == "upstream moved on\n"
+    assert git(checkout, "log", "-1", "--format=%s", f"HEAD~{len(source_patches.PATCHES) - 2}") == "upstream moved on\n"
     assert git(checkout, "status", "--porcelain") == ""
     assert not (checkout / ".git" / "rebase-apply").exists()
     eagle3, _, rest = spec.read_text().partition("struct common_speculative_impl_draft_mtp ")
@@ -137,7 +137,7 @@ def test_the_script_names_each_commit_that_conflicts_and_applies_the_rest(checko
     with pytest.raises(BuildError) as e:
         patch_series.export_series(checkout, checkout.parent, log=lambda _m: None)
     assert re.fullmatch(
-        rf"{re.escape(str(checkout))}: commit [0-9a-f]{{12}} \(HEAD~12\) has Gguf-exact-id: none, but patch 1 of "
+        rf"{re.escape(str(checkout))}: commit [0-9a-f]{{12}} \(HEAD~{len(source_patches.PATCHES) - 1}\) has Gguf-exact-id: none, but patch 1 of "
         r"source_patches.PATCHES is 24; the branch must end with the series in its order",
         str(e.value),
     )
