@@ -61,15 +61,17 @@ class ChainDistribution:
         ):
             llama_cpp.llama_sampler_chain_add(self._chain, stage)  # the chain owns it from here
         self._row = np.zeros(0, TOKEN_DATA)
+        self._ids = np.zeros(0, np.int32)
 
     def __call__(self, logits: np.ndarray) -> np.ndarray:
         values = np.asarray(logits, dtype=np.float32)
         if values.ndim != 1 or values.size == 0 or np.isnan(values).any():
             raise ValueError(f"logits: one row with no NaN expected, got shape {values.shape}")
-        if self._row.size != values.size:
+        if self._row.size != values.size:  # once per vocabulary; a sampler may reorder ids, so reset below
             self._row = np.zeros(values.size, TOKEN_DATA)
+            self._ids = np.arange(values.size, dtype=np.int32)
         row = self._row
-        row["id"] = np.arange(values.size, dtype=np.int32)
+        row["id"] = self._ids
         row["logit"] = values
         row["p"] = 0.0
         cur = llama_cpp.llama_token_data_array(
