@@ -10,6 +10,7 @@ from _llama_server import TEST_SETTINGS
 from gguf_exact.bench.load import (
     LoadArm,
     LoadRequest,
+    LoadResult,
     Reply,
     changed,
     client_streams,
@@ -52,17 +53,24 @@ def test_every_clients_stream_completes_with_its_own_counts(pair):
             for c in range(r.users)
             for i in (2 * rnd, 2 * rnd + 1)
         ]
-        assert r.lost == 0 and [len(x.tokens) for x in r.replies] == [12] * 4 * r.users
-        assert r.tokens == 48 * r.users and r.tokens_per_second > 0 and r.load_average > 0
+        # greedy requests ignore end-of-generation (12 tokens each); sampled ones stop there as users'
+        # do: llama-server makes ignore_eos a logit bias, and that keeps exact match
+        lengths = [len(x.tokens) for x in r.replies]
+        assert r.lost == 0 and (lengths == [12] * 4 * r.users if r.sampler == "greedy" else max(lengths) <= 12)
+        assert r.tokens == sum(lengths) and r.tokens_per_second > 0 and r.load_average > 0
+        # the rule each server counted on /metrics: sampled drafts verified by rejection sampling, none fell back
+        rule = ("rejection", 4 * r.users, 0) if r.sampler == "gemma" and r.n_max else ("exact", 0, 0)
+        assert (r.rule, r.rejection_requests, r.rejection_fallbacks) == rule
         assert {x.slot for x in r.replies} <= set(range(r.users)) and all(x.seconds > 0 for x in r.replies)
         med, high = r.latency()
         assert 0 < med <= high <= max(x.seconds for x in r.replies)
         d = r.as_dict()
-        assert (d["requests"], d["tokens"], d["lost"], len(d["replies"])) == (
+        assert (d["requests"], d["tokens"], d["lost"], len(d["replies"]), d["rule"]) == (
             4 * r.users,
-            48 * r.users,
+            sum(lengths),
             0,
             4 * r.users,
+            rule[0],
         )
     by = {(r.arm, r.users, r.sampler): r for r in results}
     for p in (1, 2):
@@ -102,7 +110,7 @@ def test_per_slot_sums_each_slots_replies_and_leaves_lost_ones_out():
 def row(kind: str, arm: str, n_max: int, p: int, tps: float, adaptive: bool = False) -> dict:
     return {"kind": kind, "sampler": "greedy", "arm": arm, "n_max": n_max, "adaptive": adaptive, "users": p,
             "tokens_per_second": tps, "latency_median_seconds": 1.0, "latency_p90_seconds": 1.5,
-            "per_slot": {"0": [3, 4]}, "requests": 2 * p, "lost": 0}  # fmt: skip
+            "per_slot": {"0": [3, 4]}, "requests": 2 * p, "lost": 0, "rule": "exact"}  # fmt: skip
 
 
 def test_stops_paying_names_the_fewest_users_at_which_no_drafting_arm_beats_off():
@@ -124,7 +132,24 @@ def test_stops_paying_names_the_fewest_users_at_which_no_drafting_arm_beats_off(
     assert [u["adaptive_vs_off"] for u in mixed["users"]] == pytest.approx([4.9 / 4.0, 1.0, 5.8 / 6.0])
     assert [u["adaptive_vs_better"] for u in mixed["users"]] == pytest.approx([4.9 / 5.0, 5.0 / 5.5, 5.8 / 6.0])
     lines = table(results).splitlines()
-    assert "| mixed | greedy | 2 | n-max 1 | 5.50 | 1.10x | 1.00 | 1.50 | 0:3/4 | 4 | 0 |" in lines
-    assert "| mixed | greedy | 2 | off | 5.00 | 1.00x | 1.00 | 1.50 | - | 4 | 0 |" in lines
+    assert "| mixed | greedy | 2 | n-max 1 | 5.50 | 1.10x | 1.00 | 1.50 | 0:3/4 | exact | 4 | 0 |" in lines
+    assert "| mixed | greedy | 2 | off | 5.00 | 1.00x | 1.00 | 1.50 | - | - | 4 | 0 |" in lines
     assert lines[-1].startswith("- mixed, greedy: the drafter stops paying at 4 users; ")
     assert lines[-2].startswith("- hidden, greedy: the drafter pays up to 2 users (all measured); ")
+
+
+def test_the_rule_names_requests_that_fell_back_to_exact_match():
+    """A sampled arm whose requests kept exact match (the bench's own ignore_eos once did this
+    unseen: a logit bias) must not read as rejection sampling, even where some were verified by it."""
+    arm = lambda requests, fallbacks: LoadResult("sampled", "n-max 3", 3, False, 2, "gemma", 1.0, [],  # noqa: E731
+                                                 rejection_requests=requests, rejection_fallbacks=fallbacks)  # fmt: skip
+    assert [arm(*c).rule for c in ((4, 0), (0, 0), (0, 4), (3, 1))] == [
+        "rejection",
+        "exact",
+        "exact (4 fell back)",
+        "rejection (1 of 4 fell back)",
+    ]
+    row_ = arm(0, 4).as_dict() | {"per_slot": {"0": [3, 9]}}
+    assert "| sampled | gemma | 2 | n-max 3 | 0.00 | - | 0.00 | 0.00 | 0:3/9 | exact (4 fell back) | 0 | 0 |" in table(
+        [row_]
+    ).splitlines()

@@ -30,6 +30,9 @@ from gguf_exact.engines.shared.knobs import KNOB
 from gguf_exact.errors import GgufExactError
 
 PARALLEL_KEY, CTX_KEY = (KNOB[name].flag for name in ("parallel", "ctx_size"))
+# llama-server's counters of sampled requests verified by rejection sampling, and of those that asked
+# for it and kept exact match (their chain: ignore_eos is a logit bias, grammar, penalties; patch 38)
+RULE_REQUESTS, RULE_FALLBACKS = "llamacpp:spec_rejection_requests_total", "llamacpp:spec_rejection_fallbacks_total"
 
 
 @dataclass(frozen=True)
@@ -103,10 +106,14 @@ def client_streams(
                 "n_predict": n_predict,
                 "return_tokens": True,
                 "cache_prompt": False,  # every request pays its prefill, as a new user's would
-                "ignore_eos": True,  # every request the same length: counts compare across arms
                 "seed": 1 + 100_000 * c + i,
                 **SAMPLERS[sampler],
             }
+            if not body["temperature"]:
+                # every greedy request the same length, so counts and texts compare across arms; not a
+                # sampled one: llama-server makes ignore_eos a logit bias, and a request with one keeps
+                # exact match where the profile verifies sampled drafts by rejection sampling
+                body["ignore_eos"] = True
             t0 = time.perf_counter()
             try:
                 res = post_json(url.rstrip("/") + "/completion", body)
@@ -165,6 +172,18 @@ class LoadResult:
     wall_seconds: float
     replies: list[Reply]
     load_average: float = 0.0  # the machine's 1-minute load average, the highest seen after a round
+    rejection_requests: int = 0  # requests verified by rejection sampling (the server's /metrics)
+    rejection_fallbacks: int = 0  # requests that asked for it and kept exact match
+
+    @property
+    def rule(self) -> str:
+        """How the drafts were verified, as the server counted: ``rejection``, ``exact``, or
+        ``exact (N fell back)`` where requests asked for rejection sampling and kept exact match
+        (``rejection (N of M fell back)`` where only some did)."""
+        rs, fell = self.rejection_requests, self.rejection_fallbacks
+        if fell:
+            return f"rejection ({fell} of {rs + fell} fell back)" if rs else f"exact ({fell} fell back)"
+        return "rejection" if rs else "exact"
 
     @property
     def tokens(self) -> int:
@@ -193,6 +212,7 @@ class LoadResult:
             "latency_median_seconds": med,
             "latency_p90_seconds": high,
             "per_slot": {str(k): list(v) for k, v in per_slot(self.replies).items()},
+            "rule": self.rule,
             "replies": [asdict(r) for r in self.replies],
         }
 
@@ -227,7 +247,11 @@ def measure_load(
     each of which every arm in turn (the order rotated by one a round) takes P clients of
     ``req.requests`` requests per sampler: on a shared machine a burst of other work slows
     the arms alike, not whichever ran at that minute. Each figure sums the rounds."""
-    from gguf_exact.engines.shared.http import post_json
+    from gguf_exact.engines.shared.http import get_metrics, post_json
+
+    def rule_counts(url: str) -> tuple[float, float]:
+        m = get_metrics(url)
+        return m.get(RULE_REQUESTS, 0.0), m.get(RULE_FALLBACKS, 0.0)
 
     out = []
     for p in req.parallels:
@@ -247,6 +271,7 @@ def measure_load(
             for rnd in range(req.rounds):
                 for a in [(rnd + i) % len(req.arms) for i in range(len(req.arms))]:
                     for sampler in req.samplers:
+                        before = rule_counts(urls[a])
                         replies, wall = client_streams(
                             urls[a],
                             req.prompts,
@@ -256,6 +281,9 @@ def measure_load(
                             requests=req.requests,
                             first=rnd * req.requests,
                         )
+                        after = rule_counts(urls[a])
+                        got[a, sampler].rejection_requests += int(after[0] - before[0])
+                        got[a, sampler].rejection_fallbacks += int(after[1] - before[1])
                         got[a, sampler].replies += replies
                         got[a, sampler].wall_seconds += wall
                         got[a, sampler].load_average = max(got[a, sampler].load_average, os.getloadavg()[0])
@@ -264,6 +292,7 @@ def measure_load(
                 log(
                     f"{req.kind}, {r.arm}, {p} users, {r.sampler}: {r.tokens_per_second:.2f} tokens/s, "
                     f"latency {med:.2f}/{high:.2f} s, lost {r.lost}, load average up to {r.load_average:.1f}"
+                    + (f", verified by {r.rule}" if r.n_max else "")
                 )
             out += list(got.values())
             on_group(list(got.values()))  # a long run interrupted keeps the slot counts it finished
@@ -312,8 +341,8 @@ def table(results: Sequence[dict]) -> str:
     off = {(r["kind"], r["sampler"], r["users"]): r["tokens_per_second"] for r in results if not r["n_max"]}
     lines = [
         "| kind | sampler | users | arm | tokens/s | vs off | latency median s | p90 s "
-        "| accepted/drafted per slot | requests | lost |",
-        "|" + "---|" * 11,
+        "| accepted/drafted per slot | verified by | requests | lost |",
+        "|" + "---|" * 12,
     ]
     for r in results:
         base = off.get((r["kind"], r["sampler"], r["users"]))
@@ -321,7 +350,8 @@ def table(results: Sequence[dict]) -> str:
         slots = " ".join(f"{s}:{a}/{d}" for s, (a, d) in r["per_slot"].items()) if r["n_max"] else "-"
         lines.append(
             f"| {r['kind']} | {r['sampler']} | {r['users']} | {r['arm']} | {r['tokens_per_second']:.2f} | {ratio} "
-            f"| {r['latency_median_seconds']:.2f} | {r['latency_p90_seconds']:.2f} | {slots} | {r['requests']} "
+            f"| {r['latency_median_seconds']:.2f} | {r['latency_p90_seconds']:.2f} | {slots} "
+            f"| {r.get('rule', '-') if r['n_max'] else '-'} | {r['requests']} "
             f"| {r['lost']} |"
         )
     lines.append("")
