@@ -45,6 +45,15 @@ CASES = {
     "t1 untruncated, n_max 1": (UNTRUNCATED, 1, 2),
     "t0.7 top-k 20, n_max 3": ({"temperature": 0.7, "top_k": 20, "top_p": 1.0, "min_p": 0.0}, 3, 3),
     "t1 top-p 0.9, n_max 3": ({"temperature": 1.0, "top_k": 0, "top_p": 0.9, "min_p": 0.0}, 3, 3),
+    # a logit bias is one stateless sampler of the chain, so p and q (a clone of the chain) both hold it:
+    # ignore_eos bans the end-of-generation token (one drawn would be a cell the target cannot reach:
+    # G infinite) and "the" is pushed up 20-fold (before top-k, as the chain runs); the target alone is
+    # asked with the same fields
+    "t0.7 top-k 20, ignore_eos and a logit bias, n_max 3": (
+        {"temperature": 0.7, "top_k": 20, "top_p": 1.0, "min_p": 0.0, "ignore_eos": True, "logit_bias": [["the", 3.0]]},
+        3,
+        3,
+    ),
 }
 ACCEPTED, DRAFTED = "llamacpp:spec_decode_num_accepted_tokens_total", "llamacpp:spec_decode_num_draft_tokens_total"
 RULE, FALLBACKS = "llamacpp:spec_rejection_requests_total", "llamacpp:spec_rejection_fallbacks_total"
@@ -120,7 +129,7 @@ def completions(launch, bodies: list[dict]) -> list[list[int]]:
 
 
 def bodies(prompt: list[int], sampler: dict, n_max: int, depth: int, n: int, **extra) -> list[dict]:
-    # no ignore_eos: llama-server makes it a logit bias, which keeps exact match
+    # no ignore_eos but where a case asks (a logit bias: its own case)
     base = {"prompt": prompt, "n_predict": depth + 1, "return_tokens": True, "speculative": {"n_max": n_max}}
     return [base | sampler | {"seed": seed} | extra for seed in range(n)]
 
@@ -188,6 +197,11 @@ def test_the_first_tokens_follow_the_target(server, alone, prompt, case):
     assert after[RULE] - before.get(RULE, 0.0) == N_SAMPLES and after.get(FALLBACKS, 0.0) == before.get(FALLBACKS, 0.0)
     assert drafted >= N_SAMPLES * (depth - 1) * 0.95 and 0 < accepted < drafted
     assert df >= 30 and g < chi2_threshold(df), (g, df, chi2_threshold(df))
+    if "logit_bias" in sampler:  # the test can tell: the same samples are not the unbiased target's
+        unbiased = {k: v for k, v in sampler.items() if k not in ("logit_bias", "ignore_eos")}
+        g_u, df_u = g_of(samples, target_cells(alone, prompt, unbiased, depth, N_SAMPLES))
+        print(f"  against the target without the bias: G {g_u:.1f}, df {df_u}")  # inf: tokens it cannot draw
+        assert g_u == float("inf") or g_u > chi2_threshold(df_u), (g_u, df_u)
 
 
 def test_the_rule_accepts_more_than_exact_match_at_temperature_1(server, prompt):
