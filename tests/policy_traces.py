@@ -185,8 +185,9 @@ def read_trace(path) -> list[tuple[PolicySettings, list[tuple], list[int]]]:
         elif w[0] == "#":
             if w[1] == "k":
                 chosen.append(int(w[2]))
-        elif w[0] == "choose":  # the batch's other rows and tokens where written (issue 39)
-            events.append(("choose", int(w[1]), None, *((int(w[2]), float(w[3]), int(w[4])) if len(w) > 2 else ())))
+        elif w[0] == "choose":  # the batch's other rows and tokens where written (issue 39), the slots after
+            batch = (int(w[2]), float(w[3]), int(w[4]), *(int(a) for a in w[5:6])) if len(w) > 2 else ()
+            events.append(("choose", int(w[1]), None, *batch))
         elif w[0] in ("pass", "steps", "seed"):  # a pass's total rows where written
             events.append((w[0], int(w[1]), float(w[2]), *((int(w[3]),) if len(w) > 3 else ())))
         elif w[0] == "result":
@@ -268,7 +269,7 @@ def batched(
     """Drive one :class:`BatchPolicy` per slot as llama-server's update loop does at ``--parallel``: each
     ``(passes, n)`` phase has slots 0..n-1 generating; before a pass each slot chooses in slot order
     knowing the rows and expected tokens of the slots before it (their drafts + 1, the longest draft) and
-    1 row, 1 token for each one after it; the pass costs ``cost`` of its total rows, each slot told the whole pass's
+    1 row, 1 token for each one after it (and how many: ``after``, expected to choose alike); the pass costs ``cost`` of its total rows, each slot told the whole pass's
     seconds and total (alone: the one-user calls); the drafter call as many steps as the longest draft.
     ``seeds``: every slot's costs timed at start-up, given first. Returns each slot's k per pass it
     generated in and its events, the policies and each pass's rows."""
@@ -286,8 +287,8 @@ def batched(
             rows, tokens, chosen = 0, 0.0, []
             for s in range(n):
                 after, longest = n - s - 1, max(chosen, default=0)
-                k = policies[s].choose(limit, rows + after, tokens + after, longest)
-                events[s].append(("choose", limit, k, rows + after, tokens + after, longest))
+                k = policies[s].choose(limit, rows + after, tokens + after, longest, after)
+                events[s].append(("choose", limit, k, rows + after, tokens + after, longest, after))
                 ks[s].append(k)
                 chosen.append(k)
                 rows, tokens = rows + k + 1, tokens + policies[s].expected_tokens(k)

@@ -4,7 +4,7 @@ the one-user policy's choices; beside other slots' rows it prices a pass by all 
 from __future__ import annotations
 
 import pytest
-from policy_traces import CURVES, REAL_LIKE, Stream, burst, busy_seeds, replay_python, simulate
+from policy_traces import CURVES, REAL_LIKE, Stream, batched, burst, busy_seeds, replay_python, simulate
 
 from gguf_exact.engines.shared.batch_cost import BatchCost, BatchPolicy
 from gguf_exact.engines.shared.draft_policy import PolicySettings
@@ -131,3 +131,47 @@ def test_beside_others_a_seeded_slot_climbs_at_once_until_a_draft_is_rejected():
     policy.observe_pass(2, 0.24, 5)
     policy.observe_result(1, 0)  # rejected: the climb ends, probes on the schedule (a failed one: 16) from then on
     assert not policy.climbing and [policy.choose(4, 3, 3.0) for _ in range(16)] == [0] * 15 + [1]
+
+
+# E2B's target on 2 CPU cores, a pass of t rows in all (llama-bench -p t -n 0 -t 2 of this project's build,
+# 2026-12-03): 4 rows cost 129 ms, 16 rows 308 (the repacked Q4_0 kernels take rows 4 at a time)
+E2B_BATCH_MS = {1: 62, 2: 97, 3: 121, 4: 129, 5: 161, 6: 190, 7: 223, 8: 197}
+E2B_BATCH_MS |= {9: 276, 10: 306, 11: 315, 12: 284, 13: 337, 14: 349, 15: 378, 16: 308}
+E2B_BATCH = {t: ms / 1e3 for t, ms in E2B_BATCH_MS.items()}
+
+
+def test_the_slots_still_to_choose_are_expected_to_draft_alike():
+    # the first of 4 slots, its drafter right 20 times at every depth: the 3 slots after it expected to draft
+    # alike, 3 drafts here mean a batch of 16 rows bringing 4 E(3) tokens (about 48 a second against 4 rows'
+    # 31); counted at 1 row each (after=0) the slot saw its own draft as the batch's only one, and chose the
+    # cheap 8 rows of 4 drafts beside 3 rows of others
+    policy = drafting_policy({t: s for t, s in E2B_BATCH.items() if t >= 4}, step=0.0017)
+    policy.observe_result(4, 3)  # a draft rejected once: the climb is over, probes keep their schedule
+    e3 = policy.expected_tokens(3)
+    assert policy.batch_rate(3, 3, 3.0, 0, 3) == pytest.approx(4 * e3 / (0.308 + 3 * policy.step_cost))
+    assert policy.batch_rate(4, 3, 3.0, 0, 3) is None  # 20 rows: untimed, 19 too
+    assert policy.choose(4, 3, 3.0, 0, after=3) == 3
+    assert (policy.reason, policy.batch_rows, policy.others_rows) == ("batch of 16 rows: 3 drafts", 7, 3)
+    assert policy.choose(4, 3, 3.0, 0, after=0) == 4 and policy.reason == "batch of 8 rows: 4 drafts"
+    # the last slot to choose (after=0) beside the 12 rows of three slots drafting 3: 4 drafts make 17 rows,
+    # untimed, priced as 16 (tried once); timed at 362 ms, its own 3 fill the 16 rows
+    assert policy.choose(4, 12, 3 * e3, 3, after=0) == 4 and policy.batch_rows == 17
+    policy.observe_pass(5, 0.362, 17)
+    assert policy.choose(4, 12, 3 * e3, 3, after=0) == 3 and policy.batch_rows == 16
+
+
+def test_a_probe_prices_an_untimed_batch_as_the_nearest_timed_one_below():
+    policy = drafting_policy({4: 0.129, 8: 0.197})
+    assert policy.total_cost(9) == 0.197 and policy.total_cost(10) is None and policy.total_cost(12) is None
+    assert policy.total_cost(12, probe=True) == 0.197 and policy.total_cost(8, probe=True) == 0.197
+    assert policy.total_cost(7, probe=True) == SEEDS[5]  # 5 rows timed alone: a pass of 5 rows either way
+    assert BatchPolicy(PolicySettings(n_max=4)).total_cost(12, probe=True) is None  # nothing timed below
+
+
+def test_four_always_right_slots_on_e2b_reach_the_batch_of_all_their_drafts():
+    # the measured curve, the costs seeded at start-up: the slots climb, probing batches no pass timed yet
+    # (priced as the nearest timed one below), and end drafting 3 each: 16 rows for 16 tokens a pass
+    seeds = {r: E2B_BATCH[r] for r in range(1, 5)}
+    ks, _, policies, totals = batched(E2B_BATCH, 0.0017, [[Stream(1.0)] * 3] * 4, [(60, 4)], n_max=3, seeds=seeds)
+    assert totals[-20:] == [16] * 20 and [k[-1] for k in ks] == [3, 3, 3, 3]
+    assert totals.index(16) < 20  # found within the first 20 passes

@@ -89,8 +89,8 @@ def replay(exe: Path, settings: PolicySettings, events: list[tuple]) -> list[int
         f"settings {s.n_max} {s.prior!r} {s.prior_weight!r} {s.decay!r} {s.cost_weight!r} {s.probe_interval} {s.probe_interval_max} {s.cost_max_age} {s.switch_margin!r} {s.cost_window} {s.retime_margin!r} {s.burst_ratio!r} {s.outlier_ratio!r} {s.recheck_interval}"
     ]
     for e in events:
-        if e[0] == "choose":  # ("choose", limit, k[, others_rows, others_tokens, others_drafts])
-            lines.append(f"choose {e[1]}" + (f" {e[3]} {e[4]!r} {e[5]}" if len(e) > 3 else ""))
+        if e[0] == "choose":  # ("choose", limit, k[, others_rows, others_tokens, others_drafts[, after]])
+            lines.append(f"choose {e[1]}" + "".join(f" {v!r}" for v in e[3:]))
         elif e[0] in ("pass", "steps", "seed"):  # ("pass", rows, seconds[, total rows])
             lines.append(f"{e[0]} {e[1]} {e[2]!r}" + (f" {e[3]}" if len(e) > 3 else ""))
         elif e[0] == "class":
@@ -111,7 +111,7 @@ def test_the_patch_adds_the_option_the_fields_and_the_policy(patched_tree):
     reader = schema.partition("static void eval_request_speculation(")[2].partition("\n}\n")[0]
     assert '{"n_max", "p_min", "adaptive"' in reader and 'data.contains("speculative")' in reader
     server = (patched_tree / "tools" / "server" / "server-context.cpp").read_text()
-    assert "slot.draft_policy.choose(n_draft_max, others_rows, others_tokens, batch_drafts)" in server
+    assert "slot.draft_policy.choose(n_draft_max, others_rows, others_tokens, batch_drafts, n_after)" in server
     assert "observe_pass(off, batch.view.size(), t_decode_us)" in server
     assert "slot.draft_policy.observe_pass(r, (double) t_us / 1e6, n)" in server  # the whole pass, its total rows
     # the request's acceptance class before its passes: its temperature and the rule (spec_rejection,
@@ -366,21 +366,24 @@ def test_cpp_and_python_switch_among_all_three_classes_alike_seeded(driver, curv
 # (curve, drafter step, the slots' drafters, the phases (passes, slots generating), slot 0's k at the
 # last pass alone, the batch's rows from the 4-slot phase's second pass on, then each slot's k at its end)
 BATCH_CASES = {
-    # a card whose compute fills at 5 rows: beside 3 slots' rows one draft of slot 0 fills the batch to
-    # 5 rows, the later slots draft none; alone 4 drafts
+    # a card whose compute fills at 5 rows: each slot prices a draft as if the slots after it drafted alike (8
+    # rows at 4 users: dear), so only the last slot drafts, filling the batch to 5 rows (its optimum); probes
+    # try 7 and 8 rows once; alone 4 drafts
     "saturating": (
-        SATURATING, 0.001, [[Stream(0.9)] * 4] * 4, [(60, 1), (100, 4), (60, 2), (60, 1)], 4, [5] * 99, [1, 0, 0, 0]
+        SATURATING, 0.001, [[Stream(0.9)] * 4] * 4, [(60, 1), (100, 4), (60, 2), (60, 1)], 4,
+        [5, 6] + [4] * 4 + [7] + [5] * 7 + [8] + [5] * 84, [0, 0, 0, 1],
     ),
-    # k rows cost k passes (a CPU): 5 and 6 rows tried once each, 7 once by a probe, then no slot drafts
-    # beside others, nor alone
+    # k rows cost k passes (a CPU): 5 and 6 rows tried once each; probes price an untimed batch as the
+    # nearest timed one below, so 8, 7, 9 and 10 rows are each tried once; no slot drafts beside others, nor alone
     "cpu": ({t: 0.1 * t for t in range(1, 26)}, 0.001, [[Stream(1.0)] * 4] * 4, [(40, 4), (40, 1)], 0,
-            [5, 6] + [4] * 7 + [7] + [4] * 29, [0, 0, 0, 0]),
-    # rows nearly free: every slot drafts 4 beside the others as slot 0 does alone, slot 2 (real-like)
-    # once probes taught it its acceptance (its drafter steps paid by the others' drafts: they draft together)
+            [5, 6] + [4] * 5 + [8, 7] + [4] * 6 + [9] + [4] * 7 + [10] + [4] * 7 + [7] + [4] * 7, [0, 0, 0, 0]),
+    # rows nearly free: every slot drafts 4 beside the others as slot 0 does alone, the batch growing from the
+    # last slot (the one that sees the others' choices), slot 2 (real-like) at 3 or 4 as its acceptance at
+    # depth 4 moves (its drafter steps paid by the others' drafts: they draft together)
     "cheap": (
         {t: 0.010 + 0.0001 * t for t in range(1, 26)}, 0.0002,
         [[Stream(1.0)] * 4, [Stream(1.0)] * 4, list(REAL_LIKE), [Stream(1.0)] * 4], [(30, 1), (100, 4), (30, 1)], 4,
-        list(range(7, 20)) + [19, 18, 19, 18, 20] + [19] * 15 + [20] * 66, [4, 4, 4, 4],
+        list(range(5, 12)) + list(range(13, 18)) + [17, 17, 18, 19, 20, 20, 20, 20], [4, 4, 3, 4],
     ),
 }  # fmt: skip
 
@@ -409,12 +412,14 @@ def test_cpp_and_python_climb_alike_in_a_batch_of_slots(driver):
     for slot, slot_events in enumerate(events):
         assert slot_events[:5] == [("seed", r, s) for r, s in seeds.items()]
         assert replay(driver, PolicySettings(n_max=4), slot_events) == ks[slot]
-    # slot 0 drafts 2 (6 rows, untimed: priced as 5) and is rejected; each later slot climbs one draft (a
-    # batch of 5 rows) at its first pass with room, is rejected too, and the climbs are over
-    assert [k[:4] for k in ks] == [[2, 0, 0, 0], [0, 1, 0, 0], [0, 0, 1, 0], [0, 0, 0, 1]] and totals[:4] == [
+    # slots 0-2 climb one draft at once (a probe prices the 8 rows it expects, the slots after it drafting
+    # alike, as the nearest timed total, 5 rows seeded), 7 rows in all, and are rejected; slot 3, the last
+    # to choose, had no batch of 7 rows timed (none of 6 either) and waited; it then drafts 2 (6 rows,
+    # untimed: priced as 5), is rejected, and the climbs are over
+    assert [k[:4] for k in ks] == [[1, 0, 0, 0], [1, 0, 0, 0], [1, 0, 0, 0], [0, 2, 0, 0]] and totals[:4] == [
+        7,
         6,
-        5,
-        5,
-        5,
+        4,
+        4,
     ]
     assert not any(p.climbing for p in policies) and ks[0][-1] == 2

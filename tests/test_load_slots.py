@@ -74,7 +74,7 @@ def test_four_adaptive_slots_choose_in_the_batch_and_both_twins_replay_each_slot
     monkeypatch,
 ):
     # issue 39 item 2: with spec-draft-adaptive at --parallel 4 each slot chooses knowing the rows the
-    # other slots add to the pass (LLAMA_SPEC_DRAFT_TRACE: "choose LIMIT OTHERS_ROWS OTHERS_TOKENS", "pass
+    # other slots add to the pass (LLAMA_SPEC_DRAFT_TRACE: "choose LIMIT OTHERS_ROWS OTHERS_TOKENS OTHERS_DRAFTS AFTER", "pass
     # ROWS SECONDS TOTAL"); both twins replaying a slot's trace choose what it chose, pass by pass, and
     # every text is the target alone's
     target, drafter = pair
@@ -87,7 +87,7 @@ def test_four_adaptive_slots_choose_in_the_batch_and_both_twins_replay_each_slot
         status, metrics = get_text(launch.url + "/metrics")
     assert len(replies) == 8 and not any(r.error for r in replies)
     assert [r.tokens for r in replies] == [alone[r.prompt].tokens for r in replies]
-    beside, shared = 0, 0
+    beside, shared, after = 0, 0, 0
     for slot in range(4):
         [(settings, events, chosen)] = read_trace(tmp_path / f"policy.{slot}")
         assert settings.n_max == 3 and chosen and replay_python(settings, events) == chosen
@@ -96,8 +96,11 @@ def test_four_adaptive_slots_choose_in_the_batch_and_both_twins_replay_each_slot
         assert [int(x) for x in out.stdout.split()] == chosen
         beside += sum(1 for e in events if e[0] == "choose" and e[3] > 0)
         shared += sum(1 for e in events if e[0] == "pass" and e[3] > e[1])
-        assert all(len(e) == 6 for e in events if e[0] == "choose")  # llama-server writes the batch fields
-    assert beside > 0 and shared > 0  # choices made beside other slots' rows, passes priced by the batch
+        # llama-server writes the batch fields and the generating slots still to choose (0-3 at --parallel 4)
+        assert all(len(e) == 7 and 0 <= e[6] <= 3 and e[6] <= e[3] for e in events if e[0] == "choose")
+        after += sum(1 for e in events if e[0] == "choose" and e[6] > 0)
+    # choices made beside other slots' rows (some before other slots chose), passes priced by the batch
+    assert beside > 0 and shared > 0 and after > 0
     policies = [s["draft_policy"] for s in slots]
     assert all(p["batch_rows"] >= p["others_rows"] + 1 >= 1 for p in policies)
     assert status == 200 and "llamacpp:spec_batch_rows " in metrics

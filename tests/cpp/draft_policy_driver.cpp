@@ -2,7 +2,7 @@
 // gguf_exact/engines/shared/draft_policy.py) and prints the k of every "choose" line.
 // Input lines: "settings N_MAX PRIOR PRIOR_WEIGHT DECAY COST_WEIGHT PROBE PROBE_MAX COST_MAX_AGE SWITCH_MARGIN COST_WINDOW
 // RETIME_MARGIN BURST_RATIO OUTLIER_RATIO RECHECK_INTERVAL" first, then
-// "choose LIMIT [OTHERS_ROWS OTHERS_TOKENS OTHERS_DRAFTS]", "pass ROWS SECONDS [TOTAL_ROWS]", "steps N SECONDS", "seed ROWS SECONDS", "result DRAFTED ACCEPTED", "class NAME"
+// "choose LIMIT [OTHERS_ROWS OTHERS_TOKENS OTHERS_DRAFTS [AFTER]]", "pass ROWS SECONDS [TOTAL_ROWS]", "steps N SECONDS", "seed ROWS SECONDS", "result DRAFTED ACCEPTED", "class NAME"
 // (the acceptance class of the requests from there on: greedy, sampled-exact, sampled-rejection); a line starting
 // with "#" is a comment (llama-server's LLAMA_SPEC_DRAFT_TRACE writes this format, with comments). The bracketed
 // fields (the batch other slots share, issue 39) are 0 when absent, as in traces written before them.
@@ -45,9 +45,9 @@ int main() {
             std::string rest, tokens = "0";
             std::getline(std::cin, rest);
             std::istringstream more(rest);
-            int others = 0, drafts = 0;
-            more >> others >> tokens >> drafts;
-            std::printf("%d\n", policy.choose(limit, others, std::strtod(tokens.c_str(), nullptr), drafts));
+            int others = 0, drafts = 0, after = 0;
+            more >> others >> tokens >> drafts >> after;
+            std::printf("%d\n", policy.choose(limit, others, std::strtod(tokens.c_str(), nullptr), drafts, after));
         } else if (what == "pass" || what == "steps" || what == "seed") {
             int n;
             std::string seconds, rest;

@@ -40,10 +40,12 @@ class TracedPolicy(BatchPolicy):
         if self.out is not None:
             self.out.write(line)
 
-    def choose(self, limit: int, others_rows: int = 0, others_tokens: float = 0.0, others_drafts: int = 0) -> int:
-        batch = f" {others_rows} {others_tokens!r} {others_drafts}" if others_rows or others_tokens else ""
+    def choose(
+        self, limit: int, others_rows: int = 0, others_tokens: float = 0.0, others_drafts: int = 0, after: int = 0
+    ) -> int:
+        batch = f" {others_rows} {others_tokens!r} {others_drafts} {after}" if others_rows or others_tokens else ""
         self._write(f"choose {limit}{batch}\n")
-        k = super().choose(limit, others_rows, others_tokens, others_drafts)
+        k = super().choose(limit, others_rows, others_tokens, others_drafts, after)
         self._write(f"# k {k} t_us {time.monotonic_ns() // 1000}\n")
         return k
 

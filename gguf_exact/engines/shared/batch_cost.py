@@ -12,20 +12,31 @@ each, 1 for a slot still to choose); ``others_drafts``: the longest draft they a
 :class:`~.draft_policy.DraftPolicy`'s, every rule of it (probes, climbs, re-times, rechecks) as before,
 so a trace recorded before this (no batch fields) replays unchanged.
 
+The joint choice: the ``after`` generating slots still to choose are expected to choose as this one does
+(slots serve alike; each has its own acceptance, and this slot's estimates stand in for theirs), so k
+drafts here price a batch of ``others_rows + (after + 1) k + 1`` rows bringing ``others_tokens + (after +
+1) E(k) - after`` tokens. Counted at 1 row each instead, every slot saw a draft as the only one in the
+batch and the batch's optimum went unseen where a pass's cost per row falls with its rows (E2B on 2 CPU
+cores: 16 rows 308 ms, 4 rows 129; an always-right drafter at 4 users drafted 5-16 of 46 tokens a slot,
+0.89x fixed n-max 3). The last slot to choose sees the others' actual choices.
+
 ``batch_cost(t)``: a pass of ``t`` rows in all, the lowest of its last ``cost_window`` timings in batches
 (:class:`BatchCost`), else this slot's own timing of ``t`` rows alone (a pass of t rows either way),
 else, untimed, what ``t - 1`` rows cost (optimism, as alone: the longer batch is tried once, then
-known), else unknown (not considered). A batch timing older than ``cost_max_age`` batch passes is
+known), else unknown (not considered). A probe prices an untimed batch as the nearest timed total below
+it (the same optimism, further: the slots after it draft alike, so the batches a probe reaches grow by
+``after + 1`` rows a depth, past what one row fewer can reach). A batch timing older than ``cost_max_age`` batch passes is
 forgotten. A pass shared with other slots (``total > rows`` in :meth:`BatchPolicy.observe_pass`) times
 the batch curve only: a slot's own curve stays the one-user curve, and its per-depth acceptance is its
 own as before. A probe (one draft deeper than the best, were the drafter right there) runs on the
 one-user schedule (at once while a seeded slot climbs), so a slot that only ever served beside others
 learns its acceptance. So at load,
 where a row costs about a row (a CPU), others' rows make drafting dear and the slot drafts less or not
-at all; where rows are cheap (a GPU's batch), drafting goes on.
+at all; where rows are cheap (a GPU's batch), drafting goes on. ``scripts/sim_batch_policy.py`` prints
+what the choice gives against speculation off and each fixed length at 1, 2 and 4 slots.
 
 Pure and deterministic, as the policy: the C++ twin (``common/draft-policy.h``, patch 39) makes the same
-choices on the same trace (``choose LIMIT OTHERS_ROWS OTHERS_TOKENS OTHERS_DRAFTS``, ``pass ROWS SECONDS
+choices on the same trace (``choose LIMIT OTHERS_ROWS OTHERS_TOKENS OTHERS_DRAFTS AFTER``, ``pass ROWS SECONDS
 TOTAL``).
 """
 
@@ -71,69 +82,84 @@ class BatchPolicy(DraftPolicy):
         super().__post_init__()
         self.batch.window, self.batch.max_age = self.settings.cost_window, self.settings.cost_max_age
 
-    def total_cost(self, total: int) -> float | None:
-        """A pass of ``total`` rows in all: timed in batches, else alone, else what one row fewer costs."""
-        for t in (total, total - 1):
-            c = self.batch.cost(t)
-            if c is None and self.timed(t):
-                c = self.pass_cost[t]
-            if c is not None or t < total:
+    def timed_total(self, total: int) -> float | None:
+        """A pass of ``total`` rows in all as timed: in batches, else alone, else None."""
+        c = self.batch.cost(total)
+        if c is None and self.timed(total):
+            c = self.pass_cost[total]
+        return c
+
+    def total_cost(self, total: int, probe: bool = False) -> float | None:
+        """A pass of ``total`` rows in all: timed, else what one row fewer costs (for a probe: what the
+        nearest timed total below costs), else None."""
+        for t in range(total, 0 if probe else max(0, total - 2), -1):
+            c = self.timed_total(t)
+            if c is not None:
                 return c
         return None
 
-    def batch_rate(self, k: int, others_rows: int, others_tokens: float, others_drafts: int = 0) -> float | None:
-        """The batch's expected tokens per second when this slot drafts ``k`` (None while unknown)."""
-        c = self.total_cost(others_rows + k + 1)
+    def batch_rate(
+        self, k: int, others_rows: int, others_tokens: float, others_drafts: int = 0, after: int = 0
+    ) -> float | None:
+        """The batch's expected tokens per second when this slot, and the ``after`` slots still to choose
+        (counted in ``others_rows`` and ``others_tokens`` at 1 each), draft ``k`` (None while unknown)."""
+        c = self.total_cost(others_rows + (after + 1) * k + 1)
         if c is None:
             return None
         t = max(k, others_drafts) * (self.step_cost or 0.0) + c
-        return (others_tokens + self.expected_tokens(k)) / t if t > 0 else None
+        return (others_tokens + (after + 1) * self.expected_tokens(k) - after) / t if t > 0 else None
 
     def batch_trusting_rate(
-        self, k: int, j: int, others_rows: int, others_tokens: float, others_drafts: int
+        self, k: int, j: int, others_rows: int, others_tokens: float, others_drafts: int, after: int = 0
     ) -> float | None:
         """:meth:`batch_rate` of ``j`` > ``k`` drafts were the drafter always right at depth k + 1 (as
         :meth:`DraftPolicy.trusting_rate` alone): what a probe could bring."""
-        c = self.total_cost(others_rows + j + 1)
+        c = self.total_cost(others_rows + (after + 1) * j + 1, probe=True)
         if c is None:
             return None
         t = max(j, others_drafts) * (self.step_cost or 0.0) + c
-        return (others_tokens + self.trusting_tokens(k, j)) / t if t > 0 else None
+        return (others_tokens + (after + 1) * self.trusting_tokens(k, j) - after) / t if t > 0 else None
 
-    def choose(self, limit: int, others_rows: int = 0, others_tokens: float = 0.0, others_drafts: int = 0) -> int:
+    def choose(
+        self, limit: int, others_rows: int = 0, others_tokens: float = 0.0, others_drafts: int = 0, after: int = 0
+    ) -> int:
         """As :meth:`DraftPolicy.choose` alone; beside ``others_rows`` rows of other slots bringing
-        ``others_tokens`` tokens, their longest draft ``others_drafts``, the k that maximises the
-        batch's :meth:`batch_rate`."""
+        ``others_tokens`` tokens, their longest draft ``others_drafts``, ``after`` of them slots still to
+        choose (1 row and 1 token each in those counts, expected to choose alike), the k that maximises
+        the batch's :meth:`batch_rate`."""
         self.others_rows = max(0, others_rows)
+        after = min(max(0, after), self.others_rows)
         if self.others_rows == 0:
             k = super().choose(limit)
             self.batch_rows = k + 1
             return k
         top = min(self.settings.n_max, limit)
         self.probing = self.rechecking = self.retiming = 0  # the one-user rules' passes are not this one
-        k, best = 0, self.batch_rate(0, self.others_rows, others_tokens, others_drafts)
+        k, best = 0, self.batch_rate(0, self.others_rows, others_tokens, others_drafts, after)
         if best is None:
             self.reason = f"timing a batch of {self.others_rows + 1} rows"
         else:
             for j in range(1, top + 1):
-                r = self.batch_rate(j, self.others_rows, others_tokens, others_drafts)
+                r = self.batch_rate(j, self.others_rows, others_tokens, others_drafts, after)
                 if r is not None and r > best * (1.0 + TIE_MARGIN):
                     k, best = j, r
             # a probe every `interval` passes, as alone: a slot that never drafted would keep the prior's
             # acceptance, and priced by it, never draft beside others; seeded costs and no draft rejected
             # yet (the climb alone): at once
-            probe = next((j for j in range(k + 1, top + 1) if self.pays(k, j, best, others_tokens, others_drafts)), 0)
+            probe = next(
+                (j for j in range(k + 1, top + 1) if self.pays(k, j, best, others_tokens, others_drafts, after)), 0
+            )
             self.since_probe = self.since_probe + 1 if probe else 0
             climb = self.climbing and (self.last_k == 0 or self.all_right)
             if probe and (climb or self.since_probe >= self.interval):
                 self.since_probe, k, self.probing = 0, probe, probe
             what = "probing" if self.probing else "batch of"
-            self.reason = f"{what} {self.others_rows + k + 1} rows: {k} drafts"
+            self.reason = f"{what} {self.others_rows + (after + 1) * k + 1} rows: {k} drafts"
         self.last_k, self.batch_rows = k, self.others_rows + k + 1
         return k
 
-    def pays(self, k: int, j: int, best: float, others_tokens: float, others_drafts: int) -> bool:
-        r = self.batch_trusting_rate(k, j, self.others_rows, others_tokens, others_drafts)
+    def pays(self, k: int, j: int, best: float, others_tokens: float, others_drafts: int, after: int) -> bool:
+        r = self.batch_trusting_rate(k, j, self.others_rows, others_tokens, others_drafts, after)
         return r is not None and r > best * (1.0 + TIE_MARGIN)
 
     def observe_pass(self, rows: int, seconds: float, total: int = 0) -> None:

@@ -1,0 +1,90 @@
+#!/usr/bin/env python3
+"""The batch-aware draft length (gguf_exact.engines.shared.batch_cost) in simulation at 1, 2 and 4 slots
+(llama-server --parallel), each slot choosing in slot order as llama-server's update loop does: total
+generated tokens per second of the adaptive length against speculation off and each fixed length, per
+drafter kind, over 64 and 400 passes from start-up (costs seeded, ``spec-draft-adaptive-warmup``).
+
+Curves (seconds per pass of t rows in all): ``e2b-t2``, E2B's target on 2 CPU cores of this machine
+(llama-bench -p t -n 0 -t 2, 2026-12-03), the repacked Q4_0 kernels' steps every 4 rows included; ``card``,
+a pass that grows 30 ms a row over 40 ms; ``rows-are-passes``, t rows cost t passes (no draft can pay).
+Each pass costs its curve's time, up to 5% more at random, plus the longest draft's drafter steps. The
+drafters are right at each depth with a fixed chance (``KINDS``). Each figure is the mean of ``--seeds`` runs
+(12). Not a test: it prints.
+
+    .venv/bin/python scripts/sim_batch_policy.py [--seeds N]
+"""
+
+import random
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).parent.parent))
+from gguf_exact.engines.shared.batch_cost import BatchPolicy  # noqa: E402
+from gguf_exact.engines.shared.draft_policy import PolicySettings  # noqa: E402
+
+E2B_T2_MS = {1: 62, 2: 97, 3: 121, 4: 129, 5: 161, 6: 190, 7: 223, 8: 197, 9: 276, 10: 306, 11: 315, 12: 284}
+E2B_T2_MS |= {13: 337, 14: 349, 15: 378, 16: 308, 17: 362, 18: 367, 19: 401, 20: 393}
+CURVES = {
+    "e2b-t2": {t: ms / 1e3 for t, ms in E2B_T2_MS.items()},
+    "card": {t: 0.040 + 0.030 * t for t in range(1, 21)},
+    "rows-are-passes": {t: 0.1 * t for t in range(1, 21)},
+}
+STEP = 0.0017  # E2B's drafter step with the ordered head on 2 cores
+KINDS = {"hidden": [1.0] * 4, "sampled": [0.835, 0.798, 0.793, 0.79], "real": [0.85, 0.62, 0.62, 0.62]}
+KINDS |= {"mixed": [0.45] * 4}
+
+
+def run(cost: dict[int, float], rates: list[float], slots: int, passes: int, fixed: int | None, seed: int) -> float:
+    """Tokens per second of ``slots`` slots over ``passes`` passes, each drafting ``fixed`` or adaptive."""
+    rng = random.Random(seed)
+    policies = [BatchPolicy(PolicySettings(n_max=4)) for _ in range(slots)]
+    for policy in policies:
+        for rows in range(1, 6):
+            policy.seed(rows, cost[rows])
+    tokens = seconds = 0.0
+    for _ in range(passes):
+        rows, expected, chosen = 0, 0.0, []
+        for s, policy in enumerate(policies):
+            after, longest = slots - s - 1, max(chosen, default=0)
+            k = fixed if fixed is not None else policy.choose(99, rows + after, expected + after, longest, after)
+            chosen.append(k)
+            rows, expected = rows + k + 1, expected + policy.expected_tokens(k)
+        steps = max(chosen)
+        t = cost[rows] * (1 + 0.05 * rng.random()) + steps * STEP
+        for policy, k in zip(policies, chosen):
+            accepted = next((j for j in range(k) if rng.random() >= rates[j]), k)
+            if k:
+                policy.observe_steps(steps, steps * STEP)
+            policy.observe_pass(k + 1, t, rows)
+            if k:
+                policy.observe_result(k, accepted)
+            tokens += 1 + accepted
+        seconds += t
+    return tokens / seconds
+
+
+def mean(cost: dict[int, float], rates: list[float], slots: int, passes: int, fixed: int | None, n: int) -> float:
+    return sum(run(cost, rates, slots, passes, fixed, seed) for seed in range(n)) / n
+
+
+def main() -> None:
+    n = int(sys.argv[sys.argv.index("--seeds") + 1]) if "--seeds" in sys.argv else 12
+    for name, cost in CURVES.items():
+        shown = (1, 4, 8, 16, 20)
+        print(f"{name}: " + ", ".join(f"{t} rows {c * 1e3:.0f} ms" for t, c in cost.items() if t in shown))
+        for slots in (1, 2, 4):
+            for passes in (64, 400):
+                for kind, rates in KINDS.items():
+                    arm = {k: mean(cost, rates, slots, passes, k, n) for k in (0, 1, 2, 3, 4, None)}
+                    off, adaptive = arm[0], arm[None]
+                    fixed = {k: arm[k] for k in range(1, 5)}
+                    best = max(fixed, key=lambda k: fixed[k])
+                    print(
+                        f"  {slots} slots, {passes:>3} passes, {kind:<7} adaptive {adaptive / off:.3f}x off,"
+                        f" {adaptive / max(off, fixed[best]):.3f}x the better of off and the best fixed"
+                        f" (n-max {best}: {fixed[best] / off:.3f}x off)"
+                    )
+
+
+if __name__ == "__main__":
+    main()
