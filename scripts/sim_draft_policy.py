@@ -35,6 +35,9 @@ CURVES = [
     ("E2B 19:10", {1: 0.100, 2: 0.170, 3: 0.220, 4: 0.225, 5: 0.250}, 0.0017),
     # llama-server's LLAMA_SPEC_DRAFT_TRACE of 2026-12-02 00:05, between the bursts (tests/policy_traces.BURST_CURVE)
     ("E2B 00:05", {1: 0.118, 2: 0.171, 3: 0.228, 4: 0.211, 5: 0.371}, 0.0029),
+    # llama-server's policy at 2 threads, 2026-12-03 06:43 (results/bench-real-38-e2b-sampled-t2-adaptive-again-quiet.json);
+    # SWITCH below is 1 thread's: at 2 threads a switch cost about 5 ms (docs/benchmarks.md, issue 38 at 2 threads)
+    ("E2B 2 threads", {1: 0.060, 2: 0.109, 3: 0.151, 4: 0.139, 5: 0.200}, 0.00166),
     # issue 23's AVX-512 Xeon (tests/policy_traces.CURVES["avx512"]), the ordered head's step
     ("AVX-512", {1: 0.117, 2: 0.188, 3: 0.260, 4: 0.202, 5: 0.268}, 0.0017),
 ]
