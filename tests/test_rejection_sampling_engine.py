@@ -16,6 +16,7 @@ import logging
 import time
 from pathlib import Path
 
+import llama_cpp
 import numpy as np
 import pytest
 from goodness_of_fit import chi2_threshold, g_test
@@ -24,7 +25,7 @@ from gguf_exact.engines.python import rejection
 from gguf_exact.engines.python.chain_distribution import ChainDistribution
 from gguf_exact.engines.python.engine import MtpLlama
 from gguf_exact.engines.python.request import CURRENT_REQUEST, CheckedRequest
-from gguf_exact.engines.shared.speculative_sampling import draw
+from gguf_exact.engines.shared.speculative_sampling import draw, verify_row
 from gguf_exact.tiny.hidden_pair import write_hidden_state_pair
 from gguf_exact.tiny.sampled_pair import write_tiny_pair
 
@@ -86,17 +87,20 @@ def expected(alone):
     return get
 
 
-def target_joint(alone: MtpLlama, sampler: dict, n: int) -> dict[tuple[int, ...], float]:
-    """P(t1..tn) of the target alone from its own logits through llama.cpp's chain, for every prefix
-    above :data:`PRUNE`."""
+def target_joint(
+    alone: MtpLlama, sampler: dict, n: int, bias: rejection.LogitBias | None = None
+) -> dict[tuple[int, ...], float]:
+    """P(t1..tn) of the target alone from its own logits (``bias`` added, as llama-cpp-python adds a
+    request's logit_bias) through llama.cpp's chain, for every prefix above :data:`PRUNE`."""
     prompt = alone.tokenize(PROMPT)
     chain = ChainDistribution(rejection.sampler_view((), sampler)[0])
+    row = (lambda i: bias(np.empty(0, np.intc), alone.row_logits(i))) if bias else alone.row_logits
     out: dict[tuple[int, ...], float] = {}
 
     def walk(prefix: tuple[int, ...], mass: float) -> None:
         alone.n_tokens = len(prompt) - 1  # the next eval drops what followed the prompt's last token
         alone.eval([prompt[-1], *prefix])
-        p = chain(alone.row_logits(len(prompt) + len(prefix) - 1))
+        p = chain(row(len(prompt) + len(prefix) - 1))
         for t in np.flatnonzero(p * mass >= PRUNE):
             if len(prefix) + 1 == n:
                 out[(*prefix, int(t))] = mass * p[t]
@@ -194,6 +198,57 @@ def test_a_broken_rule_fails(engines, expected, monkeypatch, broken):
     g, df = fit(counts, expected(name, "t1", 2))
     print(f"{broken.__name__} on {name}: G {g:.1f}, df {df}, threshold {chi2_threshold(df):.1f}")
     assert g > chi2_threshold(df), (g, df, chi2_threshold(df))
+
+
+def test_a_logit_bias_is_mirrored(engines, alone, expected, caplog, monkeypatch):
+    # a request's logit_bias reaches generate as a rejection.LogitBias (MtpLlama.create_completion): the
+    # rule adds it to the target's row and the drafter's alike, so the first three tokens follow the
+    # biased target; against the same target without the bias the samples fail (the bias is felt)
+    name, sampler = "near", SAMPLERS["t0.7-top-k"]
+    llm = engines[name]
+    llm.n_max = 3
+    plain = expected(name, "t0.7-top-k", 3)
+    first = sorted({prefix[0] for prefix in plain}, key=lambda t: -sum(v for k, v in plain.items() if k[0] == t))
+    bias = rejection.LogitBias.of({first[3]: 2.0, first[0]: -1.0})  # the fourth likeliest up, the likeliest down
+    biased = target_joint(alone[name], sampler, 3, bias)
+    with caplog.at_level(logging.INFO, logger=rejection.__name__):
+        counts = sample(llm, {**sampler, "logits_processor": llama_cpp.LogitsProcessorList([bias])}, 3, N_SAMPLES)
+    assert not [r for r in caplog.records if "keeps exact match" in r.getMessage()]  # the rule verified every draft
+    g, df = fit(counts, biased)
+    g0, df0 = fit(counts, plain)
+    print(f"logit bias on {name}: G {g:.1f}, df {df}, threshold {chi2_threshold(df):.1f}; unbiased target G {g0:.1f}")
+    assert df >= 15 and g < chi2_threshold(df), (g, df, chi2_threshold(df))
+    assert g0 > chi2_threshold(df0), (g0, df0)
+    # broken: the verified rows' p without the bias (the rows the rule does not verify keep it): fails
+    unbiased_p = lambda self, logits, token, q: verify_row(self.chain(logits), q, token, self.rng)  # noqa: E731
+    monkeypatch.setattr(rejection.RejectionSampling, "verify", unbiased_p)
+    broken = sample(llm, {**sampler, "logits_processor": llama_cpp.LogitsProcessorList([bias])}, 3, N_SAMPLES // 4)
+    g1, df1 = fit(broken, biased)
+    print(f"p without the bias: G {g1:.1f}, df {df1}, threshold {chi2_threshold(df1):.1f}")
+    assert g1 > chi2_threshold(df1), (g1, df1)
+
+
+def test_create_completion_hands_the_bias_over_as_a_readable_processor(engines, monkeypatch):
+    # llama-cpp-python would add it through a closure of its own, which the rule cannot read (exact match)
+    kwargs = rejection.with_readable_bias({"logit_bias": {"5": 1.5, 7: -2}, "logits_processor": None, "temp": 0.8})
+    [processor] = kwargs["logits_processor"]
+    assert kwargs["logit_bias"] is None and processor == rejection.LogitBias(((5, 1.5), (7, -2.0)))
+    scores = np.arange(10, dtype=np.float32)
+    assert processor(np.empty(0, np.intc), scores).tolist() == [0, 1, 2, 3, 4, 6.5, 6, 5, 8, 9]
+    assert rejection.with_readable_bias({"logit_bias": None, "temp": 0.8}) == {"logit_bias": None, "temp": 0.8}
+    rule = rejection.RejectionSampling.for_call((), {"temp": 1.0, "logits_processor": [processor]}, 1, True)
+    assert rule is not None and rule.biases == (processor,)
+    assert rejection.RejectionSampling.for_call((), {"temp": 1.0, "logits_processor": [lambda i, s: s]}, 1, True) is None
+    # through the engine (as the OpenAI routes call it): the rule of the generate call holds the bias
+    rules = []
+    for_call = rejection.RejectionSampling.for_call.__func__
+    monkeypatch.setattr(
+        rejection.RejectionSampling, "for_call", classmethod(lambda cls, *a: rules.append(for_call(cls, *a)) or rules[-1])
+    )
+    llm = engines["near"]
+    prompt = llm.tokenize(PROMPT)
+    llm.create_completion(prompt, max_tokens=4, temperature=0.7, logit_bias={str(prompt[-1]): 1.0}, seed=1)
+    assert [r.biases if r else None for r in rules] == [(rejection.LogitBias(((prompt[-1], 1.0),)),)]
 
 
 def acceptance(llm: MtpLlama, prompt: list[int], sampler: dict, on: bool) -> tuple[int, int]:

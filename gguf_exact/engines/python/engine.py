@@ -49,7 +49,7 @@ from gguf_exact.engines.python.completion_stop import CompletionStop
 from gguf_exact.engines.python.draft_model import MtpDraftModel
 from gguf_exact.engines.python.drafter import LlamaDrafter, TargetSide
 from gguf_exact.engines.python.llama_adapter import LlamaAdapter
-from gguf_exact.engines.python.rejection import RejectionSampling, call_class
+from gguf_exact.engines.python.rejection import RejectionSampling, call_class, with_readable_bias
 from gguf_exact.engines.python.request import CURRENT_REQUEST
 from gguf_exact.engines.python.tokenizer import PieceCache
 from gguf_exact.engines.python.totals import SpecTotals
@@ -426,7 +426,7 @@ class MtpLlama(LlamaAdapter):
         if request is None or not request.checked:  # a served request was checked before it got here
             self.check_request(len(self.prompt_tokens(a["prompt"])), a["max_tokens"], a["logprobs"])
         stop = CompletionStop(lambda: self._call, request, a)
-        call_kwargs = {k: v for k, v in a.items() if k != "self"}
+        call_kwargs = with_readable_bias({k: v for k, v in a.items() if k != "self"})
         if not a["stream"]:
             self._pending_max_tokens = a["max_tokens"]
             try:

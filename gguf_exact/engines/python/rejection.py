@@ -11,9 +11,10 @@ the bonus row) sample with llama.cpp's sampler as without the option.
 
 A request's ``speculative.rejection_sampling`` (:mod:`.draft_length`) turns it on or off for
 that request alone. Greedy requests (temperature 0) never use it: exact match is already exact there and
-the text stays byte for byte what it was. Other chains the rule cannot mirror
-(penalties, grammar, logit bias, a negative temperature...) keep exact match, said once
-in the log per request.
+the text stays byte for byte what it was. A request's ``logit_bias`` is mirrored (:class:`LogitBias`: p
+and q both hold it, as llama-server's patch 38 does); other chains the rule cannot mirror (penalties,
+grammar, other logits processors, a negative temperature...) keep exact match, said once in the log per
+request.
 """
 
 from __future__ import annotations
@@ -35,6 +36,36 @@ from gguf_exact.engines.shared.speculative_sampling import draw, verify_row, why
 log = logging.getLogger(__name__)
 
 _GENERATE = inspect.signature(llama_cpp.Llama.generate)
+
+
+@dataclass(frozen=True)
+class LogitBias:
+    """A request's ``logit_bias`` as the logits processor ``generate`` is handed (by
+    :meth:`.engine.MtpLlama.create_completion`): llama-cpp-python's own is a closure the rule cannot
+    read, so it could not add the bias to the drafter's row; this one it can. Stateless, so the
+    target's row and the drafter's take it alike."""
+
+    bias: tuple[tuple[int, float], ...]
+
+    @classmethod
+    def of(cls, mapping: dict[Any, Any]) -> LogitBias:
+        return cls(tuple((int(token), float(value)) for token, value in mapping.items()))
+
+    def __call__(self, input_ids: np.ndarray, scores: np.ndarray) -> np.ndarray:
+        # llama-cpp-python's processor (Llama._create_completion), expression for expression: the same float32 sums
+        new_scores = np.copy(scores)
+        for token, value in self.bias:
+            new_scores[token] = value + scores[token]
+        return new_scores
+
+
+def with_readable_bias(kwargs: dict[str, Any]) -> dict[str, Any]:
+    """``create_completion``'s arguments with a ``logit_bias`` handed to ``generate`` as a
+    :class:`LogitBias` processor (after any others, where llama-cpp-python puts its own)."""
+    if not kwargs.get("logit_bias"):
+        return kwargs
+    processors = [*(kwargs.get("logits_processor") or []), LogitBias.of(kwargs["logit_bias"])]
+    return kwargs | {"logits_processor": llama_cpp.LogitsProcessorList(processors), "logit_bias": None}
 
 
 @dataclass(frozen=True)
@@ -76,8 +107,9 @@ class RejectionSampling:
     """One ``generate`` call's rule: the request's sampler, a seeded generator, and the
     q of each draft token not yet verified, by the position it was drafted for."""
 
-    def __init__(self, sampler: SamplerView, seed: int) -> None:
+    def __init__(self, sampler: SamplerView, seed: int, biases: tuple[LogitBias, ...] = ()) -> None:
         self.sampler = sampler
+        self.biases = biases  # the request's logit_bias, applied to both rows before the chain
         # p and q by llama.cpp's own chain, which samples the rows the rule does not verify
         self.chain = ChainDistribution(sampler)
         # the request's seed, as llama.cpp's dist sampler takes it (its default: a random one)
@@ -100,14 +132,13 @@ class RejectionSampling:
             log.info("spec-rejection-sampling: a greedy request keeps exact match (lossless there)")
             return None
         reason = why_not_mirrored(view)
-        if reason is None and processors:
-            reason = (
-                "logits processors (logit_bias) change the target's distribution in a way the drafter cannot mirror"
-            )
+        biases = tuple(processors or ())
+        if reason is None and not all(isinstance(p, LogitBias) for p in biases):
+            reason = "logits processors change the target's distribution in a way the drafter cannot mirror"
         if reason is not None:
             log.info("spec-rejection-sampling: this request keeps exact match: %s", reason)
             return None
-        return cls(view, seed)
+        return cls(view, seed, biases)
 
     def start_draft(self, pos: int) -> None:
         """A draft after the token at ``pos`` begins: its tokens go to ``pos + 1``, ``pos + 2``..."""
@@ -116,7 +147,7 @@ class RejectionSampling:
 
     def draw_draft(self, logits: np.ndarray) -> int:
         """The next draft token, sampled from the drafter's chain distribution q of ``logits``."""
-        q = self.chain(logits)
+        q = self.chain(self.biased(logits))
         token = draw(q, self.rng)
         self.pending[self._next] = (token, q)
         self._next += 1
@@ -135,7 +166,13 @@ class RejectionSampling:
     def verify(self, logits: np.ndarray, token: int, q: np.ndarray) -> int:
         """The target's token for a row whose ``logits`` verify the draft ``token`` drawn from
         ``q``: the draft with probability min(1, p/q), else one from max(0, p - q)."""
-        return verify_row(self.chain(logits), q, token, self.rng)
+        return verify_row(self.chain(self.biased(logits)), q, token, self.rng)
+
+    def biased(self, logits: np.ndarray) -> np.ndarray:
+        """``logits`` as the request's chain sees them: its logit_bias added, as llama-cpp-python adds it."""
+        for bias in self.biases:
+            logits = bias(np.empty(0, dtype=np.intc), np.asarray(logits, dtype=np.float32))
+        return logits
 
 
 __all__ = ["RejectionSampling", "SamplerView", "call_class", "sampler_view"]
