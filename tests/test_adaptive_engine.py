@@ -233,5 +233,6 @@ def test_each_request_names_its_acceptance_class_to_the_policy(pairs, tmp_path, 
         if not adaptive:  # 3 drafts every pass: every class counted at depth 1
             assert seen[3][1] == seen[3][2] and seen[3][1][0] > seen[0][1][0] > 4  # greedy: all kept
             assert all(a < t for _, tried, accepted, _ in seen[1:3] for a, t in zip(accepted, tried))
-        else:
-            assert len(chosen) >= 60
+        else:  # at most 4 tokens a pass at n-max 3: the trace holds a choice for every pass of the 4 requests
+            # (how many passes the policy's timings lead to varies with the machine's load: 50 to over 60 seen)
+            assert len(chosen) >= 4 * 24 // 4
