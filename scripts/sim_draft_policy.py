@@ -10,15 +10,19 @@ weighs most there). ``--spikes``: one-off spikes on the same schedule in every a
 0.8x). ``--bursts``: another job holding the cores for seconds, in every arm: every 40th pass,
 from the 20th, and the two after it at 10x (as on this project's shared machine, issue 23);
 printed for the policy as it is and with ``burst_ratio=0`` (every steady timing kept, as before
-issue 23's fix). ``--seeded``: the adaptive policy seeded with the curve's own costs before the
+issue 23's fix). ``--drift``: the whole machine's speed drifting in every arm, every row count alike, a
+slow wave between 0.8x and 1.3x over 97 passes (llama-server's 1-row pass at E2B went 44-83 ms in one run on
+this shared host, issue 38): the policy prices each row count at the speed now; printed with it priced as
+timed too (before). ``--seeded``: the adaptive policy seeded with the curve's own costs before the
 first pass (``spec-draft-adaptive-warmup``), printed beside the unseeded one. The even streams and the spikes line up with the passes one way only, and a policy's
 choices turn on which passes hit which answers, so each figure is the mean of ``--phases``
 runs (13), each with the streams and the spike schedule started that many passes on; the
 lengths drafted are the first run's. Not a test: it prints.
 
-    .venv/bin/python scripts/sim_draft_policy.py [--spikes] [--bursts] [--seeded] [--phases N]
+    .venv/bin/python scripts/sim_draft_policy.py [--spikes] [--bursts] [--drift] [--seeded] [--phases N]
 """
 
+import math
 import sys
 from collections import Counter
 from pathlib import Path
@@ -38,6 +42,8 @@ CURVES = [
     # llama-server's policy at 2 threads, 2026-12-03 06:43 (results/bench-real-38-e2b-sampled-t2-adaptive-again-quiet.json);
     # SWITCH below is 1 thread's: at 2 threads a switch cost about 5 ms (docs/benchmarks.md, issue 38 at 2 threads)
     ("E2B 2 threads", {1: 0.060, 2: 0.109, 3: 0.151, 4: 0.139, 5: 0.200}, 0.00166),
+    # llama-server's LLAMA_SPEC_DRAFT_TRACE at 2 threads, 2026-12-03 07:46, the `mixed` arm (medians)
+    ("E2B 2 threads, trace", {1: 0.056, 2: 0.107, 3: 0.149, 4: 0.156, 5: 0.195}, 0.002),
     # issue 23's AVX-512 Xeon (tests/policy_traces.CURVES["avx512"]), the ordered head's step
     ("AVX-512", {1: 0.117, 2: 0.188, 3: 0.260, 4: 0.202, 5: 0.268}, 0.0017),
 ]
@@ -54,6 +60,17 @@ def burst(i: int) -> float:
     return 10.0 if i >= 20 and (i - 20) % 40 < 3 else 1.0
 
 
+def drift(i: int) -> float:
+    """Pass i's cost as a share of the curve's (``--drift``): the machine's speed, a slow wave."""
+    return 1.05 + 0.25 * math.sin(2 * math.pi * i / 97)
+
+
+def as_timed(policy: DraftPolicy) -> DraftPolicy:
+    """``policy`` pricing each row count as it was timed, whatever the machine's speed since (before issue 38)."""
+    policy.now = lambda rows: policy.pass_cost[rows]  # type: ignore[method-assign]
+    return policy
+
+
 def run(
     curve: dict[int, float],
     step: float,
@@ -65,49 +82,60 @@ def run(
     bursts: bool = False,
     settings: PolicySettings | None = None,
     seeded: bool = False,
+    drifting: bool = False,
+    priced_as_timed: bool = False,
 ) -> tuple[float, list[int]]:
     ss = [Stream(s.rate, n=phase) for s in streams]
     policy, prev, tokens, seconds, ks = DraftPolicy(settings or PolicySettings(n_max=4)), 0, 0.0, 0.0, []
+    policy = as_timed(policy) if priced_as_timed else policy
     for rows, cost in curve.items() if seeded else ():
         policy.seed(rows, cost)
     for i in range(passes):
         k = policy.choose(99) if fixed is None else fixed
         accepted = next((j for j in range(k) if not ss[j].right(i)), k)
         rows = k + 1
-        t = curve[rows] * (spike(i + phase) if spikes else 1.0) * (burst(i) if bursts else 1.0)
+        speed = drift(i + 7 * phase) if drifting else 1.0
+        t = curve[rows] * speed * (spike(i + phase) if spikes else 1.0) * (burst(i) if bursts else 1.0)
         t += SWITCH if prev and rows != prev else 0.0
         prev = rows
         policy.observe_pass(rows, t)
-        policy.observe_steps(k, k * step)
+        policy.observe_steps(k, k * step * speed)
         policy.observe_result(k, accepted)
-        tokens, seconds = tokens + 1 + accepted, seconds + t + k * step
+        tokens, seconds = tokens + 1 + accepted, seconds + t + k * step * speed
         ks.append(k)
     return tokens / seconds, ks
 
 
 def main() -> None:
     spikes, bursts, seeded = ("--spikes" in sys.argv[1:]), ("--bursts" in sys.argv[1:]), ("--seeded" in sys.argv[1:])
+    drifting = "--drift" in sys.argv[1:]
     phases = int(sys.argv[sys.argv.index("--phases") + 1]) if "--phases" in sys.argv else 13
     kinds = {"mixed": [Stream(0.45)] * 4, "real": [Stream(0.85)] + [Stream(0.62)] * 3, "hidden": [Stream(1.0)] * 4}
+    kinds["mixed-like"] = [Stream(0.45)] + [Stream(0.88)] * 3  # the `mixed` pair's measured shape (issue 38)
     for title, curve, step in CURVES:
         print(f"{title}: {', '.join(f'{r} rows {c * 1e3:.0f} ms' for r, c in curve.items())}, step {step * 1e3:.1f} ms")
         for passes, (name, streams) in ((p, kind) for p in (30, 76, 100, 600) for kind in kinds.items()):
-            runs, kept, seeds = [], [], []  # per phase: (the target alone, each fixed length, adaptive) tokens/s
+            runs, kept, seeds, timed = [], [], [], []  # per phase: (the target alone, each fixed length, adaptive) tokens/s
             for phase in range(phases):
-                alone = run(curve, step, streams, passes, 0, spikes, phase, bursts)[0]
-                fixed = {k: run(curve, step, streams, passes, k, spikes, phase, bursts)[0] for k in range(1, 5)}
-                runs.append((alone, fixed, run(curve, step, streams, passes, None, spikes, phase, bursts)))
+                machine = {"spikes": spikes, "phase": phase, "bursts": bursts, "drifting": drifting}
+                alone = run(curve, step, streams, passes, 0, **machine)[0]
+                fixed = {k: run(curve, step, streams, passes, k, **machine)[0] for k in range(1, 5)}
+                runs.append((alone, fixed, run(curve, step, streams, passes, None, **machine)))
                 every = PolicySettings(n_max=4, burst_ratio=0.0)  # every steady timing kept
-                kept.append(run(curve, step, streams, passes, None, spikes, phase, bursts, every)[0])
+                kept.append(run(curve, step, streams, passes, None, settings=every, **machine)[0])
                 if seeded:
-                    seeds.append(run(curve, step, streams, passes, None, spikes, phase, bursts, seeded=True)[0])
+                    seeds.append(run(curve, step, streams, passes, None, seeded=True, **machine)[0])
+                if drifting:
+                    timed.append(run(curve, step, streams, passes, None, priced_as_timed=True, **machine)[0])
             best = max(range(1, 5), key=lambda k: sum(f[k] / a for a, f, _ in runs))
             mean = lambda xs: sum(xs) / len(xs)  # noqa: E731
             print(
                 f"{passes:>3} passes, {name:<7} adaptive {mean([r[0] / a for a, _, r in runs]):.3f}x the target alone;"
                 f" best fixed n-max {best} {mean([f[best] / a for a, f, _ in runs]):.3f}x;"
                 f" adaptive / best {mean([r[0] / max(max(f.values()), a) for a, f, r in runs]):.3f}"
-                f" ({mean([b / max(max(f.values()), a) for (a, f, _), b in zip(runs, kept)]):.3f} keeping every timing);"
+                f" ({mean([b / max(max(f.values()), a) for (a, f, _), b in zip(runs, kept)]):.3f} keeping every timing"
+                + (f", {mean([b / max(max(f.values()), a) for (a, f, _), b in zip(runs, timed)]):.3f} priced as timed" if drifting else "")
+                + ");"
                 f" lengths {dict(sorted(Counter(runs[0][2][1]).items()))}"
                 + (
                     f"; seeded {mean([b / a for (a, _, _), b in zip(runs, seeds)]):.3f}x the target alone,"

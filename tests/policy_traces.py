@@ -309,3 +309,17 @@ def batched(
                     events[s].append(("result", k, accepted))
             i += 1
     return ks, events, policies, totals
+
+
+# E2B at 2 threads as llama-server's policy trace timed it (2026-12-03 07:46, the `mixed` arm: medians),
+# a 5 ms switch; a drafter right at 0.45 at depth 1 and 0.88 deeper (the `mixed` pair's measured shape):
+# nothing pays at these costs. DRIFT: the whole machine from pass 150 on at this share of its speed
+# (the same trace's 1-row pass went 44-83 ms), as a slow minute or a fast one on a shared host.
+E2B_T2, E2B_T2_STEP, E2B_T2_SWITCH = {1: 0.056, 2: 0.107, 3: 0.149, 4: 0.156, 5: 0.195}, 0.002, 0.005
+MIXED_LIKE = (Stream(0.45), Stream(0.88), Stream(0.88), Stream(0.88))
+
+
+def drift(factor: float | None, events: list[tuple] | None = None, passes: int = 400):
+    """The DRIFT run on E2B_T2 (``factor`` None: the machine steady)."""
+    slow = {i: factor for i in range(150, passes)} if factor else None
+    return simulate(E2B_T2, E2B_T2_STEP, list(MIXED_LIKE), passes, events=events, slow=slow, switch=E2B_T2_SWITCH)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from policy_traces import CURVES, Stream, burst, class_switches, one_dear_timing, pass_yields, simulate
+from policy_traces import CURVES, Stream, burst, class_switches, drift, one_dear_timing, pass_yields, simulate
 
 from gguf_exact.engines.shared.acceptance_class import GREEDY, SAMPLED_EXACT, SAMPLED_REJECTION, acceptance_class
 from gguf_exact.engines.shared.draft_policy import DraftPolicy, PolicySettings
@@ -442,3 +442,50 @@ def test_sampled_requests_after_greedy_ones_are_never_drafted_at_a_loss() -> Non
         s_tokens, s_seconds = sum(y[i][0] for i in sampled), sum(y[i][1] for i in sampled)
         rates.append((tokens, round(seconds, 4), s_tokens, round(s_seconds, 4)))
     assert rates == [(420, 39.2327, 120, 12.5658), (287, 29.9464, 123, 13.8642)]
+
+
+@pytest.mark.parametrize("factor", [1.4, 0.75])
+def test_a_machine_whose_speed_drifts_is_priced_at_its_speed_now(factor) -> None:
+    # the whole machine slower (or faster) from pass 150 on: every row count costs `factor` times as
+    # much, so what pays is what paid. Priced at its speed now, the choices are the steady machine's,
+    # pass for pass (probes of one draft, nothing else: at 0.45 at depth 1 nothing pays)
+    steady_ks, _ = drift(None)
+    ks, policy = drift(factor)
+    assert ks == steady_ks
+    assert [(i, k) for i, k in enumerate(ks) if k and i >= 150] == [
+        (166, 1), (182, 1), (214, 1), (230, 1), (262, 1), (264, 1), (265, 1), (281, 1), (313, 1), (377, 1), (395, 1), (396, 1),
+    ]  # fmt: skip
+    # 2 rows last timed in the probes at 264-265 (the machine already at `factor`) against 1 row then:
+    # priced at 1 row's cost now over 1 row's cost then
+    assert policy.ref[2] > 0 and policy.now(2) == policy.pass_cost[2] * policy.pass_cost[1] / policy.ref[2]
+    assert policy.now(2) == pytest.approx(0.107 * factor)
+
+
+def test_a_rule_that_prices_each_row_count_as_timed_drafts_where_the_machine_slowed(monkeypatch) -> None:
+    # the attack: 2 rows timed before the slowdown against 1 row timed after it make a draft look
+    # cheap; priced as timed, the policy drafts where nothing pays (2 drafts at 153-154, 163-164)
+    monkeypatch.setattr(DraftPolicy, "now", lambda self, rows: self.pass_cost[rows])
+    ks, _ = drift(1.4)
+    assert ks != drift(None)[0] and ks[153:157] == [2, 2, 1, 1]
+
+
+def test_one_slow_timing_of_one_row_is_no_speed_to_price_others_by() -> None:
+    # 2 rows timed while 1 row's window held one timing only (the start) are priced as timed: a slow
+    # first 1-row pass would otherwise make 2 rows look 5x cheaper once 1 row is timed again
+    policy = DraftPolicy(PolicySettings(n_max=4))
+    policy.observe_pass(1, 0.5)
+    policy.observe_pass(1, 0.5)
+    policy.observe_pass(2, 0.2)
+    assert policy.ref[2] == 0.0
+    for _ in range(3):
+        policy.observe_pass(1, 0.1)
+    assert policy.cost(2) == 0.2
+    # once 1 row's window is full, a row count timed then carries its speed (the switch pass to 2 rows is
+    # not kept, the steady one after it is)
+    policy.observe_pass(2, 0.2)
+    policy.observe_pass(2, 0.21)
+    assert policy.ref[2] == 0.1 and policy.pass_cost[2] == 0.21
+    policy.observe_pass(1, 0.15)  # a switch pass: not kept
+    for _ in range(3):
+        policy.observe_pass(1, 0.15)
+    assert policy.pass_cost[1] == 0.15 and policy.cost(2) == pytest.approx(0.315)

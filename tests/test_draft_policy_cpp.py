@@ -23,6 +23,7 @@ from policy_traces import (
     busy_seeds,
     busy_steps,
     class_switches,
+    drift,
     one_dear_timing,
     replay_python,
     simulate,
@@ -34,7 +35,8 @@ from gguf_exact.engines.shared.draft_policy import DraftPolicy, PolicySettings
 
 DRIVER = Path(__file__).parent / "cpp" / "draft_policy_driver.cpp"
 ADAPTIVE = [p for p in source_patches.PATCHES if p.id.startswith("23")]  # 23a-23g, one commit per concern
-# 39 (the batch) edits lines 38 and 42 edited: the server's whole series, in order, as a build applies it
+# 39 (the batch) edits lines 38 and 42 edited, 38p (the speed now) the policy header: the server's whole
+# series, in order, as a build applies it
 SERIES = source_patches.patches_for("cpu")
 
 
@@ -56,7 +58,7 @@ def patched_tree(tmp_path_factory) -> Path:
             capture_output=True,
         )
     assert all(p not in source_patches.patches_for("cpu", bindings=True) for p in ADAPTIVE)
-    assert [p.id for p in ADAPTIVE] == ["23a", "23b", "23c", "23d", "23e", "23f", "23g"] and SERIES[-1].id == "39"
+    assert [p.id for p in ADAPTIVE] == ["23a", "23b", "23c", "23d", "23e", "23f", "23g"] and SERIES[-1].id == "38p"
     return root
 
 
@@ -170,6 +172,22 @@ def test_cpp_and_python_forget_a_stale_slow_timing_alike(driver, curve, streams,
     # averaged in: 4 drafts all along; on the CPU curve 2 drafts probed (3 rows stale, priced as
     # 2 rows: a guess), held once more, then the target alone
     assert ks[131:139] == ([0, 0, 4, 4, 4, 4, 4, 4] if curve == "gpu" else [0, 0, 2, 2, 0, 0, 0, 0])
+
+
+@pytest.mark.parametrize("factor", [1.4, 0.75])
+def test_cpp_and_python_price_row_counts_at_the_speed_now_alike(driver, factor):
+    # the machine slower (faster) from pass 150 on: both twins price each row count by 1 row's cost
+    # now over 1 row's cost when it was timed, so the choices are the steady machine's in both
+    events: list[tuple] = []
+    ks, _ = drift(factor, events)
+    assert replay(driver, PolicySettings(n_max=4), events) == ks == drift(None)[0]
+    # and on noisy timings where the speed moves every pass (a ratio that is not 1 in every choice)
+    noisy: list[tuple] = []
+    ks, _ = simulate(
+        CURVES["avx512"], 0.006, [Stream(0.85), Stream(0.62), Stream(0.62), Stream(0.62)], 300, events=noisy,
+        slow={i: 0.8 + 0.45 * ((i * 37) % 11) / 10 for i in range(300)},
+    )  # fmt: skip
+    assert replay(driver, PolicySettings(n_max=4), noisy) == ks and set(ks) >= {0, 1, 3}
 
 
 @pytest.mark.parametrize("streams", [[Stream(0.45)] * 4, [Stream(0.85), Stream(0.62), Stream(0.62), Stream(0.62)]])

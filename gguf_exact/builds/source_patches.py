@@ -68,7 +68,8 @@ class SourcePatch:
 # per-sequence bounds, the policy header, the option and its wiring, the /slots and /metrics
 # report, the per-request fields, the start-up timing, the trace writer. 38 (speculative
 # sampling, --spec-rejection-sampling) is llama-server's only too: common/ and tools/server; 39 (the
-# draft policy knows the batch other slots share) too.
+# draft policy knows the batch other slots share) and 38p (it prices row counts at the machine's speed
+# now) too.
 PATCHES: tuple[SourcePatch, ...] = (
     SourcePatch("24", "0001-24-ordered-embedding-head.patch"),
     SourcePatch("27572", "0002-27572-sync-before-set-inputs.patch", gpu_only=True),
@@ -84,6 +85,7 @@ PATCHES: tuple[SourcePatch, ...] = (
     SourcePatch("42r", "0012-42r-rpc-client-timeout.patch", server_only=True),
     SourcePatch("38", "0013-38-rejection-sampling.patch", server_only=True),
     SourcePatch("39", "0014-39-batch-aware-draft-policy.patch", server_only=True),
+    SourcePatch("38p", "0015-38p-draft-policy-speed-now.patch", server_only=True),
 )
 
 

@@ -6,63 +6,48 @@ pass yields ``E(k) = 1 + sum_j prod_{i<=j} a_i`` tokens and costs ``T(k) = k * d
 the policy picks ``argmax E(k) / T(k)`` for k in 0..min(n_max, limit). Its inputs are measured online:
 
 - ``pass_cost(r)``: the target's decode of r rows, the lowest of its last ``cost_window`` steady timings per row
-  count. Seeded (:meth:`DraftPolicy.seed`) by the engine's start-up, where ``spec-draft-adaptive-warmup`` is on
-  (the shipped profiles): each row count timed there prices it until its first steady pass replaces the seed.
-  Unseeded, a row count not measured yet costs what one row fewer does (optimism: it is tried once, then known;
-  longer ones wait until it is), so a non-monotonic curve (AVX-512's repacked Q4_0 kernels: 4 rows cheaper than
-  3) is found;
+  count, at the machine's speed now: scaled by what 1 row costs now against what it cost when r rows were timed
+  (:meth:`DraftPolicy.now`). A shared 2-core host drifts: llama-server's 1-row pass went 44-83 ms in one run
+  (issue 38), and a 1-row cost timed in a slow minute against 2 rows timed in a fast one made drafting look
+  cheap where it never paid. Seeded (:meth:`DraftPolicy.seed`) by the engine's start-up where
+  ``spec-draft-adaptive-warmup`` is on (the shipped profiles) until the first steady pass replaces the seed.
+  Unseeded, a row count not measured yet costs what one row fewer does (tried once, then known), so a
+  non-monotonic curve (AVX-512's repacked Q4_0 kernels: 4 rows cheaper than 3) is found;
 - ``drafter_step``: one drafter decode, a running mean (0 until measured);
 - ``a_j``: decayed counts of drafts tried and accepted at depth j, around a prior, kept per acceptance class
-  (:mod:`.acceptance_class`: the rule and the request's sampler; the engine names the request's class with
-  :meth:`DraftPolicy.set_class`, a class never seen starts from the prior).
+  (:mod:`.acceptance_class`: the rule and the request's sampler; :meth:`DraftPolicy.set_class`).
 
-The drafter's own confidence enters through ``p_min``: a draft stops at a token whose top probability (softmax
-over the drafter's 10 best logits, as llama.cpp's draft-mtp) is below it.
+``p_min``: a draft stops at a token whose drafter top probability (over its 10 best logits) is below it.
 
-Timings go stale: a row count not timed in ``cost_max_age`` passes costs at most what one row fewer does (tried
-again where that guess could pay), a single row stale is timed again by one pass of the target alone, and a new
-timing replaces a stale one. Without that, one pass timed while the machine was busy (2 rows at 20x) stopped
-drafting for good, nothing timing 2 rows again; a slow first pass of 1 row kept a useless drafter drafting.
-
-Switches: llama.cpp reuses a decode's graph only for a batch of the same shape, so a pass whose row count
-differs from the one before also rebuilds and reallocates the graph (on a 2-core CPU at E2B, 2 rows after 1 cost
-167 ms where 2 rows after 2 cost 136). A switch pass's timing is therefore not kept for a row count already
-timed; a row count timed only by a switch is provisional, and the policy drafts the same length once more to
-time it steadily, unless the climb goes on: every draft of that pass was right and a longer one is the best now
-(an always-right drafter climbs 1, 2, 3, 4 in four passes, not eight; a length passed on the way is timed
-steadily when the policy comes back to it). And it keeps its last length unless another one's rate is
+Stale timings: a row count not timed in ``cost_max_age`` passes costs at most what one row fewer does, a single
+row stale is timed again by one pass of the target alone. Switches: llama.cpp reuses a decode's graph only for
+a batch of the same shape, so a pass whose row count differs from the one before also rebuilds the graph (1
+thread at E2B: 2 rows after 1 cost 167 ms, after 2 136). Its timing is not kept for a row count timed already;
+a row count timed only by a switch is provisional and drafted once more to time it steadily, unless the climb
+goes on (every draft right and a longer one the best now). The last length stays unless another one's rate is
 ``switch_margin`` better, so two lengths of about one rate do not alternate, rebuilding every pass.
 
-One dear timing: a row count costs the lowest of its last ``cost_window`` steady timings, so one spike upward
-(the host busy for a moment) is ignored once it has been timed twice; a steady timing above ``burst_ratio``
-times its row count's cost is not kept at all (a burst of busy passes filled the window, issue 23). And a longer
-length than the best, timed steadily only once and at least ``probe_interval`` passes ago, whose rate (the next
-depth taken on trust) is within ``retime_margin`` of the best's but below it, is timed again (two passes), at
-most once every ``probe_interval`` passes: at E2B on 2 CPU cores 5 rows once timed at 306-344 ms against about
-250 made 3 drafts look better than 4 until stale. A spuriously low timing leaves its window after
-``cost_window`` passes.
+Spikes: a row count costs the lowest of its recent steady timings, so one spike upward is ignored once timed
+twice; a steady timing above ``burst_ratio`` times its cost is not kept (issue 23). A longer length timed
+steadily only once, at least ``probe_interval`` passes ago, whose rate (the next depth on trust) is within
+``retime_margin`` of the best's but below it, is timed again (two passes), at most once every
+``probe_interval`` passes. A new timing above ``outlier_ratio`` times the nearest shorter row count's, scaled
+by rows, is forgotten the first time in a row (issue 41: a busy start seeded 2 rows at 3.55 s against 0.17).
 
-Seeded costs leave nothing for that optimism to explore, and the prior (0.5 at every depth) alone would keep an
-always-right drafter at the target alone until the first scheduled probe: so a seeded policy *climbs* until a
-draft is first rejected, one depth deeper after each all-right pass where that could pay with the next depth on
-trust (a probe's price); what seeding saves: ``scripts/sim_draft_policy.py --seeded`` and docs/serving.md.
+Seeded costs leave nothing for optimism to explore, so a seeded policy *climbs* until a draft is first
+rejected, one depth deeper after each all-right pass where that could pay with the next depth on trust.
 
 Recovery: every ``probe_interval`` passes the policy drafts the shortest length longer than its best that could
-pay if the drafter were always right one depth deeper than the best; a failed probe doubles the interval (up to
-``probe_interval_max``), a successful one halves it, so after a change of text drafting comes back, and where
-longer drafts cannot pay at all (k rows cost k passes) nothing is spent on them.
-
-Out of line, priced out (issue 41): a busy start once seeded 2 rows at 3.55 s against 0.17 s for 1, and nothing
-re-timed a length never drafted. So a new timing of r rows above ``outlier_ratio`` times the nearest shorter row
-count s's cost scaled by r / s is forgotten the first time in a row (untimed, it is explored and timed again; a
-second one out of line stands). And after ``recheck_interval`` passes priced out (0 drafts, no probe could pay),
-one pass drafts one token to re-time the 2-row pass and the drafter step; a recheck that leaves drafting off
-doubles the interval, up to ``cost_max_age``. :attr:`DraftPolicy.reason` says why the last choice, for
-``status`` and ``/metrics`` (``spec_draft_reason{reason="priced out: 2 rows cost 3.55 s vs 0.17 s"}``).
+pay were the drafter always right one depth deeper than the best; a failed probe doubles the interval (up to
+``probe_interval_max``), a successful one halves it. (Counting a probe right only where it made a longer length
+the best gave 1-2% where nothing pays in simulation but lost the AVX-512 Xeon's cheap 4 rows: not taken.) After
+``recheck_interval`` passes priced out (no probe could pay) one pass drafts one token to re-time 2 rows and the
+drafter step; a recheck that leaves drafting off doubles that interval. :attr:`DraftPolicy.reason` says why the
+last choice (``status``, ``/metrics``).
 
 Deterministic (no RNG, probes on a schedule) and written as plain arithmetic in one order, so llama.cpp's
-``--spec-draft-adaptive`` (the C++ twin in the build patches ``builds/patches/*-23[a-g]-*.patch``, header
-``common/draft-policy.h``) chooses the same k on the same recorded inputs (``tests/test_draft_policy_cpp.py``).
+``--spec-draft-adaptive`` (the C++ twin, ``common/draft-policy.h`` in ``builds/patches/``) chooses the same k on
+the same recorded inputs (``tests/test_draft_policy_cpp.py``). ``scripts/sim_draft_policy.py`` simulates it.
 Pure: no I/O, no clock; callers time their passes and report them.
 """
 
@@ -105,6 +90,7 @@ class DraftPolicy:
 
     settings: PolicySettings = field(default_factory=PolicySettings)
     pass_cost: dict[int, float] = field(default_factory=dict)  # rows -> seconds
+    ref: dict[int, float] = field(default_factory=dict)  # rows -> what 1 row cost when it was timed (0: unknown)
     samples: dict[int, list[float]] = field(default_factory=dict)  # rows -> its last steady timings
     timed_at: dict[int, int] = field(default_factory=dict)  # rows -> the pass count when last timed
     passes: int = 0  # passes timed so far
@@ -155,13 +141,28 @@ class DraftPolicy:
         4 rows, stays found), and one row stale is unknown (one pass of the target alone times
         it again: drafting's gain is measured against it)."""
         if self.timed(rows):
-            return self.pass_cost[rows]
-        guess = self.pass_cost[rows - 1] if self.timed(rows - 1) else None
+            return self.now(rows)
+        guess = self.now(rows - 1) if self.timed(rows - 1) else None
         if rows not in self.pass_cost:
             return guess
         if rows == 1:
             return None
-        return self.pass_cost[rows] if guess is None else min(self.pass_cost[rows], guess)
+        return self.now(rows) if guess is None else min(self.now(rows), guess)
+
+    def now(self, rows: int) -> float:
+        """``rows`` rows' timing at the machine's speed now: times what 1 row costs now over what it cost
+        when ``rows`` was timed (as timed, where that was not known: see :meth:`timing`)."""
+        ref, one = self.ref.get(rows, 0.0), self.pass_cost.get(1, 0.0)
+        return self.pass_cost[rows] * one / ref if rows > 1 and ref > 0 and self.timed(1) else self.pass_cost[rows]
+
+    def timing(self, rows: int, seconds: float) -> None:
+        """``rows`` rows cost ``seconds``, at the speed 1 row's cost says where it is known then: its window
+        full (one slow 1-row pass would make every later row count look cheap) and timed within
+        ``probe_interval`` passes (while drafting, 1 row's cost is an old speed, not this timing's)."""
+        self.pass_cost[rows] = seconds
+        settled = rows > 1 and self.timed(1) and len(self.samples.get(1, ())) >= max(1, self.settings.cost_window)
+        settled = settled and self.passes - self.timed_at[1] <= self.settings.probe_interval
+        self.ref[rows] = self.pass_cost[1] if settled else 0.0
 
     def expected_tokens(self, k: int) -> float:
         e, p = 1.0, 1.0
@@ -250,8 +251,6 @@ class DraftPolicy:
                 pick, pick_rate = rows, r
         return pick
 
-    # --- the loop's calls ---
-
     def set_class(self, name: str) -> bool:
         """The request starting is of acceptance class ``name``: its counts (a class never seen: none, the
         prior) price the drafts from now on, the others' kept as they are. True when the class changed."""
@@ -277,10 +276,8 @@ class DraftPolicy:
             return held
         k = self.best(limit)
         climbed = False
-        # seeded costs: climb while no draft was ever rejected, one deeper than the last pass where that
-        # could pay with the next depth on trust (a probe's price). Unseeded costs climb anyway (an
-        # untimed row count costs what one fewer does); seeded ones are known, and the prior alone
-        # would keep an always-right drafter at the target alone until the first scheduled probe.
+        # seeded costs: climb while no draft was ever rejected (the prior alone would keep an always-right
+        # drafter at the target alone until the first probe); unseeded ones climb anyway (optimism)
         if self.climbing and (self.last_k == 0 or self.all_right) and self.last_k < top:
             deeper = self.probe_length(self.last_k, top)
             climbed, k = deeper > k, max(k, deeper)
@@ -305,11 +302,8 @@ class DraftPolicy:
         if retime:
             self.since_retime = 0
             k, self.retiming = retime - 1, retime
-        # priced out: at these costs not even an always-right drafter could pay (no probe), so nothing
-        # would time them again but staleness, and the drafter step never: a pass timed on a busy
-        # machine (2 rows at 20x, a 185 ms step) held llama-server at the target alone for minutes.
-        # Every recheck_every such passes one draft re-times the costs (its pass and step replace
-        # them); a recheck that leaves drafting off doubles the interval, up to cost_max_age.
+        # priced out: not even an always-right drafter could pay, so nothing would time the costs again but
+        # staleness (a busy pass, 2 rows at 20x, held llama-server at the target alone for minutes): a recheck
         priced_out = k == 0 and top >= 1 and probe == 0 and self.rate(0) is not None
         why = self.explain(k, top, priced_out, climbed)
         if priced_out and self.settings.recheck_interval > 0:
@@ -349,15 +343,14 @@ class DraftPolicy:
         return f"acceptance too low: {self.acceptance(1):.2f} at depth 1"
 
     def seed(self, rows: int, seconds: float) -> None:
-        """A timing of ``rows`` rows made before the first pass (the engine's start-up). It prices the
-        row count until the first steady pass of it replaces it (start-up passes run at position 0
-        on an empty cache, not where a request's passes do); unlike a switch pass's timing it is
-        not drafted once more to be timed steadily."""
+        """A timing of ``rows`` rows made before the first pass (the engine's start-up, at position 0): it
+        prices the row count until its first steady pass; unlike a switch pass's, it is not re-drafted."""
         if 1 <= rows <= self.settings.n_max + 1:
             self.climbing = not any(self.tried)
             if self.doubt(rows, seconds):
                 return
-            self.pass_cost[rows], self.provisional[rows], self.samples[rows] = seconds, False, []
+            self.timing(rows, seconds)
+            self.provisional[rows], self.samples[rows] = False, []
             self.timed_at[rows] = self.passes
 
     def doubt(self, rows: int, seconds: float) -> bool:
@@ -397,13 +390,14 @@ class DraftPolicy:
             # not yet timed steadily, or re-timed by a recheck
             if self.doubt(rows, seconds):
                 return
-            self.pass_cost[rows], self.provisional[rows] = seconds, not steady
+            self.timing(rows, seconds)
+            self.provisional[rows] = not steady
             self.samples[rows] = [seconds] if steady else []
         elif steady:  # the lowest of the recent steady timings: one spike upward is not averaged in
             if self.settings.burst_ratio > 0 and seconds > self.settings.burst_ratio * self.pass_cost[rows]:
                 return  # the host busy, not the pass: a burst of such passes would fill the window
             self.samples[rows] = (self.samples[rows] + [seconds])[-max(1, self.settings.cost_window) :]
-            self.pass_cost[rows] = min(self.samples[rows])
+            self.timing(rows, min(self.samples[rows]))
         else:
             return  # a switch pass of a row count timed steadily: it also rebuilt the graph
         self.timed_at[rows] = self.passes
