@@ -16,6 +16,7 @@ made under --work (--shape e2b|e4b --kinds hidden,mixed,real; `gguf-exact make-p
     .venv/bin/python scripts/bench_load.py                       # tiny pairs, a minute
     .venv/bin/python scripts/bench_load.py --rounds 2 --n-predict 24 \
         --pair hidden=pairs/e2b/target.gguf,pairs/e2b/drafter.gguf --out results/bench-load-e2b
+    .venv/bin/python scripts/bench_load.py --profile gtx1650ti-vulkan --vulkan-devices 0   # on lavapipe
 """
 
 from __future__ import annotations
@@ -98,6 +99,9 @@ def main() -> int:
     ap.add_argument("--ctx-per-slot", type=int, default=512)
     ap.add_argument("--threads", type=int, default=os.cpu_count() or 2)
     ap.add_argument("--profile", default="cpu")
+    ap.add_argument(
+        "--vulkan-devices", default=None, help="a Vulkan profile's devices, as serve's (0: Mesa's lavapipe, on the CPU)"
+    )
     ap.add_argument("--set", action="append", default=[], help="KEY=VALUE over the profile (repeatable)")
     ap.add_argument("--out", type=Path, default=Path("build/bench-load"))
     args = ap.parse_args()
@@ -128,6 +132,7 @@ def main() -> int:
                 ctx_per_slot=args.ctx_per_slot,
                 sets=sets,
                 profile=args.profile,
+                vulkan_devices=args.vulkan_devices,
             )
             measure_load(req, log, partial(keep, args.out, results, [str(target), str(drafter)]))
     meta = {

@@ -2,9 +2,8 @@
 hidden-state pair (every draft accepted by construction). Forks of llama.cpp report slots > 0
 accepting almost nothing (a per-slot MTP state mixed up between slots, as in #27572): here every
 slot's drafts and acceptance are the one-slot run's, request for request, and every text is the
-target alone's (greedy), token for token. CPU build only: no Vulkan llama-server of this patch
-set was built here (45 minutes); tests/test_vulkan_serve.py runs -np 2 and 4 on lavapipe with
-the mixed pair."""
+target alone's (greedy), token for token. The same on lavapipe: tests/test_vulkan_serve.py calls
+:func:`four_slots_keep_what_one_slot_does` with the Vulkan profile (`make test-vulkan`)."""
 
 from __future__ import annotations
 
@@ -28,7 +27,6 @@ PROMPTS = {
     "mixed": "print(1) if x: for",
 }
 N_PREDICT = 64  # long enough that the 4 requests of a wave overlap
-FIXED = (*TEST_SETTINGS, "spec-draft-n-max=3")
 
 
 @pytest.fixture(scope="module")
@@ -36,9 +34,9 @@ def pair(run_dir, tmp_path_factory):
     return write_hidden_state_pair(tmp_path_factory.mktemp("hidden"))
 
 
-def one_at_a_time(target, drafter, sets) -> dict:
+def one_at_a_time(target, drafter, sets, profile: str = "cpu", devices: str | None = None) -> dict:
     """Each prompt once on one slot: ``{prompt: reply}``."""
-    with running(target, drafter, "llama-server", [*sets, "parallel=1"]) as (launch, _, _):
+    with running(target, drafter, "llama-server", [*sets, "parallel=1"], profile, devices) as (launch, _, _):
         replies, _ = client_streams(launch.url, PROMPTS, 1, N_PREDICT, requests=len(PROMPTS))
     assert sorted(r.prompt for r in replies) == sorted(PROMPTS) and not any(r.error for r in replies)
     return {r.prompt: r for r in replies}
@@ -46,13 +44,22 @@ def one_at_a_time(target, drafter, sets) -> dict:
 
 @pytest.mark.llama_server
 def test_four_slots_at_once_accept_what_one_slot_does_and_keep_the_target_alones_text(pair):
-    target, drafter = pair
-    alone = one_at_a_time(target, None, TEST_SETTINGS)
-    one_slot = one_at_a_time(target, drafter, FIXED)
+    four_slots_keep_what_one_slot_does(*pair, TEST_SETTINGS)
+
+
+def four_slots_keep_what_one_slot_does(target, drafter, sets, profile: str = "cpu", devices: str | None = None) -> None:
+    """The check, on the build ``profile`` names (``devices``: its Vulkan devices, lavapipe's index)."""
+    fixed = (*sets, "spec-draft-n-max=3")
+    alone = one_at_a_time(target, None, sets, profile, devices)
+    one_slot = one_at_a_time(target, drafter, fixed, profile, devices)
     # one slot: 64 tokens are the prefill's, then 15 passes of 3 drafts + 1, then 2 drafts + 1
     assert {p: (r.draft_n, r.draft_n_accepted) for p, r in one_slot.items()} == {p: (47, 47) for p in PROMPTS}
     assert {p: r.tokens for p, r in one_slot.items()} == {p: r.tokens for p, r in alone.items()}
-    with running(target, drafter, "llama-server", [*FIXED, "parallel=4", "ctx-size=2048"]) as (launch, _, _):
+    with running(target, drafter, "llama-server", [*fixed, "parallel=4", "ctx-size=2048"], profile, devices) as (
+        launch,
+        _,
+        _,
+    ):
         replies, _ = client_streams(launch.url, PROMPTS, 4, N_PREDICT, requests=3)
     assert len(replies) == 12 and not any(r.error for r in replies)
     assert [sum(r.client == c for r in replies) for c in range(4)] == [3, 3, 3, 3]

@@ -598,3 +598,15 @@ def test_a_context_beyond_the_devices_memory_is_said_before_starting(pairs, devi
         text,
     ), text
     assert plan.memory.device_bytes > plan.device.total_mib * MIB
+
+
+def test_four_slots_on_the_device_accept_what_one_slot_does_and_keep_the_target_alones_text(device, tmp_path):
+    """Issue 39 item 3 on lavapipe: --parallel 4, 4 clients at once, the tiny hidden-state pair (every
+    draft accepted by construction): each request drafts and accepts what it did on one slot, and every
+    text is the target alone's on this device (tests/test_load_slots.py, the same check on the CPU)."""
+    from test_load_slots import four_slots_keep_what_one_slot_does
+
+    from gguf_exact.tiny.hidden_pair import write_hidden_state_pair
+
+    target, drafter = write_hidden_state_pair(tmp_path)
+    four_slots_keep_what_one_slot_does(target, drafter, SETS, PROFILE, device)

@@ -235,6 +235,7 @@ class LoadRequest:
     ctx_per_slot: int = 512
     sets: tuple[str, ...] = ()  # KEY=VALUE over the profile, for every arm
     profile: str = BENCH_PROFILE
+    vulkan_devices: str | None = None  # a Vulkan profile's devices (serve --vulkan-devices; 0: lavapipe)
 
 
 def measure_load(
@@ -261,7 +262,7 @@ def measure_load(
                 sets = [*req.sets, f"{PARALLEL_KEY}={p}", f"{CTX_KEY}={req.ctx_per_slot * p}", *arm.overrides()]
                 drafter = req.drafter if arm.n_max else None
                 launch, _proc, _load = stack.enter_context(
-                    running(req.target, drafter, "llama-server", sets, req.profile)
+                    running(req.target, drafter, "llama-server", sets, req.profile, req.vulkan_devices)
                 )
                 # warm-up: pages the weights in, on a prompt of its own
                 post_json(launch.url + "/completion", {"prompt": "Warm-up.", "n_predict": 2, "cache_prompt": False})

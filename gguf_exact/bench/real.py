@@ -144,15 +144,22 @@ def peak_rss_mib(pid: int) -> float:
 
 @contextmanager
 def running(
-    target: Path, drafter: Path | None, engine: str, sets: Sequence[str], profile: str = BENCH_PROFILE
+    target: Path,
+    drafter: Path | None,
+    engine: str,
+    sets: Sequence[str],
+    profile: str = BENCH_PROFILE,
+    vulkan_devices: str | None = None,
 ) -> Iterator[tuple[Any, Any, float]]:
-    """A started server (launch, process, seconds to healthy), stopped on exit."""
+    """A started server (launch, process, seconds to healthy), stopped on exit; ``vulkan_devices`` as
+    ``serve --vulkan-devices`` (lavapipe, a CPU-type device llama.cpp hides otherwise)."""
     from gguf_exact.engines.launch import plan_launch, start_server
     from gguf_exact.engines.shared.process import free_port
     from gguf_exact.engines.shared.settings import ServeSettings
     from gguf_exact.engines.shared.status import stop_server
 
-    launch = plan_launch(ServeSettings(target, drafter, profile, tuple(sets), engine, port=free_port()))
+    settings = ServeSettings(target, drafter, profile, tuple(sets), engine, port=free_port(), vulkan_devices=vulkan_devices)
+    launch = plan_launch(settings)
     proc, seconds = start_server(launch, detach=True, timeout=900)
     try:
         yield launch, proc, seconds
