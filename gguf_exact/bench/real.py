@@ -150,15 +150,20 @@ def running(
     sets: Sequence[str],
     profile: str = BENCH_PROFILE,
     vulkan_devices: str | None = None,
+    server_bin: Path | None = None,
 ) -> Iterator[tuple[Any, Any, float]]:
     """A started server (launch, process, seconds to healthy), stopped on exit; ``vulkan_devices`` as
-    ``serve --vulkan-devices`` (lavapipe, a CPU-type device llama.cpp hides otherwise)."""
+    ``serve --vulkan-devices`` (lavapipe, a CPU-type device llama.cpp hides otherwise), ``server_bin`` as
+    ``serve --server-bin`` (another build's llama-server)."""
     from gguf_exact.engines.launch import plan_launch, start_server
     from gguf_exact.engines.shared.process import free_port
     from gguf_exact.engines.shared.settings import ServeSettings
     from gguf_exact.engines.shared.status import stop_server
 
-    settings = ServeSettings(target, drafter, profile, tuple(sets), engine, port=free_port(), vulkan_devices=vulkan_devices)
+    settings = ServeSettings(
+        target, drafter, profile, tuple(sets), engine, port=free_port(), vulkan_devices=vulkan_devices,
+        server_bin=server_bin,
+    )  # fmt: skip
     launch = plan_launch(settings)
     proc, seconds = start_server(launch, detach=True, timeout=900)
     try:
