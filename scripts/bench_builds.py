@@ -23,6 +23,7 @@ from pathlib import Path
 
 from gguf_exact.bench.prompt_set import load_prompts
 from gguf_exact.bench.real import running
+from gguf_exact.bench.report import machine
 from gguf_exact.bench.request import SAMPLERS
 from gguf_exact.engines.shared.http import post_json
 
@@ -79,7 +80,7 @@ def main() -> int:
             f"({figures['alone']['tokens_per_second']:.2f}); drafts kept {f['accepted']}/{f['drafted']}"
         )
     if args.out:
-        meta = {k: str(v) for k, v in vars(args).items()}
+        meta = {"args": {k: str(v) for k, v in vars(args).items()}, **machine()}
         args.out.write_text(json.dumps({"meta": meta, "arms": figures}, indent=1) + "\n")
     return 0
 

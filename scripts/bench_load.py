@@ -24,7 +24,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import sys
 import tempfile
 import time
@@ -34,6 +33,7 @@ from pathlib import Path
 from gguf_exact.bench.load import ARMS, SAMPLERS, LoadRequest, LoadResult, measure_load, table
 from gguf_exact.bench.plot import plot_load
 from gguf_exact.bench.prompt_set import load_prompts
+from gguf_exact.bench.report import machine
 from gguf_exact.errors import GgufExactError
 
 
@@ -137,7 +137,7 @@ def main() -> int:
             measure_load(req, log, partial(keep, args.out, results, [str(target), str(drafter)]))
     meta = {
         "args": {k: str(v) for k, v in vars(args).items()},
-        "machine": platform.platform(),
+        **machine(),
         "cpus": os.cpu_count(),
         "load_average_before": load_before,
         "load_average_after": os.getloadavg(),

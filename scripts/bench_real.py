@@ -36,7 +36,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import shutil
 import sys
 import time
@@ -46,6 +45,7 @@ from gguf_exact.bench.parity import add_parity_options, parity_run
 from gguf_exact.bench.pass_costs import drafter_profile, target_pass_seconds
 from gguf_exact.bench.real import ENGINES, Arm, arms_side_by_side, concurrent_arm
 from gguf_exact.bench.real_table import adaptive_goals, alone_key, same_arm, table  # noqa: F401  (the tests' names)
+from gguf_exact.bench.report import machine
 from gguf_exact.bench.request import RULES, SAMPLERS
 from gguf_exact.errors import GgufExactError
 from gguf_exact.tiny.full_pair import cycle_ids, write_drafter, write_pair
@@ -291,7 +291,7 @@ def main() -> int:
         load_after = f.read().split()[:3]
     meta = {
         "args": {k: str(v) for k, v in vars(args).items()},
-        "machine": platform.platform(),
+        **machine(),
         "cpus": os.cpu_count(),
         "load_average_before": load_before,
         "load_average_after": load_after,

@@ -14,7 +14,7 @@ from click.testing import CliRunner
 from conftest import GENERATION_JSON_KEYS
 
 from gguf_exact.bench.prompt_set import load_prompts, prompt_names
-from gguf_exact.bench.report import Arm, alternating_order
+from gguf_exact.bench.report import Arm, alternating_order, cpu_model, machine
 from gguf_exact.bench.run import bench_servers, parse_server_arm
 from gguf_exact.cli import main
 from gguf_exact.errors import GgufExactError
@@ -121,6 +121,32 @@ def test_alternating_order():
     a, b, c = Arm("target", 0), Arm("n_max=1", 1), Arm("n_max=2", 2)
     assert [x.label for _, x in alternating_order([a, b], 2)] == ["target", "n_max=1", "n_max=1", "target"] * 2
     assert [x.n_max for _, x in alternating_order([a, b, c], 1)] == [0, 1, 2, 2, 1, 0]
+
+
+ZEN5_CPUINFO = """processor\t: 0
+vendor_id\t: AuthenticAMD
+cpu family\t: 26
+model\t\t: 2
+model name\t: AMD EPYC
+flags\t\t: fpu avx2 avx512f
+
+processor\t: 1
+cpu family\t: 25
+model name\t: another
+"""
+
+
+def test_cpu_model_names_the_family_a_vms_model_name_leaves_out():
+    assert cpu_model(ZEN5_CPUINFO) == "AMD EPYC (family 26)"  # the first processor's, not the second's
+    assert cpu_model("processor\t: 0\nmodel name\t: Intel(R) Xeon(R) Platinum 8488C\n") == "Intel(R) Xeon(R) Platinum 8488C"
+
+
+def test_machine_names_the_features_the_builds_compile_for(monkeypatch):
+    # an AVX2-only build on an AVX-512 machine (GGUF_EXACT_CPU_FEATURES) says so in every report's meta
+    monkeypatch.setenv("GGUF_EXACT_CPU_FEATURES", "sse42,avx,f16c,fma,bmi2,avx2")
+    meta = machine()
+    assert meta["build_cpu_features"] == "avx.avx2.bmi2.f16c.fma.sse42"
+    assert set(meta) == {"machine", "python", "cpu", "build_cpu_features", "bindings_cpu_features"}
 
 
 @pytest.mark.bindings

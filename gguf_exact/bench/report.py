@@ -102,9 +102,39 @@ def yes_no(x: bool | None) -> str:
     return "-" if x is None else ("yes" if x else "**no**")
 
 
+def cpu_model(cpuinfo: str) -> str:
+    """``model name`` and ``cpu family`` of ``/proc/cpuinfo``'s first processor: ``AMD EPYC (family 26)``.
+
+    The family tells a Zen 4 (25) from a Zen 5 (26) where a VM's model name says only "AMD EPYC"."""
+    fields: dict[str, str] = {}
+    for line in cpuinfo.splitlines():
+        if not line.strip():
+            break
+        key, _, value = line.partition(":")
+        fields.setdefault(key.strip(), value.strip())
+    name = fields.get("model name", platform.processor() or platform.machine())
+    return f"{name} (family {fields['cpu family']})" if "cpu family" in fields else name
+
+
 def machine() -> dict:
-    """Where it ran, for every report's ``meta``."""
-    return {"machine": platform.platform(), "python": platform.python_version()}
+    """Where it ran, for every report's ``meta``: the platform, the CPU, and the CPU features this
+    environment's llama.cpp builds compile for (``GGUF_EXACT_CPU_FEATURES`` honoured, so a run on an
+    AVX2-only build of an AVX-512 machine says so) and those of the installed bindings."""
+    from gguf_exact.builds.bindings_build import installed_bindings
+    from gguf_exact.builds.cpu_features import host_cpu
+
+    try:
+        cpuinfo = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        cpuinfo = ""
+    bindings = installed_bindings()
+    return {
+        "machine": platform.platform(),
+        "python": platform.python_version(),
+        "cpu": cpu_model(cpuinfo),
+        "build_cpu_features": host_cpu().tag,
+        "bindings_cpu_features": bindings.info.get("cpu_features") if bindings else None,
+    }
 
 
 @dataclass
@@ -168,4 +198,4 @@ class Report:
         return paths
 
 
-__all__ = ["TARGET", "Arm", "Figures", "Report", "alternating_order", "cell", "machine", "yes_no"]
+__all__ = ["TARGET", "Arm", "Figures", "Report", "alternating_order", "cell", "cpu_model", "machine", "yes_no"]
