@@ -25,7 +25,7 @@ from gguf_exact.engines.python import rejection
 from gguf_exact.engines.python.chain_distribution import ChainDistribution
 from gguf_exact.engines.python.engine import MtpLlama
 from gguf_exact.engines.python.request import CURRENT_REQUEST, CheckedRequest
-from gguf_exact.engines.shared.speculative_sampling import draw, verify_row
+from gguf_exact.engines.shared.speculative_sampling import verify_row
 from gguf_exact.tiny.hidden_pair import write_hidden_state_pair
 from gguf_exact.tiny.sampled_pair import write_tiny_pair
 
@@ -176,14 +176,14 @@ def test_first_tokens_follow_the_target(engines, expected, name, sampler, n_max)
 
 def resample_from_p(self, logits, token, q):
     """Broken: a rejected row draws from p itself instead of max(0, p - q), over-weighting q's tokens."""
-    p = self.chain(logits)
-    return token if self.rng.random() < min(1.0, p[token] / q[token]) else draw(p, self.rng)
+    p = self.chain.support(logits)
+    return token if self.rng.random() < min(1.0, float(p.at(token) / q.at(token))) else p.draw(self.rng)
 
 
 def accept_with_p(self, logits, token, q):
     """Broken: a draft kept with probability p(x) alone, as if the target had drawn it."""
-    p = self.chain(logits)
-    return token if self.rng.random() < p[token] else draw(np.maximum(p - q, 0.0), self.rng)
+    p = self.chain.support(logits)
+    return token if self.rng.random() < float(p.at(token)) else p.residual(q).draw(self.rng)
 
 
 @pytest.mark.parametrize("broken", [resample_from_p, accept_with_p], ids=lambda f: f.__name__)
@@ -220,7 +220,7 @@ def test_a_logit_bias_is_mirrored(engines, alone, expected, caplog, monkeypatch)
     assert df >= 15 and g < chi2_threshold(df), (g, df, chi2_threshold(df))
     assert g0 > chi2_threshold(df0), (g0, df0)
     # broken: the verified rows' p without the bias (the rows the rule does not verify keep it): fails
-    unbiased_p = lambda self, logits, token, q: verify_row(self.chain(logits), q, token, self.rng)  # noqa: E731
+    unbiased_p = lambda self, logits, token, q: verify_row(self.chain.support(logits), q, token, self.rng)  # noqa: E731
     monkeypatch.setattr(rejection.RejectionSampling, "verify", unbiased_p)
     broken = sample(llm, {**sampler, "logits_processor": llama_cpp.LogitsProcessorList([bias])}, 3, N_SAMPLES // 4)
     g1, df1 = fit(broken, biased)

@@ -13,11 +13,14 @@ from goodness_of_fit import chi2_threshold, g_test
 
 from gguf_exact.engines.shared.sampling_defaults import SERVER_SAMPLING
 from gguf_exact.engines.shared.speculative_sampling import (
+    Support,
     acceptance_rate,
     chain_probabilities,
     speculative_step,
+    verify_row,
     why_not_mirrored,
 )
+from gguf_exact.engines.shared.speculative_sampling import draw as draw_token
 
 
 @dataclass(frozen=True)
@@ -317,3 +320,53 @@ def test_one_hot_q_is_exact_match(target_chain):
         for _ in range(TOKENS):
             greedy.append(int(np.argmax(TARGET[greedy[-1]])))
         assert (rule == greedy[1:]).all()
+
+
+def dense_verify_row(p: np.ndarray, q: np.ndarray, token: int, rng: np.random.Generator) -> int:
+    """The rule on dense rows over the vocabulary, as the Python engine ran it before :class:`Support`."""
+    if rng.random() < min(1.0, p[token] / q[token]):
+        return token
+    return draw_token(np.maximum(p - q, 0.0), rng)
+
+
+def truncated_row(rng: np.random.Generator, vocab: int, keep: int) -> np.ndarray:
+    """A chain's row: ``keep`` survivors of random logits (softmax at temperature 1), 0 elsewhere."""
+    ids = rng.choice(vocab, keep, replace=False)
+    row = np.zeros(vocab)
+    w = np.exp(rng.normal(0.0, 2.0, keep))
+    row[ids] = w / w.sum()
+    return row
+
+
+def as_support(row: np.ndarray) -> Support:
+    ids = np.flatnonzero(row)
+    shuffled = np.random.default_rng(0).permutation(ids.size)  # survivors come in the sampler's order
+    return Support.of(ids[shuffled], row[ids][shuffled])
+
+
+def test_support_verifies_as_the_dense_rows_do_seed_for_seed():
+    # p and q as survivors only: every row's token, kept or drawn from the residual, is the dense
+    # rule's for the same seed (the same float64 values, cumulated in token order)
+    rng = np.random.default_rng(38)
+    vocab, rejected = 3000, 0
+    for case in range(400):
+        p = truncated_row(rng, vocab, 64)
+        # a drafter near its target: p's candidates reweighted, 8 of them swapped for others
+        q = p * np.exp(rng.normal(0.0, 1.0, vocab))
+        q[rng.choice(np.flatnonzero(q), 8, replace=False)] = 0.0
+        q[rng.choice(vocab, 8, replace=False)] += 0.01
+        q = q / q.sum()
+        token = draw_token(q, rng)
+        dense = dense_verify_row(p, q, token, np.random.default_rng(case))
+        assert verify_row(as_support(p), as_support(q), token, np.random.default_rng(case)) == dense, case
+        rejected += dense != token
+    assert 100 <= rejected <= 300, rejected  # the residual drawn from in many rows, not a few
+
+
+def test_support_holds_the_nonzero_entries_in_token_order():
+    s = Support.of(np.array([9, 2, 5, 7]), np.array([0.5, 0.25, 0.0, 0.25]))
+    assert s.ids.tolist() == [2, 7, 9] and s.weights.tolist() == [0.25, 0.25, 0.5]  # the zero one dropped
+    assert s.at(np.array([0, 2, 5, 9, 10])).tolist() == [0.0, 0.25, 0.0, 0.5, 0.0]
+    assert s.dense(11).tolist() == [0, 0, 0.25, 0, 0, 0, 0, 0.25, 0, 0.5, 0]
+    r = s.residual(Support.of(np.array([2, 3]), np.array([0.5, 0.5])))
+    assert r.ids.tolist() == [7, 9] and r.weights.tolist() == [0.25, 0.5]  # max(0, s - q): 2 and 3 gone

@@ -31,7 +31,7 @@ from gguf_exact.engines.python.chain_distribution import ChainDistribution
 from gguf_exact.engines.python.llama_adapter import LlamaAdapter
 from gguf_exact.engines.python.request import CURRENT_REQUEST
 from gguf_exact.engines.shared.acceptance_class import acceptance_class
-from gguf_exact.engines.shared.speculative_sampling import draw, verify_row, why_not_mirrored
+from gguf_exact.engines.shared.speculative_sampling import Support, verify_row, why_not_mirrored
 
 log = logging.getLogger(__name__)
 
@@ -114,7 +114,7 @@ class RejectionSampling:
         self.chain = ChainDistribution(sampler)
         # the request's seed, as llama.cpp's dist sampler takes it (its default: a random one)
         self.rng = np.random.default_rng(None if seed == llama_cpp.LLAMA_DEFAULT_SEED else seed)
-        self.pending: dict[int, tuple[int, np.ndarray]] = {}
+        self.pending: dict[int, tuple[int, Support]] = {}
         self._next = 0
 
     @classmethod
@@ -147,8 +147,8 @@ class RejectionSampling:
 
     def draw_draft(self, logits: np.ndarray) -> int:
         """The next draft token, sampled from the drafter's chain distribution q of ``logits``."""
-        q = self.chain(self.biased(logits))
-        token = draw(q, self.rng)
+        q = self.chain.support(self.biased(logits))
+        token = q.draw(self.rng)
         self.pending[self._next] = (token, q)
         self._next += 1
         return token
@@ -163,10 +163,10 @@ class RejectionSampling:
             return None
         return self.verify(llm.row_logits(idx), *draft)
 
-    def verify(self, logits: np.ndarray, token: int, q: np.ndarray) -> int:
+    def verify(self, logits: np.ndarray, token: int, q: Support) -> int:
         """The target's token for a row whose ``logits`` verify the draft ``token`` drawn from
         ``q``: the draft with probability min(1, p/q), else one from max(0, p - q)."""
-        return verify_row(self.chain(self.biased(logits)), q, token, self.rng)
+        return verify_row(self.chain.support(self.biased(logits)), q, token, self.rng)
 
     def biased(self, logits: np.ndarray) -> np.ndarray:
         """``logits`` as the request's chain sees them: its logit_bias added, as llama-cpp-python adds it."""
