@@ -14,7 +14,8 @@ issue 23's fix). ``--drift``: the whole machine's speed drifting in every arm, e
 slow wave between 0.8x and 1.3x over 97 passes (llama-server's 1-row pass at E2B went 44-83 ms in one run on
 this shared host, issue 38): the policy prices each row count at the speed now; printed with it priced as
 timed too (before). ``--seeded``: the adaptive policy seeded with the curve's own costs before the
-first pass (``spec-draft-adaptive-warmup``), printed beside the unseeded one. The even streams and the spikes line up with the passes one way only, and a policy's
+first pass (``spec-draft-adaptive-warmup``), printed beside the unseeded one, and seeded without the start-up
+exploration of depth 1 (``explore_weight=0``, before issue 38's fix). The even streams and the spikes line up with the passes one way only, and a policy's
 choices turn on which passes hit which answers, so each figure is the mean of ``--phases``
 runs (13), each with the streams and the spike schedule started that many passes on; the
 lengths drafted are the first run's. Not a test: it prints.
@@ -46,6 +47,8 @@ CURVES = [
     ("E2B 2 threads, trace", {1: 0.056, 2: 0.107, 3: 0.149, 4: 0.156, 5: 0.195}, 0.002),
     # issue 23's AVX-512 Xeon (tests/policy_traces.CURVES["avx512"]), the ordered head's step
     ("AVX-512", {1: 0.117, 2: 0.188, 3: 0.260, 4: 0.202, 5: 0.268}, 0.0017),
+    # a Zen 5 at 2 threads, llama-server's LLAMA_SPEC_DRAFT_TRACE of 2026-12-03 (results/traces-38p-zen5-sampled/)
+    ("Zen 5 2 threads", {1: 0.040, 2: 0.070, 3: 0.094, 4: 0.077, 5: 0.104}, 0.0017),
 ]
 SWITCH = 0.031
 
@@ -112,10 +115,11 @@ def main() -> None:
     phases = int(sys.argv[sys.argv.index("--phases") + 1]) if "--phases" in sys.argv else 13
     kinds = {"mixed": [Stream(0.45)] * 4, "real": [Stream(0.85)] + [Stream(0.62)] * 3, "hidden": [Stream(1.0)] * 4}
     kinds["mixed-like"] = [Stream(0.45)] + [Stream(0.88)] * 3  # the `mixed` pair's measured shape (issue 38)
+    kinds["sampled"] = [Stream(0.84), Stream(0.86), Stream(0.81), Stream(0.80)]  # rejection at Gemma's sampler (Zen 5)
     for title, curve, step in CURVES:
         print(f"{title}: {', '.join(f'{r} rows {c * 1e3:.0f} ms' for r, c in curve.items())}, step {step * 1e3:.1f} ms")
         for passes, (name, streams) in ((p, kind) for p in (30, 76, 100, 600) for kind in kinds.items()):
-            runs, kept, seeds, timed = [], [], [], []  # per phase: (the target alone, each fixed length, adaptive) tokens/s
+            runs, kept, seeds, timed, unexplored = [], [], [], [], []  # per phase: (the target alone, each fixed length, adaptive) tokens/s
             for phase in range(phases):
                 machine = {"spikes": spikes, "phase": phase, "bursts": bursts, "drifting": drifting}
                 alone = run(curve, step, streams, passes, 0, **machine)[0]
@@ -125,6 +129,8 @@ def main() -> None:
                 kept.append(run(curve, step, streams, passes, None, settings=every, **machine)[0])
                 if seeded:
                     seeds.append(run(curve, step, streams, passes, None, seeded=True, **machine)[0])
+                    bare = PolicySettings(n_max=4, explore_weight=0.0)
+                    unexplored.append(run(curve, step, streams, passes, None, settings=bare, seeded=True, **machine)[0])
                 if drifting:
                     timed.append(run(curve, step, streams, passes, None, priced_as_timed=True, **machine)[0])
             best = max(range(1, 5), key=lambda k: sum(f[k] / a for a, f, _ in runs))
@@ -140,6 +146,7 @@ def main() -> None:
                 + (
                     f"; seeded {mean([b / a for (a, _, _), b in zip(runs, seeds)]):.3f}x the target alone,"
                     f" {mean([b / max(max(f.values()), a) for (a, f, _), b in zip(runs, seeds)]):.3f} the best"
+                    f" ({mean([b / max(max(f.values()), a) for (a, f, _), b in zip(runs, unexplored)]):.3f} unexplored)"
                     if seeded
                     else ""
                 )

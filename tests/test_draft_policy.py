@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 from policy_traces import CURVES, Stream, burst, class_switches, drift, one_dear_timing, pass_yields, simulate
 
@@ -51,9 +53,11 @@ def test_gpu_like_curve_with_middling_acceptance_picks_a_middle_length() -> None
     streams = [Stream(0.45)] * 4
     ks, policy = simulate(CURVES["gpu"], step=0.001, streams=streams, passes=300)
     # 2; twice, the target alone re-times its 1-row pass (stale: two passes, the first a switch),
-    # and a probe of 3 drafts, held once more to time 4 rows steadily (stale)
-    assert [(i, k) for i, k in enumerate(ks) if i >= 260 and k != 2] == [(270, 3), (271, 3), (272, 0), (273, 0)]
-    assert [i for i, k in enumerate(ks) if k == 0 and i > 10] == [140, 141, 272, 273]
+    # and a probe of 3 drafts, held once more to time 4 rows steadily (stale). (Depth 1 explored at
+    # once, passes 2-8, the schedule is 9 passes earlier than before it was: 270 -> 261.)
+    assert ks[:9] == [0, 0, 1, 1, 1, 2, 2, 2, 2]
+    assert [(i, k) for i, k in enumerate(ks) if i >= 260 and k != 2] == [(261, 3), (262, 3), (263, 0), (264, 0)]
+    assert [i for i, k in enumerate(ks) if k == 0 and i > 10] == [131, 132, 263, 264]
     assert policy.acceptance(1) == pytest.approx(0.45, abs=0.03)
     assert policy.acceptance(2) == pytest.approx(0.45, abs=0.03)
 
@@ -172,12 +176,15 @@ def test_a_spuriously_low_timing_holds_its_length_only_while_it_is_in_the_window
     # 1 row 0.1 s, 2 rows 0.16 s, acceptance 0.5: one draft (1.5 / 0.16 = 9.4 tokens/s) loses to
     # the target alone (10); the first steady 2-row timing (pass 3) at 0.75x (0.12 s) makes it
     # look better (12.5): drafted every pass, timed at 0.16 each, until the low timing leaves
-    # the window of the last three (pass 6); then the target alone, but for probes
+    # the window of the last three (pass 6), and on while depth 1, tried 6 times, is still
+    # explored (0.5 + one standard error could pay); then the target alone, but for probes
     curve, streams = {1: 0.1, 2: 0.16}, [Stream(0.5)]
     ks, policy = simulate(curve, step=0.0, streams=streams, passes=30, n_max=1, slow={3: 0.75})
-    assert ks == [0, 0, 1, 1, 1, 1, 1] + [0] * 7 + [1] + [0] * 7 + [1] + [0] * 7
+    assert ks == [0, 0, 1, 1, 1, 1, 1, 1, 1] + [0] * 7 + [1] + [0] * 7 + [1] + [0] * 5
     assert policy.samples[2] == [0.16, 0.16, 0.16]
-    assert simulate(curve, step=0.0, streams=streams, passes=30, n_max=1)[0][:7] == [0, 0, 1, 1, 0, 0, 0]
+    assert simulate(curve, step=0.0, streams=streams, passes=30, n_max=1)[0][:10] == [0, 0, 1, 1, 1, 1, 1, 1, 1, 0]
+    unexplored = PolicySettings(explore_weight=0.0)  # as before depth 1 was explored
+    assert simulate(curve, 0.0, streams, 30, n_max=1, settings=unexplored)[0][:7] == [0, 0, 1, 1, 0, 0, 0]
 
 
 def test_a_switch_pass_timing_is_not_kept_and_a_close_rate_does_not_switch() -> None:
@@ -225,10 +232,12 @@ def test_a_change_of_text_brings_drafting_back() -> None:
     streams = [Stream(0.0, then=1.0, after=200)] * 4
     ks, _ = simulate(CURVES["gpu"], step=0.001, streams=streams, passes=400)
     assert set(ks[150:200]) == {0, 1}  # probes only
-    assert [i for i in range(200, 252) if ks[i]] == []  # the first probe after the change: 252
+    # the first probe after the change: 256, right; the six drafts explored at passes 2-7, all wrong,
+    # leave depth 1 too low for one right probe to make one draft pay: the next probe, 32 passes on
+    assert [i for i in range(200, 290) if ks[i]] == [256, 288, 289]
     back = next(i for i in range(200, 400) if ks[i] == 4)
-    assert back == 257
-    assert [(i, k) for i, k in enumerate(ks) if i > back and k != 4] == [(381, 0), (382, 0)]  # 1 row re-timed
+    assert back == 293
+    assert [(i, k) for i, k in enumerate(ks) if i > back and k != 4] == []
 
 
 def test_prior_and_decay_give_the_acceptance_estimate() -> None:
@@ -319,8 +328,15 @@ def test_a_seeded_policy_climbs_until_a_draft_is_rejected() -> None:
     assert "".join(map(str, ks)) == "1233333333333333333333333333333322222223"
     assert not policy.climbing
     # the mixed drafter on the AVX-512 curve: the prior prices 3 drafts over 4 cheap rows best once;
-    # rejected at depth 1, the target alone with a probe of one draft every 8 to 16 passes
+    # rejected at depth 1 (0.25), explored while depth 1 one standard error up could pay with 4 cheap
+    # rows (0.56 after one rejection; 0.39 after two could not, until a right probe at 9) until depth 1
+    # was tried about 7 times (its estimate 0.47 then, the truth 0.45); then the target alone with a
+    # probe of one draft every 8 to 16 passes (3 drafts at 0.45: 0.99x the target alone)
     ks, policy = simulate(CURVES["avx512"], 0.001, [Stream(0.45)] * 4, 40, seeds=CURVES["avx512"])
+    assert "".join(map(str, ks)) == "3300000001333300000001000000000000000100"
+    assert policy.tried[0] == pytest.approx(7.395, abs=0.001) and policy.acceptance(1) == pytest.approx(0.471, abs=0.001)
+    unexplored = PolicySettings(explore_weight=0.0)
+    ks, _ = simulate(CURVES["avx512"], 0.001, [Stream(0.45)] * 4, 40, seeds=CURVES["avx512"], settings=unexplored)
     assert "".join(map(str, ks)) == "3000000010000000000000001000000010000000"
 
 
@@ -341,6 +357,63 @@ def test_a_seed_prices_its_rows_until_the_first_steady_pass_replaces_it() -> Non
     late.observe_result(1, 1)
     late.seed(1, 0.1)
     assert not late.climbing
+
+
+def test_start_up_seeds_are_one_snapshot_priced_at_the_speed_now() -> None:
+    # issue 38, a Zen 5 trace: seeded while the machine was slow (1 row 76 ms), served at 55 ms. Every seed
+    # carries the seeded 1 row as its reference speed, so once 1 row is timed again the others follow it
+    policy = DraftPolicy(PolicySettings(n_max=4))
+    for rows, seconds in {1: 0.076, 2: 0.118, 3: 0.139, 4: 0.106, 5: 0.142}.items():
+        policy.seed(rows, seconds)
+    assert policy.ref == {1: 0.0, 2: 0.076, 3: 0.076, 4: 0.076, 5: 0.076}
+    assert policy.cost(4) == 0.106 * 0.076 / 0.076  # 1 row not timed again yet: as seeded
+    policy.observe_pass(1, 0.060)  # the first pass: a switch, not kept
+    policy.observe_pass(1, 0.055)
+    assert policy.pass_cost[1] == 0.055 and policy.cost(4) == 0.106 * 0.055 / 0.076
+    assert policy.cost(2) == pytest.approx(0.0854, abs=1e-4) and policy.cost(5) == pytest.approx(0.1028, abs=1e-4)
+    # a seed of 1 row alone, or of rows without 1 row seeded first, has no reference
+    bare = DraftPolicy(PolicySettings(n_max=2))
+    bare.seed(2, 0.1)
+    assert bare.ref == {2: 0.0}
+
+
+def test_a_first_rejection_does_not_hold_a_good_drafter_at_the_target_alone() -> None:
+    # issue 38 on the Zen 5 (E2B, 2 threads: 1-5 rows 40, 70, 94, 77, 104 ms), Gemma's sampler with rejection:
+    # right 0.84, 0.86, 0.81, 0.8 of the time, the first answer at each depth wrong (the even streams). The
+    # climb's first draft is rejected: depth 1 at 0.25 (0.56 one standard error up: nothing pays). The first
+    # probe (pass 7) is right: 0.51, 0.80 one standard error up, where 3 drafts would pay. Explored while
+    # depth 1 was tried fewer than 7 times, the policy drafts 3 from then on; unexplored, a probe every 8
+    # to 16 passes, it drafts 3 from pass 51
+    zen5 = {1: 0.040, 2: 0.070, 3: 0.094, 4: 0.077, 5: 0.104}
+    streams = [Stream(0.84), Stream(0.86), Stream(0.81), Stream(0.8)]
+    runs = {}
+    for weight in (6.0, 0.0):
+        events: list[tuple] = []
+        ks, policy = simulate(zen5, 0.0017, streams, 120, seeds=zen5, events=events, results_without_drafts=False,
+                              settings=PolicySettings(explore_weight=weight))  # fmt: skip
+        yields = pass_yields(events)
+        runs[weight] = ("".join(map(str, ks)), sum(t for t, _ in yields) / sum(t for _, t in yields))
+    explored, unexplored = runs[6.0], runs[0.0]
+    assert explored[0] == "10000001" + "3" * 112
+    assert unexplored[0][:52] == "1000000100000001300000001110000010000000100000001113"
+    assert round(explored[1], 2) == 37.80 and round(unexplored[1], 2) == 36.57  # tokens/s (the target alone: 25)
+
+
+def test_exploring_drafts_only_where_nothing_would_be_and_depth_1_is_thin() -> None:
+    policy = DraftPolicy(PolicySettings(n_max=3))
+    for rows, seconds in {1: 0.040, 2: 0.070, 3: 0.094, 4: 0.077}.items():
+        policy.seed(rows, seconds)
+    policy.observe_result(1, 0)  # depth 1: (0 + 0.5) / (1 + 1) = 0.25, one standard error 0.306
+    assert policy.plausible() == 0.25 + math.sqrt(0.25 * 0.75 / 2)
+    assert policy.best(3) == 0 and policy.explore_length(0, 3) == 3  # 1 + 0.556 (1 + 0.5 + 0.25) / 77 ms > 1 / 40
+    assert policy.explore_length(0, 2) == 0 and policy.explore_length(1, 3) == 0  # 1-2 drafts cannot; one is drafted
+    assert policy.choose(3) == 3 and policy.reason == "exploring: 3 drafts, depth 1 not known yet"
+    policy.tried[0] = 6.0  # tried about 7 times: the estimate alone prices drafting
+    assert policy.explore_length(0, 3) == 0
+    policy.tried[0] = 0.0
+    assert policy.plausible() == 1.0  # the prior alone: 0.5 + 0.5, at most 1
+    del policy.pass_cost[4]  # a guessed cost is not explored (cost()'s optimism is)
+    assert policy.explore_length(0, 3) == 1
 
 
 def test_start_up_seeds_out_of_line_are_forgotten_and_explored() -> None:
@@ -425,23 +498,24 @@ def test_sampled_requests_after_greedy_ones_are_never_drafted_at_a_loss() -> Non
     old, _ = class_switches(events=ev_old, tell_class=False)
     assert new[:40] == old[:40]  # the first greedy request alike
     # the first sampled request: the old policy drafts 3 on the greedy counts until five misses
-    # pulled them down; the new one starts from the prior (no length pays) and probes twice
-    assert old[40:48] == [3, 3, 3, 3, 3, 0, 0, 0] and new[40:48] == [0] * 7 + [1]
+    # pulled them down; the new one starts from the prior, explores 3 drafts (0.5 one standard
+    # error up, 1.0, could pay; rejected, 0.25 + 0.31 could not) and probes
+    assert old[40:48] == [3, 3, 3, 3, 3, 0, 0, 0] and new[40:48] == [3] + [0] * 7
     # greedy again: the new policy drafts 3 from its first pass; the old one stays at the target
     # alone (a probe's one draft at 92 its only drafts)
     assert new[80:120] == [3] * 40 and old[80:120] == [0] * 12 + [1] + [0] * 27
     sampled = [i for i in range(240) if (i // 40) % 2]
-    assert sum(new[i] for i in sampled) == 4 and sum(old[i] for i in sampled) == 26
+    assert sum(new[i] for i in sampled) == 7 and sum(old[i] for i in sampled) == 26
     # tokens and seconds, each pass's accepted drafts + 1 against its pass and drafter steps: the
     # target alone makes 10 tokens/s. Whole run: 1.07x it against 0.958x (a loss); the sampled
-    # requests alone 0.955x (four one-draft probes, the switches back to one row) against 0.887x
+    # requests alone 0.945x (three explored drafts, four probes, the switches back to one row) against 0.887x
     rates = []
     for ev in (ev_new, ev_old):
         y = pass_yields(ev)
         tokens, seconds = sum(t for t, _ in y), sum(s for _, s in y)
         s_tokens, s_seconds = sum(y[i][0] for i in sampled), sum(y[i][1] for i in sampled)
         rates.append((tokens, round(seconds, 4), s_tokens, round(s_seconds, 4)))
-    assert rates == [(420, 39.2327, 120, 12.5658), (287, 29.9464, 123, 13.8642)]
+    assert rates == [(420, 39.3628, 120, 12.6959), (287, 29.9464, 123, 13.8642)]
 
 
 @pytest.mark.parametrize("factor", [1.4, 0.75])

@@ -1,7 +1,8 @@
 // Replays recorded policy inputs through common/draft-policy.h (the llama-server twin of
 // gguf_exact/engines/shared/draft_policy.py) and prints the k of every "choose" line.
 // Input lines: "settings N_MAX PRIOR PRIOR_WEIGHT DECAY COST_WEIGHT PROBE PROBE_MAX COST_MAX_AGE SWITCH_MARGIN COST_WINDOW
-// RETIME_MARGIN BURST_RATIO OUTLIER_RATIO RECHECK_INTERVAL" first, then
+// RETIME_MARGIN BURST_RATIO OUTLIER_RATIO RECHECK_INTERVAL [EXPLORE_WEIGHT EXPLORE_ERRORS]" first (the bracketed
+// ones: the header's defaults when absent, as in traces llama-server writes), then
 // "choose LIMIT [OTHERS_ROWS OTHERS_TOKENS OTHERS_DRAFTS [AFTER]]", "pass ROWS SECONDS [TOTAL_ROWS]", "steps N SECONDS", "seed ROWS SECONDS", "result DRAFTED ACCEPTED", "class NAME"
 // (the acceptance class of the requests from there on: greedy, sampled-exact, sampled-rejection); a line starting
 // with "#" is a comment (llama-server's LLAMA_SPEC_DRAFT_TRACE writes this format, with comments). The bracketed
@@ -35,6 +36,13 @@ int main() {
     s.retime_margin = std::strtod(retime_margin.c_str(), nullptr);
     s.burst_ratio   = std::strtod(burst_ratio.c_str(), nullptr);
     s.outlier_ratio = std::strtod(outlier_ratio.c_str(), nullptr);
+    std::string rest, explore_weight, explore_errors;
+    std::getline(std::cin, rest);
+    std::istringstream more(rest);
+    if (more >> explore_weight >> explore_errors) {
+        s.explore_weight = std::strtod(explore_weight.c_str(), nullptr);
+        s.explore_errors = std::strtod(explore_errors.c_str(), nullptr);
+    }
     common_draft_policy policy(s);
     while (std::cin >> what) {
         if (what[0] == '#') { // a comment: what llama-server's LLAMA_SPEC_DRAFT_TRACE notes beside the inputs

@@ -35,15 +35,17 @@ steadily only once, at least ``probe_interval`` passes ago, whose rate (the next
 by rows, is forgotten the first time in a row (issue 41: a busy start seeded 2 rows at 3.55 s against 0.17).
 
 Seeded costs leave nothing for optimism to explore, so a seeded policy *climbs* until a draft is first
-rejected, one depth deeper after each all-right pass where that could pay with the next depth on trust.
+rejected, one depth deeper after each all-right pass where that could pay with the next depth on trust. Seeds
+are one snapshot: each prices its row count at the speed the seeded 1 row says (:meth:`now`). While depth 1
+was tried fewer than ``explore_weight`` decayed drafts in the request's class (about 7), the policy that would
+draft nothing *explores*: it drafts where depth 1 one standard error above its estimate would pay
+(:meth:`explore_length`). Issue 38: a server's first passes accepted half what the rest did; one rejection
+priced drafting out, and failed probes doubled their interval: the target alone for 100 passes at 0.84.
 
-Recovery: every ``probe_interval`` passes the policy drafts the shortest length longer than its best that could
-pay were the drafter always right one depth deeper than the best; a failed probe doubles the interval (up to
-``probe_interval_max``), a successful one halves it. (Counting a probe right only where it made a longer length
-the best gave 1-2% where nothing pays in simulation but lost the AVX-512 Xeon's cheap 4 rows: not taken.) After
-``recheck_interval`` passes priced out (no probe could pay) one pass drafts one token to re-time 2 rows and the
-drafter step; a recheck that leaves drafting off doubles that interval. :attr:`DraftPolicy.reason` says why the
-last choice (``status``, ``/metrics``).
+Recovery: every ``probe_interval`` passes the policy drafts the shortest length longer than its best that could pay
+were the drafter always right one depth deeper; a failed probe doubles the interval (up to ``probe_interval_max``),
+a right one halves it. After ``recheck_interval`` passes priced out (no probe could pay) one draft re-times 2 rows
+and the drafter step, and doubles that interval. :attr:`DraftPolicy.reason` says why the last choice.
 
 Deterministic (no RNG, probes on a schedule) and written as plain arithmetic in one order, so llama.cpp's
 ``--spec-draft-adaptive`` (the C++ twin, ``common/draft-policy.h`` in ``builds/patches/``) chooses the same k on
@@ -53,35 +55,16 @@ Pure: no I/O, no clock; callers time their passes and report them.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 from gguf_exact.engines.shared.acceptance_class import ACCEPTANCE_CLASSES, GREEDY
+from gguf_exact.engines.shared.policy_settings import PolicySettings
 from gguf_exact.engines.shared.policy_snapshot import PolicySnapshot
 
 # Two rates within this relative margin are a tie, and the shorter draft wins: the C++
 # build may fuse multiply-adds (-march=native), which moves the last bits of a rate.
 TIE_MARGIN = 1e-9
-
-
-@dataclass(frozen=True)
-class PolicySettings:
-    """The policy's knobs (profile keys ``spec-draft-n-max``, ``spec-draft-p-min``)."""
-
-    n_max: int = 4  # most drafts per pass
-    p_min: float = 0.0  # a draft stops below this drafter confidence (llama.cpp's --spec-draft-p-min)
-    prior: float = 0.5  # acceptance assumed at a depth before any draft was tried there
-    prior_weight: float = 1.0  # in drafts: how soon measurements outweigh the prior
-    decay: float = 0.95  # per draft tried at a depth: about 1 / (1 - decay) = 20 drafts remembered
-    cost_weight: float = 0.2  # weight of a new drafter step timing in its running mean
-    cost_window: int = 3  # a row count costs the lowest of its last this many steady timings
-    retime_margin: float = 0.25  # a longer length timed steadily once is timed again within this of the best rate
-    probe_interval: int = 8  # passes between probes one depth deeper than the best
-    probe_interval_max: int = 64  # failed probes double the interval up to this
-    cost_max_age: int = 128  # in passes: a row count's timing older than this is forgotten
-    switch_margin: float = 0.02  # another length must beat the last one's rate by this to switch to it
-    burst_ratio: float = 2.0  # a steady timing above this many times its row count's cost is not kept (0: all are)
-    outlier_ratio: float = 2.0  # a new timing above this many times a shorter pass's, scaled by rows, is doubted
-    recheck_interval: int = 32  # passes at 0 drafts, priced out, before one draft re-times the costs (0: never)
 
 
 @dataclass
@@ -164,6 +147,25 @@ class DraftPolicy:
         settled = settled and self.passes - self.timed_at[1] <= self.settings.probe_interval
         self.ref[rows] = self.pass_cost[1] if settled else 0.0
 
+    def plausible(self) -> float:
+        """a_1 ``explore_errors`` standard errors above its estimate (``prior_weight`` counted as drafts), at most 1."""
+        a, n = self.acceptance(1), self.tried[0] + self.settings.prior_weight
+        return min(1.0, a + self.settings.explore_errors * math.sqrt(a * (1.0 - a) / n))
+
+    def explore_length(self, k: int, top: int) -> int:
+        """Where ``k`` is 0 and depth 1 was tried under ``explore_weight`` drafts: the length up to ``top``, its
+        cost timed, with the best rate were a_1 :meth:`plausible`, if it beats the target alone; else 0. (Deeper
+        depths explored too lost in simulation: 0.83x the best, against 1.00x, right 0.45 at every depth.)"""
+        here = self.rate(0)
+        if k > 0 or here is None or self.tried[0] >= self.settings.explore_weight:
+            return 0
+        pick, bar, trust = 0, here * (1.0 + TIE_MARGIN), self.plausible()
+        for j in range(1, top + 1):
+            r = self.trusting_rate(0, j, trust) if self.timed(j + 1) else None
+            if r is not None and r > bar:
+                pick, bar = j, r * (1.0 + TIE_MARGIN)
+        return pick
+
     def expected_tokens(self, k: int) -> float:
         e, p = 1.0, 1.0
         for j in range(1, k + 1):
@@ -198,18 +200,18 @@ class DraftPolicy:
                 return stay
         return best_k
 
-    def trusting_rate(self, k: int, j: int) -> float | None:
+    def trusting_rate(self, k: int, j: int, trust: float = 1.0) -> float | None:
         """The rate of ``j`` > ``k`` drafts were the drafter always right at depth k + 1, the
         other depths as estimated: the depths up to k are drafted every pass and deeper ones
         were probed, so their estimates stand; only the next depth is taken on trust."""
         c, t = self.cost(j + 1), j * (self.step_cost or 0.0)
-        return self.trusting_tokens(k, j) / (t + c) if c is not None and t + c > 0 else None
+        return self.trusting_tokens(k, j, trust) / (t + c) if c is not None and t + c > 0 else None
 
-    def trusting_tokens(self, k: int, j: int) -> float:
+    def trusting_tokens(self, k: int, j: int, trust: float = 1.0) -> float:
         """The expected tokens of a pass of ``j`` > ``k`` drafts, depth k + 1 taken on trust."""
         e, p = self.expected_tokens(k), 1.0
         for i in range(1, j + 1):
-            p = p * (1.0 if i == k + 1 else self.acceptance(i))
+            p = p * (trust if i == k + 1 else self.acceptance(i))
             e = e + (p if i > k else 0.0)
         return e
 
@@ -275,7 +277,7 @@ class DraftPolicy:
             self.reason = f"re-timing {held + 1} rows: once more, steadily"
             return held
         k = self.best(limit)
-        climbed = False
+        climbed, explored = False, 0
         # seeded costs: climb while no draft was ever rejected (the prior alone would keep an always-right
         # drafter at the target alone until the first probe); unseeded ones climb anyway (optimism)
         if self.climbing and (self.last_k == 0 or self.all_right) and self.last_k < top:
@@ -288,6 +290,8 @@ class DraftPolicy:
             self.last_k = held
             self.reason = f"timing {held + 1} rows steadily"
             return held
+        explored = self.explore_length(k, top)
+        k = explored or k
         probe = self.probe_length(k, top) if k < top else 0
         if probe:
             self.since_probe += 1
@@ -305,7 +309,7 @@ class DraftPolicy:
         # priced out: not even an always-right drafter could pay, so nothing would time the costs again but
         # staleness (a busy pass, 2 rows at 20x, held llama-server at the target alone for minutes): a recheck
         priced_out = k == 0 and top >= 1 and probe == 0 and self.rate(0) is not None
-        why = self.explain(k, top, priced_out, climbed)
+        why = self.explain(k, top, priced_out, climbed, explored == k > 0)
         if priced_out and self.settings.recheck_interval > 0:
             self.idle += 1
             if self.idle >= self.recheck_every:
@@ -322,7 +326,7 @@ class DraftPolicy:
         self.last_k = k
         return k
 
-    def explain(self, k: int, top: int, priced_out: bool, climbed: bool) -> str:
+    def explain(self, k: int, top: int, priced_out: bool, climbed: bool, explored: bool = False) -> str:
         """Why ``k``: the short line ``status`` and ``/metrics`` show."""
         if self.probing:
             return f"probing {k} drafts"
@@ -330,6 +334,8 @@ class DraftPolicy:
             return f"re-timing {self.retiming} rows"
         if climbed:
             return f"climbing: {k} drafts, none rejected yet"
+        if explored:
+            return f"exploring: {k} drafts, depth 1 not known yet"
         if k > 0:
             return f"best rate: {k} drafts"
         if top <= 0:
@@ -350,6 +356,7 @@ class DraftPolicy:
             if self.doubt(rows, seconds):
                 return
             self.timing(rows, seconds)
+            self.ref[rows] = self.pass_cost[1] if rows > 1 and self.timed(1) else 0.0  # the seeded 1 row's
             self.provisional[rows], self.samples[rows] = False, []
             self.timed_at[rows] = self.passes
 
