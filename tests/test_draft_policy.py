@@ -359,24 +359,6 @@ def test_a_seed_prices_its_rows_until_the_first_steady_pass_replaces_it() -> Non
     assert not late.climbing
 
 
-def test_start_up_seeds_are_one_snapshot_priced_at_the_speed_now() -> None:
-    # issue 38, a Zen 5 trace: seeded while the machine was slow (1 row 76 ms), served at 55 ms. Every seed
-    # carries the seeded 1 row as its reference speed, so once 1 row is timed again the others follow it
-    policy = DraftPolicy(PolicySettings(n_max=4))
-    for rows, seconds in {1: 0.076, 2: 0.118, 3: 0.139, 4: 0.106, 5: 0.142}.items():
-        policy.seed(rows, seconds)
-    assert policy.ref == {1: 0.0, 2: 0.076, 3: 0.076, 4: 0.076, 5: 0.076}
-    assert policy.cost(4) == 0.106 * 0.076 / 0.076  # 1 row not timed again yet: as seeded
-    policy.observe_pass(1, 0.060)  # the first pass: a switch, not kept
-    policy.observe_pass(1, 0.055)
-    assert policy.pass_cost[1] == 0.055 and policy.cost(4) == 0.106 * 0.055 / 0.076
-    assert policy.cost(2) == pytest.approx(0.0854, abs=1e-4) and policy.cost(5) == pytest.approx(0.1028, abs=1e-4)
-    # a seed of 1 row alone, or of rows without 1 row seeded first, has no reference
-    bare = DraftPolicy(PolicySettings(n_max=2))
-    bare.seed(2, 0.1)
-    assert bare.ref == {2: 0.0}
-
-
 def test_a_first_rejection_does_not_hold_a_good_drafter_at_the_target_alone() -> None:
     # issue 38 on the Zen 5 (E2B, 2 threads: 1-5 rows 40, 70, 94, 77, 104 ms), Gemma's sampler with rejection:
     # right 0.84, 0.86, 0.81, 0.8 of the time, the first answer at each depth wrong (the even streams). The

@@ -228,9 +228,7 @@ def test_cpp_and_python_recover_from_a_busy_start_alike(driver, on):
     # issue 41 §6: seeds of 2 rows at 3.55 s against 0.17 s for 1 (a busy start-up) priced drafting out
     # before any pass, until 2 rows went stale; the out-of-line seed forgotten, 2 rows are explored
     # (1 draft) from the first pass. Without the rules (nor start-up exploration): one pass of 2 drafts
-    # (the seeded climb), then the target alone but for probes of 2 drafts (3 rows: in line) that, right,
-    # find 3 drafts paying from pass 76; 2 rows, at 3.55 s x 0.1 / 0.17 at the speed now, never drafted
-    # (before the seeds were one snapshot, the target alone for the rest of the 120 passes)
+    # (the seeded climb), then the target alone for the rest of the 120 passes
     off = PolicySettings(outlier_ratio=0.0, recheck_interval=0, explore_weight=0.0)
     settings = PolicySettings() if on else off
     events: list[tuple] = []
@@ -239,9 +237,8 @@ def test_cpp_and_python_recover_from_a_busy_start_alike(driver, on):
     if on:
         assert ks[:10] == [1] * 10 and ks.count(0) == 0 and policy.pass_cost[2] == 0.17
     else:
-        expected = "2000000200000000000000020000000200000000000000023322000002000000000000000223333333333443333333344333"
-        assert "".join(map(str, ks)) == expected + "3" * 20 and 1 not in ks
-        assert policy.pass_cost[2] == 3.55 and policy.cost(2) == 3.55 * 0.1 / 0.17
+        assert ks[0] == 2 and ks[1:] == [0] * 119
+        assert policy.reason == "priced out: 2 rows cost 3.55 s vs 0.1 s, a drafter step 0.0017 s"
 
 
 @pytest.mark.parametrize("on", [True, False])

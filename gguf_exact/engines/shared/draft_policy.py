@@ -35,12 +35,12 @@ steadily only once, at least ``probe_interval`` passes ago, whose rate (the next
 by rows, is forgotten the first time in a row (issue 41: a busy start seeded 2 rows at 3.55 s against 0.17).
 
 Seeded costs leave nothing for optimism to explore, so a seeded policy *climbs* until a draft is first
-rejected, one depth deeper after each all-right pass where that could pay with the next depth on trust. Seeds
-are one snapshot: each prices its row count at the speed the seeded 1 row says (:meth:`now`). While depth 1
-was tried fewer than ``explore_weight`` decayed drafts in the request's class (about 7), the policy that would
-draft nothing *explores*: it drafts where depth 1 one standard error above its estimate would pay
+rejected, one depth deeper after each all-right pass where that could pay with the next depth on trust. While
+depth 1 was tried fewer than ``explore_weight`` decayed drafts in the request's class (about 7), the policy that
+would draft nothing *explores*: it drafts where depth 1 one standard error above its estimate would pay
 (:meth:`explore_length`). Issue 38: a server's first passes accepted half what the rest did; one rejection
-priced drafting out, and failed probes doubled their interval: the target alone for 100 passes at 0.84.
+priced drafting out, and failed probes doubled their interval: the target alone for 100 passes at 0.84. (Seeds
+are not rescaled by the seeded 1 row: start-up timed 1 row up to 1.4x slow, 4 rows 0.9x, at E2B on a Zen 5.)
 
 Recovery: every ``probe_interval`` passes the policy drafts the shortest length longer than its best that could pay
 were the drafter always right one depth deeper; a failed probe doubles the interval (up to ``probe_interval_max``),
@@ -356,7 +356,6 @@ class DraftPolicy:
             if self.doubt(rows, seconds):
                 return
             self.timing(rows, seconds)
-            self.ref[rows] = self.pass_cost[1] if rows > 1 and self.timed(1) else 0.0  # the seeded 1 row's
             self.provisional[rows], self.samples[rows] = False, []
             self.timed_at[rows] = self.passes
 
