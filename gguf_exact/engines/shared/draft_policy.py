@@ -277,7 +277,7 @@ class DraftPolicy:
             self.reason = f"re-timing {held + 1} rows: once more, steadily"
             return held
         k = self.best(limit)
-        climbed, explored = False, 0
+        climbed = False
         # seeded costs: climb while no draft was ever rejected (the prior alone would keep an always-right
         # drafter at the target alone until the first probe); unseeded ones climb anyway (optimism)
         if self.climbing and (self.last_k == 0 or self.all_right) and self.last_k < top:
@@ -309,7 +309,7 @@ class DraftPolicy:
         # priced out: not even an always-right drafter could pay, so nothing would time the costs again but
         # staleness (a busy pass, 2 rows at 20x, held llama-server at the target alone for minutes): a recheck
         priced_out = k == 0 and top >= 1 and probe == 0 and self.rate(0) is not None
-        why = self.explain(k, top, priced_out, climbed, explored == k > 0)
+        why = self.explain(k, top, priced_out, climbed, explored > 0 and explored == k)
         if priced_out and self.settings.recheck_interval > 0:
             self.idle += 1
             if self.idle >= self.recheck_every:
