@@ -314,8 +314,10 @@ def test_generate_sampling_stop_and_chat(pairs):
     base = ["generate", "--model", target, "--prompt", "the river", "--n-predict", 24, "--json"]
     sampled = [*base, "--temperature", 0.9, "--top-k", 20, "--top-p", 0.9, "--min-p", 0.02, "--seed", 4]
     alone = json.loads(invoke(*sampled).output)
-    spec = json.loads(invoke(*sampled, "--draft", drafter, "--n-max", 3).output)
-    assert spec["tokens"] == alone["tokens"] and spec["drafts_generated"] > 0
+    # A fixed length: the adaptive one may rightly stop drafting this low-acceptance sampler on a
+    # loaded machine (CI at 31e59e1 drafted 0), and the claim here is about drafting.
+    spec = json.loads(invoke(*sampled, "--draft", drafter, "--n-max", 3, "--no-adaptive").output)
+    assert spec["tokens"] == alone["tokens"] and spec["drafts_generated"] > spec["drafts_accepted"] > 0
     assert (
         json.loads(invoke(*base[:-1], "--temperature", 0.9, "--seed", 5, "--json").output)["tokens"] != alone["tokens"]
     )
