@@ -2,7 +2,9 @@
 """The batch-aware draft length (gguf_exact.engines.shared.batch_cost) in simulation at 1, 2 and 4 slots
 (llama-server --parallel), each slot choosing in slot order as llama-server's update loop does: total
 generated tokens per second of the adaptive length against speculation off and each fixed length, per
-drafter kind, over 64 and 400 passes from start-up (costs seeded, ``spec-draft-adaptive-warmup``).
+drafter kind, over 64 and 400 passes from start-up (costs seeded, ``spec-draft-adaptive-warmup``: each
+slot's 1-5 rows, and at 2 and 4 slots every batch total up to 5 rows a slot, patch 39s; ``--no-batch-seeds``:
+the slot's own seeds only, as before 39s).
 
 Curves (seconds per pass of t rows in all): ``e2b-t2``, E2B's target on 2 CPU cores of this machine
 (llama-bench -p t -n 0 -t 2, 2026-12-03), the repacked Q4_0 kernels' steps every 4 rows included; ``card``,
@@ -11,7 +13,7 @@ Each pass costs its curve's time, up to 5% more at random, plus the longest draf
 drafters are right at each depth with a fixed chance (``KINDS``). Each figure is the mean of ``--seeds`` runs
 (12). Not a test: it prints.
 
-    .venv/bin/python scripts/sim_batch_policy.py [--seeds N]
+    .venv/bin/python scripts/sim_batch_policy.py [--seeds N] [--no-batch-seeds]
 """
 
 import random
@@ -34,6 +36,9 @@ KINDS = {"hidden": [1.0] * 4, "sampled": [0.835, 0.798, 0.793, 0.79], "real": [0
 KINDS |= {"mixed": [0.45] * 4}
 
 
+BATCH_SEEDS = "--no-batch-seeds" not in sys.argv
+
+
 def run(cost: dict[int, float], rates: list[float], slots: int, passes: int, fixed: int | None, seed: int) -> float:
     """Tokens per second of ``slots`` slots over ``passes`` passes, each drafting ``fixed`` or adaptive."""
     rng = random.Random(seed)
@@ -41,6 +46,8 @@ def run(cost: dict[int, float], rates: list[float], slots: int, passes: int, fix
     for policy in policies:
         for rows in range(1, 6):
             policy.seed(rows, cost[rows])
+        for total in range(1, 5 * slots + 1) if slots > 1 and BATCH_SEEDS else ():
+            policy.seed_batch(total, cost[total])
     tokens = seconds = 0.0
     for _ in range(passes):
         rows, expected, chosen = 0, 0.0, []

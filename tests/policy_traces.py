@@ -188,7 +188,7 @@ def read_trace(path) -> list[tuple[PolicySettings, list[tuple], list[int]]]:
         elif w[0] == "choose":  # the batch's other rows and tokens where written (issue 39), the slots after
             batch = (int(w[2]), float(w[3]), int(w[4]), *(int(a) for a in w[5:6])) if len(w) > 2 else ()
             events.append(("choose", int(w[1]), None, *batch))
-        elif w[0] in ("pass", "steps", "seed"):  # a pass's total rows where written
+        elif w[0] in ("pass", "steps", "seed", "batch-seed"):  # a pass's total rows where written
             events.append((w[0], int(w[1]), float(w[2]), *((int(w[3]),) if len(w) > 3 else ())))
         elif w[0] == "result":
             events.append(("result", int(w[1]), int(w[2])))
@@ -212,6 +212,8 @@ def replay_python(settings: PolicySettings, events: list[tuple]) -> list[int]:
             policy.observe_steps(e[1], e[2])
         elif e[0] == "seed":
             policy.seed(e[1], e[2])
+        elif e[0] == "batch-seed":
+            policy.seed_batch(e[1], e[2])
         elif e[0] == "class":
             policy.set_class(e[1])
         else:
@@ -252,6 +254,25 @@ def pass_yields(events: list[tuple]) -> list[tuple[int, float]]:
     return out
 
 
+# A CPU's repacked Q4_0 kernels in a batch of slots (issue 39): rows multiplied in fours and each row left
+# over as a pass of its own (E2B at 4 users, llama-server's trace of 2026-12-03: 4 rows 101 ms, 5 131,
+# 6 174, 7 224). TILED_SEEDS: as start-up times them (one sequence at position 0), every total up to 4
+# slots * 5 rows; TILED_LOAD: the batches of 4 users' contexts, each total at 1.25x its seed.
+TILED_SEEDS = {
+    t: {1: 0.048, 2: 0.085, 3: 0.099}[t] if t < 4 else 0.070 + 0.040 * (t % 4) + 0.020 * (t // 4 - 1)
+    for t in range(1, 21)
+}
+TILED_LOAD = {t: 1.25 * c for t, c in TILED_SEEDS.items()}
+
+
+def batch_speed(cost: dict[int, float], step: float, events: list[list[tuple]], ks: list[list[int]], totals: list[int]):
+    """Tokens per second of a :func:`batched` run whose slots all generated in every pass: the tokens
+    each pass brought (1 a slot, and the drafts it kept) over the passes' costs and the drafter's steps."""
+    kept = sum(e[2] for slot in events for e in slot if e[0] == "result")
+    steps = sum(max(slot[i] for slot in ks) for i in range(len(totals))) * step
+    return (len(ks) * len(totals) + kept) / (sum(cost[t] for t in totals) + steps)
+
+
 # A machine whose pass grows little up to 5 rows in all and then a row costs 20 ms (a card whose compute
 # the batch fills): alone, 4 drafts pay; beside 3 other slots' rows, drafts push the batch past 5 rows
 SATURATING = {t: 0.010 + 0.001 * t if t <= 5 else 0.015 + 0.020 * (t - 5) for t in range(1, 26)}
@@ -265,13 +286,15 @@ def batched(
     n_max: int = 4,
     limit: int = 99,
     seeds: dict[int, float] | None = None,
+    batch_seeds: dict[int, float] | None = None,
 ) -> tuple[list[list[int]], list[list[tuple]], list[BatchPolicy], list[int]]:
     """Drive one :class:`BatchPolicy` per slot as llama-server's update loop does at ``--parallel``: each
     ``(passes, n)`` phase has slots 0..n-1 generating; before a pass each slot chooses in slot order
     knowing the rows and expected tokens of the slots before it (their drafts + 1, the longest draft) and
     1 row, 1 token for each one after it (and how many: ``after``, expected to choose alike); the pass costs ``cost`` of its total rows, each slot told the whole pass's
     seconds and total (alone: the one-user calls); the drafter call as many steps as the longest draft.
-    ``seeds``: every slot's costs timed at start-up, given first. Returns each slot's k per pass it
+    ``seeds``: every slot's costs timed at start-up, given first; ``batch_seeds``: the totals timed at
+    start-up for batches, given next. Returns each slot's k per pass it
     generated in and its events, the policies and each pass's rows."""
     streams = [[Stream(s.rate, s.then, s.after) for s in slot] for slot in streams]
     policies = [BatchPolicy(PolicySettings(n_max=n_max)) for _ in streams]
@@ -281,6 +304,9 @@ def batched(
         for rows, seconds in (seeds or {}).items():
             policy.seed(rows, seconds)
             slot_events.append(("seed", rows, seconds))
+        for total, seconds in (batch_seeds or {}).items():
+            policy.seed_batch(total, seconds)
+            slot_events.append(("batch-seed", total, seconds))
     totals, i = [], 0
     for passes, n in phases:
         for _ in range(passes):

@@ -135,7 +135,8 @@ def test_both_twins_choose_what_llama_servers_policy_chose_on_what_it_was_told(p
 def test_the_warmup_seeds_every_slots_policy_at_start_up(pairs, tmp_path, monkeypatch):
     # spec-draft-adaptive-warmup (the cpu profile's): before any request llama-server times its
     # verification pass at 1 to n_max + 1 rows and seeds each slot's policy (the trace's first
-    # events, /slots); off, the costs are learned on the first passes
+    # events, /slots), and at --parallel 2 every batch total up to 2 * 5 rows (patch 39s: the
+    # first five the same timings); off, the costs are learned on the first passes
     from gguf_exact.engines.shared.settings import LOG_FILE
 
     target, drafter = pairs["hidden"]
@@ -154,9 +155,11 @@ def test_the_warmup_seeds_every_slots_policy_at_start_up(pairs, tmp_path, monkey
             [(settings, events, chosen)] = read_trace(f"{trace}.{slot}")
             assert settings.n_max == 4 and chosen == []
             if warmup:
-                assert [e[:2] for e in events] == [("seed", rows) for rows in range(1, 6)]
-                assert all(0 < e[2] < 5 for e in events)
-                seconds = {str(rows): s for _, rows, s in events}
+                assert [e[:2] for e in events] == [("seed", r) for r in range(1, 6)] + [
+                    ("batch-seed", t) for t in range(1, 11)
+                ]
+                assert all(0 < e[2] < 5 for e in events) and [e[2] for e in events[5:10]] == [e[2] for e in events[:5]]
+                seconds = {str(rows): s for _, rows, s in events[:5]}
                 assert slots[slot]["draft_policy"]["pass_seconds"] == pytest.approx(seconds, rel=1e-6)
             else:
                 assert events == [] and slots[slot]["draft_policy"]["pass_seconds"] == {}

@@ -4,7 +4,19 @@ the one-user policy's choices; beside other slots' rows it prices a pass by all 
 from __future__ import annotations
 
 import pytest
-from policy_traces import CURVES, REAL_LIKE, Stream, batched, burst, busy_seeds, replay_python, simulate
+from policy_traces import (
+    CURVES,
+    REAL_LIKE,
+    TILED_LOAD,
+    TILED_SEEDS,
+    Stream,
+    batch_speed,
+    batched,
+    burst,
+    busy_seeds,
+    replay_python,
+    simulate,
+)
 
 from gguf_exact.engines.shared.batch_cost import BatchCost, BatchPolicy
 from gguf_exact.engines.shared.draft_policy import PolicySettings
@@ -175,3 +187,45 @@ def test_four_always_right_slots_on_e2b_reach_the_batch_of_all_their_drafts():
     ks, _, policies, totals = batched(E2B_BATCH, 0.0017, [[Stream(1.0)] * 3] * 4, [(60, 4)], n_max=3, seeds=seeds)
     assert totals[-20:] == [16] * 20 and [k[-1] for k in ks] == [3, 3, 3, 3]
     assert totals.index(16) < 20  # found within the first 20 passes
+
+
+def test_a_seeded_total_costs_its_start_up_timing_at_the_level_the_batches_show_now():
+    cost = BatchCost(window=3, max_age=4)
+    for total, seconds in {4: 0.08, 5: 0.11, 8: 0.10, 16: 0.20}.items():
+        cost.seed(total, seconds)
+    assert (cost.seeded(8), cost.seeded(6)) == (0.10, None)  # nothing timed in batches: as seeded; 6 not seeded
+    cost.observe(5, 0.165)  # 1.5x its seed
+    assert [cost.seeded(t) for t in (4, 8, 16)] == pytest.approx([0.12, 0.15, 0.30])  # 4: the nearest above
+    cost.observe(4, 0.16)  # 2x: the nearest below comes first
+    assert [cost.seeded(t) for t in (5, 8, 16)] == pytest.approx([0.22, 0.15, 0.30])
+    for _ in range(5):  # 4 and 5 go stale; 7 is timed but not seeded: no level from it
+        cost.observe(7, 0.3)
+    assert (cost.seeded(8), cost.seeded(16)) == (0.10, 0.20)
+
+
+def test_a_batch_total_is_priced_timed_then_seeded_then_alone():
+    policy = BatchPolicy(PolicySettings(n_max=4))
+    policy.seed(3, 0.5)
+    policy.seed_batch(3, 0.05)
+    policy.seed_batch(9, 0.09)
+    assert (policy.timed_total(3), policy.timed_total(9), policy.timed_total(4)) == (0.05, 0.09, None)
+    policy.observe_pass(2, 0.18, 9)  # 2x the seed: the level for every seeded total
+    assert (policy.timed_total(9), policy.timed_total(3)) == (0.18, 0.10)
+    assert policy.total_cost(10) == 0.18 and policy.total_cost(11) is None  # one row fewer, as before
+
+
+@pytest.mark.parametrize("batch_seeds", [None, TILED_SEEDS])
+def test_on_a_tiled_batch_curve_seeded_totals_find_the_batch_of_twenty(batch_seeds):
+    # 4 users, always-right drafters, E2B-like tiles: 20 rows (4 drafts each) cost 0.19 s against 4 rows'
+    # 0.09. Priced from the totals first reached (7, then 9-11 rows: rows left over the fours), 20 rows
+    # were never tried and the batch stayed at 9 rows; seeded, it reaches 20 rows on its third pass
+    ks, events, _, totals = batched(
+        TILED_LOAD, 0.0017, [[Stream(1.0)] * 4] * 4, [(80, 4)], seeds={r: TILED_SEEDS[r] for r in range(1, 6)},
+        batch_seeds=batch_seeds,
+    )  # fmt: skip
+    fixed = [(4 + 4 * k) / (TILED_LOAD[4 + 4 * k] + k * 0.0017) for k in range(5)]  # every slot k drafts, kept
+    speed = batch_speed(TILED_LOAD, 0.0017, events, ks, totals) / max(fixed)
+    if batch_seeds:
+        assert totals[:3] == [12, 16, 20] and set(totals[2:]) == {20} and speed == pytest.approx(0.998, abs=5e-4)
+    else:
+        assert totals[:3] == [7, 4, 9] and set(totals[-40:]) == {9} and speed == pytest.approx(0.513, abs=5e-4)

@@ -17,6 +17,8 @@ from policy_traces import (
     CURVES,
     REAL_LIKE,
     SATURATING,
+    TILED_LOAD,
+    TILED_SEEDS,
     Stream,
     batched,
     burst,
@@ -35,7 +37,7 @@ from gguf_exact.engines.shared.draft_policy import DraftPolicy, PolicySettings
 
 DRIVER = Path(__file__).parent / "cpp" / "draft_policy_driver.cpp"
 ADAPTIVE = [p for p in source_patches.PATCHES if p.id.startswith("23")]  # 23a-23g, one commit per concern
-# 39 (the batch) edits lines 38 and 42 edited, 38p (the speed now) and 38s (start-up exploration) the policy header: the server's whole
+# 39 (the batch) edits lines 38 and 42 edited, 38p (the speed now), 38s (start-up exploration) and 39s (batch seeds) the policy header: the server's whole
 # series, in order, as a build applies it
 SERIES = source_patches.patches_for("cpu")
 
@@ -58,7 +60,7 @@ def patched_tree(tmp_path_factory) -> Path:
             capture_output=True,
         )
     assert all(p not in source_patches.patches_for("cpu", bindings=True) for p in ADAPTIVE)
-    assert [p.id for p in ADAPTIVE] == ["23a", "23b", "23c", "23d", "23e", "23f", "23g"] and SERIES[-1].id == "38s"
+    assert [p.id for p in ADAPTIVE] == ["23a", "23b", "23c", "23d", "23e", "23f", "23g"] and SERIES[-1].id == "39s"
     return root
 
 
@@ -93,7 +95,7 @@ def replay(exe: Path, settings: PolicySettings, events: list[tuple]) -> list[int
     for e in events:
         if e[0] == "choose":  # ("choose", limit, k[, others_rows, others_tokens, others_drafts[, after]])
             lines.append(f"choose {e[1]}" + "".join(f" {v!r}" for v in e[3:]))
-        elif e[0] in ("pass", "steps", "seed"):  # ("pass", rows, seconds[, total rows])
+        elif e[0] in ("pass", "steps", "seed", "batch-seed"):  # ("pass", rows, seconds[, total rows])
             lines.append(f"{e[0]} {e[1]} {e[2]!r}" + (f" {e[3]}" if len(e) > 3 else ""))
         elif e[0] == "class":
             lines.append(f"class {e[1]}")
@@ -421,6 +423,24 @@ def test_cpp_and_python_choose_alike_in_a_batch_of_slots(driver, case):
     end = start + phases[four][0] - 1  # the 4-slot phase's last pass, in each slot's own count
     assert [ks[s][end - (start if s else 0)] for s in range(4)] == last
     assert sum(last) + 4 == totals[end] and policies[3].batch_rows == totals[end]
+
+
+@pytest.mark.parametrize("streams", [[Stream(1.0)] * 4, list(REAL_LIKE)])
+def test_cpp_and_python_price_seeded_batch_totals_alike(driver, streams):
+    # patch 39s: every total up to 4 slots * 5 rows seeded at start-up ("batch-seed" events, after the
+    # slot's own seeds), priced at the level the batches timed show; E2B-like tiles of four rows
+    seeds = {r: TILED_SEEDS[r] for r in range(1, 6)}
+    ks, events, _, totals = batched(
+        TILED_LOAD, 0.0017, [streams] * 4, [(80, 4), (20, 2)], seeds=seeds, batch_seeds=TILED_SEEDS
+    )
+    for slot, slot_events in enumerate(events):
+        assert slot_events[5:25] == [("batch-seed", t, c) for t, c in TILED_SEEDS.items()]
+        assert (
+            replay(driver, PolicySettings(n_max=4), slot_events)
+            == replay_python(PolicySettings(n_max=4), slot_events)
+            == ks[slot]
+        )
+    assert len(set(totals)) >= 3  # a run that moves among totals, not one fixed batch
 
 
 def test_cpp_and_python_climb_alike_in_a_batch_of_slots(driver):

@@ -3,7 +3,7 @@
 // Input lines: "settings N_MAX PRIOR PRIOR_WEIGHT DECAY COST_WEIGHT PROBE PROBE_MAX COST_MAX_AGE SWITCH_MARGIN COST_WINDOW
 // RETIME_MARGIN BURST_RATIO OUTLIER_RATIO RECHECK_INTERVAL [EXPLORE_WEIGHT EXPLORE_ERRORS]" first (the bracketed
 // ones: the header's defaults when absent, as in traces llama-server writes), then
-// "choose LIMIT [OTHERS_ROWS OTHERS_TOKENS OTHERS_DRAFTS [AFTER]]", "pass ROWS SECONDS [TOTAL_ROWS]", "steps N SECONDS", "seed ROWS SECONDS", "result DRAFTED ACCEPTED", "class NAME"
+// "choose LIMIT [OTHERS_ROWS OTHERS_TOKENS OTHERS_DRAFTS [AFTER]]", "pass ROWS SECONDS [TOTAL_ROWS]", "steps N SECONDS", "seed ROWS SECONDS", "batch-seed TOTAL SECONDS", "result DRAFTED ACCEPTED", "class NAME"
 // (the acceptance class of the requests from there on: greedy, sampled-exact, sampled-rejection); a line starting
 // with "#" is a comment (llama-server's LLAMA_SPEC_DRAFT_TRACE writes this format, with comments). The bracketed
 // fields (the batch other slots share, issue 39) are 0 when absent, as in traces written before them.
@@ -56,7 +56,7 @@ int main() {
             int others = 0, drafts = 0, after = 0;
             more >> others >> tokens >> drafts >> after;
             std::printf("%d\n", policy.choose(limit, others, std::strtod(tokens.c_str(), nullptr), drafts, after));
-        } else if (what == "pass" || what == "steps" || what == "seed") {
+        } else if (what == "pass" || what == "steps" || what == "seed" || what == "batch-seed") {
             int n;
             std::string seconds, rest;
             std::cin >> n >> seconds;
@@ -69,6 +69,8 @@ int main() {
                 policy.observe_pass(n, t, total);
             } else if (what == "seed") {
                 policy.seed(n, t);
+            } else if (what == "batch-seed") {
+                policy.seed_batch(n, t);
             } else {
                 policy.observe_steps(n, t);
             }

@@ -53,6 +53,10 @@ class TracedPolicy(BatchPolicy):
         self._write(f"seed {rows} {seconds!r}\n")
         super().seed(rows, seconds)
 
+    def seed_batch(self, total: int, seconds: float) -> None:
+        self._write(f"batch-seed {total} {seconds!r}\n")
+        super().seed_batch(total, seconds)
+
     def observe_pass(self, rows: int, seconds: float, total: int = 0) -> None:
         self._write(f"pass {rows} {seconds!r}" + (f" {total}\n" if total else "\n"))
         super().observe_pass(rows, seconds, total)

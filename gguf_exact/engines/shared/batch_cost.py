@@ -21,8 +21,8 @@ cores: 16 rows 308 ms, 4 rows 129; an always-right drafter at 4 users drafted 5-
 0.89x fixed n-max 3). The last slot to choose sees the others' actual choices.
 
 ``batch_cost(t)``: a pass of ``t`` rows in all, the lowest of its last ``cost_window`` timings in batches
-(:class:`BatchCost`), else this slot's own timing of ``t`` rows alone (a pass of t rows either way),
-else, untimed, what ``t - 1`` rows cost (optimism, as alone: the longer batch is tried once, then
+(:class:`BatchCost`), else its start-up timing at the batch's speed now (:meth:`BatchCost.seeded`), else
+this slot's own timing of ``t`` rows alone (a pass of t rows either way), else, untimed, what ``t - 1`` rows cost (optimism, as alone: the longer batch is tried once, then
 known), else unknown (not considered). A probe prices an untimed batch as the nearest timed total below
 it (the same optimism, further: the slots after it draft alike, so the batches a probe reaches grow by
 ``after + 1`` rows a depth, past what one row fewer can reach). A batch timing older than ``cost_max_age`` batch passes is
@@ -32,7 +32,14 @@ own as before. A probe (one draft deeper than the best, were the drafter right t
 one-user schedule (at once while a seeded slot climbs), so a slot that only ever served beside others
 learns its acceptance. So at load,
 where a row costs about a row (a CPU), others' rows make drafting dear and the slot drafts less or not
-at all; where rows are cheap (a GPU's batch), drafting goes on. ``scripts/sim_batch_policy.py`` prints
+at all; where rows are cheap (a GPU's batch), drafting goes on.
+
+Start-up seeds of every total up to ``slots * (n_max + 1)`` (llama-server's warm-up at ``--parallel``): a
+batch's cost is not monotonic in its rows, so a total cannot be guessed from the ones below it. A CPU's
+repacked Q4_0 kernels multiply rows in fours and each row left over as a pass of its own (E2B, 4 users:
+4 rows 101 ms, 5 131, 7 224; E4B: 9 rows 519, 12 463, 16 414). Priced from the dear totals first reached
+(5-7 rows), E2B's 4 users never tried 8 rows or 16, drafted 42-45 tokens a slot where fixed n-max 3
+drafted 141, and ran at 0.86x its speed. ``scripts/sim_batch_policy.py`` prints
 what the choice gives against speculation off and each fixed length at 1, 2 and 4 slots.
 
 Pure and deterministic, as the policy: the C++ twin (``common/draft-policy.h``, patch 39) makes the same
@@ -54,6 +61,7 @@ class BatchCost:
     window: int = 3  # a total costs the lowest of its last this many timings (a spike upward passes)
     max_age: int = 128  # in batch passes: an older timing is forgotten
     samples: dict[int, list[float]] = field(default_factory=dict)  # total rows -> its last timings
+    seeds: dict[int, float] = field(default_factory=dict)  # total rows -> its start-up timing (position 0)
     timed_at: dict[int, int] = field(default_factory=dict)  # total rows -> the batch pass count when timed
     passes: int = 0
 
@@ -69,6 +77,21 @@ class BatchCost:
     def cost(self, total: int) -> float | None:
         return min(self.samples[total]) if self.timed(total) else None
 
+    def seed(self, total: int, seconds: float) -> None:
+        if total >= 1 and seconds > 0:
+            self.seeds[total] = seconds
+
+    def seeded(self, total: int) -> float | None:
+        """``total``'s start-up timing times what the nearest total timed in batches (below first, then
+        above) costs over its own start-up timing: the curve's shape from start-up, its level from the
+        batches (other slots' contexts make every row dearer); as seeded where none is. None: not seeded."""
+        if total not in self.seeds:
+            return None
+        top = max(self.seeds)
+        near = (t for t in [*range(total - 1, 0, -1), *range(total + 1, top + 1)] if t in self.seeds)
+        ref = next((t for t in near if self.timed(t)), 0)
+        return self.seeds[total] * (min(self.samples[ref]) / self.seeds[ref] if ref else 1.0)
+
 
 @dataclass
 class BatchPolicy(DraftPolicy):
@@ -83,8 +106,10 @@ class BatchPolicy(DraftPolicy):
         self.batch.window, self.batch.max_age = self.settings.cost_window, self.settings.cost_max_age
 
     def timed_total(self, total: int) -> float | None:
-        """A pass of ``total`` rows in all as timed: in batches, else alone, else None."""
+        """A pass of ``total`` rows in all as timed: in batches, else seeded for batches, else alone, else None."""
         c = self.batch.cost(total)
+        if c is None:
+            c = self.batch.seeded(total)
         if c is None and self.timed(total):
             c = self.pass_cost[total]
         return c
@@ -161,6 +186,10 @@ class BatchPolicy(DraftPolicy):
     def pays(self, k: int, j: int, best: float, others_tokens: float, others_drafts: int, after: int) -> bool:
         r = self.batch_trusting_rate(k, j, self.others_rows, others_tokens, others_drafts, after)
         return r is not None and r > best * (1.0 + TIE_MARGIN)
+
+    def seed_batch(self, total: int, seconds: float) -> None:
+        """A pass of ``total`` rows timed at start-up for batches of slots (see the module's docstring)."""
+        self.batch.seed(total, seconds)
 
     def observe_pass(self, rows: int, seconds: float, total: int = 0) -> None:
         """This slot's ``rows`` rows were in a pass of ``total`` rows (0: its own alone) that took ``seconds``."""
