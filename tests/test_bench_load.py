@@ -137,6 +137,8 @@ def test_stops_paying_names_the_fewest_users_at_which_no_drafting_arm_beats_off(
     assert "| mixed | greedy | 2 | off | 5.00 | 1.00x | 1.00 | 1.50 | - | - | 4 | 0 |" in lines
     assert lines[-1].startswith("- mixed, greedy: the drafter stops paying at 4 users; ")
     assert lines[-2].startswith("- hidden, greedy: the drafter pays up to 2 users (all measured); ")
+    alone = table([row("mixed", "adaptive", 4, 4, 21.43, True)]).splitlines()  # an arm traced on its own
+    assert alone[-1] == "- mixed, greedy: no user count has both speculation off and a drafting arm"
 
 
 def test_the_rule_names_requests_that_fell_back_to_exact_match():

@@ -363,7 +363,10 @@ def table(results: Sequence[dict]) -> str:
                f"{u['adaptive_vs_better']:.2f}x the better of off and fixed)")
             for u in g["users"]
         )  # fmt: skip
-        top = max((u["users"] for u in g["users"]), default=0)
+        if not g["users"]:
+            lines.append(f"- {g['kind']}, {g['sampler']}: no user count has both speculation off and a drafting arm")
+            continue
+        top = max(u["users"] for u in g["users"])
         users = lambda n: f"{n} user{'s' if n > 1 else ''}"  # noqa: E731
         where = (
             f"stops paying at {users(g['stops_at'])}" if g["stops_at"] else f"pays up to {users(top)} (all measured)"
