@@ -7,7 +7,8 @@ slot's 1-5 rows, and at 2 and 4 slots every batch total up to 5 rows a slot, pat
 the slot's own seeds only, as before 39s).
 
 Curves (seconds per pass of t rows in all): ``e2b-t2``, E2B's target on 2 CPU cores of this machine
-(llama-bench -p t -n 0 -t 2, 2026-12-03), the repacked Q4_0 kernels' steps every 4 rows included; ``card``,
+(llama-bench -p t -n 0 -t 2, 2026-12-03), the repacked Q4_0 kernels' steps every 4 rows included; ``e2b-zen5``, the same target as llama-server's
+warm-up timed it at ``--parallel 4`` on a 2-core Zen 5 (2026-12-04); ``card``,
 a pass that grows 30 ms a row over 40 ms; ``rows-are-passes``, t rows cost t passes (no draft can pay).
 Each pass costs its curve's time, up to 5% more at random, plus the longest draft's drafter steps. The
 drafters are right at each depth with a fixed chance (``KINDS``). Each figure is the mean of ``--seeds`` runs
@@ -26,8 +27,14 @@ from gguf_exact.engines.shared.draft_policy import PolicySettings  # noqa: E402
 
 E2B_T2_MS = {1: 62, 2: 97, 3: 121, 4: 129, 5: 161, 6: 190, 7: 223, 8: 197, 9: 276, 10: 306, 11: 315, 12: 284}
 E2B_T2_MS |= {13: 337, 14: 349, 15: 378, 16: 308, 17: 362, 18: 367, 19: 401, 20: 393}
+# the same target timed by llama-server's own warm-up at --parallel 4 on a 2-core Zen 5 (patch 39s's
+# batch seeds, position 0, 2026-12-04): the tiles of four rows at every total
+E2B_ZEN5_MS = {1: 38.0, 2: 67.3, 3: 88.9, 4: 75.1, 5: 97.9, 6: 121.0, 7: 147.6, 8: 127.8, 9: 149.7, 10: 186.2}
+E2B_ZEN5_MS |= {11: 191.8, 12: 163.6, 13: 195.1, 14: 221.8, 15: 236.1, 16: 199.2, 17: 223.6, 18: 246.6, 19: 274.3}
+E2B_ZEN5_MS |= {20: 244.3}
 CURVES = {
     "e2b-t2": {t: ms / 1e3 for t, ms in E2B_T2_MS.items()},
+    "e2b-zen5": {t: ms / 1e3 for t, ms in E2B_ZEN5_MS.items()},
     "card": {t: 0.040 + 0.030 * t for t in range(1, 21)},
     "rows-are-passes": {t: 0.1 * t for t in range(1, 21)},
 }
