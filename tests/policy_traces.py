@@ -190,8 +190,8 @@ def read_trace(path) -> list[tuple[PolicySettings, list[tuple], list[int]]]:
             events.append(("choose", int(w[1]), None, *batch))
         elif w[0] in ("pass", "steps", "seed", "batch-seed"):  # a pass's total rows where written
             events.append((w[0], int(w[1]), float(w[2]), *((int(w[3]),) if len(w) > 3 else ())))
-        elif w[0] == "result":
-            events.append(("result", int(w[1]), int(w[2])))
+        elif w[0] == "result":  # each verified draft's chance of being kept where written (rejection sampling)
+            events.append(("result", int(w[1]), int(w[2]), *(float(c) for c in w[3:])))
         elif w[0] == "class":
             events.append(("class", w[1]))
         else:
@@ -217,7 +217,7 @@ def replay_python(settings: PolicySettings, events: list[tuple]) -> list[int]:
         elif e[0] == "class":
             policy.set_class(e[1])
         else:
-            policy.observe_result(e[1], e[2])
+            policy.observe_result(e[1], e[2], e[3:])
     return ks
 
 
@@ -287,6 +287,7 @@ def batched(
     limit: int = 99,
     seeds: dict[int, float] | None = None,
     batch_seeds: dict[int, float] | None = None,
+    chances: bool = False,
 ) -> tuple[list[list[int]], list[list[tuple]], list[BatchPolicy], list[int]]:
     """Drive one :class:`BatchPolicy` per slot as llama-server's update loop does at ``--parallel``: each
     ``(passes, n)`` phase has slots 0..n-1 generating; before a pass each slot chooses in slot order
@@ -294,7 +295,8 @@ def batched(
     1 row, 1 token for each one after it (and how many: ``after``, expected to choose alike); the pass costs ``cost`` of its total rows, each slot told the whole pass's
     seconds and total (alone: the one-user calls); the drafter call as many steps as the longest draft.
     ``seeds``: every slot's costs timed at start-up, given first; ``batch_seeds``: the totals timed at
-    start-up for batches, given next. Returns each slot's k per pass it
+    start-up for batches, given next; ``chances``: each verified draft's chance of being kept is told too
+    (rejection sampling's sum min(p, q)), its depth's rate. Returns each slot's k per pass it
     generated in and its events, the policies and each pass's rows."""
     streams = [[Stream(s.rate, s.then, s.after) for s in slot] for slot in streams]
     policies = [BatchPolicy(PolicySettings(n_max=n_max)) for _ in streams]
@@ -331,8 +333,9 @@ def batched(
                 policies[s].observe_pass(k + 1, seconds, rows)
                 events[s].append(("pass", k + 1, seconds, rows))
                 if k:
-                    policies[s].observe_result(k, accepted)
-                    events[s].append(("result", k, accepted))
+                    told = tuple(streams[s][j].rate for j in range(min(accepted + 1, k))) if chances else ()
+                    policies[s].observe_result(k, accepted, told)
+                    events[s].append(("result", k, accepted, *told))
             i += 1
     return ks, events, policies, totals
 
@@ -349,3 +352,25 @@ def drift(factor: float | None, events: list[tuple] | None = None, passes: int =
     """The DRIFT run on E2B_T2 (``factor`` None: the machine steady)."""
     slow = {i: factor for i in range(150, passes)} if factor else None
     return simulate(E2B_T2, E2B_T2_STEP, list(MIXED_LIKE), passes, events=events, slow=slow, switch=E2B_T2_SWITCH)
+
+
+def told_chances(events: list[tuple]) -> tuple[int, list[float]]:
+    """The drafts kept and the chances told in a trace's result events that carry chances (rejection
+    sampling, patch 38e), checked to be one per verified draft (the kept ones, and the first rejected),
+    each in [0, 1]."""
+    kept, chances = 0, []
+    for e in events:
+        if e[0] != "result" or len(e) == 3:
+            continue
+        drafted, accepted, told = e[1], e[2], e[3:]
+        assert len(told) == min(accepted + 1, drafted) and all(0.0 <= c <= 1.0 + 1e-9 for c in told), e
+        kept, chances = kept + min(accepted, len(told)), chances + list(told)
+    return kept, chances
+
+
+def within_four_sigma(kept: int, chances: list[float]) -> bool:
+    """Whether ``kept`` drafts of those the chances were told for is within 4 standard deviations of
+    the chances' sum: each verified draft is kept with its chance, so a wrong chance (the exact-match
+    p(x) alone, a sum of max(p, q)...) is far outside."""
+    mean, var = sum(chances), sum(c * (1 - c) for c in chances)
+    return abs(kept - mean) < 4 * math.sqrt(var) if var > 0 else kept == round(mean)

@@ -236,3 +236,5 @@ def test_each_request_names_its_acceptance_class_to_the_policy(pairs, tmp_path, 
         else:  # at most 4 tokens a pass at n-max 3: the trace holds a choice for every pass of the 4 requests
             # (how many passes the policy's timings lead to varies with the machine's load: 50 to over 60 seen)
             assert len(chosen) >= 4 * 24 // 4
+
+

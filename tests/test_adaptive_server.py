@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 from _llama_server import TEST_SETTINGS, free_port, get_json, post_json, server_binary
-from policy_traces import read_trace, replay_python
+from policy_traces import read_trace, replay_python, told_chances, within_four_sigma
 from test_draft_policy_cpp import driver, patched_tree  # noqa: F401  (fixtures: the C++ twin's replay driver)
 
 from gguf_exact.engines.launch import plan_launch, start_server
@@ -19,6 +19,7 @@ from gguf_exact.engines.shared.settings import ServeSettings
 from gguf_exact.engines.shared.stats import parse_metrics
 from gguf_exact.engines.shared.status import stop_server
 from gguf_exact.tiny.pairs import write_runner_pairs
+from gguf_exact.tiny.sampled_pair import write_tiny_pair
 
 pytestmark = [pytest.mark.llama_server]
 
@@ -163,3 +164,33 @@ def test_the_warmup_seeds_every_slots_policy_at_start_up(pairs, tmp_path, monkey
                 assert slots[slot]["draft_policy"]["pass_seconds"] == pytest.approx(seconds, rel=1e-6)
             else:
                 assert events == [] and slots[slot]["draft_policy"]["pass_seconds"] == {}
+
+
+def test_rejection_sampling_tells_the_policy_each_drafts_chance_of_being_kept(tmp_path, monkeypatch, driver):  # noqa: F811
+    # patch 38e: common_sampler_sample_and_accept_rs returns each verified draft's sum min(p, q), the policy
+    # counts it in place of the 0 or 1, and the trace writes it after the result; on the tiny `sampled` pair
+    # at Gemma's setting the drafts kept agree with those chances (the Python engine's twin test: exact
+    # match's p(x) in their place is 8-10 standard deviations off), and both twins replay the trace
+    target, drafter = write_tiny_pair(tmp_path / "sampled")
+    monkeypatch.setenv("LLAMA_SPEC_DRAFT_TRACE", str(tmp_path / "policy"))
+    sets = (*TEST_SETTINGS, "spec-draft-n-max=3", "spec-draft-adaptive=false", "spec-rejection-sampling=true")
+    launch = served(target, drafter, sets, tmp_path, monkeypatch, "chances")
+    gemma = {"temperature": 1.0, "top_k": 64, "top_p": 0.95, "min_p": 0.0, "seed": 7, "n_predict": 48}
+    try:
+        for prompt in PROMPTS:
+            post_json(launch.url + "/completion", {"prompt": prompt, "cache_prompt": False, "ignore_eos": True} | gemma)
+        post_json(launch.url + "/completion", {"prompt": PROMPTS[0], "n_predict": 16, "temperature": 0})
+    finally:
+        stop_server(launch.port)
+    [(settings, events, chosen)] = read_trace(tmp_path / "policy.0")
+    kept, chances = told_chances(events)
+    greedy_from = events.index(("class", "greedy"))
+    assert ("class", "sampled-rejection") in events[:greedy_from]
+    assert all(len(e) > 3 for e in events[:greedy_from] if e[0] == "result")  # every sampled pass told its chances
+    assert all(len(e) == 3 for e in events[greedy_from:] if e[0] == "result")
+    print(f"kept {kept} of {len(chances)} verified; their chances sum to {sum(chances):.1f}")
+    assert len(chances) >= 80 and within_four_sigma(kept, chances), (kept, sum(chances))
+    assert replay_python(settings, events) == chosen
+    with open(tmp_path / "policy.0") as f:
+        out = subprocess.run([str(driver)], stdin=f, capture_output=True, text=True, check=True)
+    assert [int(x) for x in out.stdout.split()] == chosen

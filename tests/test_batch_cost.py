@@ -3,6 +3,8 @@ the one-user policy's choices; beside other slots' rows it prices a pass by all 
 
 from __future__ import annotations
 
+import math
+
 import pytest
 from policy_traces import (
     CURVES,
@@ -229,3 +231,40 @@ def test_on_a_tiled_batch_curve_seeded_totals_find_the_batch_of_twenty(batch_see
         assert totals[:3] == [12, 16, 20] and set(totals[2:]) == {20} and speed == pytest.approx(0.998, abs=5e-4)
     else:
         assert totals[:5] == [7, 9, 11, 13, 15] and set(totals[-40:]) == {17} and speed == pytest.approx(0.727, abs=5e-4)
+
+
+# A drafter as `sampled`'s at E2B (right 0.835, 0.80, 0.79, 0.79 by depth; each depth's answers spread
+# evenly, so the first draft is rejected) beside 3 other slots on the tiled curve, costs seeded at start-up
+SAMPLED_LIKE = (0.835, 0.80, 0.79, 0.79)
+
+
+@pytest.mark.parametrize("chances", [False, True])
+def test_counting_each_drafts_chance_of_being_kept_learns_the_deeper_depths_beside_others(chances):
+    # Told 0 or 1 per draft, the first rejection prices drafting out: 15 passes at 0 drafts, then one
+    # probe's depth at a time (0.861x the best fixed length over 64 passes). Told each verified draft's
+    # chance of being kept (rejection sampling's sum min(p, q), its depth's rate here: the same mean), the
+    # estimates are right after a pass or two and the slots draft from the second pass on (0.950x).
+    ks, events, policies, totals = batched(
+        TILED_LOAD, 0.0017, [[Stream(r) for r in SAMPLED_LIKE]] * 4, [(64, 4)],
+        seeds={r: TILED_SEEDS[r] for r in range(1, 6)}, batch_seeds=TILED_SEEDS, chances=chances,
+    )  # fmt: skip
+    fixed = []
+    for k in range(5):  # every slot drafting k, each depth right at its rate
+        kept = sum(math.prod(SAMPLED_LIKE[:j]) for j in range(1, k + 1))
+        fixed.append(4 * (1 + kept) / (TILED_LOAD[4 * (k + 1)] + k * 0.0017))
+    assert max(fixed) == fixed[3]
+    speed = batch_speed(TILED_LOAD, 0.0017, events, ks, totals) / max(fixed)
+    drafted = [sum(k) for k in ks]
+    told = [e[3:] for e in events[0] if e[0] == "result"]
+    if chances:
+        assert ks[0][:3] == [2, 1, 1] and drafted == [114, 114, 116, 116]
+        assert told[0] == (0.835,) and told[-1] == (0.835, 0.80, 0.79)[: len(told[-1])]
+        assert speed == pytest.approx(0.950, abs=5e-4)
+        # 0.835 itself, pulled toward the prior (0.5, weighing 1 draft) by the 19.5 decayed drafts counted
+        tried = policies[0].tried[0]
+        assert policies[0].acceptance(1) == pytest.approx((0.835 * tried + 0.5) / (tried + 1), abs=1e-12)
+        assert tried == pytest.approx(19.5, abs=0.5)
+    else:
+        assert ks[0][:17] == [2] + [0] * 15 + [1] and drafted == [69, 72, 72, 71]
+        assert set(told) == {()}
+        assert speed == pytest.approx(0.861, abs=5e-4)

@@ -60,7 +60,7 @@ def patched_tree(tmp_path_factory) -> Path:
             capture_output=True,
         )
     assert all(p not in source_patches.patches_for("cpu", bindings=True) for p in ADAPTIVE)
-    assert [p.id for p in ADAPTIVE] == ["23a", "23b", "23c", "23d", "23e", "23f", "23g"] and SERIES[-1].id == "39s"
+    assert [p.id for p in ADAPTIVE] == ["23a", "23b", "23c", "23d", "23e", "23f", "23g"] and SERIES[-1].id == "38e"
     return root
 
 
@@ -99,8 +99,8 @@ def replay(exe: Path, settings: PolicySettings, events: list[tuple]) -> list[int
             lines.append(f"{e[0]} {e[1]} {e[2]!r}" + (f" {e[3]}" if len(e) > 3 else ""))
         elif e[0] == "class":
             lines.append(f"class {e[1]}")
-        else:
-            lines.append(f"result {e[1]} {e[2]}")
+        else:  # ("result", drafted, accepted[, the chance of each verified draft])
+            lines.append(f"result {e[1]} {e[2]}" + "".join(f" {c!r}" for c in e[3:]))
     out = subprocess.run([str(exe)], input="\n".join(lines) + "\n", capture_output=True, text=True, check=True)
     return [int(x) for x in out.stdout.split()]
 
@@ -423,6 +423,25 @@ def test_cpp_and_python_choose_alike_in_a_batch_of_slots(driver, case):
     end = start + phases[four][0] - 1  # the 4-slot phase's last pass, in each slot's own count
     assert [ks[s][end - (start if s else 0)] for s in range(4)] == last
     assert sum(last) + 4 == totals[end] and policies[3].batch_rows == totals[end]
+
+
+def test_cpp_and_python_count_each_drafts_chance_of_being_kept_alike(driver):
+    # patch 38e: a result line carries each verified draft's chance of being kept (rejection sampling's
+    # sum min(p, q)), counted in place of its 0 or 1; 4 slots of a sampled-like drafter and one alone
+    rates = (0.835, 0.80, 0.79, 0.79)
+    seeds = {r: TILED_SEEDS[r] for r in range(1, 6)}
+    ks, events, _, _ = batched(
+        TILED_LOAD, 0.0017, [[Stream(r) for r in rates]] * 4, [(40, 4), (30, 1)], seeds=seeds,
+        batch_seeds=TILED_SEEDS, chances=True,
+    )  # fmt: skip
+    for slot, slot_events in enumerate(events):
+        told = [e for e in slot_events if e[0] == "result"]
+        assert told and all(len(e) == 3 + min(e[2] + 1, e[1]) for e in told)  # one chance a verified draft
+        python = replay_python(PolicySettings(n_max=4), slot_events)
+        assert replay(driver, PolicySettings(n_max=4), slot_events) == python == ks[slot]
+    # the same events told 0 or 1 choose otherwise: the chances are what the twins read
+    plain = [e[:3] if e[0] == "result" else e for e in events[0]]
+    assert replay(driver, PolicySettings(n_max=4), plain) == replay_python(PolicySettings(n_max=4), plain) != ks[0]
 
 
 @pytest.mark.parametrize("batch_seeds", [TILED_SEEDS, None])

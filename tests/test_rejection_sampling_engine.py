@@ -20,11 +20,14 @@ import llama_cpp
 import numpy as np
 import pytest
 from goodness_of_fit import chi2_threshold, g_test
+from policy_traces import read_trace, replay_python, told_chances, within_four_sigma
 
+from gguf_exact.bench.prompt_set import load_prompts
 from gguf_exact.engines.python import rejection
 from gguf_exact.engines.python.chain_distribution import ChainDistribution
 from gguf_exact.engines.python.engine import MtpLlama
 from gguf_exact.engines.python.request import CURRENT_REQUEST, CheckedRequest
+from gguf_exact.engines.python.runner import Runner, Sampling
 from gguf_exact.engines.shared.speculative_sampling import verify_row
 from gguf_exact.tiny.hidden_pair import write_hidden_state_pair
 from gguf_exact.tiny.sampled_pair import write_tiny_pair
@@ -220,7 +223,7 @@ def test_a_logit_bias_is_mirrored(engines, alone, expected, caplog, monkeypatch)
     assert df >= 15 and g < chi2_threshold(df), (g, df, chi2_threshold(df))
     assert g0 > chi2_threshold(df0), (g0, df0)
     # broken: the verified rows' p without the bias (the rows the rule does not verify keep it): fails
-    unbiased_p = lambda self, logits, token, q: verify_row(self.chain.support(logits), q, token, self.rng)  # noqa: E731
+    unbiased_p = lambda self, logits, token, q: verify_row(self.chain.support(logits), q, token, self.rng)[0]  # noqa: E731
     monkeypatch.setattr(rejection.RejectionSampling, "verify", unbiased_p)
     broken = sample(llm, {**sampler, "logits_processor": llama_cpp.LogitsProcessorList([bias])}, 3, N_SAMPLES // 4)
     g1, df1 = fit(broken, biased)
@@ -346,3 +349,30 @@ def test_both_engines_apply_it(pairs, tmp_path, monkeypatch):
     python = plan_launch(ServeSettings(*pair, "cpu", sets, port=9, engine="python"), check_port=False)
     assert python.settings.engine_options is not None and python.settings.engine_options.rejection_sampling
     assert python.settings.ignored_keys == ()
+
+
+GEMMA = Sampling(temperature=1.0, top_k=64, top_p=0.95, min_p=0.0, repeat_penalty=1.0, seed=7)  # Google's setting
+
+
+def test_rejection_sampling_tells_the_policy_each_drafts_chance_of_being_kept(pairs, tmp_path, monkeypatch):
+    # patch 38e's twin: a row verified by rejection sampling tells the policy its chance of keeping a draft
+    # from q, sum min(p, q), one a verified draft (the trace writes them after the result), on the tiny
+    # `sampled` pair at Gemma's setting. The drafts kept agree with those chances: the sum of p(x) of the
+    # drafts (exact match's chance, a wrong one here) put 8-10 standard deviations off in 6 seeds of 6. The
+    # twin replays the trace to the engine's own choices; a greedy request tells none.
+    monkeypatch.setenv("LLAMA_SPEC_DRAFT_TRACE", str(tmp_path / "policy"))
+    target, drafter = pairs["near"]
+    with Runner(target, drafter, n_ctx=512) as r:
+        r.llm.rejection_sampling = True
+        for text in list(load_prompts().values())[:4]:
+            r.generate(text, 48, 3, sampling=GEMMA, adaptive=False)
+        r.generate(list(load_prompts().values())[0], 24, 3, sampling=Sampling(), adaptive=False)
+    settings, events, chosen = read_trace(tmp_path / "policy.0")[-1]
+    kept, chances = told_chances(events)
+    greedy_from = events.index(("class", "greedy"))
+    sampled = [e for e in events[:greedy_from] if e[0] == "result"]
+    assert len(chances) >= 100 and all(len(e) > 3 for e in sampled)  # every sampled pass told its chances
+    assert all(len(e) == 3 for e in events[greedy_from:] if e[0] == "result")
+    print(f"kept {kept} of {len(chances)} verified; their chances sum to {sum(chances):.1f}")
+    assert within_four_sigma(kept, chances), (kept, sum(chances))
+    assert replay_python(settings, events) == chosen

@@ -348,7 +348,7 @@ def test_support_verifies_as_the_dense_rows_do_seed_for_seed():
     # p and q as survivors only: every row's token, kept or drawn from the residual, is the dense
     # rule's for the same seed (the same float64 values, cumulated in token order)
     rng = np.random.default_rng(38)
-    vocab, rejected = 3000, 0
+    vocab, rejected, chances = 3000, 0, []
     for case in range(400):
         p = truncated_row(rng, vocab, 64)
         # a drafter near its target: p's candidates reweighted, 8 of them swapped for others
@@ -358,9 +358,17 @@ def test_support_verifies_as_the_dense_rows_do_seed_for_seed():
         q = q / q.sum()
         token = draw_token(q, rng)
         dense = dense_verify_row(p, q, token, np.random.default_rng(case))
-        assert verify_row(as_support(p), as_support(q), token, np.random.default_rng(case)) == dense, case
+        kept, chance = verify_row(as_support(p), as_support(q), token, np.random.default_rng(case))
+        assert kept == dense, case
+        # the chance it reports is the dense rows' sum min(p, q), to the last bits of a float64 sum
+        assert chance == pytest.approx(float(acceptance_rate(p, q)), rel=1e-12, abs=0.0), case
         rejected += dense != token
+        chances.append(chance)
     assert 100 <= rejected <= 300, rejected  # the residual drawn from in many rows, not a few
+    # the chances mean what the rows came to: 400 - rejected keeps within 4 standard deviations of
+    # their sum (the exact-match chance p(x) alone, or a sum of max(p, q), is far outside)
+    c = np.array(chances)
+    assert abs((400 - rejected) - c.sum()) < 4 * math.sqrt((c * (1 - c)).sum()), (rejected, c.sum())
 
 
 def test_support_holds_the_nonzero_entries_in_token_order():

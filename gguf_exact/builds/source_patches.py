@@ -69,8 +69,8 @@ class SourcePatch:
 # report, the per-request fields, the start-up timing, the trace writer. 38 (speculative
 # sampling, --spec-rejection-sampling) is llama-server's only too: common/ and tools/server; 39 (the
 # draft policy knows the batch other slots share), 38p (it prices row counts at the machine's speed
-# now), 38s (it explores depth 1 at start; seeds are one snapshot) and 39s (the batch curve seeded at
-# start-up) too.
+# now), 38s (it explores depth 1 at start; seeds are one snapshot), 39s (the batch curve seeded at
+# start-up) and 38e (it counts rejection sampling's chance of keeping each draft) too.
 PATCHES: tuple[SourcePatch, ...] = (
     SourcePatch("24", "0001-24-ordered-embedding-head.patch"),
     SourcePatch("27572", "0002-27572-sync-before-set-inputs.patch", gpu_only=True),
@@ -89,6 +89,7 @@ PATCHES: tuple[SourcePatch, ...] = (
     SourcePatch("38p", "0015-38p-draft-policy-speed-now.patch", server_only=True),
     SourcePatch("38s", "0016-38s-draft-policy-start-up-exploration.patch", server_only=True),
     SourcePatch("39s", "0017-39s-batch-curve-seeds.patch", server_only=True),
+    SourcePatch("38e", "0018-38e-draft-policy-counts-keep-chances.patch", server_only=True),
 )
 
 

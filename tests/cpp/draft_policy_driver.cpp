@@ -3,7 +3,7 @@
 // Input lines: "settings N_MAX PRIOR PRIOR_WEIGHT DECAY COST_WEIGHT PROBE PROBE_MAX COST_MAX_AGE SWITCH_MARGIN COST_WINDOW
 // RETIME_MARGIN BURST_RATIO OUTLIER_RATIO RECHECK_INTERVAL [EXPLORE_WEIGHT EXPLORE_ERRORS]" first (the bracketed
 // ones: the header's defaults when absent, as in traces llama-server writes), then
-// "choose LIMIT [OTHERS_ROWS OTHERS_TOKENS OTHERS_DRAFTS [AFTER]]", "pass ROWS SECONDS [TOTAL_ROWS]", "steps N SECONDS", "seed ROWS SECONDS", "batch-seed TOTAL SECONDS", "result DRAFTED ACCEPTED", "class NAME"
+// "choose LIMIT [OTHERS_ROWS OTHERS_TOKENS OTHERS_DRAFTS [AFTER]]", "pass ROWS SECONDS [TOTAL_ROWS]", "steps N SECONDS", "seed ROWS SECONDS", "batch-seed TOTAL SECONDS", "result DRAFTED ACCEPTED [CHANCE...]", "class NAME"
 // (the acceptance class of the requests from there on: greedy, sampled-exact, sampled-rejection); a line starting
 // with "#" is a comment (llama-server's LLAMA_SPEC_DRAFT_TRACE writes this format, with comments). The bracketed
 // fields (the batch other slots share, issue 39) are 0 when absent, as in traces written before them.
@@ -84,10 +84,17 @@ int main() {
                 return 2;
             }
             policy.set_class((common_draft_class) (at - common_draft_class_names));
-        } else if (what == "result") {
+        } else if (what == "result") { // each verified draft's chance of being kept where written
             int drafted, accepted;
+            std::string rest, chance;
             std::cin >> drafted >> accepted;
-            policy.observe_result(drafted, accepted);
+            std::getline(std::cin, rest);
+            std::istringstream more(rest);
+            std::vector<double> chances;
+            while (more >> chance) {
+                chances.push_back(std::strtod(chance.c_str(), nullptr));
+            }
+            policy.observe_result(drafted, accepted, chances);
         } else {
             std::fprintf(stderr, "unknown event %s\n", what.c_str());
             return 2;

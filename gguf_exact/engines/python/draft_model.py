@@ -67,7 +67,8 @@ class MtpDraftModel(LlamaDraftModel):
             return  # the first draft of a call follows the prompt, not a generation pass
         self.length.policy.observe_pass(llm.target_rows - seen[2], llm.target_seconds - seen[1])
         if call.pass_drafts[-1] > 0:
-            self.length.policy.observe_result(call.pass_drafts[-1], max(0, call.pass_emitted[-1] - 1))
+            chances = llm.rejection.chances if llm.rejection is not None else ()
+            self.length.policy.observe_result(call.pass_drafts[-1], max(0, call.pass_emitted[-1] - 1), chances)
 
     def __call__(self, input_ids: np.ndarray, /, **kwargs: Any) -> np.ndarray:
         llm = self.llm

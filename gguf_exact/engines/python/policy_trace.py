@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import IO
 
@@ -71,9 +72,9 @@ class TracedPolicy(BatchPolicy):
             self._write(f"class {name}\n")
         return changed
 
-    def observe_result(self, drafted: int, accepted: int) -> None:
-        self._write(f"result {drafted} {accepted}\n")
-        super().observe_result(drafted, accepted)
+    def observe_result(self, drafted: int, accepted: int, chances: Sequence[float] = ()) -> None:
+        self._write(f"result {drafted} {accepted}" + "".join(f" {c!r}" for c in chances) + "\n")
+        super().observe_result(drafted, accepted, chances)
 
 
 def new_policy(settings: PolicySettings) -> BatchPolicy:

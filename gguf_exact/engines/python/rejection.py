@@ -115,6 +115,7 @@ class RejectionSampling:
         # the request's seed, as llama.cpp's dist sampler takes it (its default: a random one)
         self.rng = np.random.default_rng(None if seed == llama_cpp.LLAMA_DEFAULT_SEED else seed)
         self.pending: dict[int, tuple[int, Support]] = {}
+        self.chances: list[float] = []  # sum min(p, q) of each draft the last draft's pass verified, in order
         self._next = 0
 
     @classmethod
@@ -143,6 +144,7 @@ class RejectionSampling:
     def start_draft(self, pos: int) -> None:
         """A draft after the token at ``pos`` begins: its tokens go to ``pos + 1``, ``pos + 2``..."""
         self.pending.clear()
+        self.chances = []
         self._next = pos + 1
 
     def draw_draft(self, logits: np.ndarray) -> int:
@@ -165,8 +167,11 @@ class RejectionSampling:
 
     def verify(self, logits: np.ndarray, token: int, q: Support) -> int:
         """The target's token for a row whose ``logits`` verify the draft ``token`` drawn from
-        ``q``: the draft with probability min(1, p/q), else one from max(0, p - q)."""
-        return verify_row(self.chain.support(self.biased(logits)), q, token, self.rng)
+        ``q``: the draft with probability min(1, p/q), else one from max(0, p - q). The row's chance
+        of keeping a draft goes to :attr:`chances` for the draft-length policy."""
+        kept, chance = verify_row(self.chain.support(self.biased(logits)), q, token, self.rng)
+        self.chances.append(chance)
+        return kept
 
     def biased(self, logits: np.ndarray) -> np.ndarray:
         """``logits`` as the request's chain sees them: its logit_bias added, as llama-cpp-python adds it."""

@@ -15,7 +15,8 @@ the policy picks ``argmax E(k) / T(k)`` for k in 0..min(n_max, limit). Its input
   non-monotonic curve (AVX-512's repacked Q4_0 kernels: 4 rows cheaper than 3) is found;
 - ``drafter_step``: one drafter decode, a running mean (0 until measured);
 - ``a_j``: decayed counts of drafts tried and accepted at depth j, around a prior, kept per acceptance class
-  (:mod:`.acceptance_class`: the rule and the request's sampler; :meth:`DraftPolicy.set_class`).
+  (:mod:`.acceptance_class`: the rule and the request's sampler; :meth:`DraftPolicy.set_class`). Rejection
+  sampling counts each verified draft's chance of being kept, sum min(p, q), not its 0 or 1.
 
 ``p_min``: a draft stops at a token whose drafter top probability (over its 10 best logits) is below it.
 
@@ -47,15 +48,15 @@ were the drafter always right one depth deeper; a failed probe doubles the inter
 a right one halves it. After ``recheck_interval`` passes priced out (no probe could pay) one draft re-times 2 rows
 and the drafter step, and doubles that interval. :attr:`DraftPolicy.reason` says why the last choice.
 
-Deterministic (no RNG, probes on a schedule) and written as plain arithmetic in one order, so llama.cpp's
-``--spec-draft-adaptive`` (the C++ twin, ``common/draft-policy.h`` in ``builds/patches/``) chooses the same k on
-the same recorded inputs (``tests/test_draft_policy_cpp.py``). ``scripts/sim_draft_policy.py`` simulates it.
-Pure: no I/O, no clock; callers time their passes and report them.
+Deterministic (no RNG, probes on a schedule), plain arithmetic in one order, so llama.cpp's ``--spec-draft-adaptive``
+(the C++ twin, ``common/draft-policy.h``) chooses the same k on the same recorded inputs (``test_draft_policy_cpp``);
+``scripts/sim_draft_policy.py`` simulates it. Pure: no I/O, no clock; callers time their passes and report them.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from gguf_exact.engines.shared.acceptance_class import ACCEPTANCE_CLASSES, GREEDY
@@ -201,9 +202,8 @@ class DraftPolicy:
         return best_k
 
     def trusting_rate(self, k: int, j: int, trust: float = 1.0) -> float | None:
-        """The rate of ``j`` > ``k`` drafts were the drafter always right at depth k + 1, the
-        other depths as estimated: the depths up to k are drafted every pass and deeper ones
-        were probed, so their estimates stand; only the next depth is taken on trust."""
+        """The rate of ``j`` > ``k`` drafts were the drafter always right at depth k + 1, the other depths as
+        estimated (those up to k are drafted every pass, deeper ones were probed: only the next is on trust)."""
         c, t = self.cost(j + 1), j * (self.step_cost or 0.0)
         return self.trusting_tokens(k, j, trust) / (t + c) if c is not None and t + c > 0 else None
 
@@ -216,11 +216,10 @@ class DraftPolicy:
         return e
 
     def probe_length(self, k: int, top: int) -> int:
-        """The shortest draft longer than ``k`` (up to ``top``) that could pay if the drafter
-        were always right at depth k + 1 (:meth:`trusting_rate`), or 0 when none could. (On a
-        machine where k + 2 rows cost k + 2 passes none can: no probe is paid; nor for an
-        always-right drafter one short of the bound where the longest pass costs more than its
-        draft brings.) A length further down counts too, so a cheap row count behind a dear one
+        """The shortest draft longer than ``k`` (up to ``top``) that could pay if the drafter were always right
+        at depth k + 1 (:meth:`trusting_rate`), or 0 when none could. (Where k + 2 rows cost k + 2 passes none
+        can: no probe is paid; nor for an always-right drafter one short of the bound where the longest pass
+        costs more than it brings.) A length further down counts too, so a cheap row count behind a dear one
         (AVX-512: 4 rows cheaper than 3) is probed, and timed, itself."""
         here = self.rate(k)
         if here is None:
@@ -232,11 +231,10 @@ class DraftPolicy:
         return 0
 
     def retime_rows(self, k: int, top: int) -> int:
-        """The row count of a length longer than ``k`` (up to ``top``) timed steadily only once,
-        at least ``probe_interval`` passes ago, whose :meth:`trusting_rate` is within
-        ``retime_margin`` of ``k``'s rate but not above it (a length that could pay is the
-        probes'), the highest-rated first; or 0. One dear timing would otherwise stand until
-        stale, however close that length is."""
+        """The row count of a length longer than ``k`` (up to ``top``) timed steadily only once, at least
+        ``probe_interval`` passes ago, whose :meth:`trusting_rate` is within ``retime_margin`` of ``k``'s rate
+        but not above it (a length that could pay is the probes'), the highest-rated first; or 0. One dear
+        timing would otherwise stand until stale, however close that length is."""
         here = self.rate(k)
         if here is None:
             return 0
@@ -417,14 +415,17 @@ class DraftPolicy:
         # a recheck's step replaces the mean: the old one may be what priced drafting out
         self.step_cost = each if old is None or self.rechecking else old + self.settings.cost_weight * (each - old)
 
-    def observe_result(self, drafted: int, accepted: int) -> None:
-        """The pass verified ``drafted`` drafts and kept the first ``accepted`` of them."""
+    def observe_result(self, drafted: int, accepted: int, chances: Sequence[float] = ()) -> None:
+        """The pass verified ``drafted`` drafts and kept the first ``accepted`` of them; ``chances``: the
+        chance the rule had of keeping each verified one (rejection sampling's sum min(p, q)), counted in
+        place of the 0 or 1 it came to: the same mean, a fraction of the noise (Rao-Blackwell)."""
         d = self.settings.decay
         self.all_right = drafted > 0 and accepted >= drafted
         self.climbing = self.climbing and (drafted <= 0 or self.all_right)
         for j in range(1, min(accepted + 1, drafted, self.settings.n_max) + 1):
+            kept = chances[j - 1] if j <= len(chances) else (1.0 if j <= accepted else 0.0)
             self.tried[j - 1] = self.tried[j - 1] * d + 1.0
-            self.accepted[j - 1] = self.accepted[j - 1] * d + (1.0 if j <= accepted else 0.0)
+            self.accepted[j - 1] = self.accepted[j - 1] * d + kept
         if self.probing:
             ok = drafted >= self.probing and accepted >= self.probing
             self.interval = (
