@@ -11,10 +11,15 @@ Curves (seconds per pass of t rows in all): ``e2b-t2``, E2B's target on 2 CPU co
 warm-up timed it at ``--parallel 4`` on a 2-core Zen 5 (2026-12-04); ``card``,
 a pass that grows 30 ms a row over 40 ms; ``rows-are-passes``, t rows cost t passes (no draft can pay).
 Each pass costs its curve's time, up to 5% more at random, plus the longest draft's drafter steps. The
-drafters are right at each depth with a fixed chance (``KINDS``). Each figure is the mean of ``--seeds`` runs
-(12). Not a test: it prints.
+drafters are right at each depth with a fixed chance (``KINDS``); the ``sampled`` one is verified by rejection
+sampling, so each verified draft also tells the policy its chance of being kept (patch 38e), drawn around its
+depth's rate with the spread ``CHANCE_SD`` (``--no-chances``: told 0 or 1 only, as before 38e). Each figure is
+the mean of ``--seeds`` runs (12). At 2 and 4 slots each total's first pass costs ``FIRST_PASS`` (1.8) times its
+curve's, as E2B's first passes after 4 prompts did (``--no-first-pass``: none); a first timing out of line with
+its seed is doubted once (patch 39d; ``--no-doubt``: kept, as before). Not a test: it prints.
 
-    .venv/bin/python scripts/sim_batch_policy.py [--seeds N] [--no-batch-seeds]
+    .venv/bin/python scripts/sim_batch_policy.py [--seeds N] [--no-batch-seeds] [--no-chances] [--no-first-pass]
+        [--no-doubt]
 """
 
 import random
@@ -44,12 +49,34 @@ KINDS |= {"mixed": [0.45] * 4}
 
 
 BATCH_SEEDS = "--no-batch-seeds" not in sys.argv
+CHANCES = "--no-chances" not in sys.argv
+# each total's first pass in batches costs this many times its curve's (E2B, 4 users on a Zen 5: the first
+# passes after the prompts took 1.7-2.1x their start-up timings; later ones 1.1-1.2x)
+FIRST_PASS = 1.0 if "--no-first-pass" in sys.argv else 1.8
+DOUBT = "--no-doubt" not in sys.argv
+TOLD = {"sampled"}  # the kinds whose drafts are verified by rejection sampling
+CHANCE_SD = 0.2  # the spread of sum min(p, q) over a depth's positions (a Beta around the depth's rate)
 
 
-def run(cost: dict[int, float], rates: list[float], slots: int, passes: int, fixed: int | None, seed: int) -> float:
-    """Tokens per second of ``slots`` slots over ``passes`` passes, each drafting ``fixed`` or adaptive."""
-    rng = random.Random(seed)
+def chance(rng: random.Random, rate: float) -> float:
+    """A position's sum min(p, q), its mean ``rate``: a Beta of spread CHANCE_SD (less where rate is near 0 or 1)."""
+    var = min(CHANCE_SD**2, 0.9 * rate * (1 - rate))
+    if var <= 0:
+        return rate
+    n = rate * (1 - rate) / var - 1
+    return rng.betavariate(rate * n, (1 - rate) * n)
+
+
+def run(
+    cost: dict[int, float], rates: list[float], slots: int, passes: int, fixed: int | None, seed: int, told: bool
+) -> float:
+    """Tokens per second of ``slots`` slots over ``passes`` passes, each drafting ``fixed`` or adaptive;
+    ``told``: each verified draft's chance of being kept is told (rejection sampling)."""
+    rng, chances = random.Random(seed), random.Random(seed + 1000)
     policies = [BatchPolicy(PolicySettings(n_max=4)) for _ in range(slots)]
+    seen: set[int] = set()
+    for policy in policies:
+        policy.batch.doubt_ratio = policy.batch.doubt_ratio if DOUBT else 0.0
     for policy in policies:
         for rows in range(1, 6):
             policy.seed(rows, cost[rows])
@@ -64,40 +91,50 @@ def run(cost: dict[int, float], rates: list[float], slots: int, passes: int, fix
             chosen.append(k)
             rows, expected = rows + k + 1, expected + policy.expected_tokens(k)
         steps = max(chosen)
-        t = cost[rows] * (1 + 0.05 * rng.random()) + steps * STEP
+        first = slots > 1 and rows not in seen
+        seen.add(rows)
+        t = cost[rows] * (1 + 0.05 * rng.random()) * (FIRST_PASS if first else 1.0) + steps * STEP
         for policy, k in zip(policies, chosen):
-            accepted = next((j for j in range(k) if rng.random() >= rates[j]), k)
+            # the chance a position had is drawn first and the draft kept with it: its mean is the depth's rate
+            c = [chance(chances, r) if told else r for r in rates[:k]]
+            accepted = next((j for j in range(k) if rng.random() >= c[j]), k)
             if k:
                 policy.observe_steps(steps, steps * STEP)
             policy.observe_pass(k + 1, t, rows)
             if k:
-                policy.observe_result(k, accepted)
+                policy.observe_result(k, accepted, c[: min(accepted + 1, k)] if told else ())
             tokens += 1 + accepted
         seconds += t
     return tokens / seconds
 
 
-def mean(cost: dict[int, float], rates: list[float], slots: int, passes: int, fixed: int | None, n: int) -> float:
-    return sum(run(cost, rates, slots, passes, fixed, seed) for seed in range(n)) / n
+def mean(
+    cost: dict[int, float], rates: list[float], slots: int, passes: int, fixed: int | None, n: int, told: bool
+) -> float:
+    return sum(run(cost, rates, slots, passes, fixed, seed, told) for seed in range(n)) / n
 
 
 def main() -> None:
     n = int(sys.argv[sys.argv.index("--seeds") + 1]) if "--seeds" in sys.argv else 12
+    shares: list[float] = []
     for name, cost in CURVES.items():
         shown = (1, 4, 8, 16, 20)
         print(f"{name}: " + ", ".join(f"{t} rows {c * 1e3:.0f} ms" for t, c in cost.items() if t in shown))
         for slots in (1, 2, 4):
             for passes in (64, 400):
                 for kind, rates in KINDS.items():
-                    arm = {k: mean(cost, rates, slots, passes, k, n) for k in (0, 1, 2, 3, 4, None)}
+                    told = CHANCES and kind in TOLD
+                    arm = {k: mean(cost, rates, slots, passes, k, n, told) for k in (0, 1, 2, 3, 4, None)}
                     off, adaptive = arm[0], arm[None]
                     fixed = {k: arm[k] for k in range(1, 5)}
                     best = max(fixed, key=lambda k: fixed[k])
+                    shares.append(adaptive / max(off, fixed[best]))
                     print(
                         f"  {slots} slots, {passes:>3} passes, {kind:<7} adaptive {adaptive / off:.3f}x off,"
                         f" {adaptive / max(off, fixed[best]):.3f}x the better of off and the best fixed"
                         f" (n-max {best}: {fixed[best] / off:.3f}x off)"
                     )
+    print(f"the better of off and the best fixed: mean share {sum(shares) / len(shares):.4f}, worst {min(shares):.3f}")
 
 
 if __name__ == "__main__":

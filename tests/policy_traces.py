@@ -288,6 +288,8 @@ def batched(
     seeds: dict[int, float] | None = None,
     batch_seeds: dict[int, float] | None = None,
     chances: bool = False,
+    first_pass: float = 1.0,
+    doubt_ratio: float | None = None,
 ) -> tuple[list[list[int]], list[list[tuple]], list[BatchPolicy], list[int]]:
     """Drive one :class:`BatchPolicy` per slot as llama-server's update loop does at ``--parallel``: each
     ``(passes, n)`` phase has slots 0..n-1 generating; before a pass each slot chooses in slot order
@@ -296,10 +298,14 @@ def batched(
     seconds and total (alone: the one-user calls); the drafter call as many steps as the longest draft.
     ``seeds``: every slot's costs timed at start-up, given first; ``batch_seeds``: the totals timed at
     start-up for batches, given next; ``chances``: each verified draft's chance of being kept is told too
-    (rejection sampling's sum min(p, q)), its depth's rate. Returns each slot's k per pass it
+    (rejection sampling's sum min(p, q)), its depth's rate; ``first_pass``: each total's first pass costs this
+    many times its ``cost`` (E2B's first passes after 4 prompts: 1.7-2.1x); ``doubt_ratio``: the policies'
+    :attr:`BatchCost.doubt_ratio` (0: every first timing kept). Returns each slot's k per pass it
     generated in and its events, the policies and each pass's rows."""
     streams = [[Stream(s.rate, s.then, s.after) for s in slot] for slot in streams]
     policies = [BatchPolicy(PolicySettings(n_max=n_max)) for _ in streams]
+    for policy in policies if doubt_ratio is not None else ():
+        policy.batch.doubt_ratio = doubt_ratio
     ks: list[list[int]] = [[] for _ in streams]
     events: list[list[tuple]] = [[] for _ in streams]
     for policy, slot_events in zip(policies, events):
@@ -321,7 +327,7 @@ def batched(
                 chosen.append(k)
                 rows, tokens = rows + k + 1, tokens + policies[s].expected_tokens(k)
             steps = max(chosen)
-            seconds = cost[rows]
+            seconds = cost[rows] * (first_pass if rows not in totals else 1.0)
             totals.append(rows)
             for s, k in enumerate(chosen):
                 accepted = 0

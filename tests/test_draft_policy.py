@@ -545,3 +545,23 @@ def test_one_slow_timing_of_one_row_is_no_speed_to_price_others_by() -> None:
     for _ in range(3):
         policy.observe_pass(1, 0.15)
     assert policy.pass_cost[1] == 0.15 and policy.cost(2) == pytest.approx(0.315)
+
+
+def test_a_drafter_step_dearer_than_a_whole_target_pass_is_doubted_once():
+    # patch 39d: llama-server's first drafter call is cold (E2B at 4 users: 48 ms a step, later 1.7; the
+    # target's 1-row pass 39 ms). Kept, it priced every probe out beside other slots. A step above the
+    # 1-row pass is forgotten once; a second in a row stands; one in line ends the doubt
+    policy = DraftPolicy(PolicySettings(n_max=4))
+    policy.observe_steps(1, 0.048)  # no 1-row cost known yet: nothing to doubt it by
+    assert policy.step_cost == 0.048
+    policy = DraftPolicy(PolicySettings(n_max=4))
+    for rows, seconds in {1: 0.039, 2: 0.071, 3: 0.093, 4: 0.077, 5: 0.102}.items():
+        policy.seed(rows, seconds)
+    policy.observe_steps(1, 0.048)
+    assert policy.step_cost is None and policy.step_doubted
+    policy.observe_steps(4, 4 * 0.0017)
+    assert policy.step_cost == pytest.approx(0.0017) and not policy.step_doubted
+    policy.observe_steps(1, 0.050)  # doubted, then a second in a row stands (0.2 of the way)
+    assert policy.step_cost == pytest.approx(0.0017)
+    policy.observe_steps(1, 0.050)
+    assert policy.step_cost == pytest.approx(0.0017 + 0.2 * (0.050 - 0.0017))

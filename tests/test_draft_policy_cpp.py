@@ -60,7 +60,7 @@ def patched_tree(tmp_path_factory) -> Path:
             capture_output=True,
         )
     assert all(p not in source_patches.patches_for("cpu", bindings=True) for p in ADAPTIVE)
-    assert [p.id for p in ADAPTIVE] == ["23a", "23b", "23c", "23d", "23e", "23f", "23g"] and SERIES[-1].id == "38e"
+    assert [p.id for p in ADAPTIVE] == ["23a", "23b", "23c", "23d", "23e", "23f", "23g"] and SERIES[-1].id == "39d"
     return root
 
 
@@ -423,6 +423,28 @@ def test_cpp_and_python_choose_alike_in_a_batch_of_slots(driver, case):
     end = start + phases[four][0] - 1  # the 4-slot phase's last pass, in each slot's own count
     assert [ks[s][end - (start if s else 0)] for s in range(4)] == last
     assert sum(last) + 4 == totals[end] and policies[3].batch_rows == totals[end]
+
+
+@pytest.mark.parametrize("rates", [(0.835, 0.80, 0.79, 0.79), (1.0,) * 4, (0.45,) * 4])
+def test_cpp_and_python_doubt_a_batch_totals_first_timing_alike(driver, rates):
+    # patch 39d: each total's first pass at 1.8x its cost, as E2B's first passes after 4 prompts; a seeded
+    # total's first timing above 1.25x its seeded price is forgotten once, in both twins
+    seeds = {r: TILED_SEEDS[r] for r in range(1, 6)}
+    ks, events, policies, _ = batched(
+        TILED_LOAD, 0.0017, [[Stream(r) for r in rates]] * 4, [(50, 4), (20, 2)], seeds=seeds,
+        batch_seeds=TILED_SEEDS, chances=True, first_pass=1.8,
+    )  # fmt: skip
+    # every first timing was forgotten (all the totals are seeded), and the second ones stand
+    assert all(1.8 * TILED_LOAD[t] not in v for p in policies for t, v in p.batch.samples.items())
+    assert len({t for p in policies for t in p.batch.samples}) >= 2
+    for slot, slot_events in enumerate(events):
+        python = replay_python(PolicySettings(n_max=4), slot_events)
+        assert replay(driver, PolicySettings(n_max=4), slot_events) == python == ks[slot]
+        # and a cold first drafter call, 0.1 s a step (above the 1-row pass: doubted once)
+        first = next(i for i, e in enumerate(slot_events) if e[0] == "steps")
+        cold = [*slot_events[:first], ("steps", slot_events[first][1], 0.1 * slot_events[first][1])]
+        cold += slot_events[first + 1 :]
+        assert replay(driver, PolicySettings(n_max=4), cold) == replay_python(PolicySettings(n_max=4), cold)
 
 
 def test_cpp_and_python_count_each_drafts_chance_of_being_kept_alike(driver):

@@ -70,7 +70,8 @@ class SourcePatch:
 # sampling, --spec-rejection-sampling) is llama-server's only too: common/ and tools/server; 39 (the
 # draft policy knows the batch other slots share), 38p (it prices row counts at the machine's speed
 # now), 38s (it explores depth 1 at start; seeds are one snapshot), 39s (the batch curve seeded at
-# start-up) and 38e (it counts rejection sampling's chance of keeping each draft) too.
+# start-up), 38e (it counts rejection sampling's chance of keeping each draft) and 39d (a cold first timing,
+# a batch total's or a drafter step's, is doubted) too.
 PATCHES: tuple[SourcePatch, ...] = (
     SourcePatch("24", "0001-24-ordered-embedding-head.patch"),
     SourcePatch("27572", "0002-27572-sync-before-set-inputs.patch", gpu_only=True),
@@ -90,6 +91,7 @@ PATCHES: tuple[SourcePatch, ...] = (
     SourcePatch("38s", "0016-38s-draft-policy-start-up-exploration.patch", server_only=True),
     SourcePatch("39s", "0017-39s-batch-curve-seeds.patch", server_only=True),
     SourcePatch("38e", "0018-38e-draft-policy-counts-keep-chances.patch", server_only=True),
+    SourcePatch("39d", "0019-39d-cold-first-timings-doubted.patch", server_only=True),
 )
 
 

@@ -23,7 +23,8 @@ cores: 16 rows 308 ms, 4 rows 129; an always-right drafter at 4 users drafted 5-
 ``batch_cost(t)``: a pass of ``t`` rows in all, the lowest of its last ``cost_window`` timings in batches
 (:class:`BatchCost`), else its start-up timing at the batch's speed now (:meth:`BatchCost.seeded`), else
 this slot's own timing of ``t`` rows alone (a pass of t rows either way), else, untimed, what ``t - 1`` rows cost (optimism, as alone: the longer batch is tried once, then
-known), else unknown (not considered). A probe prices an untimed batch as the nearest timed total below
+known), else unknown (not considered). A seeded total's first timing above ``FIRST_TIMING_DOUBT`` times its
+seeded price is forgotten once (a second in a row stands). A probe prices an untimed batch as the nearest timed total below
 it (the same optimism, further: the slots after it draft alike, so the batches a probe reaches grow by
 ``after + 1`` rows a depth, past what one row fewer can reach). A batch timing older than ``cost_max_age`` batch passes is
 forgotten. A pass shared with other slots (``total > rows`` in :meth:`BatchPolicy.observe_pass`) times
@@ -53,6 +54,12 @@ from dataclasses import dataclass, field
 
 from gguf_exact.engines.shared.draft_policy import TIE_MARGIN, DraftPolicy
 
+# A seeded total's first timing in batches above this many times its seeded price is forgotten once: E2B's
+# first passes of 4 users after their prompts took 1.7-2.1x their start-up timings (16 rows 373 ms against
+# 179, 12 rows 316 against 175, 5 rows 198 against 102), later ones 1.1-1.2x, and kept, one such timing
+# priced drafting out for as long as timings live (128 batch passes). Both twins' constant.
+FIRST_TIMING_DOUBT = 1.25
+
 
 @dataclass
 class BatchCost:
@@ -64,12 +71,20 @@ class BatchCost:
     seeds: dict[int, float] = field(default_factory=dict)  # total rows -> its start-up timing (position 0)
     timed_at: dict[int, int] = field(default_factory=dict)  # total rows -> the batch pass count when timed
     passes: int = 0
+    doubt_ratio: float = FIRST_TIMING_DOUBT  # 0: keep every first timing
+    doubted: set[int] = field(default_factory=set)  # totals whose first timing was forgotten, until timed again
 
     def timed(self, total: int) -> bool:
         return total in self.samples and self.passes - self.timed_at[total] <= self.max_age
 
     def observe(self, total: int, seconds: float) -> None:
         self.passes += 1
+        if not self.timed(total) and total not in self.doubted and self.doubt_ratio > 0:
+            priced = self.seeded(total)
+            if priced is not None and seconds > self.doubt_ratio * priced:
+                self.doubted.add(total)  # the seeded price stands until a second timing in a row
+                return
+        self.doubted.discard(total)
         kept = self.samples[total] if self.timed(total) else []
         self.samples[total] = (kept + [seconds])[-max(1, self.window) :]
         self.timed_at[total] = self.passes

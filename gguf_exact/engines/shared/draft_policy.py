@@ -61,7 +61,7 @@ from dataclasses import dataclass, field
 
 from gguf_exact.engines.shared.acceptance_class import ACCEPTANCE_CLASSES, GREEDY
 from gguf_exact.engines.shared.policy_settings import PolicySettings
-from gguf_exact.engines.shared.policy_snapshot import PolicySnapshot
+from gguf_exact.engines.shared.policy_snapshot import PolicySnapshot, explain
 
 # Two rates within this relative margin are a tie, and the shorter draft wins: the C++
 # build may fuse multiply-adds (-march=native), which moves the last bits of a rate.
@@ -81,6 +81,7 @@ class DraftPolicy:
     provisional: dict[int, bool] = field(default_factory=dict)  # rows -> timed only by a switch pass
     last_rows: int = 0  # the row count of the pass timed last (0: none yet)
     step_cost: float | None = None  # seconds per drafter step
+    step_doubted: bool = False  # the last drafter step timing, out of line, was forgotten
     tried: list[float] = field(default_factory=list)  # decayed drafts tried at depth j (index j - 1), this class
     accepted: list[float] = field(default_factory=list)  # decayed drafts accepted there
     current_class: str = GREEDY  # the acceptance class tried and accepted count for (set_class)
@@ -307,7 +308,7 @@ class DraftPolicy:
         # priced out: not even an always-right drafter could pay, so nothing would time the costs again but
         # staleness (a busy pass, 2 rows at 20x, held llama-server at the target alone for minutes): a recheck
         priced_out = k == 0 and top >= 1 and probe == 0 and self.rate(0) is not None
-        why = self.explain(k, top, priced_out, climbed, explored > 0 and explored == k)
+        why = explain(self, k, top, priced_out, climbed, explored > 0 and explored == k)
         if priced_out and self.settings.recheck_interval > 0:
             self.idle += 1
             if self.idle >= self.recheck_every:
@@ -323,28 +324,6 @@ class DraftPolicy:
         self.reason = why
         self.last_k = k
         return k
-
-    def explain(self, k: int, top: int, priced_out: bool, climbed: bool, explored: bool = False) -> str:
-        """Why ``k``: the short line ``status`` and ``/metrics`` show."""
-        if self.probing:
-            return f"probing {k} drafts"
-        if self.retiming:
-            return f"re-timing {self.retiming} rows"
-        if climbed:
-            return f"climbing: {k} drafts, none rejected yet"
-        if explored:
-            return f"exploring: {k} drafts, depth 1 not known yet"
-        if k > 0:
-            return f"best rate: {k} drafts"
-        if top <= 0:
-            return "no room for drafts"
-        if self.rate(0) is None:
-            return "timing 1 row"
-        if priced_out:
-            one, two = self.cost(1), self.cost(2)
-            step = f", a drafter step {self.step_cost:.3g} s" if self.step_cost is not None else ""
-            return f"priced out: 2 rows cost {two:.3g} s vs {one:.3g} s{step}"
-        return f"acceptance too low: {self.acceptance(1):.2f} at depth 1"
 
     def seed(self, rows: int, seconds: float) -> None:
         """A timing of ``rows`` rows made before the first pass (the engine's start-up, at position 0): it
@@ -411,6 +390,12 @@ class DraftPolicy:
         if steps <= 0:
             return
         each = seconds / steps
+        # a step dearer than a whole 1-row target pass is out of line (a cold first call: E2B 48 ms against
+        # 1.7 later, 39 for the target's pass), forgotten once; a second in a row stands
+        one_row = self.pass_cost.get(1)
+        self.step_doubted = one_row is not None and each > one_row and not self.step_doubted
+        if self.step_doubted:
+            return
         old = self.step_cost
         # a recheck's step replaces the mean: the old one may be what priced drafting out
         self.step_cost = each if old is None or self.rechecking else old + self.settings.cost_weight * (each - old)

@@ -1,10 +1,14 @@
 """The adaptive draft policy's state as both engines publish it: :class:`PolicySnapshot`, its
 Prometheus text (:func:`snapshot_metrics`, llama-server's ``--spec-draft-adaptive`` names) and
-back (:func:`parse_snapshot`, for ``status`` and the benchmarks)."""
+back (:func:`parse_snapshot`, for ``status`` and the benchmarks), and why the latest length (:func:`explain`)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # the policy imports this module
+    from gguf_exact.engines.shared.draft_policy import DraftPolicy
 
 # /metrics names (after llama-server's "llamacpp:"), the same from both engines: the draft
 # length chosen last, acceptance{depth}, pass_seconds{rows} and the drafter step's seconds
@@ -87,6 +91,29 @@ def parse_snapshot(metrics: dict[str, float], prefix: str = "llamacpp:") -> Poli
     )
 
 
+def explain(policy: DraftPolicy, k: int, top: int, priced_out: bool, climbed: bool, explored: bool = False) -> str:
+    """Why ``policy`` chose ``k``: the short line ``status`` and ``/metrics`` show."""
+    if policy.probing:
+        return f"probing {k} drafts"
+    if policy.retiming:
+        return f"re-timing {policy.retiming} rows"
+    if climbed:
+        return f"climbing: {k} drafts, none rejected yet"
+    if explored:
+        return f"exploring: {k} drafts, depth 1 not known yet"
+    if k > 0:
+        return f"best rate: {k} drafts"
+    if top <= 0:
+        return "no room for drafts"
+    if policy.rate(0) is None:
+        return "timing 1 row"
+    if priced_out:
+        one, two = policy.cost(1), policy.cost(2)
+        step = f", a drafter step {policy.step_cost:.3g} s" if policy.step_cost is not None else ""
+        return f"priced out: 2 rows cost {two:.3g} s vs {one:.3g} s{step}"
+    return f"acceptance too low: {policy.acceptance(1):.2f} at depth 1"
+
+
 __all__ = [
     "METRIC_ACCEPTANCE",
     "METRIC_BATCH_ROWS",
@@ -96,6 +123,7 @@ __all__ = [
     "METRIC_SLOT_DRAFT_N",
     "METRIC_STEP_SECONDS",
     "PolicySnapshot",
+    "explain",
     "parse_snapshot",
     "snapshot_metrics",
 ]
