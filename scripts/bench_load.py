@@ -30,11 +30,11 @@ import time
 from functools import partial
 from pathlib import Path
 
-from gguf_exact.bench.load import ARMS, SAMPLERS, LoadRequest, LoadResult, measure_load, table
+from gguf_exact.bench.load import ARMS, SAMPLERS, LoadRequest, LoadResult, load_arm, measure_load, table
 from gguf_exact.bench.plot import plot_load
 from gguf_exact.bench.prompt_set import load_prompts
 from gguf_exact.bench.report import machine
-from gguf_exact.errors import GgufExactError
+from gguf_exact.errors import ArgumentError, GgufExactError
 
 
 def log(msg: str) -> None:
@@ -91,7 +91,12 @@ def main() -> int:
     ap.add_argument("--kinds", default="hidden,mixed")
     ap.add_argument("--work", type=Path, default=Path("build/real-pairs"), help="where full-size pairs are made")
     ap.add_argument("--parallel", default="1,2,4", help="slot counts, each with as many clients")
-    ap.add_argument("--arms", default=",".join(a.label for a in ARMS), help="of: " + ", ".join(a.label for a in ARMS))
+    ap.add_argument(
+        "--arms",
+        default=",".join(a.label for a in ARMS),
+        help="of: " + ", ".join(a.label for a in ARMS) + "; ARM@KEY=VALUE: that arm with an override, a peer "
+        "measured side by side (adaptive@kv-unified=false: a cache per slot)",
+    )
     ap.add_argument("--samplers", default=",".join(SAMPLERS))
     ap.add_argument("--n-predict", type=int, default=32)
     ap.add_argument("--requests", type=int, default=1, help="requests per client and round")
@@ -105,12 +110,13 @@ def main() -> int:
     ap.add_argument("--set", action="append", default=[], help="KEY=VALUE over the profile (repeatable)")
     ap.add_argument("--out", type=Path, default=Path("build/bench-load"))
     args = ap.parse_args()
-    arms = {a.label: a for a in ARMS}
-    bad = [a for a in args.arms.split(",") if a not in arms] + [
-        s for s in args.samplers.split(",") if s not in SAMPLERS
-    ]
+    try:
+        arms = {a: load_arm(a) for a in args.arms.split(",")}
+    except ArgumentError as e:
+        ap.error(str(e))
+    bad = [s for s in args.samplers.split(",") if s not in SAMPLERS]
     if bad:
-        ap.error(f"unknown arm or sampler: {', '.join(bad)}")
+        ap.error(f"unknown sampler: {', '.join(bad)}")
     sets = (f"threads={args.threads}", f"threads-batch={args.threads}", "no-warmup=true", *args.set)
     t0 = time.time()
     load_before = os.getloadavg()

@@ -14,6 +14,7 @@ from gguf_exact.bench.load import (
     Reply,
     changed,
     client_streams,
+    load_arm,
     measure_load,
     per_slot,
     prompt_order,
@@ -21,6 +22,7 @@ from gguf_exact.bench.load import (
     table,
 )
 from gguf_exact.bench.real import running
+from gguf_exact.errors import GgufExactError
 from gguf_exact.tiny.hidden_pair import write_hidden_state_pair
 
 PROMPTS = {"short": "the a of", "code": "def f(x): return x + 1", "prose": "the quick brown fox"}
@@ -139,6 +141,32 @@ def test_stops_paying_names_the_fewest_users_at_which_no_drafting_arm_beats_off(
     assert lines[-2].startswith("- hidden, greedy: the drafter pays up to 2 users (all measured); ")
     alone = table([row("mixed", "adaptive", 4, 4, 21.43, True)]).splitlines()  # an arm traced on its own
     assert alone[-1] == "- mixed, greedy: no user count has both speculation off and a drafting arm"
+
+
+def test_a_peer_arm_is_measured_beside_the_arms_and_left_out_of_where_the_drafter_stops_paying():
+    peer = load_arm("adaptive@kv-unified=false")
+    assert (peer.label, peer.n_max, peer.adaptive, peer.overrides()) == (
+        "adaptive@kv-unified=false", 4, True, ["kv-unified=false"]
+    )
+    assert load_arm("n-max 3@kvu=false@ctx-size=2048").overrides()[-2:] == ["kvu=false", "ctx-size=2048"]
+    assert load_arm("off").overrides() == [] and load_arm("off@kvu=false").n_max == 0
+    for bad in ("n-max 2", "adaptive@kvu", "fast@kvu=false"):
+        with pytest.raises(GgufExactError, match=f"arm '{bad}': expected one of off, n-max 1, n-max 3, adaptive"):
+            load_arm(bad)
+    results = [
+        row("mixed", "off", 0, 4, 20.0),
+        row("mixed", "off@kvu=false", 0, 4, 10.0),  # a slower peer of off: no arm's ratio is to it
+        row("mixed", "adaptive", 4, 4, 21.0, True),
+        row("mixed", "adaptive@kvu=false", 4, 4, 30.0, True),  # a faster peer: not the best arm, not the adaptive one
+    ]
+    (mixed,) = stops_paying(results)
+    assert mixed["users"] == [
+        {"users": 4, "off_tokens_per_second": 20.0, "best_arm": "adaptive", "best_vs_off": 1.05,
+         "adaptive_vs_off": 1.05, "adaptive_vs_better": 1.05}
+    ]  # fmt: skip
+    lines = table(results).splitlines()
+    assert "| mixed | greedy | 4 | adaptive@kvu=false | 30.00 | 1.50x | 1.00 | 1.50 | 0:3/4 | exact | 8 | 0 |" in lines
+    assert "| mixed | greedy | 4 | off@kvu=false | 10.00 | 0.50x | 1.00 | 1.50 | - | - | 8 | 0 |" in lines
 
 
 def test_the_rule_names_requests_that_fell_back_to_exact_match():

@@ -138,6 +138,34 @@ def test_rejection_sampling_applies_to_both_engines():
     assert "--spec-rejection-sampling" not in alone.server_args() and not alone.engine_options()[0].rejection_sampling
 
 
+def test_a_drafter_serving_more_than_one_slot_shares_one_cache_each_slot_capped_at_its_share():
+    # a cache per slot splits a batch whose slots bring unequal rows into several passes (ServingConfig.kv_unified)
+    four = serving_config(load_profile("cpu").with_overrides(["parallel=4"]), True)
+    assert four.kv_unified and four.kv_unified_per_slot == 1024  # ctx-size 4096 / 4
+    args = four.server_args()
+    assert args[args.index("--kv-unified") :][:3] == ["--kv-unified", "--kv-unified-per-slot", "1024"]
+    assert "--no-kv-unified" not in args and four.memory_inputs().kv_unified is True
+    # the target alone brings one row a slot, never split: each slot keeps its own cache
+    alone = serving_config(load_profile("cpu").with_overrides(["parallel=4"]), False)
+    assert not alone.kv_unified and alone.kv_unified_per_slot == 0 and "-kv-unified" not in " ".join(alone.server_args())
+    assert alone.memory_inputs().kv_unified is False
+    # one slot: nothing to share, nothing said
+    one = serving_config(load_profile("cpu"), True)
+    assert not one.kv_unified and "--kv-unified" not in one.server_args() and one.memory_inputs().kv_unified is False
+    # false is a value here (llama-server's --no-kv-unified), not "left out": a cache per slot, no cap
+    apart = serving_config(load_profile("cpu").with_overrides(["parallel=4", "kvu=false"]), True)
+    assert apart.options.kv_unified is False and apart.kv_unified_per_slot == 0
+    assert "--no-kv-unified" in apart.server_args() and "--kv-unified" not in apart.server_args()
+    assert apart.memory_inputs().kv_unified is False
+    # a cap given stands, said once; the model's own context (ctx-size 0) leaves the slots uncapped
+    capped = serving_config(load_profile("cpu").with_overrides(["parallel=2", "kv-unified-per-slot=512"]), True)
+    assert capped.server_args().count("--kv-unified-per-slot") == 1 and capped.kv_unified_per_slot == 512
+    whole = serving_config(load_profile("cpu").with_overrides(["parallel=2", "ctx-size=false"]), True)
+    assert whole.kv_unified and whole.kv_unified_per_slot == 0 and "--kv-unified-per-slot" not in whole.server_args()
+    with pytest.raises(GgufExactError, match="kv-unified-per-slot = -1"):
+        load_profile("cpu").with_overrides(["kv-unified-per-slot=-1"])
+
+
 def test_knob_options_become_overrides_after_set():
     seen = {}
 

@@ -20,14 +20,14 @@ import statistics
 import threading
 import time
 from contextlib import ExitStack
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Callable, Sequence
 
 from gguf_exact.bench.real import running
 from gguf_exact.bench.request import BENCH_PROFILE, SAMPLERS, fixed_length
 from gguf_exact.engines.shared.knobs import KNOB
-from gguf_exact.errors import GgufExactError
+from gguf_exact.errors import ArgumentError, GgufExactError
 
 PARALLEL_KEY, CTX_KEY = (KNOB[name].flag for name in ("parallel", "ctx_size"))
 # llama-server's counters of sampled requests verified by rejection sampling, and of those that asked
@@ -38,17 +38,32 @@ RULE_REQUESTS, RULE_FALLBACKS = "llamacpp:spec_rejection_requests_total", "llama
 @dataclass(frozen=True)
 class LoadArm:
     """A draft setting: ``n_max`` 0 is speculation off (no drafter loaded); ``adaptive``:
-    the profile's own draft policy and bound, untouched."""
+    the profile's own draft policy and bound, untouched; ``sets``: KEY=VALUE over the profile
+    for this arm alone (a peer measured side by side, :func:`load_arm`)."""
 
     label: str
     n_max: int
     adaptive: bool = False
+    sets: tuple[str, ...] = ()
 
     def overrides(self) -> list[str]:
-        return [] if self.adaptive else fixed_length(self.n_max)
+        return [*([] if self.adaptive else fixed_length(self.n_max)), *self.sets]
 
 
 ARMS = (LoadArm("off", 0), LoadArm("n-max 1", 1), LoadArm("n-max 3", 3), LoadArm("adaptive", 4, True))
+PEER_MARK = "@"  # "adaptive@kv-unified=false": the adaptive arm with a cache per slot, beside the arms as shipped
+
+
+def load_arm(text: str) -> LoadArm:
+    """An arm of :data:`ARMS` by its label, or ``LABEL@KEY=VALUE[@KEY=VALUE...]``: that arm with
+    those overrides, a peer of the arms as configured (left out of :func:`stops_paying`)."""
+    label, *sets = (part.strip() for part in text.split(PEER_MARK))
+    base = next((a for a in ARMS if a.label == label), None)
+    if base is None or any("=" not in s for s in sets):
+        raise ArgumentError(
+            f"arm {text!r}: expected one of {', '.join(a.label for a in ARMS)}, optionally with @KEY=VALUE overrides"
+        )
+    return replace(base, label=text.strip(), sets=tuple(sets))
 
 
 @dataclass
@@ -309,7 +324,7 @@ def stops_paying(results: Sequence[dict]) -> list[dict]:
     out = []
     groups = sorted({(r["kind"], r["sampler"]) for r in results})
     for kind, sampler in groups:
-        rows = [r for r in results if (r["kind"], r["sampler"]) == (kind, sampler)]
+        rows = [r for r in results if (r["kind"], r["sampler"]) == (kind, sampler) and PEER_MARK not in r["arm"]]
         users = []
         for p in sorted({r["users"] for r in rows}):
             at = {r["arm"]: r for r in rows if r["users"] == p}
@@ -339,7 +354,11 @@ def stops_paying(results: Sequence[dict]) -> list[dict]:
 def table(results: Sequence[dict]) -> str:
     """The Markdown table of every result, then per kind and sampler where the drafter stops
     paying."""
-    off = {(r["kind"], r["sampler"], r["users"]): r["tokens_per_second"] for r in results if not r["n_max"]}
+    off = {
+        (r["kind"], r["sampler"], r["users"]): r["tokens_per_second"]
+        for r in results
+        if not r["n_max"] and PEER_MARK not in r["arm"]
+    }  # a peer's ratio is to the off arm as configured
     lines = [
         "| kind | sampler | users | arm | tokens/s | vs off | latency median s | p90 s "
         "| accepted/drafted per slot | verified by | requests | lost |",
@@ -377,6 +396,7 @@ def table(results: Sequence[dict]) -> str:
 
 __all__ = [
     "ARMS",
+    "PEER_MARK",
     "SAMPLERS",
     "LoadArm",
     "LoadRequest",
@@ -384,6 +404,7 @@ __all__ = [
     "Reply",
     "changed",
     "client_streams",
+    "load_arm",
     "measure_load",
     "per_slot",
     "prompt_order",

@@ -6,6 +6,9 @@ servers), and the speed-up those costs predict (``make bench-real``'s first step
 - :func:`drafter_profile`: a drafter step, and how much of it its output head takes (the
   262,144-row head, or the ordered-embedding head's nodes; per graph node, timed through
   llama.cpp's ``cb_eval`` hook);
+- :func:`split_pass_seconds`: a target pass shared by several sequences, each bringing its own
+  rows, with a cache per sequence (llama-server's ``--parallel N``) or one shared cache
+  (``--kv-unified``); :func:`equal_split` the passes llama.cpp cuts a cache per sequence's batch into;
 - :func:`predicted_speedup`: the speed-up those costs predict for a measured number of tokens
   per target pass, to set beside the measured one; :func:`card_prediction` the same on a card
   whose target pass is given.
@@ -16,12 +19,13 @@ from __future__ import annotations
 import ctypes
 import statistics
 import time
-from contextlib import ExitStack
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 HEAD_NODE = "result_output"  # the drafter's tied output head (gemma4-assistant.cpp)
+OUTPUT_NODE = "result_output"  # the target's logits (gemma4.cpp): one per graph pass
 ORDERED_HEAD_NODES = "ordered_head."  # the ordered-embedding head's nodes (patch #24), beside result_output
 NAME_OFFSET = 256  # offsetof(struct ggml_tensor, name) in ggml 0c1e57098 (x86-64)
 
@@ -55,6 +59,100 @@ def target_pass_seconds(
         return out
     finally:
         llm.close()
+
+
+def equal_split(rows: Sequence[int]) -> list[int]:
+    """The rows of each pass llama.cpp makes of one batch bringing ``rows[s]`` rows of sequence ``s``
+    when each sequence has a cache of its own (``llama_batch_allocr::split_equal`` with ``sequential``,
+    as ``llama_kv_cache::init_batch`` calls it with more than one stream): a pass takes a run of
+    consecutive sequences, as many rows of each as the shortest of them has left. 4+1+1+1: [4, 3]."""
+    left, out = list(rows), []
+    while any(left):
+        start = next(s for s, n in enumerate(left) if n)
+        run = next((s for s in range(start, len(left)) if not left[s]), len(left))
+        step = min(left[start:run])
+        out.append(step * (run - start))
+        left[start:run] = [n - step for n in left[start:run]]
+    return out
+
+
+NE_OFFSET = 16  # offsetof(struct ggml_tensor, ne): after the type (int, padded) and the buffer pointer
+
+
+@contextmanager
+def shared_passes(
+    target: Path, n_seq: int, threads: int, unified: bool, context: int = 200, rows_seen: list[int] | None = None
+) -> Iterator[Callable[[Sequence[int]], float]]:
+    """A target context of ``n_seq`` sequences, each first given ``context`` tokens, with a cache per
+    sequence or one shared (``unified``), yielding ``decode(rows)``: one ``llama_decode`` bringing
+    ``rows[s]`` rows of sequence s (logits for each), its seconds. ``rows_seen``: each graph pass's
+    rows are appended to it (the output node's rows, through llama.cpp's eval callback). The
+    bindings' low-level API: the high-level ``Llama`` serves one sequence."""
+    import llama_cpp as L
+
+    def callback(tensor: int, ask: bool, _user: Any) -> bool:
+        if ctypes.string_at(tensor + NAME_OFFSET) != OUTPUT_NODE.encode():
+            return False
+        if not ask and rows_seen is not None:
+            rows_seen.append(ctypes.c_int64.from_address(tensor + NE_OFFSET + 8).value)  # ne[1]: its rows
+        return True
+
+    from gguf_exact.engines.python.bindings import errors_only_logs
+
+    hook = L.ggml_backend_sched_eval_callback(callback)
+    with ExitStack() as stack:
+        errors_only_logs(stack)
+        model = L.llama_model_load_from_file(str(target).encode(), L.llama_model_default_params())
+        if not model:
+            raise RuntimeError(f"{target}: llama.cpp could not load it")
+        stack.callback(L.llama_model_free, model)
+        cp = L.llama_context_default_params()
+        cp.n_ctx, cp.n_batch, cp.n_ubatch, cp.n_seq_max, cp.kv_unified = 4096 * n_seq, 512, 512, n_seq, unified
+        cp.n_threads = cp.n_threads_batch = threads
+        cp.flash_attn_type = L.LLAMA_FLASH_ATTN_TYPE_ENABLED  # as both engines run it
+        if rows_seen is not None:
+            cp.cb_eval, cp.cb_eval_user_data = hook, None
+        ctx = L.llama_init_from_model(model, cp)
+        stack.callback(L.llama_free, ctx)
+        batch = L.llama_batch_init(512, 0, n_seq)
+        stack.callback(L.llama_batch_free, batch)
+        n_vocab = L.llama_vocab_n_tokens(L.llama_model_get_vocab(model))
+        pos = [0] * n_seq
+
+        def decode(rows: Sequence[int]) -> float:
+            batch.n_tokens = 0
+            for s, n in enumerate(rows):
+                for token in vocab_ids(300 + pos[s] % 64, n, n_vocab):
+                    i = batch.n_tokens
+                    batch.token[i], batch.pos[i], batch.n_seq_id[i], batch.logits[i] = token, pos[s], 1, 1
+                    batch.seq_id[i][0] = s
+                    batch.n_tokens, pos[s] = i + 1, pos[s] + 1
+            t = time.perf_counter()
+            if L.llama_decode(ctx, batch) != 0:
+                raise RuntimeError(f"{target}: llama_decode failed on {list(rows)}")
+            return time.perf_counter() - t
+
+        for s in range(n_seq):  # the context, one sequence at a time, in passes of at most 256
+            for start in range(0, context, 256):
+                decode([min(256, context - start) if q == s else 0 for q in range(n_seq)])
+        if rows_seen is not None:
+            rows_seen.clear()
+        yield decode
+
+
+def split_pass_seconds(
+    target: Path, compositions: Sequence[Sequence[int]], threads: int, unified: bool, context: int = 200,
+    repeats: int = 3,
+) -> dict[tuple[int, ...], float]:  # fmt: skip
+    """The fastest of ``repeats`` decodes of each composition (rows per sequence, see
+    :func:`shared_passes`), a cache per sequence or one shared."""
+    n_seq = max(len(c) for c in compositions)
+    with shared_passes(target, n_seq, threads, unified, context) as decode:
+        out: dict[tuple[int, ...], list[float]] = {tuple(c): [] for c in compositions}
+        for _ in range(repeats + 1):  # the first round, discarded, pages in what each shape touches
+            for c in out:
+                out[c].append(decode(c))
+    return {c: min(t[1:]) for c, t in out.items()}
 
 
 @dataclass

@@ -43,6 +43,7 @@ class Knob:
     silent: bool = False
     draft: bool = False
     cli: bool = False  # an option of `serve` too (--ctx-size 8192), given as an override
+    negative: str = ""  # llama-server's option that turns it off: then ``false`` is a value, not "left out"
 
     @property
     def help_text(self) -> str:
@@ -101,6 +102,8 @@ class Knob:
         """llama-server's arguments for ``value`` (a bool knob is a bare flag)."""
         if value is True:
             return [f"--{self.flag}"]
+        if value is False:
+            return [f"--{self.negative}"] if self.negative else []
         if self.kind == "layers" and isinstance(value, int) and value < 0:
             return [f"--{self.flag}", "auto" if value == AUTO_LAYERS else "all"]
         return [f"--{self.flag}", f"{value:g}" if isinstance(value, float) else str(value)]
@@ -122,8 +125,12 @@ class Options:
                                 help="Context tokens (0: the model's own; the Python engine: 4096)")  # fmt: skip
     parallel: int | None = knob("parallel", "np", cli=True, kind="int", minimum=-1, default=-1, silent=True,
                                 help="Server slots (-1: auto, 4 sharing one cache); the Python engine serves one request at a time")  # fmt: skip
-    kv_unified: bool | None = knob("kv-unified", "kvu", kind="bool", default=False, engines=ONLY_SERVER,
-                                   help="One KV cache shared by every slot")  # fmt: skip
+    # not given: on wherever there is more than one slot (serving_config.ServingConfig.kv_unified says why)
+    kv_unified: bool | None = knob("kv-unified", "kvu", kind="bool", negative="no-kv-unified", engines=ONLY_SERVER,
+                                   help="One KV cache shared by every slot (default: on with more than one slot)")  # fmt: skip
+    kv_unified_per_slot: int | None = knob("kv-unified-per-slot", kind="int", minimum=0, engines=ONLY_SERVER,
+                                           help="A slot's most context in a shared cache (0: all of it; "
+                                                "default: ctx-size / parallel)")  # fmt: skip
     batch_size: int | None = knob("batch-size", "b", kind="int", minimum=1, default=2048, python=512,
                                   help="Logical batch (prompt tokens per decode call)")  # fmt: skip
     ubatch_size: int | None = knob("ubatch-size", "ub", kind="int", minimum=1, default=512,

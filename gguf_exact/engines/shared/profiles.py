@@ -2,7 +2,8 @@
 
 A profile names the llama.cpp build it needs (``build = "cuda86"``, ``"vulkan"``) and two tables of
 llama-server long options without their ``--``: ``[server]`` always, ``[draft]`` only
-when a drafter is given. ``true`` is a bare flag, ``false`` leaves the flag out.
+when a drafter is given. ``true`` is a bare flag, ``false`` leaves the flag out (where a knob
+declares llama-server's opposite, ``kv-unified = false``, it gives that: ``--no-kv-unified``).
 :meth:`Profile.with_overrides` applies ``KEY=VALUE`` pairs from the command line.
 A GPU profile also says which cards it is for: ``cards`` (parts of the name
 ``nvidia-smi`` prints) and ``memory_mib`` (the card's memory), read by ``--profile

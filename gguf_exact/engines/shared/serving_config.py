@@ -88,12 +88,49 @@ class ServingConfig:
     def logprobs(self) -> bool:
         return bool(self.options.logprobs)
 
+    @property
+    def kv_unified(self) -> bool:
+        """One KV cache for every slot: as the profile says, else on where a drafter serves more than one
+        slot (llama-server's own auto slots share one too). Why: with a cache per slot llama.cpp cuts a
+        batch whose slots bring unequal rows into several passes (``llama_batch_allocr::split_equal``: a
+        pass takes as many rows of each slot in a run), each reading every weight, so one slot's draft
+        beside others' single rows costs a pass of its own, which the draft policy's price of a batch by
+        its total rows does not see. E2B on 2 CPU cores, 4 slots at context, rows per slot 4+2+1+1: 214 ms
+        a cache per slot, 138 ms one cache. But one cache costs every row attention over every slot's
+        cells (E4B at 400 tokens a slot: 4+4+4+4 rows 362 ms apart, 393 shared), and the target alone
+        brings one row a slot, never split: without a drafter each slot keeps its own
+        (``scripts/bench_batch_split.py``; docs/benchmarks.md)."""
+        if self.options.kv_unified is not None:
+            return self.options.kv_unified
+        parallel = int(self.value("parallel"))
+        return parallel < 0 or (self.with_draft and parallel > 1)
+
+    @property
+    def kv_unified_per_slot(self) -> int:
+        """A slot's most context in the shared cache: as given, else (the cache shared by this
+        configuration's choice, ctx-size given) its share, ``ctx-size // parallel``, so that every slot
+        keeps the room a cache of its own gave it and no slot's growth fails another's request; 0: no cap."""
+        if self.options.kv_unified_per_slot is not None:
+            return self.options.kv_unified_per_slot
+        parallel, n_ctx = int(self.value("parallel")), int(self.value("ctx_size"))
+        return n_ctx // parallel if self.implied_kv_unified and n_ctx > 0 else 0
+
+    @property
+    def implied_kv_unified(self) -> bool:
+        """The shared cache is this configuration's choice, not the profile's: llama-server is told."""
+        return self.options.kv_unified is None and self.kv_unified and int(self.value("parallel")) > 1
+
     def server_args(self) -> list[str]:
-        """llama-server's arguments: the knobs given, in the profile's order, then the other options."""
+        """llama-server's arguments: the knobs given, in the profile's order, then the shared cache where
+        :attr:`kv_unified` chose it, then the other options."""
         out: list[str] = []
         for name in self.given:
             if KNOB[name].engines & {LLAMA_SERVER}:
                 out += KNOB[name].render(getattr(self.options, name))
+        if self.implied_kv_unified:
+            out += KNOB["kv_unified"].render(True)
+            if self.kv_unified_per_slot and self.options.kv_unified_per_slot is None:
+                out += KNOB["kv_unified_per_slot"].render(self.kv_unified_per_slot)
         for key, value in self.passthrough:
             out += [f"--{key}"] if value is True else [f"--{key}", str(value)]
         return out
@@ -139,7 +176,7 @@ class ServingConfig:
             return MemoryInputs(
                 n_ctx=self.value("ctx_size"),
                 n_parallel=self.value("parallel"),
-                kv_unified=self.value("kv_unified"),
+                kv_unified=self.kv_unified,
                 n_batch=self.value("batch_size"),
                 n_ubatch=self.value("ubatch_size"),
                 type_k=self.value("cache_type_k"),
@@ -176,9 +213,9 @@ def serving_config(profile: Profile, with_draft: bool) -> ServingConfig:
     passthrough: list[tuple[str, Value]] = []
     for table in (profile.server_table, profile.draft_table) if with_draft else (profile.server_table,):
         for key, raw in table.items():
-            if raw is False:
-                continue  # false leaves the option out: the engine's default
             k = BY_KEY.get(key)
+            if raw is False and not (k and k.negative):
+                continue  # false leaves the option out: the engine's default
             if k is None:
                 passthrough.append((key, raw))
                 continue
