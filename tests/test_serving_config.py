@@ -149,6 +149,11 @@ def test_a_drafter_serving_more_than_one_slot_shares_one_cache_each_slot_capped_
     alone = serving_config(load_profile("cpu").with_overrides(["parallel=4"]), False)
     assert not alone.kv_unified and alone.kv_unified_per_slot == 0 and "-kv-unified" not in " ".join(alone.server_args())
     assert alone.memory_inputs().kv_unified is False
+    # two slots: their unequal rows make at most two passes, and one cache's attention over both costs more
+    two = serving_config(load_profile("cpu").with_overrides(["parallel=2"]), True)
+    assert not two.kv_unified and "-kv-unified" not in " ".join(two.server_args())
+    three = serving_config(load_profile("cpu").with_overrides(["parallel=3"]), True)
+    assert three.kv_unified and three.kv_unified_per_slot == 1365  # 4096 // 3
     # one slot: nothing to share, nothing said
     one = serving_config(load_profile("cpu"), True)
     assert not one.kv_unified and "--kv-unified" not in one.server_args() and one.memory_inputs().kv_unified is False
@@ -158,9 +163,9 @@ def test_a_drafter_serving_more_than_one_slot_shares_one_cache_each_slot_capped_
     assert "--no-kv-unified" in apart.server_args() and "--kv-unified" not in apart.server_args()
     assert apart.memory_inputs().kv_unified is False
     # a cap given stands, said once; the model's own context (ctx-size 0) leaves the slots uncapped
-    capped = serving_config(load_profile("cpu").with_overrides(["parallel=2", "kv-unified-per-slot=512"]), True)
+    capped = serving_config(load_profile("cpu").with_overrides(["parallel=4", "kv-unified-per-slot=512"]), True)
     assert capped.server_args().count("--kv-unified-per-slot") == 1 and capped.kv_unified_per_slot == 512
-    whole = serving_config(load_profile("cpu").with_overrides(["parallel=2", "ctx-size=false"]), True)
+    whole = serving_config(load_profile("cpu").with_overrides(["parallel=4", "ctx-size=false"]), True)
     assert whole.kv_unified and whole.kv_unified_per_slot == 0 and "--kv-unified-per-slot" not in whole.server_args()
     with pytest.raises(GgufExactError, match="kv-unified-per-slot = -1"):
         load_profile("cpu").with_overrides(["kv-unified-per-slot=-1"])

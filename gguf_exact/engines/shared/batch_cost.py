@@ -37,8 +37,8 @@ at all; where rows are cheap (a GPU's batch), drafting goes on.
 
 A total prices one graph pass. With a KV cache per slot llama.cpp cuts a batch whose slots bring
 unequal rows into several (a run of slots, as many rows of each as the shortest has left: 4+1+1+1
-rows are passes of 4 and 3), which no total prices, so ``serve`` gives the slots a drafter serves one
-shared cache (:attr:`~.serving_config.ServingConfig.kv_unified`; E2B, 4 sampled users, the adaptive
+rows are passes of 4 and 3), which no total prices, so ``serve`` gives the 3 or more slots a drafter
+serves one shared cache (:attr:`~.serving_config.ServingConfig.kv_unified`; E2B, 4 sampled users, the adaptive
 length: 21.48 tokens/s with one cache, 19.42 with a cache per slot).
 
 Start-up seeds of every total up to ``slots * (n_max + 1)`` (llama-server's warm-up at ``--parallel``): a

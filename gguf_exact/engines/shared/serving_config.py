@@ -31,6 +31,10 @@ from gguf_exact.engines.shared.memory_plan import MemoryInputs
 from gguf_exact.engines.shared.profiles import Profile
 from gguf_exact.errors import InputError
 
+# The fewest slots a drafter serves from one KV cache (ServingConfig.kv_unified): measured at 2 and 4
+# users; 3 is not measured (from 3 slots on, a slot idle between two generating ones splits a batch too)
+SHARED_CACHE_SLOTS = 3
+
 
 @dataclass(frozen=True)
 class ServingConfig:
@@ -99,11 +103,13 @@ class ServingConfig:
         a cache per slot, 138 ms one cache. But one cache costs every row attention over every slot's
         cells (E4B at 400 tokens a slot: 4+4+4+4 rows 362 ms apart, 393 shared), and the target alone
         brings one row a slot, never split: without a drafter each slot keeps its own
-        (``scripts/bench_batch_split.py``; docs/benchmarks.md)."""
+        (``scripts/bench_batch_split.py``; docs/benchmarks.md). Under load with a drafter, one cache
+        was 8-13% ahead at 4 users in 5 of 5 side-by-side runs and 1.4-3.9% behind at 2 users in 5 of
+        6 (two slots' unequal rows make at most two passes): shared from :data:`SHARED_CACHE_SLOTS`."""
         if self.options.kv_unified is not None:
             return self.options.kv_unified
         parallel = int(self.value("parallel"))
-        return parallel < 0 or (self.with_draft and parallel > 1)
+        return parallel < 0 or (self.with_draft and parallel >= SHARED_CACHE_SLOTS)
 
     @property
     def kv_unified_per_slot(self) -> int:
@@ -226,4 +232,4 @@ def serving_config(profile: Profile, with_draft: bool) -> ServingConfig:
     )
 
 
-__all__ = ["ServingConfig", "serving_config"]
+__all__ = ["SHARED_CACHE_SLOTS", "ServingConfig", "serving_config"]
