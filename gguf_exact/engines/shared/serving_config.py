@@ -94,8 +94,8 @@ class ServingConfig:
 
     @property
     def kv_unified(self) -> bool:
-        """One KV cache for every slot: as the profile says, else on where a drafter serves more than one
-        slot (llama-server's own auto slots share one too). Why: with a cache per slot llama.cpp cuts a
+        """One KV cache for every slot: as the profile says, else on where a drafter serves
+        :data:`SHARED_CACHE_SLOTS` slots or more (llama-server's own auto slots share one too). Why: with a cache per slot llama.cpp cuts a
         batch whose slots bring unequal rows into several passes (``llama_batch_allocr::split_equal``: a
         pass takes as many rows of each slot in a run), each reading every weight, so one slot's draft
         beside others' single rows costs a pass of its own, which the draft policy's price of a batch by
