@@ -19,7 +19,8 @@ import os
 import time
 from pathlib import Path
 
-from gguf_exact.bench.pass_costs import equal_split, split_pass_seconds
+from gguf_exact.bench.pass_costs import split_pass_seconds
+from gguf_exact.engines.shared.batch_cost import equal_split
 from gguf_exact.tiny.full_pair import SHAPES, write_pair
 
 ARMS = {"a cache per slot": False, "one cache": True}

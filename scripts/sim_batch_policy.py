@@ -16,10 +16,15 @@ sampling, so each verified draft also tells the policy its chance of being kept 
 depth's rate with the spread ``CHANCE_SD`` (``--no-chances``: told 0 or 1 only, as before 38e). Each figure is
 the mean of ``--seeds`` runs (12). At 2 and 4 slots each total's first pass costs ``FIRST_PASS`` (1.8) times its
 curve's, as E2B's first passes after 4 prompts did (``--no-first-pass``: none); a first timing out of line with
-its seed is doubted once (patch 39d; ``--no-doubt``: kept, as before). Not a test: it prints.
+its seed is doubted once (patch 39d; ``--no-doubt``: kept, as before). ``--cache-per-slot``: each slot
+keeps a KV cache of its own (llama-server without ``--kv-unified``), so a batch whose slots bring unequal rows
+runs as llama.cpp's passes (:func:`~gguf_exact.engines.shared.batch_cost.equal_split`: 4+2 rows are passes of 4 and 2),
+each costing its curve's time; each slot is told the batch's layout and a split batch's passes, as
+llama-server tells them (patch 39k; ``--by-totals``: told neither, as before 39k: a batch priced by its total
+rows, a split batch's timing taken for its total's). Not a test: it prints.
 
     .venv/bin/python scripts/sim_batch_policy.py [--seeds N] [--no-batch-seeds] [--no-chances] [--no-first-pass]
-        [--no-doubt]
+        [--no-doubt] [--cache-per-slot [--by-totals]] [--slots 1,2,4]
 """
 
 import random
@@ -27,7 +32,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent.parent))
-from gguf_exact.engines.shared.batch_cost import BatchPolicy  # noqa: E402
+from gguf_exact.engines.shared.batch_cost import BatchPolicy, equal_split  # noqa: E402
 from gguf_exact.engines.shared.draft_policy import PolicySettings  # noqa: E402
 
 E2B_T2_MS = {1: 62, 2: 97, 3: 121, 4: 129, 5: 161, 6: 190, 7: 223, 8: 197, 9: 276, 10: 306, 11: 315, 12: 284}
@@ -54,6 +59,9 @@ CHANCES = "--no-chances" not in sys.argv
 # passes after the prompts took 1.7-2.1x their start-up timings; later ones 1.1-1.2x)
 FIRST_PASS = 1.0 if "--no-first-pass" in sys.argv else 1.8
 DOUBT = "--no-doubt" not in sys.argv
+CACHE_PER_SLOT = "--cache-per-slot" in sys.argv
+LAYOUT = CACHE_PER_SLOT and "--by-totals" not in sys.argv
+SLOTS = [int(n) for n in sys.argv[sys.argv.index("--slots") + 1].split(",")] if "--slots" in sys.argv else [1, 2, 4]
 TOLD = {"sampled"}  # the kinds whose drafts are verified by rejection sampling
 CHANCE_SD = 0.2  # the spread of sum min(p, q) over a depth's positions (a Beta around the depth's rate)
 
@@ -87,20 +95,27 @@ def run(
         rows, expected, chosen = 0, 0.0, []
         for s, policy in enumerate(policies):
             after, longest = slots - s - 1, max(chosen, default=0)
-            k = fixed if fixed is not None else policy.choose(99, rows + after, expected + after, longest, after)
+            layout = [k + 1 for k in chosen] + [-1] * (after + 1) if LAYOUT else []
+            k = (
+                fixed
+                if fixed is not None
+                else policy.choose(99, rows + after, expected + after, longest, after, layout)
+            )
             chosen.append(k)
             rows, expected = rows + k + 1, expected + policy.expected_tokens(k)
         steps = max(chosen)
         first = slots > 1 and rows not in seen
         seen.add(rows)
-        t = cost[rows] * (1 + 0.05 * rng.random()) * (FIRST_PASS if first else 1.0) + steps * STEP
+        split = equal_split([k + 1 for k in chosen]) if CACHE_PER_SLOT else [rows]
+        graph = sum(cost[r] for r in split)
+        t = graph * (1 + 0.05 * rng.random()) * (FIRST_PASS if first else 1.0) + steps * STEP
         for policy, k in zip(policies, chosen):
             # the chance a position had is drawn first and the draft kept with it: its mean is the depth's rate
             c = [chance(chances, r) if told else r for r in rates[:k]]
             accepted = next((j for j in range(k) if rng.random() >= c[j]), k)
             if k:
                 policy.observe_steps(steps, steps * STEP)
-            policy.observe_pass(k + 1, t, rows)
+            policy.observe_pass(k + 1, t, rows, len(split) if LAYOUT else 1)
             if k:
                 policy.observe_result(k, accepted, c[: min(accepted + 1, k)] if told else ())
             tokens += 1 + accepted
@@ -120,7 +135,7 @@ def main() -> None:
     for name, cost in CURVES.items():
         shown = (1, 4, 8, 16, 20)
         print(f"{name}: " + ", ".join(f"{t} rows {c * 1e3:.0f} ms" for t, c in cost.items() if t in shown))
-        for slots in (1, 2, 4):
+        for slots in SLOTS:
             for passes in (64, 400):
                 for kind, rates in KINDS.items():
                     told = CHANCES and kind in TOLD

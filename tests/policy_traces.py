@@ -8,7 +8,7 @@ import math
 from dataclasses import dataclass, field, replace
 
 from gguf_exact.engines.shared.acceptance_class import GREEDY, SAMPLED_EXACT
-from gguf_exact.engines.shared.batch_cost import BatchPolicy
+from gguf_exact.engines.shared.batch_cost import BatchPolicy, equal_split
 from gguf_exact.engines.shared.draft_policy import DraftPolicy, PolicySettings
 
 # seconds per verification pass of r rows
@@ -185,11 +185,12 @@ def read_trace(path) -> list[tuple[PolicySettings, list[tuple], list[int]]]:
         elif w[0] == "#":
             if w[1] == "k":
                 chosen.append(int(w[2]))
-        elif w[0] == "choose":  # the batch's other rows and tokens where written (issue 39), the slots after
-            batch = (int(w[2]), float(w[3]), int(w[4]), *(int(a) for a in w[5:6])) if len(w) > 2 else ()
+        elif w[0] == "choose":  # the batch's other rows and tokens where written (issue 39), the slots after,
+            # the batch's layout where the slots keep a cache each
+            batch = (int(w[2]), float(w[3]), int(w[4]), *(int(a) for a in w[5:])) if len(w) > 2 else ()
             events.append(("choose", int(w[1]), None, *batch))
-        elif w[0] in ("pass", "steps", "seed", "batch-seed"):  # a pass's total rows where written
-            events.append((w[0], int(w[1]), float(w[2]), *((int(w[3]),) if len(w) > 3 else ())))
+        elif w[0] in ("pass", "steps", "seed", "batch-seed"):  # a pass's total rows and graph passes where written
+            events.append((w[0], int(w[1]), float(w[2]), *(int(a) for a in w[3:])))
         elif w[0] == "result":  # each verified draft's chance of being kept where written (rejection sampling)
             events.append(("result", int(w[1]), int(w[2]), *(float(c) for c in w[3:])))
         elif w[0] == "class":
@@ -204,8 +205,8 @@ def replay_python(settings: PolicySettings, events: list[tuple]) -> list[int]:
     """The k the Python twin chooses on recorded events (``choose`` events' own k ignored)."""
     policy, ks = BatchPolicy(settings), []
     for e in events:
-        if e[0] == "choose":
-            ks.append(policy.choose(e[1], *e[3:]))
+        if e[0] == "choose":  # ("choose", limit, k[, others_rows, others_tokens, others_drafts[, after[, layout...]]])
+            ks.append(policy.choose(e[1], *e[3:7], layout=tuple(e[7:])))
         elif e[0] == "pass":
             policy.observe_pass(e[1], e[2], *e[3:])
         elif e[0] == "steps":
@@ -290,6 +291,8 @@ def batched(
     chances: bool = False,
     first_pass: float = 1.0,
     doubt_ratio: float | None = None,
+    cache_per_slot: bool = False,
+    tell_layout: bool = True,
 ) -> tuple[list[list[int]], list[list[tuple]], list[BatchPolicy], list[int]]:
     """Drive one :class:`BatchPolicy` per slot as llama-server's update loop does at ``--parallel``: each
     ``(passes, n)`` phase has slots 0..n-1 generating; before a pass each slot chooses in slot order
@@ -300,8 +303,11 @@ def batched(
     start-up for batches, given next; ``chances``: each verified draft's chance of being kept is told too
     (rejection sampling's sum min(p, q)), its depth's rate; ``first_pass``: each total's first pass costs this
     many times its ``cost`` (E2B's first passes after 4 prompts: 1.7-2.1x); ``doubt_ratio``: the policies'
-    :attr:`BatchCost.doubt_ratio` (0: every first timing kept). Returns each slot's k per pass it
-    generated in and its events, the policies and each pass's rows."""
+    :attr:`BatchCost.doubt_ratio` (0: every first timing kept); ``cache_per_slot``: the slots keep a KV
+    cache each, so a batch of unequal rows is llama.cpp's passes (:func:`equal_split`), each costing ``cost``
+    of its rows, and each slot is told the batch's layout (``tell_layout``) and the passes, as llama-server
+    tells them. Returns
+    each slot's k per pass it generated in and its events, the policies and each pass's rows."""
     streams = [[Stream(s.rate, s.then, s.after) for s in slot] for slot in streams]
     policies = [BatchPolicy(PolicySettings(n_max=n_max)) for _ in streams]
     for policy in policies if doubt_ratio is not None else ():
@@ -321,13 +327,16 @@ def batched(
             rows, tokens, chosen = 0, 0.0, []
             for s in range(n):
                 after, longest = n - s - 1, max(chosen, default=0)
-                k = policies[s].choose(limit, rows + after, tokens + after, longest, after)
-                events[s].append(("choose", limit, k, rows + after, tokens + after, longest, after))
+                told = cache_per_slot and tell_layout and n > 1
+                layout = [k + 1 for k in chosen] + [-1] * (after + 1) if told else []
+                k = policies[s].choose(limit, rows + after, tokens + after, longest, after, layout)
+                events[s].append(("choose", limit, k, rows + after, tokens + after, longest, after, *layout))
                 ks[s].append(k)
                 chosen.append(k)
                 rows, tokens = rows + k + 1, tokens + policies[s].expected_tokens(k)
             steps = max(chosen)
-            seconds = cost[rows] * (first_pass if rows not in totals else 1.0)
+            split = equal_split([k + 1 for k in chosen]) if cache_per_slot else [rows]
+            seconds = sum(cost[t] for t in split) * (first_pass if rows not in totals else 1.0)
             totals.append(rows)
             for s, k in enumerate(chosen):
                 accepted = 0
@@ -336,8 +345,9 @@ def batched(
                 if k:  # the slots that drafted: the call took as many steps as the longest draft
                     policies[s].observe_steps(steps, steps * step)
                     events[s].append(("steps", steps, steps * step))
-                policies[s].observe_pass(k + 1, seconds, rows)
-                events[s].append(("pass", k + 1, seconds, rows))
+                passes = (len(split),) if len(split) > 1 else ()
+                policies[s].observe_pass(k + 1, seconds, rows, *passes)
+                events[s].append(("pass", k + 1, seconds, rows, *passes))
                 if k:
                     told = tuple(streams[s][j].rate for j in range(min(accepted + 1, k))) if chances else ()
                     policies[s].observe_result(k, accepted, told)

@@ -27,7 +27,14 @@ PROMPTS = ("def f(x): return x + 1", "the quick brown fox", "abc abc abc")
 ADAPTIVE = (*TEST_SETTINGS, "spec-draft-adaptive=true", "spec-draft-n-max=4")
 # seeded requests on exact match: the same seed gives the target alone's text (the profile's rejection
 # sampling would not; these requests once kept exact match only because ignore_eos is a logit bias)
-SEEDED = {"temperature": 0.8, "top_k": 40, "top_p": 0.95, "min_p": 0.05, "seed": 11, "speculative.rejection_sampling": False}
+SEEDED = {
+    "temperature": 0.8,
+    "top_k": 40,
+    "top_p": 0.95,
+    "min_p": 0.05,
+    "seed": 11,
+    "speculative.rejection_sampling": False,
+}
 
 
 @pytest.fixture(scope="module")
@@ -194,3 +201,41 @@ def test_rejection_sampling_tells_the_policy_each_drafts_chance_of_being_kept(tm
     with open(tmp_path / "policy.0") as f:
         out = subprocess.run([str(driver)], stdin=f, capture_output=True, text=True, check=True)
     assert [int(x) for x in out.stdout.split()] == chosen
+
+
+@pytest.mark.parametrize("unified", [False, True])
+def test_two_slots_with_a_cache_each_tell_the_policy_the_batchs_layout(pairs, driver, tmp_path, monkeypatch, unified):  # noqa: F811
+    # patch 39k: at --parallel 2 each slot keeps a KV cache (as serve runs 2 slots), so llama.cpp splits a batch
+    # of unequal rows into passes; each choice beside the other slot is told the batch's layout (slot 0, first:
+    # both slots -1, alike; slot 1: slot 0's rows, then -1) and a split batch its passes, and both twins replay
+    # each slot's trace to what llama-server chose; with one cache (kv-unified) neither is written
+    from gguf_exact.bench.load import client_streams
+
+    target, drafter = pairs["mixed"]
+    trace = tmp_path / f"policy-{unified}"
+    monkeypatch.setenv("LLAMA_SPEC_DRAFT_TRACE", str(trace))
+    sets = (*ADAPTIVE, "parallel=2", "ctx-size=1024", f"kv-unified={str(unified).lower()}")
+    launch = served(target, drafter, sets, tmp_path, monkeypatch, f"layout-{unified}")
+    try:
+        prompts = {"code": PROMPTS[0], "prose": PROMPTS[1], "repeat": PROMPTS[2]}
+        replies, _ = client_streams(launch.url, prompts, 2, 32, requests=3)
+    finally:
+        stop_server(launch.port)
+    assert not any(r.error for r in replies) and len(replies) == 6
+    layouts: dict[int, set[tuple]] = {}
+    for slot in (0, 1):
+        [(settings, events, chosen)] = read_trace(f"{trace}.{slot}")
+        beside = [e for e in events if e[0] == "choose" and len(e) > 3 and e[3] > 0]
+        assert len(beside) >= 20  # the two clients' requests overlap
+        layouts[slot] = {e[7:] for e in beside}
+        split = [e[4] for e in events if e[0] == "pass" and len(e) > 4]
+        assert all(p >= 2 for p in split) and (split == [] if unified else True)
+        assert replay_python(settings, events) == chosen
+        with open(f"{trace}.{slot}") as f:
+            out = subprocess.run([str(driver)], stdin=f, capture_output=True, text=True, check=True)
+        assert [int(x) for x in out.stdout.split()] == chosen
+    if unified:
+        assert layouts == {0: {()}, 1: {()}}
+    else:
+        assert layouts[0] == {(-1, -1)} and {lay[1] for lay in layouts[1]} == {-1}
+        assert {lay[0] for lay in layouts[1]} <= set(range(1, 6)) and len(layouts[1]) >= 2

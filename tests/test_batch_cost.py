@@ -240,7 +240,9 @@ def test_on_a_tiled_batch_curve_seeded_totals_find_the_batch_of_twenty(batch_see
     if batch_seeds:
         assert totals[:3] == [12, 16, 20] and set(totals[2:]) == {20} and speed == pytest.approx(0.998, abs=5e-4)
     else:
-        assert totals[:5] == [7, 9, 11, 13, 15] and set(totals[-40:]) == {17} and speed == pytest.approx(0.727, abs=5e-4)
+        assert (
+            totals[:5] == [7, 9, 11, 13, 15] and set(totals[-40:]) == {17} and speed == pytest.approx(0.727, abs=5e-4)
+        )
 
 
 # A drafter as `sampled`'s at E2B (right 0.835, 0.80, 0.79, 0.79 by depth; each depth's answers spread
@@ -301,3 +303,70 @@ def test_a_batch_totals_first_timing_out_of_line_with_its_seed_is_doubted_once(d
     else:
         assert [sum(k) for k in ks] == [65] * 4 and set(totals[1:]) == {8} and speed == pytest.approx(63.799, abs=5e-4)
         assert policies[0].batch.samples[12] == [1.8 * TILED_LOAD[12]]
+
+
+# a card: 10 ms a graph pass, 1 ms a row (every total up to 10 rows timed in batches)
+PER_PASS = {t: 0.010 + 0.001 * t for t in range(1, 11)}
+
+
+def test_a_layout_prices_a_batch_llama_cpp_splits_as_its_passes():
+    # a cache per slot: beside another slot's 3 rows, k drafts here are passes of 2 (k + 1) rows and the
+    # rest (llama.cpp's split_equal), each 10 ms more; by totals 4 drafts pay (8 rows, 18 ms, in one pass),
+    # as passes only 2 drafts (3 + 3 rows, 16 ms) do: 4 drafts are passes of 6 and 2 rows, 28 ms
+    policy = drafting_policy(PER_PASS)
+    assert policy.batch_cost(0, 3, 0, [3, -1]) == PER_PASS[2] + PER_PASS[2]
+    assert policy.batch_cost(2, 3, 0, [3, -1]) == PER_PASS[6]
+    assert policy.batch_cost(4, 3, 0, [3, -1]) == PER_PASS[6] + PER_PASS[2]
+    assert policy.batch_cost(4, 3, 0, []) == PER_PASS[8]
+    # an idle slot between splits every batch: passes of 3 rows and k + 1
+    assert policy.batch_cost(4, 3, 0, [3, 0, -1]) == PER_PASS[3] + PER_PASS[5]
+    # this slot and the one after it, alike: 2 + 2 (k + 1) rows in passes of 4 (k + 1 >= 2) and the rest
+    assert policy.batch_cost(3, 3, 1, [2, -1, -1]) == PER_PASS[6] + PER_PASS[4]
+    assert policy.choose(4, 3, 2.8, 2, 0, [3, -1]) == 2 and policy.batch_rows == 6
+    assert policy.choose(4, 3, 2.8, 2, 0) == 4 and policy.batch_rows == 8
+
+
+def test_a_layout_whose_passes_are_not_all_priced_prices_the_batch_by_its_total():
+    policy = BatchPolicy(PolicySettings(n_max=4))  # batches of 2 and 4 rows timed; no 1-row pass, alone or in batches
+    policy.observe_pass(1, 0.012, 2)
+    policy.observe_pass(1, 0.014, 4)
+    assert policy.batch_cost(0, 2, 0, [2, -1]) == 0.012  # passes of 2 rows and 1: priced as 3 rows, as 2 rows
+    assert policy.batch_cost(1, 2, 0, [2, -1]) == 0.014  # one pass of 4
+    assert policy.batch_cost(2, 2, 0, [2, -1]) == 0.014  # passes of 4 rows and 1: priced as 5 rows, as 4
+
+
+def test_a_split_batchs_timing_prices_no_total():
+    policy = drafting_policy({})
+    policy.observe_pass(2, 0.500, 6, 2)  # 4 + 2 rows, passes of 4 and 2: not a pass of 6 rows
+    assert policy.batch.cost(6) is None and not policy.all_right
+    policy.observe_pass(3, 0.016, 6)
+    assert policy.batch.cost(6) == 0.016
+
+
+# E2B's batch curve as llama-server's warm-up timed it on a Zen 5 (sim_batch_policy.py's e2b-zen5)
+E2B_ZEN5 = {1: 0.038, 2: 0.0673, 3: 0.0889, 4: 0.0751, 5: 0.0979, 6: 0.121, 7: 0.1476, 8: 0.1278, 9: 0.1497}
+E2B_ZEN5 |= {10: 0.1862}
+
+
+@pytest.mark.parametrize(
+    "curve, step, drafters",
+    [
+        (PER_PASS, 0.0005, (list(REAL_LIKE), [Stream(1.0)] * 4)),
+        (E2B_ZEN5, 0.0017, ([Stream(1.0)] * 4, [Stream(0.45)] * 4)),
+    ],
+)
+def test_told_the_layout_two_slots_with_a_cache_each_run_faster(curve, step, drafters):
+    # 2 slots with a cache each whose drafters differ (one user's text easy to draft, the other's not), 200
+    # passes from start-up timings (the shipped profiles' warm-up): told the layout, the second slot stops
+    # cutting the batch in two, and the batch brings more tokens a second than priced by its totals
+    speed, split = {}, {}
+    for told in (True, False):
+        ks, events, _, totals = batched(curve, step, list(drafters), [(200, 2)], seeds={r: curve[r] for r in range(1, 6)},
+                                        batch_seeds=curve, cache_per_slot=True, tell_layout=told)  # fmt: skip
+        for slot, slot_events in enumerate(events):
+            assert replay_python(PolicySettings(n_max=4), slot_events) == ks[slot]
+        passes = [e for e in events[0] if e[0] == "pass"]
+        kept = sum(e[2] for slot in events for e in slot if e[0] == "result")
+        seconds = sum(e[2] for e in passes) + sum(max(a, b) for a, b in zip(*ks)) * step
+        speed[told], split[told] = (2 * len(totals) + kept) / seconds, sum(len(e) > 4 for e in passes)
+    assert speed[True] > 1.15 * speed[False] and split[True] < split[False] / 4, (speed, split)

@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import pytest
 
-from gguf_exact.bench.pass_costs import equal_split, shared_passes
+from gguf_exact.bench.pass_costs import shared_passes
+from gguf_exact.engines.shared.batch_cost import equal_split
 from gguf_exact.tiny.hidden_pair import write_hidden_state_pair
 
 COMPOSITIONS = [(1, 1, 1, 1), (4, 4, 4, 4), (4, 1, 1, 1), (4, 2, 1, 1), (1, 4, 1, 2), (1, 0, 1, 1), (0, 3, 0, 2), (4, 0, 0, 0)]

@@ -60,7 +60,7 @@ def patched_tree(tmp_path_factory) -> Path:
             capture_output=True,
         )
     assert all(p not in source_patches.patches_for("cpu", bindings=True) for p in ADAPTIVE)
-    assert [p.id for p in ADAPTIVE] == ["23a", "23b", "23c", "23d", "23e", "23f", "23g"] and SERIES[-1].id == "39d"
+    assert [p.id for p in ADAPTIVE] == ["23a", "23b", "23c", "23d", "23e", "23f", "23g"] and SERIES[-1].id == "39k"
     return root
 
 
@@ -93,10 +93,10 @@ def replay(exe: Path, settings: PolicySettings, events: list[tuple]) -> list[int
         f"settings {s.n_max} {s.prior!r} {s.prior_weight!r} {s.decay!r} {s.cost_weight!r} {s.probe_interval} {s.probe_interval_max} {s.cost_max_age} {s.switch_margin!r} {s.cost_window} {s.retime_margin!r} {s.burst_ratio!r} {s.outlier_ratio!r} {s.recheck_interval} {s.explore_weight!r} {s.explore_errors!r}"
     ]
     for e in events:
-        if e[0] == "choose":  # ("choose", limit, k[, others_rows, others_tokens, others_drafts[, after]])
+        if e[0] == "choose":  # ("choose", limit, k[, others_rows, others_tokens, others_drafts[, after[, layout...]]])
             lines.append(f"choose {e[1]}" + "".join(f" {v!r}" for v in e[3:]))
-        elif e[0] in ("pass", "steps", "seed", "batch-seed"):  # ("pass", rows, seconds[, total rows])
-            lines.append(f"{e[0]} {e[1]} {e[2]!r}" + (f" {e[3]}" if len(e) > 3 else ""))
+        elif e[0] in ("pass", "steps", "seed", "batch-seed"):  # ("pass", rows, seconds[, total rows[, passes]])
+            lines.append(f"{e[0]} {e[1]} {e[2]!r}" + "".join(f" {v}" for v in e[3:]))
         elif e[0] == "class":
             lines.append(f"class {e[1]}")
         else:  # ("result", drafted, accepted[, the chance of each verified draft])
@@ -115,9 +115,11 @@ def test_the_patch_adds_the_option_the_fields_and_the_policy(patched_tree):
     reader = schema.partition("static void eval_request_speculation(")[2].partition("\n}\n")[0]
     assert '{"n_max", "p_min", "adaptive"' in reader and 'data.contains("speculative")' in reader
     server = (patched_tree / "tools" / "server" / "server-context.cpp").read_text()
-    assert "slot.draft_policy.choose(n_draft_max, others_rows, others_tokens, batch_drafts, n_after)" in server
+    assert "slot.draft_policy.choose(n_draft_max, others_rows, others_tokens, batch_drafts, n_after, layout)" in server
     assert "observe_pass(off, batch.view.size(), t_decode_us)" in server
-    assert "slot.draft_policy.observe_pass(r, (double) t_us / 1e6, n)" in server  # the whole pass, its total rows
+    # the whole pass, its total rows, the graph passes a cache per slot split it into (39k)
+    assert "slot.draft_policy.observe_pass(r, (double) t_us / 1e6, n, n_passes)" in server
+    assert "return !params_base.kv_unified && slots.size() > 1;" in server
     # the request's acceptance class before its passes: its temperature and the rule (spec_rejection,
     # which the option that brings rejection sampling to llama-server sets per request)
     assert "set_class(common_draft_class_of(slot.task->params.sampling.temp, slot.spec_rejection))" in server
@@ -507,3 +509,22 @@ def test_cpp_and_python_climb_alike_in_a_batch_of_slots(driver):
         4,
     ]
     assert not any(p.climbing for p in policies) and ks[0][-1] == 2
+
+
+@pytest.mark.parametrize("slots", [2, 4])
+def test_cpp_and_python_price_a_cache_per_slots_split_passes_alike(driver, slots):
+    # patch 39k: the slots keep a cache each, so a batch of unequal rows is llama.cpp's passes; each choice is
+    # told the batch's layout ("choose ... AFTER LAYOUT...") and a split batch its passes ("pass ... TOTAL
+    # PASSES"); drafters unlike (real-like, then always right: one user's text easy to draft, the next one's
+    # less), a card's rows seeded at start-up, then slot 0 alone
+    card = {t: 0.010 + 0.001 * t for t in range(1, 26)}
+    drafters = [list(REAL_LIKE), [Stream(1.0)] * 4] * (slots // 2)
+    ks, events, _, _ = batched(card, 0.0017, drafters, [(80, slots), (40, 1)], seeds={r: card[r] for r in range(1, 6)},
+                               batch_seeds=card, cache_per_slot=True)  # fmt: skip
+    layouts = [e[7:] for slot_events in events for e in slot_events if e[0] == "choose" and len(e) > 7]
+    split = [e for slot_events in events for e in slot_events if e[0] == "pass" and len(e) > 4]
+    assert len(layouts) == slots * 80 and split and all(e[4] >= 2 for e in split)
+    assert layouts[0] == tuple([-1] * slots)  # slot 0 first: every slot after it expected alike
+    for slot, slot_events in enumerate(events):
+        assert replay(driver, PolicySettings(n_max=4), slot_events) == ks[slot]
+        assert replay_python(PolicySettings(n_max=4), slot_events) == ks[slot]

@@ -8,7 +8,8 @@ servers), and the speed-up those costs predict (``make bench-real``'s first step
   llama.cpp's ``cb_eval`` hook);
 - :func:`split_pass_seconds`: a target pass shared by several sequences, each bringing its own
   rows, with a cache per sequence (llama-server's ``--parallel N``) or one shared cache
-  (``--kv-unified``); :func:`equal_split` the passes llama.cpp cuts a cache per sequence's batch into;
+  (``--kv-unified``); the passes llama.cpp cuts a cache per sequence's batch into are
+  :func:`~gguf_exact.engines.shared.batch_cost.equal_split`'s;
 - :func:`predicted_speedup`: the speed-up those costs predict for a measured number of tokens
   per target pass, to set beside the measured one; :func:`card_prediction` the same on a card
   whose target pass is given.
@@ -59,21 +60,6 @@ def target_pass_seconds(
         return out
     finally:
         llm.close()
-
-
-def equal_split(rows: Sequence[int]) -> list[int]:
-    """The rows of each pass llama.cpp makes of one batch bringing ``rows[s]`` rows of sequence ``s``
-    when each sequence has a cache of its own (``llama_batch_allocr::split_equal`` with ``sequential``,
-    as ``llama_kv_cache::init_batch`` calls it with more than one stream): a pass takes a run of
-    consecutive sequences, as many rows of each as the shortest of them has left. 4+1+1+1: [4, 3]."""
-    left, out = list(rows), []
-    while any(left):
-        start = next(s for s, n in enumerate(left) if n)
-        run = next((s for s in range(start, len(left)) if not left[s]), len(left))
-        step = min(left[start:run])
-        out.append(step * (run - start))
-        left[start:run] = [n - step for n in left[start:run]]
-    return out
 
 
 NE_OFFSET = 16  # offsetof(struct ggml_tensor, ne): after the type (int, padded) and the buffer pointer

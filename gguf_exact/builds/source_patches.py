@@ -71,7 +71,8 @@ class SourcePatch:
 # draft policy knows the batch other slots share), 38p (it prices row counts at the machine's speed
 # now), 38s (it explores depth 1 at start; seeds are one snapshot), 39s (the batch curve seeded at
 # start-up), 38e (it counts rejection sampling's chance of keeping each draft) and 39d (a cold first timing,
-# a batch total's or a drafter step's, is doubted) too.
+# a batch total's or a drafter step's, is doubted) and 39k (it prices the passes a cache per slot splits a
+# batch into) too.
 PATCHES: tuple[SourcePatch, ...] = (
     SourcePatch("24", "0001-24-ordered-embedding-head.patch"),
     SourcePatch("27572", "0002-27572-sync-before-set-inputs.patch", gpu_only=True),
@@ -92,6 +93,7 @@ PATCHES: tuple[SourcePatch, ...] = (
     SourcePatch("39s", "0017-39s-batch-curve-seeds.patch", server_only=True),
     SourcePatch("38e", "0018-38e-draft-policy-counts-keep-chances.patch", server_only=True),
     SourcePatch("39d", "0019-39d-cold-first-timings-doubted.patch", server_only=True),
+    SourcePatch("39k", "0020-39k-cache-per-slot-split-passes.patch", server_only=True),
 )
 
 

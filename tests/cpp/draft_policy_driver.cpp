@@ -3,10 +3,11 @@
 // Input lines: "settings N_MAX PRIOR PRIOR_WEIGHT DECAY COST_WEIGHT PROBE PROBE_MAX COST_MAX_AGE SWITCH_MARGIN COST_WINDOW
 // RETIME_MARGIN BURST_RATIO OUTLIER_RATIO RECHECK_INTERVAL [EXPLORE_WEIGHT EXPLORE_ERRORS]" first (the bracketed
 // ones: the header's defaults when absent, as in traces llama-server writes), then
-// "choose LIMIT [OTHERS_ROWS OTHERS_TOKENS OTHERS_DRAFTS [AFTER]]", "pass ROWS SECONDS [TOTAL_ROWS]", "steps N SECONDS", "seed ROWS SECONDS", "batch-seed TOTAL SECONDS", "result DRAFTED ACCEPTED [CHANCE...]", "class NAME"
+// "choose LIMIT [OTHERS_ROWS OTHERS_TOKENS OTHERS_DRAFTS [AFTER [LAYOUT...]]]", "pass ROWS SECONDS [TOTAL_ROWS [PASSES]]", "steps N SECONDS", "seed ROWS SECONDS", "batch-seed TOTAL SECONDS", "result DRAFTED ACCEPTED [CHANCE...]", "class NAME"
 // (the acceptance class of the requests from there on: greedy, sampled-exact, sampled-rejection); a line starting
 // with "#" is a comment (llama-server's LLAMA_SPEC_DRAFT_TRACE writes this format, with comments). The bracketed
-// fields (the batch other slots share, issue 39) are 0 when absent, as in traces written before them.
+// fields (the batch other slots share, issue 39; a cache per slot's layout and graph passes) are 0 (empty, 1) when
+// absent, as in traces written before them.
 #include "draft-policy.h"
 
 #include <algorithm>
@@ -16,6 +17,7 @@
 #include <iostream>
 #include <sstream>
 #include <string>
+#include <vector>
 
 int main() {
     common_draft_policy_settings s;
@@ -55,18 +57,22 @@ int main() {
             std::istringstream more(rest);
             int others = 0, drafts = 0, after = 0;
             more >> others >> tokens >> drafts >> after;
-            std::printf("%d\n", policy.choose(limit, others, std::strtod(tokens.c_str(), nullptr), drafts, after));
+            std::vector<int32_t> layout;
+            for (int32_t r; more >> r;) {
+                layout.push_back(r);
+            }
+            std::printf("%d\n", policy.choose(limit, others, std::strtod(tokens.c_str(), nullptr), drafts, after, layout));
         } else if (what == "pass" || what == "steps" || what == "seed" || what == "batch-seed") {
             int n;
             std::string seconds, rest;
             std::cin >> n >> seconds;
             std::getline(std::cin, rest);
             std::istringstream more(rest);
-            int total = 0;
-            more >> total;
+            int total = 0, passes = 1;
+            more >> total >> passes;
             const double t = std::strtod(seconds.c_str(), nullptr);
             if (what == "pass") {
-                policy.observe_pass(n, t, total);
+                policy.observe_pass(n, t, total, passes);
             } else if (what == "seed") {
                 policy.seed(n, t);
             } else if (what == "batch-seed") {

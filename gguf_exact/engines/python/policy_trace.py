@@ -42,11 +42,18 @@ class TracedPolicy(BatchPolicy):
             self.out.write(line)
 
     def choose(
-        self, limit: int, others_rows: int = 0, others_tokens: float = 0.0, others_drafts: int = 0, after: int = 0
+        self,
+        limit: int,
+        others_rows: int = 0,
+        others_tokens: float = 0.0,
+        others_drafts: int = 0,
+        after: int = 0,
+        layout: Sequence[int] = (),
     ) -> int:
         batch = f" {others_rows} {others_tokens!r} {others_drafts} {after}" if others_rows or others_tokens else ""
+        batch += "".join(f" {r}" for r in layout) if batch else ""
         self._write(f"choose {limit}{batch}\n")
-        k = super().choose(limit, others_rows, others_tokens, others_drafts, after)
+        k = super().choose(limit, others_rows, others_tokens, others_drafts, after, layout)
         self._write(f"# k {k} t_us {time.monotonic_ns() // 1000}\n")
         return k
 
@@ -58,9 +65,11 @@ class TracedPolicy(BatchPolicy):
         self._write(f"batch-seed {total} {seconds!r}\n")
         super().seed_batch(total, seconds)
 
-    def observe_pass(self, rows: int, seconds: float, total: int = 0) -> None:
-        self._write(f"pass {rows} {seconds!r}" + (f" {total}\n" if total else "\n"))
-        super().observe_pass(rows, seconds, total)
+    def observe_pass(self, rows: int, seconds: float, total: int = 0, passes: int = 1) -> None:
+        self._write(
+            f"pass {rows} {seconds!r}" + (f" {total}" if total else "") + (f" {passes}\n" if passes > 1 else "\n")
+        )
+        super().observe_pass(rows, seconds, total, passes)
 
     def observe_steps(self, steps: int, seconds: float) -> None:
         self._write(f"steps {steps} {seconds!r}\n")

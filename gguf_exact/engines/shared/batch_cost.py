@@ -36,10 +36,16 @@ where a row costs about a row (a CPU), others' rows make drafting dear and the s
 at all; where rows are cheap (a GPU's batch), drafting goes on.
 
 A total prices one graph pass. With a KV cache per slot llama.cpp cuts a batch whose slots bring
-unequal rows into several (a run of slots, as many rows of each as the shortest has left: 4+1+1+1
-rows are passes of 4 and 3), which no total prices, so ``serve`` gives the 3 or more slots a drafter
-serves one shared cache (:attr:`~.serving_config.ServingConfig.kv_unified`; E2B, 4 sampled users, the adaptive
-length: 21.48 tokens/s with one cache, 19.42 with a cache per slot).
+unequal rows into several (:func:`equal_split`: a run of slots, as many rows of each as the shortest has
+left: 4+1+1+1 rows are passes of 4 and 3), each reading every weight. So ``serve`` gives the 3 or more slots
+a drafter serves one shared cache (:attr:`~.serving_config.ServingConfig.kv_unified`; E2B, 4 sampled users,
+the adaptive length: 21.48 tokens/s with one cache, 19.42 with a cache per slot), and where the slots keep
+a cache each (2 slots, or ``kv-unified = false``) llama-server tells each choice the batch's ``layout``:
+each slot's rows in slot order, 0 for a slot not in the batch, -1 for this slot and each slot still to
+choose (alike). A layout prices k drafts as the sum of its passes' totals (4 drafts beside another slot's
+2 rows: passes of 4 and 3 rows, not one of 7), and a split batch's timing (``passes`` > 1 in
+:meth:`BatchPolicy.observe_pass`) prices no total. (Simulated on E2B's curve on a Zen 5 at 2 slots, a
+`mixed`-like drafter, 64 passes: priced by totals, 0.85x the better of off and the best fixed length.)
 
 Start-up seeds of every total up to ``slots * (n_max + 1)`` (llama-server's warm-up at ``--parallel``): a
 batch's cost is not monotonic in its rows, so a total cannot be guessed from the ones below it. A CPU's
@@ -50,12 +56,13 @@ drafted 141, and ran at 0.86x its speed. ``scripts/sim_batch_policy.py`` prints
 what the choice gives against speculation off and each fixed length at 1, 2 and 4 slots.
 
 Pure and deterministic, as the policy: the C++ twin (``common/draft-policy.h``, patch 39) makes the same
-choices on the same trace (``choose LIMIT OTHERS_ROWS OTHERS_TOKENS OTHERS_DRAFTS AFTER``, ``pass ROWS SECONDS
-TOTAL``).
+choices on the same trace (``choose LIMIT OTHERS_ROWS OTHERS_TOKENS OTHERS_DRAFTS AFTER [LAYOUT...]``, ``pass ROWS
+SECONDS TOTAL [PASSES]``).
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from gguf_exact.engines.shared.draft_policy import TIE_MARGIN, DraftPolicy
@@ -65,6 +72,21 @@ from gguf_exact.engines.shared.draft_policy import TIE_MARGIN, DraftPolicy
 # 179, 12 rows 316 against 175, 5 rows 198 against 102), later ones 1.1-1.2x, and kept, one such timing
 # priced drafting out for as long as timings live (128 batch passes). Both twins' constant.
 FIRST_TIMING_DOUBT = 1.25
+
+
+def equal_split(rows: Sequence[int]) -> list[int]:
+    """The rows of each pass llama.cpp makes of one batch bringing ``rows[s]`` rows of sequence ``s``
+    when each sequence has a cache of its own (``llama_batch_allocr::split_equal`` with ``sequential``,
+    as ``llama_kv_cache::init_batch`` calls it with more than one stream): a pass takes a run of
+    consecutive sequences, as many rows of each as the shortest of them has left. 4+1+1+1: [4, 3]."""
+    left, out = list(rows), []
+    while any(left):
+        start = next(s for s, n in enumerate(left) if n)
+        run = next((s for s in range(start, len(left)) if not left[s]), len(left))
+        step = min(left[start:run])
+        out.append(step * (run - start))
+        left[start:run] = [n - step for n in left[start:run]]
+    return out
 
 
 @dataclass
@@ -144,26 +166,52 @@ class BatchPolicy(DraftPolicy):
                 return c
         return None
 
+    def batch_cost(
+        self, k: int, others_rows: int, after: int, layout: Sequence[int], probe: bool = False
+    ) -> float | None:
+        """The pass, or with a ``layout`` (a cache per slot) the passes, of the batch where this slot and the
+        ``after`` slots still to choose draft ``k``: the sum of :meth:`total_cost` of each; where one is unknown
+        (no start-up timings: a 1-row pass never timed), the batch's total as one pass, as without a layout
+        (None held every choice beside another slot's probe at no drafts: its 2 + 1 rows never priced)."""
+        passes = equal_split([k + 1 if r < 0 else r for r in layout]) if layout else []
+        costs = [self.total_cost(total, probe) for total in passes]
+        if not passes or None in costs:
+            return self.total_cost(others_rows + (after + 1) * k + 1, probe)
+        return sum(c for c in costs if c is not None)
+
     def batch_rate(
-        self, k: int, others_rows: int, others_tokens: float, others_drafts: int = 0, after: int = 0
+        self,
+        k: int,
+        others_rows: int,
+        others_tokens: float,
+        others_drafts: int = 0,
+        after: int = 0,
+        layout: Sequence[int] = (),
     ) -> float | None:
         """The batch's expected tokens per second when this slot, and the ``after`` slots still to choose
         (counted in ``others_rows`` and ``others_tokens`` at 1 each), draft ``k`` (None while unknown)."""
-        c = self.total_cost(others_rows + (after + 1) * k + 1)
+        c = self.batch_cost(k, others_rows, after, layout)
         if c is None:
             return None
         t = max(k, others_drafts) * (self.step_cost or 0.0) + c
         return (others_tokens + (after + 1) * self.expected_tokens(k) - after) / t if t > 0 else None
 
     def batch_trusting_rate(
-        self, k: int, j: int, others_rows: int, others_tokens: float, others_drafts: int, after: int = 0
+        self,
+        k: int,
+        j: int,
+        others_rows: int,
+        others_tokens: float,
+        others_drafts: int,
+        after: int = 0,
+        layout: Sequence[int] = (),
     ) -> float | None:
         """:meth:`batch_rate` of ``j`` > ``k`` drafts were the drafter always right at depth k + 1 (as
         :meth:`DraftPolicy.trusting_rate` alone), and while the slot climbs at every depth past k: what a
         probe could bring. (A batch's cost is not monotonic in its rows: at 2 users E2B's 6 rows cost 0.12 s
         and 8 rows 0.12, so a climb one depth at a time from 4 rows stopped there, an always-right drafter
         at 1 draft a slot for 62 passes where 3 paid 1.3x.)"""
-        c = self.total_cost(others_rows + (after + 1) * j + 1, probe=True)
+        c = self.batch_cost(j, others_rows, after, layout, probe=True)
         if c is None:
             return None
         t = max(j, others_drafts) * (self.step_cost or 0.0) + c
@@ -174,7 +222,13 @@ class BatchPolicy(DraftPolicy):
         return (others_tokens + (after + 1) * e - after) / t if t > 0 else None
 
     def choose(
-        self, limit: int, others_rows: int = 0, others_tokens: float = 0.0, others_drafts: int = 0, after: int = 0
+        self,
+        limit: int,
+        others_rows: int = 0,
+        others_tokens: float = 0.0,
+        others_drafts: int = 0,
+        after: int = 0,
+        layout: Sequence[int] = (),
     ) -> int:
         """As :meth:`DraftPolicy.choose` alone; beside ``others_rows`` rows of other slots bringing
         ``others_tokens`` tokens, their longest draft ``others_drafts``, ``after`` of them slots still to
@@ -188,19 +242,24 @@ class BatchPolicy(DraftPolicy):
             return k
         top = min(self.settings.n_max, limit)
         self.probing = self.rechecking = self.retiming = 0  # the one-user rules' passes are not this one
-        k, best = 0, self.batch_rate(0, self.others_rows, others_tokens, others_drafts, after)
+        k, best = 0, self.batch_rate(0, self.others_rows, others_tokens, others_drafts, after, layout)
         if best is None:
             self.reason = f"timing a batch of {self.others_rows + 1} rows"
         else:
             for j in range(1, top + 1):
-                r = self.batch_rate(j, self.others_rows, others_tokens, others_drafts, after)
+                r = self.batch_rate(j, self.others_rows, others_tokens, others_drafts, after, layout)
                 if r is not None and r > best * (1.0 + TIE_MARGIN):
                     k, best = j, r
             # a probe every `interval` passes, as alone: a slot that never drafted would keep the prior's
             # acceptance, and priced by it, never draft beside others; seeded costs and no draft rejected
             # yet (the climb alone): at once
             probe = next(
-                (j for j in range(k + 1, top + 1) if self.pays(k, j, best, others_tokens, others_drafts, after)), 0
+                (
+                    j
+                    for j in range(k + 1, top + 1)
+                    if self.pays(k, j, best, others_tokens, others_drafts, after, layout)
+                ),
+                0,
             )
             self.since_probe = self.since_probe + 1 if probe else 0
             climb = self.climbing and (self.last_k == 0 or self.all_right)
@@ -211,21 +270,25 @@ class BatchPolicy(DraftPolicy):
         self.last_k, self.batch_rows = k, self.others_rows + k + 1
         return k
 
-    def pays(self, k: int, j: int, best: float, others_tokens: float, others_drafts: int, after: int) -> bool:
-        r = self.batch_trusting_rate(k, j, self.others_rows, others_tokens, others_drafts, after)
+    def pays(
+        self, k: int, j: int, best: float, others_tokens: float, others_drafts: int, after: int, layout: Sequence[int]
+    ) -> bool:
+        r = self.batch_trusting_rate(k, j, self.others_rows, others_tokens, others_drafts, after, layout)
         return r is not None and r > best * (1.0 + TIE_MARGIN)
 
     def seed_batch(self, total: int, seconds: float) -> None:
         """A pass of ``total`` rows timed at start-up for batches of slots (see the module's docstring)."""
         self.batch.seed(total, seconds)
 
-    def observe_pass(self, rows: int, seconds: float, total: int = 0) -> None:
-        """This slot's ``rows`` rows were in a pass of ``total`` rows (0: its own alone) that took ``seconds``."""
+    def observe_pass(self, rows: int, seconds: float, total: int = 0, passes: int = 1) -> None:
+        """This slot's ``rows`` rows were in a batch of ``total`` rows (0: its own alone) that took ``seconds``,
+        in ``passes`` graph passes (llama.cpp split it: a cache per slot; it prices no total then)."""
         if total <= rows:
             super().observe_pass(rows, seconds)
             return
         self.all_right = False  # until observe_result says this pass kept every draft
-        self.batch.observe(total, seconds)
+        if passes <= 1:
+            self.batch.observe(total, seconds)
 
 
 __all__ = ["BatchCost", "BatchPolicy"]
