@@ -323,12 +323,12 @@ def batched(
             slot_events.append(("batch-seed", total, seconds))
     totals, i = [], 0
     for passes, n in phases:
+        with_layout = cache_per_slot and tell_layout and n > 1
         for _ in range(passes):
             rows, tokens, chosen = 0, 0.0, []
             for s in range(n):
                 after, longest = n - s - 1, max(chosen, default=0)
-                told = cache_per_slot and tell_layout and n > 1
-                layout = [k + 1 for k in chosen] + [-1] * (after + 1) if told else []
+                layout = [k + 1 for k in chosen] + [-1] * (after + 1) if with_layout else []
                 k = policies[s].choose(limit, rows + after, tokens + after, longest, after, layout)
                 events[s].append(("choose", limit, k, rows + after, tokens + after, longest, after, *layout))
                 ks[s].append(k)
