@@ -19,7 +19,10 @@ CURVES: dict[str, dict[int, float]] = {
     # E2B on this project's 2 CPU cores as the 2026-12-01 19:10 run timed it (5 rows: the fixed
     # n-max 4 arm's passes); with E2B_SWITCH for a pass of another row count than the one before
     "e2b": {1: 0.100, 2: 0.170, 3: 0.220, 4: 0.225, 5: 0.250},
+    # the tiny pair on lavapipe as llama-server's start-up timed it (results/traces-s24-lavapipe-tiny-hidden-4-users)
+    "lavapipe": {1: 0.0457, 2: 0.0689, 3: 0.1019, 4: 0.1108, 5: 0.1318},
 }
+LAVAPIPE_STEP = 0.090  # its drafter step: 61-121 ms in that run, the target's 1-row pass 46
 E2B_SWITCH, E2B_STEP = 0.031, 0.0017  # llama.cpp's graph rebuilt; the drafter step with its ordered head
 
 # One dear steady timing (issue 23's 19:10 run): pass 6, an always-right drafter's first steady
@@ -61,6 +64,7 @@ def simulate(
     slow_steps: dict[int, float] | None = None,
     requests: dict[int, tuple[str, list[Stream]]] | None = None,
     tell_class: bool = True,
+    step_seed: float | None = None,
 ) -> tuple[list[int], DraftPolicy]:
     """Drive a fresh policy for ``passes`` passes; the k chosen before each. ``seeds``: pass
     costs by rows timed before the first pass (an engine's start-up), given first. ``events``
@@ -71,13 +75,18 @@ def simulate(
     both engines; ``settings`` (``n_max`` ignored) for the defaults; ``slow_steps``: pass i's
     drafter steps at ``slow_steps[i]`` times their cost. ``requests``: from pass i on, requests of
     acceptance class c whose drafts follow these streams (the engine names the class to the policy
-    when a request starts; ``tell_class=False``: it does not, as before issue 38 item 4)."""
+    when a request starts; ``tell_class=False``: it does not, as before issue 38 item 4). ``step_seed``: a
+    drafter step timed at start-up, given after the seeds."""
     streams = [Stream(s.rate, s.then, s.after) for s in streams]  # fresh counters
     policy = DraftPolicy(replace(settings or PolicySettings(), n_max=n_max))
     for rows, seconds in (seeds or {}).items():
         policy.seed(rows, seconds)
         if events is not None:
             events.append(("seed", rows, seconds))
+    if step_seed is not None:
+        policy.seed_steps(1, step_seed)
+        if events is not None:
+            events.append(("step-seed", 1, step_seed))
     ks, prev = [], 0
     for i in range(passes):
         if i in (requests or {}):
@@ -189,7 +198,7 @@ def read_trace(path) -> list[tuple[PolicySettings, list[tuple], list[int]]]:
             # the batch's layout where the slots keep a cache each
             batch = (int(w[2]), float(w[3]), int(w[4]), *(int(a) for a in w[5:])) if len(w) > 2 else ()
             events.append(("choose", int(w[1]), None, *batch))
-        elif w[0] in ("pass", "steps", "seed", "batch-seed"):  # a pass's total rows and graph passes where written
+        elif w[0] in ("pass", "steps", "seed", "step-seed", "batch-seed"):  # a pass's total rows, graph passes
             events.append((w[0], int(w[1]), float(w[2]), *(int(a) for a in w[3:])))
         elif w[0] == "result":  # each verified draft's chance of being kept where written (rejection sampling)
             events.append(("result", int(w[1]), int(w[2]), *(float(c) for c in w[3:])))
@@ -213,12 +222,16 @@ def replay_python(settings: PolicySettings, events: list[tuple]) -> list[int]:
             policy.observe_steps(e[1], e[2])
         elif e[0] == "seed":
             policy.seed(e[1], e[2])
+        elif e[0] == "step-seed":
+            policy.seed_steps(e[1], e[2])
         elif e[0] == "batch-seed":
             policy.seed_batch(e[1], e[2])
         elif e[0] == "class":
             policy.set_class(e[1])
-        else:
+        elif e[0] == "result":
             policy.observe_result(e[1], e[2], e[3:])
+        else:
+            raise ValueError(f"no policy call for event {e!r}")
     return ks
 
 

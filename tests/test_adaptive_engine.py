@@ -11,7 +11,7 @@ import pytest
 from policy_traces import read_trace, replay_python
 
 from gguf_exact.bench.prompt_set import load_prompts
-from gguf_exact.engines.python.draft_length import RequestSpeculation, request_speculation
+from gguf_exact.engines.python.draft_length import RequestSpeculation, StartUpCosts, request_speculation
 from gguf_exact.engines.python.openai_server import metrics_text
 from gguf_exact.engines.python.request import CURRENT_REQUEST, CheckedRequest
 from gguf_exact.engines.python.runner import Runner, Sampling
@@ -148,17 +148,22 @@ def test_the_warmup_seeds_the_policy_with_this_machines_passes(pairs, tmp_path, 
     llm = load_with_drafter(target, drafter, profile="cpu", overrides=["ctx-size=512", "spec-draft-n-max=3"])
     try:
         length = llm.draft_length
-        assert length.adaptive and sorted(length.seeds) == [1, 2, 3, 4] and all(s > 0 for s in length.seeds.values())
+        passes, step = length.seeds.passes, length.seeds.step
+        assert length.adaptive and sorted(passes) == [1, 2, 3, 4] and all(s > 0 for s in passes.values())
         # a seed out of line with a shorter one (a busy moment on shared cores) is forgotten, the rest price
         doubted = {r for r, d in length.policy.doubted.items() if d}
-        assert length.policy.pass_cost == {r: s for r, s in length.seeds.items() if r not in doubted}
+        assert length.policy.pass_cost == {r: s for r, s in passes.items() if r not in doubted}
+        # the drafter step timed too, and priced as timed (not doubted: it is warm)
+        assert step is not None and 0 < step < 10 and length.policy.step_cost == step
         assert length.policy.climbing
         assert llm.n_tokens == 0  # the cache emptied: the first request decodes its whole prompt
         settings, events, _ = read_trace(tmp_path / "policy.0")[-1]
-        assert settings.n_max == 3 and events == [("seed", r, s) for r, s in sorted(length.seeds.items())]
+        seeds = [("seed", r, s) for r, s in sorted(passes.items())]
+        assert settings.n_max == 3 and events == [*seeds, ("step-seed", 1, step)]
         llm.n_max = 2  # a new bound: new estimates, the seeds that fit it kept
         bounded = llm.draft_length.policy
-        assert bounded.pass_cost == {r: length.seeds[r] for r in (1, 2, 3) if not bounded.doubted.get(r)}
+        assert bounded.pass_cost == {r: passes[r] for r in (1, 2, 3) if not bounded.doubted.get(r)}
+        assert bounded.step_cost == step
         out = llm.create_completion(PROMPTS[0], max_tokens=24, temperature=0)
         assert out["usage"]["completion_tokens"] == 24
     finally:
@@ -167,7 +172,8 @@ def test_the_warmup_seeds_the_policy_with_this_machines_passes(pairs, tmp_path, 
         target, drafter, profile="cpu", overrides=["ctx-size=512", "spec-draft-adaptive-warmup=false"]
     )
     try:
-        assert unseeded.draft_length.seeds == {} and unseeded.draft_length.policy.pass_cost == {}
+        assert unseeded.draft_length.seeds == StartUpCosts() and unseeded.draft_length.policy.pass_cost == {}
+        assert unseeded.draft_length.policy.step_cost is None
     finally:
         unseeded.close()
 
@@ -177,9 +183,11 @@ def test_the_warmup_decodes_on_a_thread_of_its_own_that_ends():
     # graph: passes timed on the loading thread, which lives on beside the serving one, made every
     # later pass 20% slower and drafter steps 3x (E2B, 2-core Xeon). A stand-in for the Llama
     # records where and what it was asked to decode
-    from gguf_exact.engines.python.warmup import time_verification_passes
+    from gguf_exact.engines.python.warmup import time_start_up_costs
 
     class Recorder:
+        drafter = None  # no drafter: no step timed (the real one's is test_the_warmup_seeds_the_policy...)
+
         def __init__(self) -> None:
             self.calls: list[tuple] = []
             self.threads: set[threading.Thread] = set()
@@ -198,8 +206,8 @@ def test_the_warmup_decodes_on_a_thread_of_its_own_that_ends():
             self.calls.append(("reset",))
 
     llm = Recorder()
-    costs = time_verification_passes(llm, 3, repeats=2)  # type: ignore[arg-type]
-    assert sorted(costs) == [1, 2, 3] and all(s >= 0 for s in costs.values())
+    costs = time_start_up_costs(llm, 3, repeats=2)  # type: ignore[arg-type]
+    assert sorted(costs.passes) == [1, 2, 3] and all(s >= 0 for s in costs.passes.values()) and costs.step is None
     expected = [c for rows in (1, 2, 3) for _ in range(2) for c in (("decode", [2] * rows, 0, True), ("drop", 0))]
     assert llm.calls == [*expected, ("reset",)]
     [worker] = llm.threads

@@ -157,20 +157,27 @@ def test_the_warmup_seeds_every_slots_policy_at_start_up(pairs, tmp_path, monkey
             slots = get_json(launch.url + "/slots")
         finally:
             stop_server(launch.port)
-        logged = "draft policy: verification pass by rows timed at start-up" in (launch.run_dir / LOG_FILE).read_text()
-        assert logged is warmup
+        log = (launch.run_dir / LOG_FILE).read_text()
+        assert ("draft policy: verification pass by rows timed at start-up" in log) is warmup
+        assert ("ms; a drafter step " in log) is warmup
+        steps: list[float] = []
         for slot in (0, 1):
             [(settings, events, chosen)] = read_trace(f"{trace}.{slot}")
             assert settings.n_max == 4 and chosen == []
             if warmup:
-                assert [e[:2] for e in events] == [("seed", r) for r in range(1, 6)] + [
+                # and one drafter step (patch 39t), the same for every slot
+                assert [e[:2] for e in events] == [("seed", r) for r in range(1, 6)] + [("step-seed", 1)] + [
                     ("batch-seed", t) for t in range(1, 11)
                 ]
-                assert all(0 < e[2] < 5 for e in events) and [e[2] for e in events[5:10]] == [e[2] for e in events[:5]]
+                assert all(0 < e[2] < 5 for e in events) and [e[2] for e in events[6:11]] == [e[2] for e in events[:5]]
                 seconds = {str(rows): s for _, rows, s in events[:5]}
                 assert slots[slot]["draft_policy"]["pass_seconds"] == pytest.approx(seconds, rel=1e-6)
+                assert slots[slot]["draft_policy"]["step_seconds"] == pytest.approx(events[5][2], rel=1e-6)
+                steps.append(events[5][2])
             else:
                 assert events == [] and slots[slot]["draft_policy"]["pass_seconds"] == {}
+                assert slots[slot]["draft_policy"]["step_seconds"] is None
+        assert steps == ([steps[0]] * 2 if warmup else [])
 
 
 def test_rejection_sampling_tells_the_policy_each_drafts_chance_of_being_kept(tmp_path, monkeypatch, driver):  # noqa: F811

@@ -5,7 +5,17 @@ from __future__ import annotations
 import math
 
 import pytest
-from policy_traces import CURVES, Stream, burst, class_switches, drift, one_dear_timing, pass_yields, simulate
+from policy_traces import (
+    CURVES,
+    LAVAPIPE_STEP,
+    Stream,
+    burst,
+    class_switches,
+    drift,
+    one_dear_timing,
+    pass_yields,
+    simulate,
+)
 
 from gguf_exact.engines.shared.acceptance_class import GREEDY, SAMPLED_EXACT, SAMPLED_REJECTION, acceptance_class
 from gguf_exact.engines.shared.draft_policy import DraftPolicy, PolicySettings
@@ -396,6 +406,25 @@ def test_exploring_drafts_only_where_nothing_would_be_and_depth_1_is_thin() -> N
     assert policy.plausible() == 1.0  # the prior alone: 0.5 + 0.5, at most 1
     del policy.pass_cost[4]  # a guessed cost is not explored (cost()'s optimism is)
     assert policy.explore_length(0, 3) == 1
+
+
+def test_a_drafter_step_seeded_at_start_up_prices_the_climb() -> None:
+    # issue 39, lavapipe: start-up timed the target's passes but not the drafter's step, so a seeded policy
+    # climbed as if steps were free (a step there costs 2x the 1-row pass: no draft can pay). Seeded with the
+    # step too, it drafts only at the recheck (pass 32: 2 rows and a step re-timed, then once more steadily)
+    curve, always_right = CURVES["lavapipe"], [Stream(1.0)] * 4
+    speeds = {}
+    for step_seed in (None, LAVAPIPE_STEP):
+        events: list[tuple] = []
+        ks, policy = simulate(curve, LAVAPIPE_STEP, always_right, 64, seeds=curve, step_seed=step_seed, events=events)
+        seconds = sum(e[2] for e in events if e[0] in ("pass", "steps"))
+        speeds[step_seed] = sum(1 + e[2] for e in events if e[0] == "result") / seconds
+        assert policy.step_cost == pytest.approx(LAVAPIPE_STEP)
+        unseeded, seeded = "13" + "0" * 31 + "11" + "0" * 29, "0" * 31 + "11" + "0" * 31
+        assert "".join(map(str, ks)) == (unseeded if step_seed is None else seeded)
+    assert events[5] == ("step-seed", 1, LAVAPIPE_STEP)  # after the passes' seeds, before the first choice
+    # the target alone: 21.88 tokens/s; unseeded 0.89x of it, seeded 0.96x (the recheck's two passes)
+    assert round(speeds[None], 2) == 19.45 and round(speeds[LAVAPIPE_STEP], 2) == 20.94
 
 
 def test_start_up_seeds_out_of_line_are_forgotten_and_explored() -> None:

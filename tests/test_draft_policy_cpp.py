@@ -15,6 +15,7 @@ from helpers import sdist_files
 from policy_traces import (
     CLASS_SWITCHES,
     CURVES,
+    LAVAPIPE_STEP,
     REAL_LIKE,
     SATURATING,
     TILED_LOAD,
@@ -60,7 +61,7 @@ def patched_tree(tmp_path_factory) -> Path:
             capture_output=True,
         )
     assert all(p not in source_patches.patches_for("cpu", bindings=True) for p in ADAPTIVE)
-    assert [p.id for p in ADAPTIVE] == ["23a", "23b", "23c", "23d", "23e", "23f", "23g"] and SERIES[-1].id == "39k"
+    assert [p.id for p in ADAPTIVE] == ["23a", "23b", "23c", "23d", "23e", "23f", "23g"] and SERIES[-1].id == "39t"
     return root
 
 
@@ -95,12 +96,14 @@ def replay(exe: Path, settings: PolicySettings, events: list[tuple]) -> list[int
     for e in events:
         if e[0] == "choose":  # ("choose", limit, k[, others_rows, others_tokens, others_drafts[, after[, layout...]]])
             lines.append(f"choose {e[1]}" + "".join(f" {v!r}" for v in e[3:]))
-        elif e[0] in ("pass", "steps", "seed", "batch-seed"):  # ("pass", rows, seconds[, total rows[, passes]])
+        elif e[0] in ("pass", "steps", "seed", "step-seed", "batch-seed"):  # ("pass", rows, seconds[, total rows[, passes]])
             lines.append(f"{e[0]} {e[1]} {e[2]!r}" + "".join(f" {v}" for v in e[3:]))
         elif e[0] == "class":
             lines.append(f"class {e[1]}")
-        else:  # ("result", drafted, accepted[, the chance of each verified draft])
+        elif e[0] == "result":  # ("result", drafted, accepted[, the chance of each verified draft])
             lines.append(f"result {e[1]} {e[2]}" + "".join(f" {c!r}" for c in e[3:]))
+        else:
+            raise ValueError(f"no driver line for event {e!r}")
     out = subprocess.run([str(exe)], input="\n".join(lines) + "\n", capture_output=True, text=True, check=True)
     return [int(x) for x in out.stdout.split()]
 
@@ -162,6 +165,16 @@ def test_cpp_and_python_seed_costs_and_climb_alike(driver, curve, streams):
     assert replay(driver, PolicySettings(n_max=4), events) == ks
     # the climb ends at the first rejected draft: only an always-right drafter (or none drafted) keeps it
     assert policy.climbing == (all(s.rate == 1.0 for s in streams) or not any(ks))
+
+
+@pytest.mark.parametrize("streams", [[Stream(1.0)] * 4, [Stream(0.45), Stream(0.88), Stream(0.88), Stream(0.88)]])
+def test_cpp_and_python_seed_the_drafter_step_alike(driver, streams):
+    # patch 39t: the drafter step timed at start-up ("step-seed 1 SECONDS" after the passes' seeds), dearer
+    # than the 1-row pass on lavapipe's curve: the climb priced out in both twins, the same k at every pass
+    curve, events = CURVES["lavapipe"], []
+    ks, _ = simulate(curve, LAVAPIPE_STEP, streams, 120, events=events, seeds=curve, step_seed=1.1 * LAVAPIPE_STEP)
+    assert ("step-seed", 1, 1.1 * LAVAPIPE_STEP) in events and ks[:31] == [0] * 31
+    assert replay(driver, PolicySettings(n_max=4), events) == ks
 
 
 @pytest.mark.parametrize(

@@ -94,6 +94,7 @@ PATCHES: tuple[SourcePatch, ...] = (
     SourcePatch("38e", "0018-38e-draft-policy-counts-keep-chances.patch", server_only=True),
     SourcePatch("39d", "0019-39d-cold-first-timings-doubted.patch", server_only=True),
     SourcePatch("39k", "0020-39k-cache-per-slot-split-passes.patch", server_only=True),
+    SourcePatch("39t", "0021-39t-drafter-step-timed-at-start-up.patch", server_only=True),
 )
 
 

@@ -3,7 +3,7 @@
 // Input lines: "settings N_MAX PRIOR PRIOR_WEIGHT DECAY COST_WEIGHT PROBE PROBE_MAX COST_MAX_AGE SWITCH_MARGIN COST_WINDOW
 // RETIME_MARGIN BURST_RATIO OUTLIER_RATIO RECHECK_INTERVAL [EXPLORE_WEIGHT EXPLORE_ERRORS]" first (the bracketed
 // ones: the header's defaults when absent, as in traces llama-server writes), then
-// "choose LIMIT [OTHERS_ROWS OTHERS_TOKENS OTHERS_DRAFTS [AFTER [LAYOUT...]]]", "pass ROWS SECONDS [TOTAL_ROWS [PASSES]]", "steps N SECONDS", "seed ROWS SECONDS", "batch-seed TOTAL SECONDS", "result DRAFTED ACCEPTED [CHANCE...]", "class NAME"
+// "choose LIMIT [OTHERS_ROWS OTHERS_TOKENS OTHERS_DRAFTS [AFTER [LAYOUT...]]]", "pass ROWS SECONDS [TOTAL_ROWS [PASSES]]", "steps N SECONDS", "seed ROWS SECONDS", "step-seed STEPS SECONDS", "batch-seed TOTAL SECONDS", "result DRAFTED ACCEPTED [CHANCE...]", "class NAME"
 // (the acceptance class of the requests from there on: greedy, sampled-exact, sampled-rejection); a line starting
 // with "#" is a comment (llama-server's LLAMA_SPEC_DRAFT_TRACE writes this format, with comments). The bracketed
 // fields (the batch other slots share, issue 39; a cache per slot's layout and graph passes) are 0 (empty, 1) when
@@ -62,7 +62,7 @@ int main() {
                 layout.push_back(r);
             }
             std::printf("%d\n", policy.choose(limit, others, std::strtod(tokens.c_str(), nullptr), drafts, after, layout));
-        } else if (what == "pass" || what == "steps" || what == "seed" || what == "batch-seed") {
+        } else if (what == "pass" || what == "steps" || what == "seed" || what == "step-seed" || what == "batch-seed") {
             int n;
             std::string seconds, rest;
             std::cin >> n >> seconds;
@@ -75,6 +75,8 @@ int main() {
                 policy.observe_pass(n, t, total, passes);
             } else if (what == "seed") {
                 policy.seed(n, t);
+            } else if (what == "step-seed") {
+                policy.seed_steps(n, t);
             } else if (what == "batch-seed") {
                 policy.seed_batch(n, t);
             } else {

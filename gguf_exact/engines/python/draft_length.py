@@ -14,7 +14,7 @@ them whether it chooses the length or not, so ``/metrics`` shows the measured co
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from gguf_exact.engines.python.policy_trace import new_policy
@@ -88,6 +88,14 @@ def request_speculation(body: dict[str, Any]) -> RequestSpeculation | tuple[str,
     return RequestSpeculation(**found)
 
 
+@dataclass(frozen=True)
+class StartUpCosts:
+    """What start-up timed (:mod:`.warmup`): the target's verification pass by rows, one drafter step (None: not timed)."""
+
+    passes: dict[int, float] = field(default_factory=dict)
+    step: float | None = None
+
+
 class DraftLength:
     """The engine's draft length: ``n_max`` the bound, ``adaptive`` whether the policy chooses
     within it, ``p_min`` the drafter confidence below which a draft stops."""
@@ -97,7 +105,7 @@ class DraftLength:
         self.p_min = p_min
         self.policy = new_policy(PolicySettings(n_max=n_max, p_min=p_min))
         self.chosen = False  # the policy chose a length at least once (``/metrics`` shows it then)
-        self.seeds: dict[int, float] = {}  # pass seconds by rows timed at start-up (spec-draft-adaptive-warmup)
+        self.seeds = StartUpCosts()  # timed at start-up (spec-draft-adaptive-warmup)
 
     @property
     def n_max(self) -> int:
@@ -109,11 +117,13 @@ class DraftLength:
             self.policy = new_policy(PolicySettings(n_max=value, p_min=self.p_min))
             self.seed(self.seeds)
 
-    def seed(self, seconds_by_rows: dict[int, float]) -> None:
-        """Seed the policy with pass costs timed before the first pass (kept for a later bound)."""
-        self.seeds = dict(seconds_by_rows)
-        for rows, seconds in sorted(self.seeds.items()):
+    def seed(self, costs: StartUpCosts) -> None:
+        """Seed the policy with pass and drafter step costs timed before the first pass (kept for a later bound)."""
+        self.seeds = costs
+        for rows, seconds in sorted(costs.passes.items()):
             self.policy.seed(rows, seconds)
+        if costs.step is not None:
+            self.policy.seed_steps(1, costs.step)
 
     def plan(self, limit: int, request: RequestSpeculation | None = None) -> tuple[int, float]:
         """(drafts for the next pass, p_min), at most ``limit`` (what the budget and context leave)."""
@@ -138,5 +148,6 @@ __all__ = [
     "SPECULATIVE",
     "DraftLength",
     "RequestSpeculation",
+    "StartUpCosts",
     "request_speculation",
 ]

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, Literal, Sequence
 import llama_cpp
 
 from gguf_exact.engines.python.engine import MtpLlama
-from gguf_exact.engines.python.warmup import time_verification_passes
+from gguf_exact.engines.python.warmup import time_start_up_costs
 from gguf_exact.engines.shared.engine_options import NO_PROFILE, EngineOptions
 from gguf_exact.engines.shared.serving_config import serving_config
 
@@ -152,7 +152,7 @@ def load_with_options(
     llm.draft_length.p_min = opts.p_min  # a draft stops below this drafter confidence
     if llm.drafter is not None and opts.adaptive and opts.adaptive_warmup:
         try:  # spec-draft-adaptive-warmup: the policy's pass costs timed now, before any request
-            llm.draft_length.seed(time_verification_passes(llm, opts.n_max + 1))
+            llm.draft_length.seed(time_start_up_costs(llm, opts.n_max + 1))
         except BaseException:
             llm.close()
             raise

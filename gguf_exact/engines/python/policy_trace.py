@@ -61,6 +61,10 @@ class TracedPolicy(BatchPolicy):
         self._write(f"seed {rows} {seconds!r}\n")
         super().seed(rows, seconds)
 
+    def seed_steps(self, steps: int, seconds: float) -> None:
+        self._write(f"step-seed {steps} {seconds!r}\n")
+        super().seed_steps(steps, seconds)
+
     def seed_batch(self, total: int, seconds: float) -> None:
         self._write(f"batch-seed {total} {seconds!r}\n")
         super().seed_batch(total, seconds)

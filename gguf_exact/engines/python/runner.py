@@ -103,12 +103,12 @@ class Runner:
         self.stop_tokens = frozenset(t for t in range(self.n_vocab) if llama_cpp.llama_vocab_is_eog(vocab, t))
 
     def time_passes(self, n_max: int) -> None:
-        """The adaptive draft length's pass costs timed now, 1 to ``n_max`` + 1 rows, as a
+        """The adaptive draft length's pass costs (1 to ``n_max`` + 1 rows) and drafter step timed now, as a
         profile's spec-draft-adaptive-warmup has them timed at load (not learned on the
         first request's passes)."""
-        from gguf_exact.engines.python.warmup import time_verification_passes
+        from gguf_exact.engines.python.warmup import time_start_up_costs
 
-        self.llm.draft_length.seed(time_verification_passes(self.llm, n_max + 1))
+        self.llm.draft_length.seed(time_start_up_costs(self.llm, n_max + 1))
 
     # lifetime
 

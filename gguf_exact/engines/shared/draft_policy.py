@@ -13,7 +13,7 @@ the policy picks ``argmax E(k) / T(k)`` for k in 0..min(n_max, limit). Its input
   ``spec-draft-adaptive-warmup`` is on (the shipped profiles) until the first steady pass replaces the seed.
   Unseeded, a row count not measured yet costs what one row fewer does (tried once, then known), so a
   non-monotonic curve (AVX-512's repacked Q4_0 kernels: 4 rows cheaper than 3) is found;
-- ``drafter_step``: one drafter decode, a running mean (0 until measured);
+- ``drafter_step``: one drafter decode, a running mean (seeded at start-up, else 0 until measured);
 - ``a_j``: decayed counts of drafts tried and accepted at depth j, around a prior, kept per acceptance class
   (:mod:`.acceptance_class`: the rule and the request's sampler; :meth:`DraftPolicy.set_class`). Rejection
   sampling counts each verified draft's chance of being kept, sum min(p, q), not its 0 or 1.
@@ -335,6 +335,13 @@ class DraftPolicy:
             self.timing(rows, seconds)
             self.provisional[rows], self.samples[rows] = False, []
             self.timed_at[rows] = self.passes
+
+    def seed_steps(self, steps: int, seconds: float) -> None:
+        """``steps`` drafter steps timed before the first pass (the start-up's): the step's cost until drafts
+        time it. Not doubted: warm, and dearer than a 1-row pass where it is so (lavapipe: 61-121 ms against
+        46); unpriced, the climb drafted there as if a step were free."""
+        if steps > 0:
+            self.step_cost, self.step_doubted = seconds / steps, False
 
     def doubt(self, rows: int, seconds: float) -> bool:
         """Whether a new timing of ``rows`` rows is out of line and forgotten: above ``outlier_ratio``
