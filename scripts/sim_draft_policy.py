@@ -20,7 +20,10 @@ choices turn on which passes hit which answers, so each figure is the mean of ``
 runs (13), each with the streams and the spike schedule started that many passes on; the
 lengths drafted are the first run's. Not a test: it prints.
 
-    .venv/bin/python scripts/sim_draft_policy.py [--spikes] [--bursts] [--drift] [--seeded] [--phases N]
+``--shadow``: the policy with ``shadow`` on (probes and explorations from no drafts drafted, not verified), beside
+(seeded where ``--seeded`` is given).
+
+    .venv/bin/python scripts/sim_draft_policy.py [--spikes] [--bursts] [--drift] [--seeded] [--shadow] [--phases N]
 """
 
 import math
@@ -95,23 +98,29 @@ def run(
         policy.seed(rows, cost)
     for i in range(passes):
         k = policy.choose(99) if fixed is None else fixed
-        accepted = next((j for j in range(k) if not ss[j].right(i)), k)
+        shadow = policy.shadow if fixed is None else 0  # drafted, not verified: answered as the next tokens would
+        accepted = next((j for j in range(k + shadow) if not ss[j].right(i)), k + shadow)
         rows = k + 1
         speed = drift(i + 7 * phase) if drifting else 1.0
         t = curve[rows] * speed * (spike(i + phase) if spikes else 1.0) * (burst(i) if bursts else 1.0)
         t += SWITCH if prev and rows != prev else 0.0
         prev = rows
         policy.observe_pass(rows, t)
-        policy.observe_steps(k, k * step * speed)
-        policy.observe_result(k, accepted)
-        tokens, seconds = tokens + 1 + accepted, seconds + t + k * step * speed
+        policy.observe_steps(k + shadow, (k + shadow) * step * speed)
+        if shadow:
+            policy.observe_shadow(shadow, accepted)
+            accepted = 0
+        else:
+            policy.observe_result(k, accepted)
+        tokens, seconds = tokens + 1 + accepted, seconds + t + (k + shadow) * step * speed
         ks.append(k)
     return tokens / seconds, ks
 
 
 def main() -> None:
     spikes, bursts, seeded = ("--spikes" in sys.argv[1:]), ("--bursts" in sys.argv[1:]), ("--seeded" in sys.argv[1:])
-    drifting = "--drift" in sys.argv[1:]
+    drifting, shadows = "--drift" in sys.argv[1:], "--shadow" in sys.argv[1:]
+    shadowing = PolicySettings(n_max=4, shadow=True)
     phases = int(sys.argv[sys.argv.index("--phases") + 1]) if "--phases" in sys.argv else 13
     kinds = {"mixed": [Stream(0.45)] * 4, "real": [Stream(0.85)] + [Stream(0.62)] * 3, "hidden": [Stream(1.0)] * 4}
     kinds["mixed-like"] = [Stream(0.45)] + [Stream(0.88)] * 3  # the `mixed` pair's measured shape (issue 38)
@@ -119,7 +128,7 @@ def main() -> None:
     for title, curve, step in CURVES:
         print(f"{title}: {', '.join(f'{r} rows {c * 1e3:.0f} ms' for r, c in curve.items())}, step {step * 1e3:.1f} ms")
         for passes, (name, streams) in ((p, kind) for p in (30, 76, 100, 600) for kind in kinds.items()):
-            runs, kept, seeds, timed, unexplored = [], [], [], [], []  # per phase: (the target alone, each fixed length, adaptive) tokens/s
+            runs, kept, seeds, timed, unexplored, shadowed = [], [], [], [], [], []  # per phase: tokens/s
             for phase in range(phases):
                 machine = {"spikes": spikes, "phase": phase, "bursts": bursts, "drifting": drifting}
                 alone = run(curve, step, streams, passes, 0, **machine)[0]
@@ -127,6 +136,8 @@ def main() -> None:
                 runs.append((alone, fixed, run(curve, step, streams, passes, None, **machine)))
                 every = PolicySettings(n_max=4, burst_ratio=0.0)  # every steady timing kept
                 kept.append(run(curve, step, streams, passes, None, settings=every, **machine)[0])
+                if shadows:
+                    shadowed.append(run(curve, step, streams, passes, None, settings=shadowing, seeded=seeded, **machine)[0])
                 if seeded:
                     seeds.append(run(curve, step, streams, passes, None, seeded=True, **machine)[0])
                     bare = PolicySettings(n_max=4, explore_weight=0.0)
@@ -143,6 +154,12 @@ def main() -> None:
                 + (f", {mean([b / max(max(f.values()), a) for (a, f, _), b in zip(runs, timed)]):.3f} priced as timed" if drifting else "")
                 + ");"
                 f" lengths {dict(sorted(Counter(runs[0][2][1]).items()))}"
+                + (
+                    f"; shadows {mean([b / a for (a, _, _), b in zip(runs, shadowed)]):.3f}x the target alone,"
+                    f" {mean([b / max(max(f.values()), a) for (a, f, _), b in zip(runs, shadowed)]):.3f} the best"
+                    if shadows
+                    else ""
+                )
                 + (
                     f"; seeded {mean([b / a for (a, _, _), b in zip(runs, seeds)]):.3f}x the target alone,"
                     f" {mean([b / max(max(f.values()), a) for (a, f, _), b in zip(runs, seeds)]):.3f} the best"

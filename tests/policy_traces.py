@@ -96,21 +96,25 @@ def simulate(
                 if events is not None:
                     events.append(("class", name))
         k = policy.choose(limit)
+        shadow = policy.shadow  # drafts not verified: the streams answer them as the target's next tokens would
         accepted = 0
-        for j in range(k):
+        for j in range(k + shadow):
             if not streams[j].right(i):
                 break
             accepted += 1
         seconds = curve[k + 1] * (slow or {}).get(i, 1.0) + (switch if prev and k + 1 != prev else 0.0)
         prev = k + 1
         policy.observe_pass(k + 1, seconds)
-        step_seconds = k * step * (slow_steps or {}).get(i, 1.0)
-        policy.observe_steps(k, step_seconds)
-        if k or results_without_drafts:
+        step_seconds = (k + shadow) * step * (slow_steps or {}).get(i, 1.0)
+        policy.observe_steps(k + shadow, step_seconds)
+        if k or (results_without_drafts and not shadow):
             policy.observe_result(k, accepted)
+        if shadow:
+            policy.observe_shadow(shadow, accepted)
         if events is not None:
-            events += [("choose", limit, k), ("pass", k + 1, seconds), ("steps", k, step_seconds)]
-            events += [("result", k, accepted)] if k or results_without_drafts else []
+            events += [("choose", limit, k), ("pass", k + 1, seconds), ("steps", k + shadow, step_seconds)]
+            events += [("result", k, accepted)] if k or (results_without_drafts and not shadow) else []
+            events += [("shadow", shadow, accepted)] if shadow else []
         ks.append(k)
     return ks, policy
 
@@ -182,13 +186,14 @@ def read_trace(path) -> list[tuple[PolicySettings, list[tuple], list[int]]]:
     sections: list[tuple[PolicySettings, list[tuple], list[int]]] = []
     names = ("n_max", "prior", "prior_weight", "decay", "cost_weight", "probe_interval", "probe_interval_max")
     names += ("cost_max_age", "switch_margin", "cost_window", "retime_margin", "burst_ratio", "outlier_ratio")
-    names += ("recheck_interval",)
+    names += ("recheck_interval", "explore_weight", "explore_errors", "shadow")
     for line in open(path):
         w = line.split()
         if not w:
             continue
         if w[0] == "settings":
             settings = PolicySettings(**{n: (float if "." in v or "e" in v else int)(v) for n, v in zip(names, w[1:])})
+            settings = replace(settings, shadow=bool(settings.shadow))
             sections.append((settings, [], []))
             events, chosen = sections[-1][1], sections[-1][2]
         elif w[0] == "#":
@@ -200,8 +205,8 @@ def read_trace(path) -> list[tuple[PolicySettings, list[tuple], list[int]]]:
             events.append(("choose", int(w[1]), None, *batch))
         elif w[0] in ("pass", "steps", "seed", "step-seed", "batch-seed"):  # a pass's total rows, graph passes
             events.append((w[0], int(w[1]), float(w[2]), *(int(a) for a in w[3:])))
-        elif w[0] == "result":  # each verified draft's chance of being kept where written (rejection sampling)
-            events.append(("result", int(w[1]), int(w[2]), *(float(c) for c in w[3:])))
+        elif w[0] in ("result", "shadow"):  # each draft's chance of being kept where written (rejection sampling)
+            events.append((w[0], int(w[1]), int(w[2]), *(float(c) for c in w[3:])))
         elif w[0] == "class":
             events.append(("class", w[1]))
         else:
@@ -230,6 +235,8 @@ def replay_python(settings: PolicySettings, events: list[tuple]) -> list[int]:
             policy.set_class(e[1])
         elif e[0] == "result":
             policy.observe_result(e[1], e[2], e[3:])
+        elif e[0] == "shadow":
+            policy.observe_shadow(e[1], e[2], e[3:])
         else:
             raise ValueError(f"no policy call for event {e!r}")
     return ks
@@ -306,6 +313,7 @@ def batched(
     doubt_ratio: float | None = None,
     cache_per_slot: bool = False,
     tell_layout: bool = True,
+    shadow: bool = False,
 ) -> tuple[list[list[int]], list[list[tuple]], list[BatchPolicy], list[int]]:
     """Drive one :class:`BatchPolicy` per slot as llama-server's update loop does at ``--parallel``: each
     ``(passes, n)`` phase has slots 0..n-1 generating; before a pass each slot chooses in slot order
@@ -319,10 +327,11 @@ def batched(
     :attr:`BatchCost.doubt_ratio` (0: every first timing kept); ``cache_per_slot``: the slots keep a KV
     cache each, so a batch of unequal rows is llama.cpp's passes (:func:`equal_split`), each costing ``cost``
     of its rows, and each slot is told the batch's layout (``tell_layout``) and the passes, as llama-server
-    tells them. Returns
+    tells them; ``shadow``: the policies' setting (a shadow's drafts are answered by the streams as the next
+    tokens would, after the pass, and drafted in the same call). Returns
     each slot's k per pass it generated in and its events, the policies and each pass's rows."""
     streams = [[Stream(s.rate, s.then, s.after) for s in slot] for slot in streams]
-    policies = [BatchPolicy(PolicySettings(n_max=n_max)) for _ in streams]
+    policies = [BatchPolicy(PolicySettings(n_max=n_max, shadow=shadow)) for _ in streams]
     for policy in policies if doubt_ratio is not None else ():
         policy.batch.doubt_ratio = doubt_ratio
     ks: list[list[int]] = [[] for _ in streams]
@@ -338,33 +347,35 @@ def batched(
     for passes, n in phases:
         with_layout = cache_per_slot and tell_layout and n > 1
         for _ in range(passes):
-            rows, tokens, chosen = 0, 0.0, []
+            rows, tokens, chosen, shadows = 0, 0.0, [], []
             for s in range(n):
-                after, longest = n - s - 1, max(chosen, default=0)
+                after, longest = n - s - 1, max((k + d for k, d in zip(chosen, shadows)), default=0)  # the call's steps
                 layout = [k + 1 for k in chosen] + [-1] * (after + 1) if with_layout else []
                 k = policies[s].choose(limit, rows + after, tokens + after, longest, after, layout)
                 events[s].append(("choose", limit, k, rows + after, tokens + after, longest, after, *layout))
                 ks[s].append(k)
                 chosen.append(k)
+                shadows.append(policies[s].shadow)
                 rows, tokens = rows + k + 1, tokens + policies[s].expected_tokens(k)
-            steps = max(chosen)
+            steps = max(k + d for k, d in zip(chosen, shadows))
             split = equal_split([k + 1 for k in chosen]) if cache_per_slot else [rows]
             seconds = sum(cost[t] for t in split) * (first_pass if rows not in totals else 1.0)
             totals.append(rows)
             for s, k in enumerate(chosen):
-                accepted = 0
-                while accepted < k and streams[s][accepted].right(i):
+                accepted, drafted = 0, k + shadows[s]
+                while accepted < drafted and streams[s][accepted].right(i):
                     accepted += 1
-                if k:  # the slots that drafted: the call took as many steps as the longest draft
+                if drafted:  # the slots that drafted: the call took as many steps as the longest draft
                     policies[s].observe_steps(steps, steps * step)
                     events[s].append(("steps", steps, steps * step))
                 passes = (len(split),) if len(split) > 1 else ()
                 policies[s].observe_pass(k + 1, seconds, rows, *passes)
                 events[s].append(("pass", k + 1, seconds, rows, *passes))
-                if k:
-                    told = tuple(streams[s][j].rate for j in range(min(accepted + 1, k))) if chances else ()
-                    policies[s].observe_result(k, accepted, told)
-                    events[s].append(("result", k, accepted, *told))
+                if drafted:
+                    told = tuple(streams[s][j].rate for j in range(min(accepted + 1, drafted))) if chances else ()
+                    what = "result" if k else "shadow"
+                    (policies[s].observe_result if k else policies[s].observe_shadow)(drafted, accepted, told)
+                    events[s].append((what, drafted, accepted, *told))
             i += 1
     return ks, events, policies, totals
 

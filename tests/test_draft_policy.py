@@ -427,6 +427,35 @@ def test_a_drafter_step_seeded_at_start_up_prices_the_climb() -> None:
     assert round(speeds[None], 2) == 19.45 and round(speeds[LAVAPIPE_STEP], 2) == 20.94
 
 
+@pytest.mark.parametrize("seeded", [False, True])
+def test_shadows_replace_the_drafts_that_only_learn(seeded: bool) -> None:
+    # E2B's curve, a drafter right 0.45 at every depth (nothing pays), 300 passes: the real drafts of probes
+    # and explorations become shadows (drafter steps only), told as the streams answer; those left are the
+    # climb's and the optimism's (a row count timed by drafting it)
+    speeds, counts = {}, {}
+    for shadow in (False, True):
+        events: list[tuple] = []
+        settings = PolicySettings(shadow=shadow)
+        seeds = CURVES["e2b"] if seeded else None
+        ks, policy = simulate(CURVES["e2b"], 0.002, [Stream(0.45)] * 4, 300, events=events, seeds=seeds, settings=settings)
+        seconds = sum(e[2] for e in events if e[0] in ("pass", "steps"))
+        speeds[shadow] = (len(ks) + sum(e[2] for e in events if e[0] == "result")) / seconds
+        counts[shadow] = (sum(ks), sum(1 for e in events if e[0] == "shadow"))
+        assert all(e[1] >= 1 and 0 <= e[2] <= e[1] for e in events if e[0] == "shadow")
+    assert counts == {False: (21, 0), True: (5 if seeded else 6, 16 if seeded else 15)}
+    # the target alone: 10.0 tokens/s
+    assert (round(speeds[False], 3), round(speeds[True], 3)) == (9.806, 9.937 if seeded else 9.914)
+
+
+def test_a_shadow_counts_as_verified_drafts_and_sets_the_probe_schedule() -> None:
+    policy = DraftPolicy(PolicySettings(n_max=3, shadow=True))
+    policy.interval = 16
+    policy.observe_shadow(3, 1)  # depths 1 and 2 compared: right, then wrong
+    assert policy.tried == [1.0, 1.0, 0.0] and policy.accepted == [1.0, 0.0, 0.0] and policy.interval == 32
+    policy.observe_shadow(2, 2, (0.75, 0.5))  # rejection sampling: each depth's sum min(p, q) counted
+    assert policy.tried == [1.95, 1.95, 0.0] and policy.accepted == [1.7, 0.5, 0.0] and policy.interval == 16
+
+
 def test_start_up_seeds_out_of_line_are_forgotten_and_explored() -> None:
     # issue 41 §6: two tiny servers started back to back seeded "1: 0.2 ms, 2: 540.7 ms"; 2 rows at
     # 2700x one row cannot be the pass (r rows cost at most about r passes of one): forgotten, so

@@ -61,7 +61,7 @@ def patched_tree(tmp_path_factory) -> Path:
             capture_output=True,
         )
     assert all(p not in source_patches.patches_for("cpu", bindings=True) for p in ADAPTIVE)
-    assert [p.id for p in ADAPTIVE] == ["23a", "23b", "23c", "23d", "23e", "23f", "23g"] and SERIES[-1].id == "39t"
+    assert [p.id for p in ADAPTIVE] == ["23a", "23b", "23c", "23d", "23e", "23f", "23g"] and SERIES[-1].id == "39u"
     return root
 
 
@@ -91,7 +91,7 @@ def driver(patched_tree, tmp_path_factory) -> Path:
 def replay(exe: Path, settings: PolicySettings, events: list[tuple]) -> list[int]:
     s = settings
     lines = [
-        f"settings {s.n_max} {s.prior!r} {s.prior_weight!r} {s.decay!r} {s.cost_weight!r} {s.probe_interval} {s.probe_interval_max} {s.cost_max_age} {s.switch_margin!r} {s.cost_window} {s.retime_margin!r} {s.burst_ratio!r} {s.outlier_ratio!r} {s.recheck_interval} {s.explore_weight!r} {s.explore_errors!r}"
+        f"settings {s.n_max} {s.prior!r} {s.prior_weight!r} {s.decay!r} {s.cost_weight!r} {s.probe_interval} {s.probe_interval_max} {s.cost_max_age} {s.switch_margin!r} {s.cost_window} {s.retime_margin!r} {s.burst_ratio!r} {s.outlier_ratio!r} {s.recheck_interval} {s.explore_weight!r} {s.explore_errors!r} {int(s.shadow)}"
     ]
     for e in events:
         if e[0] == "choose":  # ("choose", limit, k[, others_rows, others_tokens, others_drafts[, after[, layout...]]])
@@ -100,8 +100,8 @@ def replay(exe: Path, settings: PolicySettings, events: list[tuple]) -> list[int
             lines.append(f"{e[0]} {e[1]} {e[2]!r}" + "".join(f" {v}" for v in e[3:]))
         elif e[0] == "class":
             lines.append(f"class {e[1]}")
-        elif e[0] == "result":  # ("result", drafted, accepted[, the chance of each verified draft])
-            lines.append(f"result {e[1]} {e[2]}" + "".join(f" {c!r}" for c in e[3:]))
+        elif e[0] in ("result", "shadow"):  # ("result", drafted, accepted[, the chance of each verified draft])
+            lines.append(f"{e[0]} {e[1]} {e[2]}" + "".join(f" {c!r}" for c in e[3:]))
         else:
             raise ValueError(f"no driver line for event {e!r}")
     out = subprocess.run([str(exe)], input="\n".join(lines) + "\n", capture_output=True, text=True, check=True)
@@ -287,10 +287,11 @@ def test_cpp_and_python_let_a_spuriously_low_timing_go_alike(driver):
 
 
 def test_cpp_defaults_are_the_python_defaults(patched_tree):
-    # llama-server builds its policy from the header's defaults (only n_max from the command line)
+    # llama-server builds its policy from the header's defaults (only n_max and shadow from the command line)
     header = (patched_tree / "common" / "draft-policy.h").read_text()
     body = header.partition("struct common_draft_policy_settings {")[2].partition("};")[0]
     cpp = dict(re.findall(r"^\s*(?:int32_t|double)\s+(\w+)\s*=\s*([0-9.]+);", body, re.M))
+    cpp |= {name: str(float(v == "true")) for name, v in re.findall(r"^\s*bool\s+(\w+)\s*=\s*(true|false);", body, re.M)}
     py = {f.name: getattr(PolicySettings(), f.name) for f in fields(PolicySettings) if f.name != "p_min"}
     assert set(cpp) == set(py) and all(float(cpp[name]) == float(value) for name, value in py.items()), (cpp, py)
 
@@ -541,3 +542,37 @@ def test_cpp_and_python_price_a_cache_per_slots_split_passes_alike(driver, slots
     for slot, slot_events in enumerate(events):
         assert replay(driver, PolicySettings(n_max=4), slot_events) == ks[slot]
         assert replay_python(PolicySettings(n_max=4), slot_events) == ks[slot]
+
+
+SHADOW_STREAMS = {
+    "mixed": [Stream(0.45)] * 4,
+    "mixed-like": [Stream(0.45), Stream(0.88), Stream(0.88), Stream(0.88)],
+    "real": list(REAL_LIKE),
+    "always-right": [Stream(1.0)] * 4,
+}
+
+
+@pytest.mark.parametrize("seeded", [False, True])
+@pytest.mark.parametrize("curve", ["e2b", "avx512", "lavapipe"])
+@pytest.mark.parametrize("streams", list(SHADOW_STREAMS))
+def test_cpp_and_python_shadow_probes_alike(driver, curve, streams, seeded):
+    # --spec-draft-shadow: from no drafts a probe or an exploration is drafted, not verified, and its
+    # result told later ("shadow DRAFTED ACCEPTED"); both twins choose the same k and shadow alike
+    settings, events = PolicySettings(n_max=4, shadow=True), []
+    seeds = CURVES[curve] if seeded else None
+    ks, _ = simulate(CURVES[curve], 0.002, SHADOW_STREAMS[streams], 300, events=events, seeds=seeds, settings=settings)
+    assert replay(driver, settings, events) == ks == replay_python(settings, events)
+    # where drafting does not pay the policy learns by shadows (test_draft_policy.py has the exact counts)
+    assert any(e[0] == "shadow" for e in events) or streams in ("always-right", "real")
+
+
+@pytest.mark.parametrize("streams", ["mixed", "mixed-like", "always-right"])
+def test_cpp_and_python_shadow_probes_alike_in_a_batch_of_slots(driver, streams):
+    ks, events, _, _ = batched(
+        TILED_LOAD, 0.002, [SHADOW_STREAMS[streams]] * 4, [(20, 1), (80, 4)], seeds=TILED_SEEDS,
+        batch_seeds=TILED_SEEDS, shadow=True,
+    )  # fmt: skip
+    settings = PolicySettings(n_max=4, shadow=True)
+    for slot, slot_events in enumerate(events):
+        assert replay(driver, settings, slot_events) == ks[slot] == replay_python(settings, slot_events)
+    assert any(e[0] == "shadow" for slot_events in events for e in slot_events) or streams == "always-right"

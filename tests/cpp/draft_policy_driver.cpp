@@ -1,9 +1,9 @@
 // Replays recorded policy inputs through common/draft-policy.h (the llama-server twin of
 // gguf_exact/engines/shared/draft_policy.py) and prints the k of every "choose" line.
 // Input lines: "settings N_MAX PRIOR PRIOR_WEIGHT DECAY COST_WEIGHT PROBE PROBE_MAX COST_MAX_AGE SWITCH_MARGIN COST_WINDOW
-// RETIME_MARGIN BURST_RATIO OUTLIER_RATIO RECHECK_INTERVAL [EXPLORE_WEIGHT EXPLORE_ERRORS]" first (the bracketed
+// RETIME_MARGIN BURST_RATIO OUTLIER_RATIO RECHECK_INTERVAL [EXPLORE_WEIGHT EXPLORE_ERRORS [SHADOW]]" first (the bracketed
 // ones: the header's defaults when absent, as in traces llama-server writes), then
-// "choose LIMIT [OTHERS_ROWS OTHERS_TOKENS OTHERS_DRAFTS [AFTER [LAYOUT...]]]", "pass ROWS SECONDS [TOTAL_ROWS [PASSES]]", "steps N SECONDS", "seed ROWS SECONDS", "step-seed STEPS SECONDS", "batch-seed TOTAL SECONDS", "result DRAFTED ACCEPTED [CHANCE...]", "class NAME"
+// "choose LIMIT [OTHERS_ROWS OTHERS_TOKENS OTHERS_DRAFTS [AFTER [LAYOUT...]]]", "pass ROWS SECONDS [TOTAL_ROWS [PASSES]]", "steps N SECONDS", "seed ROWS SECONDS", "step-seed STEPS SECONDS", "batch-seed TOTAL SECONDS", "result DRAFTED ACCEPTED [CHANCE...]", "shadow DRAFTED ACCEPTED [CHANCE...]", "class NAME"
 // (the acceptance class of the requests from there on: greedy, sampled-exact, sampled-rejection); a line starting
 // with "#" is a comment (llama-server's LLAMA_SPEC_DRAFT_TRACE writes this format, with comments). The bracketed
 // fields (the batch other slots share, issue 39; a cache per slot's layout and graph passes) are 0 (empty, 1) when
@@ -44,6 +44,8 @@ int main() {
     if (more >> explore_weight >> explore_errors) {
         s.explore_weight = std::strtod(explore_weight.c_str(), nullptr);
         s.explore_errors = std::strtod(explore_errors.c_str(), nullptr);
+        int shadow = 0;
+        s.shadow = (more >> shadow) && shadow != 0;
     }
     common_draft_policy policy(s);
     while (std::cin >> what) {
@@ -92,7 +94,7 @@ int main() {
                 return 2;
             }
             policy.set_class((common_draft_class) (at - common_draft_class_names));
-        } else if (what == "result") { // each verified draft's chance of being kept where written
+        } else if (what == "result" || what == "shadow") { // each draft's chance of being kept where written
             int drafted, accepted;
             std::string rest, chance;
             std::cin >> drafted >> accepted;
@@ -102,7 +104,11 @@ int main() {
             while (more >> chance) {
                 chances.push_back(std::strtod(chance.c_str(), nullptr));
             }
-            policy.observe_result(drafted, accepted, chances);
+            if (what == "result") {
+                policy.observe_result(drafted, accepted, chances);
+            } else {
+                policy.observe_shadow(drafted, accepted, chances);
+            }
         } else {
             std::fprintf(stderr, "unknown event %s\n", what.c_str());
             return 2;

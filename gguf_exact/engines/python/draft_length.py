@@ -100,11 +100,13 @@ class DraftLength:
     """The engine's draft length: ``n_max`` the bound, ``adaptive`` whether the policy chooses
     within it, ``p_min`` the drafter confidence below which a draft stops."""
 
-    def __init__(self, n_max: int, adaptive: bool = False, p_min: float = 0.0) -> None:
+    def __init__(self, n_max: int, adaptive: bool = False, p_min: float = 0.0, shadowing: bool = False) -> None:
         self.adaptive = adaptive
         self.p_min = p_min
-        self.policy = new_policy(PolicySettings(n_max=n_max, p_min=p_min))
+        self.shadowing = shadowing  # spec-draft-shadow: the policy's probes from no drafts, not verified
+        self.policy = new_policy(PolicySettings(n_max=n_max, p_min=p_min, shadow=shadowing))
         self.chosen = False  # the policy chose a length at least once (``/metrics`` shows it then)
+        self.shadow = 0  # the last plan's shadow: drafts to draft and not verify (the policy's, spec-draft-shadow)
         self.seeds = StartUpCosts()  # timed at start-up (spec-draft-adaptive-warmup)
 
     @property
@@ -114,7 +116,7 @@ class DraftLength:
     @n_max.setter
     def n_max(self, value: int) -> None:
         if value != self.n_max:  # a new bound: estimates for the depths it has, from scratch (but the seeds)
-            self.policy = new_policy(PolicySettings(n_max=value, p_min=self.p_min))
+            self.policy = new_policy(PolicySettings(n_max=value, p_min=self.p_min, shadow=self.shadowing))
             self.seed(self.seeds)
 
     def seed(self, costs: StartUpCosts) -> None:
@@ -130,11 +132,14 @@ class DraftLength:
         request = request or RequestSpeculation()
         bound = min(self.n_max, limit, request.n_max if request.n_max is not None else self.n_max)
         p_min = request.p_min if request.p_min is not None else self.p_min
+        self.shadow = 0
         if bound <= 0:
             return 0, p_min
         if request.adaptive if request.adaptive is not None else self.adaptive:
             self.chosen = True
-            return self.policy.choose(bound), p_min
+            k = self.policy.choose(bound)
+            self.shadow = self.policy.shadow
+            return k, p_min
         return bound, p_min
 
     def snapshot(self) -> PolicySnapshot | None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -16,8 +17,23 @@ from gguf_exact.errors import InputError
 if TYPE_CHECKING:  # the engine imports this module
     from gguf_exact.engines.python.drafter import HiddenState
     from gguf_exact.engines.python.engine import MtpLlama, _Call
+    from gguf_exact.engines.shared.speculative_sampling import Support
 
 _NO_DRAFTS = np.zeros(0, dtype=np.intc)
+
+
+@dataclass
+class _Shadow:
+    """The policy's shadow (``spec-draft-shadow``): drafts for positions ``pos + 1``.. not verified, compared
+    with the tokens the target samples there, one a pass; ``q``: each draft's q (rejection sampling), ``chances``
+    the sum min(p, q) of each depth compared, p the row that sampled it."""
+
+    call: _Call
+    pos: int
+    tokens: list[int]
+    q: list[Support]
+    chances: list[float] = field(default_factory=list)
+    seen: int = 0  # drafts matched so far
 
 
 class MtpDraftModel(LlamaDraftModel):
@@ -32,11 +48,12 @@ class MtpDraftModel(LlamaDraftModel):
     the adaptive policy's choice, within what the request being served asks for.
     """
 
-    def __init__(self, n_max: int, adaptive: bool = False, p_min: float = 0.0) -> None:
-        self.length = DraftLength(n_max, adaptive, p_min)
+    def __init__(self, n_max: int, adaptive: bool = False, p_min: float = 0.0, shadow: bool = False) -> None:
+        self.length = DraftLength(n_max, adaptive, p_min, shadow)
         self._seen: tuple[_Call, float, int] | None = None  # (call, target seconds, rows) at the last draft
         self.drafter: LlamaDrafter | None = None
         self.llm: MtpLlama | None = None  # the engine it drafts for (set once both exist)
+        self._shadow: _Shadow | None = None
 
     @property
     def n_max(self) -> int:
@@ -82,9 +99,14 @@ class MtpDraftModel(LlamaDraftModel):
         if call is not None:
             limit = min(limit, call.remaining() - 1)  # a pass yields at most k + 1 tokens
             self._observe_last_pass(call)
+            self._check_shadow(call, input_ids, pos)
         request = CURRENT_REQUEST.get()
         k, p_min = self.length.plan(limit, request.speculation if request is not None else None)
+        self._shadow = self._shadow if k <= 0 else None  # a real draft first: its tokens are not the shadow's
         if k <= 0:
+            # none while one is in flight: replaced, only the shadows whose first draft missed would be told
+            if self.length.shadow and call is not None and self._shadow is None:
+                self._draft_shadow(call, input_ids, pos, self.length.shadow, p_min)
             return _NO_DRAFTS
         seconds = self.drafter.seconds
         rule = llm.rejection  # speculative sampling: drafts drawn from the drafter's q, kept for the target
@@ -97,6 +119,41 @@ class MtpDraftModel(LlamaDraftModel):
         if call is not None:
             call.pending_drafts = len(drafts)
         return np.asarray(drafts, dtype=np.intc)
+
+    def _draft_shadow(self, call: _Call, input_ids: np.ndarray, pos: int, n: int, p_min: float) -> None:
+        """Draft ``n`` as a draft would be (the request's p_min; q with rejection sampling), none verified."""
+        llm, drafter = self.llm, self.drafter
+        assert llm is not None and drafter is not None
+        rule, qs = llm.rejection, []
+
+        def pick(row: np.ndarray) -> int:
+            assert rule is not None
+            token, q = rule.draw_shadow(row)
+            qs.append(q)
+            return token
+
+        seconds = drafter.seconds
+        tokens = drafter.draft(int(input_ids[-1]), pos, n, self.hidden(pos), p_min, None if rule is None else pick)
+        self.length.policy.observe_steps(drafter.last_steps, drafter.seconds - seconds)
+        self._shadow = _Shadow(call, pos, tokens, qs) if tokens else None
+
+    def _check_shadow(self, call: _Call, input_ids: np.ndarray, pos: int) -> None:
+        """The token at ``pos``, the target's newest, against the shadow's draft there; its result told the
+        policy at a miss or once every draft matched. Out of step (another call, a pass skipped): dropped."""
+        sh, llm = self._shadow, self.llm
+        if sh is None or llm is None:
+            return
+        if sh.call is not call or sh.pos + 1 + sh.seen != pos:
+            self._shadow = None
+            return
+        if sh.q and llm.rejection is not None:  # the row of position pos - 1 sampled this token
+            sh.chances.append(llm.rejection.chance(llm.row_logits(pos - 1), sh.q[sh.seen]))
+        hit = int(input_ids[pos]) == sh.tokens[sh.seen]
+        sh.seen += 1 if hit else 0
+        if hit and sh.seen < len(sh.tokens):
+            return
+        self.length.policy.observe_shadow(len(sh.tokens), sh.seen, sh.chances)
+        self._shadow = None
 
 
 __all__ = ["MtpDraftModel"]

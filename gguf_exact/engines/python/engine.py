@@ -126,6 +126,7 @@ class MtpLlama(LlamaAdapter):
         *,
         n_max: int = 2,
         adaptive: bool = False,
+        shadow: bool = False,
         n_gpu_layers_draft: int | None = None,
         rejection_sampling: bool = False,
         logits_all: bool = False,
@@ -159,7 +160,7 @@ class MtpLlama(LlamaAdapter):
         self.draft_path = Path(draft_path) if draft_path is not None else None
         self.target_seconds = 0.0  # inside the target's llama_decode, since load
         self.target_rows = 0  # batch rows the target decoded since load (prompt rows included)
-        draft = MtpDraftModel(n_max, adaptive)
+        draft = MtpDraftModel(n_max, adaptive, shadow=shadow)
         if checked is None:
             # Architecture, widths and the two vocabularies (as bytes) from the GGUF headers,
             # before llama.cpp loads anything: a 262,144-token vocabulary costs 0.2 s here

@@ -144,6 +144,7 @@ def load_with_options(
         drafter,
         n_max=opts.n_max,
         adaptive=opts.adaptive,
+        shadow=opts.shadow,
         n_gpu_layers_draft=opts.n_gpu_layers_draft,
         rejection_sampling=opts.rejection_sampling,
         checked=checked,

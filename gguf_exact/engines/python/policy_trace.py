@@ -22,7 +22,7 @@ def settings_line(s: PolicySettings) -> str:
     values: tuple[float, ...]  # counts and fractions
     values = (s.n_max, s.prior, s.prior_weight, s.decay, s.cost_weight, s.probe_interval, s.probe_interval_max)
     values += (s.cost_max_age, s.switch_margin, s.cost_window, s.retime_margin, s.burst_ratio, s.outlier_ratio)
-    values += (s.recheck_interval,)
+    values += (s.recheck_interval, s.explore_weight, s.explore_errors, int(s.shadow))
     return "settings " + " ".join(repr(v) for v in values) + "\n"
 
 
@@ -84,6 +84,10 @@ class TracedPolicy(BatchPolicy):
         if changed:  # as llama-server writes it: on a change only
             self._write(f"class {name}\n")
         return changed
+
+    def observe_shadow(self, drafted: int, accepted: int, chances: Sequence[float] = ()) -> None:
+        self._write(f"shadow {drafted} {accepted}" + "".join(f" {c!r}" for c in chances) + "\n")
+        super().observe_shadow(drafted, accepted, chances)
 
     def observe_result(self, drafted: int, accepted: int, chances: Sequence[float] = ()) -> None:
         self._write(f"result {drafted} {accepted}" + "".join(f" {c!r}" for c in chances) + "\n")

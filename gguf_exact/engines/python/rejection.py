@@ -155,6 +155,16 @@ class RejectionSampling:
         self._next += 1
         return token
 
+    def draw_shadow(self, logits: np.ndarray) -> tuple[int, Support]:
+        """A shadow's draft token (drafted, not verified: :mod:`.draft_model`) and its q, drawn as
+        :meth:`draw_draft` draws but kept apart from the drafts pending verification."""
+        q = self.chain.support(self.biased(logits))
+        return q.draw(self.rng), q
+
+    def chance(self, logits: np.ndarray, q: Support) -> float:
+        """sum min(p, q): the chance the target's row ``logits`` had of keeping a draft drawn from ``q``."""
+        return self.chain.support(self.biased(logits)).overlap(q)
+
     def token_at(self, llm: LlamaAdapter, idx: int | None) -> int | None:
         """The target's token at row ``idx`` of ``llm``'s last decode when that row verifies a
         pending draft (the draft, or one from the residual); None: the row samples as usual."""

@@ -241,7 +241,7 @@ class BatchPolicy(DraftPolicy):
             self.batch_rows = k + 1
             return k
         top = min(self.settings.n_max, limit)
-        self.probing = self.rechecking = self.retiming = 0  # the one-user rules' passes are not this one
+        self.probing = self.rechecking = self.retiming = self.shadow = 0  # the one-user rules' passes are not this one
         k, best = 0, self.batch_rate(0, self.others_rows, others_tokens, others_drafts, after, layout)
         if best is None:
             self.reason = f"timing a batch of {self.others_rows + 1} rows"
@@ -264,9 +264,14 @@ class BatchPolicy(DraftPolicy):
             self.since_probe = self.since_probe + 1 if probe else 0
             climb = self.climbing and (self.last_k == 0 or self.all_right)
             if probe and (climb or self.since_probe >= self.interval):
-                self.since_probe, k, self.probing = 0, probe, probe
+                self.since_probe = 0
+                if self.settings.shadow and k == 0 and not climb:  # only to learn: a shadow, beside others too
+                    self.shadow = probe
+                else:
+                    k = self.probing = probe
             what = "probing" if self.probing else "batch of"
             self.reason = f"{what} {self.others_rows + (after + 1) * k + 1} rows: {k} drafts"
+            self.reason += f", a shadow of {self.shadow}" if self.shadow else ""
         self.last_k, self.batch_rows = k, self.others_rows + k + 1
         return k
 

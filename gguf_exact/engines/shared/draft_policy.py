@@ -7,9 +7,8 @@ the policy picks ``argmax E(k) / T(k)`` for k in 0..min(n_max, limit). Its input
 
 - ``pass_cost(r)``: the target's decode of r rows, the lowest of its last ``cost_window`` steady timings per row
   count, at the machine's speed now: scaled by what 1 row costs now against what it cost when r rows were timed
-  (:meth:`DraftPolicy.now`). A shared 2-core host drifts: llama-server's 1-row pass went 44-83 ms in one run
-  (issue 38), and a 1-row cost timed in a slow minute against 2 rows timed in a fast one made drafting look
-  cheap where it never paid. Seeded (:meth:`DraftPolicy.seed`) by the engine's start-up where
+  (:meth:`DraftPolicy.now`: a shared host drifts, 44-83 ms for one 1-row pass in one run). Seeded
+  (:meth:`DraftPolicy.seed`) by the engine's start-up where
   ``spec-draft-adaptive-warmup`` is on (the shipped profiles) until the first steady pass replaces the seed.
   Unseeded, a row count not measured yet costs what one row fewer does (tried once, then known), so a
   non-monotonic curve (AVX-512's repacked Q4_0 kernels: 4 rows cheaper than 3) is found;
@@ -23,7 +22,7 @@ the policy picks ``argmax E(k) / T(k)`` for k in 0..min(n_max, limit). Its input
 Stale timings: a row count not timed in ``cost_max_age`` passes costs at most what one row fewer does, a single
 row stale is timed again by one pass of the target alone. Switches: llama.cpp reuses a decode's graph only for
 a batch of the same shape, so a pass whose row count differs from the one before also rebuilds the graph (1
-thread at E2B: 2 rows after 1 cost 167 ms, after 2 136). Its timing is not kept for a row count timed already;
+thread at E2B: 2 rows after 1 cost 167 ms, after 2 136); its timing is not kept for a row count timed already;
 a row count timed only by a switch is provisional and drafted once more to time it steadily, unless the climb
 goes on (every draft right and a longer one the best now). The last length stays unless another one's rate is
 ``switch_margin`` better, so two lengths of about one rate do not alternate, rebuilding every pass.
@@ -39,9 +38,14 @@ Seeded costs leave nothing for optimism to explore, so a seeded policy *climbs* 
 rejected, one depth deeper after each all-right pass where that could pay with the next depth on trust. While
 depth 1 was tried fewer than ``explore_weight`` decayed drafts in the request's class (about 7), the policy that
 would draft nothing *explores*: it drafts where depth 1 one standard error above its estimate would pay
-(:meth:`explore_length`). Issue 38: a server's first passes accepted half what the rest did; one rejection
-priced drafting out, and failed probes doubled their interval: the target alone for 100 passes at 0.84. (Seeds
-are not rescaled by the seeded 1 row: start-up timed 1 row up to 1.4x slow, 4 rows 0.9x, at E2B on a Zen 5.)
+(:meth:`explore_length`; issue 38: one early rejection priced drafting out for 100 passes at 0.84).
+
+Shadows (``shadow``): from no drafts, a probe or exploration only learns, yet a verified draft pays a pass of
+more rows for it (E2B, 2 cores: 2 rows cost 1.75 passes of 1). With shadows it is drafted, not verified
+(:attr:`DraftPolicy.shadow`); the engine compares the drafts with the tokens the target goes on to give and
+tells :meth:`observe_shadow`: drafter steps only, counted as verified drafts (rejection sampling: each depth's
+sum min(p, q) at the drafted prefix). Simulated, E2B, drafts right 0.45, 400 passes: 0.96x the target alone
+with probes, 0.99x with shadows.
 
 Recovery: every ``probe_interval`` passes the policy drafts the shortest length longer than its best that could pay
 were the drafter always right one depth deeper; a failed probe doubles the interval (up to ``probe_interval_max``),
@@ -98,6 +102,7 @@ class DraftPolicy:
     idle: int = 0  # passes in a row chosen at 0 drafts while priced out
     recheck_every: int = 0  # the current recheck interval (0: the settings' base)
     rechecking: int = 0  # the row count of the recheck in flight (its pass and step re-time the costs), else 0
+    shadow: int = 0  # drafts the last choice asks drafted and not verified (a shadow), else 0
     reason: str = ""  # why the last choice (status and /metrics show it)
 
     def __post_init__(self) -> None:
@@ -232,10 +237,9 @@ class DraftPolicy:
         return 0
 
     def retime_rows(self, k: int, top: int) -> int:
-        """The row count of a length longer than ``k`` (up to ``top``) timed steadily only once, at least
-        ``probe_interval`` passes ago, whose :meth:`trusting_rate` is within ``retime_margin`` of ``k``'s rate
-        but not above it (a length that could pay is the probes'), the highest-rated first; or 0. One dear
-        timing would otherwise stand until stale, however close that length is."""
+        """The row count of a length longer than ``k`` (up to ``top``) timed steadily once, ``probe_interval``
+        passes ago or more, its :meth:`trusting_rate` within ``retime_margin`` of ``k``'s rate but not above
+        (those are the probes'), the highest-rated first; or 0 (one dear timing would stand until stale)."""
         here = self.rate(k)
         if here is None:
             return 0
@@ -268,7 +272,7 @@ class DraftPolicy:
         """How many tokens to draft before the next pass, at most ``limit`` (what the context
         and the request's budget leave); one call per pass that could carry a draft."""
         top = min(self.settings.n_max, limit)
-        self.probing = self.rechecking = 0
+        self.probing = self.rechecking = self.shadow = 0
         held = self.last_rows - 1
         retimed, self.retiming = self.retiming, 0
         if retimed and retimed == self.last_rows and held <= top:
@@ -289,7 +293,7 @@ class DraftPolicy:
             self.last_k = held
             self.reason = f"timing {held + 1} rows steadily"
             return held
-        explored = self.explore_length(k, top)
+        base, explored = k, self.explore_length(k, top)
         k = explored or k
         probe = self.probe_length(k, top) if k < top else 0
         if probe:
@@ -299,15 +303,18 @@ class DraftPolicy:
                 k = self.probing = probe
         else:
             self.since_probe = 0
+        if self.settings.shadow and base == 0 and k > 0:  # drafts from none only to learn: a shadow
+            self.shadow, k, self.probing = k, 0, 0
         # at most one re-time every probe_interval passes (none in a probe's pass)
         self.since_retime += 1
-        retime = 0 if self.probing or self.since_retime < self.settings.probe_interval else self.retime_rows(k, top)
+        learning = self.probing or self.shadow
+        retime = 0 if learning or self.since_retime < self.settings.probe_interval else self.retime_rows(k, top)
         if retime:
             self.since_retime = 0
             k, self.retiming = retime - 1, retime
         # priced out: not even an always-right drafter could pay, so nothing would time the costs again but
         # staleness (a busy pass, 2 rows at 20x, held llama-server at the target alone for minutes): a recheck
-        priced_out = k == 0 and top >= 1 and probe == 0 and self.rate(0) is not None
+        priced_out = k == 0 and top >= 1 and probe == 0 and not self.shadow and self.rate(0) is not None
         why = explain(self, k, top, priced_out, climbed, explored > 0 and explored == k)
         if priced_out and self.settings.recheck_interval > 0:
             self.idle += 1
@@ -326,8 +333,7 @@ class DraftPolicy:
         return k
 
     def seed(self, rows: int, seconds: float) -> None:
-        """A timing of ``rows`` rows made before the first pass (the engine's start-up, at position 0): it
-        prices the row count until its first steady pass; unlike a switch pass's, it is not re-drafted."""
+        """A timing of ``rows`` rows at start-up: it prices the row count until its first steady pass (not re-drafted)."""
         if 1 <= rows <= self.settings.n_max + 1:
             self.climbing = not any(self.tried)
             if self.doubt(rows, seconds):
@@ -337,20 +343,16 @@ class DraftPolicy:
             self.timed_at[rows] = self.passes
 
     def seed_steps(self, steps: int, seconds: float) -> None:
-        """``steps`` drafter steps timed before the first pass (the start-up's): the step's cost until drafts
-        time it. Not doubted: warm, and dearer than a 1-row pass where it is so (lavapipe: 61-121 ms against
-        46); unpriced, the climb drafted there as if a step were free."""
+        """``steps`` drafter steps timed at start-up: the step's cost until drafts time it; not doubted (warm, and
+        dearer than a 1-row pass where it is so: lavapipe 61-121 ms against 46, where unpriced it was free)."""
         if steps > 0:
             self.step_cost, self.step_doubted = seconds / steps, False
 
     def doubt(self, rows: int, seconds: float) -> bool:
-        """Whether a new timing of ``rows`` rows is out of line and forgotten: above ``outlier_ratio``
-        times what the nearest shorter row count timed costs scaled by rows (a pass of r rows costs at
-        most about r / s passes of s rows, on any backend), the first time in a row for this row count.
-        Forgotten, the row count is untimed, priced as one row fewer and so explored: timed again. A
-        second timing out of line stands (the machine is so); one in line ends the doubt. Start-up seeds
-        taken on a busy machine (2 rows at 3.55 s against 1 at 0.17 s; 540.7 ms against 0.2) otherwise
-        priced drafting out before any pass."""
+        """Whether a new timing of ``rows`` rows is out of line and forgotten: above ``outlier_ratio`` times the
+        nearest shorter row count's scaled by rows (r rows cost at most about r / s passes of s), the first time
+        in a row (then untimed, so explored: timed again; a second stands). Busy start-up seeds (2 rows at 3.55 s
+        against 1 at 0.17) otherwise priced drafting out before any pass."""
         ratio = self.settings.outlier_ratio
         if ratio <= 0:
             return False
@@ -392,8 +394,7 @@ class DraftPolicy:
             return  # a switch pass of a row count timed steadily: it also rebuilt the graph
         self.timed_at[rows] = self.passes
 
-    def observe_steps(self, steps: int, seconds: float) -> None:
-        """``steps`` drafter decodes took ``seconds`` together."""
+    def observe_steps(self, steps: int, seconds: float) -> None:  # steps drafter decodes took seconds together
         if steps <= 0:
             return
         each = seconds / steps
@@ -411,32 +412,35 @@ class DraftPolicy:
         """The pass verified ``drafted`` drafts and kept the first ``accepted`` of them; ``chances``: the
         chance the rule had of keeping each verified one (rejection sampling's sum min(p, q)), counted in
         place of the 0 or 1 it came to: the same mean, a fraction of the noise (Rao-Blackwell)."""
-        d = self.settings.decay
         self.all_right = drafted > 0 and accepted >= drafted
-        self.climbing = self.climbing and (drafted <= 0 or self.all_right)
+        self.count(drafted, accepted, chances)
+        if self.probing:
+            self.probed(drafted >= self.probing and accepted >= self.probing)
+            self.probing = 0
+
+    def observe_shadow(self, drafted: int, accepted: int, chances: Sequence[float] = ()) -> None:
+        """A shadow (:attr:`shadow`) of ``drafted`` drafts, the first ``accepted`` matched by the target's next
+        tokens (``chances``: as :meth:`observe_result`'s), counted as a verified draft, scheduled as a probe."""
+        self.count(drafted, accepted, chances)
+        self.probed(drafted > 0 and accepted >= drafted)
+
+    def count(self, drafted: int, accepted: int, chances: Sequence[float]) -> None:
+        d = self.settings.decay
+        self.climbing = self.climbing and (drafted <= 0 or accepted >= drafted)
         for j in range(1, min(accepted + 1, drafted, self.settings.n_max) + 1):
             kept = chances[j - 1] if j <= len(chances) else (1.0 if j <= accepted else 0.0)
             self.tried[j - 1] = self.tried[j - 1] * d + 1.0
             self.accepted[j - 1] = self.accepted[j - 1] * d + kept
-        if self.probing:
-            ok = drafted >= self.probing and accepted >= self.probing
-            self.interval = (
-                max(self.interval // 2, self.settings.probe_interval)
-                if ok
-                else min(2 * self.interval, self.settings.probe_interval_max)
-            )
-            self.probing = 0
+
+    def probed(self, ok: bool) -> None:
+        s, n = self.settings, self.interval
+        self.interval = max(n // 2, s.probe_interval) if ok else min(2 * n, s.probe_interval_max)
 
     def snapshot(self) -> PolicySnapshot:
         """What ``status`` and ``/metrics`` show."""
-        n = self.settings.n_max
-        return PolicySnapshot(
-            draft_n=self.last_k,
-            acceptance=tuple(self.acceptance(j) for j in range(1, n + 1)),
-            pass_seconds=tuple(sorted(self.pass_cost.items())),
-            step_seconds=self.step_cost,
-            reason=self.reason,
-        )
+        acceptance = tuple(self.acceptance(j) for j in range(1, self.settings.n_max + 1))
+        passes = tuple(sorted(self.pass_cost.items()))
+        return PolicySnapshot(self.last_k, acceptance, passes, self.step_cost, self.reason)
 
 
 __all__ = ["TIE_MARGIN", "DraftPolicy", "PolicySettings"]

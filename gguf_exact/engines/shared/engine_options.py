@@ -22,6 +22,7 @@ class EngineOptions:
     n_max: int = 3  # llama-server's spec-draft-n-max default
     adaptive: bool = False  # the draft length chosen before each pass, up to n_max (spec-draft-adaptive)
     adaptive_warmup: bool = False  # its pass costs timed at load (spec-draft-adaptive-warmup)
+    shadow: bool = False  # its probes from no drafts drafted and not verified (spec-draft-shadow)
     p_min: float = 0.0  # a draft stops below this drafter confidence (spec-draft-p-min)
     rejection_sampling: bool = False  # sampled requests verify drafts by min(1, p/q) (spec-rejection-sampling)
     n_gpu_layers: int = 0

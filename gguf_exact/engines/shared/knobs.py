@@ -172,6 +172,10 @@ class Options:
                                  help="The draft length chosen before each pass from measured costs and acceptance")  # fmt: skip
     adaptive_warmup: bool | None = knob("spec-draft-adaptive-warmup", kind="bool", default=False, draft=True,
                                         help="The adaptive length's pass costs timed at start-up")  # fmt: skip
+    # llama-server's option comes with patch 39u (0022-39u-shadow-probes.patch)
+    shadow: bool | None = knob("spec-draft-shadow", kind="bool", default=False, draft=True,
+                               help="Where the adaptive length drafts nothing, its probes are drafted and not verified: "
+                                    "compared with the target's next tokens (drafter steps only)")  # fmt: skip
     # llama-server's option comes with patch 38 (0013-38-rejection-sampling.patch)
     rejection_sampling: bool | None = knob("spec-rejection-sampling", kind="bool", default=False, draft=True,
                                            help="Sampled requests keep a draft with probability min(1, p/q) "

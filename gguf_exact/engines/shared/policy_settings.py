@@ -27,6 +27,7 @@ class PolicySettings:
     recheck_interval: int = 32  # passes at 0 drafts, priced out, before one draft re-times the costs (0: never)
     explore_weight: float = 6.0  # decayed drafts at depth 1 (about 7) before its estimate alone prices drafting
     explore_errors: float = 1.0  # till then, it may be this many standard errors above its estimate
+    shadow: bool = False  # from no drafts, a probe or exploration drafts unverified (spec-draft-shadow)
 
 
 __all__ = ["PolicySettings"]

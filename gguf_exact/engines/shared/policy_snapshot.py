@@ -93,6 +93,8 @@ def parse_snapshot(metrics: dict[str, float], prefix: str = "llamacpp:") -> Poli
 
 def explain(policy: DraftPolicy, k: int, top: int, priced_out: bool, climbed: bool, explored: bool = False) -> str:
     """Why ``policy`` chose ``k``: the short line ``status`` and ``/metrics`` show."""
+    if policy.shadow:
+        return f"shadow: {policy.shadow} drafts, not verified"
     if policy.probing:
         return f"probing {k} drafts"
     if policy.retiming:

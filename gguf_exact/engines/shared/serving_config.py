@@ -158,6 +158,7 @@ class ServingConfig:
             n_max=self.value("n_max", PYTHON),
             adaptive=self.value("adaptive", PYTHON),
             adaptive_warmup=self.value("adaptive_warmup", PYTHON),
+            shadow=bool(self.value("shadow", PYTHON)),
             p_min=self.value("p_min", PYTHON),
             rejection_sampling=bool(self.value("rejection_sampling", PYTHON)),
             n_gpu_layers=AUTO_LAYERS if ngl < 0 else ngl,  # llama.cpp: any negative count offloads every layer
