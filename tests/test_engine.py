@@ -247,6 +247,7 @@ def test_engine_options_follow_the_profiles():
         n_max=4,
         adaptive=True,
         adaptive_warmup=True,
+        shadow=True,
         rejection_sampling=True,
         n_gpu_layers=99,
         n_gpu_layers_draft=-1,

@@ -106,7 +106,7 @@ def test_serve_auto_dry_run_without_the_build(pair, tmp_path, monkeypatch):
     binary = cache / "llama.cpp" / build_key("cuda86") / "bin" / "llama-server"
     assert f"{binary} --model {target.resolve()} --model-draft {drafter.resolve()}" in r.output
     assert "--n-gpu-layers 99" in r.output
-    assert "--spec-type draft-mtp --spec-draft-adaptive --spec-draft-adaptive-warmup --spec-draft-n-max 4" in r.output
+    assert "--spec-type draft-mtp --spec-draft-adaptive --spec-draft-adaptive-warmup --spec-draft-shadow --spec-draft-n-max 4" in r.output
     assert "note: llama-server for build 'cuda86'" in r.output and "gguf-exact build-llama --cuda 86" in r.output
     assert "memory plan (GPU" in r.output and "KV cache" in r.output
     real = CliRunner().invoke(main, ["serve", "--model", str(target), "--draft", str(drafter)], env=env)

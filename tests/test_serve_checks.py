@@ -86,7 +86,7 @@ def test_dry_run_prints_command_and_weight_bytes(models, fake_server):
     assert "gemma4-assistant" in r.output and "bytes of weights" in r.output
     assert "--host 127.0.0.1 --port 8080 --metrics" in r.output
     assert (
-        "--spec-type draft-mtp --spec-draft-adaptive --spec-draft-adaptive-warmup --spec-rejection-sampling --spec-draft-n-max 1"
+        "--spec-type draft-mtp --spec-draft-adaptive --spec-draft-adaptive-warmup --spec-draft-shadow --spec-rejection-sampling --spec-draft-n-max 1"
         in r.output
     )  # adaptive, bounded by 1, costs timed at start-up
     assert not (fake_server.parent / "server-ran").exists()

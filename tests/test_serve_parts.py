@@ -77,6 +77,7 @@ def test_shipped_profiles():
         "draft-mtp",
         "--spec-draft-adaptive",
         "--spec-draft-adaptive-warmup",
+        "--spec-draft-shadow",
         "--spec-draft-n-max",
         "4",
         "--spec-rejection-sampling",

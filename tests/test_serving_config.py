@@ -30,11 +30,11 @@ def test_the_three_renderings_of_a_shipped_profile():
     rtx = serving_config(load_profile("rtx3050"), with_draft=True)
     assert rtx.server_args() == [
         "--n-gpu-layers", "99", "--flash-attn", "on", "--ctx-size", "8192", "--parallel", "1",
-        "--spec-type", "draft-mtp", "--spec-draft-adaptive", "--spec-draft-adaptive-warmup",
+        "--spec-type", "draft-mtp", "--spec-draft-adaptive", "--spec-draft-adaptive-warmup", "--spec-draft-shadow",
         "--spec-draft-n-max", "4", "--spec-rejection-sampling", "--n-gpu-layers-draft", "all",
     ]  # fmt: skip
     assert rtx.engine_options() == (
-        EngineOptions(n_ctx=8192, n_max=4, adaptive=True, adaptive_warmup=True, p_min=0.0, rejection_sampling=True,
+        EngineOptions(n_ctx=8192, n_max=4, adaptive=True, adaptive_warmup=True, shadow=True, p_min=0.0, rejection_sampling=True,
                       n_gpu_layers=99,
                       n_gpu_layers_draft=-1, flash_attn=True, n_threads=None, n_threads_batch=None, n_batch=512,
                       n_ubatch=512),
@@ -116,7 +116,7 @@ def test_options_the_python_engine_does_not_apply_are_named():
     assert (options.n_threads, options.n_threads_batch) == (2, 2)
     assert serving_config(p, True).server_args() == [
         "--ctx-size", "4096", "--parallel", "1", "--cache-type-k", "q8_0", "--no-warmup", "--threads", "2",
-        "--spec-type", "draft-mtp", "--spec-draft-adaptive", "--spec-draft-adaptive-warmup", "--spec-draft-n-max", "4",
+        "--spec-type", "draft-mtp", "--spec-draft-adaptive", "--spec-draft-adaptive-warmup", "--spec-draft-shadow", "--spec-draft-n-max", "4",
         "--spec-rejection-sampling", "--mlock",  # mlock: a llama-server option no knob declares: passed through as written
     ]  # fmt: skip
 

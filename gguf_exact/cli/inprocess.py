@@ -126,7 +126,7 @@ def generate(
     if found.path and not as_json:  # --json: in the JSON (n_max, adaptive)
         note(f"draft    {draft_length_words(n_max, adaptive)}")
     with console.status(f"loading {target.name}") as step:
-        with Runner(target, found.path, n_ctx=n_ctx, n_threads=threads, checked=found.pair) as r:
+        with Runner(target, found.path, n_ctx=n_ctx, n_threads=threads, checked=found.pair, shadow=NO_PROFILE.shadow) as r:
             if n_max and adaptive:
                 step("timing the target's passes for the adaptive draft length")
                 r.time_passes(n_max)

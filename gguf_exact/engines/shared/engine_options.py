@@ -66,9 +66,9 @@ def server_threads(cpu_dir: Path = Path("/sys/devices/system/cpu")) -> int:
 
 
 # What load_with_drafter, chat and generate use without a profile: the drafting every shipped
-# profile's [draft] sets (spec-draft-adaptive, -warmup, spec-draft-n-max 4), so a command
+# profile's [draft] sets (spec-draft-adaptive, -warmup, -shadow, spec-draft-n-max 4), so a command
 # drafts the same way with --profile cpu, with no profile, and as serve does.
-NO_PROFILE = EngineOptions(n_max=4, adaptive=True, adaptive_warmup=True)
+NO_PROFILE = EngineOptions(n_max=4, adaptive=True, adaptive_warmup=True, shadow=True)
 
 
 __all__ = ["NO_PROFILE", "EngineOptions", "server_threads"]
