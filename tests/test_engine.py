@@ -218,7 +218,7 @@ def test_logprobs_need_logits_all(pairs, engines):
     with pytest.raises(ValueError, match="logprobs need every row's logits kept"):
         ours.create_completion("the", max_tokens=4, logprobs=2)
     target, drafter = pairs["hidden"]
-    kept = load_with_drafter(target, drafter, n_max=2, n_ctx=256, logits_all=True)
+    kept = load_with_drafter(target, drafter, n_max=2, adaptive=False, n_ctx=256, logits_all=True)  # drafts every pass
     plain = llama_cpp.Llama(str(target), n_ctx=256, flash_attn=True, swa_full=True, logits_all=True, verbose=False)
     try:
         a = kept.create_completion(PROMPTS["code"][:60], max_tokens=12, temperature=0, logprobs=2)["choices"][0]

@@ -407,7 +407,10 @@ def test_generate_stop_at_a_blank_line_as_the_readme_writes_it(agreeing):
     base = ["generate", "--model", target, "--draft", drafter, "--prompt", "x y\n", "--n-predict", 8, "--json"]
     free = json.loads(run(*base).stdout)
     assert free["text"] == "\n" * 8 and len(free["tokens"]) == 8
-    assert free["n_max"] == 4 and free["drafts_accepted"] > 0  # the default n-max, as chat and the cpu profile
+    # the default n-max and adaptive length, as chat and the cpu profile (how much it drafts is the policy's
+    # choice on this machine's timings: where a draft cannot pay it learns by shadows, drafting nothing)
+    assert free["n_max"] == 4 and free["adaptive"] is True
+    assert free["drafts_accepted"] == free["drafts_generated"]  # the agreeing drafter is right when it drafts
     stopped = json.loads(run(*base, "--stop", r"\n\n").stdout)
     assert stopped["text"] == "" and stopped["tokens"] == free["tokens"][:2]
 
