@@ -1,4 +1,4 @@
-"""Why `serve` shares one KV cache wherever there is more than one slot (ServingConfig.kv_unified):
+"""Why `serve` shares one KV cache where a drafter serves several slots (ServingConfig.kv_unified):
 with a cache per slot llama.cpp cuts a batch whose slots bring unequal rows into several graph
 passes, as `equal_split` says, each pass reading every weight; with one cache it is one pass. The
 passes are counted by the target's output node in llama.cpp's eval callback, on the tiny target."""

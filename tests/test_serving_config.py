@@ -171,6 +171,33 @@ def test_a_drafter_serving_more_than_one_slot_shares_one_cache_each_slot_capped_
         load_profile("cpu").with_overrides(["kv-unified-per-slot=-1"])
 
 
+def test_the_slots_keep_a_cache_each_where_the_shared_cache_weighs_against_the_weights(tmp_path):
+    """The tiny target's cache at 4 x 512 cells is 0.55 of its weights (lavapipe ran one cache at 0.88x a cache
+    each there); a full-size one's is 0.011 (E2B): the rule reads the target's header, as `serve` has it."""
+    from gguf_exact.engines.shared.memory_plan import kv_caches
+    from gguf_exact.engines.shared.serving_config import SHARED_CACHE_MAX_SHARE
+    from gguf_exact.pair.checks import read_model
+    from gguf_exact.tiny.hidden_pair import write_hidden_state_pair
+
+    target = read_model(write_hidden_state_pair(tmp_path)[0], "target")
+    profile = load_profile("cpu").with_overrides(["parallel=4", "ctx-size=2048"])
+    tiny = serving_config(profile, True, target)
+    shared = sum(c.bytes for c in kv_caches(target.geometry(), dataclasses.replace(tiny.memory_inputs(), kv_unified=True)))
+    assert tiny.shared_cache_share == shared / target.weight_bytes and tiny.shared_cache_share > 0.5
+    assert not tiny.kv_unified and "-kv-unified" not in " ".join(tiny.server_args()) and tiny.kv_unified_per_slot == 0
+    assert tiny.memory_inputs().kv_unified is False
+    # the same cells beside weights ten times their bytes: shared, at the bound and not past it
+    at_bound = dataclasses.replace(target, weight_bytes=round(shared / SHARED_CACHE_MAX_SHARE))
+    big = serving_config(profile, True, at_bound)
+    assert big.shared_cache_share <= SHARED_CACHE_MAX_SHARE and big.kv_unified and big.kv_unified_per_slot == 512
+    past = serving_config(profile, True, dataclasses.replace(at_bound, weight_bytes=at_bound.weight_bytes - 1))
+    assert past.shared_cache_share > SHARED_CACHE_MAX_SHARE and not past.kv_unified
+    # the profile's word stands; without a drafter, or the target unknown, the rule is the slots'
+    assert serving_config(profile.with_overrides(["kv-unified=true"]), True, target).kv_unified
+    assert not serving_config(profile, False, target).kv_unified
+    assert serving_config(profile, True).shared_cache_share is None and serving_config(profile, True).kv_unified
+
+
 def test_knob_options_become_overrides_after_set():
     seen = {}
 

@@ -22,18 +22,24 @@ it as not applied. No other module reads a profile's tables (``tests/test_servin
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
+from functools import cached_property
 from typing import Any
 
 from gguf_exact.engines.shared.engine_options import EngineOptions
 from gguf_exact.engines.shared.knobs import ALL_LAYERS, AUTO_LAYERS, BY_KEY, KNOB, LLAMA_SERVER, PYTHON, Options, Value
-from gguf_exact.engines.shared.memory_plan import MemoryInputs
+from gguf_exact.engines.shared.memory_plan import MemoryInputs, kv_caches
 from gguf_exact.engines.shared.profiles import Profile
 from gguf_exact.errors import InputError
+from gguf_exact.pair.checks import ModelFile
 
 # The fewest slots a drafter serves from one KV cache (ServingConfig.kv_unified): measured at 2 and 4
 # users; 3 is not measured (from 3 slots on, a slot idle between two generating ones splits a batch too)
 SHARED_CACHE_SLOTS = 3
+# The most the shared cache may weigh against the target's weights (its bytes at the whole context over theirs)
+# for the slots to share it. Measured at 4 users: E2B (0.011 at 4 x 512 cells) and E4B (0.023) ran 1.02-1.13x
+# faster on one cache on the CPU; the tiny pairs (0.55) ran 0.88x with it on lavapipe, even the target alone
+SHARED_CACHE_MAX_SHARE = 0.1
 
 
 @dataclass(frozen=True)
@@ -49,6 +55,7 @@ class ServingConfig:
     options: Options
     given: tuple[str, ...] = ()
     passthrough: tuple[tuple[str, Value], ...] = ()
+    target: ModelFile | None = field(default=None, repr=False, compare=False)  # the served target, where known
 
     def value(self, name: str, engine: str = LLAMA_SERVER) -> Any:
         """A knob's value: the profile's, else ``engine``'s default (None: the engine decides)."""
@@ -92,24 +99,39 @@ class ServingConfig:
     def logprobs(self) -> bool:
         return bool(self.options.logprobs)
 
-    @property
+    @cached_property
     def kv_unified(self) -> bool:
         """One KV cache for every slot: as the profile says, else on where a drafter serves
-        :data:`SHARED_CACHE_SLOTS` slots or more (llama-server's own auto slots share one too). Why: with a cache per slot llama.cpp cuts a
+        :data:`SHARED_CACHE_SLOTS` slots or more and the cache is small against the target's weights
+        (:attr:`shared_cache_share` at most :data:`SHARED_CACHE_MAX_SHARE`; the target unknown: on). llama-server's
+        own auto slots share one too. Why: with a cache per slot llama.cpp cuts a
         batch whose slots bring unequal rows into several passes (``llama_batch_allocr::split_equal``: a
         pass takes as many rows of each slot in a run), each reading every weight, so one slot's draft
-        beside others' single rows costs a pass of its own, which the draft policy's price of a batch by
-        its total rows does not see. E2B on 2 CPU cores, 4 slots at context, rows per slot 4+2+1+1: 214 ms
-        a cache per slot, 138 ms one cache. But one cache costs every row attention over every slot's
-        cells (E4B at 400 tokens a slot: 4+4+4+4 rows 362 ms apart, 393 shared), and the target alone
-        brings one row a slot, never split: without a drafter each slot keeps its own
+        beside others' single rows costs a pass of its own. E2B on 2 CPU cores, 4 slots at context, rows per
+        slot 4+2+1+1: 214 ms a cache per slot, 138 ms one cache. But one cache costs every row attention over
+        every slot's cells (E4B at 400 tokens a slot: 4+4+4+4 rows 362 ms apart, 393 shared), and the target
+        alone brings one row a slot, never split: without a drafter each slot keeps its own
         (``scripts/bench_batch_split.py``; docs/benchmarks.md). Under load with a drafter, one cache
         was 8-13% ahead at 4 users in 5 of 5 side-by-side runs and 1.4-3.9% behind at 2 users in 5 of
-        6 (two slots' unequal rows make at most two passes): shared from :data:`SHARED_CACHE_SLOTS`."""
+        6 (two slots' unequal rows make at most two passes): shared from :data:`SHARED_CACHE_SLOTS`. Where the
+        cells weigh as much as the weights (the tiny pairs on lavapipe), the attention costs more than the
+        splits save: 12% at 4 users, the target alone and the adaptive length alike."""
         if self.options.kv_unified is not None:
             return self.options.kv_unified
         parallel = int(self.value("parallel"))
-        return parallel < 0 or (self.with_draft and parallel >= SHARED_CACHE_SLOTS)
+        if parallel < 0:
+            return True
+        share = self.shared_cache_share
+        return self.with_draft and parallel >= SHARED_CACHE_SLOTS and (share is None or share <= SHARED_CACHE_MAX_SHARE)
+
+    @cached_property
+    def shared_cache_share(self) -> float | None:
+        """The bytes of one KV cache for every slot at the whole context, over the target's weight bytes
+        (None: the target is not known here)."""
+        if self.target is None or self.target.header is None or self.target.weight_bytes <= 0:
+            return None
+        caches = kv_caches(self.target.geometry(), self._server_inputs(kv_unified=True))
+        return sum(c.bytes for c in caches) / self.target.weight_bytes
 
     @property
     def kv_unified_per_slot(self) -> int:
@@ -175,27 +197,30 @@ class ServingConfig:
         """The knobs given that ``engine`` does not apply, for a note (silent ones left out)."""
         return [KNOB[n].flag for n in self.given if engine not in KNOB[n].engines and not KNOB[n].silent]
 
+    def _server_inputs(self, kv_unified: bool) -> MemoryInputs:
+        return MemoryInputs(
+            n_ctx=self.value("ctx_size"),
+            n_parallel=self.value("parallel"),
+            kv_unified=kv_unified,
+            n_batch=self.value("batch_size"),
+            n_ubatch=self.value("ubatch_size"),
+            type_k=self.value("cache_type_k"),
+            type_v=self.value("cache_type_v"),
+            flash_attn=self.flash_attn,
+            swa_full=self.value("swa_full"),
+            n_gpu_layers=self.value("n_gpu_layers"),
+            n_gpu_layers_draft=self.value("n_gpu_layers_draft"),
+            kv_offload=not self.value("no_kv_offload"),
+            n_draft_max=self.n_max if self.with_draft else 0,
+            gpu=self.build != "cpu",
+        )
+
     def memory_inputs(self, engine: str = LLAMA_SERVER) -> MemoryInputs:
         """The memory plan's inputs as ``engine`` applies the profile: llama-server, or the Python
         engine, which serves one sequence, keeps the whole sliding-window cache (a rolled-back
         draft must not have lost cells) and runs with flash attention unless it is off."""
         if engine != PYTHON:
-            return MemoryInputs(
-                n_ctx=self.value("ctx_size"),
-                n_parallel=self.value("parallel"),
-                kv_unified=self.kv_unified,
-                n_batch=self.value("batch_size"),
-                n_ubatch=self.value("ubatch_size"),
-                type_k=self.value("cache_type_k"),
-                type_v=self.value("cache_type_v"),
-                flash_attn=self.flash_attn,
-                swa_full=self.value("swa_full"),
-                n_gpu_layers=self.value("n_gpu_layers"),
-                n_gpu_layers_draft=self.value("n_gpu_layers_draft"),
-                kv_offload=not self.value("no_kv_offload"),
-                n_draft_max=self.n_max if self.with_draft else 0,
-                gpu=self.build != "cpu",
-            )
+            return self._server_inputs(self.kv_unified)
         ngl = self.value("n_gpu_layers", PYTHON)
         ngld = ngl if self.options.n_gpu_layers_draft is None else self.options.n_gpu_layers_draft
         return replace(
@@ -211,9 +236,9 @@ class ServingConfig:
         )
 
 
-def serving_config(profile: Profile, with_draft: bool) -> ServingConfig:
+def serving_config(profile: Profile, with_draft: bool, target: ModelFile | None = None) -> ServingConfig:
     """``profile``'s options (overrides applied) parsed: ``[server]``, and ``[draft]`` when
-    ``with_draft``. A knob given twice (``ctx-size`` and ``c``): the last, as llama-server takes it."""
+    ``with_draft``; ``target``, the served target's header where read (the shared cache's rule weighs it). A knob given twice (``ctx-size`` and ``c``): the last, as llama-server takes it."""
     where = f"profile {profile.path or profile.name}"
     values: dict[str, Value] = {}
     order: list[str] = []
@@ -229,8 +254,8 @@ def serving_config(profile: Profile, with_draft: bool) -> ServingConfig:
             values[k.name] = k.parse(key, raw, where)
             order = [n for n in order if n != k.name] + [k.name]
     return ServingConfig(
-        profile.name, profile.build, with_draft, Options(**values), tuple(order), tuple(passthrough)  # type: ignore[arg-type]
+        profile.name, profile.build, with_draft, Options(**values), tuple(order), tuple(passthrough), target  # type: ignore[arg-type]
     )
 
 
-__all__ = ["SHARED_CACHE_SLOTS", "ServingConfig", "serving_config"]
+__all__ = ["SHARED_CACHE_MAX_SHARE", "SHARED_CACHE_SLOTS", "ServingConfig", "serving_config"]

@@ -139,7 +139,8 @@ class ServeSettings:
     @property
     def config(self) -> ServingConfig:
         """The profile's options parsed for this pair (resolved settings only)."""
-        return serving_config(self.loaded_profile, with_draft=self.drafter is not None)
+        target = self.target if isinstance(self.target, ModelFile) else None
+        return serving_config(self.loaded_profile, with_draft=self.drafter is not None, target=target)
 
     @property
     def target_path(self) -> Path:
