@@ -109,19 +109,25 @@ def test_llama_servers_shadows_leave_the_text_and_replay_in_both_twins(pairs, dr
         want = [post_json(alone.url + "/completion", body | {"prompt": p})["tokens"] for p in prompts]
     finally:
         stop_server(alone.port)
-    trace = tmp_path / "policy"
-    monkeypatch.setenv("LLAMA_SPEC_DRAFT_TRACE", str(trace))
     sets = (*TEST_SETTINGS, "spec-draft-adaptive=true", "spec-draft-n-max=4", "spec-draft-shadow=true")
-    launch = served(target, drafter, sets, tmp_path, monkeypatch, "shadow")
-    try:
-        got = [post_json(launch.url + "/completion", body | {"prompt": p})["tokens"] for p in prompts]
-    finally:
-        stop_server(launch.port)
-    assert got == want
-    [(settings, events, chosen)] = read_trace(f"{trace}.0")
-    assert settings.shadow and settings.n_max == 4
-    shadows = [e for e in events if e[0] == "shadow"]
+    # whether a shadow pays to learn from is timing: the tiny pair's drafter step (0.07 ms) against its passes
+    # (0.09 and 0.12 ms) decides it by microseconds, and one step descheduled for 0.2 s on a busy machine priced
+    # drafting out for a whole run (rechecks, no probes). A fresh server's policy starts again: up to 3 servers
+    for attempt in range(3):
+        trace = tmp_path / f"policy-{attempt}"
+        monkeypatch.setenv("LLAMA_SPEC_DRAFT_TRACE", str(trace))
+        launch = served(target, drafter, sets, tmp_path, monkeypatch, f"shadow-{attempt}")
+        try:
+            got = [post_json(launch.url + "/completion", body | {"prompt": p})["tokens"] for p in prompts]
+        finally:
+            stop_server(launch.port)
+        assert got == want
+        [(settings, events, chosen)] = read_trace(f"{trace}.0")
+        assert settings.shadow and settings.n_max == 4
+        with open(f"{trace}.0") as f:
+            out = subprocess.run([str(driver)], stdin=f, capture_output=True, text=True, check=True)
+        assert [int(x) for x in out.stdout.split()] == chosen == replay_python(settings, events)
+        shadows = [e for e in events if e[0] == "shadow"]
+        if shadows:
+            break
     assert shadows and all(len(e) == 3 and 1 <= e[1] <= 4 and 0 <= e[2] <= e[1] for e in shadows)
-    with open(f"{trace}.0") as f:
-        out = subprocess.run([str(driver)], stdin=f, capture_output=True, text=True, check=True)
-    assert [int(x) for x in out.stdout.split()] == chosen == replay_python(settings, events)

@@ -197,10 +197,11 @@ def test_adaptive_times_its_passes_on_the_device_at_start_up(pairs, device, cpu_
         slots = json.loads(urllib.request.urlopen(s.url + "/slots", timeout=60).read())
         greedy = answers(s.url)
         log = s.log()
-    timed = re.search(r"verification pass by rows timed at start-up \(([0-9.]+) s\): (.*)", log)
+    timed = re.search(r"verification pass by rows timed at start-up \(([0-9.]+) s\): (.*); a drafter step ([0-9.]+) ms", log)
     assert timed is not None, "no start-up timing in the log"
     rows = [(int(r), float(ms.removesuffix(" ms"))) for r, ms in (x.split(": ") for x in timed.group(2).split(", "))]
-    assert [r for r, _ in rows] == [1, 2, 3, 4, 5] and all(ms > 0 for _, ms in rows)
+    assert [r for r, _ in rows] == [1, 2, 3, 4, 5] and all(ms > 0 for _, ms in rows) and float(timed.group(3)) > 0
+    assert slots[0]["draft_policy"]["step_seconds"] == pytest.approx(float(timed.group(3)) / 1000, abs=5e-5)
     assert all("Vulkan0" in m.weights for m in logged_buffers(log)[:2])  # timed where it serves
     assert sorted(slots[0]["draft_policy"]["pass_seconds"]) == ["1", "2", "3", "4", "5"]
     assert [a[0] for a in greedy] == [a[0] for a in cpu_answers["hidden"]["greedy"]]
