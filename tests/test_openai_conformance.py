@@ -223,13 +223,14 @@ def test_a_json_body_is_read_whatever_its_content_type(servers, content_type):
         assert (data["choices"][0]["text"], data["usage"]["completion_tokens"]) == ("ccc", 3), engine
 
 
-LONG = 16000  # tokens the abandoned request asks for: a minute or more of the Python engine's time
+LONG = 16000  # tokens the abandoned request asks for: 4 s or more of the Python engine's time (the tiny
+# target: up to 4,000 tokens a second, so a client gone after a second saw 4,003 made in CI; it leaves at 0.5 s)
 ANSWER_BOUND = 10.0  # seconds a 4-token request may wait after the client before it left
 
 
 @pytest.mark.parametrize("engine", ENGINES)
 def test_a_client_that_leaves_before_its_answer_stops_its_generation(servers, engine):
-    """A long request that is not streamed, its client gone after a second: the next request
+    """A long request that is not streamed, its client gone after half a second: the next request
     is answered at once. The Python engine stops the abandoned one at its next token (it used
     to generate all of it for nobody); llama-server cancels the task, though on the tiny target
     it has made its 4,091 tokens (its slot's context) in under 2 s, before it looks."""
@@ -240,7 +241,7 @@ def test_a_client_that_leaves_before_its_answer_stops_its_generation(servers, en
     head = f"POST /v1/completions HTTP/1.1\r\nHost: {HOST}\r\nContent-Type: application/json\r\n"
     with socket.create_connection((HOST, server["port"]), timeout=30) as s:
         s.sendall(f"{head}Content-Length: {len(body)}\r\n\r\n".encode() + body)
-        time.sleep(1.0)
+        time.sleep(0.5)
     left = time.monotonic()
     short = client(server).completions.create(model=server["model"], prompt="abc", max_tokens=4, temperature=0)
     waited = time.monotonic() - left
@@ -249,7 +250,7 @@ def test_a_client_that_leaves_before_its_answer_stops_its_generation(servers, en
     if engine == "python":
         generated = get_metrics(url)["llamacpp:tokens_predicted_total"] - before["llamacpp:tokens_predicted_total"]
         abandoned = int(generated) - 4
-        assert 0 < abandoned < LONG // 4, abandoned
+        assert 0 < abandoned < LONG // 2, abandoned  # stopped: all of it would be LONG
         log = server["log"].read_text()
         assert "client disconnected from /v1/completions before its answer" in log
         assert f"client disconnected: generation stopped after {abandoned} tokens" in log
