@@ -125,9 +125,11 @@ class Options:
                                 help="Context tokens (0: the model's own; the Python engine: 4096)")  # fmt: skip
     parallel: int | None = knob("parallel", "np", cli=True, kind="int", minimum=-1, default=-1, silent=True,
                                 help="Server slots (-1: auto, 4 sharing one cache); the Python engine serves one request at a time")  # fmt: skip
-    # not given: on where a drafter serves 3 slots or more (serving_config.ServingConfig.kv_unified says why)
+    # not given: on where a drafter serves 3 slots or more and the cache is small beside the target's weights
+    # (serving_config.ServingConfig.kv_unified says why)
     kv_unified: bool | None = knob("kv-unified", "kvu", kind="bool", negative="no-kv-unified", engines=ONLY_SERVER,
-                                   help="One KV cache shared by every slot (default: on where a drafter serves 3 slots or more)")  # fmt: skip
+                                   help="One KV cache shared by every slot (default: on where a drafter serves 3 slots or more "
+                                        "and the cache is at most a tenth of the target's weights)")  # fmt: skip
     kv_unified_per_slot: int | None = knob("kv-unified-per-slot", kind="int", minimum=0, engines=ONLY_SERVER,
                                            help="A slot's most context in a shared cache (0: all of it; "
                                                 "default: ctx-size / parallel)")  # fmt: skip
