@@ -121,8 +121,10 @@ class ServingConfig:
         parallel = int(self.value("parallel"))
         if parallel < 0:
             return True
-        share = self.shared_cache_share
-        return self.with_draft and parallel >= SHARED_CACHE_SLOTS and (share is None or share <= SHARED_CACHE_MAX_SHARE)
+        if not self.with_draft or parallel < SHARED_CACHE_SLOTS:
+            return False
+        share = self.shared_cache_share  # the header read only where the slots could share
+        return share is None or share <= SHARED_CACHE_MAX_SHARE
 
     @cached_property
     def shared_cache_share(self) -> float | None:
