@@ -21,10 +21,12 @@ keeps a KV cache of its own (llama-server without ``--kv-unified``), so a batch 
 runs as llama.cpp's passes (:func:`~gguf_exact.engines.shared.batch_cost.equal_split`: 4+2 rows are passes of 4 and 2),
 each costing its curve's time; each slot is told the batch's layout and a split batch's passes, as
 llama-server tells them (patch 39k; ``--by-totals``: told neither, as before 39k: a batch priced by its total
-rows, a split batch's timing taken for its total's). Not a test: it prints.
+rows, a split batch's timing taken for its total's). ``--step-share S``: a drafter step of n sequences costs
+``1 + S (n - 1)`` steps of one, seeded at start-up and told each call's sequence-steps as llama-server tells
+them (patch 39v; ``--untold-share``: so dear but priced at one sequence's step, as before 39v). Not a test: it prints.
 
     .venv/bin/python scripts/sim_batch_policy.py [--seeds N] [--no-batch-seeds] [--no-chances] [--no-first-pass]
-        [--no-doubt] [--cache-per-slot [--by-totals]] [--slots 1,2,4]
+        [--no-doubt] [--cache-per-slot [--by-totals]] [--step-share S [--untold-share]] [--slots 1,2,4]
 """
 
 import random
@@ -61,6 +63,8 @@ FIRST_PASS = 1.0 if "--no-first-pass" in sys.argv else 1.8
 DOUBT = "--no-doubt" not in sys.argv
 CACHE_PER_SLOT = "--cache-per-slot" in sys.argv
 LAYOUT = CACHE_PER_SLOT and "--by-totals" not in sys.argv
+STEP_SHARE = float(sys.argv[sys.argv.index("--step-share") + 1]) if "--step-share" in sys.argv else 0.0
+TELL_SHARE = "--step-share" in sys.argv and "--untold-share" not in sys.argv
 SLOTS = [int(n) for n in sys.argv[sys.argv.index("--slots") + 1].split(",")] if "--slots" in sys.argv else [1, 2, 4]
 TOLD = {"sampled"}  # the kinds whose drafts are verified by rejection sampling
 CHANCE_SD = 0.2  # the spread of sum min(p, q) over a depth's positions (a Beta around the depth's rate)
@@ -90,6 +94,8 @@ def run(
             policy.seed(rows, cost[rows])
         for total in range(1, 5 * slots + 1) if slots > 1 and BATCH_SEEDS else ():
             policy.seed_batch(total, cost[total])
+        for sequences in (1, slots) if TELL_SHARE else ():
+            policy.seed_steps(1, STEP * (1.0 + STEP_SHARE * (sequences - 1)), sequences)
     tokens = seconds = 0.0
     for _ in range(passes):
         rows, expected, chosen = 0, 0.0, []
@@ -99,7 +105,7 @@ def run(
             k = (
                 fixed
                 if fixed is not None
-                else policy.choose(99, rows + after, expected + after, longest, after, layout)
+                else policy.choose(99, rows + after, expected + after, longest, after, layout, sum(chosen))
             )
             chosen.append(k)
             rows, expected = rows + k + 1, expected + policy.expected_tokens(k)
@@ -108,13 +114,14 @@ def run(
         seen.add(rows)
         split = equal_split([k + 1 for k in chosen]) if CACHE_PER_SLOT else [rows]
         graph = sum(cost[r] for r in split)
-        t = graph * (1 + 0.05 * rng.random()) * (FIRST_PASS if first else 1.0) + steps * STEP
+        call = STEP * (steps * (1.0 - STEP_SHARE) + STEP_SHARE * sum(chosen))
+        t = graph * (1 + 0.05 * rng.random()) * (FIRST_PASS if first else 1.0) + call
         for policy, k in zip(policies, chosen):
             # the chance a position had is drawn first and the draft kept with it: its mean is the depth's rate
             c = [chance(chances, r) if told else r for r in rates[:k]]
             accepted = next((j for j in range(k) if rng.random() >= c[j]), k)
             if k:
-                policy.observe_steps(steps, steps * STEP)
+                policy.observe_steps(steps, call, sum(chosen) if TELL_SHARE else 0)
             policy.observe_pass(k + 1, t, rows, len(split) if LAYOUT else 1)
             if k:
                 policy.observe_result(k, accepted, c[: min(accepted + 1, k)] if told else ())

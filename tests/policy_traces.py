@@ -199,9 +199,13 @@ def read_trace(path) -> list[tuple[PolicySettings, list[tuple], list[int]]]:
         elif w[0] == "#":
             if w[1] == "k":
                 chosen.append(int(w[2]))
-        elif w[0] == "choose":  # the batch's other rows and tokens where written (issue 39), the slots after,
-            # the batch's layout where the slots keep a cache each
-            batch = (int(w[2]), float(w[3]), int(w[4]), *(int(a) for a in w[5:])) if len(w) > 2 else ()
+        elif w[0] == "choose":  # the batch's other rows and tokens where written (issue 39), their longest draft
+            # and all of them (patch 39v: LONGEST:ALL), the slots after, the layout where the slots keep a cache each
+            batch: tuple = ()
+            if len(w) > 2:
+                longest, _, drafted = w[4].partition(":")
+                after = int(w[5]) if len(w) > 5 else 0
+                batch = (int(w[2]), float(w[3]), int(longest), after, int(drafted or 0), *(int(a) for a in w[6:]))
             events.append(("choose", int(w[1]), None, *batch))
         elif w[0] in ("pass", "steps", "seed", "step-seed", "batch-seed"):  # a pass's total rows, graph passes
             events.append((w[0], int(w[1]), float(w[2]), *(int(a) for a in w[3:])))
@@ -219,16 +223,17 @@ def replay_python(settings: PolicySettings, events: list[tuple]) -> list[int]:
     """The k the Python twin chooses on recorded events (``choose`` events' own k ignored)."""
     policy, ks = BatchPolicy(settings), []
     for e in events:
-        if e[0] == "choose":  # ("choose", limit, k[, others_rows, others_tokens, others_drafts[, after[, layout...]]])
-            ks.append(policy.choose(e[1], *e[3:7], layout=tuple(e[7:])))
+        # ("choose", limit, k[, others_rows, others_tokens, others_drafts, after, others_drafted, layout...])
+        if e[0] == "choose":
+            ks.append(policy.choose(e[1], *e[3:7], layout=tuple(e[8:]), others_drafted=e[7] if len(e) > 7 else 0))
         elif e[0] == "pass":
             policy.observe_pass(e[1], e[2], *e[3:])
         elif e[0] == "steps":
-            policy.observe_steps(e[1], e[2])
+            policy.observe_steps(e[1], e[2], *e[3:])
         elif e[0] == "seed":
             policy.seed(e[1], e[2])
         elif e[0] == "step-seed":
-            policy.seed_steps(e[1], e[2])
+            policy.seed_steps(e[1], e[2], *e[3:])
         elif e[0] == "batch-seed":
             policy.seed_batch(e[1], e[2])
         elif e[0] == "class":
@@ -294,6 +299,15 @@ def batch_speed(cost: dict[int, float], step: float, events: list[list[tuple]], 
     return (len(ks) * len(totals) + kept) / (sum(cost[t] for t in totals) + steps)
 
 
+# The tiny pair on lavapipe at --parallel 4 as llama-server's start-up timed it (results/traces-s26-lavapipe-
+# tiny-hidden-4-users): every batch total, a drafter step of one sequence, and the step of 4 sequences that
+# trace's calls took (62-103 ms; 70.8 the mean of its 6 calls)
+LAVAPIPE_4 = {1: 0.0408, 2: 0.0912, 3: 0.0949, 4: 0.1038, 5: 0.1368, 6: 0.1448, 7: 0.1718, 8: 0.1998, 9: 0.1877}
+LAVAPIPE_4 |= {10: 0.1962, 11: 0.2289, 12: 0.2328, 13: 0.3453, 14: 0.2812, 15: 0.3108, 16: 0.3923, 17: 0.4264}
+LAVAPIPE_4 |= {18: 0.4774, 19: 0.3991, 20: 0.4074}
+LAVAPIPE_4_STEP, LAVAPIPE_4_STEP_ALL = 0.0256, 0.0708
+
+
 # A machine whose pass grows little up to 5 rows in all and then a row costs 20 ms (a card whose compute
 # the batch fills): alone, 4 drafts pay; beside 3 other slots' rows, drafts push the batch past 5 rows
 SATURATING = {t: 0.010 + 0.001 * t if t <= 5 else 0.015 + 0.020 * (t - 5) for t in range(1, 26)}
@@ -314,6 +328,8 @@ def batched(
     cache_per_slot: bool = False,
     tell_layout: bool = True,
     shadow: bool = False,
+    step_share: float | None = None,
+    tell_share: bool = True,
 ) -> tuple[list[list[int]], list[list[tuple]], list[BatchPolicy], list[int]]:
     """Drive one :class:`BatchPolicy` per slot as llama-server's update loop does at ``--parallel``: each
     ``(passes, n)`` phase has slots 0..n-1 generating; before a pass each slot chooses in slot order
@@ -328,7 +344,10 @@ def batched(
     cache each, so a batch of unequal rows is llama.cpp's passes (:func:`equal_split`), each costing ``cost``
     of its rows, and each slot is told the batch's layout (``tell_layout``) and the passes, as llama-server
     tells them; ``shadow``: the policies' setting (a shadow's drafts are answered by the streams as the next
-    tokens would, after the pass, and drafted in the same call). Returns
+    tokens would, after the pass, and drafted in the same call); ``step_share``: a drafter step of n sequences
+    costs ``step * (1 + step_share * (n - 1))``, timed at start-up (one sequence, then every slot's) and told
+    each call's sequence-steps, as llama-server (patch 39v) does (None: every step ``step``, untold;
+    ``tell_share=False``: so dear, but untold, as before 39v). Returns
     each slot's k per pass it generated in and its events, the policies and each pass's rows."""
     streams = [[Stream(s.rate, s.then, s.after) for s in slot] for slot in streams]
     policies = [BatchPolicy(PolicySettings(n_max=n_max, shadow=shadow)) for _ in streams]
@@ -343,6 +362,10 @@ def batched(
         for total, seconds in (batch_seeds or {}).items():
             policy.seed_batch(total, seconds)
             slot_events.append(("batch-seed", total, seconds))
+        for sequences in (1, len(streams)) if step_share is not None and tell_share else ():
+            seconds = step * (1.0 + step_share * (sequences - 1))
+            policy.seed_steps(1, seconds, sequences)
+            slot_events.append(("step-seed", 1, seconds, *((sequences,) if sequences > 1 else ())))
     totals, i = [], 0
     for passes, n in phases:
         with_layout = cache_per_slot and tell_layout and n > 1
@@ -350,14 +373,19 @@ def batched(
             rows, tokens, chosen, shadows = 0, 0.0, [], []
             for s in range(n):
                 after, longest = n - s - 1, max((k + d for k, d in zip(chosen, shadows)), default=0)  # the call's steps
+                drafted = sum(k + d for k, d in zip(chosen, shadows))
                 layout = [k + 1 for k in chosen] + [-1] * (after + 1) if with_layout else []
-                k = policies[s].choose(limit, rows + after, tokens + after, longest, after, layout)
-                events[s].append(("choose", limit, k, rows + after, tokens + after, longest, after, *layout))
+                k = policies[s].choose(limit, rows + after, tokens + after, longest, after, layout, drafted)
+                events[s].append(("choose", limit, k, rows + after, tokens + after, longest, after, drafted, *layout))
                 ks[s].append(k)
                 chosen.append(k)
                 shadows.append(policies[s].shadow)
                 rows, tokens = rows + k + 1, tokens + policies[s].expected_tokens(k)
             steps = max(k + d for k, d in zip(chosen, shadows))
+            share = step_share or 0.0
+            sequence_steps = sum(k + d for k, d in zip(chosen, shadows))
+            call = step * (steps * (1.0 - share) + share * sequence_steps)
+            told_steps = (sequence_steps,) if step_share is not None and tell_share else ()
             split = equal_split([k + 1 for k in chosen]) if cache_per_slot else [rows]
             seconds = sum(cost[t] for t in split) * (first_pass if rows not in totals else 1.0)
             totals.append(rows)
@@ -366,8 +394,8 @@ def batched(
                 while accepted < drafted and streams[s][accepted].right(i):
                     accepted += 1
                 if drafted:  # the slots that drafted: the call took as many steps as the longest draft
-                    policies[s].observe_steps(steps, steps * step)
-                    events[s].append(("steps", steps, steps * step))
+                    policies[s].observe_steps(steps, call, *told_steps)
+                    events[s].append(("steps", steps, call, *told_steps))
                 passes = (len(split),) if len(split) > 1 else ()
                 policies[s].observe_pass(k + 1, seconds, rows, *passes)
                 events[s].append(("pass", k + 1, seconds, rows, *passes))

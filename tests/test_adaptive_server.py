@@ -165,14 +165,18 @@ def test_the_warmup_seeds_every_slots_policy_at_start_up(pairs, tmp_path, monkey
             [(settings, events, chosen)] = read_trace(f"{trace}.{slot}")
             assert settings.n_max == 4 and chosen == []
             if warmup:
-                # and one drafter step (patch 39t), the same for every slot
-                assert [e[:2] for e in events] == [("seed", r) for r in range(1, 6)] + [("step-seed", 1)] + [
+                # and one drafter step (patch 39t), the same for every slot, then one of both slots' sequences
+                # at once (patch 39v): the share of a step each sequence past the first adds, 0 to 1
+                assert [e[:2] for e in events] == [("seed", r) for r in range(1, 6)] + [("step-seed", 1)] * 2 + [
                     ("batch-seed", t) for t in range(1, 11)
                 ]
-                assert all(0 < e[2] < 5 for e in events) and [e[2] for e in events[6:11]] == [e[2] for e in events[:5]]
+                assert all(0 < e[2] < 5 for e in events) and [e[2] for e in events[7:12]] == [e[2] for e in events[:5]]
                 seconds = {str(rows): s for _, rows, s in events[:5]}
                 assert slots[slot]["draft_policy"]["pass_seconds"] == pytest.approx(seconds, rel=1e-6)
                 assert slots[slot]["draft_policy"]["step_seconds"] == pytest.approx(events[5][2], rel=1e-6)
+                assert events[5][3:] == () and events[6][3:] == (2,)
+                share = min(1.0, max(0.0, events[6][2] / events[5][2] - 1.0))
+                assert slots[slot]["draft_policy"]["step_share"] == pytest.approx(share, rel=1e-6, abs=1e-12)
                 steps.append(events[5][2])
             else:
                 assert events == [] and slots[slot]["draft_policy"]["pass_seconds"] == {}
@@ -234,7 +238,7 @@ def test_two_slots_with_a_cache_each_tell_the_policy_the_batchs_layout(pairs, dr
         [(settings, events, chosen)] = read_trace(f"{trace}.{slot}")
         beside = [e for e in events if e[0] == "choose" and len(e) > 3 and e[3] > 0]
         assert len(beside) >= 20  # the two clients' requests overlap
-        layouts[slot] = {e[7:] for e in beside}
+        layouts[slot] = {e[8:] for e in beside}
         split = [e[4] for e in events if e[0] == "pass" and len(e) > 4]
         assert all(p >= 2 for p in split) and (split == [] if unified else True)
         assert replay_python(settings, events) == chosen

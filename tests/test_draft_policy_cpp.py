@@ -15,6 +15,9 @@ from helpers import sdist_files
 from policy_traces import (
     CLASS_SWITCHES,
     CURVES,
+    LAVAPIPE_4,
+    LAVAPIPE_4_STEP,
+    LAVAPIPE_4_STEP_ALL,
     LAVAPIPE_STEP,
     REAL_LIKE,
     SATURATING,
@@ -61,7 +64,7 @@ def patched_tree(tmp_path_factory) -> Path:
             capture_output=True,
         )
     assert all(p not in source_patches.patches_for("cpu", bindings=True) for p in ADAPTIVE)
-    assert [p.id for p in ADAPTIVE] == ["23a", "23b", "23c", "23d", "23e", "23f", "23g"] and SERIES[-1].id == "39u"
+    assert [p.id for p in ADAPTIVE] == ["23a", "23b", "23c", "23d", "23e", "23f", "23g"] and SERIES[-1].id == "39v"
     return root
 
 
@@ -94,8 +97,10 @@ def replay(exe: Path, settings: PolicySettings, events: list[tuple]) -> list[int
         f"settings {s.n_max} {s.prior!r} {s.prior_weight!r} {s.decay!r} {s.cost_weight!r} {s.probe_interval} {s.probe_interval_max} {s.cost_max_age} {s.switch_margin!r} {s.cost_window} {s.retime_margin!r} {s.burst_ratio!r} {s.outlier_ratio!r} {s.recheck_interval} {s.explore_weight!r} {s.explore_errors!r} {int(s.shadow)}"
     ]
     for e in events:
-        if e[0] == "choose":  # ("choose", limit, k[, others_rows, others_tokens, others_drafts[, after[, layout...]]])
-            lines.append(f"choose {e[1]}" + "".join(f" {v!r}" for v in e[3:]))
+        if e[0] == "choose":  # ("choose", limit, k[, others_rows, others_tokens, others_drafts, after, others_drafted,
+            # layout...]): "choose LIMIT OTHERS_ROWS OTHERS_TOKENS OTHERS_DRAFTS:OTHERS_DRAFTED AFTER LAYOUT..."
+            batch = (*e[3:5], f"{e[5]}:{e[7]}", e[6], *e[8:]) if len(e) > 3 else ()
+            lines.append(f"choose {e[1]}" + "".join(f" {v if isinstance(v, str) else repr(v)}" for v in batch))
         elif e[0] in ("pass", "steps", "seed", "step-seed", "batch-seed"):  # ("pass", rows, seconds[, total rows[, passes]])
             lines.append(f"{e[0]} {e[1]} {e[2]!r}" + "".join(f" {v}" for v in e[3:]))
         elif e[0] == "class":
@@ -118,7 +123,9 @@ def test_the_patch_adds_the_option_the_fields_and_the_policy(patched_tree):
     reader = schema.partition("static void eval_request_speculation(")[2].partition("\n}\n")[0]
     assert '{"n_max", "p_min", "adaptive"' in reader and 'data.contains("speculative")' in reader
     server = (patched_tree / "tools" / "server" / "server-context.cpp").read_text()
-    assert "slot.draft_policy.choose(n_draft_max, others_rows, others_tokens, batch_drafts, n_after, layout)" in server
+    chosen = "slot.draft_policy.choose(n_draft_max, others_rows, others_tokens, batch_drafts, n_after,\n"
+    assert chosen + " " * 63 + "layout, batch_drafted);" in server  # the others' drafts in all (39v)
+    assert "slot->draft_policy.observe_steps(steps, (double) t_draft_us / 1e6, seq_steps);" in server
     assert "observe_pass(off, batch.view.size(), t_decode_us)" in server
     # the whole pass, its total rows, the graph passes a cache per slot split it into (39k)
     assert "slot.draft_policy.observe_pass(r, (double) t_us / 1e6, n, n_passes)" in server
@@ -535,13 +542,37 @@ def test_cpp_and_python_price_a_cache_per_slots_split_passes_alike(driver, slots
     drafters = [list(REAL_LIKE), [Stream(1.0)] * 4] * (slots // 2)
     ks, events, _, _ = batched(card, 0.0017, drafters, [(80, slots), (40, 1)], seeds={r: card[r] for r in range(1, 6)},
                                batch_seeds=card, cache_per_slot=True)  # fmt: skip
-    layouts = [e[7:] for slot_events in events for e in slot_events if e[0] == "choose" and len(e) > 7]
+    layouts = [e[8:] for slot_events in events for e in slot_events if e[0] == "choose" and len(e) > 8]
     split = [e for slot_events in events for e in slot_events if e[0] == "pass" and len(e) > 4]
     assert len(layouts) == slots * 80 and split and all(e[4] >= 2 for e in split)
     assert layouts[0] == tuple([-1] * slots)  # slot 0 first: every slot after it expected alike
     for slot, slot_events in enumerate(events):
         assert replay(driver, PolicySettings(n_max=4), slot_events) == ks[slot]
         assert replay_python(PolicySettings(n_max=4), slot_events) == ks[slot]
+
+
+@pytest.mark.parametrize("slots", [2, 4])
+@pytest.mark.parametrize("machine", ["lavapipe", "e2b", "card"])
+@pytest.mark.parametrize("shadow", [False, True])
+def test_cpp_and_python_price_a_drafter_step_by_its_sequences_alike(driver, slots, machine, shadow):
+    # patch 39v: a step of the slots' sequences timed at start-up ("step-seed 1 SECONDS SEQUENCES"), each call
+    # told its sequence-steps ("steps N SECONDS SEQUENCE_STEPS") and each choice the others' drafts in all
+    # ("choose ... LONGEST:ALL ..."); drafters unlike, then slot 0 alone
+    if machine == "lavapipe":
+        card, step, share = LAVAPIPE_4, LAVAPIPE_4_STEP, (LAVAPIPE_4_STEP_ALL / LAVAPIPE_4_STEP - 1.0) / 3
+    elif machine == "e2b":  # on a Zen 5 (a step of 4 sequences 2.6 ms against 1.5 in llama-server's traces: 0.26)
+        card, step, share = {t: 0.038 + 0.0125 * (t - 1) - 0.02 * (t % 4 == 0) for t in range(1, 21)}, 0.0015, 0.26
+    else:  # rows nearly free: the slots draft together
+        card, step, share = {t: 0.010 + 0.001 * t for t in range(1, 21)}, 0.002, 0.3
+    drafters = [list(REAL_LIKE), [Stream(1.0)] * 4, [Stream(0.45)] + [Stream(0.88)] * 3, [Stream(1.0)] * 4][:slots]
+    ks, events, policies, _ = batched(card, step, drafters, [(60, slots), (20, 1)], seeds={r: card[r] for r in range(1, 6)},
+                                      batch_seeds=card, step_share=share, shadow=shadow)  # fmt: skip
+    assert all(p.step_share == pytest.approx(share) for p in policies)
+    calls = [e for e in events[0] if e[0] == "steps" and e[3] > e[1]]  # calls carrying more than one sequence
+    assert (len(calls) >= 20 or machine != "card") and [e[3:] for e in events[0] if e[0] == "step-seed"] == [(), (slots,)]
+    for slot, slot_events in enumerate(events):
+        assert replay(driver, PolicySettings(n_max=4, shadow=shadow), slot_events) == ks[slot]
+        assert replay_python(PolicySettings(n_max=4, shadow=shadow), slot_events) == ks[slot]
 
 
 SHADOW_STREAMS = {

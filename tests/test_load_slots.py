@@ -110,8 +110,14 @@ def test_four_adaptive_slots_choose_in_the_batch_and_both_twins_replay_each_slot
         choices = [e for e in events if e[0] == "choose"]
         assert all(len(e) >= 7 and 0 <= e[6] <= 3 and e[6] <= e[3] for e in choices)
         beside_others = [e for e in choices if e[3] > 0]
-        assert beside_others and all(0 < len(e) - 7 <= 4 and e[7:].count(-1) == e[6] + 1 for e in beside_others)
-        assert all(r >= -1 for e in beside_others for r in e[7:]) and all(len(e) == 7 for e in choices if e[3] == 0)
+        assert beside_others and all(0 < len(e) - 8 <= 4 and e[8:].count(-1) == e[6] + 1 for e in beside_others)
+        assert all(r >= -1 for e in beside_others for r in e[8:]) and all(len(e) == 8 for e in choices if e[3] == 0)
+        # patch 39v: the others' drafts in all (at least the longest, 0 with it), each drafter call's
+        # sequence-steps (at least its steps, at most 4 slots' worth), a step of the 4 slots' sequences timed
+        assert all(e[7] >= e[5] and (e[7] == 0) == (e[5] == 0) for e in choices)
+        calls = [e for e in events if e[0] == "steps"]
+        assert calls and all(len(e) == 4 and e[1] <= e[3] <= 4 * e[1] for e in calls)
+        assert [e[3:] for e in events if e[0] == "step-seed"] == [(), (4,)]
         after += sum(1 for e in events if e[0] == "choose" and e[6] > 0)
     # choices made beside other slots' rows (some before other slots chose), passes priced by the batch
     assert beside > 0 and shared > 0 and after > 0

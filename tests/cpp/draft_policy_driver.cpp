@@ -3,11 +3,11 @@
 // Input lines: "settings N_MAX PRIOR PRIOR_WEIGHT DECAY COST_WEIGHT PROBE PROBE_MAX COST_MAX_AGE SWITCH_MARGIN COST_WINDOW
 // RETIME_MARGIN BURST_RATIO OUTLIER_RATIO RECHECK_INTERVAL [EXPLORE_WEIGHT EXPLORE_ERRORS [SHADOW]]" first (the bracketed
 // ones: the header's defaults when absent, as in traces llama-server writes), then
-// "choose LIMIT [OTHERS_ROWS OTHERS_TOKENS OTHERS_DRAFTS [AFTER [LAYOUT...]]]", "pass ROWS SECONDS [TOTAL_ROWS [PASSES]]", "steps N SECONDS", "seed ROWS SECONDS", "step-seed STEPS SECONDS", "batch-seed TOTAL SECONDS", "result DRAFTED ACCEPTED [CHANCE...]", "shadow DRAFTED ACCEPTED [CHANCE...]", "class NAME"
+// "choose LIMIT [OTHERS_ROWS OTHERS_TOKENS OTHERS_DRAFTS[:OTHERS_DRAFTED] [AFTER [LAYOUT...]]]", "pass ROWS SECONDS [TOTAL_ROWS [PASSES]]", "steps N SECONDS [SEQUENCE_STEPS]", "seed ROWS SECONDS", "step-seed STEPS SECONDS [SEQUENCES]", "batch-seed TOTAL SECONDS", "result DRAFTED ACCEPTED [CHANCE...]", "shadow DRAFTED ACCEPTED [CHANCE...]", "class NAME"
 // (the acceptance class of the requests from there on: greedy, sampled-exact, sampled-rejection); a line starting
 // with "#" is a comment (llama-server's LLAMA_SPEC_DRAFT_TRACE writes this format, with comments). The bracketed
-// fields (the batch other slots share, issue 39; a cache per slot's layout and graph passes) are 0 (empty, 1) when
-// absent, as in traces written before them.
+// fields (the batch other slots share, issue 39; a cache per slot's layout and graph passes; the drafter's
+// sequences) are 0 (empty, 1) when absent, as in traces written before them.
 #include "draft-policy.h"
 
 #include <algorithm>
@@ -57,32 +57,37 @@ int main() {
             std::string rest, tokens = "0";
             std::getline(std::cin, rest);
             std::istringstream more(rest);
-            int others = 0, drafts = 0, after = 0;
-            more >> others >> tokens >> drafts >> after;
+            int others = 0, drafts = 0, drafted = 0, after = 0;
+            more >> others >> tokens >> drafts;
+            if (more.peek() == ':') {
+                more.get();
+                more >> drafted;
+            }
+            more >> after;
             std::vector<int32_t> layout;
             for (int32_t r; more >> r;) {
                 layout.push_back(r);
             }
-            std::printf("%d\n", policy.choose(limit, others, std::strtod(tokens.c_str(), nullptr), drafts, after, layout));
+            std::printf("%d\n", policy.choose(limit, others, std::strtod(tokens.c_str(), nullptr), drafts, after, layout, drafted));
         } else if (what == "pass" || what == "steps" || what == "seed" || what == "step-seed" || what == "batch-seed") {
             int n;
             std::string seconds, rest;
             std::cin >> n >> seconds;
             std::getline(std::cin, rest);
             std::istringstream more(rest);
-            int total = 0, passes = 1;
-            more >> total >> passes;
+            int count = 0, passes = 1; // a pass's total rows, a call's sequence-steps, a step-seed's sequences
+            more >> count >> passes;
             const double t = std::strtod(seconds.c_str(), nullptr);
             if (what == "pass") {
-                policy.observe_pass(n, t, total, passes);
+                policy.observe_pass(n, t, count, passes);
             } else if (what == "seed") {
                 policy.seed(n, t);
             } else if (what == "step-seed") {
-                policy.seed_steps(n, t);
+                policy.seed_steps(n, t, count > 0 ? count : 1);
             } else if (what == "batch-seed") {
                 policy.seed_batch(n, t);
             } else {
-                policy.observe_steps(n, t);
+                policy.observe_steps(n, t, count);
             }
         } else if (what == "class") {
             std::string name;

@@ -49,11 +49,12 @@ class TracedPolicy(BatchPolicy):
         others_drafts: int = 0,
         after: int = 0,
         layout: Sequence[int] = (),
+        others_drafted: int = 0,
     ) -> int:
-        batch = f" {others_rows} {others_tokens!r} {others_drafts} {after}" if others_rows or others_tokens else ""
-        batch += "".join(f" {r}" for r in layout) if batch else ""
+        batch = f" {others_rows} {others_tokens!r} {others_drafts}:{others_drafted} {after}"
+        batch = batch + "".join(f" {r}" for r in layout) if others_rows or others_tokens else ""
         self._write(f"choose {limit}{batch}\n")
-        k = super().choose(limit, others_rows, others_tokens, others_drafts, after, layout)
+        k = super().choose(limit, others_rows, others_tokens, others_drafts, after, layout, others_drafted)
         self._write(f"# k {k} t_us {time.monotonic_ns() // 1000}\n")
         return k
 
@@ -61,9 +62,9 @@ class TracedPolicy(BatchPolicy):
         self._write(f"seed {rows} {seconds!r}\n")
         super().seed(rows, seconds)
 
-    def seed_steps(self, steps: int, seconds: float) -> None:
-        self._write(f"step-seed {steps} {seconds!r}\n")
-        super().seed_steps(steps, seconds)
+    def seed_steps(self, steps: int, seconds: float, sequences: int = 1) -> None:
+        self._write(f"step-seed {steps} {seconds!r}" + (f" {sequences}\n" if sequences > 1 else "\n"))
+        super().seed_steps(steps, seconds, sequences)
 
     def seed_batch(self, total: int, seconds: float) -> None:
         self._write(f"batch-seed {total} {seconds!r}\n")
@@ -75,9 +76,9 @@ class TracedPolicy(BatchPolicy):
         )
         super().observe_pass(rows, seconds, total, passes)
 
-    def observe_steps(self, steps: int, seconds: float) -> None:
-        self._write(f"steps {steps} {seconds!r}\n")
-        super().observe_steps(steps, seconds)
+    def observe_steps(self, steps: int, seconds: float, sequence_steps: int = 0) -> None:
+        self._write(f"steps {steps} {seconds!r}" + (f" {sequence_steps}\n" if sequence_steps else "\n"))
+        super().observe_steps(steps, seconds, sequence_steps)
 
     def set_class(self, name: str) -> bool:
         changed = super().set_class(name)

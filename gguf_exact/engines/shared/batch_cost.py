@@ -2,13 +2,24 @@
 cost of a pass is the cost of ALL its rows, so a slot drafting k tokens beside others' rows pays
 ``pass_cost(others_rows + k + 1)`` for the batch's ``others_tokens + E(k)`` tokens, and chooses
 
-    argmax_k (others_tokens + E(k)) / (max(k, others_drafts) * drafter_step + batch_cost(others_rows + k + 1))
+    argmax_k (others_tokens + E(k)) / (drafter_seconds(k) + batch_cost(others_rows + k + 1))
 
 for k in 0..min(n_max, limit) (ties: the shorter draft): the batch's expected tokens per second.
 ``others_rows``: what the other slots add to this pass (a slot that chose already: its k + 1; a
 generating slot still to choose: 1); ``others_tokens``: the tokens they are expected to bring (``E(k)``
-each, 1 for a slot still to choose); ``others_drafts``: the longest draft they asked the drafter for
-(the sequences draft together: the call takes as many steps as the longest draft). Alone (``others_rows`` 0) the choice is
+each, 1 for a slot still to choose); ``others_drafts``: the longest draft they asked the drafter for,
+``others_drafted``: all of them (shadows too). The sequences draft together: the call takes as many steps
+as the longest draft, and a step decodes and samples a row of each sequence still drafting, so a step of n
+sequences costs ``drafter_step * (1 + step_share * (n - 1))`` and the call (:meth:`BatchPolicy.drafter_seconds`)
+
+    drafter_step * (depth * (1 - step_share) + step_share * sequence_steps)
+
+``depth`` the longest draft, ``sequence_steps`` every slot's drafts (this one's and the ``after`` slots' k
+each, the others' told). ``step_share`` is seeded at start-up, a step of every slot's sequence at once
+beside one sequence's (``step-seed 1 SECONDS SEQUENCES``); each call's seconds and sequence-steps time one
+sequence's step (``steps N SECONDS SEQUENCE_STEPS``). Priced at one sequence's step, lavapipe's tiny
+drafter (25.6 ms alone, 62-103 ms a step at 4 sequences) had 4 users draft 2 tokens each for their first
+passes, priced at 285 ms a pass that took 400. Alone (``others_rows`` 0) the choice is
 :class:`~.draft_policy.DraftPolicy`'s, every rule of it (probes, climbs, re-times, rechecks) as before,
 so a trace recorded before this (no batch fields) replays unchanged.
 
@@ -56,8 +67,8 @@ drafted 141, and ran at 0.86x its speed. ``scripts/sim_batch_policy.py`` prints
 what the choice gives against speculation off and each fixed length at 1, 2 and 4 slots.
 
 Pure and deterministic, as the policy: the C++ twin (``common/draft-policy.h``, patch 39) makes the same
-choices on the same trace (``choose LIMIT OTHERS_ROWS OTHERS_TOKENS OTHERS_DRAFTS AFTER [LAYOUT...]``, ``pass ROWS
-SECONDS TOTAL [PASSES]``).
+choices on the same trace (``choose LIMIT OTHERS_ROWS OTHERS_TOKENS OTHERS_DRAFTS[:OTHERS_DRAFTED] AFTER
+[LAYOUT...]``, ``pass ROWS SECONDS TOTAL [PASSES]``; a trace without the step's share prices as before).
 """
 
 from __future__ import annotations
@@ -143,6 +154,7 @@ class BatchPolicy(DraftPolicy):
     batch: BatchCost = field(default_factory=BatchCost)
     others_rows: int = 0  # the other slots' rows in the last choice's batch (status, /metrics)
     batch_rows: int = 0  # the last choice's batch in rows, this slot's included
+    step_share: float = 0.0  # each sequence past the first adds this share of one to a drafter step (0: untimed)
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -179,6 +191,13 @@ class BatchPolicy(DraftPolicy):
             return self.total_cost(others_rows + (after + 1) * k + 1, probe)
         return sum(c for c in costs if c is not None)
 
+    def drafter_seconds(self, k: int, others_drafts: int, others_drafted: int, after: int) -> float:
+        """The drafter call where this slot and the ``after`` slots still to choose draft ``k`` beside the
+        others' drafts (the longest ``others_drafts``, ``others_drafted`` in all: at least the longest)."""
+        depth, sequence_steps = max(k, others_drafts), max(others_drafted, others_drafts) + (after + 1) * k
+        share = self.step_share
+        return (self.step_cost or 0.0) * (depth * (1.0 - share) + share * sequence_steps)
+
     def batch_rate(
         self,
         k: int,
@@ -187,13 +206,14 @@ class BatchPolicy(DraftPolicy):
         others_drafts: int = 0,
         after: int = 0,
         layout: Sequence[int] = (),
+        others_drafted: int = 0,
     ) -> float | None:
         """The batch's expected tokens per second when this slot, and the ``after`` slots still to choose
         (counted in ``others_rows`` and ``others_tokens`` at 1 each), draft ``k`` (None while unknown)."""
         c = self.batch_cost(k, others_rows, after, layout)
         if c is None:
             return None
-        t = max(k, others_drafts) * (self.step_cost or 0.0) + c
+        t = self.drafter_seconds(k, others_drafts, others_drafted, after) + c
         return (others_tokens + (after + 1) * self.expected_tokens(k) - after) / t if t > 0 else None
 
     def batch_trusting_rate(
@@ -205,6 +225,7 @@ class BatchPolicy(DraftPolicy):
         others_drafts: int,
         after: int = 0,
         layout: Sequence[int] = (),
+        others_drafted: int = 0,
     ) -> float | None:
         """:meth:`batch_rate` of ``j`` > ``k`` drafts were the drafter always right at depth k + 1 (as
         :meth:`DraftPolicy.trusting_rate` alone), and while the slot climbs at every depth past k: what a
@@ -214,7 +235,7 @@ class BatchPolicy(DraftPolicy):
         c = self.batch_cost(j, others_rows, after, layout, probe=True)
         if c is None:
             return None
-        t = max(j, others_drafts) * (self.step_cost or 0.0) + c
+        t = self.drafter_seconds(j, others_drafts, others_drafted, after) + c
         e, p = self.expected_tokens(k), 1.0
         for i in range(1, j + 1):
             p = p * (1.0 if i == k + 1 or (self.climbing and i > k) else self.acceptance(i))
@@ -229,9 +250,10 @@ class BatchPolicy(DraftPolicy):
         others_drafts: int = 0,
         after: int = 0,
         layout: Sequence[int] = (),
+        others_drafted: int = 0,
     ) -> int:
         """As :meth:`DraftPolicy.choose` alone; beside ``others_rows`` rows of other slots bringing
-        ``others_tokens`` tokens, their longest draft ``others_drafts``, ``after`` of them slots still to
+        ``others_tokens`` tokens, their longest draft ``others_drafts`` (all: ``others_drafted``), ``after`` of them slots still to
         choose (1 row and 1 token each in those counts, expected to choose alike), the k that maximises
         the batch's :meth:`batch_rate`."""
         self.others_rows = max(0, others_rows)
@@ -242,12 +264,12 @@ class BatchPolicy(DraftPolicy):
             return k
         top = min(self.settings.n_max, limit)
         self.probing = self.rechecking = self.retiming = self.shadow = 0  # the one-user rules' passes are not this one
-        k, best = 0, self.batch_rate(0, self.others_rows, others_tokens, others_drafts, after, layout)
+        k, best = 0, self.batch_rate(0, self.others_rows, others_tokens, others_drafts, after, layout, others_drafted)
         if best is None:
             self.reason = f"timing a batch of {self.others_rows + 1} rows"
         else:
             for j in range(1, top + 1):
-                r = self.batch_rate(j, self.others_rows, others_tokens, others_drafts, after, layout)
+                r = self.batch_rate(j, self.others_rows, others_tokens, others_drafts, after, layout, others_drafted)
                 if r is not None and r > best * (1.0 + TIE_MARGIN):
                     k, best = j, r
             # a probe every `interval` passes, as alone: a slot that never drafted would keep the prior's
@@ -257,7 +279,7 @@ class BatchPolicy(DraftPolicy):
                 (
                     j
                     for j in range(k + 1, top + 1)
-                    if self.pays(k, j, best, others_tokens, others_drafts, after, layout)
+                    if self.pays(k, j, best, others_tokens, (others_drafts, others_drafted), after, layout)
                 ),
                 0,
             )
@@ -276,10 +298,26 @@ class BatchPolicy(DraftPolicy):
         return k
 
     def pays(
-        self, k: int, j: int, best: float, others_tokens: float, others_drafts: int, after: int, layout: Sequence[int]
-    ) -> bool:
-        r = self.batch_trusting_rate(k, j, self.others_rows, others_tokens, others_drafts, after, layout)
+        self, k: int, j: int, best: float, tokens: float, drafts: tuple[int, int], after: int, layout: Sequence[int]
+    ) -> bool:  # tokens, drafts: the others' expected tokens, their longest draft and all their drafts
+        r = self.batch_trusting_rate(k, j, self.others_rows, tokens, drafts[0], after, layout, drafts[1])
         return r is not None and r > best * (1.0 + TIE_MARGIN)
+
+    def seed_steps(self, steps: int, seconds: float, sequences: int = 1) -> None:
+        """``steps`` drafter steps of ``sequences`` drafting together timed at start-up: of one, the step's cost
+        (:meth:`DraftPolicy.seed_steps`); of several, after one's, :attr:`step_share` (0 to 1)."""
+        if sequences <= 1:
+            super().seed_steps(steps, seconds)
+        elif steps > 0 and self.step_cost:
+            share = (seconds / steps / self.step_cost - 1.0) / (sequences - 1)
+            self.step_share = min(1.0, max(0.0, share))
+
+    def observe_steps(self, steps: int, seconds: float, sequence_steps: int = 0) -> None:
+        """A drafter call of ``steps`` steps carrying ``sequence_steps`` sequence-steps in all (0: one sequence)
+        took ``seconds``: one sequence's step by :attr:`step_share`."""
+        if steps > 0:
+            share = self.step_share
+            self.observe_step(seconds / (steps * (1.0 - share) + share * max(sequence_steps, steps)))
 
     def seed_batch(self, total: int, seconds: float) -> None:
         """A pass of ``total`` rows timed at start-up for batches of slots (see the module's docstring)."""

@@ -395,9 +395,10 @@ class DraftPolicy:
         self.timed_at[rows] = self.passes
 
     def observe_steps(self, steps: int, seconds: float) -> None:  # steps drafter decodes took seconds together
-        if steps <= 0:
-            return
-        each = seconds / steps
+        if steps > 0:
+            self.observe_step(seconds / steps)
+
+    def observe_step(self, each: float) -> None:  # one drafter step of one sequence took `each` seconds
         # a step dearer than a whole 1-row target pass is out of line (a cold first call: E2B 48 ms against
         # 1.7 later, 39 for the target's pass), forgotten once; a second in a row stands
         one_row = self.pass_cost.get(1)
