@@ -64,7 +64,7 @@ def patched_tree(tmp_path_factory) -> Path:
             capture_output=True,
         )
     assert all(p not in source_patches.patches_for("cpu", bindings=True) for p in ADAPTIVE)
-    assert [p.id for p in ADAPTIVE] == ["23a", "23b", "23c", "23d", "23e", "23f", "23g"] and SERIES[-1].id == "39v"
+    assert [p.id for p in ADAPTIVE] == ["23a", "23b", "23c", "23d", "23e", "23f", "23g"] and SERIES[-1].id == "39w"
     return root
 
 
@@ -580,6 +580,7 @@ SHADOW_STREAMS = {
     "mixed-like": [Stream(0.45), Stream(0.88), Stream(0.88), Stream(0.88)],
     "real": list(REAL_LIKE),
     "always-right": [Stream(1.0)] * 4,
+    "real-first-wrong": [Stream(0.82), Stream(0.58), Stream(0.66), Stream(0.6)],  # explorations' shadows fail
 }
 
 
@@ -594,7 +595,17 @@ def test_cpp_and_python_shadow_probes_alike(driver, curve, streams, seeded):
     ks, _ = simulate(CURVES[curve], 0.002, SHADOW_STREAMS[streams], 300, events=events, seeds=seeds, settings=settings)
     assert replay(driver, settings, events) == ks == replay_python(settings, events)
     # where drafting does not pay the policy learns by shadows (test_draft_policy.py has the exact counts)
-    assert any(e[0] == "shadow" for e in events) or streams in ("always-right", "real")
+    assert any(e[0] == "shadow" for e in events) or streams in ("always-right", "real", "real-first-wrong")
+
+
+def test_cpp_and_python_schedule_probes_by_a_probes_shadow_alone(driver):
+    # patch 39w: an exploration's shadow counts and leaves the probe schedule; a probe's sets it (E2B as the
+    # `real` pair's server timed it at start-up, its first draft wrong: test_draft_policy.py has the speeds)
+    card, settings, events = {1: 0.0348, 2: 0.0700, 3: 0.0904, 4: 0.0776, 5: 0.1037}, PolicySettings(shadow=True), []
+    ks, _ = simulate(card, 0.00095, SHADOW_STREAMS["real-first-wrong"], 190, events=events, seeds=card,
+                     step_seed=0.00095, settings=settings, results_without_drafts=False)  # fmt: skip
+    assert sum(ks) == 198 and sum(e[0] == "shadow" for e in events) >= 4
+    assert replay(driver, settings, events) == ks == replay_python(settings, events)
 
 
 @pytest.mark.parametrize("streams", ["mixed", "mixed-like", "always-right"])

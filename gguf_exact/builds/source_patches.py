@@ -97,6 +97,7 @@ PATCHES: tuple[SourcePatch, ...] = (
     SourcePatch("39t", "0021-39t-drafter-step-timed-at-start-up.patch", server_only=True),
     SourcePatch("39u", "0022-39u-shadow-probes.patch", server_only=True),
     SourcePatch("39v", "0023-39v-drafter-step-by-sequences.patch", server_only=True),
+    SourcePatch("39w", "0024-39w-exploration-shadows-schedule-nothing.patch", server_only=True),
 )
 
 

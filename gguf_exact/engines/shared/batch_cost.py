@@ -288,7 +288,7 @@ class BatchPolicy(DraftPolicy):
             if probe and (climb or self.since_probe >= self.interval):
                 self.since_probe = 0
                 if self.settings.shadow and k == 0 and not climb:  # only to learn: a shadow, beside others too
-                    self.shadow = probe
+                    self.shadow, self.shadow_probe = probe, True
                 else:
                     k = self.probing = probe
             what = "probing" if self.probing else "batch of"

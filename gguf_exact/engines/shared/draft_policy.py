@@ -44,8 +44,8 @@ Shadows (``shadow``): from no drafts, a probe or exploration only learns, yet a 
 more rows for it (E2B, 2 cores: 2 rows cost 1.75 passes of 1). With shadows it is drafted, not verified
 (:attr:`DraftPolicy.shadow`); the engine compares the drafts with the tokens the target goes on to give and
 tells :meth:`observe_shadow`: drafter steps only, counted as verified drafts (rejection sampling: each depth's
-sum min(p, q) at the drafted prefix). Simulated, E2B, drafts right 0.45, 400 passes: 0.96x the target alone
-with probes, 0.99x with shadows.
+sum min(p, q) at the drafted prefix); a probe's shadow schedules the next probe, an exploration's does not. Simulated,
+E2B, drafts right 0.45, 400 passes: 0.96x the target alone with probes, 0.99x with shadows.
 
 Recovery: every ``probe_interval`` passes the policy drafts the shortest length longer than its best that could pay
 were the drafter always right one depth deeper; a failed probe doubles the interval (up to ``probe_interval_max``),
@@ -103,6 +103,7 @@ class DraftPolicy:
     recheck_every: int = 0  # the current recheck interval (0: the settings' base)
     rechecking: int = 0  # the row count of the recheck in flight (its pass and step re-time the costs), else 0
     shadow: int = 0  # drafts the last choice asks drafted and not verified (a shadow), else 0
+    shadow_probe: bool = False  # the last shadow asked is a probe (its result schedules the next), not an exploration
     reason: str = ""  # why the last choice (status and /metrics show it)
 
     def __post_init__(self) -> None:
@@ -304,7 +305,7 @@ class DraftPolicy:
         else:
             self.since_probe = 0
         if self.settings.shadow and base == 0 and k > 0:  # drafts from none only to learn: a shadow
-            self.shadow, k, self.probing = k, 0, 0
+            self.shadow, self.shadow_probe, k, self.probing = k, self.probing > 0, 0, 0
         # at most one re-time every probe_interval passes (none in a probe's pass)
         self.since_retime += 1
         learning = self.probing or self.shadow
@@ -421,9 +422,11 @@ class DraftPolicy:
 
     def observe_shadow(self, drafted: int, accepted: int, chances: Sequence[float] = ()) -> None:
         """A shadow (:attr:`shadow`) of ``drafted`` drafts, the first ``accepted`` matched by the target's next
-        tokens (``chances``: as :meth:`observe_result`'s), counted as a verified draft, scheduled as a probe."""
+        tokens (``chances``: as :meth:`observe_result`'s), counted as a verified draft; a probe's schedules the
+        next probe, an exploration's does not (as verified: failed ones had doubled the interval, 8 to 64)."""
         self.count(drafted, accepted, chances)
-        self.probed(drafted > 0 and accepted >= drafted)
+        if self.shadow_probe:
+            self.probed(drafted > 0 and accepted >= drafted)
 
     def count(self, drafted: int, accepted: int, chances: Sequence[float]) -> None:
         d = self.settings.decay
