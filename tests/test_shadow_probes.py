@@ -12,8 +12,10 @@ import pytest
 from policy_traces import read_trace, replay_python
 from test_draft_policy_cpp import driver, patched_tree  # noqa: F401  (fixtures: the C++ twin's replay driver)
 
+from gguf_exact.drafter.convert import convert_drafter
 from gguf_exact.engines.shared.batch_cost import BatchPolicy
 from gguf_exact.engines.shared.draft_policy import PolicySettings
+from gguf_exact.tiny.models import TinyTarget, write_tiny_drafter, write_tiny_target
 from gguf_exact.tiny.pairs import write_runner_pairs
 from gguf_exact.tiny.sampled_pair import write_tiny_pair
 
@@ -24,6 +26,20 @@ N_PREDICT = 48
 @pytest.fixture(scope="module")
 def pairs(tmp_path_factory) -> dict[str, tuple[Path, Path]]:
     return write_runner_pairs(tmp_path_factory.mktemp("pairs"))
+
+
+@pytest.fixture(scope="module")
+def wide_random_pair(tmp_path_factory) -> tuple[Path, Path]:
+    """The random pair (a drafter all but never right) with a feed-forward 32x as wide (n_ff 8192, 64 MB of
+    F32): a pass of its target costs ten drafter steps and more (Zen 5: 1.65 ms against 0.16 ms; 2 rows 1.44x
+    1 row, 5 rows 2.2x), so an always-right drafter would pay at any depth and this one at none: the policy
+    never drafts for real, yet a probe could pay on any CPU, and it learns by shadows. (On the tiny pairs that
+    is timing: their drafter step, 0.07-0.17 ms, against their passes, 0.09-0.38 ms, decides it by microseconds;
+    a fresh clone's CI priced every probe out on three servers in a row.)"""
+    root = tmp_path_factory.mktemp("wide")
+    target = write_tiny_target(root / "target.gguf", spec=TinyTarget(n_ff=8192))
+    write_tiny_drafter(root / "drafter-hf")
+    return target, convert_drafter(root / "drafter-hf", root / "drafter.gguf", target).path
 
 
 class EveryThirdShadow(BatchPolicy):
@@ -93,15 +109,16 @@ def test_the_python_engines_shadows_count_rejection_samplings_chances(tmp_path):
 
 
 @pytest.mark.llama_server
-def test_llama_servers_shadows_leave_the_text_and_replay_in_both_twins(pairs, driver, tmp_path, monkeypatch):  # noqa: F811
-    # the mixed pair, where drafting seldom pays: llama-server's policy learns by shadows (exploring depth 1,
-    # then probing), the greedy text is the target alone's, and both twins choose on its trace what it chose
+def test_llama_servers_shadows_leave_the_text_and_replay_in_both_twins(wide_random_pair, driver, tmp_path, monkeypatch):  # noqa: F811
+    # a pair where drafting never pays but a probe could: llama-server's policy learns by shadows (exploring
+    # depth 1, then probing), the greedy text is the target alone's, and both twins choose on its trace what it
+    # chose
     from _llama_server import TEST_SETTINGS, post_json
     from test_adaptive_server import served
 
     from gguf_exact.engines.shared.status import stop_server
 
-    target, drafter = pairs["mixed"]
+    target, drafter = wide_random_pair
     body = {"n_predict": N_PREDICT, "return_tokens": True, "cache_prompt": False, "ignore_eos": True, "temperature": 0}
     prompts = (PROMPT, "the quick brown fox", "abc abc abc")
     alone = served(target, None, TEST_SETTINGS, tmp_path, monkeypatch, "alone")
@@ -110,9 +127,8 @@ def test_llama_servers_shadows_leave_the_text_and_replay_in_both_twins(pairs, dr
     finally:
         stop_server(alone.port)
     sets = (*TEST_SETTINGS, "spec-draft-adaptive=true", "spec-draft-n-max=4", "spec-draft-shadow=true")
-    # whether a shadow pays to learn from is timing: the tiny pair's drafter step (0.07 ms) against its passes
-    # (0.09 and 0.12 ms) decides it by microseconds, and one step descheduled for 0.2 s on a busy machine priced
-    # drafting out for a whole run (rechecks, no probes). A fresh server's policy starts again: up to 3 servers
+    # one start-up timing descheduled for 0.2 s on a busy machine could still price drafting out for a whole run
+    # (rechecks, no probes); a fresh server's policy starts again: up to 3 servers
     for attempt in range(3):
         trace = tmp_path / f"policy-{attempt}"
         monkeypatch.setenv("LLAMA_SPEC_DRAFT_TRACE", str(trace))
