@@ -77,7 +77,7 @@ def simulate(
     acceptance class c whose drafts follow these streams (the engine names the class to the policy
     when a request starts; ``tell_class=False``: it does not, as before issue 38 item 4). ``step_seed``: a
     drafter step timed at start-up, given after the seeds."""
-    streams = [Stream(s.rate, s.then, s.after) for s in streams]  # fresh counters
+    streams = [replace(s, n=0) for s in streams]  # fresh counters (a subclass kept)
     policy = DraftPolicy(replace(settings or PolicySettings(), n_max=n_max))
     for rows, seconds in (seeds or {}).items():
         policy.seed(rows, seconds)
@@ -90,7 +90,7 @@ def simulate(
     ks, prev = [], 0
     for i in range(passes):
         if i in (requests or {}):
-            name, streams = requests[i][0], [Stream(s.rate, s.then, s.after) for s in requests[i][1]]
+            name, streams = requests[i][0], [replace(s, n=0) for s in requests[i][1]]
             if tell_class:
                 policy.set_class(name)
                 if events is not None:
@@ -349,7 +349,7 @@ def batched(
     each call's sequence-steps, as llama-server (patch 39v) does (None: every step ``step``, untold;
     ``tell_share=False``: so dear, but untold, as before 39v). Returns
     each slot's k per pass it generated in and its events, the policies and each pass's rows."""
-    streams = [[Stream(s.rate, s.then, s.after) for s in slot] for slot in streams]
+    streams = [[replace(s, n=0) for s in slot] for slot in streams]
     policies = [BatchPolicy(PolicySettings(n_max=n_max, shadow=shadow)) for _ in streams]
     for policy in policies if doubt_ratio is not None else ():
         policy.batch.doubt_ratio = doubt_ratio

@@ -291,6 +291,8 @@ class BatchPolicy(DraftPolicy):
                     self.shadow, self.shadow_probe = probe, True
                 else:
                     k = self.probing = probe
+            if self.settings.shadow and k > 0 and not self.tried[0]:  # nothing counted yet: a shadow, as alone
+                self.shadow, self.shadow_probe, k, self.probing = k, self.probing > 0 and not climb, 0, 0
             what = "probing" if self.probing else "batch of"
             self.reason = f"{what} {self.others_rows + (after + 1) * k + 1} rows: {k} drafts"
             self.reason += f", a shadow of {self.shadow}" if self.shadow else ""

@@ -1,56 +1,58 @@
-"""The draft length chosen while speculation runs: before each target pass, the k (0 = the target alone) that
-maximises expected tokens per second on this machine, for this text.
+"""The draft length chosen while speculation runs: before each target pass, the k (0 = the target alone) that maximises
+expected tokens per second on this machine, for this text.
 
-For k drafts with per-depth acceptance a_1..a_k (a_j: the chance draft j is right once drafts 1..j-1 were), a
-pass yields ``E(k) = 1 + sum_j prod_{i<=j} a_i`` tokens and costs ``T(k) = k * drafter_step + pass_cost(k + 1)``;
-the policy picks ``argmax E(k) / T(k)`` for k in 0..min(n_max, limit). Its inputs are measured online:
+For k drafts with per-depth acceptance a_1..a_k (a_j: the chance draft j is right once drafts 1..j-1 were), a pass
+yields ``E(k) = 1 + sum_j prod_{i<=j} a_i`` tokens and costs ``T(k) = k * drafter_step + pass_cost(k + 1)``; the
+policy picks ``argmax E(k) / T(k)`` for k in 0..min(n_max, limit). Its inputs are measured online:
 
 - ``pass_cost(r)``: the target's decode of r rows, the lowest of its last ``cost_window`` steady timings per row
   count, at the machine's speed now: scaled by what 1 row costs now against what it cost when r rows were timed
   (:meth:`DraftPolicy.now`: a shared host drifts, 44-83 ms for one 1-row pass in one run). Seeded
-  (:meth:`DraftPolicy.seed`) by the engine's start-up where
-  ``spec-draft-adaptive-warmup`` is on (the shipped profiles) until the first steady pass replaces the seed.
-  Unseeded, a row count not measured yet costs what one row fewer does (tried once, then known), so a
-  non-monotonic curve (AVX-512's repacked Q4_0 kernels: 4 rows cheaper than 3) is found;
+  (:meth:`DraftPolicy.seed`) by the engine's start-up where ``spec-draft-adaptive-warmup`` is on (the shipped
+  profiles) until the first steady pass replaces the seed. Unseeded, a row count not measured yet costs what one row
+  fewer does (tried once, then known), so a non-monotonic curve (AVX-512's repacked Q4_0 kernels: 4 rows cheaper than
+  3) is found;
 - ``drafter_step``: one drafter decode, a running mean (seeded at start-up, else 0 until measured);
 - ``a_j``: decayed counts of drafts tried and accepted at depth j, around a prior, kept per acceptance class
-  (:mod:`.acceptance_class`: the rule and the request's sampler; :meth:`DraftPolicy.set_class`). Rejection
-  sampling counts each verified draft's chance of being kept, sum min(p, q), not its 0 or 1.
+  (:mod:`.acceptance_class`: the rule and the request's sampler; :meth:`DraftPolicy.set_class`). Rejection sampling
+  counts each verified draft's chance of being kept, sum min(p, q), not its 0 or 1.
 
 ``p_min``: a draft stops at a token whose drafter top probability (over its 10 best logits) is below it.
 
-Stale timings: a row count not timed in ``cost_max_age`` passes costs at most what one row fewer does, a single
-row stale is timed again by one pass of the target alone. Switches: llama.cpp reuses a decode's graph only for
-a batch of the same shape, so a pass whose row count differs from the one before also rebuilds the graph (1
-thread at E2B: 2 rows after 1 cost 167 ms, after 2 136); its timing is not kept for a row count timed already;
-a row count timed only by a switch is provisional and drafted once more to time it steadily, unless the climb
-goes on (every draft right and a longer one the best now). The last length stays unless another one's rate is
-``switch_margin`` better, so two lengths of about one rate do not alternate, rebuilding every pass.
+Stale timings: a row count not timed in ``cost_max_age`` passes costs at most what one row fewer does, a single row
+stale is timed again by one pass of the target alone. Switches: llama.cpp reuses a decode's graph only for a batch of
+the same shape, so a pass whose row count differs from the one before also rebuilds the graph (1 thread at E2B: 2
+rows after 1 cost 167 ms, after 2 136); its timing is not kept for a row count timed already; a row count timed only
+by a switch is provisional and drafted once more to time it steadily, unless the climb goes on (every draft right and
+a longer one the best now). The last length stays unless another one's rate is ``switch_margin`` better, so two
+lengths of about one rate do not alternate, rebuilding every pass.
 
-Spikes: a row count costs the lowest of its recent steady timings, so one spike upward is ignored once timed
-twice; a steady timing above ``burst_ratio`` times its cost is not kept (issue 23). A longer length timed
-steadily only once, at least ``probe_interval`` passes ago, whose rate (the next depth on trust) is within
-``retime_margin`` of the best's but below it, is timed again (two passes), at most once every
-``probe_interval`` passes. A new timing above ``outlier_ratio`` times the nearest shorter row count's, scaled
-by rows, is forgotten the first time in a row (issue 41: a busy start seeded 2 rows at 3.55 s against 0.17).
+Spikes: a row count costs the lowest of its recent steady timings, so one spike upward is ignored once timed twice; a
+steady timing above ``burst_ratio`` times its cost is not kept (issue 23). A longer length timed steadily only once,
+at least ``probe_interval`` passes ago, whose rate (the next depth on trust) is within ``retime_margin`` of the
+best's but below it, is timed again (two passes), at most once every ``probe_interval`` passes. A new timing above
+``outlier_ratio`` times the nearest shorter row count's, scaled by rows, is forgotten the first time in a row (issue
+41: a busy start seeded 2 rows at 3.55 s against 0.17).
 
-Seeded costs leave nothing for optimism to explore, so a seeded policy *climbs* until a draft is first
-rejected, one depth deeper after each all-right pass where that could pay with the next depth on trust. While
-depth 1 was tried fewer than ``explore_weight`` decayed drafts in the request's class (about 7), the policy that
-would draft nothing *explores*: it drafts where depth 1 one standard error above its estimate would pay
-(:meth:`explore_length`; issue 38: one early rejection priced drafting out for 100 passes at 0.84).
+Seeded costs leave nothing for optimism to explore, so a seeded policy *climbs* until a draft is first rejected, one
+depth deeper after each all-right pass where that could pay with the next depth on trust. While depth 1 was tried
+fewer than ``explore_weight`` decayed drafts in the request's class (about 7), the policy that would draft nothing
+*explores*: it drafts where depth 1 one standard error above its estimate would pay (:meth:`explore_length`; issue
+38: one early rejection priced drafting out for 100 passes at 0.84).
 
-Shadows (``shadow``): from no drafts, a probe or exploration only learns, yet a verified draft pays a pass of
-more rows for it (E2B, 2 cores: 2 rows cost 1.75 passes of 1). With shadows it is drafted, not verified
-(:attr:`DraftPolicy.shadow`); the engine compares the drafts with the tokens the target goes on to give and
-tells :meth:`observe_shadow`: drafter steps only, counted as verified drafts (rejection sampling: each depth's
-sum min(p, q) at the drafted prefix); a probe's shadow schedules the next probe, an exploration's does not. Simulated,
-E2B, drafts right 0.45, 400 passes: 0.96x the target alone with probes, 0.99x with shadows.
+Shadows (``shadow``): from no drafts, a probe or exploration only learns, yet a verified draft pays a pass of more
+rows for it (E2B, 2 cores: 2 rows cost 1.75 passes of 1). With shadows it is drafted, not verified
+(:attr:`DraftPolicy.shadow`); the engine compares the drafts with the tokens the target goes on to give and tells
+:meth:`observe_shadow`: drafter steps only, counted as verified drafts (rejection sampling: each depth's sum min(p, q)
+at the drafted prefix); a probe's shadow schedules the next probe, an exploration's does not. Simulated, E2B,
+drafts right 0.45, 400 passes: 0.96x the target alone with probes, 0.99x with shadows. Before any draft was counted
+(in the request's acceptance class) every draft is a shadow, the seeded climb's too; a failed probe's shadow doubles
+the interval only while its steps cost over ``SHADOW_BUDGET`` of the passes in between (E2B: never).
 
 Recovery: every ``probe_interval`` passes the policy drafts the shortest length longer than its best that could pay
-were the drafter always right one depth deeper; a failed probe doubles the interval (up to ``probe_interval_max``),
-a right one halves it. After ``recheck_interval`` passes priced out (no probe could pay) one draft re-times 2 rows
-and the drafter step, and doubles that interval. :attr:`DraftPolicy.reason` says why the last choice.
+were the drafter always right one depth deeper; a failed probe doubles the interval (up to ``probe_interval_max``), a
+right one halves it. After ``recheck_interval`` passes priced out (no probe could pay) one draft re-times 2 rows and
+the drafter step, and doubles that interval. :attr:`DraftPolicy.reason` says why the last choice.
 
 Deterministic (no RNG, probes on a schedule), plain arithmetic in one order, so llama.cpp's ``--spec-draft-adaptive``
 (the C++ twin, ``common/draft-policy.h``) chooses the same k on the same recorded inputs (``test_draft_policy_cpp``);
@@ -70,6 +72,7 @@ from gguf_exact.engines.shared.policy_snapshot import PolicySnapshot, explain
 # Two rates within this relative margin are a tie, and the shorter draft wins: the C++
 # build may fuse multiply-adds (-march=native), which moves the last bits of a rate.
 TIE_MARGIN = 1e-9
+SHADOW_BUDGET = 0.02  # the share of the passes between probes a failed probe's shadow may take and keep its interval
 
 
 @dataclass
@@ -125,19 +128,16 @@ class DraftPolicy:
         return rows in self.pass_cost and self.passes - self.timed_at[rows] <= self.settings.cost_max_age
 
     def cost(self, rows: int) -> float | None:
-        """A verification pass of ``rows`` rows: timed recently, else what one row fewer was
-        (longer drafts are explored one row at a time, each tried once on that optimistic
-        guess and then known), else None (not considered). A stale timing only ever turns
-        optimistic: the lower of it and that guess (so a cheap row count found once, AVX-512's
-        4 rows, stays found), and one row stale is unknown (one pass of the target alone times
+        """A verification pass of ``rows`` rows: timed recently, else what one row fewer was (longer drafts are
+        explored one row at a time, each tried once on that optimistic guess and then known), else None (not
+        considered). A stale timing only ever turns optimistic: the lower of it and that guess (so a cheap row count
+        found once, AVX-512's 4 rows, stays found), and one row stale is unknown (one pass of the target alone times
         it again: drafting's gain is measured against it)."""
         if self.timed(rows):
             return self.now(rows)
         guess = self.now(rows - 1) if self.timed(rows - 1) else None
-        if rows not in self.pass_cost:
-            return guess
-        if rows == 1:
-            return None
+        if rows not in self.pass_cost or rows == 1:
+            return guess  # (1 row stale: None)
         return self.now(rows) if guess is None else min(self.now(rows), guess)
 
     def now(self, rows: int) -> float:
@@ -190,8 +190,8 @@ class DraftPolicy:
         return self.expected_tokens(k) / t if t > 0 else None
 
     def best(self, limit: int) -> int:
-        """The k in 0..min(n_max, limit) with the highest rate (ties: the shorter draft), or the
-        last pass's k while no other beats its rate by ``switch_margin``."""
+        """The k in 0..min(n_max, limit) with the highest rate (ties: the shorter draft), or the last pass's k while
+        no other beats its rate by ``switch_margin``."""
         top = min(self.settings.n_max, limit)
         best_k, best_rate = 0, self.rate(0)
         if best_rate is None:
@@ -304,7 +304,7 @@ class DraftPolicy:
                 k = self.probing = probe
         else:
             self.since_probe = 0
-        if self.settings.shadow and base == 0 and k > 0:  # drafts from none only to learn: a shadow
+        if self.settings.shadow and (base == 0 or not self.tried[0]) and k > 0:  # only to learn: a shadow
             self.shadow, self.shadow_probe, k, self.probing = k, self.probing > 0, 0, 0
         # at most one re-time every probe_interval passes (none in a probe's pass)
         self.since_retime += 1
@@ -370,9 +370,8 @@ class DraftPolicy:
         return False
 
     def observe_pass(self, rows: int, seconds: float) -> None:
-        """A generation pass of ``rows`` rows (1 + drafts) took ``seconds`` in the target's decode
-        (row counts the policy never asks for, above ``n_max + 1``, are not kept). Call it before
-        the pass's :meth:`observe_result`, which engines skip for a pass without drafts."""
+        """A generation pass of ``rows`` rows (1 + drafts) took ``seconds`` in the target's decode (row counts the
+        policy never asks for, above ``n_max + 1``, are not kept). Call it before the pass's :meth:`observe_result`."""
         self.all_right = False  # until observe_result says this pass kept every draft
         if not 1 <= rows <= self.settings.n_max + 1:
             return
@@ -411,9 +410,9 @@ class DraftPolicy:
         self.step_cost = each if old is None or self.rechecking else old + self.settings.cost_weight * (each - old)
 
     def observe_result(self, drafted: int, accepted: int, chances: Sequence[float] = ()) -> None:
-        """The pass verified ``drafted`` drafts and kept the first ``accepted`` of them; ``chances``: the
-        chance the rule had of keeping each verified one (rejection sampling's sum min(p, q)), counted in
-        place of the 0 or 1 it came to: the same mean, a fraction of the noise (Rao-Blackwell)."""
+        """The pass verified ``drafted`` drafts and kept the first ``accepted`` of them; ``chances``: the chance the
+        rule had of keeping each verified one (rejection sampling's sum min(p, q)), counted in place of the 0 or 1 it
+        came to: the same mean, a fraction of the noise (Rao-Blackwell)."""
         self.all_right = drafted > 0 and accepted >= drafted
         self.count(drafted, accepted, chances)
         if self.probing:
@@ -422,11 +421,12 @@ class DraftPolicy:
 
     def observe_shadow(self, drafted: int, accepted: int, chances: Sequence[float] = ()) -> None:
         """A shadow (:attr:`shadow`) of ``drafted`` drafts, the first ``accepted`` matched by the target's next
-        tokens (``chances``: as :meth:`observe_result`'s), counted as a verified draft; a probe's schedules the
-        next probe, an exploration's does not (as verified: failed ones had doubled the interval, 8 to 64)."""
+        tokens (``chances``: as :meth:`observe_result`'s), counted as a verified draft; a probe's schedules the next
+        probe (a failed one only where its steps cost over ``SHADOW_BUDGET``), an exploration's does not."""
         self.count(drafted, accepted, chances)
-        if self.shadow_probe:
-            self.probed(drafted > 0 and accepted >= drafted)
+        ok, one = drafted > 0 and accepted >= drafted, self.cost(1) or 0.0
+        if self.shadow_probe and (ok or drafted * (self.step_cost or 0.0) > SHADOW_BUDGET * self.interval * one):
+            self.probed(ok)
 
     def count(self, drafted: int, accepted: int, chances: Sequence[float]) -> None:
         d = self.settings.decay
@@ -447,4 +447,4 @@ class DraftPolicy:
         return PolicySnapshot(self.last_k, acceptance, passes, self.step_cost, self.reason)
 
 
-__all__ = ["TIE_MARGIN", "DraftPolicy", "PolicySettings"]
+__all__ = ["SHADOW_BUDGET", "TIE_MARGIN", "DraftPolicy", "PolicySettings"]
