@@ -222,7 +222,9 @@ def test_two_slots_with_a_cache_each_tell_the_policy_the_batchs_layout(pairs, dr
     # each slot's trace to what llama-server chose; with one cache (kv-unified) neither is written
     from gguf_exact.bench.load import client_streams
 
-    target, drafter = pairs["mixed"]
+    # the hidden pair (always right): slot 0 must draft for slot 1 to see its rows, and since 39x a first draft is
+    # a shadow, after which the `mixed` pair seldom climbs (a fresh clone's CI: slot 0 drafted nothing)
+    target, drafter = pairs["hidden"]
     trace = tmp_path / f"policy-{unified}"
     monkeypatch.setenv("LLAMA_SPEC_DRAFT_TRACE", str(trace))
     sets = (*ADAPTIVE, "parallel=2", "ctx-size=1024", f"kv-unified={str(unified).lower()}")
@@ -234,11 +236,14 @@ def test_two_slots_with_a_cache_each_tell_the_policy_the_batchs_layout(pairs, dr
         stop_server(launch.port)
     assert not any(r.error for r in replies) and len(replies) == 6
     layouts: dict[int, set[tuple]] = {}
+    drafted_beside: dict[int, bool] = {}
     for slot in (0, 1):
         [(settings, events, chosen)] = read_trace(f"{trace}.{slot}")
-        beside = [e for e in events if e[0] == "choose" and len(e) > 3 and e[3] > 0]
-        assert len(beside) >= 20  # the two clients' requests overlap
+        choices = [e for e in events if e[0] == "choose"]
+        beside = [e for e in choices if len(e) > 3 and e[3] > 0]
+        assert len(beside) >= 20 and len(choices) == len(chosen)  # the two clients' requests overlap
         layouts[slot] = {e[8:] for e in beside}
+        drafted_beside[slot] = any(k > 0 for e, k in zip(choices, chosen) if len(e) > 3 and e[3] > 0)
         split = [e[4] for e in events if e[0] == "pass" and len(e) > 4]
         assert all(p >= 2 for p in split) and (split == [] if unified else True)
         assert replay_python(settings, events) == chosen
@@ -249,4 +254,7 @@ def test_two_slots_with_a_cache_each_tell_the_policy_the_batchs_layout(pairs, dr
         assert layouts == {0: {()}, 1: {()}}
     else:
         assert layouts[0] == {(-1, -1)} and {lay[1] for lay in layouts[1]} == {-1}
-        assert {lay[0] for lay in layouts[1]} <= set(range(1, 6)) and len(layouts[1]) >= 2
+        # slot 0's rows as slot 1 chose: 1 (no drafts) to 5; more than one where slot 0 drafted beside slot 1
+        # (on a busy machine the batch may price every draft out: since 39x no verified climb drafts regardless)
+        assert {lay[0] for lay in layouts[1]} <= set(range(1, 6))
+        assert len(layouts[1]) >= 2 or not drafted_beside[0]

@@ -94,7 +94,7 @@ def test_four_adaptive_slots_choose_in_the_batch_and_both_twins_replay_each_slot
         status, metrics = get_text(launch.url + "/metrics")
     assert len(replies) == 8 and not any(r.error for r in replies)
     assert [r.tokens for r in replies] == [alone[r.prompt].tokens for r in replies]
-    beside, shared, after = 0, 0, 0
+    beside, shared, after, drafted = 0, 0, 0, 0
     for slot in range(4):
         [(settings, events, chosen)] = read_trace(tmp_path / f"policy.{slot}")
         assert settings.n_max == 3 and chosen and replay_python(settings, events) == chosen
@@ -116,11 +116,13 @@ def test_four_adaptive_slots_choose_in_the_batch_and_both_twins_replay_each_slot
         # sequence-steps (at least its steps, at most 4 slots' worth), a step of the 4 slots' sequences timed
         assert all(e[7] >= e[5] and (e[7] == 0) == (e[5] == 0) for e in choices)
         calls = [e for e in events if e[0] == "steps"]
-        assert calls and all(len(e) == 4 and e[1] <= e[3] <= 4 * e[1] for e in calls)
+        assert all(len(e) == 4 and e[1] <= e[3] <= 4 * e[1] for e in calls)
         assert [e[3:] for e in events if e[0] == "step-seed"] == [(), (4,)]
         after += sum(1 for e in events if e[0] == "choose" and e[6] > 0)
-    # choices made beside other slots' rows (some before other slots chose), passes priced by the batch
-    assert beside > 0 and shared > 0 and after > 0
+        drafted += len(calls)
+    # choices made beside other slots' rows (some before other slots chose), passes priced by the batch, drafter
+    # calls (a slot may draw none: since 39x its first draft is a shadow, and beside others it may never pay)
+    assert beside > 0 and shared > 0 and after > 0 and drafted > 0
     policies = [s["draft_policy"] for s in slots]
     assert all(p["batch_rows"] >= p["others_rows"] + 1 >= 1 for p in policies)
     assert status == 200 and "llamacpp:spec_batch_rows " in metrics
