@@ -222,9 +222,7 @@ def test_two_slots_with_a_cache_each_tell_the_policy_the_batchs_layout(pairs, dr
     # each slot's trace to what llama-server chose; with one cache (kv-unified) neither is written
     from gguf_exact.bench.load import client_streams
 
-    # the hidden pair (always right): slot 0 must draft for slot 1 to see its rows, and since 39x a first draft is
-    # a shadow, after which the `mixed` pair seldom climbs (a fresh clone's CI: slot 0 drafted nothing)
-    target, drafter = pairs["hidden"]
+    target, drafter = pairs["mixed"]  # (the hidden pair drafts 4 a pass: too few passes overlap, 19 of 20)
     trace = tmp_path / f"policy-{unified}"
     monkeypatch.setenv("LLAMA_SPEC_DRAFT_TRACE", str(trace))
     sets = (*ADAPTIVE, "parallel=2", "ctx-size=1024", f"kv-unified={str(unified).lower()}")
