@@ -38,8 +38,7 @@ class RandomStream(Stream):
     rng: random.Random = field(default_factory=random.Random)
 
     def right(self, pass_index: int) -> bool:
-        rate = self.then if self.then is not None and pass_index >= self.after else self.rate
-        return self.rng.random() < rate
+        return self.rng.random() < self.rate_at(pass_index)
 
 
 def one_run(rates: tuple[float, ...], seed: int, passes: int, fixed: int | None = None) -> float:

@@ -41,8 +41,11 @@ class Stream:
     after: int = 0
     n: int = field(default=0)
 
+    def rate_at(self, pass_index: int) -> float:
+        return self.then if self.then is not None and pass_index >= self.after else self.rate
+
     def right(self, pass_index: int) -> bool:
-        rate = self.then if self.then is not None and pass_index >= self.after else self.rate
+        rate = self.rate_at(pass_index)
         i = self.n
         self.n += 1
         return math.floor((i + 1) * rate) > math.floor(i * rate)
