@@ -7,7 +7,10 @@ each fixed length's mean. The card is E2B at 2 threads on a Zen 5 as llama-serve
 `real` pair (2026-12-05), seeded as there, drafter step 0.95 ms, shadows on (the shipped profiles); every kind's
 first draft is right 1 time in 1,000 (the `real` pair's first, at Gemma's sampler). Not a test: it prints.
 
-    .venv/bin/python scripts/sim_policy_spread.py [--runs N] [--passes N]
+    .venv/bin/python scripts/sim_policy_spread.py [--runs N] [--passes N] [--shadow-weight W] [--no-held-back]
+
+The `mixed` and `real` walks draw only where the walk starts and the costs' noise: their drafts are right where the
+full-size pair's construction says (``tests/policy_traces.simulate``'s ``walk``).
 """
 
 import random
@@ -19,7 +22,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).parent.parent / "tests"))
 from policy_traces import Stream, simulate  # noqa: E402
 
-from gguf_exact.engines.shared.draft_policy import PolicySettings  # noqa: E402
+from gguf_exact.engines.shared import draft_policy  # noqa: E402
+from gguf_exact.engines.shared.draft_policy import DraftPolicy, PolicySettings  # noqa: E402
+from gguf_exact.tiny.pair_walk import N_AXES  # noqa: E402
 
 CARD = {1: 0.0348, 2: 0.0700, 3: 0.0904, 4: 0.0776, 5: 0.1037}
 STEP, FIRST = 0.00095, 0.00095
@@ -59,10 +64,29 @@ def one_run(rates: tuple[float, ...], seed: int, passes: int, fixed: int | None 
     return (len(ks) + sum(e[2] for e in events if e[0] == "result")) / seconds * CARD[1]
 
 
+def walk_run(kind: str, seed: int, passes: int) -> float:
+    """Tokens/s against the target alone on ``kind``'s full-size pair (:mod:`gguf_exact.tiny.pair_walk`) from a random
+    axis: a kept draft moves the walk on, so passes that draft spend longer where drafts fail than the target alone's
+    walk, which a shadow rides (the `mixed` pair: right on 8 axes of every 12)."""
+    rng = random.Random(seed)
+    start, noise = rng.randrange(N_AXES), {i: 1.0 + rng.uniform(-0.08, 0.08) for i in range(passes)}
+    events: list[tuple] = []
+    ks, _ = simulate(CARD, STEP, [], passes, events=events, slow=noise, seeds=CARD, step_seed=STEP,
+                     settings=PolicySettings(shadow=True), results_without_drafts=False, walk=(kind, start))  # fmt: skip
+    seconds = sum(e[2] for e in events if e[0] in ("pass", "steps"))
+    return (len(ks) + sum(e[2] for e in events if e[0] == "result")) / seconds * CARD[1]
+
+
 def main() -> None:
     args = sys.argv[1:]
     runs = int(args[args.index("--runs") + 1]) if "--runs" in args else 300
     passes = int(args[args.index("--passes") + 1]) if "--passes" in args else 190
+    # what-ifs, for the docs' before and after: a shadow's weight (the shipped SHADOW_WEIGHT otherwise; 1 before
+    # patch 39y), and no shadow first right after a miss (DraftPolicy.held_back, 39y)
+    if "--shadow-weight" in args:
+        draft_policy.SHADOW_WEIGHT = float(args[args.index("--shadow-weight") + 1])
+    if "--no-held-back" in args:
+        DraftPolicy.held_back = lambda self, k: False  # type: ignore[method-assign]
     print(f"{runs} runs of {passes} passes; x the target alone (E2B card, step {STEP * 1e3:.2f} ms, shadows on)")
     for kind, rates in KINDS.items():
         xs = sorted(one_run(rates, seed, passes) for seed in range(runs))
@@ -70,6 +94,10 @@ def main() -> None:
         fixed = [statistics.mean(one_run(rates, seed, passes, n) for seed in range(runs)) for n in range(1, 5)]
         print(f"{kind:>12}: adaptive mean {statistics.mean(xs):.3f}, p10 {p10:.3f}, p50 {p50:.3f}, "
               f"p90 {p90:.3f}, worst {xs[0]:.3f}; fixed n-max 1-4 " + " ".join(f"{f:.3f}" for f in fixed))  # fmt: skip
+    for kind in ("mixed", "real"):
+        xs = sorted(walk_run(kind, seed, passes) for seed in range(runs))
+        print(f"{kind + ' walk':>12}: adaptive mean {statistics.mean(xs):.3f}, p10 {xs[len(xs) // 10]:.3f}, "
+              f"p50 {xs[len(xs) // 2]:.3f}, worst {xs[0]:.3f}")  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field, replace
 from gguf_exact.engines.shared.acceptance_class import GREEDY, SAMPLED_EXACT
 from gguf_exact.engines.shared.batch_cost import BatchPolicy, equal_split
 from gguf_exact.engines.shared.draft_policy import DraftPolicy, PolicySettings
+from gguf_exact.tiny.pair_walk import right as walk_right
 
 # seconds per verification pass of r rows
 CURVES: dict[str, dict[int, float]] = {
@@ -68,6 +69,7 @@ def simulate(
     requests: dict[int, tuple[str, list[Stream]]] | None = None,
     tell_class: bool = True,
     step_seed: float | None = None,
+    walk: tuple[str, int] | None = None,
 ) -> tuple[list[int], DraftPolicy]:
     """Drive a fresh policy for ``passes`` passes; the k chosen before each. ``seeds``: pass
     costs by rows timed before the first pass (an engine's start-up), given first. ``events``
@@ -79,7 +81,9 @@ def simulate(
     drafter steps at ``slow_steps[i]`` times their cost. ``requests``: from pass i on, requests of
     acceptance class c whose drafts follow these streams (the engine names the class to the policy
     when a request starts; ``tell_class=False``: it does not, as before issue 38 item 4). ``step_seed``: a
-    drafter step timed at start-up, given after the seeds."""
+    drafter step timed at start-up, given after the seeds. ``walk``: (kind, axis): the drafts are right where a
+    full-size pair of that kind says (:mod:`gguf_exact.tiny.pair_walk`), from that axis on, in place of the streams;
+    a pass moves the walk on by the tokens it gives (a shadow's: one), so drafting spends longer where drafts fail."""
     streams = [replace(s, n=0) for s in streams]  # fresh counters (a subclass kept)
     policy = DraftPolicy(replace(settings or PolicySettings(), n_max=n_max))
     for rows, seconds in (seeds or {}).items():
@@ -90,7 +94,7 @@ def simulate(
         policy.seed_steps(1, step_seed)
         if events is not None:
             events.append(("step-seed", 1, step_seed))
-    ks, prev = [], 0
+    ks, prev, axis = [], 0, walk[1] if walk else 0
     for i in range(passes):
         if i in (requests or {}):
             name, streams = requests[i][0], [replace(s, n=0) for s in requests[i][1]]
@@ -102,9 +106,10 @@ def simulate(
         shadow = policy.shadow  # drafts not verified: the streams answer them as the target's next tokens would
         accepted = 0
         for j in range(k + shadow):
-            if not streams[j].right(i):
+            if not (walk_right(walk[0], axis + j + 1, j + 1) if walk else streams[j].right(i)):
                 break
             accepted += 1
+        axis += 1 + (accepted if k else 0)
         seconds = curve[k + 1] * (slow or {}).get(i, 1.0) + (switch if prev and k + 1 != prev else 0.0)
         prev = k + 1
         policy.observe_pass(k + 1, seconds)

@@ -99,6 +99,7 @@ PATCHES: tuple[SourcePatch, ...] = (
     SourcePatch("39v", "0023-39v-drafter-step-by-sequences.patch", server_only=True),
     SourcePatch("39w", "0024-39w-exploration-shadows-schedule-nothing.patch", server_only=True),
     SourcePatch("39x", "0025-39x-shadows-first-drafts-and-cheap-probes.patch", server_only=True),
+    SourcePatch("39y", "0026-39y-shadows-half-weight-held-back-after-a-miss.patch", server_only=True),
 )
 
 

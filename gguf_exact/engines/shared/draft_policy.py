@@ -13,9 +13,7 @@ policy picks ``argmax E(k) / T(k)`` for k in 0..min(n_max, limit). Its inputs ar
   fewer does (tried once, then known), so a non-monotonic curve (AVX-512's repacked Q4_0 kernels: 4 rows cheaper than
   3) is found;
 - ``drafter_step``: one drafter decode, a running mean (seeded at start-up, else 0 until measured);
-- ``a_j``: decayed counts of drafts tried and accepted at depth j, around a prior, kept per acceptance class
-  (:mod:`.acceptance_class`: the rule and the request's sampler; :meth:`DraftPolicy.set_class`). Rejection sampling
-  counts each verified draft's chance of being kept, sum min(p, q), not its 0 or 1.
+- ``a_j``: :mod:`.acceptance_counts` (decayed, per acceptance class; a shadow at half weight; depth 1 after a miss).
 
 ``p_min``: a draft stops at a token whose drafter top probability (over its 10 best logits) is below it.
 
@@ -43,10 +41,11 @@ fewer than ``explore_weight`` decayed drafts in the request's class (about 7), t
 Shadows (``shadow``): from no drafts, a probe or exploration only learns, yet a verified draft pays a pass of more
 rows for it (E2B, 2 cores: 2 rows cost 1.75 passes of 1). With shadows it is drafted, not verified
 (:attr:`DraftPolicy.shadow`); the engine compares the drafts with the tokens the target goes on to give and tells
-:meth:`observe_shadow`: drafter steps only, counted as verified drafts (rejection sampling: each depth's sum min(p, q)
-at the drafted prefix); a probe's shadow schedules the next probe, an exploration's does not. Simulated, E2B,
-drafts right 0.45, 400 passes: 0.96x the target alone with probes, 0.99x with shadows. Before any draft was counted
-(in the request's acceptance class) every draft is a shadow, the seeded climb's too; a failed probe's shadow doubles
+:meth:`observe_shadow`: drafter steps only, counted at half a verified draft's weight (rejection sampling: each
+depth's sum min(p, q) at the drafted prefix); a probe's shadow schedules the next probe, an exploration's does not.
+Simulated, E2B, drafts right 0.45, 400 passes: 0.96x the target alone with probes, 0.99x with shadows. Before any
+draft was counted (in the request's acceptance class) every draft is a shadow, the seeded climb's too; so is one right
+after a miss where depth 1's count there says it would not pay (:meth:`held_back`); a failed probe's shadow doubles
 the interval only while its steps cost over ``SHADOW_BUDGET`` of the passes in between (E2B: never).
 
 Recovery: every ``probe_interval`` passes the policy drafts the shortest length longer than its best that could pay
@@ -65,7 +64,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from gguf_exact.engines.shared.acceptance_class import ACCEPTANCE_CLASSES, GREEDY
+from gguf_exact.engines.shared.acceptance_counts import SHADOW_WEIGHT, AcceptanceCounts
 from gguf_exact.engines.shared.policy_settings import PolicySettings
 from gguf_exact.engines.shared.policy_snapshot import PolicySnapshot, explain
 
@@ -76,10 +75,9 @@ SHADOW_BUDGET = 0.02  # the share of the passes between probes a failed probe's 
 
 
 @dataclass
-class DraftPolicy:
+class DraftPolicy(AcceptanceCounts):
     """One slot's (or one engine's) policy state; see the module's docstring."""
 
-    settings: PolicySettings = field(default_factory=PolicySettings)
     pass_cost: dict[int, float] = field(default_factory=dict)  # rows -> seconds
     ref: dict[int, float] = field(default_factory=dict)  # rows -> what 1 row cost when it was timed (0: unknown)
     samples: dict[int, list[float]] = field(default_factory=dict)  # rows -> its last steady timings
@@ -89,10 +87,6 @@ class DraftPolicy:
     last_rows: int = 0  # the row count of the pass timed last (0: none yet)
     step_cost: float | None = None  # seconds per drafter step
     step_doubted: bool = False  # the last drafter step timing, out of line, was forgotten
-    tried: list[float] = field(default_factory=list)  # decayed drafts tried at depth j (index j - 1), this class
-    accepted: list[float] = field(default_factory=list)  # decayed drafts accepted there
-    current_class: str = GREEDY  # the acceptance class tried and accepted count for (set_class)
-    parked: dict[str, tuple[list[float], list[float]]] = field(default_factory=dict)  # other classes' counts
     interval: int = 0  # current probe interval (0: the settings' base)
     since_probe: int = 0
     probing: int = 0  # the depth of the probe in flight, 0 when the last choice was no probe
@@ -110,18 +104,11 @@ class DraftPolicy:
     reason: str = ""  # why the last choice (status and /metrics show it)
 
     def __post_init__(self) -> None:
-        n = self.settings.n_max
-        self.tried = self.tried or [0.0] * n
-        self.accepted = self.accepted or [0.0] * n
+        super().__post_init__()
         self.interval = self.interval or self.settings.probe_interval
         self.recheck_every = self.recheck_every or self.settings.recheck_interval
 
     # --- estimates ---
-
-    def acceptance(self, depth: int) -> float:
-        """a_depth: the chance draft ``depth`` (1-based) is right once the ones before it were."""
-        s = self.settings
-        return (self.accepted[depth - 1] + s.prior * s.prior_weight) / (self.tried[depth - 1] + s.prior_weight)
 
     def timed(self, rows: int) -> bool:
         """Whether ``rows`` rows were timed within the last ``cost_max_age`` passes."""
@@ -173,6 +160,14 @@ class DraftPolicy:
             if r is not None and r > bar:
                 pick, bar = j, r * (1.0 + TIE_MARGIN)
         return pick
+
+    def held_back(self, k: int) -> bool:
+        """Whether, right after a miss, ``k`` drafts would not beat the target alone were a_1 :meth:`after_a_miss`:
+        misses come in runs (hard stretches of text, the `mixed` pair's wrong third), so a shadow goes first."""
+        if not self.missed:
+            return False
+        r, here = self.trusting_rate(0, k, self.after_a_miss()), self.rate(0)
+        return r is not None and here is not None and r <= here * (1.0 + TIE_MARGIN)
 
     def expected_tokens(self, k: int) -> float:
         e, p = 1.0, 1.0
@@ -257,18 +252,6 @@ class DraftPolicy:
                 pick, pick_rate = rows, r
         return pick
 
-    def set_class(self, name: str) -> bool:
-        """The request starting is of acceptance class ``name``: its counts (a class never seen: none, the
-        prior) price the drafts from now on, the others' kept as they are. True when the class changed."""
-        if name not in ACCEPTANCE_CLASSES:
-            raise ValueError(f"unknown acceptance class {name!r} (one of {', '.join(ACCEPTANCE_CLASSES)})")
-        if name == self.current_class:
-            return False
-        self.parked[self.current_class] = (self.tried, self.accepted)
-        self.tried, self.accepted = self.parked.pop(name, ([0.0] * self.settings.n_max, [0.0] * self.settings.n_max))
-        self.current_class = name
-        return True
-
     def choose(self, limit: int) -> int:
         """How many tokens to draft before the next pass, at most ``limit`` (what the context
         and the request's budget leave); one call per pass that could carry a draft."""
@@ -304,7 +287,8 @@ class DraftPolicy:
                 k = self.probing = probe
         else:
             self.since_probe = 0
-        if self.settings.shadow and (base == 0 or not self.tried[0]) and k > 0:  # only to learn: a shadow
+        # only to learn (from no drafts, nothing counted yet, or held back right after a miss): a shadow
+        if self.settings.shadow and k > 0 and (base == 0 or not self.tried[0] or self.held_back(k)):
             self.shadow, self.shadow_probe, k, self.probing = k, self.probing > 0, 0, 0
         # at most one re-time every probe_interval passes (none in a probe's pass)
         self.since_retime += 1
@@ -421,20 +405,16 @@ class DraftPolicy:
 
     def observe_shadow(self, drafted: int, accepted: int, chances: Sequence[float] = ()) -> None:
         """A shadow (:attr:`shadow`) of ``drafted`` drafts, the first ``accepted`` matched by the target's next
-        tokens (``chances``: as :meth:`observe_result`'s), counted as a verified draft; a probe's schedules the next
+        tokens (``chances``: as :meth:`observe_result`'s), counted at ``SHADOW_WEIGHT``; a probe's schedules the next
         probe (a failed one only where its steps cost over ``SHADOW_BUDGET``), an exploration's does not."""
-        self.count(drafted, accepted, chances)
+        self.count(drafted, accepted, chances, SHADOW_WEIGHT)
         ok, one = drafted > 0 and accepted >= drafted, self.cost(1) or 0.0
         if self.shadow_probe and (ok or drafted * (self.step_cost or 0.0) > SHADOW_BUDGET * self.interval * one):
             self.probed(ok)
 
-    def count(self, drafted: int, accepted: int, chances: Sequence[float]) -> None:
-        d = self.settings.decay
-        self.climbing = self.climbing and (drafted <= 0 or accepted >= drafted)
-        for j in range(1, min(accepted + 1, drafted, self.settings.n_max) + 1):
-            kept = chances[j - 1] if j <= len(chances) else (1.0 if j <= accepted else 0.0)
-            self.tried[j - 1] = self.tried[j - 1] * d + 1.0
-            self.accepted[j - 1] = self.accepted[j - 1] * d + kept
+    def count(self, drafted: int, accepted: int, chances: Sequence[float], weight: float = 1.0) -> None:
+        self.climbing = self.climbing and (drafted <= 0 or accepted >= drafted)  # a miss ends the climb
+        super().count(drafted, accepted, chances, weight)
 
     def probed(self, ok: bool) -> None:
         s, n = self.settings, self.interval
