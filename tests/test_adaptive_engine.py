@@ -230,7 +230,8 @@ def test_each_request_names_its_acceptance_class_to_the_policy(pairs, tmp_path, 
                 r.llm.rejection_sampling = rule
                 r.generate(PROMPTS[0], 24, 3, sampling=sampling, adaptive=adaptive)
                 p = r.llm.draft_length.policy
-                parked = {c: (list(t), list(a)) for c, (t, a) in p.parked.items()}  # copies: they go on counting
+                # copies (they go on counting) of each parked class's tried and accepted (and depth 1 after a miss)
+                parked = {c: (list(t), list(a)) for c, (t, a, _after_miss) in p.parked.items()}
                 seen.append((p.current_class, list(p.tried), list(p.accepted), parked))
         assert [s[0] for s in seen] == ["greedy", "sampled-exact", "sampled-rejection", "greedy"]
         assert seen[1][3]["greedy"] == (seen[0][1], seen[0][2])  # parked as the first request left it
