@@ -20,13 +20,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent.parent / "tests"))
-from policy_traces import Stream, simulate  # noqa: E402
+from policy_traces import CURVES, Stream, simulate  # noqa: E402
 
 from gguf_exact.engines.shared import draft_policy  # noqa: E402
 from gguf_exact.engines.shared.draft_policy import DraftPolicy, PolicySettings  # noqa: E402
 from gguf_exact.tiny.pair_walk import N_AXES  # noqa: E402
 
-CARD = {1: 0.0348, 2: 0.0700, 3: 0.0904, 4: 0.0776, 5: 0.1037}
+CARD = CURVES["e2b-zen5"]
 STEP, FIRST = 0.00095, 0.00095
 KINDS = {  # right per depth (each given the ones before were right)
     "mixed": (0.45, 0.45, 0.45, 0.45),

@@ -22,6 +22,8 @@ CURVES: dict[str, dict[int, float]] = {
     "e2b": {1: 0.100, 2: 0.170, 3: 0.220, 4: 0.225, 5: 0.250},
     # the tiny pair on lavapipe as llama-server's start-up timed it (results/traces-s24-lavapipe-tiny-hidden-4-users)
     "lavapipe": {1: 0.0457, 2: 0.0689, 3: 0.1019, 4: 0.1108, 5: 0.1318},
+    # E2B at 2 threads on a Zen 5 as llama-server's start-up timed it (2026-12-05, the `real` pair): 4 rows 2.2 passes
+    "e2b-zen5": {1: 0.0348, 2: 0.0700, 3: 0.0904, 4: 0.0776, 5: 0.1037},
 }
 LAVAPIPE_STEP = 0.090  # its drafter step: 61-121 ms in that run, the target's 1-row pass 46
 E2B_SWITCH, E2B_STEP = 0.031, 0.0017  # llama.cpp's graph rebuilt; the drafter step with its ordered head

@@ -22,9 +22,7 @@ from gguf_exact.engines.shared.draft_policy import DraftPolicy, PolicySettings
 from gguf_exact.engines.shared.policy_snapshot import parse_snapshot, snapshot_metrics
 from gguf_exact.engines.shared.stats import parse_metrics
 
-# E2B at 2 threads on a Zen 5 as llama-server's start-up timed it (2026-12-05, the `real` pair): 2 rows cost 2.0
-# passes of one, 4 rows 2.2
-ZEN5_E2B = {1: 0.0348, 2: 0.0700, 3: 0.0904, 4: 0.0776, 5: 0.1037}
+ZEN5_E2B = CURVES["e2b-zen5"]
 
 
 def steady(ks: list[int], tail: int = 40) -> list[int]:

@@ -607,7 +607,7 @@ def test_cpp_and_python_schedule_probes_by_a_probes_shadow_alone(driver):
     # patch 39w: an exploration's shadow counts and leaves the probe schedule; a probe's sets it (39x: a failed
     # one only where its steps are dear, and the first draft is a shadow too). E2B as the `real` pair's server
     # timed it at start-up, its first draft wrong: test_draft_policy.py has the speeds
-    card, settings, events = {1: 0.0348, 2: 0.0700, 3: 0.0904, 4: 0.0776, 5: 0.1037}, PolicySettings(shadow=True), []
+    card, settings, events = CURVES["e2b-zen5"], PolicySettings(shadow=True), []
     ks, _ = simulate(card, 0.00095, SHADOW_STREAMS["real-first-wrong"], 190, events=events, seeds=card,
                      step_seed=0.00095, settings=settings, results_without_drafts=False)  # fmt: skip
     assert sum(ks) == 497 and sum(e[0] == "shadow" for e in events) >= 4  # 198 before patch 39x, 455 before 39y
@@ -619,7 +619,7 @@ def test_cpp_and_python_schedule_probes_by_a_probes_shadow_alone(driver):
 def test_cpp_and_python_hold_back_right_after_a_miss_alike(driver, kind, start):
     # patch 39y: shadows at half weight, depth 1 counted apart right after a miss, and a shadow first there where
     # that count says a draft would not pay; on a full-size pair's walk, where misses come in runs (E2B, Zen 5)
-    card, settings, events = {1: 0.0348, 2: 0.0700, 3: 0.0904, 4: 0.0776, 5: 0.1037}, PolicySettings(shadow=True), []
+    card, settings, events = CURVES["e2b-zen5"], PolicySettings(shadow=True), []
     ks, _ = simulate(card, 0.00095, [], 190, events=events, seeds=card, step_seed=0.00095, settings=settings,
                      results_without_drafts=False, walk=(kind, start))  # fmt: skip
     assert replay(driver, settings, events) == ks == replay_python(settings, events)
