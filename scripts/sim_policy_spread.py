@@ -7,7 +7,10 @@ each fixed length's mean. The card is E2B at 2 threads on a Zen 5 as llama-serve
 `real` pair (2026-12-05), seeded as there, drafter step 0.95 ms, shadows on (the shipped profiles); every kind's
 first draft is right 1 time in 1,000 (the `real` pair's first, at Gemma's sampler). Not a test: it prints.
 
-    .venv/bin/python scripts/sim_policy_spread.py [--runs N] [--passes N] [--shadow-weight W] [--no-held-back]
+    .venv/bin/python scripts/sim_policy_spread.py [--runs N] [--passes N] [--card e2b-zen4 --step S]
+        [--shadow-weight W] [--no-held-back] [--cost-max-age N]
+
+``--card`` takes another of ``tests/policy_traces.CURVES`` (its own drafter step with ``--step``, in seconds).
 
 The `mixed` and `real` walks draw only where the walk starts and the costs' noise: their drafts are right where the
 full-size pair's construction says (``tests/policy_traces.simulate``'s ``walk``).
@@ -28,6 +31,7 @@ from gguf_exact.tiny.pair_walk import N_AXES  # noqa: E402
 
 CARD = CURVES["e2b-zen5"]
 STEP, FIRST = 0.00095, 0.00095
+SETTINGS: dict[str, int] = {}  # what-ifs on the shipped PolicySettings
 KINDS = {  # right per depth (each given the ones before were right)
     "mixed": (0.45, 0.45, 0.45, 0.45),
     "real": (0.82, 0.58, 0.66, 0.6),
@@ -59,7 +63,7 @@ def one_run(rates: tuple[float, ...], seed: int, passes: int, fixed: int | None 
         return tokens / seconds * CARD[1]
     events: list[tuple] = []
     ks, _ = simulate(CARD, STEP, streams, passes, events=events, slow=noise, seeds=CARD, step_seed=STEP,
-                     settings=PolicySettings(shadow=True), results_without_drafts=False)  # fmt: skip
+                     settings=PolicySettings(shadow=True, **SETTINGS), results_without_drafts=False)  # fmt: skip
     seconds = sum(e[2] for e in events if e[0] in ("pass", "steps"))
     return (len(ks) + sum(e[2] for e in events if e[0] == "result")) / seconds * CARD[1]
 
@@ -72,7 +76,7 @@ def walk_run(kind: str, seed: int, passes: int) -> float:
     start, noise = rng.randrange(N_AXES), {i: 1.0 + rng.uniform(-0.08, 0.08) for i in range(passes)}
     events: list[tuple] = []
     ks, _ = simulate(CARD, STEP, [], passes, events=events, slow=noise, seeds=CARD, step_seed=STEP,
-                     settings=PolicySettings(shadow=True), results_without_drafts=False, walk=(kind, start))  # fmt: skip
+                     settings=PolicySettings(shadow=True, **SETTINGS), results_without_drafts=False, walk=(kind, start))  # fmt: skip
     seconds = sum(e[2] for e in events if e[0] in ("pass", "steps"))
     return (len(ks) + sum(e[2] for e in events if e[0] == "result")) / seconds * CARD[1]
 
@@ -85,9 +89,16 @@ def main() -> None:
     # patch 39y), and no shadow first right after a miss (DraftPolicy.held_back, 39y)
     if "--shadow-weight" in args:
         draft_policy.SHADOW_WEIGHT = float(args[args.index("--shadow-weight") + 1])
+    global CARD, STEP
+    card = args[args.index("--card") + 1] if "--card" in args else "e2b-zen5"
+    CARD = CURVES[card]
+    if "--step" in args:
+        STEP = float(args[args.index("--step") + 1])
+    if "--cost-max-age" in args:
+        SETTINGS["cost_max_age"] = int(args[args.index("--cost-max-age") + 1])
     if "--no-held-back" in args:
         DraftPolicy.held_back = lambda self, k: False  # type: ignore[method-assign]
-    print(f"{runs} runs of {passes} passes; x the target alone (E2B card, step {STEP * 1e3:.2f} ms, shadows on)")
+    print(f"{runs} runs of {passes} passes; x the target alone ({card} card, step {STEP * 1e3:.2f} ms, shadows on)")
     for kind, rates in KINDS.items():
         xs = sorted(one_run(rates, seed, passes) for seed in range(runs))
         p10, p50, p90 = (xs[round(q * (len(xs) - 1))] for q in (0.1, 0.5, 0.9))

@@ -24,6 +24,9 @@ CURVES: dict[str, dict[int, float]] = {
     "lavapipe": {1: 0.0457, 2: 0.0689, 3: 0.1019, 4: 0.1108, 5: 0.1318},
     # E2B at 2 threads on a Zen 5 as llama-server's start-up timed it (2026-12-05, the `real` pair): 4 rows 2.2 passes
     "e2b-zen5": {1: 0.0348, 2: 0.0700, 3: 0.0904, 4: 0.0776, 5: 0.1037},
+    # E2B at 2 threads on a Zen 4 (2026-12-05): the lowest steady passes of six traced `mixed` runs
+    # (results/traces-s29-e2b-mixed-gemma-rejection-39x-39y-ab): 4 rows 2.8 passes, little pays
+    "e2b-zen4": {1: 0.0410, 2: 0.0790, 3: 0.1100, 4: 0.1190, 5: 0.1570},
 }
 LAVAPIPE_STEP = 0.090  # its drafter step: 61-121 ms in that run, the target's 1-row pass 46
 E2B_SWITCH, E2B_STEP = 0.031, 0.0017  # llama.cpp's graph rebuilt; the drafter step with its ordered head

@@ -64,7 +64,7 @@ def patched_tree(tmp_path_factory) -> Path:
             capture_output=True,
         )
     assert all(p not in source_patches.patches_for("cpu", bindings=True) for p in ADAPTIVE)
-    assert [p.id for p in ADAPTIVE] == ["23a", "23b", "23c", "23d", "23e", "23f", "23g"] and SERIES[-1].id == "39y"
+    assert [p.id for p in ADAPTIVE] == ["23a", "23b", "23c", "23d", "23e", "23f", "23g"] and SERIES[-1].id == "39z"
     return root
 
 
@@ -193,18 +193,19 @@ def test_cpp_and_python_forget_a_stale_slow_timing_alike(driver, curve, streams,
     ks, _ = simulate(CURVES[curve], step=0.001, streams=streams, passes=300, events=events, slow=slow)
     assert replay(driver, PolicySettings(n_max=4), events) == ks
     # 1 row timed again from 131; on the card the busy 5-row pass (the second steady one) is not
-    # averaged in: 4 drafts all along; on the CPU curve 2 drafts probed (3 rows stale, priced as
-    # 2 rows: a guess), held once more, then the target alone
+    # averaged in: 4 drafts all along; on the CPU curve 2 drafts re-time 3 rows (timed steadily once),
+    # held once more, then the target alone
     assert ks[131:139] == ([0, 0, 4, 4, 4, 4, 4, 4] if curve == "gpu" else [0, 0, 2, 2, 0, 0, 0, 0])
 
 
 @pytest.mark.parametrize("factor", [1.4, 0.75])
 def test_cpp_and_python_price_row_counts_at_the_speed_now_alike(driver, factor):
     # the machine slower (faster) from pass 150 on: both twins price each row count by 1 row's cost
-    # now over 1 row's cost when it was timed, so the choices are the steady machine's in both
+    # now over 1 row's cost when it was timed, so the choices are alike in both (and the steady
+    # machine's up to the turn: test_draft_policy.py has the passes after it)
     events: list[tuple] = []
     ks, _ = drift(factor, events)
-    assert replay(driver, PolicySettings(n_max=4), events) == ks == drift(None)[0]
+    assert replay(driver, PolicySettings(n_max=4), events) == ks and ks[:150] == drift(None)[0][:150]
     # and on noisy timings where the speed moves every pass (a ratio that is not 1 in every choice)
     noisy: list[tuple] = []
     ks, _ = simulate(
@@ -228,11 +229,11 @@ def test_cpp_and_python_keep_switch_timings_apart_alike(driver, streams):
 # Recorded traces (tests/policy_traces.py), each with the setting that makes the case and without
 # it: (trace, settings, the passes to check, their k with the setting, their k without it).
 # ONE_DEAR_TIMING, issue 23's 19:10 run: 5 rows timed steadily once at 1.38x; re-timed at 15-16
-# (4 drafts from then on), or, without the re-time, 3 drafts until stale. BURST: 3 passes at
-# 10x; not kept (3 drafts on), or kept (one draft from then on).
+# (4 drafts from then on), or, without the re-time, 3 drafts. BURST: 3 passes at 10x; not kept
+# (3 drafts on), or kept (5 rows re-timed, then one draft from then on).
 TRACE_CASES = {
     "one-dear-timing": (one_dear_timing, "retime_margin", 0.25, slice(7, 17), [3] * 8 + [4, 4], [3] * 10),
-    "burst": (burst, "burst_ratio", 2.0, slice(53, 60), [3] * 7, [1] * 7),
+    "burst": (burst, "burst_ratio", 2.0, slice(53, 60), [3] * 7, [4, 4] + [1] * 5),
 }
 
 
@@ -251,8 +252,8 @@ def test_cpp_and_python_replay_the_recorded_traces_alike(driver, case, on):
 def test_cpp_and_python_recover_from_a_busy_start_alike(driver, on):
     # issue 41 §6: seeds of 2 rows at 3.55 s against 0.17 s for 1 (a busy start-up) priced drafting out
     # before any pass, until 2 rows went stale; the out-of-line seed forgotten, 2 rows are explored
-    # (1 draft) from the first pass. Without the rules (nor start-up exploration): one pass of 2 drafts
-    # (the seeded climb), then the target alone for the rest of the 120 passes
+    # (1 draft) from the first pass. Without the rules (nor start-up exploration): one pass of 3 drafts
+    # (the seeded climb, the best length on trust), then the target alone for the rest of the 120 passes
     off = PolicySettings(outlier_ratio=0.0, recheck_interval=0, explore_weight=0.0)
     settings = PolicySettings() if on else off
     events: list[tuple] = []
@@ -261,7 +262,7 @@ def test_cpp_and_python_recover_from_a_busy_start_alike(driver, on):
     if on:
         assert ks[:10] == [1] * 10 and ks.count(0) == 0 and policy.pass_cost[2] == 0.17
     else:
-        assert ks[0] == 2 and ks[1:] == [0] * 119
+        assert ks[0] == 3 and ks[1:] == [0] * 119
         assert policy.reason == "priced out: 2 rows cost 3.55 s vs 0.1 s, a drafter step 0.0017 s"
 
 
@@ -597,7 +598,9 @@ def test_cpp_and_python_shadow_probes_alike(driver, curve, streams, seeded):
     ks, policy = simulate(card, step, SHADOW_STREAMS[streams], 300, events=events, seeds=card if seeded else None, settings=settings)
     assert replay(driver, settings, events) == ks == replay_python(settings, events)
     if streams == "mixed" and curve.startswith("lavapipe"):  # shadows, and the interval at the end
-        want = (24, 16) if "dear" in curve else (50 if seeded else 43, 8)  # 39 and 37 before 39y (held back)
+        # 39 and 37 before 39y (held back); 50, 43 and 24 seeded before 39z (a pass of the target alone keeps the
+        # probes' count)
+        want = (26 if seeded else 24, 16) if "dear" in curve else (53 if seeded else 44, 8)
         assert (sum(e[0] == "shadow" for e in events), policy.interval) == want
     # where drafting does not pay the policy learns by shadows (test_draft_policy.py has the exact counts)
     assert any(e[0] == "shadow" for e in events) or streams in ("always-right", "real", "real-first-wrong")
@@ -610,7 +613,7 @@ def test_cpp_and_python_schedule_probes_by_a_probes_shadow_alone(driver):
     card, settings, events = CURVES["e2b-zen5"], PolicySettings(shadow=True), []
     ks, _ = simulate(card, 0.00095, SHADOW_STREAMS["real-first-wrong"], 190, events=events, seeds=card,
                      step_seed=0.00095, settings=settings, results_without_drafts=False)  # fmt: skip
-    assert sum(ks) == 497 and sum(e[0] == "shadow" for e in events) >= 4  # 198 before patch 39x, 455 before 39y
+    assert sum(ks) == 495 and sum(e[0] == "shadow" for e in events) >= 4  # 198 before 39x, 455 before 39y, 497 before 39z
     assert replay(driver, settings, events) == ks == replay_python(settings, events)
 
 

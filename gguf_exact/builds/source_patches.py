@@ -100,6 +100,7 @@ PATCHES: tuple[SourcePatch, ...] = (
     SourcePatch("39w", "0024-39w-exploration-shadows-schedule-nothing.patch", server_only=True),
     SourcePatch("39x", "0025-39x-shadows-first-drafts-and-cheap-probes.patch", server_only=True),
     SourcePatch("39y", "0026-39y-shadows-half-weight-held-back-after-a-miss.patch", server_only=True),
+    SourcePatch("39z", "0027-39z-stale-costs-as-timed-probes-best-on-trust.patch", server_only=True),
 )
 
 

@@ -286,7 +286,7 @@ class BatchPolicy(DraftPolicy):
             self.since_probe = self.since_probe + 1 if probe else 0
             climb = self.climbing and (self.last_k == 0 or self.all_right)
             if probe and (climb or self.since_probe >= self.interval):
-                self.since_probe = 0
+                self.since_probe, self.probe_from = 0, probe - 1  # judged by all its drafts, as before
                 if self.settings.shadow and k == 0 and not climb:  # only to learn: a shadow, beside others too
                     self.shadow, self.shadow_probe = probe, True
                 else:

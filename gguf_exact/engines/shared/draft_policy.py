@@ -10,15 +10,17 @@ policy picks ``argmax E(k) / T(k)`` for k in 0..min(n_max, limit). Its inputs ar
   (:meth:`DraftPolicy.now`: a shared host drifts, 44-83 ms for one 1-row pass in one run). Seeded
   (:meth:`DraftPolicy.seed`) by the engine's start-up where ``spec-draft-adaptive-warmup`` is on (the shipped
   profiles) until the first steady pass replaces the seed. Unseeded, a row count not measured yet costs what one row
-  fewer does (tried once, then known), so a non-monotonic curve (AVX-512's repacked Q4_0 kernels: 4 rows cheaper than
-  3) is found;
+  fewer does (tried once, then known), and probes go to the best length on trust, so a non-monotonic curve (AVX-512's
+  repacked Q4_0 kernels: 4 rows cheaper than 3) is found;
 - ``drafter_step``: one drafter decode, a running mean (seeded at start-up, else 0 until measured);
 - ``a_j``: :mod:`.acceptance_counts` (decayed, per acceptance class; a shadow at half weight; depth 1 after a miss).
 
 ``p_min``: a draft stops at a token whose drafter top probability (over its 10 best logits) is below it.
 
-Stale timings: a row count not timed in ``cost_max_age`` passes costs at most what one row fewer does, a single row
-stale is timed again by one pass of the target alone. Switches: llama.cpp reuses a decode's graph only for a batch of
+Stale timings: a row count not timed in ``cost_max_age`` passes costs as timed, at the speed now, and is timed again
+where its rate comes within ``retime_margin`` of the best's (patch 39z: costing at most one row fewer's, every stale
+count was drafted to re-time it, 3-5% of a Zen 4 run where nothing paid); a single row stale is timed again by one
+pass of the target alone. Switches: llama.cpp reuses a decode's graph only for a batch of
 the same shape, so a pass whose row count differs from the one before also rebuilds the graph (1 thread at E2B: 2
 rows after 1 cost 167 ms, after 2 136); its timing is not kept for a row count timed already; a row count timed only
 by a switch is provisional and drafted once more to time it steadily, unless the climb goes on (every draft right and
@@ -28,12 +30,13 @@ lengths of about one rate do not alternate, rebuilding every pass.
 Spikes: a row count costs the lowest of its recent steady timings, so one spike upward is ignored once timed twice; a
 steady timing above ``burst_ratio`` times its cost is not kept (issue 23). A longer length timed steadily only once,
 at least ``probe_interval`` passes ago, whose rate (the next depth on trust) is within ``retime_margin`` of the
-best's but below it, is timed again (two passes), at most once every ``probe_interval`` passes. A new timing above
+best's but below it, or stale (its rate so), is timed again (two passes), at most once every ``probe_interval``
+passes. A new timing above
 ``outlier_ratio`` times the nearest shorter row count's, scaled by rows, is forgotten the first time in a row (issue
 41: a busy start seeded 2 rows at 3.55 s against 0.17).
 
-Seeded costs leave nothing for optimism to explore, so a seeded policy *climbs* until a draft is first rejected, one
-depth deeper after each all-right pass where that could pay with the next depth on trust. While depth 1 was tried
+Seeded costs leave nothing for optimism to explore, so a seeded policy *climbs* until a draft is first rejected: after
+each all-right pass, the length a probe would take (:meth:`probe_length`) where that is longer. While depth 1 was tried
 fewer than ``explore_weight`` decayed drafts in the request's class (about 7), the policy that would draft nothing
 *explores*: it drafts where depth 1 one standard error above its estimate would pay (:meth:`explore_length`; issue
 38: one early rejection priced drafting out for 100 passes at 0.84).
@@ -48,9 +51,10 @@ draft was counted (in the request's acceptance class) every draft is a shadow, t
 after a miss where depth 1's count there says it would not pay (:meth:`held_back`); a failed probe's shadow doubles
 the interval only while its steps cost over ``SHADOW_BUDGET`` of the passes in between (E2B: never).
 
-Recovery: every ``probe_interval`` passes the policy drafts the shortest length longer than its best that could pay
-were the drafter always right one depth deeper; a failed probe doubles the interval (up to ``probe_interval_max``), a
-right one halves it. After ``recheck_interval`` passes priced out (no probe could pay) one draft re-times 2 rows and
+Recovery: every ``probe_interval`` passes that could carry a probe (a pass of the target alone does not reset the
+count: a probe and "priced out" alternate on noise) the policy drafts the longer length with the best rate were the
+drafter always right one depth deeper; a probe whose depth on trust is wrong doubles the interval (up to
+``probe_interval_max``), a right one halves it. After ``recheck_interval`` passes priced out (no probe could pay) one draft re-times 2 rows and
 the drafter step, and doubles that interval. :attr:`DraftPolicy.reason` says why the last choice.
 
 Deterministic (no RNG, probes on a schedule), plain arithmetic in one order, so llama.cpp's ``--spec-draft-adaptive``
@@ -90,6 +94,7 @@ class DraftPolicy(AcceptanceCounts):
     interval: int = 0  # current probe interval (0: the settings' base)
     since_probe: int = 0
     probing: int = 0  # the depth of the probe in flight, 0 when the last choice was no probe
+    probe_from: int = 0  # the length the last probe went deeper from: its depth probe_from + 1 taken on trust
     since_retime: int = 0
     retiming: int = 0  # the row count being timed again (its first pass chosen), else 0
     last_k: int = 0
@@ -115,17 +120,14 @@ class DraftPolicy(AcceptanceCounts):
         return rows in self.pass_cost and self.passes - self.timed_at[rows] <= self.settings.cost_max_age
 
     def cost(self, rows: int) -> float | None:
-        """A verification pass of ``rows`` rows: timed recently, else what one row fewer was (longer drafts are
-        explored one row at a time, each tried once on that optimistic guess and then known), else None (not
-        considered). A stale timing only ever turns optimistic: the lower of it and that guess (so a cheap row count
-        found once, AVX-512's 4 rows, stays found), and one row stale is unknown (one pass of the target alone times
+        """A verification pass of ``rows`` rows: as timed, at the speed now (:meth:`now`; a stale timing too: it is
+        timed again where it could come within ``retime_margin`` of paying, :meth:`retime_rows`); never timed, what
+        one row fewer costs (longer drafts are explored one row at a time, each tried once on that optimistic guess
+        and then known), else None (not considered). One row stale is unknown (one pass of the target alone times
         it again: drafting's gain is measured against it)."""
-        if self.timed(rows):
+        if rows in self.pass_cost and (rows > 1 or self.timed(rows)):
             return self.now(rows)
-        guess = self.now(rows - 1) if self.timed(rows - 1) else None
-        if rows not in self.pass_cost or rows == 1:
-            return guess  # (1 row stale: None)
-        return self.now(rows) if guess is None else min(self.now(rows), guess)
+        return self.now(rows - 1) if rows > 1 and self.timed(rows - 1) else None
 
     def now(self, rows: int) -> float:
         """``rows`` rows' timing at the machine's speed now: times what 1 row costs now over what it cost
@@ -218,23 +220,25 @@ class DraftPolicy(AcceptanceCounts):
         return e
 
     def probe_length(self, k: int, top: int) -> int:
-        """The shortest draft longer than ``k`` (up to ``top``) that could pay if the drafter were always right
-        at depth k + 1 (:meth:`trusting_rate`), or 0 when none could. (Where k + 2 rows cost k + 2 passes none
-        can: no probe is paid; nor for an always-right drafter one short of the bound where the longest pass
-        costs more than it brings.) A length further down counts too, so a cheap row count behind a dear one
-        (AVX-512: 4 rows cheaper than 3) is probed, and timed, itself."""
+        """The draft longer than ``k`` (up to ``top``) with the best rate were the drafter always right at depth
+        k + 1 (:meth:`trusting_rate`), if it beats ``k``'s (ties: the shorter), or 0. (Where k + 2 rows cost k + 2
+        passes none can: no probe is paid; nor for an always-right drafter one short of the bound where the longest
+        pass costs more than it brings.) So a cheap row count behind a dear one (AVX-512: 4 rows cheaper than 3) is
+        probed, and timed, itself (patch 39z: probing the shortest that could pay, the AVX-512 test found them after
+        530 passes once a stale count no longer looked cheap, against 13)."""
         here = self.rate(k)
         if here is None:
             return 0
+        pick, bar = 0, here * (1.0 + TIE_MARGIN)
         for j in range(k + 1, top + 1):
             r = self.trusting_rate(k, j)
-            if r is not None and r > here * (1.0 + TIE_MARGIN):
-                return j
-        return 0
+            if r is not None and r > bar:
+                pick, bar = j, r * (1.0 + TIE_MARGIN)
+        return pick
 
     def retime_rows(self, k: int, top: int) -> int:
         """The row count of a length longer than ``k`` (up to ``top``) timed steadily once, ``probe_interval``
-        passes ago or more, its :meth:`trusting_rate` within ``retime_margin`` of ``k``'s rate but not above
+        passes ago or more, or stale, its :meth:`trusting_rate` within ``retime_margin`` of ``k``'s rate but not above
         (those are the probes'), the highest-rated first; or 0 (one dear timing would stand until stale)."""
         here = self.rate(k)
         if here is None:
@@ -243,9 +247,10 @@ class DraftPolicy(AcceptanceCounts):
         for j in range(k + 1, top + 1):
             rows = j + 1
             once = self.timed(rows) and len(self.samples.get(rows, ())) == 1
-            if not once or self.passes - self.timed_at[rows] < self.settings.probe_interval:
+            stale = rows in self.pass_cost and not self.timed(rows)
+            if not (once or stale) or self.passes - self.timed_at[rows] < self.settings.probe_interval:
                 continue
-            r = self.trusting_rate(k, j)
+            r = self.rate(j) if stale else self.trusting_rate(k, j)
             if r is None or r * (1.0 + self.settings.retime_margin) < here or r > here * (1.0 + TIE_MARGIN):
                 continue
             if pick == 0 or r > pick_rate * (1.0 + TIE_MARGIN):
@@ -283,9 +288,9 @@ class DraftPolicy(AcceptanceCounts):
         if probe:
             self.since_probe += 1
             if self.since_probe >= self.interval:
-                self.since_probe = 0
+                self.since_probe, self.probe_from = 0, k
                 k = self.probing = probe
-        else:
+        elif k > 0:  # a pass of the target alone keeps the count (a probe and priced out alternate on noise)
             self.since_probe = 0
         # only to learn (from no drafts, nothing counted yet, or held back right after a miss): a shadow
         if self.settings.shadow and k > 0 and (base == 0 or not self.tried[0] or self.held_back(k)):
@@ -400,7 +405,7 @@ class DraftPolicy(AcceptanceCounts):
         self.all_right = drafted > 0 and accepted >= drafted
         self.count(drafted, accepted, chances)
         if self.probing:
-            self.probed(drafted >= self.probing and accepted >= self.probing)
+            self.probed(accepted > self.probe_from)  # the depth taken on trust was right
             self.probing = 0
 
     def observe_shadow(self, drafted: int, accepted: int, chances: Sequence[float] = ()) -> None:
@@ -408,7 +413,7 @@ class DraftPolicy(AcceptanceCounts):
         tokens (``chances``: as :meth:`observe_result`'s), counted at ``SHADOW_WEIGHT``; a probe's schedules the next
         probe (a failed one only where its steps cost over ``SHADOW_BUDGET``), an exploration's does not."""
         self.count(drafted, accepted, chances, SHADOW_WEIGHT)
-        ok, one = drafted > 0 and accepted >= drafted, self.cost(1) or 0.0
+        ok, one = accepted > self.probe_from, self.cost(1) or 0.0
         if self.shadow_probe and (ok or drafted * (self.step_cost or 0.0) > SHADOW_BUDGET * self.interval * one):
             self.probed(ok)
 
