@@ -27,6 +27,8 @@ CURVES: dict[str, dict[int, float]] = {
     # E2B at 2 threads on a Zen 4 (2026-12-05): the lowest steady passes of six traced `mixed` runs
     # (results/traces-s29-e2b-mixed-gemma-rejection-39x-39y-ab): 4 rows 2.8 passes, little pays
     "e2b-zen4": {1: 0.0410, 2: 0.0790, 3: 0.1100, 4: 0.1190, 5: 0.1570},
+    # the same Zen 4 as llama-server's start-up timed it (2026-12-05, the `mixed` pair): 4 rows 2.5 passes
+    "e2b-zen4-live": {1: 0.050, 2: 0.090, 3: 0.127, 4: 0.123, 5: 0.154},
 }
 LAVAPIPE_STEP = 0.090  # its drafter step: 61-121 ms in that run, the target's 1-row pass 46
 E2B_SWITCH, E2B_STEP = 0.031, 0.0017  # llama.cpp's graph rebuilt; the drafter step with its ordered head

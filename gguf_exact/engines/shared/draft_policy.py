@@ -17,10 +17,10 @@ policy picks ``argmax E(k) / T(k)`` for k in 0..min(n_max, limit). Its inputs ar
 
 ``p_min``: a draft stops at a token whose drafter top probability (over its 10 best logits) is below it.
 
-Stale timings: a row count not timed in ``cost_max_age`` passes costs as timed, at the speed now, and is timed again
-where its rate comes within ``retime_margin`` of the best's (patch 39z: costing at most one row fewer's, every stale
-count was drafted to re-time it, 3-5% of a Zen 4 run where nothing paid); a single row stale is timed again by one
-pass of the target alone. Switches: llama.cpp reuses a decode's graph only for a batch of
+Stale timings: a row count not timed in ``cost_max_age`` passes costs as timed, at the speed now (patch 39z: costing at
+most one row fewer's, every stale count was drafted to time it again, 3-5% of a Zen 4 run where nothing paid; so was
+re-timing it where its rate came within ``retime_margin``, 14-18 passes of 350 live); a single row stale is timed
+again by one pass of the target alone. Switches: llama.cpp reuses a decode's graph only for a batch of
 the same shape, so a pass whose row count differs from the one before also rebuilds the graph (1 thread at E2B: 2
 rows after 1 cost 167 ms, after 2 136); its timing is not kept for a row count timed already; a row count timed only
 by a switch is provisional and drafted once more to time it steadily, unless the climb goes on (every draft right and
@@ -30,8 +30,7 @@ lengths of about one rate do not alternate, rebuilding every pass.
 Spikes: a row count costs the lowest of its recent steady timings, so one spike upward is ignored once timed twice; a
 steady timing above ``burst_ratio`` times its cost is not kept (issue 23). A longer length timed steadily only once,
 at least ``probe_interval`` passes ago, whose rate (the next depth on trust) is within ``retime_margin`` of the
-best's but below it, or stale (its rate so), is timed again (two passes), at most once every ``probe_interval``
-passes. A new timing above
+best's but below it, is timed again (two passes), at most once every ``probe_interval`` passes. A new timing above
 ``outlier_ratio`` times the nearest shorter row count's, scaled by rows, is forgotten the first time in a row (issue
 41: a busy start seeded 2 rows at 3.55 s against 0.17).
 
@@ -120,9 +119,8 @@ class DraftPolicy(AcceptanceCounts):
         return rows in self.pass_cost and self.passes - self.timed_at[rows] <= self.settings.cost_max_age
 
     def cost(self, rows: int) -> float | None:
-        """A verification pass of ``rows`` rows: as timed, at the speed now (:meth:`now`; a stale timing too: it is
-        timed again where it could come within ``retime_margin`` of paying, :meth:`retime_rows`); never timed, what
-        one row fewer costs (longer drafts are explored one row at a time, each tried once on that optimistic guess
+        """A verification pass of ``rows`` rows: as timed, at the speed now (:meth:`now`; a stale timing too: only a
+        pass that drafts the length times it again); never timed, what one row fewer costs (longer drafts are explored one row at a time, each tried once on that optimistic guess
         and then known), else None (not considered). One row stale is unknown (one pass of the target alone times
         it again: drafting's gain is measured against it)."""
         if rows in self.pass_cost and (rows > 1 or self.timed(rows)):
@@ -238,8 +236,8 @@ class DraftPolicy(AcceptanceCounts):
 
     def retime_rows(self, k: int, top: int) -> int:
         """The row count of a length longer than ``k`` (up to ``top``) timed steadily once, ``probe_interval``
-        passes ago or more, or stale, its :meth:`trusting_rate` within ``retime_margin`` of ``k``'s rate but not above
-        (those are the probes'), the highest-rated first; or 0 (one dear timing would stand until stale)."""
+        passes ago or more, its :meth:`trusting_rate` within ``retime_margin`` of ``k``'s rate but not above
+        (those are the probes'), the highest-rated first; or 0 (one dear timing would stand: a stale one costs as timed)."""
         here = self.rate(k)
         if here is None:
             return 0
@@ -247,10 +245,9 @@ class DraftPolicy(AcceptanceCounts):
         for j in range(k + 1, top + 1):
             rows = j + 1
             once = self.timed(rows) and len(self.samples.get(rows, ())) == 1
-            stale = rows in self.pass_cost and not self.timed(rows)
-            if not (once or stale) or self.passes - self.timed_at[rows] < self.settings.probe_interval:
+            if not once or self.passes - self.timed_at[rows] < self.settings.probe_interval:
                 continue
-            r = self.rate(j) if stale else self.trusting_rate(k, j)
+            r = self.trusting_rate(k, j)
             if r is None or r * (1.0 + self.settings.retime_margin) < here or r > here * (1.0 + TIE_MARGIN):
                 continue
             if pick == 0 or r > pick_rate * (1.0 + TIE_MARGIN):
