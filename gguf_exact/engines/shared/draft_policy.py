@@ -53,8 +53,9 @@ the interval only while its steps cost over ``SHADOW_BUDGET`` of the passes in b
 Recovery: every ``probe_interval`` passes that could carry a probe (a pass of the target alone does not reset the
 count: a probe and "priced out" alternate on noise) the policy drafts the longer length with the best rate were the
 drafter always right one depth deeper; a probe whose depth on trust is wrong doubles the interval (up to
-``probe_interval_max``), a right one halves it. After ``recheck_interval`` passes priced out (no probe could pay) one draft re-times 2 rows and
-the drafter step, and doubles that interval. :attr:`DraftPolicy.reason` says why the last choice.
+``probe_interval_max``), a right one halves it. After ``recheck_interval`` passes priced out (no probe could pay)
+one draft re-times 2 rows and the drafter step, and doubles that interval. :attr:`DraftPolicy.reason` says why the
+last choice.
 
 Deterministic (no RNG, probes on a schedule), plain arithmetic in one order, so llama.cpp's ``--spec-draft-adaptive``
 (the C++ twin, ``common/draft-policy.h``) chooses the same k on the same recorded inputs (``test_draft_policy_cpp``);
@@ -120,9 +121,9 @@ class DraftPolicy(AcceptanceCounts):
 
     def cost(self, rows: int) -> float | None:
         """A verification pass of ``rows`` rows: as timed, at the speed now (:meth:`now`; a stale timing too: only a
-        pass that drafts the length times it again); never timed, what one row fewer costs (longer drafts are explored one row at a time, each tried once on that optimistic guess
-        and then known), else None (not considered). One row stale is unknown (one pass of the target alone times
-        it again: drafting's gain is measured against it)."""
+        pass that drafts the length times it again); never timed, what one row fewer costs (longer drafts are explored
+        one row at a time, each tried once on that optimistic guess and then known), else None (not considered). One
+        row stale is unknown (one pass of the target alone times it again: drafting's gain is measured against it)."""
         if rows in self.pass_cost and (rows > 1 or self.timed(rows)):
             return self.now(rows)
         return self.now(rows - 1) if rows > 1 and self.timed(rows - 1) else None
@@ -237,7 +238,8 @@ class DraftPolicy(AcceptanceCounts):
     def retime_rows(self, k: int, top: int) -> int:
         """The row count of a length longer than ``k`` (up to ``top``) timed steadily once, ``probe_interval``
         passes ago or more, its :meth:`trusting_rate` within ``retime_margin`` of ``k``'s rate but not above
-        (those are the probes'), the highest-rated first; or 0 (one dear timing would stand: a stale one costs as timed)."""
+        (those are the probes'), the highest-rated first; or 0 (one dear timing would stand: a stale one costs as
+        timed)."""
         here = self.rate(k)
         if here is None:
             return 0
