@@ -16,6 +16,7 @@ The `mixed` and `real` walks draw only where the walk starts and the costs' nois
 full-size pair's construction says (``tests/policy_traces.simulate``'s ``walk``).
 """
 
+import argparse
 import random
 import statistics
 import sys
@@ -82,21 +83,24 @@ def walk_run(kind: str, seed: int, passes: int) -> float:
 
 
 def main() -> None:
-    args = sys.argv[1:]
-    runs = int(args[args.index("--runs") + 1]) if "--runs" in args else 300
-    passes = int(args[args.index("--passes") + 1]) if "--passes" in args else 190
-    # what-ifs, for the docs' before and after: a shadow's weight (the shipped SHADOW_WEIGHT otherwise; 1 before
-    # patch 39y), and no shadow first right after a miss (DraftPolicy.held_back, 39y)
-    if "--shadow-weight" in args:
-        draft_policy.SHADOW_WEIGHT = float(args[args.index("--shadow-weight") + 1])
     global CARD, STEP
-    card = args[args.index("--card") + 1] if "--card" in args else "e2b-zen5"
-    CARD = CURVES[card]
-    if "--step" in args:
-        STEP = float(args[args.index("--step") + 1])
-    if "--cost-max-age" in args:
-        SETTINGS["cost_max_age"] = int(args[args.index("--cost-max-age") + 1])
-    if "--no-held-back" in args:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--runs", type=int, default=300)
+    ap.add_argument("--passes", type=int, default=190)
+    ap.add_argument("--card", choices=sorted(CURVES), default="e2b-zen5", help="a tests/policy_traces.CURVES card")
+    ap.add_argument("--step", type=float, default=STEP, help="the drafter step, seconds")
+    # what-ifs, for the docs' before and after: a shadow's weight (the shipped SHADOW_WEIGHT otherwise; 1 before
+    # patch 39y), no shadow first right after a miss (DraftPolicy.held_back, 39y), another cost_max_age
+    ap.add_argument("--shadow-weight", type=float)
+    ap.add_argument("--no-held-back", action="store_true")
+    ap.add_argument("--cost-max-age", type=int)
+    args = ap.parse_args()
+    card, runs, passes, CARD, STEP = args.card, args.runs, args.passes, CURVES[args.card], args.step
+    if args.shadow_weight is not None:
+        draft_policy.SHADOW_WEIGHT = args.shadow_weight
+    if args.cost_max_age is not None:
+        SETTINGS["cost_max_age"] = args.cost_max_age
+    if args.no_held_back:
         DraftPolicy.held_back = lambda self, k: False  # type: ignore[method-assign]
     print(f"{runs} runs of {passes} passes; x the target alone ({card} card, step {STEP * 1e3:.2f} ms, shadows on)")
     for kind, rates in KINDS.items():
