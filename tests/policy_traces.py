@@ -29,7 +29,12 @@ CURVES: dict[str, dict[int, float]] = {
     "e2b-zen4": {1: 0.0410, 2: 0.0790, 3: 0.1100, 4: 0.1190, 5: 0.1570},
     # the same Zen 4 as llama-server's start-up timed it (2026-12-05, the `mixed` pair): 4 rows 2.5 passes
     "e2b-zen4-live": {1: 0.050, 2: 0.090, 3: 0.127, 4: 0.123, 5: 0.154},
+    # the tiny `hidden` pair on lavapipe, one user, on the Zen 4 (2026-12-05): the median passes after start-up,
+    # 20-35% dearer than its start-up timings (LAVAPIPE_1_USER_SEEDS); nothing pays
+    "lavapipe-1-user": {1: 0.0706, 2: 0.1133, 3: 0.1765, 4: 0.2139, 5: 0.2525},
 }
+LAVAPIPE_1_USER_SEEDS = {1: 0.0529, 2: 0.0834, 3: 0.1161, 4: 0.1526, 5: 0.2209}
+LAVAPIPE_1_USER_STEP, LAVAPIPE_1_USER_STEP_SEED = 0.041, 0.034  # the drafter step: median after, at start-up
 LAVAPIPE_STEP = 0.090  # its drafter step: 61-121 ms in that run, the target's 1-row pass 46
 E2B_SWITCH, E2B_STEP = 0.031, 0.0017  # llama.cpp's graph rebuilt; the drafter step with its ordered head
 

@@ -7,6 +7,9 @@ import math
 import pytest
 from policy_traces import (
     CURVES,
+    LAVAPIPE_1_USER_SEEDS,
+    LAVAPIPE_1_USER_STEP,
+    LAVAPIPE_1_USER_STEP_SEED,
     LAVAPIPE_STEP,
     Stream,
     burst,
@@ -325,7 +328,8 @@ def test_seeded_costs_start_at_the_machines_best_length(curve: str, learned: str
     assert "".join(map(str, simulate(CURVES[curve], 0.001, always_right, 40)[0])) == learned
     ks, policy = simulate(CURVES[curve], 0.001, always_right, 40, seeds=CURVES[curve])
     assert "".join(map(str, ks)) == seeded
-    assert policy.climbing  # no draft was ever rejected
+    # no draft was ever rejected; on the cpu curve the recheck's draft, timed, was priced out (patch 39za)
+    assert policy.climbing is (curve != "cpu")
 
 
 def test_a_seeded_policy_climbs_until_a_draft_is_rejected() -> None:
@@ -351,6 +355,27 @@ def test_a_seeded_policy_climbs_until_a_draft_is_rejected() -> None:
     unexplored = PolicySettings(explore_weight=0.0)
     ks, _ = simulate(CURVES["avx512"], 0.001, [Stream(0.45)] * 4, 40, seeds=CURVES["avx512"], settings=unexplored)
     assert "".join(map(str, ks)) == "3000000030000000000000003000000030000000"
+
+
+@pytest.mark.parametrize(
+    ("shadow", "start", "speed"),
+    [(True, "000112020223011000000022", 0.9689), (False, "001122300000110000000000", 0.9846)],
+)
+def test_the_climb_ends_where_a_drafted_length_timed_is_priced_out(shadow: bool, start: str, speed: float) -> None:
+    # the tiny `hidden` pair on lavapipe, one user: start-up timed every row count 20-35% below the passes that
+    # followed, so each seed a climb had not yet re-timed looked cheap, and an always-right drafter never ends the
+    # climb by a rejection: it climbed again after passes without drafts, at 0.84x the target alone live. Now the
+    # first priced-out pass after one that drafted ends it (before patch 39za: 0.9544x / 0.9699x, 9 / 8 passes of
+    # 3-4 drafts against 1 / 1; the rechecks' two passes of one draft remain)
+    events: list[tuple] = []
+    ks, policy = simulate(CURVES["lavapipe-1-user"], LAVAPIPE_1_USER_STEP, [Stream(1.0)] * 4, 300, events=events,
+                          seeds=LAVAPIPE_1_USER_SEEDS, step_seed=LAVAPIPE_1_USER_STEP_SEED,
+                          settings=PolicySettings(shadow=shadow), results_without_drafts=False)  # fmt: skip
+    assert "".join(map(str, ks[: len(start)])) == start and not policy.climbing
+    assert sum(k >= 3 for k in ks) == 1 and ks.count(1) == 16
+    seconds = sum(e[2] for e in events if e[0] in ("pass", "steps"))
+    tokens = len(ks) + sum(e[2] for e in events if e[0] == "result")
+    assert tokens / seconds * CURVES["lavapipe-1-user"][1] == pytest.approx(speed, abs=5e-5)
 
 
 def test_a_seed_prices_its_rows_until_the_first_steady_pass_replaces_it() -> None:

@@ -15,6 +15,9 @@ from helpers import sdist_files
 from policy_traces import (
     CLASS_SWITCHES,
     CURVES,
+    LAVAPIPE_1_USER_SEEDS,
+    LAVAPIPE_1_USER_STEP,
+    LAVAPIPE_1_USER_STEP_SEED,
     LAVAPIPE_4,
     LAVAPIPE_4_STEP,
     LAVAPIPE_4_STEP_ALL,
@@ -64,7 +67,7 @@ def patched_tree(tmp_path_factory) -> Path:
             capture_output=True,
         )
     assert all(p not in source_patches.patches_for("cpu", bindings=True) for p in ADAPTIVE)
-    assert [p.id for p in ADAPTIVE] == ["23a", "23b", "23c", "23d", "23e", "23f", "23g"] and SERIES[-1].id == "39z"
+    assert [p.id for p in ADAPTIVE] == ["23a", "23b", "23c", "23d", "23e", "23f", "23g"] and SERIES[-1].id == "39za"
     return root
 
 
@@ -170,8 +173,9 @@ def test_cpp_and_python_seed_costs_and_climb_alike(driver, curve, streams):
     ks, policy = simulate(CURVES[curve], 0.002, streams, 200, events=events, switch=switch, seeds=seeds)
     assert events[: len(seeds)] == [("seed", r, c) for r, c in seeds.items()]
     assert replay(driver, PolicySettings(n_max=4), events) == ks
-    # the climb ends at the first rejected draft: only an always-right drafter (or none drafted) keeps it
-    assert policy.climbing == (all(s.rate == 1.0 for s in streams) or not any(ks))
+    # the climb ends at the first rejected draft: only an always-right drafter (or none drafted) keeps it, and not
+    # on the cpu curve, where nothing pays: the recheck's draft, timed, is priced out (patch 39za)
+    assert policy.climbing == ((all(s.rate == 1.0 for s in streams) and curve != "cpu") or not any(ks))
 
 
 @pytest.mark.parametrize("streams", [[Stream(1.0)] * 4, [Stream(0.45), Stream(0.88), Stream(0.88), Stream(0.88)]])
@@ -282,6 +286,18 @@ def test_cpp_and_python_recheck_a_priced_out_drafter_step_alike(driver, on):
         assert policy.step_cost is not None and policy.step_cost < 0.002
     else:
         assert ks[35:] == [0] * 165 and policy.step_cost > 0.1
+
+
+@pytest.mark.parametrize("shadow", [True, False])
+def test_cpp_and_python_end_the_climb_where_a_drafted_length_is_priced_out_alike(driver, shadow):
+    # lavapipe, one user: seeds 20-35% below the passes after; an always-right drafter's climb ends at the first
+    # priced-out pass after a drafting one (patch 39za), in both twins at the same pass
+    settings, events = PolicySettings(shadow=shadow), []
+    ks, policy = simulate(CURVES["lavapipe-1-user"], LAVAPIPE_1_USER_STEP, [Stream(1.0)] * 4, 300, events=events,
+                          seeds=LAVAPIPE_1_USER_SEEDS, step_seed=LAVAPIPE_1_USER_STEP_SEED, settings=settings,
+                          results_without_drafts=False)  # fmt: skip
+    assert replay(driver, settings, events) == ks
+    assert not policy.climbing and sum(k >= 3 for k in ks) == 1
 
 
 def test_cpp_and_python_let_a_spuriously_low_timing_go_alike(driver):

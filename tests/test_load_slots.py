@@ -122,7 +122,7 @@ def test_four_adaptive_slots_choose_in_the_batch_and_both_twins_replay_each_slot
         drafted += len(calls)
     # choices made beside other slots' rows (some before other slots chose), passes priced by the batch, drafter
     # calls (a slot may draw none: since 39x its first draft is a shadow, and beside others it may never pay)
-    assert beside > 0 and shared > 0 and after > 0 and drafted > 0
+    assert beside > 0 and shared > 0 and after > 0 and drafted > 0, (beside, shared, after, drafted)
     policies = [s["draft_policy"] for s in slots]
     assert all(p["batch_rows"] >= p["others_rows"] + 1 >= 1 for p in policies)
     assert status == 200 and "llamacpp:spec_batch_rows " in metrics

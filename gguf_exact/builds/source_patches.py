@@ -101,6 +101,7 @@ PATCHES: tuple[SourcePatch, ...] = (
     SourcePatch("39x", "0025-39x-shadows-first-drafts-and-cheap-probes.patch", server_only=True),
     SourcePatch("39y", "0026-39y-shadows-half-weight-held-back-after-a-miss.patch", server_only=True),
     SourcePatch("39z", "0027-39z-stale-costs-as-timed-probes-best-on-trust.patch", server_only=True),
+    SourcePatch("39za", "0028-39za-climb-ends-where-priced-out.patch", server_only=True),
 )
 
 

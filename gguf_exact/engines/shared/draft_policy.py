@@ -34,11 +34,13 @@ best's but below it, is timed again (two passes), at most once every ``probe_int
 ``outlier_ratio`` times the nearest shorter row count's, scaled by rows, is forgotten the first time in a row (issue
 41: a busy start seeded 2 rows at 3.55 s against 0.17).
 
-Seeded costs leave nothing for optimism to explore, so a seeded policy *climbs* until a draft is first rejected: after
-each all-right pass, the length a probe would take (:meth:`probe_length`) where that is longer. While depth 1 was tried
-fewer than ``explore_weight`` decayed drafts in the request's class (about 7), the policy that would draft nothing
-*explores*: it drafts where depth 1 one standard error above its estimate would pay (:meth:`explore_length`; issue
-38: one early rejection priced drafting out for 100 passes at 0.84).
+Seeded costs leave nothing for optimism to explore, so a seeded policy *climbs* until a draft is first rejected, or a
+pass after one that drafted is priced out (patch 39za: lavapipe's seeds ran 20-35% below the passes after, and an
+always-right drafter, never rejected, climbed again after passes without drafts): after each all-right pass, the
+length a probe would take (:meth:`probe_length`) where that is longer. While depth 1 was tried fewer than
+``explore_weight`` decayed drafts in the request's class (about 7), the policy that would draft nothing *explores*: it
+drafts where depth 1 one standard error above its estimate would pay (:meth:`explore_length`; issue 38: one early
+rejection priced drafting out for 100 passes at 0.84).
 
 Shadows (``shadow``): from no drafts, a probe or exploration only learns, yet a verified draft pays a pass of more
 rows for it (E2B, 2 cores: 2 rows cost 1.75 passes of 1). With shadows it is drafted, not verified
@@ -99,7 +101,7 @@ class DraftPolicy(AcceptanceCounts):
     retiming: int = 0  # the row count being timed again (its first pass chosen), else 0
     last_k: int = 0
     all_right: bool = False  # the last pass carried drafts and kept every one (its observe_result says)
-    climbing: bool = False  # costs seeded and no draft rejected yet: each all-right pass may draft deeper (choose)
+    climbing: bool = False  # seeded, no draft rejected, none priced out yet: each all-right pass may draft deeper
     doubted: dict[int, bool] = field(default_factory=dict)  # rows -> its last timing out of line was forgotten
     idle: int = 0  # passes in a row chosen at 0 drafts while priced out
     recheck_every: int = 0  # the current recheck interval (0: the settings' base)
@@ -304,6 +306,8 @@ class DraftPolicy(AcceptanceCounts):
         # priced out: not even an always-right drafter could pay, so nothing would time the costs again but
         # staleness (a busy pass, 2 rows at 20x, held llama-server at the target alone for minutes): a recheck
         priced_out = k == 0 and top >= 1 and probe == 0 and not self.shadow and self.rate(0) is not None
+        if priced_out and self.climbing and self.last_k > 0:  # the climb's draft, timed, priced out: its seeds
+            self.climbing = False  # were cheap (patch 39za); the probes' schedule goes on from here
         why = explain(self, k, top, priced_out, climbed, explored > 0 and explored == k)
         if priced_out and self.settings.recheck_interval > 0:
             self.idle += 1
