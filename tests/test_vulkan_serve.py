@@ -552,7 +552,7 @@ def test_flash_attention_on_lavapipe_is_refused_and_why(pairs, device, tmp_path)
     ), r.stderr
     # the evidence: the target alone, -fa on. The crash is a race in the driver, settled per process: a server
     # dies on its first request, mostly, or a few later (a request answered before the crash came in 3 of 6
-    # tries on one machine), or (a Zen 4, 2026-12-05: 4 launches of 9) answers every request, at about 2 s each.
+    # tries on one machine), or (a Zen 4, 2026-12-05: 4 launches of 15) answers every request, at about 2 s each.
     # So up to 4 launches of up to 8 requests of growing length, within a minute each, until one dies
     outcomes: list[int | str] = []
     while len(outcomes) < 4 and -signal.SIGSEGV not in outcomes:
