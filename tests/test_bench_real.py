@@ -11,9 +11,18 @@ from types import SimpleNamespace
 
 import pytest
 from _llama_server import TEST_SETTINGS
+from policy_traces import read_trace, replay_python
 
 from gguf_exact.bench.parity import engine_parity, parity_line, parity_modes
-from gguf_exact.bench.real import Arm, arms_side_by_side, check_room, concurrent_arm, engines_arm, proc_kib
+from gguf_exact.bench.real import (
+    Arm,
+    arms_side_by_side,
+    check_room,
+    concurrent_arm,
+    engines_arm,
+    proc_kib,
+    trace_env,
+)
 from gguf_exact.engines.shared.engine_options import server_threads
 from gguf_exact.errors import InputError
 from gguf_exact.tiny.hidden_pair import CYCLE, write_hidden_state_pair
@@ -71,11 +80,13 @@ def test_the_target_alone_side_by_side(pair):
 
 @pytest.mark.bindings
 @pytest.mark.llama_server
-def test_an_adaptive_arm_serves_the_policy_in_both_engines_with_the_same_text(pair):
+def test_an_adaptive_arm_serves_the_policy_in_both_engines_with_the_same_text(pair, tmp_path, monkeypatch):
     """bench-real's adaptive arm: spec-draft-adaptive on, n-max its bound; whatever length the
     policy picks on this pair (a tiny drafter step costs what a target pass does: often none),
-    the text is the target alone's in both engines and nothing drafted is wasted here."""
+    the text is the target alone's in both engines and nothing drafted is wasted here. Traced, each
+    server loaded beside the other writes a trace of its own, which replays its choices."""
     alone = engines_arm(pair[0], None, ("llama-server", "python"), 0, PROMPTS, 9, TEST_SETTINGS, rounds=1)
+    monkeypatch.setenv("LLAMA_SPEC_DRAFT_TRACE", str(tmp_path / "policy"))
     arms = engines_arm(
         pair[0], pair[1], ("llama-server", "python"), 4, PROMPTS, 9, TEST_SETTINGS, rounds=1, adaptive=True
     )
@@ -92,6 +103,11 @@ def test_an_adaptive_arm_serves_the_policy_in_both_engines_with_the_same_text(pa
     py = {a.engine: a.python_seconds for a in arms}
     assert py["llama-server"] is None and 0 <= py["python"] < next(a.wall_seconds for a in arms if a.engine == "python")
     assert all(b.policy is None for b in alone)  # the target alone: no length chosen
+    # one path given, a file per server (before: one file, the two engines' lines interleaved)
+    assert sorted(f.name for f in tmp_path.iterdir()) == ["policy.0-llama-server.0", "policy.1-python.0"]
+    for f in tmp_path.iterdir():
+        [(settings, events, chosen)] = read_trace(f)
+        assert settings.n_max == 4 and chosen and replay_python(settings, events) == chosen
 
 
 @pytest.mark.bindings
@@ -130,6 +146,12 @@ def test_three_arms_side_by_side_take_turns_at_going_first(pair):
     assert all(r.same_every_round for r in results)
     assert alone.texts == fixed.texts == adaptive.texts and walks_the_cycle(alone.texts[0])
     assert adaptive.as_dict()["sets"] == ["spec-draft-p-min=0.25"] and adaptive.as_dict()["label"] == ""
+
+
+def test_a_trace_path_is_each_servers_own_only_where_one_is_set_and_the_server_named():
+    assert trace_env("1-python", {"LLAMA_SPEC_DRAFT_TRACE": "/t/policy"}) == {"LLAMA_SPEC_DRAFT_TRACE": "/t/policy.1-python"}
+    assert trace_env("1-python", {}) == {} and trace_env("1-python", {"LLAMA_SPEC_DRAFT_TRACE": ""}) == {}
+    assert trace_env(None, {"LLAMA_SPEC_DRAFT_TRACE": "/t/policy"}) == {}  # serve's own: FILE.<slot>, as before
 
 
 def test_anonymous_memory_is_read_from_smaps_rollup():
@@ -171,7 +193,7 @@ def test_arms_side_by_side_stops_what_it_started_when_the_next_server_would_not_
     started, stopped = [], []
 
     @contextmanager
-    def fake_running(target, drafter, engine, sets, profile):
+    def fake_running(target, drafter, engine, sets, profile, trace_label=None):
         started.append((engine, drafter, list(sets)))
         try:
             yield SimpleNamespace(url="http://127.0.0.1:1"), SimpleNamespace(pid=1), 1.0

@@ -273,11 +273,12 @@ def measure_load(
     for p in req.parallels:
         with ExitStack() as stack:
             urls = []
-            for arm in req.arms:
+            for j, arm in enumerate(req.arms):
                 sets = [*req.sets, f"{PARALLEL_KEY}={p}", f"{CTX_KEY}={req.ctx_per_slot * p}", *arm.overrides()]
                 drafter = req.drafter if arm.n_max else None
+                label = f"{req.kind}-{p}-users-{j}"  # a trace path of its own beside the other arms' servers
                 launch, _proc, _load = stack.enter_context(
-                    running(req.target, drafter, "llama-server", sets, req.profile, req.vulkan_devices)
+                    running(req.target, drafter, "llama-server", sets, req.profile, req.vulkan_devices, trace_label=label)
                 )
                 # warm-up: pages the weights in, on a prompt of its own
                 post_json(launch.url + "/completion", {"prompt": "Warm-up.", "n_predict": 2, "cache_prompt": False})

@@ -20,9 +20,11 @@ What the passes cost in-process, and the speed-up that predicts: :mod:`.pass_cos
 
 from __future__ import annotations
 
+import os
 import statistics
 import threading
 import time
+from collections.abc import Mapping
 from contextlib import ExitStack, contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -30,6 +32,7 @@ from typing import Any, Callable, Iterator, Sequence
 
 from gguf_exact.bench.report import Figures
 from gguf_exact.bench.request import BENCH_PROFILE, SAMPLERS, adaptive_length, fixed_length, rule_overrides
+from gguf_exact.engines.python.policy_trace import TRACE_ENV
 from gguf_exact.engines.shared.settings import ENGINES  # what serve --engine takes
 from gguf_exact.errors import InputError
 
@@ -151,10 +154,12 @@ def running(
     profile: str = BENCH_PROFILE,
     vulkan_devices: str | None = None,
     server_bin: Path | None = None,
+    trace_label: str | None = None,
 ) -> Iterator[tuple[Any, Any, float]]:
     """A started server (launch, process, seconds to healthy), stopped on exit; ``vulkan_devices`` as
     ``serve --vulkan-devices`` (lavapipe, a CPU-type device llama.cpp hides otherwise), ``server_bin`` as
-    ``serve --server-bin`` (another build's llama-server)."""
+    ``serve --server-bin`` (another build's llama-server); ``trace_label``: its trace path of its own
+    (:func:`trace_env`)."""
     from gguf_exact.engines.launch import plan_launch, start_server
     from gguf_exact.engines.shared.process import free_port
     from gguf_exact.engines.shared.settings import ServeSettings
@@ -165,11 +170,19 @@ def running(
         server_bin=server_bin,
     )  # fmt: skip
     launch = plan_launch(settings)
-    proc, seconds = start_server(launch, detach=True, timeout=900)
+    proc, seconds = start_server(launch, detach=True, timeout=900, extra_env=trace_env(trace_label, os.environ))
     try:
         yield launch, proc, seconds
     finally:
         stop_server(launch.port)
+
+
+def trace_env(label: str | None, environ: Mapping[str, str]) -> dict[str, str]:
+    """Where ``LLAMA_SPEC_DRAFT_TRACE`` is set and a server has a ``label``, a path of its own for it,
+    ``PATH.<label>`` (its slots write ``PATH.<label>.<slot>``): servers loaded at once given one path
+    appended to one file, interleaved (two engines' adaptive arms could not be replayed)."""
+    path = environ.get(TRACE_ENV)
+    return {TRACE_ENV: f"{path}.{label}"} if path and label else {}
 
 
 def proc_kib(text: str, key: str) -> int:
@@ -255,7 +268,8 @@ def arms_side_by_side(
             if i:
                 check_room(len(arms), len(arms) - i, largest_anonymous, model_bytes, memory_available_bytes())
             launch, proc, load = stack.enter_context(
-                running(target, drafter if arm.n_max else None, arm.engine, [*sets, *arm.overrides()], profile)
+                running(target, drafter if arm.n_max else None, arm.engine, [*sets, *arm.overrides()], profile,
+                        trace_label=f"{i}-{arm.engine}")  # fmt: skip
             )
             openai_generate(launch.url, prompts[0], 2, 0.0, 1)  # warm-up: pages the weights in
             largest_anonymous = max(largest_anonymous, anonymous_bytes(proc.pid))

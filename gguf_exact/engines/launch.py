@@ -15,6 +15,7 @@ import shlex
 import signal
 import subprocess
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -227,18 +228,21 @@ def wait_healthy(launch: Launch, proc: subprocess.Popen, timeout: float) -> floa
         time.sleep(0.2)
 
 
-def start_server(launch: Launch, detach: bool = False, timeout: float = 600.0) -> tuple[subprocess.Popen, float]:
+def start_server(
+    launch: Launch, detach: bool = False, timeout: float = 600.0, extra_env: Mapping[str, str] | None = None
+) -> tuple[subprocess.Popen, float]:
     """Start the server and wait for ``/health``: (process, seconds to healthy).
 
     ``detach`` puts it in its own session with its console in ``console.log``, so it
-    outlives this process; otherwise it shares this terminal.
+    outlives this process; otherwise it shares this terminal. ``extra_env``: entries over
+    :func:`server_env`'s (the benchmarks' trace path per server).
     """
     rdir = launch.run_dir
     claim_run_folder(rdir, launch.host, launch.port, "server ")
     for name in (LOG_FILE, CONSOLE_FILE):
         (rdir / name).unlink(missing_ok=True)
     write_settings(launch.settings, rdir)
-    proc = spawn(launch.command, rdir, detach, server_env(launch))
+    proc = spawn(launch.command, rdir, detach, server_env(launch) | dict(extra_env or {}))
     write_state(launch.settings, rdir, launch.command, proc.pid, detach)
     return proc, await_start(proc, rdir, lambda: wait_healthy(launch, proc, timeout))
 
