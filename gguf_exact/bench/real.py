@@ -158,8 +158,7 @@ def running(
 ) -> Iterator[tuple[Any, Any, float]]:
     """A started server (launch, process, seconds to healthy), stopped on exit; ``vulkan_devices`` as
     ``serve --vulkan-devices`` (lavapipe, a CPU-type device llama.cpp hides otherwise), ``server_bin`` as
-    ``serve --server-bin`` (another build's llama-server); ``trace_label``: its trace path of its own
-    (:func:`trace_env`)."""
+    ``serve --server-bin`` (another build's llama-server), ``trace_label`` as :func:`trace_env`."""
     from gguf_exact.engines.launch import plan_launch, start_server
     from gguf_exact.engines.shared.process import free_port
     from gguf_exact.engines.shared.settings import ServeSettings
@@ -178,11 +177,9 @@ def running(
 
 
 def trace_env(label: str | None, environ: Mapping[str, str]) -> dict[str, str]:
-    """Where ``LLAMA_SPEC_DRAFT_TRACE`` is set and a server has a ``label``, a path of its own for it,
-    ``PATH.<label>`` (its slots write ``PATH.<label>.<slot>``): servers loaded at once given one path
-    appended to one file, interleaved (two engines' adaptive arms could not be replayed)."""
-    path = environ.get(TRACE_ENV)
-    return {TRACE_ENV: f"{path}.{label}"} if path and label else {}
+    """A ``label``ed server's own ``LLAMA_SPEC_DRAFT_TRACE`` where one is set, ``PATH.<label>``: servers
+    loaded at once given one path appended to one file, interleaved (not replayable)."""
+    return {TRACE_ENV: f"{environ[TRACE_ENV]}.{label}"} if environ.get(TRACE_ENV) and label else {}
 
 
 def proc_kib(text: str, key: str) -> int:
