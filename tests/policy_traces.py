@@ -5,6 +5,7 @@ the events so the C++ twin can replay them."""
 from __future__ import annotations
 
 import math
+import random
 from dataclasses import dataclass, field, replace
 
 from gguf_exact.engines.shared.acceptance_class import GREEDY, SAMPLED_EXACT
@@ -196,6 +197,18 @@ def busy_steps(events: list[tuple] | None = None, settings: PolicySettings | Non
         CURVES["e2b"], E2B_STEP, list(REAL_LIKE), passes, events=events, switch=E2B_SWITCH, settings=settings,
         slow_steps=BUSY_STEPS,
     )  # fmt: skip
+
+
+def lavapipe_mixed_walk(events: list[tuple] | None = None, settings: PolicySettings | None = None, passes: int = 370):
+    """The `mixed` pair's walk from axis 6 on the lavapipe one-user card, seeded as it was (20-35% cheap), its drafter
+    step 0.58 of a 1-row pass, each pass within 8% of its cost (``random.Random(1)``): the seeded 2 rows, never
+    verified, make a probe of depth 1 from the target alone look payable; its shadow is right 2 times in 3."""
+    rng = random.Random(1)
+    noise = {i: 1.0 + rng.uniform(-0.08, 0.08) for i in range(passes)}
+    return simulate(CURVES["lavapipe-1-user"], LAVAPIPE_1_USER_STEP, [], passes, events=events, slow=noise,
+                    seeds=LAVAPIPE_1_USER_SEEDS, step_seed=LAVAPIPE_1_USER_STEP_SEED,
+                    settings=settings or PolicySettings(shadow=True), results_without_drafts=False,
+                    walk=("mixed", 6))  # fmt: skip
 
 
 def read_trace(path) -> list[tuple[PolicySettings, list[tuple], list[int]]]:

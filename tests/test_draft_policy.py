@@ -15,6 +15,7 @@ from policy_traces import (
     burst,
     class_switches,
     drift,
+    lavapipe_mixed_walk,
     one_dear_timing,
     pass_yields,
     simulate,
@@ -378,6 +379,24 @@ def test_the_climb_ends_where_a_drafted_length_timed_is_priced_out(shadow: bool,
     assert tokens / seconds * CURVES["lavapipe-1-user"][1] == pytest.approx(speed, abs=5e-5)
 
 
+def test_a_right_probes_shadow_comes_no_sooner_than_its_steps_are_the_shadow_budget() -> None:
+    # lavapipe, one user, the `mixed` walk: the seeded 2 rows (83 ms, 113 after) are never verified, so a probe
+    # of depth 1 from the target alone looks payable at every interval; its shadow is right 2 times in 3, each
+    # right one halves the interval back to 8, and a step of 41 ms every 8 passes of 71 cost 7%: 0.937x the
+    # target alone, 43 shadows (before patch 39zb). Now a right probe's shadow comes no sooner than its steps are
+    # SHADOW_BUDGET of the passes in between: 41 / (0.02 * 70.6) = 29.04, every 30 passes
+    events: list[tuple] = []
+    ks, policy = lavapipe_mixed_walk(events)
+    shadows, n = [], -1
+    for event in events:
+        n += event[0] == "choose"
+        shadows += [(n, event[1])] if event[0] == "shadow" else []
+    at = [2, 3, 11, 39, 68, 76, 104, 119, 120, 150, 181, 243, 305, 336, 367]
+    assert shadows == [(i, 1) for i in at] and sum(ks) == 0 and policy.interval == 29
+    seconds = sum(e[2] for e in events if e[0] in ("pass", "steps"))
+    assert len(ks) / seconds * CURVES["lavapipe-1-user"][1] == pytest.approx(0.97754, abs=5e-5)
+
+
 def test_a_seed_prices_its_rows_until_the_first_steady_pass_replaces_it() -> None:
     policy = DraftPolicy(PolicySettings(n_max=2))
     for rows, seconds in {1: 0.1, 2: 0.12, 3: 0.13, 4: 0.5}.items():  # 4 rows: above the bound, ignored
@@ -488,8 +507,10 @@ def test_a_shadow_counts_at_half_weight_and_a_probes_sets_the_probe_schedule() -
     policy.interval, policy.shadow_probe, policy.probe_from = 16, True, 1  # a probe from 1 draft: depth 2 on trust
     policy.observe_shadow(3, 1)  # a probe's: depths 1 and 2 compared, right, then wrong; SHADOW_WEIGHT 0.5 (39y)
     assert policy.tried == [0.5, 0.5, 0.0] and policy.accepted == [0.5, 0.0, 0.0] and policy.interval == 32
-    policy.observe_shadow(2, 2, (0.75, 0.5))  # rejection sampling: each depth's sum min(p, q) counted
-    assert policy.tried == [0.975, 0.975, 0.0] and policy.accepted == [0.85, 0.25, 0.0] and policy.interval == 16
+    policy.observe_shadow(2, 2, (0.75, 0.5))  # rejection sampling: each depth's sum min(p, q) counted; right, the
+    # interval halves to 16, yet no sooner than its 2 steps (17 ms) are SHADOW_BUDGET of the passes: 17 (39zb)
+    assert policy.tried == [0.975, 0.975, 0.0] and policy.accepted == [0.85, 0.25, 0.0] and policy.interval == 17
+    policy.interval = 16
     policy.shadow_probe = False  # an exploration's (patch 39w): counted, the schedule kept, as a verified one's
     assert not policy.missed
     policy.observe_shadow(1, 0)

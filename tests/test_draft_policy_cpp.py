@@ -33,6 +33,7 @@ from policy_traces import (
     busy_steps,
     class_switches,
     drift,
+    lavapipe_mixed_walk,
     one_dear_timing,
     replay_python,
     simulate,
@@ -67,7 +68,7 @@ def patched_tree(tmp_path_factory) -> Path:
             capture_output=True,
         )
     assert all(p not in source_patches.patches_for("cpu", bindings=True) for p in ADAPTIVE)
-    assert [p.id for p in ADAPTIVE] == ["23a", "23b", "23c", "23d", "23e", "23f", "23g"] and SERIES[-1].id == "39za"
+    assert [p.id for p in ADAPTIVE] == ["23a", "23b", "23c", "23d", "23e", "23f", "23g"] and SERIES[-1].id == "39zb"
     return root
 
 
@@ -298,6 +299,15 @@ def test_cpp_and_python_end_the_climb_where_a_drafted_length_is_priced_out_alike
                           results_without_drafts=False)  # fmt: skip
     assert replay(driver, settings, events) == ks
     assert not policy.climbing and sum(k >= 3 for k in ks) == 1
+
+
+def test_cpp_and_python_space_a_probes_shadows_by_the_shadow_budget_alike(driver):
+    # lavapipe, one user, the `mixed` walk: a right probe's shadow no sooner than its 41 ms step is 2% of the
+    # passes (patch 39zb), at the same passes in both twins
+    events: list[tuple] = []
+    ks, policy = lavapipe_mixed_walk(events)
+    assert replay(driver, PolicySettings(shadow=True), events) == ks
+    assert policy.interval == 29 and sum(e[0] == "shadow" for e in events) == 15
 
 
 def test_cpp_and_python_let_a_spuriously_low_timing_go_alike(driver):
@@ -615,8 +625,9 @@ def test_cpp_and_python_shadow_probes_alike(driver, curve, streams, seeded):
     assert replay(driver, settings, events) == ks == replay_python(settings, events)
     if streams == "mixed" and curve.startswith("lavapipe"):  # shadows, and the interval at the end
         # 39 and 37 before 39y (held back); 50, 43 and 24 seeded before 39z (a pass of the target alone keeps the
-        # probes' count)
-        want = (26 if seeded else 24, 16) if "dear" in curve else (53 if seeded else 44, 8)
+        # probes' count); dear steps, 26 and 24 at an interval of 16 before 39zb (a shadow of one 10 ms step is 2% of
+        # 11 passes of 45.7 ms: a failed one no longer doubles 11, a right one halves it to no fewer)
+        want = (28 if seeded else 23, 11) if "dear" in curve else (53 if seeded else 44, 8)
         assert (sum(e[0] == "shadow" for e in events), policy.interval) == want
     # where drafting does not pay the policy learns by shadows (test_draft_policy.py has the exact counts)
     assert any(e[0] == "shadow" for e in events) or streams in ("always-right", "real", "real-first-wrong")

@@ -50,7 +50,9 @@ depth's sum min(p, q) at the drafted prefix); a probe's shadow schedules the nex
 Simulated, E2B, drafts right 0.45, 400 passes: 0.96x the target alone with probes, 0.99x with shadows. Before any
 draft was counted (in the request's acceptance class) every draft is a shadow, the seeded climb's too; so is one right
 after a miss where depth 1's count there says it would not pay (:meth:`held_back`); a failed probe's shadow doubles
-the interval only while its steps cost over ``SHADOW_BUDGET`` of the passes in between (E2B: never).
+the interval only while its steps cost over ``SHADOW_BUDGET`` of the passes in between (E2B: never), and any
+probe's shadow leaves at least the passes that make its steps that share before the next (patch 39zb: lavapipe's
+step, 0.58 of a 1-row pass, was shadowed every 8 passes where a cheap seed made a probe look payable; now every 30).
 
 Recovery: every ``probe_interval`` passes that could carry a probe (a pass of the target alone does not reset the
 count: a probe and "priced out" alternate on noise) the policy drafts the longer length with the best rate were the
@@ -77,7 +79,7 @@ from gguf_exact.engines.shared.policy_snapshot import PolicySnapshot, explain
 # Two rates within this relative margin are a tie, and the shorter draft wins: the C++
 # build may fuse multiply-adds (-march=native), which moves the last bits of a rate.
 TIE_MARGIN = 1e-9
-SHADOW_BUDGET = 0.02  # the share of the passes between probes a failed probe's shadow may take and keep its interval
+SHADOW_BUDGET = 0.02  # the share of the passes between probes a probe's shadow may take (a failed one: and keep the interval)
 
 
 @dataclass
@@ -414,11 +416,15 @@ class DraftPolicy(AcceptanceCounts):
     def observe_shadow(self, drafted: int, accepted: int, chances: Sequence[float] = ()) -> None:
         """A shadow (:attr:`shadow`) of ``drafted`` drafts, the first ``accepted`` matched by the target's next
         tokens (``chances``: as :meth:`observe_result`'s), counted at ``SHADOW_WEIGHT``; a probe's schedules the next
-        probe (a failed one only where its steps cost over ``SHADOW_BUDGET``), an exploration's does not."""
+        probe (a failed one only where its steps cost over ``SHADOW_BUDGET``; the next no sooner than its steps are
+        ``SHADOW_BUDGET`` of the passes in between), an exploration's does not."""
         self.count(drafted, accepted, chances, SHADOW_WEIGHT)
-        ok, one = accepted > self.probe_from, self.cost(1) or 0.0
-        if self.shadow_probe and (ok or drafted * (self.step_cost or 0.0) > SHADOW_BUDGET * self.interval * one):
+        ok, one, steps = accepted > self.probe_from, self.cost(1) or 0.0, drafted * (self.step_cost or 0.0)
+        if self.shadow_probe and (ok or steps > SHADOW_BUDGET * self.interval * one):
             self.probed(ok)
+        if self.shadow_probe and one > 0:  # the next no sooner than these steps are SHADOW_BUDGET of the passes (39zb)
+            floor = min(math.ceil(steps / (SHADOW_BUDGET * one)), self.settings.probe_interval_max)
+            self.interval = max(self.interval, floor)
 
     def count(self, drafted: int, accepted: int, chances: Sequence[float], weight: float = 1.0) -> None:
         self.climbing = self.climbing and (drafted <= 0 or accepted >= drafted)  # a miss ends the climb
