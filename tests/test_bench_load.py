@@ -64,6 +64,11 @@ def test_every_clients_stream_completes_with_its_own_counts(pair):
         rule = ("rejection", 4 * r.users, 0) if r.sampler == "gemma" and r.n_max else ("exact", 0, 0)
         assert (r.rule, r.rejection_requests, r.rejection_fallbacks) == rule
         assert {x.slot for x in r.replies} <= set(range(r.users)) and all(x.seconds > 0 for x in r.replies)
+        # the decode's time as the server timed it: within each request's, after its prefill; one user's decode
+        # speed is above its total tokens/s, which has the prefill in it
+        assert all(0 < x.decode_seconds < x.seconds for x in r.replies)
+        assert r.decode_tokens_per_second == r.tokens / sum(x.decode_seconds for x in r.replies)
+        assert r.decode_tokens_per_second > r.tokens_per_second or r.users > 1
         med, high = r.latency()
         assert 0 < med <= high <= max(x.seconds for x in r.replies)
         d = r.as_dict()
@@ -111,9 +116,10 @@ def test_per_slot_sums_each_slots_replies_and_leaves_lost_ones_out():
     assert per_slot(replies) == {0: (4, 4), 1: (4, 8)}
 
 
-def row(kind: str, arm: str, n_max: int, p: int, tps: float, adaptive: bool = False) -> dict:
+def row(kind: str, arm: str, n_max: int, p: int, tps: float, adaptive: bool = False, decode: float = 0.0) -> dict:
     return {"kind": kind, "sampler": "greedy", "arm": arm, "n_max": n_max, "adaptive": adaptive, "users": p,
-            "tokens_per_second": tps, "latency_median_seconds": 1.0, "latency_p90_seconds": 1.5,
+            "tokens_per_second": tps, "decode_tokens_per_second": decode or 3 * tps,
+            "latency_median_seconds": 1.0, "latency_p90_seconds": 1.5,
             "per_slot": {"0": [3, 4]}, "requests": 2 * p, "lost": 0, "rule": "exact"}  # fmt: skip
 
 
@@ -121,7 +127,7 @@ def test_stops_paying_names_the_fewest_users_at_which_no_drafting_arm_beats_off(
     results = [
         *(row("mixed", "off", 0, p, t) for p, t in ((1, 4.0), (2, 5.0), (4, 6.0))),
         *(row("mixed", "n-max 1", 1, p, t) for p, t in ((1, 5.0), (2, 5.5), (4, 5.4))),
-        *(row("mixed", "adaptive", 4, p, t, True) for p, t in ((1, 4.9), (2, 5.0), (4, 5.8))),
+        *(row("mixed", "adaptive", 4, p, t, True, d) for p, t, d in ((1, 4.9, 13.0), (2, 5.0, 0), (4, 5.8, 0))),
         *(row("hidden", "off", 0, p, 4.0) for p in (1, 2)),
         *(row("hidden", "n-max 3", 3, p, 8.0) for p in (1, 2)),
     ]
@@ -136,8 +142,12 @@ def test_stops_paying_names_the_fewest_users_at_which_no_drafting_arm_beats_off(
     assert [u["adaptive_vs_off"] for u in mixed["users"]] == pytest.approx([4.9 / 4.0, 1.0, 5.8 / 6.0])
     assert [u["adaptive_vs_better"] for u in mixed["users"]] == pytest.approx([4.9 / 5.0, 5.0 / 5.5, 5.8 / 6.0])
     lines = table(results).splitlines()
-    assert "| mixed | greedy | 2 | n-max 1 | 5.50 | 1.10x | 1.00 | 1.50 | 0:3/4 | exact | 4 | 0 |" in lines
-    assert "| mixed | greedy | 2 | off | 5.00 | 1.00x | 1.00 | 1.50 | - | - | 4 | 0 |" in lines
+    assert "| mixed | greedy | 2 | n-max 1 | 5.50 | 1.10x | 16.50 | 1.10x | 1.00 | 1.50 | 0:3/4 | exact | 4 | 0 |" in lines
+    assert "| mixed | greedy | 2 | off | 5.00 | 1.00x | 15.00 | 1.00x | 1.00 | 1.50 | - | - | 4 | 0 |" in lines
+    # the decode's ratio apart from the total's: 13 against off's 12 tokens/s a request, where the total is 0.98x
+    assert "| mixed | greedy | 1 | adaptive | 4.90 | 1.23x | 13.00 | 1.08x | 1.00 | 1.50 | 0:3/4 | exact | 2 | 0 |" in lines
+    assert [u["adaptive_decode_vs_off"] for u in mixed["users"]] == pytest.approx([13 / 12, 1.0, 5.8 / 6.0])
+    assert "1: n-max 1 1.25x (adaptive 1.23x off, 0.98x the better of off and fixed; decode 1.08x off)" in lines[-1]
     assert lines[-1].startswith("- mixed, greedy: the drafter stops paying at 4 users; ")
     assert lines[-2].startswith("- hidden, greedy: the drafter pays up to 2 users (all measured); ")
     alone = table([row("mixed", "adaptive", 4, 4, 21.43, True)]).splitlines()  # an arm traced on its own
@@ -163,11 +173,15 @@ def test_a_peer_arm_is_measured_beside_the_arms_and_left_out_of_where_the_drafte
     (mixed,) = stops_paying(results)
     assert mixed["users"] == [
         {"users": 4, "off_tokens_per_second": 20.0, "best_arm": "adaptive", "best_vs_off": 1.05,
-         "adaptive_vs_off": 1.05, "adaptive_vs_better": 1.05}
+         "adaptive_vs_off": 1.05, "adaptive_vs_better": 1.05, "adaptive_decode_vs_off": 1.05}
     ]  # fmt: skip
     lines = table(results).splitlines()
-    assert "| mixed | greedy | 4 | adaptive@kvu=false | 30.00 | 1.50x | 1.00 | 1.50 | 0:3/4 | exact | 8 | 0 |" in lines
-    assert "| mixed | greedy | 4 | off@kvu=false | 10.00 | 0.50x | 1.00 | 1.50 | - | - | 8 | 0 |" in lines
+    assert "| mixed | greedy | 4 | adaptive@kvu=false | 30.00 | 1.50x | 90.00 | 1.50x | 1.00 | 1.50 | 0:3/4 | exact | 8 | 0 |" in lines
+    assert "| mixed | greedy | 4 | off@kvu=false | 10.00 | 0.50x | 30.00 | 0.50x | 1.00 | 1.50 | - | - | 8 | 0 |" in lines
+    # results written before the decode was timed: no decode figures, the rest as before
+    old = [{k: v for k, v in r.items() if k != "decode_tokens_per_second"} for r in results]
+    assert stops_paying(old)[0]["users"][0]["adaptive_decode_vs_off"] is None
+    assert "| mixed | greedy | 4 | adaptive | 21.00 | 1.05x | - | - | 1.00 | 1.50 | 0:3/4 | exact | 8 | 0 |" in table(old).splitlines()
 
 
 def test_the_rule_names_requests_that_fell_back_to_exact_match():
@@ -182,6 +196,6 @@ def test_the_rule_names_requests_that_fell_back_to_exact_match():
         "rejection (1 of 4 fell back)",
     ]
     row_ = arm(0, 4).as_dict() | {"per_slot": {"0": [3, 9]}}
-    assert "| sampled | gemma | 2 | n-max 3 | 0.00 | - | 0.00 | 0.00 | 0:3/9 | exact (4 fell back) | 0 | 0 |" in table(
+    assert "| sampled | gemma | 2 | n-max 3 | 0.00 | - | - | - | 0.00 | 0.00 | 0:3/9 | exact (4 fell back) | 0 | 0 |" in table(
         [row_]
     ).splitlines()

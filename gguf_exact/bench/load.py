@@ -4,8 +4,10 @@ Each client is a stream of requests (one after the other, the shipped prompts of
 kinds in turn, each client starting at another), all clients released together. Per pair
 kind, draft arm (:data:`ARMS`: speculation off, fixed n-max 1 and 3, the profile's own
 adaptive length), slot count and sampler (:data:`SAMPLERS`: greedy and Gemma's own):
-total generated tokens/s over the clients' wall time, per-request latency (median, p90)
-and acceptance per slot, from llama-server's own answers (``id_slot`` and
+total generated tokens/s over the clients' wall time, the decode's tokens/s a request (its tokens over
+llama-server's ``timings.predicted_ms``: what speculation changes, without the prefill, which
+on lavapipe's tiny pair is two thirds of a request and most of its spread), per-request latency
+(median, p90) and acceptance per slot, from llama-server's own answers (``id_slot`` and
 ``timings.draft_n``/``draft_n_accepted`` of each ``/completion``).
 
 :func:`stops_paying` reads the results as the question asks: at how many users the best
@@ -79,6 +81,7 @@ class Reply:
     draft_n: int = 0
     draft_n_accepted: int = 0
     seconds: float = 0.0
+    decode_seconds: float = 0.0  # llama-server's timings.predicted_ms: after the prefill
     error: str = ""
 
 
@@ -136,6 +139,7 @@ def client_streams(
                 r.tokens = [int(t) for t in res.get("tokens", [])]
                 r.text, r.slot = res.get("content", ""), int(res.get("id_slot", -1))
                 r.draft_n, r.draft_n_accepted = int(timings.get("draft_n", 0)), int(timings.get("draft_n_accepted", 0))
+                r.decode_seconds = float(timings.get("predicted_ms", 0.0)) / 1000.0
             except GgufExactError as e:
                 r.error = str(e)
             r.seconds = time.perf_counter() - t0
@@ -212,6 +216,13 @@ class LoadResult:
     def tokens_per_second(self) -> float:
         return self.tokens / self.wall_seconds if self.wall_seconds else 0.0
 
+    @property
+    def decode_tokens_per_second(self) -> float:
+        """A request's tokens per second of its decode (after its prefill), over the replies: at one user the
+        server's decode speed, at several what each user gets once its first token came."""
+        seconds = sum(r.decode_seconds for r in self.replies if not r.error)
+        return self.tokens / seconds if seconds else 0.0
+
     def latency(self) -> tuple[float, float]:
         """Per-request seconds: (median, p90)."""
         s = [r.seconds for r in self.replies if not r.error]
@@ -224,6 +235,7 @@ class LoadResult:
             "requests": len(self.replies),
             "lost": self.lost,
             "tokens_per_second": self.tokens_per_second,
+            "decode_tokens_per_second": self.decode_tokens_per_second,
             "latency_median_seconds": med,
             "latency_p90_seconds": high,
             "per_slot": {str(k): list(v) for k, v in per_slot(self.replies).items()},
@@ -320,8 +332,9 @@ def measure_load(
 def stops_paying(results: Sequence[dict]) -> list[dict]:
     """Per pair kind and sampler: at each user count, speculation off's tokens/s, the best
     drafting arm and its ratio to off, the adaptive arm's ratios (to off, and to the better of
-    off and the best fixed length: the issue's 1.0x and 0.98x goals), and ``stops_at``: the
-    fewest users at which no drafting arm beats off (None: it pays at every count measured)."""
+    off and the best fixed length: the issue's 1.0x and 0.98x goals; and its decode's to off's, where both
+    were timed), and ``stops_at``: the fewest users at which no drafting arm beats off (None: it pays at every
+    count measured)."""
     out = []
     groups = sorted({(r["kind"], r["sampler"]) for r in results})
     for kind, sampler in groups:
@@ -345,6 +358,7 @@ def stops_paying(results: Sequence[dict]) -> list[dict]:
                     "best_vs_off": best["tokens_per_second"] / base,
                     "adaptive_vs_off": ada["tokens_per_second"] / base if ada else None,
                     "adaptive_vs_better": ada["tokens_per_second"] / max([base, *fixed]) if ada else None,
+                    "adaptive_decode_vs_off": decode_ratio(ada, off) if ada else None,
                 }
             )
         stops = next((u["users"] for u in users if u["best_vs_off"] < 1.0), None)
@@ -352,25 +366,31 @@ def stops_paying(results: Sequence[dict]) -> list[dict]:
     return out
 
 
+def decode_ratio(arm: dict, off: dict) -> float | None:
+    """``arm``'s decode tokens/s over ``off``'s (None where either was not timed: results written before it was)."""
+    a, b = arm.get("decode_tokens_per_second"), off.get("decode_tokens_per_second")
+    return a / b if a and b else None
+
+
 def table(results: Sequence[dict]) -> str:
     """The Markdown table of every result, then per kind and sampler where the drafter stops
     paying."""
     off = {
-        (r["kind"], r["sampler"], r["users"]): r["tokens_per_second"]
-        for r in results
-        if not r["n_max"] and PEER_MARK not in r["arm"]
+        (r["kind"], r["sampler"], r["users"]): r for r in results if not r["n_max"] and PEER_MARK not in r["arm"]
     }  # a peer's ratio is to the off arm as configured
     lines = [
-        "| kind | sampler | users | arm | tokens/s | vs off | latency median s | p90 s "
-        "| accepted/drafted per slot | verified by | requests | lost |",
-        "|" + "---|" * 12,
+        "| kind | sampler | users | arm | tokens/s | vs off | decode tokens/s a request | decode vs off | latency median s "
+        "| p90 s | accepted/drafted per slot | verified by | requests | lost |",
+        "|" + "---|" * 14,
     ]
     for r in results:
         base = off.get((r["kind"], r["sampler"], r["users"]))
-        ratio = f"{r['tokens_per_second'] / base:.2f}x" if base else "-"
+        ratio = f"{r['tokens_per_second'] / base['tokens_per_second']:.2f}x" if base else "-"
+        decode, decode_vs = r.get("decode_tokens_per_second"), decode_ratio(r, base) if base else None
         slots = " ".join(f"{s}:{a}/{d}" for s, (a, d) in r["per_slot"].items()) if r["n_max"] else "-"
         lines.append(
             f"| {r['kind']} | {r['sampler']} | {r['users']} | {r['arm']} | {r['tokens_per_second']:.2f} | {ratio} "
+            f"| {f'{decode:.2f}' if decode else '-'} | {'-' if decode_vs is None else f'{decode_vs:.2f}x'} "
             f"| {r['latency_median_seconds']:.2f} | {r['latency_p90_seconds']:.2f} | {slots} "
             f"| {r.get('rule', '-') if r['n_max'] else '-'} | {r['requests']} "
             f"| {r['lost']} |"
@@ -380,7 +400,9 @@ def table(results: Sequence[dict]) -> str:
         curve = ", ".join(
             f"{u['users']}: {u['best_arm']} {u['best_vs_off']:.2f}x"
             + ("" if u["adaptive_vs_off"] is None else f" (adaptive {u['adaptive_vs_off']:.2f}x off, "
-               f"{u['adaptive_vs_better']:.2f}x the better of off and fixed)")
+               f"{u['adaptive_vs_better']:.2f}x the better of off and fixed"
+               + ("" if u.get("adaptive_decode_vs_off") is None else f"; decode {u['adaptive_decode_vs_off']:.2f}x off")
+               + ")")
             for u in g["users"]
         )  # fmt: skip
         if not g["users"]:
