@@ -8,9 +8,12 @@ each fixed length's mean. The card is E2B at 2 threads on a Zen 5 as llama-serve
 first draft is right 1 time in 1,000 (the `real` pair's first, at Gemma's sampler). Not a test: it prints.
 
     .venv/bin/python scripts/sim_policy_spread.py [--runs N] [--passes N] [--card e2b-zen4 --step S]
-        [--shadow-weight W] [--no-held-back] [--cost-max-age N]
+        [--seeds lavapipe-1-user-start-up --step-seed S] [--shadow-weight W] [--no-held-back] [--cost-max-age N]
 
-``--card`` takes another of ``tests/policy_traces.CURVES`` (its own drafter step with ``--step``, in seconds).
+``--card`` takes another of ``tests/policy_traces.CURVES`` (its own drafter step with ``--step``, in seconds);
+``--seeds`` seeds the costs with another card, or with ``lavapipe-1-user-start-up`` (``LAVAPIPE_1_USER_SEEDS``: the
+lavapipe one-user card as its start-up timed it, 20-35% cheap), and ``--step-seed`` the drafter step (else both as the
+card's own).
 
 The `mixed` and `real` walks draw only where the walk starts and the costs' noise: their drafts are right where the
 full-size pair's construction says (``tests/policy_traces.simulate``'s ``walk``).
@@ -24,7 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent.parent / "tests"))
-from policy_traces import CURVES, Stream, simulate  # noqa: E402
+from policy_traces import CURVES, LAVAPIPE_1_USER_SEEDS, Stream, simulate  # noqa: E402
 
 from gguf_exact.engines.shared import draft_policy  # noqa: E402
 from gguf_exact.engines.shared.draft_policy import DraftPolicy, PolicySettings  # noqa: E402
@@ -32,6 +35,8 @@ from gguf_exact.tiny.pair_walk import N_AXES  # noqa: E402
 
 CARD = CURVES["e2b-zen5"]
 STEP, FIRST = 0.00095, 0.00095
+SEEDS, STEP_SEED = CARD, STEP  # what start-up timed: the card's own unless --seeds / --step-seed
+START_UP = CURVES | {"lavapipe-1-user-start-up": LAVAPIPE_1_USER_SEEDS}
 SETTINGS: dict[str, int] = {}  # what-ifs on the shipped PolicySettings
 KINDS = {  # right per depth (each given the ones before were right)
     "mixed": (0.45, 0.45, 0.45, 0.45),
@@ -63,7 +68,7 @@ def one_run(rates: tuple[float, ...], seed: int, passes: int, fixed: int | None 
             tokens, seconds = tokens + 1 + kept, seconds + CARD[fixed + 1] * noise[i] + fixed * STEP
         return tokens / seconds * CARD[1]
     events: list[tuple] = []
-    ks, _ = simulate(CARD, STEP, streams, passes, events=events, slow=noise, seeds=CARD, step_seed=STEP,
+    ks, _ = simulate(CARD, STEP, streams, passes, events=events, slow=noise, seeds=SEEDS, step_seed=STEP_SEED,
                      settings=PolicySettings(shadow=True, **SETTINGS), results_without_drafts=False)  # fmt: skip
     seconds = sum(e[2] for e in events if e[0] in ("pass", "steps"))
     return (len(ks) + sum(e[2] for e in events if e[0] == "result")) / seconds * CARD[1]
@@ -76,19 +81,21 @@ def walk_run(kind: str, seed: int, passes: int) -> float:
     rng = random.Random(seed)
     start, noise = rng.randrange(N_AXES), {i: 1.0 + rng.uniform(-0.08, 0.08) for i in range(passes)}
     events: list[tuple] = []
-    ks, _ = simulate(CARD, STEP, [], passes, events=events, slow=noise, seeds=CARD, step_seed=STEP,
+    ks, _ = simulate(CARD, STEP, [], passes, events=events, slow=noise, seeds=SEEDS, step_seed=STEP_SEED,
                      settings=PolicySettings(shadow=True, **SETTINGS), results_without_drafts=False, walk=(kind, start))  # fmt: skip
     seconds = sum(e[2] for e in events if e[0] in ("pass", "steps"))
     return (len(ks) + sum(e[2] for e in events if e[0] == "result")) / seconds * CARD[1]
 
 
 def main() -> None:
-    global CARD, STEP
+    global CARD, STEP, SEEDS, STEP_SEED
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--runs", type=int, default=300)
     ap.add_argument("--passes", type=int, default=190)
     ap.add_argument("--card", choices=sorted(CURVES), default="e2b-zen5", help="a tests/policy_traces.CURVES card")
     ap.add_argument("--step", type=float, default=STEP, help="the drafter step, seconds")
+    ap.add_argument("--seeds", choices=sorted(START_UP), help="the costs start-up timed (default: the card's)")
+    ap.add_argument("--step-seed", type=float, help="the drafter step start-up timed, seconds (default: --step)")
     # what-ifs, for the docs' before and after: a shadow's weight (the shipped SHADOW_WEIGHT otherwise; 1 before
     # patch 39y), no shadow first right after a miss (DraftPolicy.held_back, 39y), another cost_max_age
     ap.add_argument("--shadow-weight", type=float)
@@ -96,13 +103,15 @@ def main() -> None:
     ap.add_argument("--cost-max-age", type=int)
     args = ap.parse_args()
     card, runs, passes, CARD, STEP = args.card, args.runs, args.passes, CURVES[args.card], args.step
+    SEEDS, STEP_SEED = START_UP[args.seeds] if args.seeds else CARD, STEP if args.step_seed is None else args.step_seed
     if args.shadow_weight is not None:
         draft_policy.SHADOW_WEIGHT = args.shadow_weight
     if args.cost_max_age is not None:
         SETTINGS["cost_max_age"] = args.cost_max_age
     if args.no_held_back:
         DraftPolicy.held_back = lambda self, k: False  # type: ignore[method-assign]
-    print(f"{runs} runs of {passes} passes; x the target alone ({card} card, step {STEP * 1e3:.2f} ms, shadows on)")
+    seeded = f", seeded as {args.seeds}, step {STEP_SEED * 1e3:.2f} ms" if args.seeds or args.step_seed is not None else ""
+    print(f"{runs} runs of {passes} passes; x the target alone ({card} card, step {STEP * 1e3:.2f} ms{seeded}, shadows on)")
     for kind, rates in KINDS.items():
         xs = sorted(one_run(rates, seed, passes) for seed in range(runs))
         p10, p50, p90 = (xs[round(q * (len(xs) - 1))] for q in (0.1, 0.5, 0.9))
