@@ -384,7 +384,8 @@ def test_a_right_probes_shadow_comes_no_sooner_than_its_steps_are_the_shadow_bud
     # of depth 1 from the target alone looks payable at every interval; its shadow is right 2 times in 3, each
     # right one halves the interval back to 8, and a step of 41 ms every 8 passes of 71 cost 7%: 0.937x the
     # target alone, 43 shadows (before patch 39zb). Now a right probe's shadow comes no sooner than its steps are
-    # SHADOW_BUDGET of the passes in between: 41 / (0.02 * 70.6) = 29.04, every 30 passes
+    # SHADOW_BUDGET of the passes in between: 41 / (0.02 * 70.6) = 29.04, about every 30 passes (29 at the end, at
+    # the policy's own step and 1-row estimates then)
     events: list[tuple] = []
     ks, policy = lavapipe_mixed_walk(events)
     shadows, n = [], -1

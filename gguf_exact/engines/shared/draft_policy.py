@@ -52,7 +52,7 @@ draft was counted (in the request's acceptance class) every draft is a shadow, t
 after a miss where depth 1's count there says it would not pay (:meth:`held_back`); a failed probe's shadow doubles
 the interval only while its steps cost over ``SHADOW_BUDGET`` of the passes in between (E2B: never), and any
 probe's shadow leaves at least the passes that make its steps that share before the next (patch 39zb: lavapipe's
-step, 0.58 of a 1-row pass, was shadowed every 8 passes where a cheap seed made a probe look payable; now every 30).
+step, 0.58 of a 1-row pass, was shadowed every 8 passes where a cheap seed made a probe look payable; now about 30).
 
 Recovery: every ``probe_interval`` passes that could carry a probe (a pass of the target alone does not reset the
 count: a probe and "priced out" alternate on noise) the policy drafts the longer length with the best rate were the
