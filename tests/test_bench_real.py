@@ -4,6 +4,7 @@ round after round, and concurrent clients' tokens are each request's own."""
 
 from __future__ import annotations
 
+import statistics
 import sys
 from contextlib import contextmanager
 from pathlib import Path
@@ -146,6 +147,12 @@ def test_three_arms_side_by_side_take_turns_at_going_first(pair):
     assert all(r.same_every_round for r in results)
     assert alone.texts == fixed.texts == adaptive.texts and walks_the_cycle(alone.texts[0])
     assert adaptive.as_dict()["sets"] == ["spec-draft-p-min=0.25"] and adaptive.as_dict()["label"] == ""
+    # each request's generation rate, per round and prompt: 9 tokens each; the arm's generation time is, per
+    # prompt, the median (of 2 rounds: the mean) of its requests' times
+    for r in results:
+        assert [len(x) for x in r.request_rates] == [2, 2] and all(x > 0 for xs in r.request_rates for x in xs)
+        per_prompt = [statistics.median(9 / r.request_rates[k][i] for k in range(2)) for i in range(2)]
+        assert sum(per_prompt) == pytest.approx(r.generation_seconds, rel=1e-9)
 
 
 def test_a_trace_path_is_each_servers_own_only_where_one_is_set_and_the_server_named():
@@ -391,6 +398,24 @@ def test_a_parity_line_names_the_ratios_and_speeds():
         "Python engine / llama-server, target alone: one at a time 0.95x (min 0.90; 8.50 vs 9.00 tokens/s), "
         "side by side 0.93x; **texts differ**"
     )
+
+
+def test_the_adaptive_goals_give_the_request_by_request_interval_where_both_arms_have_one():
+    """Each adaptive arm's goals with the paired interval of its requests (gguf_exact/bench/paired.py) where it and
+    its peer kept per-request rates; results from before them (the best fixed length here) read as before."""
+    arms = [
+        bench_arm("none", "mixed", 0, 10.0) | {"request_rates": [[10.0, 8.0], [10.0, 8.0]]},
+        bench_arm("mixed", "mixed", 2, 8.8),
+        bench_arm("mixed", "mixed", 2, 9.9, adaptive=True) | {"request_rates": [[9.9, 7.92], [9.9, 7.92]]},
+    ]
+    alone = {bench_real.alone_key(a): a for a in arms if not a["n_max"]}
+    assert bench_real.adaptive_goals(arms, alone) == [
+        "- llama-server, mixed, adaptive up to n-max 2: 0.99x the target alone (request by request 0.990x "
+        "(95% 0.990-0.990, 4 request pairs)), 1.12x the best fixed length (n-max 2)"
+    ]
+    arms[0]["request_rates"] = [[10.0, 8.0]]  # one round: not the adaptive arm's requests
+    assert bench_real.adaptive_goals(arms, alone)[0].startswith("- llama-server, mixed, adaptive up to n-max 2: "
+                                                                "0.99x the target alone, 1.12x")  # fmt: skip
 
 
 def test_sampled_arms_compare_rejection_with_exact_match_and_their_own_target_alone():

@@ -11,9 +11,8 @@ alone; a fixed length, or the bound of the adaptive policy's):
   the server's generation phase), acceptance, tokens per target pass, and each server
   process's peak RSS (``VmHWM``: its memory-mapped weights it touched included).
   :func:`engines_arm`: one n-max in every engine.
-- :func:`concurrent_arm`: ``clients`` requests at once on a server with ``--parallel``
-  slots: each request's tokens and acceptance (llama-server's own ``timings``) and the
-  aggregate tokens/s.
+- :func:`concurrent_arm`: ``clients`` requests at once on a server with ``--parallel`` slots: each
+  request's tokens and acceptance (llama-server's own ``timings``) and the aggregate tokens/s.
 
 What the passes cost in-process, and the speed-up that predicts: :mod:`.pass_costs`.
 """
@@ -111,6 +110,7 @@ class ArmResult(Figures):
     # of them had their draft at position 0, 1, ... accepted
     draft_rounds: int = 0
     accepted_per_position: list[int] = field(default_factory=list)
+    request_rates: list[list[float]] = field(default_factory=list)  # per round and prompt, its peers' pair (.paired)
 
     @property
     def acceptance_per_depth(self) -> list[float]:
@@ -183,8 +183,7 @@ def trace_env(label: str | None, environ: Mapping[str, str]) -> dict[str, str]:
 
 
 def proc_kib(text: str, key: str) -> int:
-    """The ``key:   N kB`` line of a ``/proc`` text (``meminfo``, ``smaps_rollup``), in KiB
-    (0 without one)."""
+    """The ``key:   N kB`` line of a ``/proc`` text (``meminfo``, ``smaps_rollup``), in KiB (0 without one)."""
     for line in text.splitlines():
         name, _, value = line.partition(":")
         if name == key:
@@ -193,8 +192,8 @@ def proc_kib(text: str, key: str) -> int:
 
 
 def anonymous_bytes(pid: int) -> int:
-    """A process's anonymous memory (heap, KV cache, compute buffers: its own), 0 when it is
-    gone. Its memory-mapped model pages are page cache, shared by every server of the file."""
+    """A process's anonymous memory (heap, KV cache, compute buffers: its own), 0 when it is gone (its
+    memory-mapped model pages are page cache, shared by every server of the file)."""
     try:
         return proc_kib(Path(f"/proc/{pid}/smaps_rollup").read_text(), "Anonymous") * 1024
     except OSError:
@@ -341,6 +340,7 @@ def _arm_result(
         rule=arm.rule,
         draft_rounds=rounds,
         accepted_per_position=per_position,
+        request_rates=[[Figures.total([g]).generation_tokens_per_second for g in gens] for gens in per_round],
     )
 
 

@@ -4,6 +4,7 @@ adaptive arms' goals and where each engine's time went."""
 
 from __future__ import annotations
 
+from gguf_exact.bench.paired import paired_ratio
 from gguf_exact.bench.parity import parity_line
 from gguf_exact.bench.pass_costs import card_prediction, predicted_speedup
 
@@ -75,6 +76,14 @@ def per_depth(arm: dict) -> str:
     return "/".join(f"{a:.2f}" for a in arm.get("acceptance_per_depth") or ()) or "-"
 
 
+def request_pairs(arm: dict, base: dict) -> str:
+    """`` (request by request 0.990x, 95% 0.970-1.010, 8 request pairs)``: ``arm`` over ``base`` paired by request
+    (:mod:`.paired`); "" where either has no per-request rates (results before them) or they do not pair."""
+    flat = [[r for gens in x.get("request_rates") or () for r in gens] for x in (base, arm)]
+    est = paired_ratio(*flat)
+    return "" if est is None else f" (request by request {est.describe()})"
+
+
 def rule_goals(arms: list[dict], alone: dict[tuple[str | None, str, str], dict]) -> list[str]:
     """Per sampled arm verified by rejection sampling: its tokens/s over the same arm's by
     exact match, and each over the target alone (generation tokens/s), as issue 38 reads them
@@ -89,7 +98,9 @@ def rule_goals(arms: list[dict], alone: dict[tuple[str | None, str, str], dict])
         tps = a["generation_tokens_per_second"]
         parts = []
         if exact and exact["generation_tokens_per_second"]:
-            parts.append(f"rejection {tps / exact['generation_tokens_per_second']:.2f}x exact match")
+            parts.append(
+                f"rejection {tps / exact['generation_tokens_per_second']:.2f}x exact match" + request_pairs(a, exact)
+            )
         if base and base["generation_tokens_per_second"]:
             of_alone = [("rejection", tps)] + (
                 [("exact match", exact["generation_tokens_per_second"])] if exact else []
@@ -118,11 +129,16 @@ def adaptive_goals(arms: list[dict], alone: dict[tuple[str | None, str, str], di
         ]
         base = alone.get(alone_key(a))
         tps = a["generation_tokens_per_second"]
-        parts = [f"{tps / base['generation_tokens_per_second']:.2f}x the target alone"] if base else []
+        parts = (
+            [f"{tps / base['generation_tokens_per_second']:.2f}x the target alone" + request_pairs(a, base)]
+            if base
+            else []
+        )
         if fixed:
             best = max(fixed, key=lambda b: b["generation_tokens_per_second"])
             parts.append(
                 f"{tps / best['generation_tokens_per_second']:.2f}x the best fixed length (n-max {best['n_max']})"
+                + request_pairs(a, best)
             )
         out.append(
             f"- {a['engine']}, {a['kind']}, adaptive up to n-max {a['n_max']}{own_sets(a)}{sampling(a)}: "
