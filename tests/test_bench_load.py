@@ -71,6 +71,11 @@ def test_every_clients_stream_completes_with_its_own_counts(pair):
         assert r.decode_tokens_per_second > r.tokens_per_second or r.users > 1
         med, high = r.latency()
         assert 0 < med <= high <= max(x.seconds for x in r.replies)
+        # a rate a round, each round's tokens over its wall: greedy rounds give the same tokens, so the arm's
+        # tokens/s is their harmonic mean
+        assert len(r.round_rates) == 2 and all(x > 0 for x in r.round_rates)
+        if r.sampler == "greedy":
+            assert r.tokens_per_second == pytest.approx(2 / sum(1 / x for x in r.round_rates), rel=1e-12)
         d = r.as_dict()
         assert (d["requests"], d["tokens"], d["lost"], len(d["replies"]), d["rule"]) == (
             4 * r.users,
@@ -149,6 +154,12 @@ def test_stops_paying_names_the_fewest_users_at_which_no_drafting_arm_beats_off(
     assert [u["adaptive_decode_vs_off"] for u in mixed["users"]] == pytest.approx([13 / 12, 1.0, 5.8 / 6.0])
     assert "1: n-max 1 1.25x (adaptive 1.23x off, 0.98x the better of off and fixed; decode 1.08x off)" in lines[-1]
     assert lines[-1].startswith("- mixed, greedy: the drafter stops paying at 4 users; ")
+    # round by round: 1.01x off in either round however fast the round (the host's drift shared by both arms)
+    results[0]["round_rates"], results[6]["round_rates"] = [4.0, 2.0, 5.0], [4.04, 2.02, 5.05]
+    assert stops_paying(results)[1]["users"][0]["adaptive_vs_off_by_round"] == pytest.approx([1.01, 1.01, 1.01])
+    assert "decode 1.08x off; by round 1.01x off, 95% 1.01-1.01)" in table(results).splitlines()[-1]
+    results[6]["round_rates"] = [4.04, 2.02]  # not the same rounds: no interval
+    assert stops_paying(results)[1]["users"][0]["adaptive_vs_off_by_round"] is None
     assert lines[-2].startswith("- hidden, greedy: the drafter pays up to 2 users (all measured); ")
     alone = table([row("mixed", "adaptive", 4, 4, 21.43, True)]).splitlines()  # an arm traced on its own
     assert alone[-1] == "- mixed, greedy: no user count has both speculation off and a drafting arm"
@@ -173,8 +184,9 @@ def test_a_peer_arm_is_measured_beside_the_arms_and_left_out_of_where_the_drafte
     (mixed,) = stops_paying(results)
     assert mixed["users"] == [
         {"users": 4, "off_tokens_per_second": 20.0, "best_arm": "adaptive", "best_vs_off": 1.05,
-         "adaptive_vs_off": 1.05, "adaptive_vs_better": 1.05, "adaptive_decode_vs_off": 1.05}
-    ]  # fmt: skip
+         "adaptive_vs_off": 1.05, "adaptive_vs_better": 1.05, "adaptive_decode_vs_off": 1.05,
+         "adaptive_vs_off_by_round": None}
+    ]  # fmt: skip  (results without round rates: no interval)
     lines = table(results).splitlines()
     assert "| mixed | greedy | 4 | adaptive@kvu=false | 30.00 | 1.50x | 90.00 | 1.50x | 1.00 | 1.50 | 0:3/4 | exact | 8 | 0 |" in lines
     assert "| mixed | greedy | 4 | off@kvu=false | 10.00 | 0.50x | 30.00 | 0.50x | 1.00 | 1.50 | - | - | 8 | 0 |" in lines

@@ -26,6 +26,7 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Callable, Sequence
 
+from gguf_exact.bench.paired import paired_ratio
 from gguf_exact.bench.real import running
 from gguf_exact.bench.request import BENCH_PROFILE, SAMPLERS, fixed_length
 from gguf_exact.engines.shared.knobs import KNOB
@@ -193,6 +194,7 @@ class LoadResult:
     load_average: float = 0.0  # the machine's 1-minute load average, the highest seen after a round
     rejection_requests: int = 0  # requests verified by rejection sampling (the server's /metrics)
     rejection_fallbacks: int = 0  # requests that asked for it and kept exact match
+    round_rates: list[float] = field(default_factory=list)  # each round's tokens/s, paired with off's (.paired)
 
     @property
     def rule(self) -> str:
@@ -314,6 +316,7 @@ def measure_load(
                         got[a, sampler].rejection_requests += int(after[0] - before[0])
                         got[a, sampler].rejection_fallbacks += int(after[1] - before[1])
                         got[a, sampler].replies += replies
+                        got[a, sampler].round_rates.append(sum(len(r.tokens) for r in replies if not r.error) / wall)
                         got[a, sampler].wall_seconds += wall
                         got[a, sampler].load_average = max(got[a, sampler].load_average, os.getloadavg()[0])
             for r in got.values():
@@ -332,8 +335,8 @@ def measure_load(
 def stops_paying(results: Sequence[dict]) -> list[dict]:
     """Per pair kind and sampler: at each user count, speculation off's tokens/s, the best
     drafting arm and its ratio to off, the adaptive arm's ratios (to off, and to the better of
-    off and the best fixed length: the issue's 1.0x and 0.98x goals; and its decode's to off's, where both
-    were timed), and ``stops_at``: the fewest users at which no drafting arm beats off (None: it pays at every
+    off and the best fixed length: the issue's 1.0x and 0.98x goals; its decode's to off's, where both were
+    timed; to off's round by round, :func:`by_round`), and ``stops_at``: the fewest users at which no drafting arm beats off (None: it pays at every
     count measured)."""
     out = []
     groups = sorted({(r["kind"], r["sampler"]) for r in results})
@@ -359,11 +362,19 @@ def stops_paying(results: Sequence[dict]) -> list[dict]:
                     "adaptive_vs_off": ada["tokens_per_second"] / base if ada else None,
                     "adaptive_vs_better": ada["tokens_per_second"] / max([base, *fixed]) if ada else None,
                     "adaptive_decode_vs_off": decode_ratio(ada, off) if ada else None,
+                    "adaptive_vs_off_by_round": by_round(ada, off) if ada else None,
                 }
             )
         stops = next((u["users"] for u in users if u["best_vs_off"] < 1.0), None)
         out.append({"kind": kind, "sampler": sampler, "stops_at": stops, "users": users})
     return out
+
+
+def by_round(arm: dict, off: dict) -> list[float] | None:
+    """``arm`` over ``off`` round by round (:mod:`.paired`): [ratio, low, high] of a 95% interval; None under 2 rounds
+    or in results written before rounds were timed."""
+    est = paired_ratio(off.get("round_rates") or [], arm.get("round_rates") or [])
+    return None if est is None else [est.ratio, est.low, est.high]
 
 
 def decode_ratio(arm: dict, off: dict) -> float | None:
@@ -402,6 +413,8 @@ def table(results: Sequence[dict]) -> str:
             + ("" if u["adaptive_vs_off"] is None else f" (adaptive {u['adaptive_vs_off']:.2f}x off, "
                f"{u['adaptive_vs_better']:.2f}x the better of off and fixed"
                + ("" if u.get("adaptive_decode_vs_off") is None else f"; decode {u['adaptive_decode_vs_off']:.2f}x off")
+               + ("" if not u.get("adaptive_vs_off_by_round") else "; by round {:.2f}x off, 95% {:.2f}-{:.2f}".format(
+                   *u["adaptive_vs_off_by_round"]))
                + ")")
             for u in g["users"]
         )  # fmt: skip
