@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import math
+from collections import Counter
+from pathlib import Path
 
 import pytest
 from policy_traces import (
@@ -18,6 +20,8 @@ from policy_traces import (
     lavapipe_mixed_walk,
     one_dear_timing,
     pass_yields,
+    read_trace,
+    replay_python,
     simulate,
 )
 
@@ -790,3 +794,16 @@ def test_a_drafter_step_dearer_than_a_whole_target_pass_is_doubted_once():
     assert policy.step_cost == pytest.approx(0.0017)
     policy.observe_steps(1, 0.050)
     assert policy.step_cost == pytest.approx(0.0017 + 0.2 * (0.050 - 0.0017))
+
+
+def test_the_python_twin_chooses_llama_servers_k_on_a_recorded_real_scale_sampled_run():
+    """llama-server's adaptive length (the C++ twin, the 39zb series) at E2B on the `sampled` pair, Gemma's sampler,
+    rejection, 12 requests of 96 tokens (results/traces-s33-e2b-sampled-gemma-rejection-fixed-3-beside-adaptive):
+    the Python twin, replaying what it was told, chooses its k at every one of the 1,105 passes, and the run is the
+    one the docs describe (16 verified passes, 142 shadows, 99 of them of 3 drafts)."""
+    folder = Path(__file__).parent.parent / "results" / "traces-s33-e2b-sampled-gemma-rejection-fixed-3-beside-adaptive"
+    [(settings, events, chosen)] = read_trace(folder / "policy.adaptive")
+    assert (settings.n_max, settings.shadow, len(chosen)) == (4, True, 1105)
+    assert replay_python(settings, events) == chosen
+    assert Counter(chosen) == {0: 1089, 1: 6, 3: 5, 4: 4, 2: 1}
+    assert Counter(e[1] for e in events if e[0] == "shadow") == {3: 99, 1: 43}
