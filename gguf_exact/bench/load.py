@@ -336,8 +336,8 @@ def stops_paying(results: Sequence[dict]) -> list[dict]:
     """Per pair kind and sampler: at each user count, speculation off's tokens/s, the best
     drafting arm and its ratio to off, the adaptive arm's ratios (to off, and to the better of
     off and the best fixed length: the issue's 1.0x and 0.98x goals; its decode's to off's, where both were
-    timed; to off's round by round, :func:`by_round`), and ``stops_at``: the fewest users at which no drafting arm beats off (None: it pays at every
-    count measured)."""
+    timed; to off's round by round, :func:`by_round`), and ``stops_at``: the fewest users at which no
+    drafting arm beats off (None: it pays at every count measured)."""
     out = []
     groups = sorted({(r["kind"], r["sampler"]) for r in results})
     for kind, sampler in groups:

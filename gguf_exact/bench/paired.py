@@ -40,7 +40,7 @@ class PairedRatio:
     pairs: int
 
     def describe(self) -> str:
-        """``0.99x (95% 0.97-1.01, 8 request pairs)``."""
+        """``0.990x (95% 0.970-1.010, 8 request pairs)``."""
         return f"{self.ratio:.3f}x (95% {self.low:.3f}-{self.high:.3f}, {self.pairs} request pairs)"
 
 

@@ -77,7 +77,7 @@ def per_depth(arm: dict) -> str:
 
 
 def request_pairs(arm: dict, base: dict) -> str:
-    """`` (request by request 0.990x, 95% 0.970-1.010, 8 request pairs)``: ``arm`` over ``base`` paired by request
+    """`` (request by request 0.990x (95% 0.970-1.010, 8 request pairs))``: ``arm`` over ``base`` paired by request
     (:mod:`.paired`); "" where either has no per-request rates (results before them) or they do not pair."""
     flat = [[r for gens in x.get("request_rates") or () for r in gens] for x in (base, arm)]
     est = paired_ratio(*flat)
