@@ -313,12 +313,13 @@ def measure_load(
                             first=rnd * req.requests,
                         )
                         after = rule_counts(urls[a])
-                        got[a, sampler].rejection_requests += int(after[0] - before[0])
-                        got[a, sampler].rejection_fallbacks += int(after[1] - before[1])
-                        got[a, sampler].replies += replies
-                        got[a, sampler].round_rates.append(sum(len(r.tokens) for r in replies if not r.error) / wall)
-                        got[a, sampler].wall_seconds += wall
-                        got[a, sampler].load_average = max(got[a, sampler].load_average, os.getloadavg()[0])
+                        res, counted = got[a, sampler], got[a, sampler].tokens  # the round's: what .tokens adds
+                        res.rejection_requests += int(after[0] - before[0])
+                        res.rejection_fallbacks += int(after[1] - before[1])
+                        res.replies += replies
+                        res.round_rates.append((res.tokens - counted) / wall)
+                        res.wall_seconds += wall
+                        res.load_average = max(res.load_average, os.getloadavg()[0])
             for r in got.values():
                 med, high = r.latency()
                 log(
