@@ -103,6 +103,7 @@ PATCHES: tuple[SourcePatch, ...] = (
     SourcePatch("39z", "0027-39z-stale-costs-as-timed-probes-best-on-trust.patch", server_only=True),
     SourcePatch("39za", "0028-39za-climb-ends-where-priced-out.patch", server_only=True),
     SourcePatch("39zb", "0029-39zb-shadows-spaced-by-the-shadow-budget.patch", server_only=True),
+    SourcePatch("39zc", "0030-39zc-recheck-one-pass.patch", server_only=True),
 )
 
 
