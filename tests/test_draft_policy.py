@@ -815,3 +815,27 @@ def test_the_python_twin_chooses_llama_servers_k_on_a_recorded_real_scale_sample
     assert replay_python(settings, events) == chosen
     assert Counter(chosen) == {0: 1089, 1: 6, 3: 5, 4: 4, 2: 1}
     assert Counter(e[1] for e in events if e[0] == "shadow") == {3: 99, 1: 43}
+
+
+@pytest.mark.parametrize(
+    ("trace", "chosen_counts", "verified"),
+    [
+        ("policy.adaptive-greedy", {0: 5, 1: 6, 2: 4, 3: 255, 4: 17}, (282, 847, 847)),
+        ("policy.adaptive-gemma-rejection", {0: 5, 1: 6, 2: 4, 3: 172, 4: 85}, (267, 870, 867)),
+    ],
+)
+def test_the_python_twin_chooses_llama_servers_k_on_a_recorded_real_scale_hidden_run(
+    trace, chosen_counts, verified
+):
+    """llama-server with patch 39zc at E2B on the `hidden` pair, greedy and Gemma's sampler with rejection, 12 requests
+    of 96 tokens each (results/bench-real-s34-e2b-hidden-39zc: 1.01x fixed n-max 3): the Python twin, replaying what
+    it was told, chooses its k at every pass; one shadow (the first draft), then drafts verified at every pass but
+    the five of the target alone that start it and time one row."""
+    folder = Path(__file__).parent.parent / "results" / "bench-real-s34-e2b-hidden-39zc"
+    [(settings, events, chosen)] = [s for s in read_trace(folder / trace) if s[2]]
+    assert (settings.n_max, settings.shadow) == (4, True)
+    assert replay_python(settings, events) == chosen
+    assert Counter(chosen) == chosen_counts
+    assert [e[1:3] for e in events if e[0] == "shadow"] == [(1, 1)]
+    results = [e for e in events if e[0] == "result"]  # passes that verified drafts, drafts verified, drafts kept
+    assert (len(results), sum(e[1] for e in results), sum(e[2] for e in results)) == verified
