@@ -48,8 +48,8 @@ def test_cpu_like_curve_never_drafts_even_when_the_drafter_is_always_right() -> 
     # timed, might pay if the drafter were right at depth 3 as well: probed at 30, held once
     # more, then timed again at 40). Priced out then (not even an always-right drafter could pay),
     # one draft rechecks the costs after 32 passes (73), the next after 64 (137); a recheck's pass,
-    # a switch, is not drafted once more to time it steadily (patch 39zc: it was, at 74 and 138, and
-    # that steady timing was re-timed at 83-84 and 158-159). 128 passes later the timings are stale,
+    # a switch, is not drafted once more to time it steadily (before patch 39zc: held at 74, that
+    # steady timing re-timed at 83-84, the next recheck at 148-149, re-timed at 158-159). 128 passes later the timings are stale,
     # priced as timed (patch 39z): nothing drafts to time them again. 186 of 200 passes the target
     # alone (180 before 39zc; 172 when a stale count cost at most one row fewer's and each was re-timed)
     assert ks[:8] == [0, 0, 1, 1, 2, 2, 0, 0]
