@@ -49,9 +49,10 @@ def test_cpu_like_curve_never_drafts_even_when_the_drafter_is_always_right() -> 
     # more, then timed again at 40). Priced out then (not even an always-right drafter could pay),
     # one draft rechecks the costs after 32 passes (73), the next after 64 (137); a recheck's pass,
     # a switch, is not drafted once more to time it steadily (before patch 39zc: held at 74, that
-    # steady timing re-timed at 83-84, the next recheck at 148-149, re-timed at 158-159). 128 passes later the timings are stale,
-    # priced as timed (patch 39z): nothing drafts to time them again. 186 of 200 passes the target
-    # alone (180 before 39zc; 172 when a stale count cost at most one row fewer's and each was re-timed)
+    # steady timing re-timed at 83-84, the next recheck at 148-149, re-timed at 158-159). 128 passes
+    # later the timings are stale, priced as timed (patch 39z): nothing drafts to time them again.
+    # 186 of 200 passes the target alone (180 before 39zc; 172 when a stale count cost at most one
+    # row fewer's and each was re-timed)
     assert ks[:8] == [0, 0, 1, 1, 2, 2, 0, 0]
     assert [(i, k) for i, k in enumerate(ks) if k] == [
         (2, 1), (3, 1), (4, 2), (5, 2), (12, 1), (13, 1), (21, 2), (22, 2), (30, 3), (31, 3), (40, 3), (41, 3),
