@@ -9,6 +9,11 @@ first draft is right 1 time in 1,000 (the `real` pair's first, at Gemma's sample
 
     .venv/bin/python scripts/sim_policy_spread.py [--runs N] [--passes N] [--card e2b-zen4 --step S]
         [--seeds lavapipe-1-user-start-up --step-seed S] [--shadow-weight W] [--no-held-back] [--cost-max-age N]
+        [--live-shadows]
+
+``--live-shadows`` tells each shadow as both engines do (at the pass whose token shows its first miss; dropped where
+a verified draft comes first; none drafted while one is in flight), else in the pass that drafted it (the docs'
+figures before session 35).
 
 ``--card`` takes another of ``tests/policy_traces.CURVES`` (its own drafter step with ``--step``, in seconds);
 ``--seeds`` seeds the costs with another card, or with ``lavapipe-1-user-start-up`` (``LAVAPIPE_1_USER_SEEDS``: the
@@ -38,6 +43,7 @@ STEP, FIRST = 0.00095, 0.00095
 SEEDS, STEP_SEED = CARD, STEP  # what start-up timed: the card's own unless --seeds / --step-seed
 START_UP = CURVES | {"lavapipe-1-user-start-up": LAVAPIPE_1_USER_SEEDS}
 SETTINGS: dict[str, int] = {}  # what-ifs on the shipped PolicySettings
+LIVE = False  # --live-shadows
 KINDS = {  # right per depth (each given the ones before were right)
     "mixed": (0.45, 0.45, 0.45, 0.45),
     "real": (0.82, 0.58, 0.66, 0.6),
@@ -69,7 +75,7 @@ def one_run(rates: tuple[float, ...], seed: int, passes: int, fixed: int | None 
         return tokens / seconds * CARD[1]
     events: list[tuple] = []
     ks, _ = simulate(CARD, STEP, streams, passes, events=events, slow=noise, seeds=SEEDS, step_seed=STEP_SEED,
-                     settings=PolicySettings(shadow=True, **SETTINGS), results_without_drafts=False)  # fmt: skip
+                     settings=PolicySettings(shadow=True, **SETTINGS), results_without_drafts=False, live_shadows=LIVE)  # fmt: skip
     seconds = sum(e[2] for e in events if e[0] in ("pass", "steps"))
     return (len(ks) + sum(e[2] for e in events if e[0] == "result")) / seconds * CARD[1]
 
@@ -82,13 +88,13 @@ def walk_run(kind: str, seed: int, passes: int) -> float:
     start, noise = rng.randrange(N_AXES), {i: 1.0 + rng.uniform(-0.08, 0.08) for i in range(passes)}
     events: list[tuple] = []
     ks, _ = simulate(CARD, STEP, [], passes, events=events, slow=noise, seeds=SEEDS, step_seed=STEP_SEED,
-                     settings=PolicySettings(shadow=True, **SETTINGS), results_without_drafts=False, walk=(kind, start))  # fmt: skip
+                     settings=PolicySettings(shadow=True, **SETTINGS), results_without_drafts=False, walk=(kind, start), live_shadows=LIVE)  # fmt: skip
     seconds = sum(e[2] for e in events if e[0] in ("pass", "steps"))
     return (len(ks) + sum(e[2] for e in events if e[0] == "result")) / seconds * CARD[1]
 
 
 def main() -> None:
-    global CARD, STEP, SEEDS, STEP_SEED
+    global CARD, STEP, SEEDS, STEP_SEED, LIVE
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--runs", type=int, default=300)
     ap.add_argument("--passes", type=int, default=190)
@@ -101,6 +107,7 @@ def main() -> None:
     ap.add_argument("--shadow-weight", type=float)
     ap.add_argument("--no-held-back", action="store_true")
     ap.add_argument("--cost-max-age", type=int)
+    ap.add_argument("--live-shadows", action="store_true", help="shadows told as the engines tell them")
     args = ap.parse_args()
     card, runs, passes, CARD, STEP = args.card, args.runs, args.passes, CURVES[args.card], args.step
     SEEDS, STEP_SEED = START_UP[args.seeds] if args.seeds else CARD, STEP if args.step_seed is None else args.step_seed
@@ -108,6 +115,7 @@ def main() -> None:
         draft_policy.SHADOW_WEIGHT = args.shadow_weight
     if args.cost_max_age is not None:
         SETTINGS["cost_max_age"] = args.cost_max_age
+    LIVE = args.live_shadows
     if args.no_held_back:
         DraftPolicy.held_back = lambda self, k: False  # type: ignore[method-assign]
     seeded = f", seeded as {args.seeds}, step {STEP_SEED * 1e3:.2f} ms" if args.seeds or args.step_seed is not None else ""

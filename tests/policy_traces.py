@@ -83,6 +83,7 @@ def simulate(
     tell_class: bool = True,
     step_seed: float | None = None,
     walk: tuple[str, int] | None = None,
+    live_shadows: bool = False,
 ) -> tuple[list[int], DraftPolicy]:
     """Drive a fresh policy for ``passes`` passes; the k chosen before each. ``seeds``: pass
     costs by rows timed before the first pass (an engine's start-up), given first. ``events``
@@ -96,7 +97,10 @@ def simulate(
     when a request starts; ``tell_class=False``: it does not, as before issue 38 item 4). ``step_seed``: a
     drafter step timed at start-up, given after the seeds. ``walk``: (kind, axis): the drafts are right where a
     full-size pair of that kind says (:mod:`gguf_exact.tiny.pair_walk`), from that axis on, in place of the streams;
-    a pass moves the walk on by the tokens it gives (a shadow's: one), so drafting spends longer where drafts fail."""
+    a pass moves the walk on by the tokens it gives (a shadow's: one), so drafting spends longer where drafts fail.
+    ``live_shadows``: a shadow is told as both engines tell it, at the pass whose token shows its first miss (or
+    matches its last draft), dropped where a verified draft comes first, and none drafted while one is in flight;
+    else at once, in the pass that drafted it."""
     streams = [replace(s, n=0) for s in streams]  # fresh counters (a subclass kept)
     policy = DraftPolicy(replace(settings or PolicySettings(), n_max=n_max))
     for rows, seconds in (seeds or {}).items():
@@ -108,6 +112,7 @@ def simulate(
         if events is not None:
             events.append(("step-seed", 1, step_seed))
     ks, prev, axis = [], 0, walk[1] if walk else 0
+    pending: tuple[int, int, int] | None = None  # live_shadows: the shadow in flight (drafts, matched, pass told)
     for i in range(passes):
         if i in (requests or {}):
             name, streams = requests[i][0], [replace(s, n=0) for s in requests[i][1]]
@@ -117,6 +122,9 @@ def simulate(
                     events.append(("class", name))
         k = policy.choose(limit)
         shadow = policy.shadow  # drafts not verified: the streams answer them as the target's next tokens would
+        if live_shadows and (k or pending):
+            pending = None if k else pending  # a verified draft drops the one in flight; none drafted beside one
+            shadow = 0
         accepted = 0
         for j in range(k + shadow):
             if not (walk_right(walk[0], axis + j + 1, j + 1) if walk else streams[j].right(i)):
@@ -128,14 +136,19 @@ def simulate(
         policy.observe_pass(k + 1, seconds)
         step_seconds = (k + shadow) * step * (slow_steps or {}).get(i, 1.0)
         policy.observe_steps(k + shadow, step_seconds)
+        told = [(shadow, accepted)] if shadow else []
+        if live_shadows and shadow:  # told at the pass whose token shows its first miss or matches its last draft
+            pending, told = (shadow, accepted, i + min(accepted, shadow - 1)), []
+        if live_shadows and pending and pending[2] == i:
+            told, pending = [pending[:2]], None
         if k or (results_without_drafts and not shadow):
             policy.observe_result(k, accepted)
-        if shadow:
-            policy.observe_shadow(shadow, accepted)
+        for drafts, matched in told:
+            policy.observe_shadow(drafts, matched)
         if events is not None:
             events += [("choose", limit, k), ("pass", k + 1, seconds), ("steps", k + shadow, step_seconds)]
             events += [("result", k, accepted)] if k or (results_without_drafts and not shadow) else []
-            events += [("shadow", shadow, accepted)] if shadow else []
+            events += [("shadow", drafts, matched) for drafts, matched in told]
         ks.append(k)
     return ks, policy
 
