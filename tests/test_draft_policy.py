@@ -526,16 +526,17 @@ def test_a_shadow_counts_at_half_weight_and_a_probes_sets_the_probe_schedule() -
     assert not policy.missed
     policy.observe_shadow(1, 0)
     assert policy.tried[0] == pytest.approx(1.42625) and policy.interval == 16
-    assert policy.missed and policy.after_miss == [0.0, 0.0]  # a miss: the next draft at depth 1 counts after it
+    assert policy.missed and policy.after_miss == [0.0, 0.0]  # a first draft's miss marks the token just given
     # patch 39x: a failed probe's shadow whose steps cost at most SHADOW_BUDGET of the interval's passes keeps
     # the interval (2 steps of 7 ms: 14 ms); dearer, it doubles it (2 of 8.5 ms: 17 ms)
     policy.seed_steps(1, 0.007)
     policy.shadow_probe = True
-    policy.observe_shadow(2, 1)
-    assert policy.interval == 16 and policy.after_miss == [0.5, 0.5] and not policy.missed  # kept after a miss
+    policy.observe_shadow(2, 1)  # asked before that miss: not counted after it (patch 39zd; before, it was)
+    assert policy.interval == 16 and policy.after_miss == [0.0, 0.0] and not policy.missed
     policy.seed_steps(1, 0.0085)
+    policy.shadow_after_miss = True  # asked right after a miss (choose remembers it): depth 1 counted there too
     policy.observe_shadow(2, 1)
-    assert policy.interval == 32
+    assert policy.interval == 32 and policy.after_miss == [0.5, 0.5]
 
 
 def test_an_explorations_failed_shadows_leave_the_probes_as_often_as_verified_ones() -> None:
@@ -562,25 +563,28 @@ def test_an_explorations_failed_shadows_leave_the_probes_as_often_as_verified_on
 
 
 def walk_speed(kind: str, start: int) -> tuple[float, list[tuple]]:
-    """Tokens/s against the target alone, 190 passes of ``kind``'s full-size pair's walk from axis ``start``."""
+    """Tokens/s against the target alone, 190 passes of ``kind``'s full-size pair's walk from axis ``start``,
+    shadows told as the engines tell them (:func:`policy_traces.simulate`'s ``live_shadows``)."""
     events: list[tuple] = []
     ks, _ = simulate(ZEN5_E2B, 0.00095, [], 190, events=events, seeds=ZEN5_E2B, step_seed=0.00095,
-                     settings=PolicySettings(shadow=True), results_without_drafts=False, walk=(kind, start))  # fmt: skip
+                     settings=PolicySettings(shadow=True), results_without_drafts=False, walk=(kind, start),
+                     live_shadows=True)  # fmt: skip
     seconds = sum(e[2] for e in events if e[0] in ("pass", "steps"))
     return (len(ks) + sum(e[2] for e in events if e[0] == "result")) / seconds * ZEN5_E2B[1], events
 
 
 def test_right_after_a_miss_a_draft_that_would_not_pay_is_a_shadow() -> None:
     # patch 39y: a_1 0.88 overall pays 3 drafts (4 rows cost 2.2 passes); right after a miss depth 1 is also
-    # counted apart, around a_1: the first miss says nothing yet (drafted again), the second that misses come in
-    # runs here (0.40 after one), so a shadow goes first until one matches
+    # counted apart, around a_1 at explore_weight (39zd; prior_weight before): the first misses say little yet
+    # (drafted again), the fourth that misses come in runs here (0.49 after one), so a shadow goes first until
+    # one matches. (Before 39zd, around a_1 at prior_weight, the second miss held drafting back: 0.40.)
     policy = DraftPolicy(PolicySettings(n_max=3, shadow=True))
     for rows, seconds in ZEN5_E2B.items():
         policy.seed(rows, seconds)
     policy.seed_steps(1, 0.00095)
     policy.tried, policy.accepted = [20.0] * 3, [18.0] * 3
     seen = []
-    for kept in (0, 0, 0, 1, 3, 0, 3):
+    for kept in (0, 0, 0, 0, 0, 1, 3, 0, 3):
         k = policy.choose(99)
         shadow = policy.shadow
         policy.observe_pass(k + 1, ZEN5_E2B[k + 1])
@@ -592,32 +596,56 @@ def test_right_after_a_miss_a_draft_that_would_not_pay_is_a_shadow() -> None:
         seen.append((k, shadow, policy.missed, round(policy.after_a_miss(), 4)))
     assert seen == [
         (3, 0, True, 0.8381),  # a miss: nothing counted after one yet, so a_1
-        (3, 0, True, 0.3987),  # drafted (verified) again: missed, so (0 + 0.7974) / (1 + 1)
-        (0, 3, True, 0.3172),  # 3 drafts at 0.40 would not beat the target alone: a shadow, missed
-        (0, 3, False, 0.4456),  # a shadow again; its first draft matches
-        (3, 0, False, 0.4491),  # verified, all kept
-        (3, 0, True, 0.4351),  # a miss after a right pass: verified (the count applies right after a miss only)
-        (0, 3, False, 0.5277),  # right after it: a shadow
+        (3, 0, True, 0.6835),  # drafted (verified) again: missed, so (0 + 0.7974 * 6) / (1 + 6)
+        (3, 0, True, 0.5726),
+        (3, 0, True, 0.4893),
+        (0, 3, True, 0.4585),  # 3 drafts at 0.49 would not beat the target alone: a shadow, missed
+        (0, 3, False, 0.4989),  # a shadow again; its first draft matches
+        (3, 0, False, 0.5076),  # verified, all kept
+        (3, 0, True, 0.4846),  # a miss after a right pass: verified (the count applies right after a miss only)
+        (0, 3, False, 0.5215),  # right after it: a shadow
     ]
-    assert policy.after_miss == [2.283625, 0.975]  # the shadows at half weight: 1, 0.5 (0), 0.5 (1), 0.5 (1)
+    # right after a miss: three verified drafts at weight 1 (each 0), the shadows at half weight: 0, 1, 1
+    assert policy.after_miss == pytest.approx([3.8719121875, 0.975])
+
+
+def test_a_simulated_shadow_is_told_as_the_engines_tell_it() -> None:
+    # simulate(live_shadows=True), as llama-server's check_shadow and the Python engine's _check_shadow: the
+    # `mixed` walk from axis 4 (right on axes 0-7 of every 12), nothing counted yet, so the first draft is a
+    # shadow: 5, 6, 7 all match, told at pass 2 (its last draft's token), none drafted while it is in flight
+    # (passes 1 and 2 draw no steps); pass 3 verifies 3 from axis 7 and misses at once (8); right after that
+    # miss pass 4's shadow misses at 9, told in its own pass
+    events: list[tuple] = []
+    ks, _ = simulate(ZEN5_E2B, 0.00095, [], 6, events=events, seeds=ZEN5_E2B, step_seed=0.00095,
+                     settings=PolicySettings(shadow=True), results_without_drafts=False, walk=("mixed", 4),
+                     live_shadows=True)  # fmt: skip
+    told, i = [], -1
+    for e in events:
+        i += e[0] == "choose"
+        if e[0] in ("result", "shadow") or (e[0] == "steps" and e[1]):
+            told.append((i, e[0], e[1], e[2] if e[0] != "steps" else None))
+    assert ks == [0, 0, 0, 3, 0, 0]
+    assert told == [(0, "steps", 3, None), (2, "shadow", 3, 3), (3, "steps", 3, None), (3, "result", 3, 0),
+                    (4, "steps", 3, None), (4, "shadow", 3, 0)]  # fmt: skip
 
 
 def test_where_misses_come_in_runs_drafting_waits_for_a_shadow(monkeypatch) -> None:
     # the `mixed` pair's walk (right on 8 axes of every 12; a kept draft moves it on two axes, so verified
     # drafts linger in the wrong third: shadows matched 0.91, verified drafts 0.36-0.40 on llama-server),
-    # 190 passes from each of the 24 axes, on the Zen 5 card: 0.9647x the target alone without patch 39y's rules,
-    # 1.0006x with shadows at half weight and a shadow first right after a miss where misses come in runs. The
-    # `real` walk 1.0427x -> 1.0258x (1.037x -> 1.0229x before 39zc's one-pass recheck); an always-right drafter's
-    # 1.7249x. (Before 39z's stale pricing: 0.9432x, 0.9565x with half weight alone, 0.9818x; `real` 1.0318x ->
-    # 1.0236x; always right 1.7183x.)
+    # 190 passes from each of the 24 axes, on the Zen 5 card, shadows told as the engines tell them (at the pass
+    # that shows their first miss): 0.9588x the target alone without patch 39y's rules, 0.9747x with shadows at
+    # half weight and a shadow first right after a miss where misses come in runs. The `real` walk 1.0643x ->
+    # 1.0689x; an always-right drafter's 1.7215x. (Before 39zd, where a shadow's miss marked every pass until the
+    # next draft was counted: 0.9717x, 0.9661x with half weight alone. Told at once, as before: 0.9647x ->
+    # 0.9978x, 1.0006x before 39zd; `real` 1.0427x -> 1.0258x.)
     def mean_speed(kind: str) -> float:
         return round(sum(walk_speed(kind, start)[0] for start in range(24)) / 24, 4)
 
-    assert (mean_speed("mixed"), mean_speed("real"), mean_speed("hidden")) == (1.0006, 1.0258, 1.7249)
+    assert (mean_speed("mixed"), mean_speed("real"), mean_speed("hidden")) == (0.9747, 1.0689, 1.7215)
     monkeypatch.setattr("gguf_exact.engines.shared.draft_policy.SHADOW_WEIGHT", 1.0)  # each rule's part
-    assert mean_speed("mixed") == 0.9757
+    assert mean_speed("mixed") == 0.9731
     monkeypatch.setattr(DraftPolicy, "held_back", lambda self, k: False)
-    assert (mean_speed("mixed"), mean_speed("real")) == (0.9647, 1.0427)
+    assert (mean_speed("mixed"), mean_speed("real")) == (0.9588, 1.0643)
 
 
 def test_start_up_seeds_out_of_line_are_forgotten_and_explored() -> None:
@@ -685,8 +713,9 @@ def test_each_acceptance_class_keeps_its_own_counts() -> None:
     assert policy.tried == [0.0, 0.0] and policy.acceptance(1) == 0.5  # never seen: the prior
     policy.observe_result(2, 0)
     assert policy.tried == [1.0, 0.0] and policy.acceptance(1) == 0.25 and policy.missed  # (0 + 0.5) / (1 + 1)
-    policy.observe_result(1, 1)  # right after a miss: depth 1 counted there too (patch 39y)
-    assert policy.after_miss == [1.0, 1.0] and policy.after_a_miss() == pytest.approx((1.0 + 1.5 / 2.95) / 2)
+    policy.drafted_after_miss = True  # chosen right after that miss (choose remembers it, patch 39zd)
+    policy.observe_result(1, 1)  # right after a miss: depth 1 counted there too (patch 39y), around a_1 at 6
+    assert policy.after_miss == [1.0, 1.0] and policy.after_a_miss() == pytest.approx((1.0 + 6 * 1.5 / 2.95) / 7)
     assert policy.set_class(GREEDY)  # its counts as it left them; a miss of another class's text is not this one's
     assert (policy.tried, policy.accepted, policy.acceptance(1)) == ([1.0, 1.0], [1.0, 1.0], 0.75)
     assert policy.parked == {SAMPLED_EXACT: ([1.95, 0.0], [1.0, 0.0], [1.0, 1.0])} and not policy.missed

@@ -21,7 +21,7 @@ SYNC = "ggml_backend_sched_synchronize(sched.get());"
 SET_INPUTS = "res->set_inputs(&ubatch);"
 UPSTREAM = "0c1e57098bba43ac29e6e3b677cdceebdd22334f"  # vendor/llama.cpp's gitlink in the sdist's git metadata
 ADAPTIVE = ["23a", "23b", "23c", "23d", "23e", "23f", "23g"]  # the adaptive draft length, one commit per concern
-SERVER = ["24", *ADAPTIVE, "22142", "42", "42r", "38", "39", "38p", "38s", "39s", "38e", "39d", "39k", "39t", "39u", "39v", "39w", "39x", "39y", "39z", "39za", "39zb", "39zc"]  # every llama-server build's
+SERVER = ["24", *ADAPTIVE, "22142", "42", "42r", "38", "39", "38p", "38s", "39s", "38e", "39d", "39k", "39t", "39u", "39v", "39w", "39x", "39y", "39z", "39za", "39zb", "39zc", "39zd"]  # every llama-server build's
 GPU_SERVER = ["24", "27572", *SERVER[1:]]  # and 27572 on GPUs, after 24
 
 
@@ -88,7 +88,7 @@ def test_which_backends_carry_which_patch_and_the_cache_keys_say_so():
     assert [p.id for p in source_patches.patches_for("cpu")] == SERVER
     assert [p.id for p in source_patches.patches_for("cpu", bindings=True)] == ["24"]
     server = f"0c1e57098+{'+'.join(SERVER)}.{digest(*SERVER)}+rpc-cpu-avx.avx2.bmi2.f16c.fma.sse42"
-    assert server.startswith("0c1e57098+24+23a+23b+23c+23d+23e+23f+23g+22142+42+42r+38+39+38p+38s+39s+38e+39d+39k+39t+39u+39v+39w+39x+39y+39z+39za+39zb+39zc.")
+    assert server.startswith("0c1e57098+24+23a+23b+23c+23d+23e+23f+23g+22142+42+42r+38+39+38p+38s+39s+38e+39d+39k+39t+39u+39v+39w+39x+39y+39z+39za+39zb+39zc+39zd.")
     assert llama_build.build_key("cpu", CPU) == server
     assert (
         llama_build.build_key("cpu", CPU, bindings=True)

@@ -104,6 +104,7 @@ PATCHES: tuple[SourcePatch, ...] = (
     SourcePatch("39za", "0028-39za-climb-ends-where-priced-out.patch", server_only=True),
     SourcePatch("39zb", "0029-39zb-shadows-spaced-by-the-shadow-budget.patch", server_only=True),
     SourcePatch("39zc", "0030-39zc-recheck-one-pass.patch", server_only=True),
+    SourcePatch("39zd", "0031-39zd-after-a-miss-only-right-after-one.patch", server_only=True),
 )
 
 

@@ -17,6 +17,12 @@ Misses come in runs too (hard stretches of text), so depth 1 is also counted rig
 random: `real` 1.040x -> 1.052x, `sampled` 1.154x -> 1.184x (10th percentile 1.001x -> 1.084x), 0.45 at every depth
 0.983x -> 0.980x, always right 1.70x both.
 
+"Right after a miss" is the next pass only, and only drafts made then count there (patch 39zd: a shadow's miss had
+marked every pass until the next draft was counted, so shadows far from any miss lifted that count to 0.86 in a live
+E2B `mixed` run whose verified drafts right after a first draft's miss kept depth 1 in 3 of 13). Simulated with
+shadows told as the engines tell them (``--live-shadows``, 200 runs of 370 passes): the `mixed` walk 0.974x -> 0.994x
+on the Zen 5 card, 0.987x -> 0.989x on the live Zen 4 card; no other mean on the four cards lower by more than 0.001.
+
 Pure arithmetic in one order, as the C++ twin (``common/draft-policy.h``) does it.
 """
 
@@ -40,7 +46,9 @@ class AcceptanceCounts:
     tried: list[float] = field(default_factory=list)  # decayed drafts tried at depth j (index j - 1), this class
     accepted: list[float] = field(default_factory=list)  # decayed drafts accepted there
     after_miss: list[float] = field(default_factory=lambda: [0.0, 0.0])  # depth 1 right after a miss: tried, kept
-    missed: bool = False  # the last draft counted at depth 1 (verified or a shadow) was not kept
+    missed: bool = False  # the token the last pass gave was a first draft's miss (verified, or a shadow's told)
+    drafted_after_miss: bool = False  # the last choice came right after a miss (its verified drafts count there)
+    shadow_after_miss: bool = False  # the last shadow asked came right after a miss (it is told passes later)
     current_class: str = GREEDY  # the acceptance class the counts are of (set_class)
     parked: dict[str, Counts] = field(default_factory=dict)  # other classes' counts
 
@@ -54,8 +62,10 @@ class AcceptanceCounts:
         return (self.accepted[depth - 1] + s.prior * s.prior_weight) / (self.tried[depth - 1] + s.prior_weight)
 
     def after_a_miss(self) -> float:
-        """a_1 right after a miss at depth 1: the decayed counts of the drafts there, around a_1 (``prior_weight``)."""
-        w = self.settings.prior_weight
+        """a_1 right after a miss at depth 1: the decayed counts of the drafts made there, around a_1 at
+        ``explore_weight`` (only drafts made right after a miss count, so one early miss alone must not hold drafting
+        back: its own counts price it once about as many as exploration's)."""
+        w = self.settings.explore_weight
         return (self.after_miss[1] + self.acceptance(1) * w) / (self.after_miss[0] + w)
 
     def set_class(self, name: str) -> bool:
@@ -71,12 +81,17 @@ class AcceptanceCounts:
         self.current_class = name
         return True
 
-    def count(self, drafted: int, accepted: int, chances: Sequence[float], weight: float = 1.0) -> None:
+    def count(
+        self, drafted: int, accepted: int, chances: Sequence[float], weight: float = 1.0, after_miss: bool = False
+    ) -> None:
         """``drafted`` drafts, the first ``accepted`` kept (``chances``: the rule's chance of keeping each, counted in
-        their place), at ``weight`` (a shadow's: ``SHADOW_WEIGHT``); a depth past the first miss was not tried."""
+        their place), at ``weight`` (a shadow's: ``SHADOW_WEIGHT``); depth 1 also after a miss where the choice that
+        made them came right after one (``after_miss``). Told at the pass whose token shows the first miss (or matches
+        the last draft), so a first draft's miss marks the token just given, until the next pass
+        (:meth:`.DraftPolicy.observe_pass`); a depth past the first miss was not tried."""
         d = self.settings.decay
         if drafted > 0:
-            if self.missed:
+            if after_miss:
                 first = chances[0] if chances else (1.0 if accepted > 0 else 0.0)
                 self.after_miss = [self.after_miss[0] * d + weight, self.after_miss[1] * d + weight * first]
             self.missed = accepted == 0

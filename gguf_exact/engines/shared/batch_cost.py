@@ -264,6 +264,7 @@ class BatchPolicy(DraftPolicy):
             return k
         top = min(self.settings.n_max, limit)
         self.probing = self.rechecking = self.retiming = self.shadow = 0  # the one-user rules' passes are not this one
+        self.drafted_after_miss = self.missed
         k, best = 0, self.batch_rate(0, self.others_rows, others_tokens, others_drafts, after, layout, others_drafted)
         if best is None:
             self.reason = f"timing a batch of {self.others_rows + 1} rows"
@@ -288,11 +289,12 @@ class BatchPolicy(DraftPolicy):
             if probe and (climb or self.since_probe >= self.interval):
                 self.since_probe, self.probe_from = 0, probe - 1  # judged by all its drafts, as before
                 if self.settings.shadow and k == 0 and not climb:  # only to learn: a shadow, beside others too
-                    self.shadow, self.shadow_probe = probe, True
+                    self.shadow, self.shadow_probe, self.shadow_after_miss = probe, True, self.missed
                 else:
                     k = self.probing = probe
             if self.settings.shadow and k > 0 and not self.tried[0]:  # nothing counted yet: a shadow, as alone
                 self.shadow, self.shadow_probe, k, self.probing = k, self.probing > 0 and not climb, 0, 0
+                self.shadow_after_miss = self.missed
             what = "probing" if self.probing else "batch of"
             self.reason = f"{what} {self.others_rows + (after + 1) * k + 1} rows: {k} drafts"
             self.reason += f", a shadow of {self.shadow}" if self.shadow else ""
@@ -331,7 +333,7 @@ class BatchPolicy(DraftPolicy):
         if total <= rows:
             super().observe_pass(rows, seconds)
             return
-        self.all_right = False  # until observe_result says this pass kept every draft
+        self.all_right = self.missed = False  # until observe_result (or a shadow told) says otherwise
         if passes <= 1:
             self.batch.observe(total, seconds)
 

@@ -267,6 +267,7 @@ class DraftPolicy(AcceptanceCounts):
         and the request's budget leave); one call per pass that could carry a draft."""
         top = min(self.settings.n_max, limit)
         self.probing = self.rechecking = self.shadow = 0
+        self.drafted_after_miss = self.missed
         held = self.last_rows - 1
         retimed, self.retiming = self.retiming, 0
         if retimed and retimed == self.last_rows and held <= top:
@@ -300,6 +301,7 @@ class DraftPolicy(AcceptanceCounts):
         # only to learn (from no drafts, nothing counted yet, or held back right after a miss): a shadow
         if self.settings.shadow and k > 0 and (base == 0 or not self.tried[0] or self.held_back(k)):
             self.shadow, self.shadow_probe, k, self.probing = k, self.probing > 0, 0, 0
+            self.shadow_after_miss = self.missed
         # at most one re-time every probe_interval passes (none in a probe's pass)
         self.since_retime += 1
         learning = self.probing or self.shadow
@@ -368,7 +370,7 @@ class DraftPolicy(AcceptanceCounts):
     def observe_pass(self, rows: int, seconds: float) -> None:
         """A generation pass of ``rows`` rows (1 + drafts) took ``seconds`` in the target's decode (row counts the
         policy never asks for, above ``n_max + 1``, are not kept). Call it before the pass's :meth:`observe_result`."""
-        self.all_right = False  # until observe_result says this pass kept every draft
+        self.all_right = self.missed = False  # until observe_result (or a shadow told) says otherwise
         if not 1 <= rows <= self.settings.n_max + 1:
             return
         self.passes += 1
@@ -410,7 +412,7 @@ class DraftPolicy(AcceptanceCounts):
         rule had of keeping each verified one (rejection sampling's sum min(p, q)), counted in place of the 0 or 1 it
         came to: the same mean, a fraction of the noise (Rao-Blackwell)."""
         self.all_right = drafted > 0 and accepted >= drafted
-        self.count(drafted, accepted, chances)
+        self.count(drafted, accepted, chances, after_miss=self.drafted_after_miss)
         if self.probing:
             self.probed(accepted > self.probe_from)  # the depth taken on trust was right
             self.probing = 0
@@ -420,7 +422,7 @@ class DraftPolicy(AcceptanceCounts):
         tokens (``chances``: as :meth:`observe_result`'s), counted at ``SHADOW_WEIGHT``; a probe's schedules the next
         probe (a failed one only where its steps cost over ``SHADOW_BUDGET``; the next no sooner than its steps are
         ``SHADOW_BUDGET`` of the passes in between), an exploration's does not."""
-        self.count(drafted, accepted, chances, SHADOW_WEIGHT)
+        self.count(drafted, accepted, chances, SHADOW_WEIGHT, self.shadow_after_miss)
         ok, one, steps = accepted > self.probe_from, self.cost(1) or 0.0, drafted * (self.step_cost or 0.0)
         if self.shadow_probe and (ok or steps > SHADOW_BUDGET * self.interval * one):
             self.probed(ok)
@@ -428,9 +430,11 @@ class DraftPolicy(AcceptanceCounts):
             floor = min(math.ceil(steps / (SHADOW_BUDGET * one)), self.settings.probe_interval_max)
             self.interval = max(self.interval, floor)
 
-    def count(self, drafted: int, accepted: int, chances: Sequence[float], weight: float = 1.0) -> None:
+    def count(
+        self, drafted: int, accepted: int, chances: Sequence[float], weight: float = 1.0, after_miss: bool = False
+    ) -> None:
         self.climbing = self.climbing and (drafted <= 0 or accepted >= drafted)  # a miss ends the climb
-        super().count(drafted, accepted, chances, weight)
+        super().count(drafted, accepted, chances, weight, after_miss)
 
     def probed(self, ok: bool) -> None:
         s, n = self.settings, self.interval
