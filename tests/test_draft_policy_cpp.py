@@ -645,14 +645,17 @@ def test_cpp_and_python_schedule_probes_by_a_probes_shadow_alone(driver):
     assert replay(driver, settings, events) == ks == replay_python(settings, events)
 
 
+@pytest.mark.parametrize("live", [False, True])
 @pytest.mark.parametrize("start", [0, 7, 13])
 @pytest.mark.parametrize("kind", ["mixed", "real"])
-def test_cpp_and_python_hold_back_right_after_a_miss_alike(driver, kind, start):
+def test_cpp_and_python_hold_back_right_after_a_miss_alike(driver, kind, start, live):
     # patch 39y: shadows at half weight, depth 1 counted apart right after a miss, and a shadow first there where
-    # that count says a draft would not pay; on a full-size pair's walk, where misses come in runs (E2B, Zen 5)
+    # that count says a draft would not pay; on a full-size pair's walk, where misses come in runs (E2B, Zen 5);
+    # `live`: shadows told as the engines tell them, passes after the choice that asked them (patch 39zd: a
+    # shadow's depth 1 counts after a miss where it was asked right after one)
     card, settings, events = CURVES["e2b-zen5"], PolicySettings(shadow=True), []
     ks, _ = simulate(card, 0.00095, [], 190, events=events, seeds=card, step_seed=0.00095, settings=settings,
-                     results_without_drafts=False, walk=(kind, start))  # fmt: skip
+                     results_without_drafts=False, walk=(kind, start), live_shadows=live)  # fmt: skip
     assert replay(driver, settings, events) == ks == replay_python(settings, events)
     # the rule exercised: a verified miss, and the next pass a shadow
     passes = " ".join("R0" if e[0] == "result" and e[2] == 0 else e[0][0] for e in events if e[0] != "pass")
