@@ -75,7 +75,8 @@ def one_run(rates: tuple[float, ...], seed: int, passes: int, fixed: int | None 
         return tokens / seconds * CARD[1]
     events: list[tuple] = []
     ks, _ = simulate(CARD, STEP, streams, passes, events=events, slow=noise, seeds=SEEDS, step_seed=STEP_SEED,
-                     settings=PolicySettings(shadow=True, **SETTINGS), results_without_drafts=False, live_shadows=LIVE)  # fmt: skip
+                     settings=PolicySettings(shadow=True, **SETTINGS), results_without_drafts=False,
+                     live_shadows=LIVE)  # fmt: skip
     seconds = sum(e[2] for e in events if e[0] in ("pass", "steps"))
     return (len(ks) + sum(e[2] for e in events if e[0] == "result")) / seconds * CARD[1]
 
@@ -88,7 +89,8 @@ def walk_run(kind: str, seed: int, passes: int) -> float:
     start, noise = rng.randrange(N_AXES), {i: 1.0 + rng.uniform(-0.08, 0.08) for i in range(passes)}
     events: list[tuple] = []
     ks, _ = simulate(CARD, STEP, [], passes, events=events, slow=noise, seeds=SEEDS, step_seed=STEP_SEED,
-                     settings=PolicySettings(shadow=True, **SETTINGS), results_without_drafts=False, walk=(kind, start), live_shadows=LIVE)  # fmt: skip
+                     settings=PolicySettings(shadow=True, **SETTINGS), results_without_drafts=False, walk=(kind, start),
+                     live_shadows=LIVE)  # fmt: skip
     seconds = sum(e[2] for e in events if e[0] in ("pass", "steps"))
     return (len(ks) + sum(e[2] for e in events if e[0] == "result")) / seconds * CARD[1]
 
