@@ -21,6 +21,7 @@ from _llama_server import TEST_SETTINGS, complete, free_port, server_binary
 from gguf_exact.bench.prompt_set import load_prompts
 from gguf_exact.engines.launch import plan_launch, start_server
 from gguf_exact.engines.python.engine import MtpDraftModel
+from gguf_exact.engines.python.llama_adapter import greedy_token
 from gguf_exact.engines.python.load import load_with_drafter
 from gguf_exact.engines.python.runner import Runner
 from gguf_exact.engines.shared.engine_options import EngineOptions, server_threads
@@ -159,6 +160,66 @@ def test_completion_greedy_and_seeded_equal_plain_llama(engines):
             assert a["choices"][0]["text"] == b["choices"][0]["text"] and a["usage"] == b["usage"]
             assert ours.last_generation.drafts_accepted > 0
     assert ours.totals.accepted_tokens > 0 and ours.totals.requests >= 8
+
+
+def llama_cpp_greedy(row: list[float]) -> int:
+    """The index llama.cpp's own greedy sampler selects from ``row`` (its candidates in order)."""
+    data = (llama_cpp.llama_token_data * len(row))(*[llama_cpp.llama_token_data(i, x, 0.0) for i, x in enumerate(row)])
+    cur = llama_cpp.llama_token_data_array(data, len(row), -1, False)
+    smpl = llama_cpp.llama_sampler_init_greedy()
+    try:
+        llama_cpp.llama_sampler_apply(smpl, ctypes.byref(cur))
+    finally:
+        llama_cpp.llama_sampler_free(smpl)
+    return cur.selected
+
+
+@pytest.mark.parametrize(
+    "row",
+    [
+        [0.5, 2.0, -1.0, 2.0, 1.0],  # equal maxima: the first
+        [3.0, 3.0, 3.0],
+        [-np.inf, -np.inf, -np.inf],  # nothing finite: the first
+        [1.0, np.inf, 2.0, np.inf],
+        [-7.25, -7.0, -7.5],
+    ],
+)
+def test_greedy_token_is_llama_cpps_greedy_sampler(row):
+    assert greedy_token(np.array(row, dtype=np.float32)) == llama_cpp_greedy(row)
+
+
+def test_greedy_token_leaves_a_row_with_a_nan_to_the_sampler():
+    # argmax stops at the NaN (1), llama.cpp's scan passes it by (2): the engine asks the sampler
+    assert llama_cpp_greedy([1.0, np.nan, 3.0]) == 2 and greedy_token(np.array([1.0, np.nan, 3.0])) is None
+    assert llama_cpp_greedy([np.nan, 5.0]) == 0 and greedy_token(np.array([np.nan, 5.0])) is None
+
+
+def test_plain_greedy_rows_skip_the_sampler_chain(engines, monkeypatch):
+    """A greedy request with nothing that changes the row takes each row's token by argmax, never
+    through llama.cpp's sampler (which copies the whole row first): the same text as plain
+    llama-cpp-python's chain, drafts and all; penalties, a logit_bias or a grammar keep the chain."""
+    from llama_cpp import _internals
+
+    ours, plain = engines
+    calls = []
+    real = _internals.llama_cpp.llama_sampler_sample
+    monkeypatch.setattr(_internals.llama_cpp, "llama_sampler_sample", lambda *a: calls.append(1) or real(*a))
+    text = PROMPTS["prose"]
+    first = ours.tokenize(text.encode())[1]  # a token the prompt holds, biased below
+    for args, chain in (
+        ({"temperature": 0}, False),
+        ({"temperature": 0, "repeat_penalty": 1.1}, True),
+        ({"temperature": 0, "logit_bias": {first: 0.5}}, True),
+        ({"temperature": 0, "grammar": llama_cpp.LlamaGrammar.from_string("root ::= [a-z ]+")}, True),
+    ):
+        calls.clear()
+        a = ours.create_completion(text, max_tokens=24, **args)
+        ours_calls = len(calls)
+        b = plain.create_completion(text, max_tokens=24, **args)
+        assert a["choices"][0]["text"] == b["choices"][0]["text"] and a["usage"] == b["usage"]
+        assert len(calls) > ours_calls if not chain else ours_calls > 0
+        assert (ours_calls == 0) == (not chain) and not ours.greedy_alone
+        assert ours.last_generation.drafts_generated > 0
 
 
 def test_streaming_and_stop_strings(engines):

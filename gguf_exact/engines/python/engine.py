@@ -49,7 +49,7 @@ from gguf_exact.engines.python.completion_stop import CompletionStop
 from gguf_exact.engines.python.draft_model import MtpDraftModel
 from gguf_exact.engines.python.drafter import LlamaDrafter, TargetSide
 from gguf_exact.engines.python.llama_adapter import LlamaAdapter
-from gguf_exact.engines.python.rejection import RejectionSampling, call_class, with_readable_bias
+from gguf_exact.engines.python.rejection import RejectionSampling, call_class, greedy_alone, with_readable_bias
 from gguf_exact.engines.python.request import CURRENT_REQUEST
 from gguf_exact.engines.python.tokenizer import PieceCache
 from gguf_exact.engines.python.totals import SpecTotals
@@ -322,14 +322,14 @@ class MtpLlama(LlamaAdapter):
         budget = room if wanted is None or wanted <= 0 else min(wanted, room)
         drafter_s0 = self.drafter.seconds if self.drafter is not None else 0.0
         call = _Call(n_prompt, self.n_max, budget, time.perf_counter(), drafter_s0)
-        if self.record_margins:
-            call.logits = {}
+        call.logits = {} if self.record_margins else None
         self._call, self._verify_next = call, False
         if not PROMPT_CACHE.get():
             self.reset()  # no prefix in common with what is cached: the prompt is decoded whole
         rule = RejectionSampling.for_call  # the request's field, else ours; its sampler decides (and logs) the rest
         self.rejection = rule(args, kwargs, self._seed, self.rejection_sampling) if self.n_max > 0 else None
         self.draft_length.policy.set_class(call_class(args, kwargs, self.rejection))  # its acceptance's counts
+        self.greedy_alone = greedy_alone(args, kwargs)  # its rows' tokens by argmax (.llama_adapter.greedy_token)
         inner = super().generate(tokens, *args, **kwargs)
         try:
             sent = None
@@ -347,7 +347,7 @@ class MtpLlama(LlamaAdapter):
         finally:
             inner.close()
             if self._call is call:
-                self._call, self.rejection = None, None
+                self._call, self.rejection, self.greedy_alone = None, None, False
             self._finish(call)
 
     def _finish(self, call: _Call) -> None:

@@ -103,6 +103,16 @@ def call_class(args: tuple[Any, ...], kwargs: dict[str, Any], rule: RejectionSam
     return acceptance_class(sampler_view(args, kwargs)[0].temperature, rule is not None)
 
 
+def greedy_alone(args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
+    """Whether a ``generate`` call's chain is llama.cpp's greedy sampler with nothing that changes the
+    row before it: temperature 0 (llama-cpp-python then adds ``greedy``, whatever its mirostat), no
+    grammar, no logits processors (a ``logit_bias`` is one) and the penalties at their neutral values
+    (llama.cpp's penalties sampler then returns at once)."""
+    view, processors = sampler_view(args, kwargs)
+    neutral = view.repeat_penalty == 1.0 and view.frequency_penalty == 0.0 and view.presence_penalty == 0.0
+    return view.temperature == 0.0 and view.grammar is None and not processors and neutral
+
+
 class RejectionSampling:
     """One ``generate`` call's rule: the request's sampler, a seeded generator, and the
     q of each draft token not yet verified, by the position it was drafted for."""
@@ -190,4 +200,4 @@ class RejectionSampling:
         return logits
 
 
-__all__ = ["RejectionSampling", "SamplerView", "call_class", "sampler_view"]
+__all__ = ["RejectionSampling", "SamplerView", "call_class", "greedy_alone", "sampler_view"]
