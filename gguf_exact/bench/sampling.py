@@ -64,16 +64,9 @@ def llama_cpp_sample(chain: TruncatingSampler, seed: int = 0) -> Callable[[np.nd
     return sample
 
 
-def whole_row_distribution(chain: TruncatingSampler) -> ChainDistribution:
-    """A :class:`ChainDistribution` that never tries the sorted head (this benchmark's peer arm)."""
-    whole = ChainDistribution(chain)
-    whole._head_worth_trying = lambda: False  # type: ignore[method-assign]
-    return whole
-
-
 def same_by_head(rows: list[np.ndarray], chain: TruncatingSampler) -> bool:
     """Whether the distribution by the head is the whole row's, bit for bit, on every row."""
-    head, whole = ChainDistribution(chain), whole_row_distribution(chain)
+    head, whole = ChainDistribution(chain), ChainDistribution(chain, by_head=False)
     pairs = ((head.support(row), whole.support(row)) for row in rows)
     return all(np.array_equal(x.ids, y.ids) and np.array_equal(x.weights, y.weights) for x, y in pairs)
 
@@ -81,7 +74,7 @@ def same_by_head(rows: list[np.ndarray], chain: TruncatingSampler) -> bool:
 def time_rows(rows: list[np.ndarray], chain: TruncatingSampler, rounds: int) -> dict[str, list[float]]:
     """Milliseconds a row, per round (arms alternated A B C / C B A): the rule's distribution by the
     head (``head``), by the whole row (``whole``), and llama.cpp's sampler (``llama.cpp sample``)."""
-    head, whole = ChainDistribution(chain), whole_row_distribution(chain)
+    head, whole = ChainDistribution(chain), ChainDistribution(chain, by_head=False)
     arms: dict[str, Callable[[np.ndarray], object]] = {
         "head": head.support, "whole": whole.support, "llama.cpp sample": llama_cpp_sample(chain),
     }  # fmt: skip
@@ -102,4 +95,4 @@ def medians(times: dict[str, list[float]]) -> dict[str, float]:
     return {name: statistics.median(ms) for name, ms in times.items()}
 
 
-__all__ = ["llama_cpp_sample", "medians", "realistic_row", "same_by_head", "time_rows", "whole_row_distribution"]
+__all__ = ["llama_cpp_sample", "medians", "realistic_row", "same_by_head", "time_rows"]

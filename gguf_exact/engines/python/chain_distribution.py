@@ -92,7 +92,7 @@ class ChainDistribution:
     Only for chains the rule mirrors (``why_not_mirrored`` is None) at temperature > 0:
     penalties and grammar need the chain's accepted tokens, which this chain never sees."""
 
-    def __init__(self, sampler: TruncatingSampler) -> None:
+    def __init__(self, sampler: TruncatingSampler, by_head: bool = True) -> None:
         if not sampler.temperature > 0:
             raise ValueError(f"temperature {sampler.temperature!r}: a chain distribution needs a sampled request")
         # the order and min_keep of Llama._init_sampler's non-mirostat branch, by llama.h's public calls
@@ -107,6 +107,7 @@ class ChainDistribution:
         ):
             llama_cpp.llama_sampler_chain_add(self._chain, stage)  # the chain owns it from here
         self._top_k = sampler.top_k
+        self._by_head = by_head  # False: always the whole row (scripts/bench_sampling.py's peer arm)
         self._rows_without_head = 0  # in a row: after two, sorted_head is tried every 16th row only
         self._row = np.zeros(0, TOKEN_DATA)
         self._fresh = np.zeros(0, TOKEN_DATA)  # a row's ids in token order, logits and p 0
@@ -145,7 +146,7 @@ class ChainDistribution:
 
     def _head_worth_trying(self) -> bool:
         """A real model's rows have a head nearly always; a made-up pair's flat rows never (0.08 ms a try)."""
-        return self._rows_without_head < 2 or self._rows_without_head % 16 == 0
+        return self._by_head and (self._rows_without_head < 2 or self._rows_without_head % 16 == 0)
 
     def _laid_out(self, values: np.ndarray) -> np.ndarray:
         """The whole row as ``llama_sampler_sample`` lays it out: ids in token order, p 0."""
