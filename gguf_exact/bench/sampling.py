@@ -17,6 +17,7 @@ from __future__ import annotations
 import ctypes
 import statistics
 import time
+import weakref
 from typing import Callable
 
 import llama_cpp
@@ -61,6 +62,7 @@ def llama_cpp_sample(chain: TruncatingSampler, seed: int = 0) -> Callable[[np.nd
         llama_cpp.llama_sampler_apply(smpl, ctypes.byref(cur))
         return int(cur.data[cur.selected].id)
 
+    weakref.finalize(sample, llama_cpp.llama_sampler_free, smpl)  # the chain lives as long as the function
     return sample
 
 
