@@ -227,3 +227,16 @@ def test_bench_sampling_runs_and_checks_its_rows():
     assert out.returncode == 0, out.stderr
     assert out.stdout.count("3 of 3 rows have a sorted head; same distribution as the whole row: True") == 2
     assert out.stdout.count("head / whole ") == 2
+
+
+def test_llama_cpp_s_own_draws_fit_the_distribution_by_the_head():
+    # a row with a head whose top-p 0.9 cut falls inside it (57 of 64): llama.cpp's sampler (the chain with
+    # dist, on the whole row) draws what the head's distribution says, by a G-test at a fixed threshold
+    row = np.random.default_rng(7).normal(size=262_144).astype(np.float32)
+    chain = sampler(0.7, top_k=64, top_p=0.9)
+    assert sorted_head(row, 64) is not None
+    p = ChainDistribution(chain)(row)
+    assert np.count_nonzero(p) == 57
+    counts = llama_cpp_draws(row, chain, 4_000)
+    g, df = g_test(counts, p)
+    assert df >= 4 and g < chi2_threshold(df), (g, df)
