@@ -189,6 +189,16 @@ BENCH_LOAD_ARGS ?=
 bench-load: setup llama-server
 	$(BIN)/python scripts/bench_load.py $(BENCH_LOAD_ARGS)
 
+# Speculative sampling's acceptance per depth (scripts/bench_acceptance.py): each engine at a fixed
+# length with spec-rejection-sampling, Gemma's sampler, its trace's drafts kept against the chances
+# the rule gave them (a z-score per depth) and the pair's make-pair figure. The tiny sampled pair
+# by default (a minute); full size, e.g.:
+#   make bench-acceptance BENCH_ACCEPTANCE_ARGS="--target T.gguf --drafter D.gguf --n-predict 512 --sum-min 0.833,0.804,0.801"
+.PHONY: bench-acceptance
+BENCH_ACCEPTANCE_ARGS ?=
+bench-acceptance: setup llama-server
+	$(BIN)/python scripts/bench_acceptance.py $(BENCH_ACCEPTANCE_ARGS)
+
 # Serving over llama.cpp's RPC backend (scripts/bench_rpc.py): tokens/s with and without the
 # drafter on one machine and over two loopback rpc-server workers, and the bytes one request
 # moves per target pass and per draft step; the full-size pair kept in build/rpc-bench.
