@@ -192,7 +192,7 @@ bench-load: setup llama-server
 # Speculative sampling's acceptance per depth (scripts/bench_acceptance.py): each engine at a fixed
 # length with spec-rejection-sampling, Gemma's sampler, its trace's drafts kept against the chances
 # the rule gave them (a z-score per depth) and the pair's make-pair figure. The tiny sampled pair
-# by default (a minute); full size, e.g.:
+# by default (seconds); full size, e.g.:
 #   make bench-acceptance BENCH_ACCEPTANCE_ARGS="--target T.gguf --drafter D.gguf --n-predict 512 --sum-min 0.833,0.804,0.801"
 .PHONY: bench-acceptance
 BENCH_ACCEPTANCE_ARGS ?=

@@ -10,7 +10,7 @@ the chances the rule gave them (sum min(p, q) at each context), the z-score betw
 `/metrics` count (llama-server traces every pass; the Python engine tells its policy a pass at the
 next draft, so a request's last pass is not in its trace).
 
-    .venv/bin/python scripts/bench_acceptance.py                 # the tiny sampled pair, a minute
+    .venv/bin/python scripts/bench_acceptance.py                 # the tiny sampled pair, seconds
     .venv/bin/python scripts/bench_acceptance.py --target pairs/e2b/sampled/target.gguf \\
         --drafter pairs/e2b/sampled/drafter.gguf --n-predict 512 --sum-min 0.833,0.804,0.801 --out results/x.json
 """
@@ -19,11 +19,11 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import tempfile
 import time
 from pathlib import Path
-from unittest import mock
 
 from gguf_exact.bench.acceptance import DepthAcceptance, depth_acceptance, read_results
 from gguf_exact.bench.prompt_set import load_prompts
@@ -44,11 +44,8 @@ def measure(engine: str, target: Path, drafter: Path, args: argparse.Namespace, 
     trace = scratch / f"trace-{engine}"
     sets = [f"ctx-size={args.ctx}", f"threads={args.threads}", *fixed_length(args.n_max), *rule_overrides("rejection")]
     started = time.perf_counter()
-    # the server inherits the trace path from the environment, as a user's `LLAMA_SPEC_DRAFT_TRACE=...` gives it
-    with (
-        mock.patch.dict("os.environ", {TRACE_ENV: str(trace)}),
-        running(target, drafter, engine, sets) as (launch, _, _),
-    ):
+    os.environ[TRACE_ENV] = str(trace)  # the server inherits it, as from a user's `export LLAMA_SPEC_DRAFT_TRACE=...`
+    with running(target, drafter, engine, sets) as (launch, _, _):
         seed = args.seed
         for _round in range(args.rounds):
             for prompt in load_prompts().values():

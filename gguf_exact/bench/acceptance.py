@@ -94,8 +94,11 @@ def depth_acceptance(results: Iterable[Verified]) -> tuple[DepthAcceptance, ...]
     variances: list[float] = []
     for result in results:
         for index, chance in enumerate(result.chances):
-            if index == len(verified):
-                verified, kept, sums, variances = verified + [0], kept + [0], sums + [0.0], variances + [0.0]
+            if index == len(verified):  # deeper than any draft verified so far
+                for column in (verified, kept):
+                    column.append(0)
+                for total in (sums, variances):
+                    total.append(0.0)
             verified[index] += 1
             kept[index] += index < result.kept
             sums[index] += chance
