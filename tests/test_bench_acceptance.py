@@ -105,6 +105,10 @@ SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "bench_acceptance.py"
     [
         (["--out", "{target}"], "error: {target}: the output is the --target {target}, which this command reads"),
         (["--out", "{drafter}"], "error: {drafter}: the output is the --drafter {drafter}, which this command reads"),
+        (
+            ["--out", "{link}"],
+            "error: {link}: the output is the same file as the --target {target}, which this command reads",
+        ),
         (["--sum-min", "0.8,x"], "error: --sum-min '0.8,x': not comma-separated numbers"),
         (["--sum-min", "0.8,1.2"], "error: --sum-min '0.8,1.2': each figure is a share in [0, 1]"),
         (["--drafter", "{missing}"], "error: --drafter {missing}: no such file"),
@@ -114,7 +118,8 @@ def test_bad_arguments_are_one_line_before_any_server_and_the_pair_is_untouched(
     target, drafter = tmp_path / "target.gguf", tmp_path / "drafter.gguf"
     target.write_bytes(b"GGUF target bytes")
     drafter.write_bytes(b"GGUF drafter bytes")
-    names = {"target": target, "drafter": drafter, "missing": tmp_path / "missing.gguf"}
+    (tmp_path / "link.json").symlink_to(target)  # another name for the target
+    names = {"target": target, "drafter": drafter, "missing": tmp_path / "missing.gguf", "link": tmp_path / "link.json"}
     given = ["--target", str(target), "--drafter", str(drafter)] + [a.format(**names) for a in args]
     run = subprocess.run([sys.executable, str(SCRIPT), *given], capture_output=True, text=True, timeout=120)
     assert run.returncode != 0
