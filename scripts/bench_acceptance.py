@@ -7,8 +7,7 @@ the shipped prompts at Gemma's sampler (T 1, top-k 64, top-p 0.95), one server a
 the chances the rule gave them (sum min(p, q) at each context), the z-score between the two
 (gguf_exact/bench/acceptance.py) and, given --sum-min, the kept share less the pair's own figure
 (`make-pair`'s sum min(p, q) per depth), and the drafts kept by the trace beside the server's
-`/metrics` count (llama-server traces every pass; the Python engine tells its policy a pass at the
-next draft, so a request's last pass is not in its trace).
+`/metrics` count (both engines trace every pass a request verifies, its last too).
 
     .venv/bin/python scripts/bench_acceptance.py                 # the tiny sampled pair, seconds
     .venv/bin/python scripts/bench_acceptance.py --target pairs/e2b/sampled/target.gguf \\

@@ -82,6 +82,36 @@ def test_the_engines_trace_replays_to_its_own_choices(pairs, tmp_path, monkeypat
     assert replay_python(settings, events) == chosen
 
 
+def test_the_policy_is_told_every_pass_a_request_verifies_its_last_too(pairs, tmp_path, monkeypatch):
+    # as llama-server's policy is: each request's last pass (no draft follows to tell it) is told when
+    # the request ends, so the trace counts what the generations count; a pass cut short inside its
+    # run of kept drafts (the client gone) is told what it verified: the tokens given, all kept
+    monkeypatch.setenv("LLAMA_SPEC_DRAFT_TRACE", str(tmp_path / "policy"))
+    target, drafter = pairs["hidden"]  # always right when drafting
+    with Runner(target, drafter, n_ctx=512) as r:
+        gens = [r.generate(text, n, 3) for text, n in ((PROMPTS[0], 48), (PROMPTS[1], 30))]
+        ids = r._prompt_ids(PROMPTS[2], 64)
+        r.llm.reset()
+        stream, given = r.llm.generate(ids, max_new_tokens=64, temp=0.0), []
+        for token in stream:  # the prompt's pass gives 1, the next 4 (3 drafts kept), the third 2 of its 4
+            given.append(token)
+            if len(given) == 7:
+                break
+        stream.close()
+        cut = r.llm.last_generation
+    settings, events, chosen = read_trace(tmp_path / "policy.0")[-1]  # the bound of 3's policy
+    passes = [e for e in events if e[0] == "pass"]
+    results = [e[1:3] for e in events if e[0] == "result"]
+    # 48 tokens: the prompt's pass, 11 of 4, one of 3; 30: the prompt's, 7 of 4, one of the target alone
+    assert [(g.target_passes, g.drafts_generated) for g in gens] == [(13, 35), (9, 21)] and settings.n_max == 3
+    assert len(passes) == sum(g.target_passes - 1 for g in (*gens, cut)) == 12 + 8 + 2
+    assert results == [(3, 3)] * 11 + [(2, 2)] + [(3, 3)] * 7 + [(3, 3), (2, 2)]
+    assert sum(a for _, a in results[:19]) == sum(g.drafts_accepted for g in gens) == 56
+    assert cut.accepted_per_round == [3, 1]  # the generation's count: the tokens given less one
+    assert cut.tokens == given
+    assert replay_python(settings, events) == chosen
+
+
 def test_a_request_switches_speculation_off_or_bounds_it(pairs):
     target, drafter = pairs["hidden"]
     with Runner(target, drafter, n_ctx=512) as r:

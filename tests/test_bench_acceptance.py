@@ -138,10 +138,8 @@ def test_the_script_on_the_tiny_sampled_pair_in_both_engines(tmp_path):
     figures = json.loads(out.read_text())
     by_engine = {r["engine"]: r for r in figures["runs"]}
     assert list(by_engine) == ["llama-server", "python"]
-    server = by_engine["llama-server"]
-    assert server["traced_kept"] == server["accepted"] > 0  # llama-server traces every pass
-    python = by_engine["python"]
-    assert 0 < python["traced_kept"] <= python["accepted"]  # all but each request's last pass
+    for r in by_engine.values():  # each engine's policy is told every pass, each request's last too
+        assert r["traced_kept"] == r["accepted"] > 0, r["engine"]
     for r in figures["runs"]:
         depths = [
             DepthAcceptance(*(d[f] for f in ("depth", "verified", "kept", "chance_sum", "chance_variance")))

@@ -54,6 +54,7 @@ class MtpDraftModel(LlamaDraftModel):
         self.drafter: LlamaDrafter | None = None
         self.llm: MtpLlama | None = None  # the engine it drafts for (set once both exist)
         self._shadow: _Shadow | None = None
+        self._drafts: list[int] = []  # the last draft's tokens, verified by the pass that follows it
 
     @property
     def n_max(self) -> int:
@@ -76,16 +77,31 @@ class MtpDraftModel(LlamaDraftModel):
 
     def _observe_last_pass(self, call: _Call) -> None:
         """Tell the policy what the generation pass since the last draft cost (the target's decode
-        time and rows between two drafts of one call: one pass) and what it kept of its draft."""
+        time and rows between two drafts of one call: one pass) and what was verified of its draft."""
         llm, seen = self.llm, self._seen
         assert llm is not None  # drafting starts once the engine is set
         self._seen = (call, llm.target_seconds, llm.target_rows)
-        if seen is None or seen[0] is not call or len(call.pass_drafts) < 2:
+        if seen is None or seen[0] is not call or len(call.pass_drafts) < 2 or llm.target_rows == seen[2]:
             return  # the first draft of a call follows the prompt, not a generation pass
         self.length.policy.observe_pass(llm.target_rows - seen[2], llm.target_seconds - seen[1])
-        if call.pass_drafts[-1] > 0:
-            chances = llm.rejection.chances if llm.rejection is not None else ()
-            self.length.policy.observe_result(call.pass_drafts[-1], max(0, call.pass_emitted[-1] - 1), chances)
+        drafted, emitted = call.pass_drafts[-1], call.pass_emitted[-1]
+        if drafted <= 0 or emitted <= 0:
+            return
+        # the pass's tokens against its drafts: a draft is kept iff the token there is it (a rejected draft's
+        # token, exact match's or the residual's, never is); a pass cut short inside its run of kept drafts (an
+        # end of generation, a stop string, a client gone) verified only those
+        tokens = call.tokens[-emitted:]
+        kept = next((j for j, d in enumerate(self._drafts[:emitted]) if tokens[j] != d), min(drafted, emitted))
+        verified = drafted if kept < emitted else kept
+        chances = llm.rejection.chances[:verified] if llm.rejection is not None else ()
+        self.length.policy.observe_result(verified, kept, chances)
+
+    def finish(self, call: _Call) -> None:
+        """The call is over: its last pass, which no draft follows to tell it, told now (as llama-server's
+        policy is told every pass it verifies); a shadow in flight is dropped."""
+        if self.llm is not None and self.drafter is not None:
+            self._observe_last_pass(call)
+        self._seen, self._shadow, self._drafts = None, None, []
 
     def __call__(self, input_ids: np.ndarray, /, **kwargs: Any) -> np.ndarray:
         llm = self.llm
@@ -103,6 +119,7 @@ class MtpDraftModel(LlamaDraftModel):
         request = CURRENT_REQUEST.get()
         k, p_min = self.length.plan(limit, request.speculation if request is not None else None)
         self._shadow = self._shadow if k <= 0 else None  # a real draft first: its tokens are not the shadow's
+        self._drafts = []
         if k <= 0:
             # none while one is in flight: replaced, only the shadows whose first draft missed would be told
             if self.length.shadow and call is not None and self._shadow is None:
@@ -116,6 +133,7 @@ class MtpDraftModel(LlamaDraftModel):
             int(input_ids[-1]), pos, k, self.hidden(pos), p_min, None if rule is None else rule.draw_draft
         )
         self.length.policy.observe_steps(self.drafter.last_steps, self.drafter.seconds - seconds)
+        self._drafts = list(drafts)
         if call is not None:
             call.pending_drafts = len(drafts)
         return np.asarray(drafts, dtype=np.intc)

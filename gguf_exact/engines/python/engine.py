@@ -346,6 +346,7 @@ class MtpLlama(LlamaAdapter):
                 sent = yield token
         finally:
             inner.close()
+            self.draft_model.finish(call)  # its last pass, before the rule's chances go
             if self._call is call:
                 self._call, self.rejection, self.greedy_alone = None, None, False
             self._finish(call)
