@@ -7,7 +7,9 @@ from __future__ import annotations
 import math
 import random
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 
+from gguf_exact.bench.acceptance import read_results
 from gguf_exact.engines.shared.acceptance_class import GREEDY, SAMPLED_EXACT
 from gguf_exact.engines.shared.batch_cost import BatchPolicy, equal_split
 from gguf_exact.engines.shared.draft_policy import DraftPolicy, PolicySettings
@@ -468,18 +470,12 @@ def drift(factor: float | None, events: list[tuple] | None = None, passes: int =
     return simulate(E2B_T2, E2B_T2_STEP, list(MIXED_LIKE), passes, events=events, slow=slow, switch=E2B_T2_SWITCH)
 
 
-def told_chances(events: list[tuple]) -> tuple[int, list[float]]:
-    """The drafts kept and the chances told in a trace's result events that carry chances (rejection
-    sampling, patch 38e), checked to be one per verified draft (the kept ones, and the first rejected),
-    each in [0, 1]."""
-    kept, chances = 0, []
-    for e in events:
-        if e[0] != "result" or len(e) == 3:
-            continue
-        drafted, accepted, told = e[1], e[2], e[3:]
-        assert len(told) == min(accepted + 1, drafted) and all(0.0 <= c <= 1.0 + 1e-9 for c in told), e
-        kept, chances = kept + min(accepted, len(told)), chances + list(told)
-    return kept, chances
+def told_chances(path: Path) -> tuple[int, list[float]]:
+    """The drafts kept and the chances told in a trace file's result lines that carry chances (rejection
+    sampling, patch 38e), read and checked (one per verified draft, each in [0, 1]) by the benchmark's own
+    reader, :func:`gguf_exact.bench.acceptance.read_results`."""
+    results = read_results(Path(path).read_text(), str(path))
+    return sum(min(r.kept, len(r.chances)) for r in results), [c for r in results for c in r.chances]
 
 
 def within_four_sigma(kept: int, chances: list[float]) -> bool:

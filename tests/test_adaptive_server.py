@@ -201,7 +201,7 @@ def test_rejection_sampling_tells_the_policy_each_drafts_chance_of_being_kept(tm
     finally:
         stop_server(launch.port)
     [(settings, events, chosen)] = read_trace(tmp_path / "policy.0")
-    kept, chances = told_chances(events)
+    kept, chances = told_chances(tmp_path / "policy.0")
     greedy_from = events.index(("class", "greedy"))
     assert ("class", "sampled-rejection") in events[:greedy_from]
     assert all(len(e) > 3 for e in events[:greedy_from] if e[0] == "result")  # every sampled pass told its chances

@@ -368,7 +368,7 @@ def test_rejection_sampling_tells_the_policy_each_drafts_chance_of_being_kept(pa
             r.generate(text, 48, 3, sampling=GEMMA, adaptive=False)
         r.generate(list(load_prompts().values())[0], 24, 3, sampling=Sampling(), adaptive=False)
     settings, events, chosen = read_trace(tmp_path / "policy.0")[-1]
-    kept, chances = told_chances(events)
+    kept, chances = told_chances(tmp_path / "policy.0")
     greedy_from = events.index(("class", "greedy"))
     sampled = [e for e in events[:greedy_from] if e[0] == "result"]
     assert len(chances) >= 100 and all(len(e) > 3 for e in sampled)  # every sampled pass told its chances
