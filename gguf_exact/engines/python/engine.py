@@ -338,8 +338,7 @@ class MtpLlama(LlamaAdapter):
                     token = inner.send(sent)
                 except StopIteration:
                     return
-                if call.t_first is None:
-                    call.t_first = time.perf_counter()
+                call.t_first = time.perf_counter() if call.t_first is None else call.t_first
                 call.tokens.append(token)
                 if call.pass_emitted:
                     call.pass_emitted[-1] += 1
