@@ -72,7 +72,8 @@ class SourcePatch:
 # now), 38s (it explores depth 1 at start; seeds are one snapshot), 39s (the batch curve seeded at
 # start-up), 38e (it counts rejection sampling's chance of keeping each draft) and 39d (a cold first timing,
 # a batch total's or a drafter step's, is doubted) and 39k (it prices the passes a cache per slot splits a
-# batch into) too.
+# batch into) too. 38m (ggml-cpu: a draft's 2-4 verified rows of a repacked Q4_0 matrix unpack each weight
+# block once, bit-identical per row) is in every build, the bindings' too: it makes drafting pay on AVX2.
 PATCHES: tuple[SourcePatch, ...] = (
     SourcePatch("24", "0001-24-ordered-embedding-head.patch"),
     SourcePatch("27572", "0002-27572-sync-before-set-inputs.patch", gpu_only=True),
@@ -105,6 +106,7 @@ PATCHES: tuple[SourcePatch, ...] = (
     SourcePatch("39zb", "0029-39zb-shadows-spaced-by-the-shadow-budget.patch", server_only=True),
     SourcePatch("39zc", "0030-39zc-recheck-one-pass.patch", server_only=True),
     SourcePatch("39zd", "0031-39zd-after-a-miss-only-right-after-one.patch", server_only=True),
+    SourcePatch("38m", "0032-38m-q4-0-gemv-over-2-4-rows.patch"),
 )
 
 

@@ -1,0 +1,62 @@
+"""A batch's rows give the logits that one-row decodes give, bit for bit, on repacked Q4_0 matrices.
+
+Speculation verifies a draft of k tokens in one pass of k+1 rows, and its text equals the target
+alone's because each row of that pass comes out as the row decoded alone would. On x86 the carried
+patch 38m runs 2-4 rows of a repacked Q4_0 matrix (``CPU_REPACK``, 8 columns interleaved) through
+one GEMV that unpacks each weight block once for all of them, where llama.cpp ran one GEMV a row
+(1.1-1.3x faster passes of 2-4 rows on an AVX2 Zen 3; ``docs/benchmarks.md``). A kernel that read
+another row's activations or wrote another row's output fails here: the rows hold different tokens.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from gguf_exact.tiny.main_model import TINY, write_donor, write_main_checkpoint
+
+pytestmark = pytest.mark.bindings
+
+FOLLOW = 7  # tokens after the prompt: batches of 2-7 rows (the GEMM's 4, then the rest)
+
+
+@pytest.fixture(scope="module")
+def donor(tmp_path_factory) -> Path:
+    """A tiny gemma4 GGUF with Google's layout: Q4_0 layer matrices that llama.cpp repacks."""
+    root = tmp_path_factory.mktemp("rows")
+    write_main_checkpoint(root / "src", TINY, seed=0)
+    write_donor(root / "donor.gguf", root / "src", TINY)
+    return root / "donor.gguf"
+
+
+def test_each_row_of_a_batch_equals_that_row_decoded_alone(donor, capfd):
+    import llama_cpp  # a missing binding fails the run, never skips it
+
+    llm = llama_cpp.Llama(str(donor), n_ctx=128, n_batch=64, n_ubatch=64, n_threads=2, logits_all=True, verbose=True)
+    log = capfd.readouterr().err
+    # the layer matrices are in the interleaved buffer the patched kernels read
+    assert re.search(r"CPU_REPACK model buffer size =\s+3\.04 MiB", log), log[-2000:]
+
+    prompt = llm.tokenize(b"the cat sat on the mat")
+    follow = [prompt[1 + i % (len(prompt) - 1)] for i in range(FOLLOW)]
+    assert len(set(follow)) >= 5
+
+    def rows(batches: list[list[int]]) -> np.ndarray:
+        """The logits of ``follow``'s rows after the prompt, decoded in these batches."""
+        llm.reset()
+        llm.eval(prompt)
+        for batch in batches:
+            llm.eval(batch)  # one llama_decode of len(batch) rows (n_batch 64)
+        return np.array(llm.scores[len(prompt) : llm.n_tokens], dtype=np.float32)
+
+    alone = rows([[t] for t in follow])
+    assert alone.shape == (FOLLOW, llm.n_vocab())
+    assert len({a.tobytes() for a in alone}) == FOLLOW  # every row's logits differ: a mix-up shows
+    for n in range(2, FOLLOW + 1):
+        batched = rows([follow[:n]])
+        assert batched.tobytes() == alone[:n].tobytes(), f"a batch of {n} rows differs from one-row decodes"
+    # and a pass of 3 rows after one of 2, as speculation runs them (a draft of 1, then of 2)
+    assert rows([follow[:2], follow[2:5]]).tobytes() == alone[:5].tobytes()
