@@ -4,7 +4,7 @@ Speculation verifies a draft of k tokens in one pass of k+1 rows, and its text e
 alone's because each row of that pass comes out as the row decoded alone would. On x86 the carried
 patch 38m runs 2-4 rows of a repacked Q4_0 matrix (``CPU_REPACK``, 8 columns interleaved) through
 one GEMV that unpacks each weight block once for all of them, where llama.cpp ran one GEMV a row
-(1.1-1.3x faster passes of 2-4 rows on an AVX2 Zen 3; ``docs/benchmarks.md``). A kernel that read
+(passes of 2-4 rows 1.1-1.4x faster on an AVX2 Zen 3 at E2B and E4B; ``docs/benchmarks.md``). A kernel that read
 another row's activations or wrote another row's output fails here: the rows hold different tokens.
 """
 

@@ -4,10 +4,10 @@
 upstream commit (``base-commit:`` in each file), each with a message that says why: fixes for
 upstream defects still open at the pin that a backend can hit, and what this project serves
 with (the drafter's ordered-embedding head, #24, in every backend; the adaptive draft length,
-#23, in seven commits; a draft's 2-4 verified rows through one GEMV on x86, #38m). :data:`PATCHES` lists them in order with their ids; each commit
-message carries its id too (``Gguf-exact-id:``), which :mod:`.patch_series` checks when it
-writes the series back from a llama.cpp checkout (moving it to a newer llama.cpp:
-docs/building-llama-cpp.md).
+#23, in seven commits; a draft's 2-4 verified rows through one GEMV on x86, #38m).
+:data:`PATCHES` lists them in order with their ids; each commit message carries its id too
+(``Gguf-exact-id:``), which :mod:`.patch_series` checks when it writes the series back from a
+llama.cpp checkout (moving it to a newer llama.cpp: docs/building-llama-cpp.md).
 Their ids go into the build's cache key, followed by a digest of the patches' bytes
 (``0c1e57098+24+38m.3f9a1c-cpu-...``, ``0c1e57098+24+27572+23a+...+39zd+38m.b81e07+rpc-cuda86-...``), and
 their ids and sha256 into ``build-info.json``: a patched build is never taken for a plain one,
