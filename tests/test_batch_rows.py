@@ -4,8 +4,16 @@ Speculation verifies a draft of k tokens in one pass of k+1 rows, and its text e
 alone's because each row of that pass comes out as the row decoded alone would. On x86 the carried
 patch 38m runs 2-4 rows of a repacked Q4_0 matrix (``CPU_REPACK``, 8 columns interleaved) through
 one GEMV that unpacks each weight block once for all of them, where llama.cpp ran one GEMV a row
-(passes of 2-4 rows 1.1-1.4x faster on an AVX2 Zen 3 at E2B and E4B; ``docs/benchmarks.md``). A kernel that read
-another row's activations or wrote another row's output fails here: the rows hold different tokens.
+(passes of 2-4 rows 1.1-1.4x faster on an AVX2 Zen 3 at E2B and E4B; ``docs/benchmarks.md``), and
+38n, with AVX2 alone, every batch's rows, in groups of at most 16 (17-34 rows: 2 or 3 groups); with
+AVX-512 the GEMM takes rows 4 at a time and the GEMV over rows the 2-3 left. A kernel that read
+another row's activations or wrote another row's output, or a group split that lost or repeated a
+row, fails here: the rows hold different tokens.
+
+From 8 rows on, another of llama.cpp's ops takes a batch's path that rounds differently (logits
+1.2e-7-1.8e-7 apart here, the same with and without 38m and 38n, which make the Q4_0 matrices'
+rows exact): there the rows are held within 1e-6 of one-row decodes (a row mixed up or lost is
+about 0.1 off), and a pass of up to 7 rows, a draft of up to 6, byte for byte.
 """
 
 from __future__ import annotations
@@ -20,7 +28,8 @@ from gguf_exact.tiny.main_model import TINY, write_donor, write_main_checkpoint
 
 pytestmark = pytest.mark.bindings
 
-FOLLOW = 7  # tokens after the prompt: batches of 2-7 rows (the GEMM's 4, then the rest)
+FOLLOW = 34  # tokens after the prompt: batches of 2-34 rows (one group of the GEMV over rows up to 16, then 2-3)
+EXACT = 7  # rows up to which every op of the pass gives each row as a one-row decode does
 
 
 @pytest.fixture(scope="module")
@@ -55,8 +64,11 @@ def test_each_row_of_a_batch_equals_that_row_decoded_alone(donor, capfd):
     alone = rows([[t] for t in follow])
     assert alone.shape == (FOLLOW, llm.n_vocab())
     assert len({a.tobytes() for a in alone}) == FOLLOW  # every row's logits differ: a mix-up shows
-    for n in range(2, FOLLOW + 1):
+    for n in range(2, EXACT + 1):
         batched = rows([follow[:n]])
         assert batched.tobytes() == alone[:n].tobytes(), f"a batch of {n} rows differs from one-row decodes"
+    for n in range(EXACT + 1, FOLLOW + 1):
+        off = float(np.abs(rows([follow[:n]]) - alone[:n]).max())
+        assert off < 1e-6, f"a batch of {n} rows is {off:.2e} off one-row decodes"
     # and a pass of 3 rows after one of 2, as speculation runs them (a draft of 1, then of 2)
     assert rows([follow[:2], follow[2:5]]).tobytes() == alone[:5].tobytes()
