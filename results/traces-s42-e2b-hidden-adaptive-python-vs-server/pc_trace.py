@@ -1,22 +1,21 @@
-import sys, json
-sys.path.insert(0, "/work/main/scripts")
-from pathlib import Path
-from gguf_exact.bench.real import Arm, arms_side_by_side
-from bench_real import PROMPTS
+"""s41's policy_cmp.py with each call traced: LLAMA_SPEC_DRAFT_TRACE=trace-<pair>-<engine>, which a server of the
+call writes as trace-<pair>-<engine>.<arm label>.<slot> in the working folder (saved here as
+trace-<pair>-<engine>.trace): python .../pc_trace.py hidden 4 adaptive 4."""
+import itertools
 import os
-W = Path(os.environ.get("PAIR_DIR", "/work/bench/real26/e2b"))
-kind = sys.argv[1] if len(sys.argv) > 1 else "hidden"
-drafter = W / ("drafter.gguf" if kind == "hidden" else f"{kind}-drafter.gguf")
-n_max = int(sys.argv[2]) if len(sys.argv) > 2 else 4
-adaptive = (sys.argv[3] == "adaptive") if len(sys.argv) > 3 else True
-sets = ["ctx-size=4096", "no-warmup=true"]
-out = []
-import os as _o
-for rep in range(int(sys.argv[4]) if len(sys.argv) > 4 else 2):
-    for eng in (["python", "llama-server"] if rep % 2 == 0 else ["llama-server", "python"]):
-        _o.environ["LLAMA_SPEC_DRAFT_TRACE"] = f"trace-{rep}-{eng}"
-        [r] = arms_side_by_side(W / "target.gguf", drafter, [Arm(eng, n_max, adaptive)], list(PROMPTS[:2]), 64, sets, "cpu", rounds=1)
-        row = {"engine": eng, "tps": round(r.generation_tokens_per_second, 2), "tokens_per_pass": None,
-               "draft_rounds": r.draft_rounds, "acc": r.accepted_per_position, "policy": r.policy,
-               "py_s": r.python_seconds, "tokens": r.tokens}
-        print(json.dumps(row), flush=True)
+import runpy
+from pathlib import Path
+
+import gguf_exact.bench.real as real
+
+calls = itertools.count()
+untraced = real.arms_side_by_side
+
+
+def traced(target, drafter, arms, *args, **kwargs):
+    os.environ["LLAMA_SPEC_DRAFT_TRACE"] = f"trace-{next(calls) // 2}-{arms[0].engine}"
+    return untraced(target, drafter, arms, *args, **kwargs)
+
+
+real.arms_side_by_side = traced  # policy_cmp imports it by name when run below
+runpy.run_path(str(Path(__file__).parents[1] / "bench-s41-38m-rows-gemv-zen3-avx2/policy_cmp.py"), run_name="__main__")
