@@ -11,9 +11,10 @@ another row's activations or wrote another row's output, or a group split that l
 row, fails here: the rows hold different tokens.
 
 From 8 rows on, another of llama.cpp's ops takes a batch's path that rounds differently (logits
-1.2e-7-1.8e-7 apart here, the same with and without 38n and without llamafile's tinyBLAS; 38m and 38n
-keep the Q4_0 matrices' rows exact): there the rows are held within 1e-6 of one-row decodes (a row mixed up or lost is
-about 0.1 off), and a pass of up to 7 rows, a draft of up to 6, byte for byte.
+1.2e-7-1.8e-7 apart here, the same with and without 38n and without llamafile's tinyBLAS; 38m and
+38n keep the Q4_0 matrices' rows exact): there each row is held within 1e-6 of its one-row decode (a
+group split that lost a row left it 1.2 off), and a pass of up to 7 rows, a draft of up to 6, byte
+for byte.
 """
 
 from __future__ import annotations
