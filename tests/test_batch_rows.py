@@ -6,13 +6,14 @@ patch 38m runs 2-4 rows of a repacked Q4_0 matrix (``CPU_REPACK``, 8 columns int
 one GEMV that unpacks each weight block once for all of them, where llama.cpp ran one GEMV a row
 (passes of 2-4 rows 1.1-1.4x faster on an AVX2 Zen 3 at E2B and E4B; ``docs/benchmarks.md``), and
 38n, with AVX2 alone, every batch's rows, in groups of at most 16 (17-34 rows: 2 or 3 groups); with
-AVX-512 the GEMM takes rows 4 at a time and the GEMV over rows the 2-3 left. A kernel that read
+AVX-512 (38o) a batch of 5-15 rows that is not a multiple of 4 goes through it whole, and otherwise the GEMM
+takes rows 4 at a time and the GEMV over rows the 2-3 left. A kernel that read
 another row's activations or wrote another row's output, or a group split that lost or repeated a
 row, fails here: the rows hold different tokens.
 
 From 8 rows on, another of llama.cpp's ops takes a batch's path that rounds differently (logits
-1.2e-7-1.8e-7 apart here, the same with and without 38n and without llamafile's tinyBLAS; 38m and
-38n keep the Q4_0 matrices' rows exact): there each row is held within 1e-6 of its one-row decode (a
+1.2e-7-1.8e-7 apart here, the same with and without 38n and without llamafile's tinyBLAS; 38m-38o
+keep the Q4_0 matrices' rows exact): there each row is held within 1e-6 of its one-row decode (a
 group split that lost a row left it 1.2 off), and a pass of up to 7 rows, a draft of up to 6, byte
 for byte.
 """

@@ -4,12 +4,12 @@
 upstream commit (``base-commit:`` in each file), each with a message that says why: fixes for
 upstream defects still open at the pin that a backend can hit, and what this project serves
 with (the drafter's ordered-embedding head, #24, in every backend; the adaptive draft length,
-#23, in seven commits; a batch's rows through one GEMV on x86, #38m and #38n).
+#23, in seven commits; a batch's rows through one GEMV on x86, #38m, #38n and #38o).
 :data:`PATCHES` lists them in order with their ids; each commit message carries its id too
 (``Gguf-exact-id:``), which :mod:`.patch_series` checks when it writes the series back from a
 llama.cpp checkout (moving it to a newer llama.cpp: docs/building-llama-cpp.md).
 Their ids go into the build's cache key, followed by a digest of the patches' bytes
-(``0c1e57098+24+38m+38n.3f9a1c-cpu-...``, ``0c1e57098+24+27572+23a+...+38m+38n.b81e07+rpc-cuda86-...``), and
+(``0c1e57098+24+38m+38n+38o.3f9a1c-cpu-...``, ``0c1e57098+24+27572+23a+...+38n+38o.b81e07+rpc-cuda86-...``), and
 their ids and sha256 into ``build-info.json``: a patched build is never taken for a plain one,
 nor a build of an older revision of a patch for the current one (editing a patch rebuilds), and
 llama-server and the bindings of one backend carry the same, except a patch marked
@@ -73,8 +73,9 @@ class SourcePatch:
 # start-up), 38e (it counts rejection sampling's chance of keeping each draft) and 39d (a cold first timing,
 # a batch total's or a drafter step's, is doubted) and 39k (it prices the passes a cache per slot splits a
 # batch into) too. 38m (ggml-cpu: a draft's 2-4 verified rows of a repacked Q4_0 matrix unpack each weight
-# block once, bit-identical per row) and 38n (with AVX2 alone, every batch's rows so, up to 16 at once) are in
-# every build, the bindings' too: they make drafting pay on AVX2.
+# block once, bit-identical per row), 38n (with AVX2 alone, every batch's rows so, up to 16 at once) and 38o
+# (with AVX-512, a batch of up to 16 rows that the GEMM would split) are in every build, the bindings' too: they
+# make drafting pay on AVX2 and cheapen the odd-sized passes on AVX-512.
 PATCHES: tuple[SourcePatch, ...] = (
     SourcePatch("24", "0001-24-ordered-embedding-head.patch"),
     SourcePatch("27572", "0002-27572-sync-before-set-inputs.patch", gpu_only=True),
@@ -109,6 +110,7 @@ PATCHES: tuple[SourcePatch, ...] = (
     SourcePatch("39zd", "0031-39zd-after-a-miss-only-right-after-one.patch", server_only=True),
     SourcePatch("38m", "0032-38m-q4-0-gemv-over-2-4-rows.patch"),
     SourcePatch("38n", "0033-38n-avx2-every-row-through-the-gemv-over-rows.patch"),
+    SourcePatch("38o", "0034-38o-avx512-split-batches-through-the-gemv-over-rows.patch"),
 )
 
 
