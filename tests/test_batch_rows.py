@@ -74,3 +74,41 @@ def test_each_row_of_a_batch_equals_that_row_decoded_alone(donor, capfd):
         assert off < 1e-6, f"a batch of {n} rows is {off:.2e} off one-row decodes"
     # and a pass of 3 rows after one of 2, as speculation runs them (a draft of 1, then of 2)
     assert rows([follow[:2], follow[2:5]]).tobytes() == alone[:5].tobytes()
+
+
+LONG = 600  # tokens of context: the cache's 768 cells are past the 512 from which llama.cpp split one row (39f)
+
+
+def test_past_512_cells_a_batch_with_flash_attention_equals_one_row_decodes(donor):
+    """Flash attention (the engines' default: llama-server's ``auto``) at a context past 512 cells.
+    llama.cpp split one row's cache over the threads there and reduced their partial softmaxes, where
+    a batch's rows each go through one chunk; with the F16 accumulators of that path a 2-5-row batch
+    came out up to 2.2e-2 off one-row decodes here. Patch 39f computes one row as a batch's row."""
+    import llama_cpp
+
+    llm = llama_cpp.Llama(
+        str(donor),
+        n_ctx=1024,
+        n_batch=1024,
+        n_ubatch=1024,
+        n_threads=2,
+        logits_all=True,
+        flash_attn=True,
+        verbose=False,
+    )
+    text = llm.tokenize(b"the cat sat on the mat and then the dog ran to the park ")
+    prompt = (text * (LONG // len(text) + 1))[:LONG]
+    follow = [text[1 + i % (len(text) - 1)] for i in range(EXACT)]
+
+    def rows(batches: list[list[int]]) -> np.ndarray:
+        llm.reset()
+        llm.eval(prompt)
+        for batch in batches:
+            llm.eval(batch)
+        return np.array(llm.scores[LONG : llm.n_tokens], dtype=np.float32)
+
+    alone = rows([[t] for t in follow])
+    assert len({a.tobytes() for a in alone}) == EXACT
+    for n in range(2, EXACT + 1):
+        off = float(np.abs(rows([follow[:n]]) - alone[:n]).max())
+        assert off == 0.0, f"a batch of {n} rows after {LONG} tokens is {off:.2e} off one-row decodes"

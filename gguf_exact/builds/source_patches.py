@@ -4,12 +4,13 @@
 upstream commit (``base-commit:`` in each file), each with a message that says why: fixes for
 upstream defects still open at the pin that a backend can hit, and what this project serves
 with (the drafter's ordered-embedding head, #24, in every backend; the adaptive draft length,
-#23, in seven commits; a batch's rows through one GEMV on x86, #38m, #38n and #38o).
+#23, in seven commits; a batch's rows through one GEMV on x86, #38m, #38n and #38o; flash attention
+computing one row as a row of a batch, #39f).
 :data:`PATCHES` lists them in order with their ids; each commit message carries its id too
 (``Gguf-exact-id:``), which :mod:`.patch_series` checks when it writes the series back from a
 llama.cpp checkout (moving it to a newer llama.cpp: docs/building-llama-cpp.md).
 Their ids go into the build's cache key, followed by a digest of the patches' bytes
-(``0c1e57098+24+38m+38n+38o.3f9a1c-cpu-...``, ``0c1e57098+24+27572+23a+...+38n+38o.b81e07+rpc-cuda86-...``), and
+(``0c1e57098+24+38m+38n+38o+39f.3f9a1c-cpu-...``, ``0c1e57098+24+27572+23a+...+38o+39f.b81e07+rpc-cuda86-...``), and
 their ids and sha256 into ``build-info.json``: a patched build is never taken for a plain one,
 nor a build of an older revision of a patch for the current one (editing a patch rebuilds), and
 llama-server and the bindings of one backend carry the same, except a patch marked
@@ -75,7 +76,9 @@ class SourcePatch:
 # batch into) too. 38m (ggml-cpu: a draft's 2-4 verified rows of a repacked Q4_0 matrix unpack each weight
 # block once, bit-identical per row), 38n (with AVX2 alone, every batch's rows so, up to 16 at once) and 38o
 # (with AVX-512, a batch of up to 16 rows that the GEMM would split) are in every build, the bindings' too: they
-# make drafting pay on AVX2 and cheapen the odd-sized passes on AVX-512.
+# make drafting pay on AVX2 and cheapen the odd-sized passes on AVX-512. So is 39f (ggml-cpu: flash attention
+# computes one row over a long cache as a row of a batch, not split over the cache, so verified rows equal
+# one-row decodes there too).
 PATCHES: tuple[SourcePatch, ...] = (
     SourcePatch("24", "0001-24-ordered-embedding-head.patch"),
     SourcePatch("27572", "0002-27572-sync-before-set-inputs.patch", gpu_only=True),
@@ -111,6 +114,7 @@ PATCHES: tuple[SourcePatch, ...] = (
     SourcePatch("38m", "0032-38m-q4-0-gemv-over-2-4-rows.patch"),
     SourcePatch("38n", "0033-38n-avx2-every-row-through-the-gemv-over-rows.patch"),
     SourcePatch("38o", "0034-38o-avx512-split-batches-through-the-gemv-over-rows.patch"),
+    SourcePatch("39f", "0035-39f-flash-attention-one-row-as-a-row-of-a-batch.patch"),
 )
 
 
