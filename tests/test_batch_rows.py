@@ -15,7 +15,8 @@ From 8 rows on, another of llama.cpp's ops takes a batch's path that rounds diff
 1.2e-7-1.8e-7 apart here, the same with and without 38n and without llamafile's tinyBLAS; 38m-38o
 keep the Q4_0 matrices' rows exact): there each row is held within 1e-6 of its one-row decode (a
 group split that lost a row left it 1.2 off), and a pass of up to 7 rows, a draft of up to 6, byte
-for byte.
+for byte. Past 512 cells of cache, with flash attention on, patch 39f keeps one row's attention in one chunk as
+a batch's rows are, and a pass of up to 7 rows stays byte for byte there too.
 """
 
 from __future__ import annotations
@@ -43,6 +44,16 @@ def donor(tmp_path_factory) -> Path:
     return root / "donor.gguf"
 
 
+def decoded_rows(llm, prompt: list[int], batches: list[list[int]]) -> np.ndarray:
+    """The logits of the rows after ``prompt``, decoded in these batches (each one llama_decode of
+    len(batch) rows, within n_batch) from an empty cache."""
+    llm.reset()
+    llm.eval(prompt)
+    for batch in batches:
+        llm.eval(batch)
+    return np.array(llm.scores[len(prompt) : llm.n_tokens], dtype=np.float32)
+
+
 def test_each_row_of_a_batch_equals_that_row_decoded_alone(donor, capfd):
     import llama_cpp  # a missing binding fails the run, never skips it
 
@@ -56,12 +67,7 @@ def test_each_row_of_a_batch_equals_that_row_decoded_alone(donor, capfd):
     assert len(set(follow)) >= 5
 
     def rows(batches: list[list[int]]) -> np.ndarray:
-        """The logits of ``follow``'s rows after the prompt, decoded in these batches."""
-        llm.reset()
-        llm.eval(prompt)
-        for batch in batches:
-            llm.eval(batch)  # one llama_decode of len(batch) rows (n_batch 64)
-        return np.array(llm.scores[len(prompt) : llm.n_tokens], dtype=np.float32)
+        return decoded_rows(llm, prompt, batches)
 
     alone = rows([[t] for t in follow])
     assert alone.shape == (FOLLOW, llm.n_vocab())
@@ -101,11 +107,7 @@ def test_past_512_cells_a_batch_with_flash_attention_equals_one_row_decodes(dono
     follow = [text[1 + i % (len(text) - 1)] for i in range(EXACT)]
 
     def rows(batches: list[list[int]]) -> np.ndarray:
-        llm.reset()
-        llm.eval(prompt)
-        for batch in batches:
-            llm.eval(batch)
-        return np.array(llm.scores[LONG : llm.n_tokens], dtype=np.float32)
+        return decoded_rows(llm, prompt, batches)
 
     alone = rows([[t] for t in follow])
     assert len({a.tobytes() for a in alone}) == EXACT
