@@ -16,7 +16,8 @@ From 8 rows on, another of llama.cpp's ops takes a batch's path that rounds diff
 keep the Q4_0 matrices' rows exact): there each row is held within 1e-6 of its one-row decode (a
 group split that lost a row left it 1.2 off), and a pass of up to 7 rows, a draft of up to 6, byte
 for byte. Past 512 cells of cache, with flash attention on, patch 39f keeps one row's attention in one chunk as
-a batch's rows are, and a pass of up to 7 rows stays byte for byte there too.
+a batch's rows are, and a pass of up to 7 rows stays byte for byte there too; patch 39g takes every row count
+through one flash-attention kernel, so a prompt-sized pass, and a prompt read in pieces, keep that 1e-6.
 """
 
 from __future__ import annotations
@@ -114,3 +115,50 @@ def test_past_512_cells_a_batch_with_flash_attention_equals_one_row_decodes(dono
     for n in range(2, EXACT + 1):
         off = float(np.abs(rows([follow[:n]]) - alone[:n]).max())
         assert off == 0.0, f"a batch of {n} rows after {LONG} tokens is {off:.2e} off one-row decodes"
+
+
+PROMPT_SIZED = (64, 100)  # rows of one pass from which llama.cpp took flash attention's tiled kernel (before 39g)
+CHECKPOINT_PIECES = ([LONG - 4 - 64, 64, 4], [LONG - 4, 4])  # llama-server's cuts before a prompt's end (n_ubatch 64)
+
+
+def test_a_prompt_sized_batch_and_a_prompt_read_in_pieces_give_the_rows_one_row_decodes_give(donor):
+    """With flash attention llama.cpp took a pass of 64 rows or more through a tiled kernel that sums in
+    F32 and a smaller one through a chunk kernel that accumulates V in F16: a prompt, or a decode row
+    sharing llama-server's batch with another slot's prompt, came out 0.15-0.45 off the same row
+    decoded alone here, and the same prompt read in the pieces llama-server cuts to checkpoint its
+    sliding-window cache (the last 4 + n_ubatch tokens, then the last 4) left the rows after it
+    0.05-0.15 off. Patch 39g takes every row through the tiled kernel, scoring each as one dot
+    product: rows of any pass within the other op's 1e-6 (module docstring)."""
+    import llama_cpp
+
+    llm = llama_cpp.Llama(
+        str(donor),
+        n_ctx=1024,
+        n_batch=1024,
+        n_ubatch=1024,
+        n_threads=2,
+        logits_all=True,
+        flash_attn=True,
+        verbose=False,
+    )
+    text = llm.tokenize(b"the cat sat on the mat and then the dog ran to the park ")
+    prompt = (text * (LONG // len(text) + 1))[:LONG]
+    follow = [text[1 + i % (len(text) - 1)] for i in range(max(PROMPT_SIZED))]
+
+    alone = decoded_rows(llm, prompt, [[t] for t in follow])
+    assert len({a.tobytes() for a in alone}) == len(follow)
+    for n in PROMPT_SIZED:
+        off = float(np.abs(decoded_rows(llm, prompt, [follow[:n]]) - alone[:n]).max())
+        assert off < 1e-6, f"a batch of {n} rows after {LONG} tokens is {off:.2e} off one-row decodes"
+    for pieces in CHECKPOINT_PIECES:
+        llm.reset()
+        start = 0
+        for size in pieces:
+            llm.eval(prompt[start : start + size])
+            start += size
+        assert start == LONG and llm.n_tokens == LONG
+        for t in follow[:16]:
+            llm.eval([t])
+        after = np.array(llm.scores[LONG : llm.n_tokens], dtype=np.float32)
+        off = float(np.abs(after - alone[:16]).max())
+        assert off < 1e-6, f"the prompt read in pieces of {pieces} leaves rows {off:.2e} off"

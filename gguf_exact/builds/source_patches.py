@@ -5,12 +5,12 @@ upstream commit (``base-commit:`` in each file), each with a message that says w
 upstream defects still open at the pin that a backend can hit, and what this project serves
 with (the drafter's ordered-embedding head, #24, in every backend; the adaptive draft length,
 #23, in seven commits; a batch's rows through one GEMV on x86, #38m, #38n and #38o; flash attention
-computing one row as a row of a batch, #39f).
+computing one row as a row of a batch, #39f, and every row alike, #39g).
 :data:`PATCHES` lists them in order with their ids; each commit message carries its id too
 (``Gguf-exact-id:``), which :mod:`.patch_series` checks when it writes the series back from a
 llama.cpp checkout (moving it to a newer llama.cpp: docs/building-llama-cpp.md).
 Their ids go into the build's cache key, followed by a digest of the patches' bytes
-(``0c1e57098+24+38m+38n+38o+39f.3f9a1c-cpu-...``, ``0c1e57098+24+27572+23a+...+38o+39f.b81e07+rpc-cuda86-...``), and
+(``0c1e57098+24+38m+38n+38o+39f+39g.3f9a1c-cpu-...``, ``0c1e57098+24+27572+23a+...+39f+39g.b81e07+rpc-cuda86-...``), and
 their ids and sha256 into ``build-info.json``: a patched build is never taken for a plain one,
 nor a build of an older revision of a patch for the current one (editing a patch rebuilds), and
 llama-server and the bindings of one backend carry the same, except a patch marked
@@ -78,7 +78,8 @@ class SourcePatch:
 # (with AVX-512, a batch of up to 16 rows that the GEMM would split) are in every build, the bindings' too: they
 # make drafting pay on AVX2 and cheapen the odd-sized passes on AVX-512. So is 39f (ggml-cpu: flash attention
 # computes one row over a long cache as a row of a batch, not split over the cache, so verified rows equal
-# one-row decodes there too).
+# one-row decodes there too), and 39g (every row through its tiled kernel, each scored alike: a prompt-sized
+# batch's rows, a prompt read in pieces, equal the rows decoded alone within 1e-6, where they were 0.05-0.45 off).
 PATCHES: tuple[SourcePatch, ...] = (
     SourcePatch("24", "0001-24-ordered-embedding-head.patch"),
     SourcePatch("27572", "0002-27572-sync-before-set-inputs.patch", gpu_only=True),
@@ -115,6 +116,7 @@ PATCHES: tuple[SourcePatch, ...] = (
     SourcePatch("38n", "0033-38n-avx2-every-row-through-the-gemv-over-rows.patch"),
     SourcePatch("38o", "0034-38o-avx512-split-batches-through-the-gemv-over-rows.patch"),
     SourcePatch("39f", "0035-39f-flash-attention-one-row-as-a-row-of-a-batch.patch"),
+    SourcePatch("39g", "0036-39g-flash-attention-every-row-through-the-tiled-kernel.patch"),
 )
 
 
