@@ -12,6 +12,11 @@ target's top-two gap there; exits 1 on a lost reply or a change that is not a ne
 
     .venv/bin/python scripts/soak_load.py --duration 600               # the tiny mixed pair
     .venv/bin/python scripts/soak_load.py --duration 150 --kind hidden --json build/soak.json
+    .venv/bin/python scripts/soak_load.py --duration 600 --long   # contexts past 512 cells
+
+--long puts all four prompts before each one (about 700 tokens, 1,024 cells a slot): past the 512
+cells where flash attention's kernels used to part ways (patches 39f, 39g), with llama-server
+checkpointing its sliding-window cache while it reads each prompt.
 """
 
 from __future__ import annotations
@@ -32,7 +37,9 @@ from gguf_exact.bench.real import running
 NEAR_TIE = 0.02  # logits between the target's top two: a batch's other summation order can flip it
 
 
-def departures(target: Path, prompts: dict[str, str], alone: dict[str, list[int]], bad: list) -> list[str]:
+def departures(
+    target: Path, prompts: dict[str, str], alone: dict[str, list[int]], bad: list, n_ctx: int = 512
+) -> list[str]:
     """Where each changed reply first left the target alone's tokens, with the target's own
     top-two gap there (the bindings, one row at a time); a reply that left at a near-tie
     (gap < NEAR_TIE) for the runner-up is marked so: the other slots' rows in the same pass
@@ -40,7 +47,7 @@ def departures(target: Path, prompts: dict[str, str], alone: dict[str, list[int]
     import numpy as np
     from llama_cpp import Llama
 
-    model = Llama(str(target), n_ctx=512, n_threads=2, logits_all=True, verbose=False)
+    model = Llama(str(target), n_ctx=n_ctx, n_threads=2, logits_all=True, verbose=False)
     out = []
     for r in bad:
         if r.error:
@@ -71,6 +78,7 @@ def main() -> int:
         help="a fixed draft length (0: no drafter, the control), or 'adaptive': the profile's own",
     )
     ap.add_argument("--n-predict", type=int, default=48)
+    ap.add_argument("--long", action="store_true", help="all four prompts before each (about 700 tokens)")
     ap.add_argument("--threads", type=int, default=os.cpu_count() or 2)
     ap.add_argument("--profile", default="cpu")
     ap.add_argument("--json", type=Path, help="write the figures and every changed reply here")
@@ -81,6 +89,11 @@ def main() -> int:
     arm = LoadArm("adaptive" if adaptive else f"n-max {args.n_max}", 4 if adaptive else int(args.n_max), adaptive)
     sets = [f"threads={args.threads}", f"threads-batch={args.threads}", "no-warmup=true"]
     prompts = load_prompts()
+    ctx = 512
+    if args.long:
+        filler = " ".join(prompts.values())
+        prompts = {f"{name}+long": f"{filler} {text}" for name, text in prompts.items()}
+        ctx = 1024
     with tempfile.TemporaryDirectory(prefix="soak-load-") as scratch:
         if args.pair:
             target, _, drafter = args.pair.partition(",")
@@ -89,20 +102,21 @@ def main() -> int:
             from gguf_exact.tiny.pairs import write_runner_pairs
 
             pair = write_runner_pairs(scratch)[args.kind]
-        with running(pair[0], None, "llama-server", [*sets, "parallel=1", "ctx-size=512"], args.profile) as (ref, _, _):
+        reference_sets = [*sets, "parallel=1", f"ctx-size={ctx}"]
+        with running(pair[0], None, "llama-server", reference_sets, args.profile) as (ref, _, _):
             alone, _ = client_streams(ref.url, prompts, 1, args.n_predict, requests=len(prompts))
         if [r for r in alone if r.error]:
             print(f"error: the target alone lost a request: {[r.error for r in alone if r.error][0]}")
             return 1
         reference = {r.prompt: r.text for r in alone}
-        slot_sets = [*sets, f"parallel={args.clients}", f"ctx-size={512 * args.clients}", *arm.overrides()]
+        slot_sets = [*sets, f"parallel={args.clients}", f"ctx-size={ctx * args.clients}", *arm.overrides()]
         print(f"{args.clients} clients, {arm.label}, {args.duration:.0f} s on {pair[0].name} + {pair[1]}", flush=True)
         drafter = pair[1] if arm.n_max else None  # --n-max 0: the control, the same load without a drafter
         with running(pair[0], drafter, "llama-server", slot_sets, args.profile) as (launch, _, _):
             t0 = time.time()
             replies, wall = client_streams(launch.url, prompts, args.clients, args.n_predict, seconds=args.duration)
         bad = changed(replies, reference)
-        found = departures(pair[0], prompts, {r.prompt: r.tokens for r in alone}, bad) if bad else []
+        found = departures(pair[0], prompts, {r.prompt: r.tokens for r in alone}, bad, ctx) if bad else []
     slots = per_slot(replies)
     drafted = sum(d for _, d in slots.values())
     print(
