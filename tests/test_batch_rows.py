@@ -12,7 +12,8 @@ another row's activations or wrote another row's output, or a group split that l
 row, fails here: the rows hold different tokens.
 
 From 8 rows on, another of llama.cpp's ops takes a batch's path that rounds differently (logits
-1.2e-7-1.8e-7 apart here, the same with and without 38n and without llamafile's tinyBLAS; 38m-38o
+1.2e-7-1.8e-7 apart here: the output matrix, Q6_K, at E2B the one op whose rows differ, from 8 rows; here
+the F16 per-layer projection's rows also differ by 1.5e-8, which the logits absorb below 8 rows; 38m-38o
 keep the Q4_0 matrices' rows exact): there each row is held within 1e-6 of its one-row decode (a
 group split that lost a row left it 1.2 off), and a pass of up to 7 rows, a draft of up to 6, byte
 for byte. Past 512 cells of cache, with flash attention on, patch 39f keeps one row's attention in one chunk as
