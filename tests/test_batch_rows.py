@@ -87,11 +87,10 @@ def test_each_row_of_a_batch_equals_that_row_decoded_alone(donor, capfd):
 LONG = 600  # tokens of context: the cache's 768 cells are past the 512 from which llama.cpp split one row (39f)
 
 
-def test_past_512_cells_a_batch_with_flash_attention_equals_one_row_decodes(donor):
-    """Flash attention (the engines' default: llama-server's ``auto``) at a context past 512 cells.
-    llama.cpp split one row's cache over the threads there and reduced their partial softmaxes, where
-    a batch's rows each go through one chunk; with the F16 accumulators of that path a 2-5-row batch
-    came out up to 2.2e-2 off one-row decodes here. Patch 39f computes one row as a batch's row."""
+@pytest.fixture(scope="module")
+def long_context(donor):
+    """The tiny model with flash attention on (the engines' default: llama-server's ``auto``) and room for
+    LONG tokens of context and 100 rows after; the LONG-token prompt; the text it repeats."""
     import llama_cpp
 
     llm = llama_cpp.Llama(
@@ -106,6 +105,14 @@ def test_past_512_cells_a_batch_with_flash_attention_equals_one_row_decodes(dono
     )
     text = llm.tokenize(b"the cat sat on the mat and then the dog ran to the park ")
     prompt = (text * (LONG // len(text) + 1))[:LONG]
+    return llm, prompt, text
+
+
+def test_past_512_cells_a_batch_with_flash_attention_equals_one_row_decodes(long_context):
+    """Flash attention at a context past 512 cells. llama.cpp split one row's cache over the threads there and reduced their partial softmaxes, where
+    a batch's rows each go through one chunk; with the F16 accumulators of that path a 2-5-row batch
+    came out up to 2.2e-2 off one-row decodes here. Patch 39f computes one row as a batch's row."""
+    llm, prompt, text = long_context
     follow = [text[1 + i % (len(text) - 1)] for i in range(EXACT)]
 
     def rows(batches: list[list[int]]) -> np.ndarray:
@@ -122,7 +129,7 @@ PROMPT_SIZED = (64, 100)  # rows of one pass from which llama.cpp took flash att
 CHECKPOINT_PIECES = ([LONG - 4 - 64, 64, 4], [LONG - 4, 4])  # llama-server's cuts before a prompt's end (n_ubatch 64)
 
 
-def test_a_prompt_sized_batch_and_a_prompt_read_in_pieces_give_the_rows_one_row_decodes_give(donor):
+def test_a_prompt_sized_batch_and_a_prompt_read_in_pieces_give_the_rows_one_row_decodes_give(long_context):
     """With flash attention llama.cpp took a pass of 64 rows or more through a tiled kernel that sums in
     F32 and a smaller one through a chunk kernel that accumulates V in F16: a prompt, or a decode row
     sharing llama-server's batch with another slot's prompt, came out 0.15-0.45 off the same row
@@ -130,20 +137,7 @@ def test_a_prompt_sized_batch_and_a_prompt_read_in_pieces_give_the_rows_one_row_
     sliding-window cache (the last 4 + n_ubatch tokens, then the last 4) left the rows after it
     0.05-0.15 off. Patch 39g takes every row through the tiled kernel, scoring each as one dot
     product: rows of any pass within the other op's 1e-6 (module docstring)."""
-    import llama_cpp
-
-    llm = llama_cpp.Llama(
-        str(donor),
-        n_ctx=1024,
-        n_batch=1024,
-        n_ubatch=1024,
-        n_threads=2,
-        logits_all=True,
-        flash_attn=True,
-        verbose=False,
-    )
-    text = llm.tokenize(b"the cat sat on the mat and then the dog ran to the park ")
-    prompt = (text * (LONG // len(text) + 1))[:LONG]
+    llm, prompt, text = long_context
     follow = [text[1 + i % (len(text) - 1)] for i in range(max(PROMPT_SIZED))]
 
     alone = decoded_rows(llm, prompt, [[t] for t in follow])
