@@ -5,18 +5,24 @@ cache), the target alone and the `mixed` drafter at n-max 3, builds alternated A
 same prompt (all four shipped prompts, twice: about 1,200 tokens) after a short warm-up request (cache_prompt off).
 Prints llama-server's own timings.
 
-    python server_speed.py OLD_BIN NEW_BIN E2B_DIR
+    python server_speed.py OLD_BIN NEW_BIN E2B_DIR [gemma]
+
+With `gemma`: Gemma's sampler (temperature 1.0, top-k 64, top-p 0.95, seed 1) and the drafter verified by rejection
+sampling (`--spec-rejection-sampling`); texts then compared build against build only (a seed gives the target's
+distribution, not the target alone's text).
 """
 import json, subprocess, sys, time, urllib.request
 from pathlib import Path
 from gguf_exact.bench.prompt_set import load_prompts
 
 OLD, NEW, E2B = sys.argv[1], sys.argv[2], Path(sys.argv[3])
+GEMMA = len(sys.argv) > 4 and sys.argv[4] == "gemma"
+SAMPLER = {"temperature": 1.0, "top_k": 64, "top_p": 0.95, "seed": 1} if GEMMA else {"temperature": 0}
 prompt = " ".join([" ".join(load_prompts().values())] * 2)
 
 
 def post(port, text=None, n_predict=64):
-    body = {"prompt": text or prompt, "n_predict": n_predict, "temperature": 0, "cache_prompt": False}
+    body = {"prompt": text or prompt, "n_predict": n_predict, "cache_prompt": False, **SAMPLER}
     req = urllib.request.Request(f"http://127.0.0.1:{port}/completion", json.dumps(body).encode(), {"Content-Type": "application/json"})
     with urllib.request.urlopen(req, timeout=1200) as r:
         return json.loads(r.read())
@@ -40,7 +46,8 @@ def run(binary, draft):
     return t["prompt_n"], t["prompt_per_second"], t["predicted_per_second"], r["content"]
 
 
-arms = {"alone": [], "n-max 3": ["--model-draft", str(E2B / "mixed-drafter.gguf"), "--spec-type", "draft-mtp", "--spec-draft-n-max", "3"]}
+arms = {"alone": [], "n-max 3": ["--model-draft", str(E2B / "mixed-drafter.gguf"), "--spec-type", "draft-mtp", "--spec-draft-n-max", "3",
+                                *(["--spec-rejection-sampling"] if GEMMA else [])]}
 texts = {}
 for arm, draft in arms.items():
     for name in ("old", "new", "new", "old"):
