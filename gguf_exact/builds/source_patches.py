@@ -5,12 +5,13 @@ upstream commit (``base-commit:`` in each file), each with a message that says w
 upstream defects still open at the pin that a backend can hit, and what this project serves
 with (the drafter's ordered-embedding head, #24, in every backend; the adaptive draft length,
 #23, in seven commits; a batch's rows through one GEMV on x86, #38m, #38n and #38o; flash attention
-computing one row as a row of a batch, #39f, and every row alike, #39g).
+computing one row as a row of a batch, #39f, and every row alike, #39g; K-quant dot products adding
+each block as the tiled matmul does, #39h).
 :data:`PATCHES` lists them in order with their ids; each commit message carries its id too
 (``Gguf-exact-id:``), which :mod:`.patch_series` checks when it writes the series back from a
 llama.cpp checkout (moving it to a newer llama.cpp: docs/building-llama-cpp.md).
 Their ids go into the build's cache key, followed by a digest of the patches' bytes
-(``0c1e57098+24+38m+38n+38o+39f+39g.3f9a1c-cpu-...``, ``0c1e57098+24+27572+23a+...+39f+39g.b81e07+rpc-cuda86-...``), and
+(``0c1e57098+24+38m+38n+38o+39f+39g+39h.3f9a1c-cpu-...``, ``0c1e57098+24+27572+23a+...+39g+39h.b81e07+rpc-cuda86-...``), and
 their ids and sha256 into ``build-info.json``: a patched build is never taken for a plain one,
 nor a build of an older revision of a patch for the current one (editing a patch rebuilds), and
 llama-server and the bindings of one backend carry the same, except a patch marked
@@ -79,7 +80,9 @@ class SourcePatch:
 # make drafting pay on AVX2 and cheapen the odd-sized passes on AVX-512. So is 39f (ggml-cpu: flash attention
 # computes one row over a long cache as a row of a batch, not split over the cache, so verified rows equal
 # one-row decodes there too), and 39g (every row through its tiled kernel, each scored alike: a prompt-sized
-# batch's rows, a prompt read in pieces, equal the rows decoded alone within 1e-6, where they were 0.05-0.45 off).
+# batch's rows, a prompt read in pieces, equal the rows decoded alone within 1e-6, where they were 0.05-0.45 off), and 39h
+# (K-quant dot products of 1-7 rows add each block as the tiled matmul of 8+ rows does: a row's logits do not
+# depend on how many rows share its pass, where the Q6_K output matrix left 9.5e-7 from 8 rows).
 PATCHES: tuple[SourcePatch, ...] = (
     SourcePatch("24", "0001-24-ordered-embedding-head.patch"),
     SourcePatch("27572", "0002-27572-sync-before-set-inputs.patch", gpu_only=True),
@@ -117,6 +120,7 @@ PATCHES: tuple[SourcePatch, ...] = (
     SourcePatch("38o", "0034-38o-avx512-split-batches-through-the-gemv-over-rows.patch"),
     SourcePatch("39f", "0035-39f-flash-attention-one-row-as-a-row-of-a-batch.patch"),
     SourcePatch("39g", "0036-39g-flash-attention-every-row-through-the-tiled-kernel.patch"),
+    SourcePatch("39h", "0037-39h-k-quant-dot-products-add-each-block-as-the-tiled-matmul-does.patch"),
 )
 
 
