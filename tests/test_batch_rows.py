@@ -16,9 +16,9 @@ through a tiled kernel that adds each block otherwise than the one-row dot produ
 apart here, 9.5e-7 at E2B); patch 39h makes the dot product add each block the tiled kernel's way. Past 512
 cells of cache, with flash attention on, patch 39f keeps one row's attention in one chunk as a batch's rows
 are, and patch 39g takes every row count through one flash-attention kernel, so a prompt-sized pass, and a
-prompt read in pieces, give the rows one-row decodes give. With the four, every row of every pass here is
-byte for byte the row decoded alone (a group split that lost a row left it 1.2 off), on AVX-512 and on AVX2
-(a build without AVX-512 run on the Ice Lake, ``results/s46-k-quant-rows-39h/``).
+prompt read in pieces, give the rows one-row decodes give. With 38m-38o, 39f, 39g and 39h every row of
+every pass here is byte for byte the row decoded alone (a group split that lost a row left it 1.2 off), on
+AVX-512 and on AVX2 (a build without AVX-512 run on the Ice Lake, ``results/s46-k-quant-rows-39h/``).
 """
 
 from __future__ import annotations
@@ -155,8 +155,8 @@ def test_a_prompt_sized_batch_and_a_prompt_read_in_pieces_give_the_rows_one_row_
         assert off == 0.0, f"the prompt read in pieces of {pieces} leaves rows {off:.2e} off"
 
 
-# llama_ftype values of the K-quant mixes whose every matrix takes the dot products 39h changes
-K_QUANT_MIXES = {"Q5_K_S": 16, "Q6_K": 18}
+# llama_ftype value of each K-quant mix whose matrices take the dot products 39h changes, and its layer matrices' type
+K_QUANT_MIXES = {"Q5_K_S": (16, "Q5_K"), "Q6_K": (18, "Q6_K")}
 
 
 @pytest.mark.parametrize("mix", sorted(K_QUANT_MIXES))
@@ -167,13 +167,17 @@ def test_every_row_of_a_k_quant_model_pass_equals_that_row_decoded_alone(donor, 
     of a pass of 8 or more came out 1.5e-7 to 6.0e-2 off one-row decodes here, past greedy
     near-ties. Patch 39h adds each block the tiled kernel's way in the dot product too."""
     import llama_cpp
+    from gguf import GGUFReader
 
+    ftype, matrix_type = K_QUANT_MIXES[mix]
     quantized = tmp_path / f"{mix}.gguf"
     params = llama_cpp.llama_model_quantize_default_params()
-    params.ftype = K_QUANT_MIXES[mix]
+    params.ftype = ftype
     params.allow_requantize = True  # the donor's layer matrices are Q4_0
     params.nthread = 2
     assert llama_cpp.llama_model_quantize(str(donor).encode(), str(quantized).encode(), params) == 0
+    ffn = [t for t in GGUFReader(quantized).tensors if ".ffn_" in t.name and len(t.shape) == 2]
+    assert len(ffn) == 3 * TINY.n_layer and {t.tensor_type.name for t in ffn} == {matrix_type}
     llm = llama_cpp.Llama(
         str(quantized), n_ctx=128, n_batch=64, n_ubatch=64, n_threads=2, logits_all=True, verbose=False
     )
