@@ -105,8 +105,8 @@ def long_context(donor):
 
 
 def test_past_512_cells_a_batch_with_flash_attention_equals_one_row_decodes(long_context):
-    """Flash attention at a context past 512 cells. llama.cpp split one row's cache over the threads there and reduced their partial softmaxes, where
-    a batch's rows each go through one chunk; with the F16 accumulators of that path a 2-5-row batch
+    """Flash attention at a context past 512 cells. llama.cpp split one row's cache over the threads
+    there and reduced their partial softmaxes, where a batch's rows each go through one chunk; with the F16 accumulators of that path a 2-5-row batch
     came out up to 2.2e-2 off one-row decodes here. Patch 39f computes one row as a batch's row."""
     llm, prompt, text = long_context
     follow = [text[1 + i % (len(text) - 1)] for i in range(8)]
