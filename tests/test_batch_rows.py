@@ -16,20 +16,24 @@ through a tiled kernel that adds each block otherwise than the one-row dot produ
 apart here, 9.5e-7 at E2B); patch 39h makes the dot product add each block the tiled kernel's way. Past 512
 cells of cache, with flash attention on, patch 39f keeps one row's attention in one chunk as a batch's rows
 are, and patch 39g takes every row count through one flash-attention kernel, so a prompt-sized pass, and a
-prompt read in pieces, give the rows one-row decodes give. With 38m-38o, 39f, 39g and 39h every row of
-every pass here is byte for byte the row decoded alone (a group split that lost a row left it 1.2 off), on
-AVX-512 and on AVX2 (a build without AVX-512 run on the Ice Lake, ``results/s46-k-quant-rows-39h/``).
+prompt read in pieces, give the rows one-row decodes give. A repacked Q4_K matrix's GEMM (4 rows at a time)
+now scales each super block as its GEMV does (39i), and one row of an F32/F16/BF16 matrix goes through the
+kernel a batch's rows take (39j; every Gemma 4 has the F16 ``per_layer_model_proj``). With 38m-38o and
+39f-39j every row of every pass here is byte for byte the row decoded alone (a group split that lost a row
+left it 1.2 off), in every common file type, on the tiny model and on one of E2B's layer shapes, on AVX-512
+and on AVX2 (a build without AVX-512 run on the Ice Lake, ``results/s47-every-file-type-rows-39i-39j/``).
 """
 
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from gguf_exact.tiny.main_model import TINY, write_donor, write_main_checkpoint
+from gguf_exact.tiny.main_model import E2B, TINY, write_donor, write_main_checkpoint
 
 pytestmark = pytest.mark.bindings
 
@@ -155,37 +159,82 @@ def test_a_prompt_sized_batch_and_a_prompt_read_in_pieces_give_the_rows_one_row_
         assert off == 0.0, f"the prompt read in pieces of {pieces} leaves rows {off:.2e} off"
 
 
-# llama_ftype value of each K-quant mix whose matrices take the dot products 39h changes, and its layer matrices' type
-K_QUANT_MIXES = {"Q5_K_S": (16, "Q5_K"), "Q6_K": (18, "Q6_K")}
+# Each file type people download, as the bindings' own llama-quantize writes it from the Q4_0 donor:
+# its llama_ftype (None: the donor as built, Google's layout) and the types its MLP matrices take.
+FILE_TYPES = {
+    "Q4_0": (None, {"Q4_0"}),
+    "Q4_K_M": (15, {"Q4_K", "Q6_K"}),
+    "Q5_K_S": (16, {"Q5_K"}),
+    "Q5_K_M": (17, {"Q5_K", "Q6_K"}),
+    "Q6_K": (18, {"Q6_K"}),
+    "Q8_0": (7, {"Q8_0"}),
+    "F16": (1, {"F16"}),
+    "BF16": (32, {"BF16"}),
+    "F32": (0, {"F32"}),
+}
+# One of Gemma 4 E2B's layer shapes at full width (1536 wide, MLP 6144, 8 heads of 256/512, per-layer
+# inputs of 256) with two layers and the tiny vocabulary: each matrix many blocks and super blocks long.
+E2B_SHAPED = replace(E2B, n_layer=2, n_kv_shared=0, n_vocab=TINY.n_vocab)
+SHAPES = {"tiny": (TINY, FOLLOW), "e2b-shaped": (E2B_SHAPED, 17)}  # and the rows after the prompt
 
 
-@pytest.mark.parametrize("mix", sorted(K_QUANT_MIXES))
-def test_every_row_of_a_k_quant_model_pass_equals_that_row_decoded_alone(donor, tmp_path, mix):
-    """A user's model quantized to K-quants (here by the bindings' own llama-quantize): from 8 rows
-    llama.cpp takes its matrices through the tiled kernel, which adds each 256-value block as one
-    integer sum times the block's scales, where the one-row dot product summed 8 float lanes; rows
-    of a pass of 8 or more came out 1.5e-7 to 6.0e-2 off one-row decodes here, past greedy
-    near-ties. Patch 39h adds each block the tiled kernel's way in the dot product too."""
+@pytest.fixture(scope="module")
+def e2b_shaped(tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("rows-e2b-shaped")
+    write_main_checkpoint(root / "src", E2B_SHAPED, seed=0)
+    write_donor(root / "donor.gguf", root / "src", E2B_SHAPED)
+    return root / "donor.gguf"
+
+
+@pytest.mark.parametrize("flash_attn", [False, True], ids=["fa-off", "fa-on"])
+@pytest.mark.parametrize("file_type", list(FILE_TYPES))
+@pytest.mark.parametrize("shape", list(SHAPES))
+def test_every_row_of_a_pass_equals_that_row_decoded_alone_in_every_file_type(
+    request, tmp_path, shape, file_type, flash_attn
+):
+    """A user's model in any common file type. llama.cpp multiplied several ways by the rows of a pass:
+    K-quant matrices from 8 rows through a tiled kernel adding each block otherwise than the one-row
+    dot product (39h), repacked Q4_K matrices from 4 rows through a GEMM scaling each sub block pair
+    where the GEMV scales each super block once (39i), and one row of an F32/F16/BF16 matrix (every
+    Gemma 4's F16 ``per_layer_model_proj``; the F16 KV cache with flash attention off) through
+    another dot product than two rows or more (39j). Before 39i and 39j the E2B-shaped model's rows came
+    out 2.0e-2 (Q4_K_M from 4 rows), 1.4e-2 (Q5_K_S from 2), 8.9e-3 (Q8_0 from 12), 2.1e-3 (F16 from 2)
+    and 6.2e-4 (F32 from 3) off one-row decodes with flash attention off, 1.3e-2 (Q5_K_M from 2) with it
+    on; now every row of every pass is byte for byte."""
     import llama_cpp
     from gguf import GGUFReader
 
-    ftype, matrix_type = K_QUANT_MIXES[mix]
-    quantized = tmp_path / f"{mix}.gguf"
-    params = llama_cpp.llama_model_quantize_default_params()
-    params.ftype = ftype
-    params.allow_requantize = True  # the donor's layer matrices are Q4_0
-    params.nthread = 2
-    assert llama_cpp.llama_model_quantize(str(donor).encode(), str(quantized).encode(), params) == 0
-    ffn = [t for t in GGUFReader(quantized).tensors if ".ffn_" in t.name and len(t.shape) == 2]
-    assert len(ffn) == 3 * TINY.n_layer and {t.tensor_type.name for t in ffn} == {matrix_type}
+    spec, follow_rows = SHAPES[shape]
+    donor = request.getfixturevalue("donor" if shape == "tiny" else "e2b_shaped")
+    ftype, mlp_types = FILE_TYPES[file_type]
+    model = donor
+    if ftype is not None:
+        model = tmp_path / f"{file_type}.gguf"
+        params = llama_cpp.llama_model_quantize_default_params()
+        params.ftype = ftype
+        params.allow_requantize = True  # the donor's layer matrices are Q4_0
+        params.nthread = 2
+        assert llama_cpp.llama_model_quantize(str(donor).encode(), str(model).encode(), params) == 0
+    tensors = GGUFReader(model).tensors
+    mlp = [t for t in tensors if ".ffn_" in t.name and len(t.shape) == 2]
+    assert len(mlp) == 3 * spec.n_layer and {t.tensor_type.name for t in mlp} == mlp_types
+    proj = next(t for t in tensors if t.name == "per_layer_model_proj.weight")
+    assert proj.tensor_type.name == "F16"  # 39j's matrix, in every file type
     llm = llama_cpp.Llama(
-        str(quantized), n_ctx=128, n_batch=64, n_ubatch=64, n_threads=2, logits_all=True, verbose=False
+        str(model),
+        n_ctx=128,
+        n_batch=64,
+        n_ubatch=64,
+        n_threads=2,
+        logits_all=True,
+        flash_attn=flash_attn,
+        verbose=False,
     )
 
     prompt = llm.tokenize(b"the cat sat on the mat")
-    follow = [prompt[1 + i % (len(prompt) - 1)] for i in range(FOLLOW)]
+    follow = [prompt[1 + i % (len(prompt) - 1)] for i in range(follow_rows)]
     alone = decoded_rows(llm, prompt, [[t] for t in follow])
-    assert len({a.tobytes() for a in alone}) == FOLLOW
-    for n in range(2, FOLLOW + 1):
+    assert len({a.tobytes() for a in alone}) == follow_rows
+    for n in range(2, follow_rows + 1):
         off = float(np.abs(decoded_rows(llm, prompt, [follow[:n]]) - alone[:n]).max())
-        assert off == 0.0, f"{mix}: a batch of {n} rows is {off:.2e} off one-row decodes"
+        assert off == 0.0, f"{shape} {file_type}: a batch of {n} rows is {off:.2e} off one-row decodes"

@@ -6,12 +6,13 @@ upstream defects still open at the pin that a backend can hit, and what this pro
 with (the drafter's ordered-embedding head, #24, in every backend; the adaptive draft length,
 #23, in seven commits; a batch's rows through one GEMV on x86, #38m, #38n and #38o; flash attention
 computing one row as a row of a batch, #39f, and every row alike, #39g; K-quant dot products adding
-each block as the tiled matmul does, #39h).
+each block as the tiled matmul does, #39h; the repacked Q4_K GEMM as its GEMV, #39i; one row of a float
+matrix as a batch's rows, #39j).
 :data:`PATCHES` lists them in order with their ids; each commit message carries its id too
 (``Gguf-exact-id:``), which :mod:`.patch_series` checks when it writes the series back from a
 llama.cpp checkout (moving it to a newer llama.cpp: docs/building-llama-cpp.md).
 Their ids go into the build's cache key, followed by a digest of the patches' bytes
-(``0c1e57098+24+38m+38n+38o+39f+39g+39h.3f9a1c-cpu-...``, ``0c1e57098+24+27572+23a+...+39g+39h.b81e07+rpc-cuda86-...``), and
+(``0c1e57098+24+38m+38n+38o+39f+39g+39h+39i+39j.3f9a1c-cpu-...``, ``0c1e57098+24+27572+23a+...+39i+39j.b81e07+rpc-cuda86-...``), and
 their ids and sha256 into ``build-info.json``: a patched build is never taken for a plain one,
 nor a build of an older revision of a patch for the current one (editing a patch rebuilds), and
 llama-server and the bindings of one backend carry the same, except a patch marked
@@ -82,7 +83,10 @@ class SourcePatch:
 # one-row decodes there too), and 39g (every row through its tiled kernel, each scored alike: a prompt-sized
 # batch's rows, a prompt read in pieces, equal the rows decoded alone within 1e-6, where they were 0.05-0.45 off), and 39h
 # (K-quant dot products of 1-7 rows add each block as the tiled matmul of 8+ rows does: a row's logits do not
-# depend on how many rows share its pass, where the Q6_K output matrix left 9.5e-7 from 8 rows).
+# depend on how many rows share its pass, where the Q6_K output matrix left 9.5e-7 from 8 rows), 39i (the
+# repacked Q4_K GEMM scales each super block once, as its GEMV: Q4_K_M models' rows alike from 4 rows) and 39j
+# (one row of an F32/F16/BF16 matrix, every Gemma 4's per_layer_model_proj, through the kernel a batch's rows
+# take: real-shaped models' rows were 2e-3-1e-2 off from 2 rows).
 PATCHES: tuple[SourcePatch, ...] = (
     SourcePatch("24", "0001-24-ordered-embedding-head.patch"),
     SourcePatch("27572", "0002-27572-sync-before-set-inputs.patch", gpu_only=True),
@@ -121,6 +125,8 @@ PATCHES: tuple[SourcePatch, ...] = (
     SourcePatch("39f", "0035-39f-flash-attention-one-row-as-a-row-of-a-batch.patch"),
     SourcePatch("39g", "0036-39g-flash-attention-every-row-through-the-tiled-kernel.patch"),
     SourcePatch("39h", "0037-39h-k-quant-dot-products-add-each-block-as-the-tiled-matmul-does.patch"),
+    SourcePatch("39i", "0038-39i-q4-k-gemm-scales-each-super-block-once.patch"),
+    SourcePatch("39j", "0039-39j-one-row-of-a-float-matrix-through-the-batch-kernel.patch"),
 )
 
 
