@@ -8,11 +8,13 @@ Then the drafter's server (--n-max N fixed, or the profile's adaptive length wit
 (gguf_exact/bench/load.py's client_streams). Prints requests, tokens, accepted/drafted per
 slot and every changed or lost reply with where it left the target alone's tokens and the
 target's top-two gap there; exits 1 on a lost reply or a change that is not a near-tie flip
-(or if nothing was drafted).
+(or if nothing was drafted); with --exact any change fails: on x86 CPU builds every row of a pass is the
+row decoded alone (patches 38m-39j), so not even a near-tie may flip there.
 
     .venv/bin/python scripts/soak_load.py --duration 600               # the tiny mixed pair
     .venv/bin/python scripts/soak_load.py --duration 150 --kind hidden --json build/soak.json
     .venv/bin/python scripts/soak_load.py --duration 600 --long   # contexts past 512 cells
+    .venv/bin/python scripts/soak_load.py --duration 240 --exact --pair T.gguf,D.gguf --server-bin OLD/llama-server
 
 --long puts all four prompts before each one (about 700 tokens, 1,024 cells a slot): past the 512
 cells where flash attention's kernels used to part ways (patches 39f, 39g), with llama-server
@@ -82,6 +84,10 @@ def main() -> int:
     ap.add_argument("--threads", type=int, default=os.cpu_count() or 2)
     ap.add_argument("--profile", default="cpu")
     ap.add_argument("--json", type=Path, help="write the figures and every changed reply here")
+    ap.add_argument("--exact", action="store_true", help="any changed reply fails, a near-tie flip too (CPU builds)")
+    ap.add_argument(
+        "--server-bin", type=Path, help="another build's llama-server, for both servers (serve --server-bin)"
+    )
     args = ap.parse_args()
     adaptive = args.n_max == "adaptive"
     if not adaptive and not args.n_max.isdigit():
@@ -103,7 +109,8 @@ def main() -> int:
 
             pair = write_runner_pairs(scratch)[args.kind]
         reference_sets = [*sets, "parallel=1", f"ctx-size={ctx}"]
-        with running(pair[0], None, "llama-server", reference_sets, args.profile) as (ref, _, _):
+        build = {"server_bin": args.server_bin}  # this checkout's llama-server unless --server-bin names another
+        with running(pair[0], None, "llama-server", reference_sets, args.profile, **build) as (ref, _, _):
             alone, _ = client_streams(ref.url, prompts, 1, args.n_predict, requests=len(prompts))
         if [r for r in alone if r.error]:
             print(f"error: the target alone lost a request: {[r.error for r in alone if r.error][0]}")
@@ -112,7 +119,7 @@ def main() -> int:
         slot_sets = [*sets, f"parallel={args.clients}", f"ctx-size={ctx * args.clients}", *arm.overrides()]
         print(f"{args.clients} clients, {arm.label}, {args.duration:.0f} s on {pair[0].name} + {pair[1]}", flush=True)
         drafter = pair[1] if arm.n_max else None  # --n-max 0: the control, the same load without a drafter
-        with running(pair[0], drafter, "llama-server", slot_sets, args.profile) as (launch, _, _):
+        with running(pair[0], drafter, "llama-server", slot_sets, args.profile, **build) as (launch, _, _):
             t0 = time.time()
             replies, wall = client_streams(launch.url, prompts, args.clients, args.n_predict, seconds=args.duration)
         bad = changed(replies, reference)
@@ -145,7 +152,7 @@ def main() -> int:
     if arm.n_max and not drafted:
         print("error: nothing was drafted: the soak did not exercise speculation")
         return 1
-    return 1 if any(not why.startswith("near-tie") for why in found) else 0
+    return 1 if any(args.exact or not why.startswith("near-tie") for why in found) else 0
 
 
 if __name__ == "__main__":
