@@ -18,8 +18,8 @@ cells of cache, with flash attention on, patch 39f keeps one row's attention in 
 are, and patch 39g takes every row count through one flash-attention kernel, so a prompt-sized pass, and a
 prompt read in pieces, give the rows one-row decodes give. A repacked Q4_K matrix's GEMM (4 rows at a time)
 now scales each super block as its GEMV does (39i), and one row of an F32/F16/BF16 matrix goes through the
-kernel a batch's rows take (39j; every Gemma 4 has the F16 ``per_layer_model_proj``). With 38m-38o and
-39f-39j every row of every pass here is byte for byte the row decoded alone (a group split that lost a row
+kernel a batch's rows take (39j; every Gemma 4 has the F16 ``per_layer_model_proj``), and Q3_K and IQ4_XS
+dot products add each block as the tiled kernel does (39m). With 38m-38o and 39f-39j, 39m every row of every pass here is byte for byte the row decoded alone (a group split that lost a row
 left it 1.2 off), in every common file type, on the tiny model and on one of E2B's layer shapes, on AVX-512
 and on AVX2 (a build without AVX-512 run on the Ice Lake, ``results/s47-every-file-type-rows-39i-39j/``).
 """
@@ -160,17 +160,19 @@ def test_a_prompt_sized_batch_and_a_prompt_read_in_pieces_give_the_rows_one_row_
 
 
 # Each file type people download, as the bindings' own llama-quantize writes it from the Q4_0 donor:
-# its llama_ftype (None: the donor as built, Google's layout) and the types its MLP matrices take.
+# its llama_ftype (None: the donor as built, Google's layout) and the type most of its MLP matrices take.
 FILE_TYPES = {
-    "Q4_0": (None, {"Q4_0"}),
-    "Q4_K_M": (15, {"Q4_K", "Q6_K"}),
-    "Q5_K_S": (16, {"Q5_K"}),
-    "Q5_K_M": (17, {"Q5_K", "Q6_K"}),
-    "Q6_K": (18, {"Q6_K"}),
-    "Q8_0": (7, {"Q8_0"}),
-    "F16": (1, {"F16"}),
-    "BF16": (32, {"BF16"}),
-    "F32": (0, {"F32"}),
+    "Q4_0": (None, "Q4_0"),
+    "Q3_K_M": (12, "Q3_K"),
+    "IQ4_XS": (30, "IQ4_XS"),
+    "Q4_K_M": (15, "Q4_K"),
+    "Q5_K_S": (16, "Q5_K"),
+    "Q5_K_M": (17, "Q5_K"),
+    "Q6_K": (18, "Q6_K"),
+    "Q8_0": (7, "Q8_0"),
+    "F16": (1, "F16"),
+    "BF16": (32, "BF16"),
+    "F32": (0, "F32"),
 }
 # One of Gemma 4 E2B's layer shapes at full width (1536 wide, MLP 6144, 8 heads of 256/512, per-layer
 # inputs of 256) with two layers and the tiny vocabulary: each matrix many blocks and super blocks long.
@@ -197,7 +199,8 @@ def test_every_row_of_a_pass_equals_that_row_decoded_alone_in_every_file_type(
     dot product (39h), repacked Q4_K matrices from 4 rows through a GEMM scaling each sub block pair
     where the GEMV scales each super block once (39i), and one row of an F32/F16/BF16 matrix (every
     Gemma 4's F16 ``per_layer_model_proj``; the F16 KV cache with flash attention off) through
-    another dot product than two rows or more (39j). Before 39i and 39j the E2B-shaped model's rows came
+    another dot product than two rows or more (39j); Q3_K and IQ4_XS matrices from 8 rows as K-quants did
+    before 39h (39m: 2.5e-2 and 3.0e-2 on the E2B shape). Before 39i and 39j the E2B-shaped model's rows came
     out 2.0e-2 (Q4_K_M from 4 rows), 1.4e-2 (Q5_K_S from 2), 8.9e-3 (Q8_0 from 12), 2.1e-3 (F16 from 2)
     and 6.2e-4 (F32 from 3) off one-row decodes with flash attention off, 1.3e-2 (Q5_K_M from 2) with it
     on; now every row of every pass is byte for byte."""
@@ -206,7 +209,7 @@ def test_every_row_of_a_pass_equals_that_row_decoded_alone_in_every_file_type(
 
     spec, follow_rows = SHAPES[shape]
     donor = request.getfixturevalue("donor" if shape == "tiny" else "e2b_shaped")
-    ftype, mlp_types = FILE_TYPES[file_type]
+    ftype, mlp_type = FILE_TYPES[file_type]
     model = donor
     if ftype is not None:
         model = tmp_path / f"{file_type}.gguf"
@@ -217,7 +220,8 @@ def test_every_row_of_a_pass_equals_that_row_decoded_alone_in_every_file_type(
         assert llama_cpp.llama_model_quantize(str(donor).encode(), str(model).encode(), params) == 0
     tensors = GGUFReader(model).tensors
     mlp = [t for t in tensors if ".ffn_" in t.name and len(t.shape) == 2]
-    assert len(mlp) == 3 * spec.n_layer and {t.tensor_type.name for t in mlp} == mlp_types
+    assert len(mlp) == 3 * spec.n_layer
+    assert sum(t.tensor_type.name == mlp_type for t in mlp) > len(mlp) // 2, [t.tensor_type.name for t in mlp]
     proj = next(t for t in tensors if t.name == "per_layer_model_proj.weight")
     assert proj.tensor_type.name == "F16"  # 39j's matrix, in every file type
     llm = llama_cpp.Llama(

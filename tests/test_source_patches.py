@@ -21,8 +21,8 @@ SYNC = "ggml_backend_sched_synchronize(sched.get());"
 SET_INPUTS = "res->set_inputs(&ubatch);"
 UPSTREAM = "0c1e57098bba43ac29e6e3b677cdceebdd22334f"  # vendor/llama.cpp's gitlink in the sdist's git metadata
 ADAPTIVE = ["23a", "23b", "23c", "23d", "23e", "23f", "23g"]  # the adaptive draft length, one commit per concern
-BINDINGS = ["24", "38m", "38n", "38o", "39f", "39g", "39h", "39i", "39j"]  # every wheel's: the ordered head, ggml-cpu's rows alike in every pass
-SERVER = ["24", *ADAPTIVE, "22142", "42", "42r", "38", "39", "38p", "38s", "39s", "38e", "39d", "39k", "39t", "39u", "39v", "39w", "39x", "39y", "39z", "39za", "39zb", "39zc", "39zd", "38m", "38n", "38o", "39f", "39g", "39h", "39i", "39j"]  # every llama-server build's
+BINDINGS = ["24", "38m", "38n", "38o", "39f", "39g", "39h", "39i", "39j", "39m"]  # every wheel's: the ordered head, ggml-cpu's rows alike in every pass
+SERVER = ["24", *ADAPTIVE, "22142", "42", "42r", "38", "39", "38p", "38s", "39s", "38e", "39d", "39k", "39t", "39u", "39v", "39w", "39x", "39y", "39z", "39za", "39zb", "39zc", "39zd", "38m", "38n", "38o", "39f", "39g", "39h", "39i", "39j", "39m"]  # every llama-server build's
 GPU_SERVER = ["24", "27572", *SERVER[1:]]  # and 27572 on GPUs, after 24
 
 
@@ -88,25 +88,48 @@ def test_which_backends_carry_which_patch_and_the_cache_keys_say_so():
     # every server build has them, no wheel does; 38m, 38n and 38o (ggml-cpu) are in every build, wheels too
     assert [p.id for p in source_patches.patches_for("cpu")] == SERVER
     assert [p.id for p in source_patches.patches_for("cpu", bindings=True)] == BINDINGS
-    server = f"0c1e57098+{'+'.join(SERVER)}.{digest(*SERVER)}+rpc-cpu-avx.avx2.bmi2.f16c.fma.sse42"
-    assert server.startswith("0c1e57098+24+23a+23b+23c+23d+23e+23f+23g+22142+42+42r+38+39+38p+38s+39s+38e+39d+39k+39t+39u+39v+39w+39x+39y+39z+39za+39zb+39zc+39zd+38m+38n+38o+39f+39g+39h+39i+39j.")
+    # llama-server's ids are too many for a folder name (NAME_MAX): its key counts them
+    server = f"0c1e57098+{len(SERVER)}-patches.{digest(*SERVER)}+rpc-cpu-avx.avx2.bmi2.f16c.fma.sse42"
+    assert server.startswith("0c1e57098+39-patches.")
     assert llama_build.build_key("cpu", CPU) == server
     assert (
         llama_build.build_key("cpu", CPU, bindings=True)
-        == f"0c1e57098+24+38m+38n+38o+39f+39g+39h+39i+39j.{digest(*BINDINGS)}-cpu-avx.avx2.bmi2.f16c.fma.sse42"
+        == f"0c1e57098+24+38m+38n+38o+39f+39g+39h+39i+39j+39m.{digest(*BINDINGS)}-cpu-avx.avx2.bmi2.f16c.fma.sse42"
     )
     for backend in ("cuda75", "cuda86", "vulkan"):
         assert [p.id for p in source_patches.patches_for(backend)] == GPU_SERVER
-        assert [p.id for p in source_patches.patches_for(backend, bindings=True)] == ["24", "27572", "38m", "38n", "38o", "39f", "39g", "39h", "39i", "39j"]
+        assert [p.id for p in source_patches.patches_for(backend, bindings=True)] == ["24", "27572", "38m", "38n", "38o", "39f", "39g", "39h", "39i", "39j", "39m"]
         tag = digest(*GPU_SERVER)
         assert (
             llama_build.build_key(backend, CPU)
-            == f"0c1e57098+{'+'.join(GPU_SERVER)}.{tag}+rpc-{backend}-avx.avx2.bmi2.f16c.fma.sse42"
+            == f"0c1e57098+{len(GPU_SERVER)}-patches.{tag}+rpc-{backend}-avx.avx2.bmi2.f16c.fma.sse42"
         )
         assert (
             llama_build.build_key(backend, CPU, bindings=True)
-            == f"0c1e57098+24+27572+38m+38n+38o+39f+39g+39h+39i+39j.{digest('24', '27572', '38m', '38n', '38o', '39f', '39g', '39h', '39i', '39j')}-{backend}-avx.avx2.bmi2.f16c.fma.sse42"
+            == f"0c1e57098+24+27572+38m+38n+38o+39f+39g+39h+39i+39j+39m.{digest('24', '27572', '38m', '38n', '38o', '39f', '39g', '39h', '39i', '39j', '39m')}-{backend}-avx.avx2.bmi2.f16c.fma.sse42"
         )
+
+
+def test_every_cache_key_and_its_build_log_fit_a_file_name_and_each_patch_id_is_one_patch():
+    """A folder or file name has at most 255 bytes: with 39 ids spelled out, llama-server's key and its
+    build log (``logs/llama.cpp-<key>.log``) passed that on a CPU with every x86 feature ggml builds for
+    (an AMX Xeon's), and the build stopped with "File name too long". Ids name one patch each: two
+    patches once shared "39k"."""
+    ids = [p.id for p in source_patches.PATCHES]
+    assert len(set(ids)) == len(ids), sorted(i for i in ids if ids.count(i) > 1)
+    every_feature = cpu_target(
+        "flags\t\t: sse4_2 avx f16c fma bmi2 avx2 avx_vnni avx512f avx512cd avx512vl avx512dq avx512bw avx512vbmi"
+        " avx512_vnni avx512_bf16 amx_tile amx_int8 amx_bf16\n",
+        "x86_64",
+        None,
+    )
+    assert len(every_feature.features) == 11
+    for backend in ("cpu", "cuda75", "cuda86", "vulkan"):
+        for bindings in (False, True):
+            key = llama_build.build_key(backend, every_feature, bindings=bindings)
+            assert len(f"llama.cpp-{key}.log".encode()) <= 200, key  # room for more features and patches
+            tag = source_patches.patch_tag(backend, bindings)
+            assert ("-patches." in tag) == (not bindings), tag  # a wheel's few ids spelled out, a server's counted
 
 
 def test_an_edited_patch_is_a_new_cache_key_and_its_sha256_is_recorded(tmp_path, monkeypatch):
@@ -121,7 +144,7 @@ def test_an_edited_patch_is_a_new_cache_key_and_its_sha256_is_recorded(tmp_path,
     after = llama_build.build_key("cpu", CPU), llama_build.build_key("cpu", CPU, bindings=True)
     assert (
         after[0] != before[0]
-        and after[0].startswith(f"0c1e57098+{'+'.join(SERVER)}.")
+        and after[0].startswith(f"0c1e57098+{len(SERVER)}-patches.")
         and after[0].endswith("+rpc-cpu-" + CPU.tag)
     )
     assert after[1] == before[1]  # the bindings do not carry 23b: their wheel stays
@@ -142,7 +165,7 @@ def test_the_27572_fix_synchronizes_before_every_set_inputs(context_tree):
     assert before.count(SET_INPUTS) == 2
     assert "llm_graph_result * llama_context::process_ubatch(" in before.partition(SET_INPUTS)[0]
 
-    assert source_patches.apply_patches(context_tree, "cuda86", bindings=True) == ["24", "27572", "38m", "38n", "38o", "39f", "39g", "39h", "39i", "39j"]
+    assert source_patches.apply_patches(context_tree, "cuda86", bindings=True) == ["24", "27572", "38m", "38n", "38o", "39f", "39g", "39h", "39i", "39j", "39m"]
 
     after = (context_tree / CONTEXT).read_text()
     assert "if (cparams.pipeline_parallel) {\n            " + SYNC not in after
@@ -162,7 +185,7 @@ def test_the_27572_fix_synchronizes_before_every_set_inputs(context_tree):
 
 
 def test_a_fix_that_does_not_apply_stops_the_build(context_tree):
-    assert source_patches.apply_patches(context_tree, "vulkan", bindings=True) == ["24", "27572", "38m", "38n", "38o", "39f", "39g", "39h", "39i", "39j"]
+    assert source_patches.apply_patches(context_tree, "vulkan", bindings=True) == ["24", "27572", "38m", "38n", "38o", "39f", "39g", "39h", "39i", "39j", "39m"]
     with pytest.raises(BuildError) as e:  # already applied: --forward refuses it
         source_patches.apply_patches(context_tree, "cpu", bindings=True)
     assert str(e.value) == (
@@ -224,7 +247,7 @@ def test_a_gpu_build_without_the_patch_tool_fails_before_any_work(tmp_path, monk
     with pytest.raises(BuildError) as e:
         source_patches.require_patch_tool("cuda86", bindings=True)
     assert str(e.value) == (
-        "patch not found on PATH; the cuda86 build carries fixes for llama.cpp (#24, #27572, #38m, #38n, #38o, #39f, #39g, #39h, #39i, #39j); "
+        "patch not found on PATH; the cuda86 build carries fixes for llama.cpp (#24, #27572, #38m, #38n, #38o, #39f, #39g, #39h, #39i, #39j, #39m); "
         "install it (Debian: apt-get install patch)"
     )
 

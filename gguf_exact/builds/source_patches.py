@@ -7,12 +7,13 @@ with (the drafter's ordered-embedding head, #24, in every backend; the adaptive 
 #23, in seven commits; a batch's rows through one GEMV on x86, #38m, #38n and #38o; flash attention
 computing one row as a row of a batch, #39f, and every row alike, #39g; K-quant dot products adding
 each block as the tiled matmul does, #39h; the repacked Q4_K GEMM as its GEMV, #39i; one row of a float
-matrix as a batch's rows, #39j).
+matrix as a batch's rows, #39j; Q3_K and IQ4_XS dot products as #39h's, #39m).
 :data:`PATCHES` lists them in order with their ids; each commit message carries its id too
 (``Gguf-exact-id:``), which :mod:`.patch_series` checks when it writes the series back from a
 llama.cpp checkout (moving it to a newer llama.cpp: docs/building-llama-cpp.md).
 Their ids go into the build's cache key, followed by a digest of the patches' bytes
-(``0c1e57098+24+38m+38n+38o+39f+39g+39h+39i+39j.3f9a1c-cpu-...``, ``0c1e57098+24+27572+23a+...+39i+39j.b81e07+rpc-cuda86-...``), and
+(``0c1e57098+24+38m+38n+38o+39f+39g+39h+39i+39j+39m.3f9a1c-cpu-...``; llama-server's, too many to name within a
+folder name's 255 bytes, by their count: ``0c1e57098+40-patches.601956+rpc-cuda86-...``), and
 their ids and sha256 into ``build-info.json``: a patched build is never taken for a plain one,
 nor a build of an older revision of a patch for the current one (editing a patch rebuilds), and
 llama-server and the bindings of one backend carry the same, except a patch marked
@@ -84,9 +85,9 @@ class SourcePatch:
 # batch's rows, a prompt read in pieces, equal the rows decoded alone within 1e-6, where they were 0.05-0.45 off), and 39h
 # (K-quant dot products of 1-7 rows add each block as the tiled matmul of 8+ rows does: a row's logits do not
 # depend on how many rows share its pass, where the Q6_K output matrix left 9.5e-7 from 8 rows), 39i (the
-# repacked Q4_K GEMM scales each super block once, as its GEMV: Q4_K_M models' rows alike from 4 rows) and 39j
+# repacked Q4_K GEMM scales each super block once, as its GEMV: Q4_K_M models' rows alike from 4 rows), 39j
 # (one row of an F32/F16/BF16 matrix, every Gemma 4's per_layer_model_proj, through the kernel a batch's rows
-# take: real-shaped models' rows were 2e-3-1e-2 off from 2 rows).
+# take: real-shaped models' rows were 2e-3-1e-2 off from 2 rows) and 39m (Q3_K and IQ4_XS dot products as 39h's).
 PATCHES: tuple[SourcePatch, ...] = (
     SourcePatch("24", "0001-24-ordered-embedding-head.patch"),
     SourcePatch("27572", "0002-27572-sync-before-set-inputs.patch", gpu_only=True),
@@ -127,6 +128,7 @@ PATCHES: tuple[SourcePatch, ...] = (
     SourcePatch("39h", "0037-39h-k-quant-dot-products-add-each-block-as-the-tiled-matmul-does.patch"),
     SourcePatch("39i", "0038-39i-q4-k-gemm-scales-each-super-block-once.patch"),
     SourcePatch("39j", "0039-39j-one-row-of-a-float-matrix-through-the-batch-kernel.patch"),
+    SourcePatch("39m", "0040-39m-q3-k-iq4-xs-dot-products-add-each-block-as-the-tiled-matmul-does.patch"),
 )
 
 
@@ -135,16 +137,27 @@ def patches_for(backend: str, bindings: bool = False) -> tuple[SourcePatch, ...]
     return tuple(p for p in PATCHES if p.applies_to(backend, bindings))
 
 
+# The longest run of ids a cache key names; past it the key names how many patches there are. A folder or file
+# name has at most 255 bytes (NAME_MAX): llama-server's 39 ids came to 158 characters, which with an AMX Xeon's
+# CPU features and the build log's ``llama.cpp-``/``.log`` went past it.
+TAG_IDS_MAX = 64
+
+
 def patch_tag(backend: str, bindings: bool = False) -> str:
-    """What the patches add to the commit in a cache key: their ids and the first 6 hex digits
-    of a sha256 over their ids and bytes (``+24+27572.b81e07``, ``+24.3f9a1c``), or nothing."""
+    """What the patches add to the commit in a cache key: their ids (or, past :data:`TAG_IDS_MAX`
+    characters of them, their count) and the first 6 hex digits of a sha256 over their ids and bytes
+    (``+24+27572.b81e07``, ``+24.3f9a1c``, ``+39-patches.0e0a03``), or nothing. ``build-info.json``
+    names every id either way."""
     carried = patches_for(backend, bindings)
     if not carried:
         return ""
     digest = hashlib.sha256()
     for p in carried:
         digest.update(f"{p.id}\0{p.sha256()}\0".encode())
-    return "".join(f"+{p.id}" for p in carried) + "." + digest.hexdigest()[:6]
+    ids = "".join(f"+{p.id}" for p in carried)
+    if len(ids) > TAG_IDS_MAX:
+        ids = f"+{len(carried)}-patches"
+    return ids + "." + digest.hexdigest()[:6]
 
 
 def patch_record(backend: str, bindings: bool = False) -> list[dict[str, str]]:
