@@ -59,6 +59,20 @@ def decoded_rows(llm, prompt: list[int], batches: list[list[int]]) -> np.ndarray
     return np.array(llm.scores[len(prompt) : llm.n_tokens], dtype=np.float32)
 
 
+def assert_every_pass_alike(llm, n_follow: int, label: str = "") -> tuple[list[int], list[int], np.ndarray]:
+    """Decodes ``n_follow`` tokens after a prompt one at a time, then in one pass of each 2..n_follow rows:
+    every pass's rows must be the one-row decodes' byte for byte. Returns the prompt, the tokens, the rows."""
+    prompt = llm.tokenize(b"the cat sat on the mat")
+    follow = [prompt[1 + i % (len(prompt) - 1)] for i in range(n_follow)]
+    alone = decoded_rows(llm, prompt, [[t] for t in follow])
+    assert alone.shape == (n_follow, llm.n_vocab())
+    assert len({a.tobytes() for a in alone}) == n_follow  # every row's logits differ: a mix-up shows
+    for n in range(2, n_follow + 1):
+        off = float(np.abs(decoded_rows(llm, prompt, [follow[:n]]) - alone[:n]).max())
+        assert off == 0.0, f"{label}a batch of {n} rows is {off:.2e} off one-row decodes"
+    return prompt, follow, alone
+
+
 def test_each_row_of_a_batch_equals_that_row_decoded_alone(donor, capfd):
     import llama_cpp  # a missing binding fails the run, never skips it
 
@@ -67,21 +81,10 @@ def test_each_row_of_a_batch_equals_that_row_decoded_alone(donor, capfd):
     # the layer matrices are in the interleaved buffer the patched kernels read
     assert re.search(r"CPU_REPACK model buffer size =\s+3\.04 MiB", log), log[-2000:]
 
-    prompt = llm.tokenize(b"the cat sat on the mat")
-    follow = [prompt[1 + i % (len(prompt) - 1)] for i in range(FOLLOW)]
+    prompt, follow, alone = assert_every_pass_alike(llm, FOLLOW)
     assert len(set(follow)) >= 5
-
-    def rows(batches: list[list[int]]) -> np.ndarray:
-        return decoded_rows(llm, prompt, batches)
-
-    alone = rows([[t] for t in follow])
-    assert alone.shape == (FOLLOW, llm.n_vocab())
-    assert len({a.tobytes() for a in alone}) == FOLLOW  # every row's logits differ: a mix-up shows
-    for n in range(2, FOLLOW + 1):
-        off = float(np.abs(rows([follow[:n]]) - alone[:n]).max())
-        assert off == 0.0, f"a batch of {n} rows is {off:.2e} off one-row decodes"
     # and a pass of 3 rows after one of 2, as speculation runs them (a draft of 1, then of 2)
-    assert rows([follow[:2], follow[2:5]]).tobytes() == alone[:5].tobytes()
+    assert decoded_rows(llm, prompt, [follow[:2], follow[2:5]]).tobytes() == alone[:5].tobytes()
 
 
 LONG = 600  # tokens of context: the cache's 768 cells are past the 512 from which llama.cpp split one row (39f)
@@ -235,10 +238,4 @@ def test_every_row_of_a_pass_equals_that_row_decoded_alone_in_every_file_type(
         verbose=False,
     )
 
-    prompt = llm.tokenize(b"the cat sat on the mat")
-    follow = [prompt[1 + i % (len(prompt) - 1)] for i in range(follow_rows)]
-    alone = decoded_rows(llm, prompt, [[t] for t in follow])
-    assert len({a.tobytes() for a in alone}) == follow_rows
-    for n in range(2, follow_rows + 1):
-        off = float(np.abs(decoded_rows(llm, prompt, [follow[:n]]) - alone[:n]).max())
-        assert off == 0.0, f"{shape} {file_type}: a batch of {n} rows is {off:.2e} off one-row decodes"
+    assert_every_pass_alike(llm, follow_rows, f"{shape} {file_type}: ")
