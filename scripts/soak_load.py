@@ -89,6 +89,8 @@ def main() -> int:
         "--server-bin", type=Path, help="another build's llama-server, for both servers (serve --server-bin)"
     )
     args = ap.parse_args()
+    if args.server_bin and not (args.server_bin.is_file() and os.access(args.server_bin, os.X_OK)):
+        ap.error(f"--server-bin {args.server_bin}: no such executable")
     adaptive = args.n_max == "adaptive"
     if not adaptive and not args.n_max.isdigit():
         ap.error(f"--n-max {args.n_max}: a whole number or 'adaptive'")

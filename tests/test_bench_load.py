@@ -211,3 +211,21 @@ def test_the_rule_names_requests_that_fell_back_to_exact_match():
     assert "| sampled | gemma | 2 | n-max 3 | 0.00 | - | - | - | 0.00 | 0.00 | 0:3/9 | exact (4 fell back) | 0 | 0 |" in table(
         [row_]
     ).splitlines()
+
+
+def test_the_soak_refuses_a_server_bin_that_is_not_an_executable_in_one_line(tmp_path):
+    """``soak_load.py --server-bin`` runs another build's llama-server for both servers; a path that is no
+    executable stops it in one line, before any pair is written or server started (it once left a traceback
+    after writing the tiny pairs)."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    script = Path(__file__).resolve().parent.parent / "scripts" / "soak_load.py"
+    not_run = tmp_path / "llama-server"
+    not_run.write_text("#!/bin/sh\n")  # there, but not executable
+    for path in (tmp_path / "missing", not_run):
+        r = subprocess.run([sys.executable, str(script), "--server-bin", str(path)], capture_output=True, text=True)
+        assert r.returncode == 2 and r.stderr.splitlines()[-1] == (
+            f"soak_load.py: error: --server-bin {path}: no such executable"
+        )
