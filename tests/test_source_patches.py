@@ -89,8 +89,8 @@ def test_which_backends_carry_which_patch_and_the_cache_keys_say_so():
     assert [p.id for p in source_patches.patches_for("cpu")] == SERVER
     assert [p.id for p in source_patches.patches_for("cpu", bindings=True)] == BINDINGS
     # llama-server's ids are too many for a folder name (NAME_MAX): its key counts them
-    server = f"0c1e57098+{len(SERVER)}-patches.{digest(*SERVER)}+rpc-cpu-avx.avx2.bmi2.f16c.fma.sse42"
-    assert server.startswith("0c1e57098+39-patches.")
+    server = f"0c1e57098+{len(SERVER)}patches.{digest(*SERVER)}+rpc-cpu-avx.avx2.bmi2.f16c.fma.sse42"
+    assert server.startswith("0c1e57098+39patches.")
     assert llama_build.build_key("cpu", CPU) == server
     assert (
         llama_build.build_key("cpu", CPU, bindings=True)
@@ -102,7 +102,7 @@ def test_which_backends_carry_which_patch_and_the_cache_keys_say_so():
         tag = digest(*GPU_SERVER)
         assert (
             llama_build.build_key(backend, CPU)
-            == f"0c1e57098+{len(GPU_SERVER)}-patches.{tag}+rpc-{backend}-avx.avx2.bmi2.f16c.fma.sse42"
+            == f"0c1e57098+{len(GPU_SERVER)}patches.{tag}+rpc-{backend}-avx.avx2.bmi2.f16c.fma.sse42"
         )
         assert (
             llama_build.build_key(backend, CPU, bindings=True)
@@ -129,7 +129,8 @@ def test_every_cache_key_and_its_build_log_fit_a_file_name_and_each_patch_id_is_
             key = llama_build.build_key(backend, every_feature, bindings=bindings)
             assert len(f"llama.cpp-{key}.log".encode()) <= 200, key  # room for more features and patches
             tag = source_patches.patch_tag(backend, bindings)
-            assert ("-patches." in tag) == (not bindings), tag  # a wheel's few ids spelled out, a server's counted
+            assert ("patches." in tag) == (not bindings), tag  # a wheel's few ids spelled out, a server's counted
+            assert "-" not in tag  # doctor reads a key as <commit>[+fixes]-<backend>-<cpu>
 
 
 def test_an_edited_patch_is_a_new_cache_key_and_its_sha256_is_recorded(tmp_path, monkeypatch):
@@ -144,7 +145,7 @@ def test_an_edited_patch_is_a_new_cache_key_and_its_sha256_is_recorded(tmp_path,
     after = llama_build.build_key("cpu", CPU), llama_build.build_key("cpu", CPU, bindings=True)
     assert (
         after[0] != before[0]
-        and after[0].startswith(f"0c1e57098+{len(SERVER)}-patches.")
+        and after[0].startswith(f"0c1e57098+{len(SERVER)}patches.")
         and after[0].endswith("+rpc-cpu-" + CPU.tag)
     )
     assert after[1] == before[1]  # the bindings do not carry 23b: their wheel stays

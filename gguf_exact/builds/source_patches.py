@@ -13,7 +13,7 @@ matrix as a batch's rows, #39j; Q3_K and IQ4_XS dot products as #39h's, #39m).
 llama.cpp checkout (moving it to a newer llama.cpp: docs/building-llama-cpp.md).
 Their ids go into the build's cache key, followed by a digest of the patches' bytes
 (``0c1e57098+24+38m+38n+38o+39f+39g+39h+39i+39j+39m.3f9a1c-cpu-...``; llama-server's, too many to name within a
-folder name's 255 bytes, by their count: ``0c1e57098+40-patches.601956+rpc-cuda86-...``), and
+folder name's 255 bytes, by their count: ``0c1e57098+40patches.601956+rpc-cuda86-...``), and
 their ids and sha256 into ``build-info.json``: a patched build is never taken for a plain one,
 nor a build of an older revision of a patch for the current one (editing a patch rebuilds), and
 llama-server and the bindings of one backend carry the same, except a patch marked
@@ -146,7 +146,7 @@ TAG_IDS_MAX = 64
 def patch_tag(backend: str, bindings: bool = False) -> str:
     """What the patches add to the commit in a cache key: their ids (or, past :data:`TAG_IDS_MAX`
     characters of them, their count) and the first 6 hex digits of a sha256 over their ids and bytes
-    (``+24+27572.b81e07``, ``+24.3f9a1c``, ``+39-patches.0e0a03``), or nothing. ``build-info.json``
+    (``+24+27572.b81e07``, ``+24.3f9a1c``, ``+39patches.0e0a03``), or nothing. ``build-info.json``
     names every id either way."""
     carried = patches_for(backend, bindings)
     if not carried:
@@ -156,7 +156,7 @@ def patch_tag(backend: str, bindings: bool = False) -> str:
         digest.update(f"{p.id}\0{p.sha256()}\0".encode())
     ids = "".join(f"+{p.id}" for p in carried)
     if len(ids) > TAG_IDS_MAX:
-        ids = f"+{len(carried)}-patches"
+        ids = f"+{len(carried)}patches"  # no "-": a key reads <commit>[+fixes]-<backend>-<cpu>
     return ids + "." + digest.hexdigest()[:6]
 
 
