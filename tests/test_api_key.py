@@ -129,6 +129,11 @@ def test_python_engine_samples_with_llama_servers_defaults(tmp_path):
         assert default != text(**python)
         assert default != text(temperature=0)
         whole = c.completions.create(model="mixed", prompt="the cat", temperature=0)
-        assert whole.usage.completion_tokens + whole.usage.prompt_tokens == 512  # to the context's end
+        # to the context's end or the model's own end of text, never llama-cpp-python's 16 tokens (with patch
+        # 39j's one-row F16 path this target's greedy text ends itself after 177 tokens)
+        if whole.choices[0].finish_reason == "length":
+            assert whole.usage.completion_tokens + whole.usage.prompt_tokens == 512
+        else:
+            assert whole.choices[0].finish_reason == "stop" and whole.usage.completion_tokens > 16
     finally:
         CliRunner().invoke(main, ["stop", "--port", str(port)], env=env)
