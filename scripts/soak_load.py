@@ -9,7 +9,7 @@ Then the drafter's server (--n-max N fixed, or the profile's adaptive length wit
 slot and every changed or lost reply with where it left the target alone's tokens and the
 target's top-two gap there; exits 1 on a lost reply or a change that is not a near-tie flip
 (or if nothing was drafted); with --exact any change fails: on x86 CPU builds every row of a pass is the
-row decoded alone in the common file types (patches 38m-38o, 39f-39j, 39m), so not even a near-tie may flip.
+row decoded alone in every file type tested (patches 38m-38o, 39f-39j, 39m-39o), so not even a near-tie may flip.
 
     .venv/bin/python scripts/soak_load.py --duration 600               # the tiny mixed pair
     .venv/bin/python scripts/soak_load.py --duration 150 --kind hidden --json build/soak.json

@@ -19,13 +19,18 @@ are, and patch 39g takes every row count through one flash-attention kernel, so 
 prompt read in pieces, give the rows one-row decodes give. A repacked Q4_K matrix's GEMM (4 rows at a time)
 now scales each super block as its GEMV does (39i), and one row of an F32/F16/BF16 matrix goes through the
 kernel a batch's rows take (39j; every Gemma 4 has the F16 ``per_layer_model_proj``), and Q3_K and IQ4_XS
-dot products add each block as the tiled kernel does (39m). With 38m-38o and 39f-39j, 39m every row of every pass here is byte for byte the row decoded alone (a group split that lost a row
-left it 1.2 off), in every common file type, on the tiny model and on one of E2B's layer shapes, on AVX-512
-and on AVX2 (a build without AVX-512 run on the Ice Lake, ``results/s47-every-file-type-rows-39i-39j/``).
+dot products add each block as the tiled kernel does (39m), as do Q2_K's (39n, with its repacked GEMM as
+39i's) and the IQ2, IQ3 and IQ1 types' (39o). With 38m-38o, 39f-39j and 39m-39o every row of every pass here is
+byte for byte the row decoded alone (a group split that lost a row left it 1.2 off), in the common file types
+and one of each other kernel llama.cpp's quantizer writes, on the tiny model and on one of E2B's layer shapes,
+on AVX-512 and on AVX2 (a build without AVX-512 run on the Ice Lake, ``results/s47-every-file-type-rows-39i-39j/``;
+Q4_1, Q5_0, Q5_1, IQ4_NL, Q3_K_L, Q4_K_S, Q2_K_S, IQ3_S, IQ3_XS and IQ2_S files too:
+``results/s48-q2-k-and-the-other-file-types/``).
 """
 
 from __future__ import annotations
 
+import ctypes
 import re
 from dataclasses import replace
 from pathlib import Path
@@ -163,9 +168,11 @@ def test_a_prompt_sized_batch_and_a_prompt_read_in_pieces_give_the_rows_one_row_
 
 
 # Each file type people download, as the bindings' own llama-quantize writes it from the Q4_0 donor:
-# its llama_ftype (None: the donor as built, Google's layout) and the type most of its MLP matrices take.
+# its llama_ftype (None: the donor as built, Google's layout) and the type most of its MLP matrices take;
+# one file type per kernel (Q2_K_S multiplies as Q2_K, IQ3_M and IQ3_XS as IQ3_S, IQ2_S as IQ2_XS).
 FILE_TYPES = {
     "Q4_0": (None, "Q4_0"),
+    "Q2_K": (10, "Q2_K"),
     "Q3_K_M": (12, "Q3_K"),
     "IQ4_XS": (30, "IQ4_XS"),
     "Q4_K_M": (15, "Q4_K"),
@@ -176,7 +183,16 @@ FILE_TYPES = {
     "F16": (1, "F16"),
     "BF16": (32, "BF16"),
     "F32": (0, "F32"),
+    "IQ3_M": (27, "IQ3_S"),
+    "IQ3_XXS": (23, "IQ3_XXS"),
+    "IQ2_XXS": (19, "IQ2_XXS"),
+    "IQ2_XS": (20, "IQ2_XS"),
+    "IQ2_M": (29, "IQ2_S"),
+    "IQ1_S": (24, "IQ1_S"),
+    "IQ1_M": (31, "IQ1_M"),
 }
+# llama.cpp quantizes these only with an importance matrix: each gets one of ones (every column alike).
+NEEDS_IMATRIX = {"IQ3_XXS", "IQ2_XXS", "IQ2_XS", "IQ2_M", "IQ1_S", "IQ1_M"}
 # One of Gemma 4 E2B's layer shapes at full width (1536 wide, MLP 6144, 8 heads of 256/512, per-layer
 # inputs of 256) with two layers and the tiny vocabulary: each matrix many blocks and super blocks long.
 E2B_SHAPED = replace(E2B, n_layer=2, n_kv_shared=0, n_vocab=TINY.n_vocab)
@@ -191,6 +207,21 @@ def e2b_shaped(tmp_path_factory) -> Path:
     return root / "donor.gguf"
 
 
+def uniform_importance(tensors) -> ctypes.Array:
+    """An importance matrix of ones for every matrix: llama_model_imatrix_data entries, the last all null
+    as llama.cpp reads the list. The column arrays ride on the array (``_columns``) so they outlive the call."""
+    import llama_cpp
+
+    matrices = [t for t in tensors if len(t.shape) == 2]
+    entries = (llama_cpp.llama_model_imatrix_data * (len(matrices) + 1))()
+    columns = [(ctypes.c_float * int(t.shape[0]))(*[1.0] * int(t.shape[0])) for t in matrices]
+    for entry, matrix, ones in zip(entries, matrices, columns):
+        entry.name, entry.size = matrix.name.encode(), len(ones)
+        entry.data = ctypes.cast(ones, ctypes.POINTER(ctypes.c_float))
+    entries._columns = columns
+    return entries
+
+
 @pytest.mark.parametrize("flash_attn", [False, True], ids=["fa-off", "fa-on"])
 @pytest.mark.parametrize("file_type", list(FILE_TYPES))
 @pytest.mark.parametrize("shape", list(SHAPES))
@@ -203,7 +234,9 @@ def test_every_row_of_a_pass_equals_that_row_decoded_alone_in_every_file_type(
     where the GEMV scales each super block once (39i), and one row of an F32/F16/BF16 matrix (every
     Gemma 4's F16 ``per_layer_model_proj``; the F16 KV cache with flash attention off) through
     another dot product than two rows or more (39j); Q3_K and IQ4_XS matrices from 8 rows as K-quants did
-    before 39h (39m: 2.5e-2 and 3.0e-2 on the E2B shape). Before 39i and 39j the E2B-shaped model's rows came
+    before 39h (39m: 2.5e-2 and 3.0e-2 on the E2B shape); Q2_K's GEMM as Q4_K's and its dot product as
+    39h's (39n: 1.8e-2 from 4 rows, 1.5e-1 from 8); the IQ2, IQ3 and IQ1 dot products as 39h's (39o: 1.6e-2
+    to 8.0e-2 from 8). Before 39i and 39j the E2B-shaped model's rows came
     out 2.0e-2 (Q4_K_M from 4 rows), 1.4e-2 (Q5_K_S from 2), 8.9e-3 (Q8_0 from 12), 2.1e-3 (F16 from 2)
     and 6.2e-4 (F32 from 3) off one-row decodes with flash attention off, 1.3e-2 (Q5_K_M from 2) with it
     on; now every row of every pass is byte for byte."""
@@ -220,6 +253,9 @@ def test_every_row_of_a_pass_equals_that_row_decoded_alone_in_every_file_type(
         params.ftype = ftype
         params.allow_requantize = True  # the donor's layer matrices are Q4_0
         params.nthread = 2
+        if file_type in NEEDS_IMATRIX:
+            ones = uniform_importance(GGUFReader(donor).tensors)
+            params.imatrix = ctypes.cast(ones, ctypes.POINTER(llama_cpp.llama_model_imatrix_data))
         assert llama_cpp.llama_model_quantize(str(donor).encode(), str(model).encode(), params) == 0
     tensors = GGUFReader(model).tensors
     mlp = [t for t in tensors if ".ffn_" in t.name and len(t.shape) == 2]

@@ -21,8 +21,8 @@ SYNC = "ggml_backend_sched_synchronize(sched.get());"
 SET_INPUTS = "res->set_inputs(&ubatch);"
 UPSTREAM = "0c1e57098bba43ac29e6e3b677cdceebdd22334f"  # vendor/llama.cpp's gitlink in the sdist's git metadata
 ADAPTIVE = ["23a", "23b", "23c", "23d", "23e", "23f", "23g"]  # the adaptive draft length, one commit per concern
-BINDINGS = ["24", "38m", "38n", "38o", "39f", "39g", "39h", "39i", "39j", "39m"]  # every wheel's: the ordered head, ggml-cpu's rows alike in every pass
-SERVER = ["24", *ADAPTIVE, "22142", "42", "42r", "38", "39", "38p", "38s", "39s", "38e", "39d", "39k", "39t", "39u", "39v", "39w", "39x", "39y", "39z", "39za", "39zb", "39zc", "39zd", "38m", "38n", "38o", "39f", "39g", "39h", "39i", "39j", "39m"]  # every llama-server build's
+BINDINGS = ["24", "38m", "38n", "38o", "39f", "39g", "39h", "39i", "39j", "39m", "39n", "39o"]  # every wheel's: the ordered head, ggml-cpu's rows alike in every pass
+SERVER = ["24", *ADAPTIVE, "22142", "42", "42r", "38", "39", "38p", "38s", "39s", "38e", "39d", "39k", "39t", "39u", "39v", "39w", "39x", "39y", "39z", "39za", "39zb", "39zc", "39zd", "38m", "38n", "38o", "39f", "39g", "39h", "39i", "39j", "39m", "39n", "39o"]  # every llama-server build's
 GPU_SERVER = ["24", "27572", *SERVER[1:]]  # and 27572 on GPUs, after 24
 
 
@@ -90,15 +90,15 @@ def test_which_backends_carry_which_patch_and_the_cache_keys_say_so():
     assert [p.id for p in source_patches.patches_for("cpu", bindings=True)] == BINDINGS
     # llama-server's ids are too many for a folder name (NAME_MAX): its key counts them
     server = f"0c1e57098+{len(SERVER)}patches.{digest(*SERVER)}+rpc-cpu-avx.avx2.bmi2.f16c.fma.sse42"
-    assert server.startswith("0c1e57098+39patches.")
+    assert server.startswith("0c1e57098+41patches.")
     assert llama_build.build_key("cpu", CPU) == server
     assert (
         llama_build.build_key("cpu", CPU, bindings=True)
-        == f"0c1e57098+24+38m+38n+38o+39f+39g+39h+39i+39j+39m.{digest(*BINDINGS)}-cpu-avx.avx2.bmi2.f16c.fma.sse42"
+        == f"0c1e57098+24+38m+38n+38o+39f+39g+39h+39i+39j+39m+39n+39o.{digest(*BINDINGS)}-cpu-avx.avx2.bmi2.f16c.fma.sse42"
     )
     for backend in ("cuda75", "cuda86", "vulkan"):
         assert [p.id for p in source_patches.patches_for(backend)] == GPU_SERVER
-        assert [p.id for p in source_patches.patches_for(backend, bindings=True)] == ["24", "27572", "38m", "38n", "38o", "39f", "39g", "39h", "39i", "39j", "39m"]
+        assert [p.id for p in source_patches.patches_for(backend, bindings=True)] == ["24", "27572", "38m", "38n", "38o", "39f", "39g", "39h", "39i", "39j", "39m", "39n", "39o"]
         tag = digest(*GPU_SERVER)
         assert (
             llama_build.build_key(backend, CPU)
@@ -106,7 +106,7 @@ def test_which_backends_carry_which_patch_and_the_cache_keys_say_so():
         )
         assert (
             llama_build.build_key(backend, CPU, bindings=True)
-            == f"0c1e57098+24+27572+38m+38n+38o+39f+39g+39h+39i+39j+39m.{digest('24', '27572', '38m', '38n', '38o', '39f', '39g', '39h', '39i', '39j', '39m')}-{backend}-avx.avx2.bmi2.f16c.fma.sse42"
+            == f"0c1e57098+24+27572+38m+38n+38o+39f+39g+39h+39i+39j+39m+39n+39o.{digest('24', '27572', '38m', '38n', '38o', '39f', '39g', '39h', '39i', '39j', '39m', '39n', '39o')}-{backend}-avx.avx2.bmi2.f16c.fma.sse42"
         )
 
 
@@ -166,7 +166,7 @@ def test_the_27572_fix_synchronizes_before_every_set_inputs(context_tree):
     assert before.count(SET_INPUTS) == 2
     assert "llm_graph_result * llama_context::process_ubatch(" in before.partition(SET_INPUTS)[0]
 
-    assert source_patches.apply_patches(context_tree, "cuda86", bindings=True) == ["24", "27572", "38m", "38n", "38o", "39f", "39g", "39h", "39i", "39j", "39m"]
+    assert source_patches.apply_patches(context_tree, "cuda86", bindings=True) == ["24", "27572", "38m", "38n", "38o", "39f", "39g", "39h", "39i", "39j", "39m", "39n", "39o"]
 
     after = (context_tree / CONTEXT).read_text()
     assert "if (cparams.pipeline_parallel) {\n            " + SYNC not in after
@@ -186,7 +186,7 @@ def test_the_27572_fix_synchronizes_before_every_set_inputs(context_tree):
 
 
 def test_a_fix_that_does_not_apply_stops_the_build(context_tree):
-    assert source_patches.apply_patches(context_tree, "vulkan", bindings=True) == ["24", "27572", "38m", "38n", "38o", "39f", "39g", "39h", "39i", "39j", "39m"]
+    assert source_patches.apply_patches(context_tree, "vulkan", bindings=True) == ["24", "27572", "38m", "38n", "38o", "39f", "39g", "39h", "39i", "39j", "39m", "39n", "39o"]
     with pytest.raises(BuildError) as e:  # already applied: --forward refuses it
         source_patches.apply_patches(context_tree, "cpu", bindings=True)
     assert str(e.value) == (
@@ -248,7 +248,7 @@ def test_a_gpu_build_without_the_patch_tool_fails_before_any_work(tmp_path, monk
     with pytest.raises(BuildError) as e:
         source_patches.require_patch_tool("cuda86", bindings=True)
     assert str(e.value) == (
-        "patch not found on PATH; the cuda86 build carries fixes for llama.cpp (#24, #27572, #38m, #38n, #38o, #39f, #39g, #39h, #39i, #39j, #39m); "
+        "patch not found on PATH; the cuda86 build carries fixes for llama.cpp (#24, #27572, #38m, #38n, #38o, #39f, #39g, #39h, #39i, #39j, #39m, #39n, #39o); "
         "install it (Debian: apt-get install patch)"
     )
 

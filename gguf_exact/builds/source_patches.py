@@ -7,13 +7,14 @@ with (the drafter's ordered-embedding head, #24, in every backend; the adaptive 
 #23, in seven commits; a batch's rows through one GEMV on x86, #38m, #38n and #38o; flash attention
 computing one row as a row of a batch, #39f, and every row alike, #39g; K-quant dot products adding
 each block as the tiled matmul does, #39h; the repacked Q4_K GEMM as its GEMV, #39i; one row of a float
-matrix as a batch's rows, #39j; Q3_K and IQ4_XS dot products as #39h's, #39m).
+matrix as a batch's rows, #39j; Q3_K and IQ4_XS dot products as #39h's, #39m; Q2_K's GEMM and dot
+product, #39n; the IQ2, IQ3 and IQ1 dot products, #39o).
 :data:`PATCHES` lists them in order with their ids; each commit message carries its id too
 (``Gguf-exact-id:``), which :mod:`.patch_series` checks when it writes the series back from a
 llama.cpp checkout (moving it to a newer llama.cpp: docs/building-llama-cpp.md).
 Their ids go into the build's cache key, followed by a digest of the patches' bytes
-(``0c1e57098+24+38m+38n+38o+39f+39g+39h+39i+39j+39m.3f9a1c-cpu-...``; llama-server's, too many to name within a
-folder name's 255 bytes, by their count: ``0c1e57098+40patches.601956+rpc-cuda86-...``), and
+(``0c1e57098+24+38m+38n+38o+39f+39g+39h+39i+39j+39m+39n+39o.3f9a1c-cpu-...``; llama-server's, too many to name
+within a folder name's 255 bytes, by their count: ``0c1e57098+42patches.601956+rpc-cuda86-...``), and
 their ids and sha256 into ``build-info.json``: a patched build is never taken for a plain one,
 nor a build of an older revision of a patch for the current one (editing a patch rebuilds), and
 llama-server and the bindings of one backend carry the same, except a patch marked
@@ -87,7 +88,8 @@ class SourcePatch:
 # depend on how many rows share its pass, where the Q6_K output matrix left 9.5e-7 from 8 rows), 39i (the
 # repacked Q4_K GEMM scales each super block once, as its GEMV: Q4_K_M models' rows alike from 4 rows), 39j
 # (one row of an F32/F16/BF16 matrix, every Gemma 4's per_layer_model_proj, through the kernel a batch's rows
-# take: real-shaped models' rows were 2e-3-1e-2 off from 2 rows) and 39m (Q3_K and IQ4_XS dot products as 39h's).
+# take: real-shaped models' rows were 2e-3-1e-2 off from 2 rows), 39m (Q3_K and IQ4_XS dot products as 39h's), 39n
+# (Q2_K: the repacked GEMM as 39i, its dot product as 39h's) and 39o (IQ2, IQ3 and IQ1 dot products as 39h's).
 PATCHES: tuple[SourcePatch, ...] = (
     SourcePatch("24", "0001-24-ordered-embedding-head.patch"),
     SourcePatch("27572", "0002-27572-sync-before-set-inputs.patch", gpu_only=True),
@@ -129,6 +131,8 @@ PATCHES: tuple[SourcePatch, ...] = (
     SourcePatch("39i", "0038-39i-q4-k-gemm-scales-each-super-block-once.patch"),
     SourcePatch("39j", "0039-39j-one-row-of-a-float-matrix-through-the-batch-kernel.patch"),
     SourcePatch("39m", "0040-39m-q3-k-iq4-xs-dot-products-add-each-block-as-the-tiled-matmul-does.patch"),
+    SourcePatch("39n", "0041-39n-q2-k-gemm-scales-each-super-block-once-and-vec-dot-as-the-tiled-matmul.patch"),
+    SourcePatch("39o", "0042-39o-iq2-iq3-iq1-dot-products-add-each-block-as-the-tiled-matmul-does.patch"),
 )
 
 
