@@ -369,7 +369,7 @@ def test_parity_runs_both_engines_one_at_a_time_then_side_by_side(pair):
     logged: list[str] = []
     modes = parity_modes(["hidden"], [1], 0)
     assert [m.label() for m in modes] == ["target alone", "hidden n-max 1"]
-    out = engine_parity(pair[0], {"hidden": pair[1]}, modes, PROMPTS[:1], 5, sets, "cpu", rounds=1, log=logged.append)
+    out = engine_parity(pair[0], {"hidden": pair[1]}, modes, PROMPTS[:1], 5, sets, "cpu", rounds=2, log=logged.append)
     assert out["server_threads"] == server_threads()
     assert [line.split(": ", 1)[1] for line in logged if line.startswith("parity, target")] == [
         "python alone", "llama-server alone", "llama-server alone", "python alone", "both engines side by side",
@@ -379,6 +379,13 @@ def test_parity_runs_both_engines_one_at_a_time_then_side_by_side(pair):
         assert len(one["python"]) == len(one["llama-server"]) == len(one["ratios"]) == 2
         assert min(one["python"] + one["llama-server"]) > 0 and one["ratio_min"] <= one["ratio_median"]
         assert row["same_text"] and len(row["side_by_side"]["ratios"]) == 1 and row["python_ms_per_token"] > 0
+        # two rounds of one prompt: two request pairs, their geometric mean inside its interval
+        by_request = row["side_by_side"]["request_pairs"]
+        assert by_request["pairs"] == 2 and 0 < by_request["low"] <= by_request["ratio"] <= by_request["high"]
+        rates = row["side_by_side"]["requests"]
+        assert len(rates["python"]) == len(rates["llama-server"]) == 2 and min(rates["python"]) > 0
+        ratios = [p / s for p, s in zip(rates["python"], rates["llama-server"])]
+        assert by_request["ratio"] == pytest.approx(statistics.geometric_mean(ratios), rel=1e-12)
     assert logged[-1] == parity_line(out["modes"][1]) and logged[-1].startswith(
         "Python engine / llama-server, hidden n-max 1: one at a time "
     )
@@ -397,6 +404,12 @@ def test_a_parity_line_names_the_ratios_and_speeds():
     assert parity_line(row) == (
         "Python engine / llama-server, target alone: one at a time 0.95x (min 0.90; 8.50 vs 9.00 tokens/s), "
         "side by side 0.93x; **texts differ**"
+    )
+    side["request_pairs"] = {"ratio": 0.99, "low": 0.97, "high": 1.0125, "pairs": 16}
+    row["same_text"] = True
+    assert parity_line(row) == (
+        "Python engine / llama-server, target alone: one at a time 0.95x (min 0.90; 8.50 vs 9.00 tokens/s), "
+        "side by side 0.93x (request by request 0.990x (95% 0.970-1.012, 16 request pairs))"
     )
 
 
