@@ -369,7 +369,7 @@ def test_parity_runs_both_engines_one_at_a_time_then_side_by_side(pair):
     logged: list[str] = []
     modes = parity_modes(["hidden"], [1], 0)
     assert [m.label() for m in modes] == ["target alone", "hidden n-max 1"]
-    out = engine_parity(pair[0], {"hidden": pair[1]}, modes, PROMPTS[:1], 5, sets, "cpu", rounds=2, log=logged.append)
+    out = engine_parity(pair[0], {"hidden": pair}, modes, PROMPTS[:1], 5, sets, "cpu", rounds=2, log=logged.append)
     assert out["server_threads"] == server_threads()
     assert [line.split(": ", 1)[1] for line in logged if line.startswith("parity, target")] == [
         "python alone", "llama-server alone", "llama-server alone", "python alone", "both engines side by side",
@@ -391,6 +391,21 @@ def test_parity_runs_both_engines_one_at_a_time_then_side_by_side(pair):
     )
 
 
+def test_parity_modes_carry_the_sampler_and_a_sampled_drafting_mode_verifies_by_rejection():
+    greedy = parity_modes(["sampled"], [3], 4)
+    assert [m.label() for m in greedy] == ["target alone", "sampled n-max 3", "sampled adaptive up to n-max 4"]
+    assert [m.arm("python").overrides() for m in greedy] == [
+        [], ["spec-draft-adaptive=false", "spec-draft-n-max=3"], ["spec-draft-adaptive=true", "spec-draft-n-max=4"]
+    ]  # fmt: skip
+    gemma = parity_modes(["sampled"], [3], 4, "gemma")
+    assert [m.label() for m in gemma] == [
+        "target alone, gemma sampler", "sampled n-max 3, gemma sampler, rejection",
+        "sampled adaptive up to n-max 4, gemma sampler, rejection",
+    ]  # fmt: skip
+    assert gemma[0].arm("llama-server").overrides() == [] and gemma[0].arm("python").sampler == "gemma"
+    assert gemma[1].arm("llama-server").overrides()[-1] == "spec-rejection-sampling=true"
+
+
 def test_a_parity_line_names_the_ratios_and_speeds():
     one = {
         "python": [8.0, 9.0],
@@ -406,7 +421,7 @@ def test_a_parity_line_names_the_ratios_and_speeds():
         "side by side 0.93x; **texts differ**"
     )
     side["request_pairs"] = {"ratio": 0.99, "low": 0.97, "high": 1.0125, "pairs": 16}
-    row["same_text"] = True
+    row["same_text"] = None  # sampled: not compared
     assert parity_line(row) == (
         "Python engine / llama-server, target alone: one at a time 0.95x (min 0.90; 8.50 vs 9.00 tokens/s), "
         "side by side 0.93x (request by request 0.990x (95% 0.970-1.012, 16 request pairs))"

@@ -30,6 +30,7 @@ from gguf_exact.bench.paired import PairedRatio, paired_ratio
 from gguf_exact.bench.real import Arm, arms_side_by_side
 from gguf_exact.bench.report import Arm as Labelled
 from gguf_exact.bench.report import alternating_order
+from gguf_exact.bench.request import SAMPLERS
 from gguf_exact.engines.shared.engine_options import server_threads
 
 PYTHON, SERVER = "python", "llama-server"
@@ -37,23 +38,35 @@ PYTHON, SERVER = "python", "llama-server"
 
 @dataclass(frozen=True)
 class Mode:
-    """What both engines run: ``kind``'s drafter (``none``: the target alone) up to ``n_max``."""
+    """What both engines run: ``kind``'s drafter (``none``: the target alone) up to ``n_max``, each
+    request with ``sampler`` (a :data:`~.request.SAMPLERS` name; a sampled mode's drafts verified as
+    the shipped profiles verify them, by rejection sampling)."""
 
     kind: str
     n_max: int = 0
     adaptive: bool = False
+    sampler: str = "greedy"
+
+    @property
+    def sampled(self) -> bool:
+        return SAMPLERS[self.sampler].get("temperature", 0.0) > 0
 
     def label(self) -> str:
-        if not self.n_max:
-            return "target alone"
-        return f"{self.kind} " + (f"adaptive up to n-max {self.n_max}" if self.adaptive else f"n-max {self.n_max}")
+        how = f"{self.kind} " + (f"adaptive up to n-max {self.n_max}" if self.adaptive else f"n-max {self.n_max}")
+        how = how if self.n_max else "target alone"
+        return how + (f", {self.sampler} sampler" + (", rejection" if self.n_max else "") if self.sampled else "")
+
+    def arm(self, engine: str) -> Arm:
+        """``engine``'s server in this mode (a greedy arm names no rule: at temperature 0 both are exact match)."""
+        return Arm(engine, self.n_max, self.adaptive, sampler=self.sampler, rule="rejection")
 
 
-def parity_modes(kinds: Sequence[str], n_max: Sequence[int], bound: int | None) -> list[Mode]:
+def parity_modes(kinds: Sequence[str], n_max: Sequence[int], bound: int | None, sampler: str = "greedy") -> list[Mode]:
     """The target alone, then per kind each fixed length and the adaptive one up to ``bound``."""
-    modes = [Mode("none")]
+    modes = [Mode("none", sampler=sampler)]
     for kind in kinds:
-        modes += [Mode(kind, n) for n in n_max] + ([Mode(kind, bound, True)] if bound else [])
+        modes += [Mode(kind, n, sampler=sampler) for n in n_max]
+        modes += [Mode(kind, bound, True, sampler)] if bound else []
     return modes
 
 
@@ -70,7 +83,7 @@ def _ratios(python: list[float], server: list[float]) -> dict:
 
 def engine_parity(
     target: Path,
-    drafters: dict[str, Path],
+    pairs: dict[str, tuple[Path, Path]],
     modes: Sequence[Mode],
     prompts: Sequence[str],
     n_predict: int,
@@ -80,29 +93,33 @@ def engine_parity(
     rounds: int = 2,
     log: Callable[[str], None] = print,
 ) -> dict:
-    """Per mode, one at a time (``repeats`` x A B B A) and side by side (``rounds``)."""
+    """Per mode, one at a time (``repeats`` x A B B A) and side by side (``rounds``): ``target`` alone, and each
+    drafting mode on its kind's (target, drafter) of ``pairs`` (``sampled`` has a target of its own)."""
     out: dict = {"server_threads": server_threads(), "modes": []}
     for mode in modes:
-        drafter = drafters.get(mode.kind)
+        mode_target, drafter = pairs[mode.kind] if mode.n_max else (target, None)
         runs: dict[str, list[float]] = {PYTHON: [], SERVER: []}
         for _, engine in alternating_order([Labelled(PYTHON, mode.n_max), Labelled(SERVER, mode.n_max)], repeats):
             log(f"parity, {mode.label()}: {engine.label} alone")
-            arm = Arm(engine.label, mode.n_max, mode.adaptive)
-            [r] = arms_side_by_side(target, drafter, [arm], prompts, n_predict, sets, profile, rounds=1)
+            [r] = arms_side_by_side(
+                mode_target, drafter, [mode.arm(engine.label)], prompts, n_predict, sets, profile, 1
+            )
             runs[engine.label].append(r.generation_tokens_per_second)
         log(f"parity, {mode.label()}: both engines side by side")
-        both = [Arm(e, mode.n_max, mode.adaptive) for e in (PYTHON, SERVER)]
-        py, srv = arms_side_by_side(target, drafter, both, prompts, n_predict, sets, profile, rounds)
+        both = [mode.arm(PYTHON), mode.arm(SERVER)]
+        py, srv = arms_side_by_side(mode_target, drafter, both, prompts, n_predict, sets, profile, rounds)
         row = {"mode": mode.label(), "kind": mode.kind, "n_max": mode.n_max, "adaptive": mode.adaptive}
+        row["sampler"] = mode.sampler
         row["one_at_a_time"] = _ratios(runs[PYTHON], runs[SERVER])
         row["side_by_side"] = _ratios([py.generation_tokens_per_second], [srv.generation_tokens_per_second])
         flat = [[r for rates in x.request_rates for r in rates] for x in (srv, py)]
         row["side_by_side"]["requests"] = {SERVER: flat[0], PYTHON: flat[1]}  # per round, per prompt
-        pairs = paired_ratio(*flat)
-        if pairs is not None:
-            row["side_by_side"]["request_pairs"] = {"ratio": pairs.ratio, "low": pairs.low, "high": pairs.high,
-                                                    "pairs": pairs.pairs}  # fmt: skip
-        row["same_text"] = py.texts == srv.texts
+        est = paired_ratio(*flat)
+        if est is not None:
+            row["side_by_side"]["request_pairs"] = {"ratio": est.ratio, "low": est.low, "high": est.high,
+                                                    "pairs": est.pairs}  # fmt: skip
+        # greedy: the same text in both; sampled, each engine draws from its own generator (not compared)
+        row["same_text"] = py.texts == srv.texts if not mode.sampled else None
         # the Python engine's own time outside llama_decode (HTTP, sampling, its loop), side by side
         row["python_ms_per_token"] = 1e3 * (py.python_seconds or 0.0) / max(py.tokens, 1)
         out["modes"].append(row)
@@ -116,18 +133,23 @@ def add_parity_options(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--parity-n-max", default="1,3", help="--parity's fixed draft lengths")
     ap.add_argument("--parity-kinds", default="mixed,hidden", help="--parity's drafters")
     ap.add_argument("--parity-repeats", type=int, default=1, help="A B B A sequences per --parity mode")
+    ap.add_argument(
+        "--parity-sampler", choices=tuple(SAMPLERS), default="greedy",
+        help="--parity's requests' sampler (gemma: drafts verified by rejection sampling, as the shipped profiles do)",
+    )  # fmt: skip
 
 
 def parity_run(
     args: argparse.Namespace, pairs: dict[str, tuple[Path, Path]], bound: int, prompts: Sequence[str], log: Callable
 ) -> dict:
     """:func:`engine_parity` as ``bench_real.py``'s options ask (``bound``: the adaptive mode's
-    n-max, 0 for none), with the run's context size and ``--set`` but not its ``--threads``."""
-    modes = parity_modes([k for k in args.parity_kinds.split(",") if k], _ints(args.parity_n_max), bound)
+    n-max, 0 for none), with the run's context size and ``--set`` but not its ``--threads``; the
+    target alone is the ``hidden`` pair's (the target every kind but ``sampled`` shares)."""
+    kinds = [k for k in args.parity_kinds.split(",") if k]
+    modes = parity_modes(kinds, _ints(args.parity_n_max), bound, args.parity_sampler)
     sets = [f"ctx-size={args.ctx}", "no-warmup=true", *args.set]
-    drafters = {k: v[1] for k, v in pairs.items()}
     return engine_parity(
-        pairs["hidden"][0], drafters, modes, prompts, args.n_predict, sets, args.profile, args.parity_repeats,
+        pairs["hidden"][0], pairs, modes, prompts, args.n_predict, sets, args.profile, args.parity_repeats,
         args.rounds, log,
     )  # fmt: skip
 
@@ -146,7 +168,7 @@ def parity_line(row: dict) -> str:
     return (
         f"Python engine / llama-server, {row['mode']}: one at a time {one['ratio_median']:.2f}x "
         f"(min {one['ratio_min']:.2f}; {speeds}), side by side {side['ratio_median']:.2f}x{by_request}"
-        + ("" if row["same_text"] else "; **texts differ**")
+        + ("; **texts differ**" if row["same_text"] is False else "")
     )
 
 
