@@ -24,7 +24,7 @@ import argparse
 import statistics
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Any, Callable, Sequence
 
 from gguf_exact.bench.paired import PairedRatio, paired_ratio
 from gguf_exact.bench.real import Arm, arms_side_by_side
@@ -108,7 +108,7 @@ def engine_parity(
         log(f"parity, {mode.label()}: both engines side by side")
         both = [mode.arm(PYTHON), mode.arm(SERVER)]
         py, srv = arms_side_by_side(mode_target, drafter, both, prompts, n_predict, sets, profile, rounds)
-        row = {"mode": mode.label(), "kind": mode.kind, "n_max": mode.n_max, "adaptive": mode.adaptive}
+        row: dict[str, Any] = {"mode": mode.label(), "kind": mode.kind, "n_max": mode.n_max, "adaptive": mode.adaptive}
         row["sampler"] = mode.sampler
         row["one_at_a_time"] = _ratios(runs[PYTHON], runs[SERVER])
         row["side_by_side"] = _ratios([py.generation_tokens_per_second], [srv.generation_tokens_per_second])
