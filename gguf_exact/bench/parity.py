@@ -49,7 +49,7 @@ class Mode:
 
     @property
     def sampled(self) -> bool:
-        return SAMPLERS[self.sampler].get("temperature", 0.0) > 0
+        return self.arm(PYTHON).sampled  # one definition of a sampled request: the arm's
 
     def label(self) -> str:
         how = f"{self.kind} " + (f"adaptive up to n-max {self.n_max}" if self.adaptive else f"n-max {self.n_max}")
